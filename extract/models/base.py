@@ -1,0 +1,61 @@
+"""The contract every model adapter fulfils.
+
+An adapter wraps one vision-language model. Extraction gives it batches of images exactly as
+images.zarr stores them (uint8, whole image stretched to S x S, brighter = denser) together with
+each image's original (height, width); the adapter applies the model's own preprocessing
+(resizing, cropping or padding, normalisation), runs the model, and returns per-class scores
+and raw saliency maps whose grid covers the **whole original image** (row 0 = top): any crop or
+padding the preprocessing introduced is undone by the adapter.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+
+@dataclass
+class AdapterOutput:
+    """scores: (B, C) float32; maps: (B, C, h, w) float32 on the whole-image grid."""
+
+    scores: torch.Tensor
+    maps: torch.Tensor
+
+
+class ModelAdapter(abc.ABC):
+    """Base class of every model adapter.
+
+    Class attributes: ``score_kind`` ("logit" or "probability"), ``method`` (the default
+    saliency method name recorded in the submission, e.g. "similarity", "cross-attention").
+    """
+
+    score_kind: str = "logit"
+    method: str = "similarity"
+
+    def __init__(self) -> None:
+        self.classes: tuple[str, ...] = ()
+        self.unsupported: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def set_classes(self, classes: Sequence[str]) -> None:
+        """Prepare everything that depends on the class list once (text embeddings, entity
+        indices). Classes the model cannot name go to ``self.unsupported``; their columns are
+        still produced (finite, ignored by the scorer)."""
+
+    @abc.abstractmethod
+    def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
+        """images: (B, S, S) uint8 on the adapter's device; orig_size: (B, 2) int (h, w)."""
+
+    @property
+    @abc.abstractmethod
+    def map_shape(self) -> tuple[int, int]:
+        """(h, w) of the maps this adapter writes."""
+
+    def provenance(self) -> dict:
+        """Everything needed to reproduce the run: weights, prompts, layers, preprocessing."""
+        return {}
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "ModelAdapter":
+        return self

@@ -1,0 +1,261 @@
+"""gt.zarr: the private ground truth — labels and radiologist regions on the evaluation grid.
+
+Layout (contract §gt.zarr)::
+
+    /                       attrs: xbench = {kind: "ground-truth", schema: 1, ...}
+    /<dataset>/             attrs: classes = [...], grid = [H, W], plus reader provenance
+        case_id       (N,)       string
+        labels        (N, C)     int8  (1 present, 0 absent, -1 not annotated)
+        region_index  (K, 2)     int32 (case row, class column), one row per pair with a region
+        region_mask   (K, H, W)  bool  (row 0 = top of the image)
+        orig_size     (N, 2)     int32 (height, width)
+
+A dataset group is written whole by :func:`write_ground_truth` into a temporary folder and moved
+into place, so a reader never sees half a ground truth and preparing one dataset again replaces
+only its own group. Scoring only ever opens ground truth read-only.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import zarr
+
+from .errors import InvalidStoreError, Problem
+from .store import (
+    MAX_CASES,
+    atomic_replace_dir,
+    MAX_CLASSES,
+    check_array,
+    check_root,
+    consolidate,
+    dataset_groups,
+    ensure_root,
+    describe_missing,
+    get_array,
+    iter_row_blocks,
+    missing_chunks,
+    open_store_group,
+    read_rows,
+    read_strings,
+    root_attrs,
+    store_sha256,
+)
+
+REGION_CHUNK = 256
+
+
+@dataclass
+class GroundTruthDataset:
+    name: str
+    classes: tuple[str, ...]
+    grid: tuple[int, int]
+    case_id: np.ndarray
+    labels: np.ndarray
+    region_index: np.ndarray
+    region_mask: zarr.Array
+    orig_size: np.ndarray
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass
+class GroundTruth:
+    path: Path
+    attrs: dict
+    datasets: dict[str, GroundTruthDataset]
+
+    @property
+    def sha256(self) -> str:
+        return store_sha256(self.path)
+
+
+def write_ground_truth(
+    path: str | os.PathLike,
+    dataset: str,
+    *,
+    case_ids: Sequence[str],
+    classes: Sequence[str],
+    labels: np.ndarray,
+    region_index: np.ndarray,
+    region_mask: np.ndarray,
+    orig_size: np.ndarray,
+    grid: tuple[int, int] = (224, 224),
+    attrs: Mapping | None = None,
+) -> None:
+    """Write (or replace) one dataset group of a ground-truth store, atomically.
+
+    The arrays are checked against the contract before anything is written; a violation raises
+    :class:`InvalidStoreError` listing every problem.
+    """
+    path = Path(path)
+    case_ids = np.asarray(case_ids, dtype=str)
+    labels = np.asarray(labels)
+    region_index = np.asarray(region_index).reshape(-1, 2)
+    region_mask = np.asarray(region_mask)
+    orig_size = np.asarray(orig_size)
+    h, w = grid
+    problems = _check_gt_arrays(dataset, case_ids, list(classes), labels, region_index, region_mask, orig_size, (h, w))
+    if problems:
+        raise InvalidStoreError(problems)
+    ensure_root(path, "ground-truth")
+    # Built beside the store, not inside it, so a crash never leaves a stray group in it.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
+    try:
+        g = zarr.open_group(zarr.storage.LocalStore(tmp), mode="w", zarr_format=3)
+        g.attrs.update({"classes": list(classes), "grid": [h, w], **dict(attrs or {})})
+        n, k = len(case_ids), len(region_index)
+        ids = g.create_array("case_id", shape=(n,), dtype=str, chunks=(max(n, 1),), dimension_names=("case",))
+        ids[:] = case_ids
+        cfg = {"write_empty_chunks": True}
+        g.create_array("labels", data=labels.astype(np.int8), chunks=(max(n, 1), labels.shape[1]), dimension_names=("case", "class"), config=cfg)
+        g.create_array("orig_size", data=orig_size.astype(np.int32), chunks=(max(n, 1), 2), dimension_names=("case", "hw"), config=cfg)
+        g.create_array("region_index", data=region_index.astype(np.int32), chunks=(max(k, 1), 2), dimension_names=("region", "pair"), config=cfg)
+        masks = g.create_array(
+            "region_mask", shape=(k, h, w), dtype="bool", chunks=(REGION_CHUNK, h, w), fill_value=False,
+            dimension_names=("region", "y", "x"), config=cfg,
+        )
+        if k:
+            masks[:] = region_mask.astype(bool)
+        atomic_replace_dir(tmp, path / dataset)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    consolidate(path)
+
+
+def _check_gt_arrays(dataset, case_ids, classes, labels, region_index, region_mask, orig_size, grid) -> list[Problem]:
+    where = f"ground truth {dataset}"
+    p: list[Problem] = []
+    n, c = len(case_ids), len(classes)
+    if len(set(case_ids.tolist())) != n:
+        p.append(Problem(where, "case_ids repeat"))
+    if len(set(classes)) != c or c == 0:
+        p.append(Problem(where, "classes must be a non-empty list of unique names"))
+    if labels.shape != (n, c):
+        p.append(Problem(where, f"labels has shape {labels.shape}; expected {(n, c)}"))
+    elif not np.isin(labels, (-1, 0, 1)).all():
+        p.append(Problem(where, "labels hold values other than -1, 0, 1"))
+    if orig_size.shape != (n, 2) or (orig_size <= 0).any():
+        p.append(Problem(where, f"orig_size must be (N, 2) positive (height, width); got shape {orig_size.shape}"))
+    k = len(region_index)
+    if region_mask.shape != (k, *grid):
+        p.append(Problem(where, f"region_mask has shape {region_mask.shape}; expected {(k, *grid)}"))
+    if k and not p:
+        p += _check_regions(where, region_index, labels, lambda: region_mask)
+    return p
+
+
+def _check_regions(where, region_index, labels, masks_reader) -> list[Problem]:
+    p = []
+    n, c = labels.shape
+    ri = region_index.astype(np.int64)
+    if (ri[:, 0] < 0).any() or (ri[:, 0] >= n).any() or (ri[:, 1] < 0).any() or (ri[:, 1] >= c).any():
+        return [Problem(where, "region_index points outside the case rows or class columns")]
+    if len(np.unique(ri[:, 0] * c + ri[:, 1])) != len(ri):
+        p.append(Problem(where, "region_index repeats a (case, class) pair; several shapes of one finding are one region"))
+    not_positive = labels[ri[:, 0], ri[:, 1]] != 1
+    if not_positive.any():
+        i = int(np.argmax(not_positive))
+        p.append(Problem(where, f"{int(not_positive.sum())} region(s) belong to pairs not labelled 1, e.g. region {i}"))
+    return p
+
+
+def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
+    """Open a ground-truth store read-only (validate it first with :func:`validate_ground_truth`)."""
+    group = open_store_group(path)
+    datasets = {}
+    for name, g in sorted(group.groups()):
+        datasets[name] = GroundTruthDataset(
+            name=name,
+            classes=tuple(g.attrs["classes"]),
+            grid=tuple(g.attrs["grid"]),
+            case_id=read_strings(g["case_id"]),
+            labels=np.asarray(g["labels"][...]),
+            region_index=np.asarray(g["region_index"][...]).reshape(-1, 2),
+            region_mask=g["region_mask"],
+            orig_size=np.asarray(g["orig_size"][...]),
+            attrs=dict(g.attrs),
+        )
+    return GroundTruth(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+
+
+def validate_ground_truth(path: str | os.PathLike) -> list[Problem]:
+    """Every way the ground truth at ``path`` breaks the contract (metadata first, then data)."""
+    where = str(path)
+    try:
+        group = open_store_group(path)
+    except (InvalidStoreError, FileNotFoundError) as exc:
+        return getattr(exc, "problems", [Problem(where, str(exc))])
+    problems = check_root(group, "ground-truth", where)
+    groups, more = dataset_groups(group, where)
+    problems += more
+    for name, g in groups.items():
+        problems += _validate_gt_dataset(g, f"{where}/{name}")
+    return problems
+
+
+def _validate_gt_dataset(g: zarr.Group, where: str) -> list[Problem]:
+    p: list[Problem] = []
+    classes = g.attrs.get("classes")
+    if not (isinstance(classes, list) and classes and all(isinstance(x, str) for x in classes)) or len(set(classes)) != len(classes):
+        p.append(Problem(where, "attribute 'classes' must be a non-empty list of unique class names"))
+        classes = None
+    elif len(classes) > MAX_CLASSES:
+        p.append(Problem(where, f"attribute 'classes' lists {len(classes)} names; the limit is {MAX_CLASSES}"))
+        classes = None
+    grid = g.attrs.get("grid")
+    if not (isinstance(grid, list) and len(grid) == 2 and all(isinstance(x, int) and 1 <= x <= 4096 for x in grid)):
+        p.append(Problem(where, "attribute 'grid' must be [H, W] with 1 <= H, W <= 4096"))
+        grid = None
+    arrays = {name: get_array(g, name, where, p) for name in ("case_id", "labels", "region_index", "region_mask", "orig_size")}
+    if any(a is None for a in arrays.values()) or classes is None or grid is None:
+        return p
+    ok = check_array(arrays["case_id"], f"{where}/case_id", shape=(None,), dtypes=("string",), problems=p)
+    n = arrays["case_id"].shape[0] if arrays["case_id"].ndim == 1 else None
+    if n is not None and n > MAX_CASES:
+        p.append(Problem(f"{where}/case_id", f"declares {n} cases; the limit is {MAX_CASES}"))
+        return p
+    ok &= check_array(arrays["labels"], f"{where}/labels", shape=(n, len(classes)), dtypes=("int8",), problems=p)
+    ok &= check_array(arrays["orig_size"], f"{where}/orig_size", shape=(n, 2), dtypes=("int32",), problems=p)
+    ok &= check_array(arrays["region_index"], f"{where}/region_index", shape=(None, 2), dtypes=("int32",), problems=p)
+    k = arrays["region_index"].shape[0] if arrays["region_index"].ndim == 2 else None
+    ok &= check_array(arrays["region_mask"], f"{where}/region_mask", shape=(k, *grid), dtypes=("bool",), problems=p)
+    if not ok:
+        return p
+    for name, arr in arrays.items():
+        gone = missing_chunks(arr)
+        if gone:
+            p.append(Problem(f"{where}/{name}", describe_missing(arr, gone)))
+            ok = False
+    if not ok:
+        return p
+    try:
+        ids = read_strings(arrays["case_id"])
+        labels = np.asarray(arrays["labels"][...])
+        orig = np.asarray(arrays["orig_size"][...])
+        index = np.asarray(arrays["region_index"][...])
+    except Exception as exc:
+        p.append(Problem(where, f"unreadable array ({type(exc).__name__}: {exc})"))
+        return p
+    if len(np.unique(ids)) != len(ids):
+        p.append(Problem(f"{where}/case_id", "case ids repeat"))
+    if not np.isin(labels, (-1, 0, 1)).all():
+        p.append(Problem(f"{where}/labels", "values other than -1, 0, 1"))
+    if (orig <= 0).any():
+        p.append(Problem(f"{where}/orig_size", "sizes must be positive"))
+    if len(index):
+        p += _check_regions(where, index, labels, None)
+        masks = arrays["region_mask"]
+        for start, stop in iter_row_blocks(masks):
+            block = read_rows(masks, start, stop, f"{where}/region_mask", p)
+            if block is not None:
+                empty = ~block.reshape(block.shape[0], -1).any(axis=1)
+                if empty.any():
+                    p.append(Problem(f"{where}/region_mask", f"region {start + int(np.argmax(empty))} is empty; every listed region must cover at least one grid cell"))
+                    break
+    return p

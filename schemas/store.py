@@ -1,0 +1,283 @@
+"""Opening stores and the checks every store kind shares.
+
+A store is a Zarr v3 group: a ``*.zarr`` directory (read-write) or a ``*.zarr.zip`` file (read
+only). Its root attribute ``xbench`` = ``{"kind": ..., "schema": 1, ...}``; inside, one child group
+per dataset, named by the dataset key.
+
+The helpers here never read chunk data unless asked to: metadata (shape, dtype, chunk shape) is
+checked first, so a store that declares an absurd array costs nothing to reject.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import zarr
+from zarr.core.sync import sync
+from zarr.storage import LocalStore, ZipStore
+
+from .errors import InvalidStoreError, Problem, StoreNotFoundError
+
+SCHEMA_VERSION = 1
+DATASET_KEYS = (
+    "rsna_pneumonia",
+    "siim_acr",
+    "covid_rural",
+    "chestx_det10",
+    "chexlocalize",
+    "chestxray14",
+    "vindr_cxr",
+    "phantom",
+)
+KINDS = ("images", "ground-truth", "submission")
+
+#: Limits that bound validation cost; documented in schemas/README.md.
+MAX_CASES = 10_000_000
+MAX_CLASSES = 1_000
+MAX_MAP_SIDE = 1024  # saliency maps up to 1024 x 1024 per case and class
+MAX_IMAGE_SIDE = 4096
+MAX_CHUNK_BYTES = 512 * 2**20  # one decoded chunk; bigger chunks are refused, not read
+
+
+def is_zip(path: str | os.PathLike) -> bool:
+    return str(path).endswith(".zip")
+
+
+def open_store_group(path: str | os.PathLike, mode: str = "r") -> zarr.Group:
+    """Open the root group of a store.
+
+    ``path`` is a ``.zarr`` directory or a ``.zarr.zip`` file (zip stores open read-only).
+    ``mode`` is ``"r"`` (read), ``"r+"`` (read-write, must exist) or ``"a"`` (create if missing).
+    Consolidated metadata is ignored on purpose: a store being written by several processes, or
+    re-prepared, may carry stale consolidated metadata, and listing a local store is cheap.
+    """
+    path = Path(path)
+    if is_zip(path):
+        if mode != "r":
+            raise InvalidStoreError(Problem(str(path), "zip stores are read-only; write a .zarr directory instead"))
+        if not path.is_file():
+            raise StoreNotFoundError(f"{path}: no such file")
+        try:
+            store = ZipStore(path, mode="r")
+        except Exception as exc:  # a corrupt zip is a user problem, not a crash
+            raise InvalidStoreError(Problem(str(path), f"not a readable zip file ({exc})")) from None
+    else:
+        if mode == "r" and not path.is_dir():
+            raise StoreNotFoundError(f"{path}: no such store directory")
+        store = LocalStore(path, read_only=(mode == "r"))
+    try:
+        return zarr.open_group(store, mode=mode, use_consolidated=False, zarr_format=3)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
+        raise StoreNotFoundError(f"{path}: not a Zarr v3 group ({exc})") from None
+    except Exception as exc:
+        raise InvalidStoreError(Problem(str(path), f"cannot open as a Zarr v3 group ({type(exc).__name__}: {exc})")) from None
+
+
+def ensure_root(path: Path, kind: str) -> zarr.Group:
+    """Open a writable store of ``kind``, creating it (with its root attributes) when missing."""
+    path = Path(path)
+    if path.exists():
+        root = open_store_group(path, mode="r+")
+        problems = check_root(root, kind, str(path))
+        if problems:
+            raise InvalidStoreError(problems)
+        return root
+    root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
+    root.attrs.update(root_attrs(kind))
+    return root
+
+
+def root_attrs(kind: str, **extra: Any) -> dict:
+    from xbench import __version__
+
+    return {"xbench": {"kind": kind, "schema": SCHEMA_VERSION, "version": __version__, **extra}}
+
+
+def check_root(group: zarr.Group, kind: str, where: str) -> list[Problem]:
+    meta = group.attrs.get("xbench")
+    if not isinstance(meta, dict):
+        return [Problem(where, "root attribute 'xbench' is missing (it must be {'kind': ..., 'schema': 1, ...})")]
+    problems = []
+    if meta.get("kind") != kind:
+        problems.append(Problem(where, f"root attribute xbench.kind is {meta.get('kind')!r}; expected {kind!r}"))
+    if meta.get("schema") != SCHEMA_VERSION:
+        problems.append(Problem(where, f"root attribute xbench.schema is {meta.get('schema')!r}; this XBench reads schema {SCHEMA_VERSION}"))
+    return problems
+
+
+def dataset_groups(group: zarr.Group, where: str) -> tuple[dict[str, zarr.Group], list[Problem]]:
+    """The dataset child groups; unknown names and stray arrays are problems."""
+    found: dict[str, zarr.Group] = {}
+    problems = []
+    for name, member in sorted(group.members(), key=lambda m: m[0]):
+        if name not in DATASET_KEYS:
+            problems.append(Problem(f"{where}/{name}", f"unknown dataset key; expected one of {', '.join(DATASET_KEYS)}"))
+        elif not isinstance(member, zarr.Group):
+            problems.append(Problem(f"{where}/{name}", "must be a group, not an array"))
+        else:
+            found[name] = member
+    if not found and not problems:
+        problems.append(Problem(where, "the store holds no dataset group"))
+    return found, problems
+
+
+def get_array(group: zarr.Group, name: str, where: str, problems: list[Problem]) -> zarr.Array | None:
+    try:
+        member = group[name]
+    except KeyError:
+        problems.append(Problem(f"{where}/{name}", "array is missing"))
+        return None
+    except Exception as exc:
+        problems.append(Problem(f"{where}/{name}", f"metadata unreadable ({type(exc).__name__}: {exc})"))
+        return None
+    if not isinstance(member, zarr.Array):
+        problems.append(Problem(f"{where}/{name}", "must be an array, not a group"))
+        return None
+    return member
+
+
+def check_array(
+    arr: zarr.Array,
+    where: str,
+    *,
+    shape: tuple[int | None, ...],
+    dtypes: tuple[str, ...],
+    problems: list[Problem],
+) -> bool:
+    """Check rank, shape (None = any), dtype and chunk size from metadata alone."""
+    ok = True
+    if len(arr.shape) != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape)):
+        expected = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        problems.append(Problem(where, f"shape {tuple(arr.shape)} does not match the expected {expected}"))
+        ok = False
+    kind = dtype_name(arr)
+    if kind not in dtypes:
+        problems.append(Problem(where, f"dtype {kind} is not allowed; use {' or '.join(dtypes)}"))
+        ok = False
+    chunk_shape = outer_chunk_shape(arr)
+    itemsize = arr.dtype.itemsize if arr.dtype.kind not in "OT" else 64
+    chunk_bytes = math.prod(chunk_shape) * max(itemsize, 1)
+    if chunk_bytes > MAX_CHUNK_BYTES:
+        problems.append(
+            Problem(where, f"chunk shape {chunk_shape} is {chunk_bytes / 2**20:.0f} MiB decoded; the limit is {MAX_CHUNK_BYTES // 2**20} MiB — rechunk along the first axis")
+        )
+        ok = False
+    return ok
+
+
+def dtype_name(arr: zarr.Array) -> str:
+    """'string' for any text dtype (variable-length or fixed), else the numpy name."""
+    dt = arr.dtype
+    if dt.kind in "UTO" or str(dt).startswith("StringDType"):
+        return "string"
+    return str(np.dtype(dt))
+
+
+def outer_chunk_shape(arr: zarr.Array) -> tuple[int, ...]:
+    """The unit actually stored as one object: the shard when sharded, else the chunk."""
+    return tuple(arr.metadata.chunk_grid.chunk_shape)  # type: ignore[union-attr]
+
+
+def read_strings(arr: zarr.Array) -> np.ndarray:
+    """Read a 1-D text array as a numpy array of Python-compatible unicode (``<U``)."""
+    values = np.asarray(arr[...])
+    if values.dtype.kind == "U":
+        return values
+    # Variable-length strings (numpy StringDType or object) have no fixed width to cast to.
+    return np.array([str(v) for v in values.tolist()], dtype=str)
+
+
+def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
+    """Chunk (or shard) grid coordinates that have no stored object.
+
+    A chunk that was never written reads as the fill value, so the contract treats it as a defect:
+    the answer must come from the store's listing, never from the values.
+    """
+    meta = arr.metadata
+    chunk_shape = outer_chunk_shape(arr)
+    grid = tuple(math.ceil(s / c) if s else 0 for s, c in zip(arr.shape, chunk_shape))
+    if math.prod(grid) == 0:
+        return []
+    prefix = f"{arr.path}/" if arr.path else ""
+
+    async def _list() -> set[str]:
+        return {key async for key in arr.store.list_prefix(prefix)}
+
+    stored = sync(_list())
+    missing = []
+    for coords in np.ndindex(*grid):
+        key = prefix + meta.encode_chunk_key(coords)  # type: ignore[union-attr]
+        if key not in stored:
+            missing.append(tuple(int(c) for c in coords))
+    return missing
+
+
+def describe_missing(arr: zarr.Array, missing: list[tuple[int, ...]]) -> str:
+    rows = outer_chunk_shape(arr)[0]
+    first = missing[0][0] * rows
+    return (
+        f"{len(missing)} chunk(s) were never written (first at rows {first}-{min(first + rows, arr.shape[0]) - 1}); "
+        "a missing chunk would read as the fill value — write every chunk (write_empty_chunks=True)"
+    )
+
+
+def iter_row_blocks(arr: zarr.Array) -> Iterator[tuple[int, int]]:
+    """Row ranges aligned with the stored chunks, for bounded-memory scans."""
+    rows = outer_chunk_shape(arr)[0] if arr.ndim else 1
+    for start in range(0, arr.shape[0], rows):
+        yield start, min(start + rows, arr.shape[0])
+
+
+def read_rows(arr: zarr.Array, start: int, stop: int, where: str, problems: list[Problem]) -> np.ndarray | None:
+    try:
+        return np.asarray(arr[start:stop])
+    except Exception as exc:  # corrupt or truncated chunk: report it, keep validating the rest
+        problems.append(Problem(where, f"rows {start}-{stop - 1} unreadable, the chunk is corrupt or truncated ({type(exc).__name__}: {exc})"))
+        return None
+
+
+def store_sha256(path: str | os.PathLike) -> str:
+    """Content hash of a store: sha256 over its sorted keys and their bytes.
+
+    The same content gives the same hash whether the store is a directory or a zip file, so a
+    score can name exactly which ground truth it was computed against.
+    """
+    group = open_store_group(path)
+    store = group.store
+
+    async def _keys() -> list[str]:
+        return sorted([k async for k in store.list()])
+
+    digest = hashlib.sha256()
+    proto = zarr.core.buffer.default_buffer_prototype()
+    for key in sync(_keys()):
+        buf = sync(store.get(key, prototype=proto))
+        data = b"" if buf is None else buf.to_bytes()
+        digest.update(key.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+def consolidate(path: str | os.PathLike) -> None:
+    """Write consolidated metadata (one read for remote readers; XBench itself lists the store)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        zarr.consolidate_metadata(LocalStore(Path(path)), zarr_format=3)
+
+
+def atomic_replace_dir(tmp: Path, final: Path) -> None:
+    """Move a finished directory into place; the old one is removed only after the new one is complete."""
+    if final.exists():
+        old = final.with_name(final.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)

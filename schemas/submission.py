@@ -1,0 +1,456 @@
+"""submission.zarr: what a team hands in — per-class scores and raw saliency maps, no weights.
+
+Layout (contract §submission.zarr)::
+
+    /                      attrs: xbench = {kind: "submission", schema: 1, model, method, ...provenance}
+    /<dataset>/            attrs: classes = [...], score_kind = "logit"|"probability", unsupported = [...]
+        case_id   (N,)        string
+        scores    (N, C)      float32
+        saliency  (N, C, h, w) float16 | float32   (whole original image, row 0 = top)
+
+:class:`SubmissionWriter` writes it block by block (resumable, several processes at once);
+:func:`validate_submission` checks a submission made by any tool; :func:`read_submission` opens
+one for scoring.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import zarr
+
+from . import _blocks
+from .errors import InvalidStoreError, Problem
+from .store import (
+    DATASET_KEYS,
+    MAX_CASES,
+    MAX_CLASSES,
+    MAX_MAP_SIDE,
+    check_array,
+    check_root,
+    consolidate,
+    dataset_groups,
+    describe_missing,
+    get_array,
+    iter_row_blocks,
+    missing_chunks,
+    open_store_group,
+    read_rows,
+    read_strings,
+    root_attrs,
+)
+
+SCORE_KINDS = ("logit", "probability")
+MAP_DTYPES = ("float16", "float32")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What one dataset group of a submission will hold.
+
+    ``case_ids`` in the order rows will be written; ``map_shape`` = (h, w) of every saliency map.
+    """
+
+    case_ids: Sequence[str]
+    classes: Sequence[str]
+    map_shape: tuple[int, int]
+    score_kind: str = "logit"
+    unsupported: Sequence[str] = ()
+
+    def check(self, name: str) -> None:
+        problems = []
+        where = f"dataset {name}"
+        if name not in DATASET_KEYS:
+            problems.append(Problem(where, f"unknown dataset key; expected one of {', '.join(DATASET_KEYS)}"))
+        if self.score_kind not in SCORE_KINDS:
+            problems.append(Problem(where, f"score_kind must be 'logit' or 'probability', got {self.score_kind!r}"))
+        if len(set(self.case_ids)) != len(self.case_ids):
+            problems.append(Problem(where, "case_ids repeat"))
+        if not self.case_ids:
+            problems.append(Problem(where, "no case_ids"))
+        if len(set(self.classes)) != len(self.classes) or not self.classes:
+            problems.append(Problem(where, "classes must be a non-empty list of unique names"))
+        if set(self.unsupported) - set(self.classes):
+            problems.append(Problem(where, f"unsupported names classes that are not listed: {sorted(set(self.unsupported) - set(self.classes))}"))
+        h, w = self.map_shape
+        if not (1 <= h <= MAX_MAP_SIDE and 1 <= w <= MAX_MAP_SIDE):
+            problems.append(Problem(where, f"map_shape {self.map_shape} outside 1..{MAX_MAP_SIDE} per side"))
+        if problems:
+            raise InvalidStoreError(problems)
+
+
+@dataclass
+class SubmissionDataset:
+    name: str
+    classes: tuple[str, ...]
+    score_kind: str
+    unsupported: tuple[str, ...]
+    case_id: np.ndarray
+    scores: np.ndarray
+    saliency: zarr.Array
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Submission:
+    path: Path
+    attrs: dict
+    datasets: dict[str, SubmissionDataset]
+
+
+class SubmissionWriter:
+    """Creates or resumes a submission store and writes it block by block.
+
+    >>> w = SubmissionWriter.create("sub.zarr", model="m", method="similarity", provenance={},
+    ...     datasets={"phantom": DatasetSpec(ids, classes, (14, 14))})        # doctest: +SKIP
+    >>> for b in w.blocks_todo("phantom"):                                   # doctest: +SKIP
+    ...     start, stop = w.block_rows("phantom", b)
+    ...     w.write_block("phantom", b, scores[start:stop], maps[start:stop])
+    >>> w.finish()                                                           # doctest: +SKIP
+
+    Several processes may call :meth:`write_block` on different blocks of one store at once (open
+    the store in each with :meth:`open`). A writer killed at any moment is resumed by calling
+    :meth:`create` again with the same arguments (or :meth:`open`): ``blocks_todo`` then lists
+    what is left. :meth:`finish` refuses an incomplete store.
+    """
+
+    def __init__(self, path: Path, group: zarr.Group) -> None:
+        self.path = path
+        self._group = group
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        *,
+        model: str,
+        method: str,
+        provenance: Mapping | None = None,
+        datasets: Mapping[str, DatasetSpec],
+        cases_per_block: int = 64,
+        map_dtype: str = "float16",
+        overwrite: bool = False,
+    ) -> "SubmissionWriter":
+        """Create the store, or resume it when the same specification is already there.
+
+        A store at ``path`` written with a different specification is refused unless
+        ``overwrite`` (then it is deleted first).
+        """
+        path = Path(path)
+        if map_dtype not in MAP_DTYPES:
+            raise InvalidStoreError(Problem("map_dtype", f"must be float16 or float32, got {map_dtype!r}"))
+        if cases_per_block < 1:
+            raise InvalidStoreError(Problem("cases_per_block", "must be at least 1"))
+        for name, spec in datasets.items():
+            spec.check(name)
+        spec_hash = _blocks.spec_digest(
+            {
+                "model": model,
+                "method": method,
+                "cases_per_block": cases_per_block,
+                "map_dtype": map_dtype,
+                "datasets": {
+                    name: {
+                        "case_ids": _blocks.strings_digest(s.case_ids),
+                        "classes": list(s.classes),
+                        "map_shape": list(s.map_shape),
+                        "score_kind": s.score_kind,
+                        "unsupported": sorted(s.unsupported),
+                    }
+                    for name, s in sorted(datasets.items())
+                },
+            }
+        )
+        if path.exists():
+            if not overwrite:
+                existing = open_store_group(path, mode="r+")
+                meta = existing.attrs.get("xbench", {})
+                if meta.get("kind") == "submission" and meta.get(_blocks.SPEC_ATTR) == spec_hash:
+                    return cls(path, existing)
+                raise InvalidStoreError(
+                    Problem(str(path), "exists and was written with a different specification; choose another path or pass overwrite")
+                )
+            import shutil
+
+            shutil.rmtree(path)
+        root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
+        meta = root_attrs("submission", model=model, method=method, **dict(provenance or {}))
+        meta["xbench"][_blocks.SPEC_ATTR] = spec_hash
+        meta["xbench"]["complete"] = False
+        for name, spec in datasets.items():
+            n, c = len(spec.case_ids), len(spec.classes)
+            h, w = spec.map_shape
+            g = root.create_group(
+                name,
+                attributes={
+                    "classes": list(spec.classes),
+                    "score_kind": spec.score_kind,
+                    "unsupported": list(spec.unsupported),
+                },
+            )
+            ids = g.create_array("case_id", shape=(n,), dtype=str, chunks=(n,), dimension_names=("case",))
+            ids[:] = np.asarray(spec.case_ids, dtype=str)
+            _blocks.create_row_array(g, "scores", shape=(n, c), cases_per_block=cases_per_block, dtype="float32", fill_value=np.nan, dims=("case", "class"))
+            _blocks.create_row_array(
+                g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
+            )
+            _blocks.create_ledger(g, n, cases_per_block)
+        # Root attributes last: a store whose creation was interrupted has no spec and is refused.
+        root.attrs.update(meta)
+        return cls(path, root)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "SubmissionWriter":
+        """Open an existing store for writing more blocks (another process, or a resumed run)."""
+        path = Path(path)
+        group = open_store_group(path, mode="r+")
+        if group.attrs.get("xbench", {}).get("kind") != "submission":
+            raise InvalidStoreError(Problem(str(path), "is not a submission store"))
+        return cls(path, group)
+
+    # -- writing ------------------------------------------------------------------------
+    def datasets(self) -> list[str]:
+        return sorted(name for name, _ in self._group.groups())
+
+    def _dataset(self, name: str) -> zarr.Group:
+        try:
+            return self._group[name]
+        except KeyError:
+            raise InvalidStoreError(Problem(str(self.path), f"has no dataset {name!r}; it has {self.datasets()}")) from None
+
+    def n_blocks(self, dataset: str) -> int:
+        g = self._dataset(dataset)
+        return _blocks.n_blocks(g["case_id"].shape[0], g["scores"].chunks[0])
+
+    def block_rows(self, dataset: str, block: int) -> tuple[int, int]:
+        g = self._dataset(dataset)
+        return _blocks.block_rows(g["case_id"].shape[0], g["scores"].chunks[0], block)
+
+    def case_ids(self, dataset: str) -> np.ndarray:
+        return read_strings(self._dataset(dataset)["case_id"])
+
+    def blocks_todo(self, dataset: str) -> list[int]:
+        return _blocks.blocks_todo(self._dataset(dataset))
+
+    def write_block(self, dataset: str, block: int, scores: np.ndarray, saliency: np.ndarray) -> None:
+        """Write rows ``block_rows(dataset, block)`` and then mark the block done."""
+        g = self._dataset(dataset)
+        start, stop = self.block_rows(dataset, block)
+        n = stop - start
+        sal = _blocks.writable(g, "saliency")
+        scores = np.asarray(scores, dtype=np.float32)
+        saliency = np.asarray(saliency)
+        if scores.shape != (n, g["scores"].shape[1]):
+            raise InvalidStoreError(Problem(f"{dataset}/scores", f"block {block} needs shape {(n, g['scores'].shape[1])}, got {scores.shape}"))
+        if saliency.shape != (n, *sal.shape[1:]):
+            raise InvalidStoreError(Problem(f"{dataset}/saliency", f"block {block} needs shape {(n, *sal.shape[1:])}, got {saliency.shape}"))
+        if not (np.isfinite(scores).all() and np.isfinite(saliency).all()):
+            raise InvalidStoreError(Problem(dataset, f"block {block} holds non-finite scores or map values"))
+        _blocks.writable(g, "scores")[start:stop] = scores
+        sal[start:stop] = saliency.astype(sal.dtype)
+        _blocks.mark_done(g, block)
+
+    def is_complete(self) -> bool:
+        return all(not _blocks.is_incomplete(self._group[name]) for name in self.datasets())
+
+    def finish(self) -> None:
+        """Check every block is written, drop the ledgers and consolidate metadata."""
+        left = {name: self.blocks_todo(name) for name in self.datasets()}
+        left = {k: v for k, v in left.items() if v}
+        if left:
+            raise InvalidStoreError(
+                [Problem(f"{self.path}/{k}", f"{len(v)} block(s) not written yet (first: block {v[0]}); run the writer again to resume") for k, v in left.items()]
+            )
+        for name in self.datasets():
+            _blocks.drop_ledger(self._group[name])
+        meta = dict(self._group.attrs["xbench"])
+        meta["complete"] = True
+        self._group.attrs["xbench"] = meta
+        consolidate(self.path)
+
+
+# -- reading and validation ---------------------------------------------------------------
+def read_submission(path: str | os.PathLike) -> Submission:
+    """Open a submission for scoring (validate it first: this only reads)."""
+    group = open_store_group(path)
+    datasets = {}
+    for name, g in sorted(group.groups()):
+        datasets[name] = SubmissionDataset(
+            name=name,
+            classes=tuple(g.attrs.get("classes", ())),
+            score_kind=g.attrs.get("score_kind", "logit"),
+            unsupported=tuple(g.attrs.get("unsupported", ())),
+            case_id=read_strings(g["case_id"]),
+            scores=np.asarray(g["scores"][...], dtype=np.float32),
+            saliency=g["saliency"],
+            attrs=dict(g.attrs),
+        )
+    return Submission(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+
+
+def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[str] | None = None) -> list[Problem]:
+    """Every problem that makes the submission at ``path`` break the contract.
+
+    ``gt`` (a path or a :class:`~xbench.schemas.ground_truth.GroundTruth`) adds the checks
+    against the ground truth: every dataset, case and class of the ground truth present, matched
+    by value. ``datasets`` restricts the check to those dataset keys. Metadata is checked before
+    any chunk is read, and chunks are read one at a time, so the cost is bounded by the size of
+    a valid submission whatever the store declares.
+    """
+    where = str(path)
+    try:
+        group = open_store_group(path)
+    except (InvalidStoreError, FileNotFoundError) as exc:
+        return getattr(exc, "problems", [Problem(where, str(exc))])
+    problems = check_root(group, "submission", where)
+    meta = group.attrs.get("xbench", {}) if isinstance(group.attrs.get("xbench"), dict) else {}
+    for key in ("model", "method"):
+        if meta and not isinstance(meta.get(key), str):
+            problems.append(Problem(where, f"root attribute xbench.{key} must be a string"))
+    groups, more = dataset_groups(group, where)
+    problems += more
+
+    gt_obj = None
+    if gt is not None:
+        from .ground_truth import GroundTruth, read_ground_truth
+
+        gt_obj = gt if isinstance(gt, GroundTruth) else read_ground_truth(gt)
+        wanted = list(gt_obj.datasets) if datasets is None else [d for d in datasets if d in gt_obj.datasets]
+        for name in wanted:
+            if name not in groups:
+                problems.append(Problem(f"{where}/{name}", "dataset of the ground truth is missing from the submission"))
+    names = [n for n in groups if datasets is None or n in datasets]
+    if gt_obj is not None:
+        names = [n for n in names if n in gt_obj.datasets]
+    for name in names:
+        problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None)
+    return problems
+
+
+def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
+    problems: list[Problem] = []
+    classes = g.attrs.get("classes")
+    if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+        problems.append(Problem(where, "attribute 'classes' must be a non-empty list of class names"))
+        classes = None
+    elif len(set(classes)) != len(classes):
+        problems.append(Problem(where, "attribute 'classes' repeats a name"))
+    elif len(classes) > MAX_CLASSES:
+        problems.append(Problem(where, f"attribute 'classes' lists {len(classes)} names; the limit is {MAX_CLASSES}"))
+        classes = None
+    score_kind = g.attrs.get("score_kind")
+    if score_kind not in SCORE_KINDS:
+        problems.append(Problem(where, f"attribute 'score_kind' must be 'logit' or 'probability', got {score_kind!r}"))
+    unsupported = g.attrs.get("unsupported", [])
+    if not isinstance(unsupported, list) or (classes and set(unsupported) - set(classes)):
+        problems.append(Problem(where, "attribute 'unsupported' must list class names from 'classes'"))
+
+    case_id = get_array(g, "case_id", where, problems)
+    scores = get_array(g, "scores", where, problems)
+    saliency = get_array(g, "saliency", where, problems)
+    if "_blocks_done" in g:
+        problems.append(Problem(where, "the writer did not finish this dataset (a block ledger is still present); resume the run, then finish"))
+    if case_id is None or scores is None or saliency is None:
+        return problems
+
+    # Metadata only, nothing read yet.
+    ok = check_array(case_id, f"{where}/case_id", shape=(None,), dtypes=("string",), problems=problems)
+    n = case_id.shape[0] if case_id.ndim == 1 else None
+    if n is not None and n > MAX_CASES:
+        problems.append(Problem(f"{where}/case_id", f"declares {n} cases; the limit is {MAX_CASES}"))
+        ok = False
+    c = len(classes) if classes else None
+    ok &= check_array(scores, f"{where}/scores", shape=(n, c), dtypes=("float32",), problems=problems)
+    ok &= check_array(saliency, f"{where}/saliency", shape=(n, c, None, None), dtypes=MAP_DTYPES, problems=problems)
+    if saliency.ndim == 4:
+        h, w = saliency.shape[2:]
+        if not (1 <= h <= MAX_MAP_SIDE and 1 <= w <= MAX_MAP_SIDE):
+            problems.append(Problem(f"{where}/saliency", f"map size {h}x{w} is outside the limit of 1..{MAX_MAP_SIDE} per side"))
+            ok = False
+    if not ok or classes is None:
+        return problems
+    for arr, label in ((case_id, "case_id"), (scores, "scores"), (saliency, "saliency")):
+        gone = missing_chunks(arr)
+        if gone:
+            problems.append(Problem(f"{where}/{label}", describe_missing(arr, gone)))
+            ok = False
+    if not ok:
+        return problems
+
+    # Data, one stored chunk at a time.
+    try:
+        ids = read_strings(case_id)
+    except Exception as exc:
+        problems.append(Problem(f"{where}/case_id", f"unreadable ({type(exc).__name__}: {exc})"))
+        return problems
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        dup = uniq[counts > 1]
+        problems.append(Problem(f"{where}/case_id", f"{len(dup)} case id(s) repeat, e.g. {', '.join(map(repr, dup[:3]))}"))
+    if (ids == "").any():
+        problems.append(Problem(f"{where}/case_id", "empty case id"))
+    _scan_scores(scores, where, score_kind, problems)
+    _scan_saliency(saliency, where, problems)
+
+    if gt_ds is not None:
+        gt_ids = set(gt_ds.case_id.tolist())
+        missing = sorted(gt_ids - set(ids.tolist()))
+        if missing:
+            problems.append(Problem(f"{where}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. {', '.join(map(repr, missing[:3]))}"))
+        lacking = [cl for cl in gt_ds.classes if cl not in classes]
+        if lacking:
+            problems.append(Problem(where, f"class(es) of the ground truth missing from 'classes': {', '.join(lacking)}"))
+    return problems
+
+
+def _scan_scores(scores: zarr.Array, where: str, score_kind, problems: list[Problem]) -> None:
+    bad_rows, out_of_range = [], []
+    for start, stop in iter_row_blocks(scores):
+        block = read_rows(scores, start, stop, f"{where}/scores", problems)
+        if block is None:
+            continue
+        finite = np.isfinite(block)
+        if not finite.all():
+            bad_rows.append(start + int(np.argwhere(~finite)[0][0]))
+        if score_kind == "probability":
+            inside = (block >= 0) & (block <= 1) | ~finite
+            if not inside.all():
+                out_of_range.append(start + int(np.argwhere(~inside)[0][0]))
+    if bad_rows:
+        problems.append(Problem(f"{where}/scores", f"non-finite score(s) (NaN or inf), first at row {bad_rows[0]}"))
+    if out_of_range:
+        problems.append(Problem(f"{where}/scores", f"probability outside [0, 1], first at row {out_of_range[0]} (score_kind is 'probability'; use 'logit' for unbounded scores)"))
+
+
+def _scan_saliency(saliency: zarr.Array, where: str, problems: list[Problem]) -> None:
+    first_bad = None
+    for start, stop in iter_row_blocks(saliency):
+        block = read_rows(saliency, start, stop, f"{where}/saliency", problems)
+        if block is None:
+            continue
+        if first_bad is None:
+            finite = np.isfinite(block).reshape(block.shape[0], -1).all(axis=1)
+            if not finite.all():
+                first_bad = start + int(np.argmin(finite))
+    if first_bad is not None:
+        problems.append(Problem(f"{where}/saliency", f"non-finite map value(s) (NaN or inf), first in case row {first_bad}"))
+
+
+def align(sub_ds: SubmissionDataset, gt_ds) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns of the submission for each ground-truth case and class (by value).
+
+    Returns ``case_rows`` (N_gt,) and ``class_cols`` (C_gt,), int64. Call after validation: a
+    missing case or class raises :class:`InvalidStoreError`.
+    """
+    row_of = {cid: i for i, cid in enumerate(sub_ds.case_id.tolist())}
+    col_of = {name: j for j, name in enumerate(sub_ds.classes)}
+    try:
+        case_rows = np.fromiter((row_of[c] for c in gt_ds.case_id.tolist()), dtype=np.int64, count=len(gt_ds.case_id))
+        class_cols = np.fromiter((col_of[c] for c in gt_ds.classes), dtype=np.int64, count=len(gt_ds.classes))
+    except KeyError as exc:
+        raise InvalidStoreError(Problem(sub_ds.name, f"{exc.args[0]!r} of the ground truth is missing from the submission")) from None
+    return case_rows, class_cols
