@@ -190,7 +190,7 @@ def validate_ground_truth(path: str | os.PathLike) -> list[Problem]:
     try:
         group = open_store_group(path)
     except (InvalidStoreError, FileNotFoundError) as exc:
-        return getattr(exc, "problems", [Problem(where, str(exc))])
+        return getattr(exc, "problems", [Problem("", str(exc))])
     problems = check_root(group, "ground-truth", where)
     groups, more = dataset_groups(group, where)
     problems += more

@@ -305,7 +305,7 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     try:
         group = open_store_group(path)
     except (InvalidStoreError, FileNotFoundError) as exc:
-        return getattr(exc, "problems", [Problem(where, str(exc))])
+        return getattr(exc, "problems", [Problem("", str(exc))])
     problems = check_root(group, "submission", where)
     meta = group.attrs.get("xbench", {}) if isinstance(group.attrs.get("xbench"), dict) else {}
     for key in ("model", "method"):
@@ -390,7 +390,7 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
     uniq, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
         dup = uniq[counts > 1]
-        problems.append(Problem(f"{where}/case_id", f"{len(dup)} case id(s) repeat, e.g. {', '.join(map(repr, dup[:3]))}"))
+        problems.append(Problem(f"{where}/case_id", f"{len(dup)} case id(s) repeat, e.g. {', '.join(repr(str(x)) for x in dup[:3])}"))
     if (ids == "").any():
         problems.append(Problem(f"{where}/case_id", "empty case id"))
     _scan_scores(scores, where, score_kind, problems)
