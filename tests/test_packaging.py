@@ -1,0 +1,47 @@
+"""The package ships every sub-package, and the scorer side never needs torch."""
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"xbench": "xbench", "schemas": "xbench.schemas", "extract": "xbench.extract", "score": "xbench.score"}
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    pyproject = ROOT / "pyproject.toml"
+    if not pyproject.exists():  # running against an installed wheel, outside the checkout
+        pytest.skip("no checkout")
+    listed = set(tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, dotted in FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((dotted, *rel)))
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+BLOCK_TORCH = "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; sys.modules['open_clip'] = None\n"
+
+
+@pytest.mark.parametrize("module", ["xbench.schemas", "xbench.score", "xbench.score.cli", "xbench.score.report", "xbench.cli"])
+def test_scorer_side_imports_without_torch(module):
+    res = subprocess.run([sys.executable, "-c", BLOCK_TORCH + f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_umbrella_help_lists_every_step_without_torch():
+    code = BLOCK_TORCH + "from xbench.cli import main; main(['--help'])"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    for name in ("demo", "prepare", "extract", "score", "report", "validate", "convert"):
+        assert f"  {name}" in res.stdout
+
+
+def test_extract_subcommand_without_torch_says_what_to_install():
+    code = BLOCK_TORCH + "from xbench.cli import main; main(['extract', '--help'])"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert "pip install 'xbench[extract]'" in res.stderr and "Traceback" not in res.stderr
