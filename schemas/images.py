@@ -61,7 +61,7 @@ class ImagesWriter:
     """Writes one dataset group of an images store, block by block, resumably.
 
     Creating a writer for a dataset whose group is unfinished and was started with the same
-    case ids, classes and sizes resumes it (``blocks_todo`` lists what is left); anything else
+    case ids, classes, sizes and attributes resumes it (``blocks_todo`` lists what is left); anything else
     replaces the group. Other dataset groups of the store are never touched.
     """
 
@@ -86,7 +86,8 @@ class ImagesWriter:
         self.n = len(case_ids)
         self.cases_per_block = cases_per_block
         spec = _blocks.spec_digest(
-            {"case_ids": _blocks.strings_digest(case_ids), "classes": list(classes), "size": image_size, "cpb": cases_per_block}
+            {"case_ids": _blocks.strings_digest(case_ids), "classes": list(classes), "size": image_size,
+             "cpb": cases_per_block, "attrs": dict(attrs or {})}
         )
         root = ensure_root(self.path, "images")
         if dataset in root:
@@ -126,10 +127,13 @@ class ImagesWriter:
         _blocks.writable(self._group, "orig_size")[start:stop] = orig_size.astype(np.int32)
         _blocks.mark_done(self._group, block)
 
-    def finish(self) -> None:
+    def finish(self, attrs: Mapping | None = None) -> None:
+        """Check every block is written, record ``attrs`` (e.g. cases found bad late), consolidate."""
         left = self.blocks_todo()
         if left:
             raise InvalidStoreError(Problem(f"{self.path}/{self.dataset}", f"{len(left)} block(s) not written yet (first: block {left[0]}); run again to resume"))
+        if attrs:
+            self._group.attrs.update(dict(attrs))
         _blocks.drop_ledger(self._group)
         consolidate(self.path)
 

@@ -133,3 +133,18 @@ def test_writer_rejects_wrong_block_shapes_and_non_finite_values(tmp_path):
         w.write_block("phantom", 0, np.full((2, 3), np.nan), np.zeros((2, 3, 2, 2)))
     with pytest.raises(InvalidStoreError, match="not written yet"):
         w.finish()
+
+
+def test_images_writer_restarts_when_attributes_change_and_finish_records_late_attrs(tmp_path):
+    path = tmp_path / "images.zarr"
+    kw = dict(case_ids=case_ids(4), classes=CLASSES, image_size=8, cases_per_block=2)
+    w = ImagesWriter(path, "phantom", attrs={"voi": "on"}, **kw)
+    w.write_block(0, np.ones((2, 8, 8), np.uint8), np.ones((2, 2)))
+    assert ImagesWriter(path, "phantom", attrs={"voi": "on"}, **kw).blocks_todo() == [1]
+    w = ImagesWriter(path, "phantom", attrs={"voi": "off"}, **kw)
+    assert w.blocks_todo() == [0, 1]
+    for b in w.blocks_todo():
+        w.write_block(b, np.ones((2, 8, 8), np.uint8), np.ones((2, 2)))
+    w.finish(attrs={"skipped": [{"case_id": "x", "reason": "unreadable"}]})
+    ds = read_images(path).datasets["phantom"]
+    assert ds.attrs["voi"] == "off" and ds.attrs["skipped"][0]["case_id"] == "x"

@@ -1,0 +1,320 @@
+"""The ``phantom`` dataset: seeded synthetic chest radiographs with known findings and regions.
+
+Each case is a frontal "radiograph" drawn with vectorised NumPy: air, a body outline, two lungs
+with vessel-like markings, a spine, a heart, domed hemidiaphragms over a brighter abdomen and
+posterior ribs, plus Gaussian noise. Five findings are placed with fixed prevalences:
+
+==================  ==========  ===========================================================
+class               prevalence  appearance (its region is exactly the changed pixels)
+==================  ==========  ===========================================================
+Cardiomegaly        0.30        heart widened to a cardiothoracic ratio of about 0.55-0.65;
+                                the region is the heart silhouette
+Pleural effusion    0.30        fluid density filling one lung base up to a meniscus that
+                                rises laterally (blunting the costophrenic angle)
+Consolidation       0.30        a lobulated dense blob inside one lung, markings kept
+Nodule              0.25        a small round dense opacity (radius 1.2-3.5 % of the width)
+Pneumothorax        0.20        a dark band without lung markings between the chest wall and
+                                a collapsed lung, with a bright visceral pleural line
+==================  ==========  ===========================================================
+
+Labels are 0/1 for every class (no -1). A label-1 finding always has a non-empty native region
+(:class:`~.base.Mask`), a label-0 finding none. Every case is drawn from its own generator
+``numpy.random.default_rng([seed, split, index])``, so a case does not depend on how many cases
+are drawn, in which order, or on how many workers: the same seed gives byte-identical images.
+
+``size`` is the native (square) image size in pixels, 64 or more; 256 by default.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .base import CaseRecord, DatasetReader, Mask, ReaderError
+
+__all__ = ["PHANTOM_CLASSES", "PREVALENCE", "PhantomCase", "PhantomReader", "render_image", "render_finding"]
+
+PHANTOM_CLASSES: tuple[str, ...] = ("Cardiomegaly", "Pleural effusion", "Consolidation", "Nodule", "Pneumothorax")
+PREVALENCE: dict[str, float] = {
+    "Cardiomegaly": 0.30,
+    "Pleural effusion": 0.30,
+    "Consolidation": 0.30,
+    "Nodule": 0.25,
+    "Pneumothorax": 0.20,
+}
+_SPLITS = ("test", "val")
+
+
+@dataclass(frozen=True)
+class PhantomCase:
+    """All random choices of one case, in units of the image width (u = x / size, v = y / size).
+
+    ``side`` fields are 0 for the patient's right lung (image left) and 1 for the left lung.
+    """
+
+    body_rx: float
+    lung_cx: tuple[float, float]
+    lung_cy: float
+    lung_rx: float
+    lung_ry: float
+    dome: float  # height of the diaphragm dome, above the lung base
+    heart_cx: float
+    heart_rx: float
+    heart_ry: float
+    rib_phase: float
+    findings: tuple[str, ...]
+    effusion_side: int
+    effusion_height: float
+    consolidation_side: int
+    consolidation_centres: tuple[tuple[float, float], ...]
+    consolidation_radius: float
+    nodule_side: int
+    nodule_centre: tuple[float, float]
+    nodule_radius: float
+    pneumothorax_side: int
+    pneumothorax_collapse: float
+    noise_seed: int
+
+
+def _point_in_lung(rng: np.random.Generator, cx: float, cy: float, rx: float, ry: float, depth: float):
+    """A uniform point in the ellipse shrunk by ``depth`` (0 < depth < 1), kept above the base."""
+    ang = rng.uniform(0, 2 * np.pi)
+    rad = depth * np.sqrt(rng.uniform(0, 1))
+    return (float(cx + rad * rx * np.cos(ang)), float(cy - abs(rad * ry * np.sin(ang)) * 0.9))
+
+
+def draw_case(seed: int, split: str, index: int) -> PhantomCase:
+    """Draw the parameters of case ``index`` of ``split`` for ``seed`` (cheap: no pixels)."""
+    rng = np.random.default_rng([seed, _SPLITS.index(split), index])
+    present = tuple(c for c in PHANTOM_CLASSES if rng.uniform() < PREVALENCE[c])
+    lung_rx, lung_ry = rng.uniform(0.125, 0.145), rng.uniform(0.26, 0.30)
+    lung_cx = (0.5 - rng.uniform(0.17, 0.19), 0.5 + rng.uniform(0.17, 0.19))
+    lung_cy = rng.uniform(0.44, 0.47)
+    if "Cardiomegaly" in present:
+        heart_rx, heart_ry = rng.uniform(0.19, 0.22), rng.uniform(0.14, 0.16)
+    else:
+        heart_rx, heart_ry = rng.uniform(0.10, 0.125), rng.uniform(0.11, 0.13)
+    sides = rng.integers(0, 2, size=4)
+    cons_side = int(sides[1])
+    c0 = _point_in_lung(rng, lung_cx[cons_side], lung_cy, lung_rx, lung_ry, 0.55)
+    cons_r = rng.uniform(0.035, 0.075)
+    cons = tuple((c0[0] + float(dx), c0[1] + float(dy)) for dx, dy in rng.normal(0, cons_r * 0.6, size=(3, 2)))
+    nod_side = int(sides[2])
+    return PhantomCase(
+        body_rx=rng.uniform(0.41, 0.46),
+        lung_cx=lung_cx,
+        lung_cy=lung_cy,
+        lung_rx=lung_rx,
+        lung_ry=lung_ry,
+        dome=rng.uniform(0.03, 0.05),
+        heart_cx=0.5 + rng.uniform(0.03, 0.05),
+        heart_rx=heart_rx,
+        heart_ry=heart_ry,
+        rib_phase=rng.uniform(0, 1),
+        findings=present,
+        effusion_side=int(sides[0]),
+        effusion_height=rng.uniform(0.07, 0.18),
+        consolidation_side=cons_side,
+        consolidation_centres=((c0[0], c0[1]),) + cons,
+        consolidation_radius=cons_r,
+        nodule_side=nod_side,
+        nodule_centre=_point_in_lung(rng, lung_cx[nod_side], lung_cy, lung_rx, lung_ry, 0.7),
+        nodule_radius=rng.uniform(0.012, 0.035),
+        pneumothorax_side=int(sides[3]),
+        pneumothorax_collapse=rng.uniform(0.6, 0.82),
+        noise_seed=int(rng.integers(0, 2**31)),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _coords(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel-centre coordinates (v rows, u columns) in width units, (size, 1) and (1, size) float32."""
+    c = ((np.arange(size, dtype=np.float32) + 0.5) / size).astype(np.float32)
+    return c[:, None], c[None, :]
+
+
+def _ellipse(u, v, cx, cy, rx, ry) -> np.ndarray:
+    """(u-cx)^2/rx^2 + (v-cy)^2/ry^2, < 1 inside."""
+    return ((u - cx) / rx) ** 2 + ((v - cy) / ry) ** 2
+
+
+def _lung(case: PhantomCase, size: int, side: int) -> np.ndarray:
+    """One lung: an ellipse above a domed diaphragm and lateral to the heart. (size, size) bool."""
+    v, u = _coords(size)
+    cx, cy, rx, ry = case.lung_cx[side], case.lung_cy, case.lung_rx, case.lung_ry
+    base = cy + 0.8 * ry - case.dome * (1 - ((u - cx) / rx) ** 2)  # dome highest mid-lung
+    inside = (_ellipse(u, v, cx, cy, rx, ry) < 1) & (v < base)
+    return inside & ~_heart(case, size)
+
+
+def _heart(case: PhantomCase, size: int) -> np.ndarray:
+    v, u = _coords(size)
+    cy = case.lung_cy + 0.8 * case.lung_ry - case.heart_ry * 0.75
+    return _ellipse(u, v, case.heart_cx, cy, case.heart_rx, case.heart_ry) < 1
+
+
+def _effusion(case: PhantomCase, size: int) -> np.ndarray:
+    v, u = _coords(size)
+    s = case.effusion_side
+    cx, rx = case.lung_cx[s], case.lung_rx
+    lateral = np.clip((u - cx) / rx * (1 if s == 1 else -1), -1, 1)  # +1 at the chest wall
+    level = case.lung_cy + 0.8 * case.lung_ry - case.effusion_height - 0.05 * (lateral + 1)
+    return _lung(case, size, s) & (v > level)
+
+
+def _consolidation(case: PhantomCase, size: int) -> np.ndarray:
+    v, u = _coords(size)
+    r = case.consolidation_radius
+    field = sum(np.exp(-_ellipse(u, v, x, y, r, r * 0.8)) for x, y in case.consolidation_centres)
+    blob = field > np.exp(-1.0)
+    return blob & _lung(case, size, case.consolidation_side)
+
+
+def _nodule(case: PhantomCase, size: int) -> np.ndarray:
+    v, u = _coords(size)
+    x, y = case.nodule_centre
+    r = max(case.nodule_radius, 1.5 / size)  # at least a few pixels at any size
+    return _ellipse(u, v, x, y, r, r) < 1
+
+
+def _collapsed_lung(case: PhantomCase, size: int) -> np.ndarray:
+    """The lung shrunk towards its hilum (medial, lower third) by ``pneumothorax_collapse``."""
+    v, u = _coords(size)
+    s, f = case.pneumothorax_side, case.pneumothorax_collapse
+    hx = case.lung_cx[s] + (0.6 if s == 0 else -0.6) * case.lung_rx
+    hy = case.lung_cy + 0.3 * case.lung_ry
+    cx, cy = hx + f * (case.lung_cx[s] - hx), hy + f * (case.lung_cy - hy)
+    return _ellipse(u, v, cx, cy, f * case.lung_rx, f * case.lung_ry) < 1
+
+
+def _pneumothorax(case: PhantomCase, size: int) -> np.ndarray:
+    return _lung(case, size, case.pneumothorax_side) & ~_collapsed_lung(case, size)
+
+
+_FINDING_MASKS = {
+    "Cardiomegaly": _heart,
+    "Pleural effusion": _effusion,
+    "Consolidation": _consolidation,
+    "Nodule": _nodule,
+    "Pneumothorax": _pneumothorax,
+}
+
+
+def render_finding(case: PhantomCase, size: int, finding: str) -> np.ndarray:
+    """The native region of ``finding`` in ``case``: (size, size) bool (empty if absent)."""
+    if finding not in case.findings:
+        return np.zeros((size, size), dtype=bool)
+    return _FINDING_MASKS[finding](case, size)
+
+
+def _smooth_noise(rng: np.random.Generator, size: int, cells: int) -> np.ndarray:
+    """Smooth noise in about [-1, 1]: a random cells x cells grid, bilinearly upsampled. float32."""
+    grid = rng.standard_normal((cells, cells)).astype(np.float32)
+    pos = (np.arange(size, dtype=np.float32) + 0.5) * (cells / size) - 0.5
+    lo = np.clip(np.floor(pos).astype(np.int64), 0, cells - 1)
+    hi = np.clip(lo + 1, 0, cells - 1)
+    t = np.clip(pos - lo, 0, 1).astype(np.float32)
+    # gathers, not a matrix product: BLAS threads in forked workers would oversubscribe the cores
+    rows = grid[lo] * (1 - t)[:, None] + grid[hi] * t[:, None]
+    return rows[:, lo] * (1 - t)[None, :] + rows[:, hi] * t[None, :]
+
+
+def render_image(case: PhantomCase, size: int) -> np.ndarray:
+    """Draw the radiograph of ``case``: (size, size) uint8, brighter = denser."""
+    v, u = _coords(size)
+    rng = np.random.default_rng(case.noise_seed)
+    body = _ellipse(u, v, 0.5, 0.58, case.body_rx, 0.56) < 1
+    img = np.where(body, np.float32(115), np.float32(12))
+    lungs = [_lung(case, size, s) for s in (0, 1)]
+    both = lungs[0] | lungs[1]
+    # vessel-like markings: fine smooth noise, stronger towards the hila
+    markings = np.abs(_smooth_noise(rng, size, max(8, size // 10)))
+    hilum = np.exp(-(((u - 0.5) / 0.25) ** 2))
+    lung_val = 42 + 22 * markings * (0.5 + hilum)
+    if "Pneumothorax" in case.findings:
+        ptx = _pneumothorax(case, size)
+        lung_val = np.where(ptx, np.float32(14), lung_val)  # no markings beyond the pleural line
+        edge = _collapsed_lung(case, size)
+        line = edge & ~np.roll(edge, 2, axis=1 if case.pneumothorax_side == 0 else 1) | edge & ~np.roll(edge, 2, 0)
+        lung_val = np.where(line & lungs[case.pneumothorax_side], lung_val + 45, lung_val)
+    img = np.where(both, lung_val, img)
+    spine = body & (np.abs(u - 0.5) < 0.035) & (v > 0.08)
+    img = np.where(spine & ~both, np.float32(165), img)
+    heart = _heart(case, size)
+    img = np.where(heart, np.float32(155), img)
+    thorax_base = case.lung_cy + 0.8 * case.lung_ry - case.dome * (1 - ((u - 0.5) / 0.35) ** 2 * 0)
+    abdomen = body & (v > thorax_base + 0.01) & ~both & ~heart
+    img = np.where(abdomen & ~spine, np.float32(138), img)
+    # posterior ribs: bright bands sloping down laterally, only over the thorax
+    rib_v = v - 0.35 * (u - 0.5) ** 2
+    ribs = np.clip((np.cos(2 * np.pi * (rib_v * 11 + case.rib_phase)) - 0.55) / 0.45, 0, 1)
+    img = img + np.where(body & (v < thorax_base + 0.02), 28 * ribs, 0).astype(np.float32)
+    if "Pleural effusion" in case.findings:
+        img = np.where(_effusion(case, size), np.float32(140) + 6 * markings, img)
+    if "Consolidation" in case.findings:
+        img = np.where(_consolidation(case, size), img + 55, img)
+    if "Nodule" in case.findings:
+        x, y = case.nodule_centre
+        r = max(case.nodule_radius, 1.5 / size)
+        d = np.sqrt(_ellipse(u, v, x, y, r, r))
+        img = img + np.where(d < 1, 70 * np.clip(1.6 * (1 - d), 0.35, 1), 0).astype(np.float32)
+    img = img + rng.standard_normal((size, size), dtype=np.float32) * 3.0
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+
+class PhantomReader(DatasetReader):
+    """The built-in synthetic dataset; needs no files (``root`` is ignored and may be None).
+
+    Options: ``n_cases`` (default 200), ``seed`` (default 0), ``size`` (native size, default 256).
+    Values may be given as strings (from ``--option key=value``).
+    """
+
+    key = "phantom"
+    classes = PHANTOM_CLASSES
+    grounding_classes = PHANTOM_CLASSES
+    splits = _SPLITS
+
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        split: str | None = None,
+        *,
+        n_cases: int | str = 200,
+        seed: int | str = 0,
+        size: int | str = 256,
+    ) -> None:
+        try:
+            n_cases, seed, size = int(n_cases), int(seed), int(size)
+        except (TypeError, ValueError):
+            raise ReaderError(f"phantom options n_cases, seed and size must be integers; got {n_cases!r}, {seed!r}, {size!r}") from None
+        if n_cases < 1 or size < 64 or seed < 0:
+            raise ReaderError(f"phantom needs n_cases >= 1, size >= 64 and seed >= 0; got {n_cases}, {size}, {seed}")
+        super().__init__(root if root is not None else ".", split, n_cases=n_cases, seed=seed, size=size)
+        self.n_cases, self.seed, self.size = n_cases, seed, size
+
+    def describe(self) -> dict:
+        return {"split": self.split, "n_cases": self.n_cases, "seed": self.seed, "size": self.size}
+
+    def records(self) -> Sequence[CaseRecord]:
+        out = []
+        for i in range(self.n_cases):
+            case = draw_case(self.seed, self.split, i)
+            out.append(
+                CaseRecord(
+                    case_id=f"phantom-{self.split}-{i:06d}",
+                    image_ref=case,
+                    labels={c: int(c in case.findings) for c in self.classes},
+                    regions={
+                        c: [Mask(functools.partial(render_finding, case, self.size, c))] for c in case.findings
+                    },
+                    orig_size=(self.size, self.size),
+                    source=f"phantom(seed={self.seed}, split={self.split}) case {i}",
+                )
+            )
+        return out
+
+    def load_image(self, record: CaseRecord) -> np.ndarray:
+        return render_image(record.image_ref, self.size)

@@ -1,0 +1,500 @@
+"""Shared preparation: any :class:`~.base.DatasetReader` -> ``images.zarr`` + ``gt.zarr``.
+
+:func:`prepare_dataset` reads the reader's records (annotations only), checks them, then decodes,
+resizes and rasterises the cases block by block in a pool of worker processes and writes
+
+* ``OUT/images.zarr/<dataset>``: every image stretched to S x S with PIL's antialiased bilinear
+  filter (``Image.resize(..., Resampling.BILINEAR)``: a triangle filter whose support widens with
+  the reduction factor, so downsizing averages like an area filter and never aliases), through
+  :class:`xbench.schemas.ImagesWriter`, one block of ``cases_per_block`` cases at a time;
+* ``OUT/gt.zarr/<dataset>``: labels from the native annotations and each region rasterised onto
+  the grid by :func:`.rasterise.rasterise_region`, through :func:`xbench.schemas.write_ground_truth`
+  once at the end.
+
+Several datasets share one pair of stores as groups; preparing one again replaces only its group.
+
+Resuming. Each finished block's labels and region rasters go to a side file
+``OUT/.xbench-prepare/<dataset>/block-NNNNN.npz`` (written atomically, then the image block is
+written). A run that crashes or is killed resumes, when started again with the same options, with
+the blocks not yet done; a finished run removes the side folder. Changing any option that alters
+the output (cases, grid, image size, reader options) starts again from scratch.
+
+Bad input policy (every problem is one line naming the file and row, or the case):
+
+* fatal, the run stops at once with exit status 2: the reader raises
+  :class:`~.base.ReaderError` (e.g. an annotation file is missing) or reports a ``fatal`` problem;
+* the case is skipped: whatever the reader reports as a non-fatal problem (an annotation naming an
+  unknown image, an unknown label, a malformed RLE, ...) and whatever prepare finds itself:
+  a duplicate case id; a label for a class the dataset does not have, or a value other than
+  -1/0/1; a region for a class not labelled 1; a malformed shape (non-finite or inverted box,
+  polygon with fewer than 2 points, a mask of the wrong size or one that cannot be decoded); a
+  region with no area in the image (a box wholly outside it, an all-zero mask); an image that
+  cannot be read, is not 2-D uint8, or whose size differs from the annotations' ``orig_size``.
+  A box partly outside the image is clipped to it and counted (``n_clipped_boxes``), not skipped.
+* Skipped cases are listed in both stores' dataset attributes as ``skipped`` =
+  ``[{case_id, source, reason}, ...]`` and in the :class:`PrepareSummary`. When more than
+  ``max_skip_fraction`` of the cases are skipped the run fails (:class:`TooManySkippedError`,
+  exit 2) *before* the ground truth is written; the images group stays visibly unfinished, and
+  running again with a higher ``--max-skip-fraction`` finishes without decoding anything again.
+
+A region is never silently wrong: a case whose annotations cannot be rasterised exactly by the
+documented rule is skipped, never written with an empty or guessed mask.
+
+Workers are forked (``multiprocessing`` "fork" context), so readers need not be picklable (a
+:class:`~.base.Mask` may hold a lambda). Where fork is unavailable the work runs in-process.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError, ReadProblem
+from .rasterise import ShapeError, clip_box, rasterise_region
+
+__all__ = [
+    "PrepareError",
+    "PrepareSummary",
+    "TooManySkippedError",
+    "prepare_dataset",
+    "resize_image",
+    "RESAMPLING",
+]
+
+RESAMPLING = "PIL Image.resize, Resampling.BILINEAR (antialiased triangle filter)"
+WORK_DIR = ".xbench-prepare"
+
+
+class PrepareError(Exception):
+    """Bad input that stops the run (exit status 2). ``problems`` holds one line per problem."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+class TooManySkippedError(PrepareError):
+    """More cases were skipped than ``max_skip_fraction`` allows; carries the summary so far."""
+
+    def __init__(self, message: str, summary: "PrepareSummary") -> None:
+        super().__init__(message, [f"{s['source'] or s['case_id']}: {s['reason']}" for s in summary.skipped])
+        self.summary = summary
+
+
+@dataclass
+class PrepareSummary:
+    """What a run did. ``skipped`` entries are ``{case_id, source, reason}``."""
+
+    dataset: str
+    split: str
+    n_listed: int = 0
+    n_written: int = 0
+    n_regions: int = 0
+    n_fallback_regions: int = 0
+    n_clipped_boxes: int = 0
+    n_resumed_blocks: int = 0
+    skipped: list[dict] = field(default_factory=list)
+    images: str = ""
+    gt: str = ""
+    seconds: float = 0.0
+
+    @property
+    def n_skipped(self) -> int:
+        return len({(s["case_id"], s["source"]) if s["case_id"] is None else s["case_id"] for s in self.skipped})
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "n_skipped": self.n_skipped}
+
+
+def resize_image(image: np.ndarray, size: int) -> np.ndarray:
+    """Stretch a (h, w) uint8 image to (size, size) uint8 with the documented filter."""
+    from PIL import Image
+
+    if image.shape == (size, size):
+        return np.ascontiguousarray(image)
+    return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.BILINEAR))
+
+
+# ----------------------------------------------------------------------------------------------
+# checks that need no pixels
+
+
+def _skip(record_or_id, source: str, reason: str) -> dict:
+    cid = record_or_id.case_id if isinstance(record_or_id, CaseRecord) else record_or_id
+    return {"case_id": cid, "source": source, "reason": reason}
+
+
+def _annotation_problem(rec: CaseRecord, classes: Sequence[str], grounding: set[str]) -> str | None:
+    """Why ``rec`` must be skipped before decoding, or None. Boxes are checked when the size is known."""
+    for cls, val in rec.labels.items():
+        if cls not in classes:
+            return f"unknown label {cls!r} (this dataset's classes: {', '.join(classes)})"
+        if val not in (-1, 0, 1):
+            return f"label {cls!r} has value {val!r}; expected 1, 0 or -1"
+    for cls, shapes in rec.regions.items():
+        if cls not in classes:
+            return f"region for unknown class {cls!r}"
+        if cls not in grounding:
+            return f"region for {cls!r}, which this dataset uses for recognition only"
+        if rec.labels.get(cls, -1) != 1:
+            return f"region for {cls!r}, which is labelled {rec.labels.get(cls, -1)} (a region needs label 1)"
+        if not shapes:
+            return f"region for {cls!r} has no shapes"
+        if rec.orig_size is not None:
+            why = _geometry_problem(cls, shapes, rec.orig_size)
+            if why:
+                return why
+    return None
+
+
+def _geometry_problem(cls: str, shapes, orig_size) -> str | None:
+    """Box and polygon checks that are pure geometry (masks are checked by the workers)."""
+    try:
+        boxes = [s for s in shapes if isinstance(s, Box)]
+        others = [s for s in shapes if not isinstance(s, Box)]
+        if boxes and not others and all(clip_box(b, orig_size) is None for b in boxes):
+            b = boxes[0]
+            return f"{cls}: box ({b.x0}, {b.y0}, {b.x1}, {b.y1}) lies wholly outside the {orig_size[1]}x{orig_size[0]} image"
+        for p in others:
+            if isinstance(p, Polygon) and len(p.points) < 2:
+                return f"{cls}: polygon with {len(p.points)} point(s)"
+    except ShapeError as exc:
+        return f"{cls}: {exc}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# per-case work (runs in the workers)
+
+_JOB: dict = {}  # set in the parent before forking: reader, records, classes, grid, image size
+
+
+@dataclass
+class _CaseResult:
+    image: np.ndarray | None
+    orig_size: tuple[int, int]
+    labels: np.ndarray
+    regions: list[tuple[int, np.ndarray]]  # (class column, grid mask)
+    n_fallback: int = 0
+    n_clipped: int = 0
+    failure: str | None = None
+
+
+def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size) -> _CaseResult:
+    labels = np.array([rec.labels.get(c, -1) for c in classes], dtype=np.int8)
+    try:
+        image = reader.load_image(rec)
+    except Exception as exc:  # one unreadable image must not stop the others
+        return _CaseResult(None, (1, 1), labels, [], failure=f"cannot read image ({type(exc).__name__}: {exc})")
+    image = np.asarray(image)
+    if image.ndim != 2 or image.dtype != np.uint8 or image.size == 0:
+        return _CaseResult(None, (1, 1), labels, [], failure=f"reader gave a {image.dtype} image of shape {image.shape}; expected 2-D uint8")
+    orig = (int(image.shape[0]), int(image.shape[1]))
+    if rec.orig_size is not None and tuple(int(v) for v in rec.orig_size) != orig:
+        return _CaseResult(None, orig, labels, [], failure=f"annotations are for a {rec.orig_size[1]}x{rec.orig_size[0]} image but the image is {orig[1]}x{orig[0]}")
+    regions, n_fallback, n_clipped = [], 0, 0
+    for cls, shapes in rec.regions.items():
+        try:
+            raster = rasterise_region(shapes, orig, grid)
+        except Exception as exc:  # ShapeError, or a Mask.load that fails (malformed RLE, ...)
+            return _CaseResult(None, orig, labels, [], failure=f"{cls}: malformed region ({type(exc).__name__}: {exc})")
+        if raster is None:
+            return _CaseResult(None, orig, labels, [], failure=f"{cls}: the region has no area inside the {orig[1]}x{orig[0]} image")
+        n_clipped += sum(1 for s in shapes if isinstance(s, Box) and clip_box(s, orig) != s)
+        n_fallback += raster.fallback
+        regions.append((classes.index(cls), raster.mask))
+    regions.sort(key=lambda r: r[0])
+    return _CaseResult(resize_image(image, size), orig, labels, regions, n_fallback, n_clipped)
+
+
+def _process_block(task: tuple[int, int, int]) -> tuple[int, dict]:
+    """Process rows [start, stop) of the job; returns (block, arrays for the side file + images)."""
+    block, start, stop = task
+    j = _JOB
+    results = [_process_case(j["reader"], j["records"][r], j["classes"], j["grid"], j["size"]) for r in range(start, stop)]
+    return block, _pack_block(results, start, j["grid"], j["size"])
+
+
+def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
+    n = len(results)
+    images = np.zeros((n, size, size), dtype=np.uint8)
+    rows, cols, masks, failed_rows, failed_reason = [], [], [], [], []
+    for k, res in enumerate(results):
+        if res.failure is not None:
+            failed_rows.append(start + k)
+            failed_reason.append(res.failure)
+            continue
+        images[k] = res.image
+        for col, m in res.regions:
+            rows.append(start + k)
+            cols.append(col)
+            masks.append(m)
+    mask_arr = np.stack(masks) if masks else np.zeros((0, *grid), dtype=bool)
+    return {
+        "images": images,
+        "orig_size": np.array([r.orig_size if r.failure is None else (1, 1) for r in results], dtype=np.int32).reshape(n, 2),
+        "labels": np.stack([r.labels for r in results]),
+        "region_row": np.array(rows, dtype=np.int32),
+        "region_col": np.array(cols, dtype=np.int32),
+        "region_bits": np.packbits(mask_arr.reshape(len(mask_arr), -1), axis=1),
+        "failed_row": np.array(failed_rows, dtype=np.int32),
+        "failed_reason": np.array(failed_reason, dtype=str),
+        "counts": np.array([sum(r.n_fallback for r in results), sum(r.n_clipped for r in results)], dtype=np.int64),
+    }
+
+
+def _run_blocks(tasks: list[tuple[int, int, int]], workers: int) -> Iterator[tuple[int, dict]]:
+    """Yield (block, result) as blocks finish, forked workers when ``workers > 1``."""
+    if workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(workers, len(tasks))) as pool:
+            yield from pool.imap_unordered(_process_block, tasks, chunksize=1)
+    else:
+        for t in tasks:
+            yield _process_block(t)
+
+
+# ----------------------------------------------------------------------------------------------
+# side files
+
+
+def _atomic_savez(path: Path, arrays: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _block_file(work: Path, block: int) -> Path:
+    return work / f"block-{block:05d}.npz"
+
+
+def _plan_digest(plan: dict) -> str:
+    return hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _open_work_dir(work: Path, digest: str) -> bool:
+    """Keep the side files of an earlier run of the same plan; otherwise start empty.
+
+    Returns True when the folder starts empty (nothing to resume).
+    """
+    marker = work / "plan.sha256"
+    if work.exists() and marker.exists() and marker.read_text().strip() == digest:
+        return False
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    marker.write_text(digest + "\n")
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+# the driver
+
+
+def prepare_dataset(
+    reader: DatasetReader,
+    out_dir: str | os.PathLike,
+    *,
+    grid: tuple[int, int] = (224, 224),
+    image_size: int = 512,
+    workers: int | None = None,
+    cases_per_block: int = 32,
+    max_skip_fraction: float = 0.01,
+    progress: bool = True,
+) -> PrepareSummary:
+    """Prepare one dataset into ``out_dir/images.zarr`` and ``out_dir/gt.zarr`` (see module doc).
+
+    Parameters
+    ----------
+    reader : a constructed reader (its ``key`` names the groups).
+    grid : (H, W) of the evaluation grid of the ground truth.
+    image_size : S, the side of the stored square images.
+    workers : processes decoding in parallel; None means every core (``os.cpu_count()``).
+    cases_per_block : cases per image block, the unit of work and of resuming.
+    max_skip_fraction : the run fails when more than this fraction of the cases is skipped.
+
+    Returns the :class:`PrepareSummary`. Raises :class:`PrepareError` for bad input (fatal
+    reader problems, every case skipped, too many skipped).
+    """
+    from xbench.schemas import ImagesWriter, read_images, write_ground_truth
+
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    grid = (int(grid[0]), int(grid[1]))
+    classes = list(reader.classes)
+    grounding = set(reader.grounding_classes if reader.grounding_classes is not None else classes)
+    summary = PrepareSummary(reader.key, reader.split, images=str(out / "images.zarr"), gt=str(out / "gt.zarr"))
+
+    try:
+        records = list(reader.records())
+    except ReaderError as exc:
+        raise PrepareError(f"{reader.key}: {exc}") from None
+    fatal = [p for p in reader.problems if p.fatal]
+    if fatal:
+        raise PrepareError(f"{reader.key}: {len(fatal)} fatal problem(s) in the native files", [str(p) for p in fatal])
+    skipped = [_skip(p.case_id, p.source, p.message) for p in reader.problems]
+
+    # checks without pixels, in record order, so that the case list is the same on every run
+    counts: dict[str, int] = {}
+    for rec in records:
+        counts[rec.case_id] = counts.get(rec.case_id, 0) + 1
+    kept: list[CaseRecord] = []
+    for rec in records:
+        why = "duplicate case id" if counts[rec.case_id] > 1 else _annotation_problem(rec, classes, grounding)
+        if why:
+            skipped.append(_skip(rec, rec.source, why))
+        else:
+            kept.append(rec)
+    summary.skipped = skipped
+    # cases the reader dropped itself (e.g. an annotation naming a missing image) count as listed
+    dropped = {p.case_id for p in reader.problems if p.case_id is not None and p.case_id not in counts}
+    summary.n_listed = len(counts) + len(dropped) + sum(1 for p in reader.problems if p.case_id is None)
+    _check_fraction(summary, max_skip_fraction)
+    if not kept:
+        raise PrepareError(f"{reader.key}: no case left to prepare", [f"{s['source']}: {s['reason']}" for s in skipped])
+
+    case_ids = [r.case_id for r in kept]
+    base_attrs = {"reader": reader.describe(), "resampling": RESAMPLING, "source_split": reader.split}
+    plan = {"case_ids": case_ids, "classes": classes, "grid": grid, "size": image_size, "cpb": cases_per_block, **base_attrs}
+    work = out / WORK_DIR / reader.key
+    out.mkdir(parents=True, exist_ok=True)
+    images_path, gt_path = out / "images.zarr", out / "gt.zarr"
+    if _open_work_dir(work, _plan_digest(plan)) and (images_path / reader.key).is_dir():
+        # ImagesWriter would resume an unfinished group with the same case ids even if reader
+        # options (and so pixels and attributes) changed; nothing is resumable here, so drop it.
+        shutil.rmtree(images_path / reader.key)
+
+    writer = None
+    if not (work / "stage1.done").exists():
+        writer = ImagesWriter(images_path, reader.key, case_ids=case_ids, classes=classes, image_size=image_size,
+                              cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped})
+        n_blocks = writer.n_blocks
+        todo = sorted(set(writer.blocks_todo()) | {b for b in range(n_blocks) if not _block_file(work, b).exists()})
+        summary.n_resumed_blocks = n_blocks - len(todo)
+        tasks = [(b, *writer.block_rows(b)) for b in todo]
+        _JOB.update(reader=reader, records=kept, classes=classes, grid=grid, size=image_size)
+        bar = _progress_bar(progress, len(kept), sum(b - a for _, a, b in tasks), reader.key)
+        try:
+            for block, res in _run_blocks(tasks, workers or _n_cores()):
+                images = res.pop("images")
+                _atomic_savez(_block_file(work, block), res)  # side file first, then the image block
+                writer.write_block(block, images, res["orig_size"])
+                if bar is not None:
+                    bar.update(len(images))
+        finally:
+            _JOB.clear()
+            if bar is not None:
+                bar.close()
+    else:
+        n_blocks = len(list(work.glob("block-*.npz")))
+
+    # gather the side files
+    parts = [dict(np.load(_block_file(work, b))) for b in range(n_blocks)]
+    labels = np.concatenate([p["labels"] for p in parts])
+    orig_size = np.concatenate([p["orig_size"] for p in parts])
+    failed = {int(r): str(why) for p in parts for r, why in zip(p["failed_row"], p["failed_reason"])}
+    summary.n_fallback_regions = int(sum(p["counts"][0] for p in parts))
+    summary.n_clipped_boxes = int(sum(p["counts"][1] for p in parts))
+    summary.skipped = skipped + [_skip(kept[r], kept[r].source, failed[r]) for r in sorted(failed)]
+    _check_fraction(summary, max_skip_fraction)
+
+    good = np.array([r not in failed for r in range(len(kept))], dtype=bool)
+    if not good.any():
+        raise PrepareError(f"{reader.key}: no case left to prepare", [f"{s['source']}: {s['reason']}" for s in summary.skipped])
+    new_row = np.cumsum(good) - 1
+    region_row = np.concatenate([p["region_row"] for p in parts]).astype(np.int64)
+    region_col = np.concatenate([p["region_col"] for p in parts]).astype(np.int64)
+    hw = grid[0] * grid[1]
+    bits = np.concatenate([p["region_bits"] for p in parts]) if parts else np.zeros((0, (hw + 7) // 8), np.uint8)
+    region_mask = np.unpackbits(bits, axis=1, count=hw).astype(bool).reshape(-1, *grid)
+    survivors = [cid for cid, g in zip(case_ids, good) if g]
+    attrs = {**base_attrs, "skipped": summary.skipped}
+
+    if writer is not None:
+        writer.finish()
+        (work / "stage1.done").write_text("")
+    if failed:
+        _rewrite_without(images_path, reader.key, work, good, survivors, classes, image_size, cases_per_block, attrs,
+                         ImagesWriter, read_images)
+
+    write_ground_truth(
+        gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
+        region_index=np.stack([new_row[region_row], region_col], axis=1).astype(np.int32).reshape(-1, 2),
+        region_mask=region_mask, orig_size=orig_size[good], grid=grid, attrs=attrs,
+    )
+    shutil.rmtree(work)
+    _remove_if_empty(out / WORK_DIR)
+    summary.n_written = len(survivors)
+    summary.n_regions = int(len(region_row))
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _rewrite_without(images_path, key, work, good, survivors, classes, image_size, cpb, attrs, ImagesWriter, read_images):
+    """Write the images group again without the failed rows (rare: an image failed to decode).
+
+    The good rows are first copied to a side file, so the complete first group may be replaced.
+    """
+    staged = work / "survivors.npy"
+    if not (work / "survivors.ready").exists():
+        source = read_images(images_path).datasets[key]
+        arr = np.lib.format.open_memmap(staged, mode="w+", dtype=np.uint8, shape=(len(survivors), image_size, image_size))
+        orig = source.orig_size[good]
+        at = 0
+        for a in range(0, len(good), cpb):  # one stored block at a time
+            keep = good[a:a + cpb]
+            if keep.any():
+                arr[at:at + int(keep.sum())] = np.asarray(source.image[a:a + len(keep)])[keep]
+                at += int(keep.sum())
+        arr.flush()
+        del arr
+        np.save(work / "survivors_orig.npy", orig)
+        (work / "survivors.ready").write_text("")
+    arr = np.load(staged, mmap_mode="r")
+    orig = np.load(work / "survivors_orig.npy")
+    writer = ImagesWriter(images_path, key, case_ids=survivors, classes=classes, image_size=image_size,
+                          cases_per_block=cpb, attrs=attrs)
+    for b in writer.blocks_todo():
+        a, z = writer.block_rows(b)
+        writer.write_block(b, np.asarray(arr[a:z]), orig[a:z])
+    writer.finish()
+
+
+def _check_fraction(summary: PrepareSummary, max_fraction: float) -> None:
+    n = max(summary.n_listed, 1)
+    if summary.n_skipped / n > max_fraction:
+        raise TooManySkippedError(
+            f"{summary.dataset}: {summary.n_skipped} of {summary.n_listed} case(s) skipped "
+            f"({summary.n_skipped / n:.1%}), more than --max-skip-fraction {max_fraction:g}",
+            summary,
+        )
+
+
+def _n_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _progress_bar(enabled: bool, total: int, todo: int, name: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=total - todo, unit="case", desc=f"prepare {name}", dynamic_ncols=True)

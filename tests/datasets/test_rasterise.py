@@ -1,0 +1,195 @@
+"""Rasterisation onto the evaluation grid, against hand-worked expectations and a slow oracle."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from xbench.extract.datasets.base import Box, Mask, Polygon
+from xbench.extract.datasets.rasterise import (
+    ShapeError,
+    cell_centres,
+    clip_box,
+    native_mask,
+    rasterise_region,
+    region_centroid,
+    region_is_nonempty,
+)
+
+
+def cells(grid, *ij):
+    m = np.zeros(grid, dtype=bool)
+    for i, j in ij:
+        m[i, j] = True
+    return m
+
+
+def mask_shape(m):
+    m = np.asarray(m, dtype=bool)
+    return Mask(lambda: m)
+
+
+def test_cell_centres_hand_worked():
+    np.testing.assert_allclose(cell_centres(5, 10), [1, 3, 5, 7, 9])
+    np.testing.assert_allclose(cell_centres(4, 12), [1.5, 4.5, 7.5, 10.5])
+
+
+def test_box_identity_grid():
+    r = rasterise_region([Box(1, 1, 3, 2)], (4, 4), (4, 4))
+    assert not r.fallback
+    np.testing.assert_array_equal(r.mask, cells((4, 4), (1, 1), (1, 2)))
+
+
+def test_box_is_half_open():
+    # centres at 1,3,5,7,9: x1 == 3 excludes the centre at 3, x0 == 1 includes the centre at 1
+    r = rasterise_region([Box(1, 1, 3, 3)], (10, 10), (5, 5))
+    np.testing.assert_array_equal(r.mask, cells((5, 5), (0, 0)))
+
+
+def test_boxes_touching_the_edges():
+    full = rasterise_region([Box(0, 0, 10, 10)], (10, 10), (5, 5))
+    assert full.mask.all()
+    corner = rasterise_region([Box(8, 0, 10, 3)], (10, 10), (5, 5))
+    np.testing.assert_array_equal(corner.mask, cells((5, 5), (0, 4)))
+
+
+def test_box_partly_outside_is_clipped_then_centroid_fallback():
+    assert clip_box(Box(9.5, 9.5, 12, 12), (10, 10)) == Box(9.5, 9.5, 10, 10)
+    r = rasterise_region([Box(9.5, 9.5, 12, 12)], (10, 10), (5, 5))
+    # no centre (9) lies in [9.5, 10); clipped centroid (9.75, 9.75) -> cell floor(9.75 * 5 / 10) = 4
+    assert r.fallback
+    np.testing.assert_array_equal(r.mask, cells((5, 5), (4, 4)))
+
+
+def test_box_wholly_outside_is_empty():
+    assert clip_box(Box(11, 0, 12, 5), (10, 10)) is None
+    assert not region_is_nonempty([Box(11, 0, 12, 5)], (10, 10))
+    assert rasterise_region([Box(11, 0, 12, 5), Box(-5, -5, 0, 0)], (10, 10), (5, 5)) is None
+
+
+def test_non_square_image_and_grid():
+    # native H=6, W=12; grid 3x4: cx = 1.5, 4.5, 7.5, 10.5 ; cy = 1, 3, 5
+    r = rasterise_region([Box(4, 2, 8, 4)], (6, 12), (3, 4))
+    np.testing.assert_array_equal(r.mask, cells((3, 4), (1, 1), (1, 2)))
+    m = np.zeros((6, 12), bool)
+    m[5, 10] = True  # pixel (r=5, c=10) is sampled by the centre (10.5, 5) -> cell (2, 3)
+    r = rasterise_region([mask_shape(m)], (6, 12), (3, 4))
+    assert not r.fallback
+    np.testing.assert_array_equal(r.mask, cells((3, 4), (2, 3)))
+
+
+def test_one_pixel_lesion_hit_by_a_centre():
+    m = np.zeros((1024, 1024), bool)
+    m[2, 2] = True  # centre of cell (0, 0) is 512/224 = 2.2857 -> pixel 2
+    r = rasterise_region([mask_shape(m)], (1024, 1024), (224, 224))
+    assert not r.fallback
+    np.testing.assert_array_equal(r.mask, cells((224, 224), (0, 0)))
+
+
+def test_one_pixel_lesion_between_centres_uses_its_centroid():
+    m = np.zeros((1024, 1024), bool)
+    m[500, 700] = True
+    # no centre floors to 700: (j + .5) * 1024/224 in [700, 701) has no integer j
+    r = rasterise_region([mask_shape(m)], (1024, 1024), (224, 224))
+    assert r.fallback
+    # centroid (700.5, 500.5) -> (floor(500.5 * 224/1024), floor(700.5 * 224/1024)) = (109, 153)
+    np.testing.assert_array_equal(r.mask, cells((224, 224), (109, 153)))
+
+
+def test_polygon_uses_the_pil_rule():
+    # PIL polygon(outline=1, fill=1) with vertices at pixel indices 1 and 4 covers pixels 1..4
+    square = Polygon(((1, 1), (4, 1), (4, 4), (1, 4)))
+    expected = np.zeros((8, 8), bool)
+    expected[1:5, 1:5] = True
+    np.testing.assert_array_equal(native_mask([square], (8, 8)), expected)
+    np.testing.assert_array_equal(rasterise_region([square], (8, 8), (8, 8)).mask, expected)
+    # 4x4 grid samples pixels 1, 3, 5, 7 on each axis: 1 and 3 are inside
+    np.testing.assert_array_equal(
+        rasterise_region([square], (8, 8), (4, 4)).mask, cells((4, 4), (0, 0), (0, 1), (1, 0), (1, 1))
+    )
+
+
+def test_polygon_triangle_hand_worked():
+    tri = Polygon(((1.6, 1.2), (4.4, 1.2), (4.4, 4.7)))
+    expected = np.zeros((8, 8), bool)
+    for r, c0 in ((1, 1), (2, 2), (3, 3), (4, 4)):
+        expected[r, c0:5] = True
+    np.testing.assert_array_equal(rasterise_region([tri], (8, 8), (8, 8)).mask, expected)
+
+
+def test_polygon_smaller_than_a_cell_falls_back_to_its_centroid():
+    tri = Polygon(((42, 42), (44, 42), (43, 44)))  # pixels around 42..44, centres are 5, 15, ..., 95
+    r = rasterise_region([tri], (100, 100), (10, 10))
+    assert r.fallback
+    cx, cy = region_centroid([tri], (100, 100))
+    assert 42 < cx < 45 and 42 < cy < 45
+    np.testing.assert_array_equal(r.mask, cells((10, 10), (4, 4)))
+
+
+def test_union_centroid_counts_overlap_once():
+    # [0,2)x[0,1) ∪ [1,2)x[0,2): area 3, centroid ((2*1 + 1*1.5)/3, (2*0.5 + 1*1.5)/3)
+    cx, cy = region_centroid([Box(0, 0, 2, 1), Box(1, 0, 2, 2)], (10, 10))
+    assert cx == pytest.approx(3.5 / 3)
+    assert cy == pytest.approx(2.5 / 3)
+
+
+def test_union_of_shapes_is_the_or_of_each():
+    a, b = Box(0, 0, 4, 4), Box(6, 6, 10, 10)
+    r = rasterise_region([a, b], (10, 10), (5, 5))
+    np.testing.assert_array_equal(
+        r.mask, rasterise_region([a], (10, 10), (5, 5)).mask | rasterise_region([b], (10, 10), (5, 5)).mask
+    )
+
+
+def test_empty_mask_is_empty_region():
+    z = np.zeros((6, 6), bool)
+    assert not region_is_nonempty([mask_shape(z)], (6, 6))
+    assert rasterise_region([mask_shape(z)], (6, 6), (3, 3)) is None
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        (Box(3, 0, 1, 2), "inverted"),
+        (Box(0, 0, float("nan"), 2), "non-finite"),
+        (Polygon(((1.0, 1.0),)), "at least 2"),
+        (Mask(lambda: np.zeros((5, 6), bool)), "expected the image size"),
+    ],
+)
+def test_malformed_shapes_raise(shape, message):
+    with pytest.raises(ShapeError, match=message):
+        rasterise_region([shape], (6, 6), (3, 3))
+
+
+def _oracle(boxes, masks, orig, grid):
+    """Slow reference: loop over cells and test the mapped centre against every shape."""
+    (h0, w0), (gh, gw) = orig, grid
+    out = np.zeros(grid, bool)
+    for i in range(gh):
+        for j in range(gw):
+            cx, cy = (j + 0.5) * w0 / gw, (i + 0.5) * h0 / gh
+            hit = any(b.x0 <= cx < b.x1 and b.y0 <= cy < b.y1 for b in boxes)
+            hit = hit or any(m[math.floor(cy), math.floor(cx)] for m in masks)
+            out[i, j] = hit
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_regions_match_the_slow_oracle(seed):
+    rng = np.random.default_rng(seed)
+    orig = (int(rng.integers(20, 90)), int(rng.integers(20, 90)))
+    grid = (int(rng.integers(3, 40)), int(rng.integers(3, 40)))
+    boxes = []
+    for _ in range(rng.integers(1, 4)):
+        x0, y0 = rng.uniform(0, orig[1]), rng.uniform(0, orig[0])
+        boxes.append(Box(x0, y0, x0 + rng.uniform(1, orig[1] / 2), y0 + rng.uniform(1, orig[0] / 2)))
+    masks = [rng.random(orig) < 0.02]
+    clipped = [clip_box(b, orig) for b in boxes]
+    expected = _oracle([b for b in clipped if b], masks, orig, grid)
+    r = rasterise_region(boxes + [mask_shape(masks[0])], orig, grid)
+    if expected.any():
+        assert not r.fallback
+        np.testing.assert_array_equal(r.mask, expected)
+    else:
+        assert r.fallback and r.mask.sum() == 1
