@@ -15,8 +15,8 @@ from . import __version__
 #: subcommand -> (module:attribute of its click command, one-line help, install extra it needs)
 SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "demo": ("xbench.demo:demo", "Run the whole pipeline on the synthetic phantom set and write a report.", "extract"),
-    "prepare": ("xbench.extract.prepare_cli:prepare", "Read a dataset in its native format into images.zarr + gt.zarr.", "extract"),
-    "extract": ("xbench.extract.cli:extract", "Run a model over images.zarr and write submission.zarr.", "extract"),
+    "prepare": ("xbench.extract.prepare_cli:main", "Read a dataset in its native format into images.zarr + gt.zarr.", "extract"),
+    "extract": ("xbench.extract.cli:main", "Run a model over images.zarr and write submission.zarr.", "extract"),
     "score": ("xbench.score.cli:score", "Validate and score submissions against a ground truth.", None),
     "report": ("xbench.score.report.cli:report", "Build the leaderboard, tables and figures from score outputs.", None),
     "compare": ("xbench.score.report.cli:compare", "Paired bootstrap comparison of two score outputs.", None),
