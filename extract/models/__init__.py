@@ -1,0 +1,223 @@
+"""Model adapters behind one registry, and the config format that declares a model.
+
+``create_adapter(name_or_config_path, **overrides)`` is the one entry point. It accepts
+
+* a registered name (``xbench-extract --list-models``): ``clip``, ``biomedclip``, ``open_clip``,
+  ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
+  ``medklip``/``kad``/``mavl``/``carzero``/``devide``, and names from the ``xbench.models``
+  entry point group of installed packages;
+* a config file (``.yaml``/``.yml``, ``.toml`` or ``.json``);
+* a ``"package.module:attr"`` string naming a factory or a ModelAdapter subclass.
+
+Registry / factory contract
+---------------------------
+Every registry entry is a **factory** ``build(config: dict) -> ModelAdapter`` (registered as a
+lazy ``"module:attr"`` string, so listing models imports nothing heavy). The factory receives the
+whole config dict (below) with ``name`` set, must not download anything, and raises
+:class:`~xbench.extract.models.errors.WeightsNotFoundError` (what, needed file or hub id, how to
+get it) when weights are missing, :class:`~xbench.extract.models.errors.ModelConfigError` for a bad
+key. A ``ModelAdapter`` subclass given instead of a factory is built with ``Cls.from_config(config)``
+when it defines it, else ``Cls(config)``. An installed package plugs in a model with::
+
+    [project.entry-points."xbench.models"]
+    mymodel = "mypkg.xbench_adapter:build"
+
+Config keys (all optional unless the factory needs them; unknown keys are passed through)
+-----------------------------------------------------------------------------------------
+``adapter``       registry name, entry point name or ``module:attr`` of the factory to call.
+                  Default: ``model`` when that is a registered name.
+``name``          name recorded as the submission's ``model`` (default: the registry name or file stem).
+``model``         the backbone: an open_clip architecture, ``local-dir:FOLDER``, ``hf-hub:ORG/REPO``
+                  (offline cache), or a transformers folder; cross-attention adapters: their variant.
+``weights``       checkpoint file / folder / pretrained tag resolved offline; ``random`` = untrained (tests).
+``text_encoder``  local folder of the HF text model (config.json + tokenizer): BiomedCLIP's
+                  PubMedBERT, Bio_ClinicalBERT for MedKLIP/MAVL, Med-KEBERT for KAD, ...
+``prompts``       ``{style: single|pair, positive: "There is {}", negative: "There is no {}",
+                  classes: {<class>: [pos, neg]}, vocabulary: true}``; text comes from the finding
+                  vocabulary (xbench.extract.datasets.vocabulary) unless overridden.
+``preprocess``    ``{resize: squash|crop|pad, size: 224, mean: [..], std: [..], interpolation: bicubic}``;
+                  ``squash`` (default) covers the whole image; ``crop`` is CLIP's own centre crop,
+                  ``pad`` a letterbox; maps are always returned on the whole image.
+``method``        saliency method: ``similarity`` (default), ``maskclip``, ``gradcam`` for dual
+                  encoders; ``cross-attention`` for the query-decoder models.
+``map_size``      [h, w] of the written maps (default: the model's patch grid).
+``map_text``      ``positive`` | ``contrast``: which text the maps use in the pair style.
+``layers``        cross-attention layers to average (e.g. ``[-4, -3, -2, -1]``).
+``device``, ``precision``  defaults for the runner (the CLI options win).
+
+Example (``biomedclip.yaml``)::
+
+    adapter: open_clip
+    name: biomedclip
+    model: local-dir:/models/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224
+    text_encoder: /models/BiomedNLP-BiomedBERT-base-uncased-abstract
+    prompts: {style: single, positive: "this is a photo of {}"}
+    preprocess: {resize: crop}
+    method: maskclip
+
+Relative paths in a config file are resolved against the file's folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..registry import Registry, UnknownNameError
+from .errors import ModelConfigError, WeightsNotFoundError
+
+Factory = Callable[[dict], "ModelAdapter"]  # noqa: F821 (base imports torch; keep this module light)
+MODELS: Registry[Factory] = Registry("model")
+ENTRY_POINT_GROUP = "xbench.models"
+CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
+PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint")
+
+for _name, _target in {
+    "open_clip": "xbench.extract.models.openclip:build",
+    "clip": "xbench.extract.models.presets:clip",
+    "biomedclip": "xbench.extract.models.presets:biomedclip",
+    "transformers": "xbench.extract.models.hf:build",
+    "random": "xbench.extract.models.baselines:build_random",
+    "center": "xbench.extract.models.baselines:build_center",
+    "dog": "xbench.extract.models.baselines:build_dog",
+    "medklip": "xbench.extract.models.crossattn.medklip:build",
+    "kad": "xbench.extract.models.crossattn.kad:build",
+    "mavl": "xbench.extract.models.crossattn.mavl:build",
+    "carzero": "xbench.extract.models.crossattn.carzero:build",
+    "devide": "xbench.extract.models.crossattn.devide:build",
+}.items():
+    MODELS.register(_name, _target)
+MODELS.register("hf-clip", "xbench.extract.models.hf:build")
+MODELS.register("hf-siglip", "xbench.extract.models.hf:build")
+
+_entry_points_loaded = False
+
+
+def _load_entry_points() -> None:
+    """Register installed plugins (group ``xbench.models``) once, lazily (by their target string)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in MODELS:
+            MODELS.register(ep.name, ep.value)
+
+
+def list_models() -> list[str]:
+    _load_entry_points()
+    return MODELS.names()
+
+
+def read_config_file(path: str | Path) -> dict:
+    """Parse a YAML/TOML/JSON model config; relative paths become relative to the file's folder."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:
+        raise ModelConfigError(f"{path}: cannot parse ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise ModelConfigError(f"{path}: a model config must be a mapping of keys, got {type(data).__name__}")
+    for key in PATH_KEYS:
+        val = data.get(key)
+        if not isinstance(val, str):
+            continue
+        prefix = "local-dir:" if val.startswith("local-dir:") else ""
+        rest = val[len(prefix):]
+        if rest.startswith("./") or rest.startswith("../"):
+            data[key] = prefix + str((path.parent / rest).resolve())
+    data.setdefault("name", path.stem)
+    return data
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if v is None:
+            continue
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(name_or_config_path: str, **overrides: Any) -> dict:
+    """The full config dict for a registered name, config file or ``module:attr`` (overrides win)."""
+    spec = str(name_or_config_path)
+    p = Path(spec).expanduser()
+    if p.suffix in CONFIG_SUFFIXES:
+        if not p.is_file():
+            raise ModelConfigError(f"model config file {spec!r} not found")
+        config = read_config_file(p)
+        if "adapter" not in config:
+            if str(config.get("model", "")) in MODELS:
+                config["adapter"] = config["model"]
+            else:
+                raise ModelConfigError(f"{p}: needs `adapter:` (one of {', '.join(list_models())}, or module:attr)")
+    else:
+        config = {"adapter": spec, "name": spec.rsplit(":", 1)[-1] if ":" in spec else spec}
+    return _merge(config, overrides)
+
+
+def resolve_factory(adapter: str) -> Factory:
+    """The factory callable for a registry / entry point name or a ``module:attr`` string."""
+    _load_entry_points()
+    if adapter in MODELS:
+        return MODELS.get(adapter)
+    if ":" in adapter:
+        module, _, attr = adapter.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ModelConfigError(f"cannot import adapter {adapter!r}: {e}") from None
+        return obj
+    raise UnknownNameError(MODELS._unknown_message(adapter))
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """sha256 of the config as canonical JSON (sorted keys): identifies a model declaration."""
+    blob = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def create_adapter(name_or_config_path: str, **overrides: Any):
+    """Build a :class:`~xbench.extract.models.base.ModelAdapter` from a name, config file or
+    ``module:attr``; ``overrides`` replace config keys (dicts are merged one level deep).
+
+    The returned adapter carries ``.config`` (the resolved dict) and ``.config_hash``.
+    """
+    from .base import ModelAdapter
+
+    config = load_config(name_or_config_path, **overrides)
+    factory = resolve_factory(str(config["adapter"]))
+    if isinstance(factory, type) and issubclass(factory, ModelAdapter):
+        adapter = factory.from_config(config) if hasattr(factory, "from_config") else factory(config)
+    elif callable(factory):
+        adapter = factory(config)
+    else:
+        raise ModelConfigError(f"adapter {config['adapter']!r} is a {type(factory).__name__}, not a factory")
+    if not isinstance(adapter, ModelAdapter):
+        raise TypeError(f"adapter factory {config['adapter']!r} returned {type(adapter).__name__}; "
+                        "it must return a xbench.extract.models.base.ModelAdapter (wrap your model in one)")
+    adapter.config = config
+    adapter.config_hash = config_hash(config)
+    return adapter
+
+
+__all__ = ["MODELS", "ENTRY_POINT_GROUP", "ModelConfigError", "WeightsNotFoundError", "config_hash",
+           "create_adapter", "list_models", "load_config", "read_config_file", "resolve_factory"]

@@ -1,0 +1,138 @@
+"""The generic dual-encoder (CLIP-family) adapter: prompts -> text embeddings once, images ->
+preprocessing -> a saliency method on a :class:`~xbench.extract.saliency.VisionTower` -> scores
+and whole-image maps. Backends (open_clip, transformers) only supply the tower and a text encoder.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..saliency import METHODS, VisionTower
+from .base import AdapterOutput, ModelAdapter
+from .geometry import RESIZE_MODES, frame_boxes, model_input, undo_box
+from .prompts import ClassPrompts, build_prompts
+
+MAP_TEXT = ("positive", "contrast")
+
+
+class DualEncoderAdapter(ModelAdapter):
+    """Adapter for any dual encoder exposed as a vision tower plus a text encoder.
+
+    encode_text: list of N strings -> (N, E) text embeddings (not necessarily normalised), on any
+    device. logit_scale / logit_bias: the model's (already exponentiated) scale and SigLIP bias.
+    preprocess: {"size": R, "mean": (3,), "std": (3,), "resize": squash|crop|pad,
+    "interpolation": bicubic|bilinear}. map_text: which text the maps use in the pair style,
+    "positive" (default) or "contrast" (positive minus negative embedding).
+    """
+
+    score_kind = "logit"
+
+    def __init__(self, *, name: str, tower: VisionTower, encode_text: Callable[[list[str]], torch.Tensor],
+                 modules: Sequence[torch.nn.Module], logit_scale: float, logit_bias: float | None = None,
+                 preprocess: Mapping[str, Any], method: str = "similarity",
+                 prompts: Mapping[str, Any] | None = None, map_size: Sequence[int] | None = None,
+                 map_text: str = "positive", info: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        if method not in METHODS:
+            raise ValueError(f"unknown saliency method {method!r}; available: {', '.join(METHODS.names())}")
+        if map_text not in MAP_TEXT:
+            raise ValueError(f"map_text must be one of {MAP_TEXT}, got {map_text!r}")
+        resize = preprocess.get("resize", "squash")
+        if resize not in RESIZE_MODES:
+            raise ValueError(f"preprocess.resize must be one of {RESIZE_MODES}, got {resize!r}")
+        self.name = name
+        self.method = method
+        self.tower = tower
+        self.encode_text = encode_text
+        self.modules = list(modules)
+        self.logit_scale = float(logit_scale)
+        self.logit_bias = None if logit_bias is None else float(logit_bias)
+        size = preprocess["size"]
+        self.input_size = (size, size) if isinstance(size, int) else tuple(size)
+        self.resize = resize
+        self.interpolation = preprocess.get("interpolation", "bicubic")
+        self.mean = torch.tensor(preprocess["mean"], dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = torch.tensor(preprocess["std"], dtype=torch.float32).view(1, -1, 1, 1)
+        self.prompt_cfg = dict(prompts or {})
+        self.map_text = map_text
+        self._map_size = tuple(map_size) if map_size else None
+        self.info = dict(info or {})
+        self.device = torch.device("cpu")
+        self.prompts: ClassPrompts | None = None
+        self._text_pos = self._text_neg = self._text_map = None
+
+    # -- ModelAdapter -------------------------------------------------------------------------
+    @property
+    def map_shape(self) -> tuple[int, int]:
+        return self._map_size or tuple(self.tower.grid)
+
+    def to(self, device, dtype=None) -> "DualEncoderAdapter":
+        self.device = torch.device(device)
+        for m in self.modules:
+            m.to(self.device)
+        for attr in ("_text_pos", "_text_neg", "_text_map"):
+            t = getattr(self, attr)
+            if t is not None:
+                setattr(self, attr, t.to(self.device))
+        return self
+
+    @torch.no_grad()
+    def set_classes(self, classes: Sequence[str]) -> None:
+        self.classes = tuple(classes)
+        self.prompts = build_prompts(self.classes, self.prompt_cfg)
+        pos = self._embed(list(self.prompts.positive))
+        neg = self._embed(list(self.prompts.negative)) if self.prompts.style == "pair" else None
+        self._text_pos, self._text_neg = pos, neg
+        if neg is not None and self.map_text == "contrast":
+            self._text_map = F.normalize(pos - neg, dim=-1)
+        else:
+            self._text_map = pos
+
+    def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
+        if self._text_pos is None:
+            raise RuntimeError("set_classes() must be called before the adapter is run")
+        boxes = frame_boxes(orig_size, self.resize, images.shape[-1])
+        pixels = self._pixels(images, boxes)
+        image, maps = METHODS.get(self.method)(self.tower, pixels, self._text_map)
+        img = F.normalize(image.float(), dim=-1)
+        logits = self.logit_scale * (img @ self._text_pos.T)
+        if self._text_neg is not None:
+            # softmax over (pos, neg) == sigmoid(l_pos - l_neg); a shared bias cancels
+            scores = logits - self.logit_scale * (img @ self._text_neg.T)
+        else:
+            scores = logits + (self.logit_bias or 0.0)
+        maps = undo_box(maps.float(), boxes, self.map_shape)
+        return AdapterOutput(scores.float(), maps)
+
+    def provenance(self) -> dict:
+        out = {
+            "adapter": type(self).__name__,
+            "method": self.method,
+            "layers": {"similarity": "last block, final norm + projection",
+                       "maskclip": "last block value path (attention replaced), final norm + projection",
+                       "gradcam": "tokens entering the last block; target cos(image, text)"}[self.method],
+            "preprocess": {"size": list(self.input_size), "resize": self.resize,
+                           "interpolation": self.interpolation,
+                           "mean": self.mean.flatten().tolist(), "std": self.std.flatten().tolist()},
+            "logit_scale": self.logit_scale, "logit_bias": self.logit_bias,
+            "map_text": self.map_text, "map_shape": list(self.map_shape),
+            "score": ("logit of softmax(pos, neg): scale*(cos_pos - cos_neg)"
+                      if self.prompt_cfg.get("style", "single") == "pair"
+                      else "scale*cos(image, prompt)" + (" + bias" if self.logit_bias is not None else "")),
+        }
+        if self.prompts is not None:
+            out["prompts"] = self.prompts.to_dict(self.classes)
+        out.update(self.info)
+        return out
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _embed(self, texts: list[str]) -> torch.Tensor:
+        emb = self.encode_text(texts)
+        return F.normalize(emb.float(), dim=-1).to(self.device)
+
+    def _pixels(self, images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        x = model_input(images, boxes, self.input_size, self.resize, self.interpolation)
+        x = x.expand(-1, self.mean.shape[1], -1, -1)
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)

@@ -1,0 +1,105 @@
+"""Prompt text for each class, from the finding vocabulary, in a model's prompt style.
+
+Two styles (config key ``prompts.style``):
+
+* ``"single"``: one prompt per class; score = logit_scale * cos(image, prompt) (+ logit_bias for
+  SigLIP), written as a logit.
+* ``"pair"`` (CheXzero): a positive and a negative prompt per class; the probability is the
+  softmax over the two logits, p = exp(l_pos) / (exp(l_pos) + exp(l_neg)). It is written as the
+  equivalent logit l_pos - l_neg (sigmoid of it is exactly that softmax), so ``score_kind`` stays
+  "logit" and no precision is lost near 0 or 1.
+
+Text comes from :mod:`xbench.extract.datasets.vocabulary` when it is importable (its
+``prompts(name)`` gives the positive and negative text of a canonical finding); otherwise the
+class name itself and ``"No <class>"``. A config may override the templates
+(``positive: "There is {}"``, ``negative: "There is no {}"``, where ``{}`` is the finding's text)
+or give per-class text (``classes: {Pneumonia: ["...", "..."]}``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+STYLES = ("single", "pair")
+
+
+@dataclass(frozen=True)
+class ClassPrompts:
+    """Per-class prompt text; ``negative`` is empty for the single style."""
+
+    style: str
+    positive: tuple[str, ...]
+    negative: tuple[str, ...]
+    source: str  # "vocabulary" or "class-name": where the finding text came from
+
+    def to_dict(self, classes: Sequence[str]) -> dict:
+        d = {"style": self.style, "source": self.source, "positive": dict(zip(classes, self.positive))}
+        if self.style == "pair":
+            d["negative"] = dict(zip(classes, self.negative))
+        return d
+
+
+def vocabulary_text(name: str) -> tuple[str, str] | None:
+    """(positive, negative) text for a canonical finding from the vocabulary module, or None."""
+    try:
+        from ..datasets import vocabulary  # written by the readers engineer; optional here
+    except Exception:
+        return None
+    fn = getattr(vocabulary, "prompts", None)
+    if fn is None:
+        return None
+    try:
+        got = fn(name)
+    except Exception:
+        return None
+    return _as_pair(got)
+
+
+def _as_pair(got: Any) -> tuple[str, str] | None:
+    """Accept (pos, neg), [pos, neg], {"positive":..,"negative":..} or an object with those attributes."""
+    if got is None:
+        return None
+    if isinstance(got, str):
+        return got, f"No {got}"
+    if isinstance(got, Mapping):
+        pos, neg = got.get("positive"), got.get("negative")
+    elif isinstance(got, (tuple, list)) and len(got) >= 1:
+        pos, neg = got[0], got[1] if len(got) > 1 else None
+    else:
+        pos, neg = getattr(got, "positive", None), getattr(got, "negative", None)
+    if isinstance(pos, (list, tuple)):
+        pos = pos[0] if pos else None
+    if isinstance(neg, (list, tuple)):
+        neg = neg[0] if neg else None
+    if not isinstance(pos, str):
+        return None
+    return pos, neg if isinstance(neg, str) else f"No {pos}"
+
+
+def build_prompts(classes: Sequence[str], cfg: Mapping[str, Any] | None = None) -> ClassPrompts:
+    """Prompt text for ``classes`` under the prompt config ``cfg`` (keys: style, positive,
+    negative, classes, vocabulary=True). Raises ValueError for an unknown style."""
+    cfg = dict(cfg or {})
+    style = cfg.get("style", "single")
+    if style not in STYLES:
+        raise ValueError(f"prompts.style must be one of {STYLES}, got {style!r}")
+    pos_t, neg_t = cfg.get("positive"), cfg.get("negative")
+    per_class = cfg.get("classes") or {}
+    use_vocab = cfg.get("vocabulary", True)
+    pos, neg, sources = [], [], set()
+    for c in classes:
+        if c in per_class:
+            p, n = _as_pair(per_class[c]) or (c, f"No {c}")
+            sources.add("config")
+        else:
+            got = vocabulary_text(c) if use_vocab else None
+            sources.add("vocabulary" if got else "class-name")
+            p, n = got or (c, f"No {c}")
+            if pos_t:
+                p = pos_t.format(got[0] if got else c)
+            if neg_t:
+                n = neg_t.format(got[0] if got else c)
+        pos.append(p)
+        neg.append(n)
+    source = "+".join(sorted(sources)) or "class-name"
+    return ClassPrompts(style, tuple(pos), tuple(neg) if style == "pair" else (), source)

@@ -1,0 +1,225 @@
+"""The extraction loop: images.zarr -> model adapter -> submission.zarr, resumable and multi-rank.
+
+Per dataset, the blocks still to do (the store's ledger) are split over the ranks in contiguous
+ranges; each rank reads its blocks with a DataLoader (workers), runs the adapter on micro-batches
+that never span a block (so a block's values do not depend on which other blocks were still to
+do: a resumed or sharded run writes the same bytes as an uninterrupted one), and writes each block
+as soon as it is done. Rank 0 finishes the store after a barrier. A run killed at any point
+(SIGKILL included) is resumed by running the same command again.
+
+Testing hook: with ``XBENCH_EXTRACT_KILL_AFTER_BLOCKS=n`` in the environment a rank SIGKILLs itself
+after writing n blocks (used by the resume test; never set it otherwise).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, read_images
+
+from . import distributed
+from .models import create_adapter
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class ExtractOptions:
+    """Everything one extraction run needs (the CLI fills it from its options)."""
+
+    model: str
+    images: str | os.PathLike
+    out: str | os.PathLike
+    overrides: dict = field(default_factory=dict)
+    datasets: Sequence[str] | None = None
+    batch_size: int = 32
+    device: str | None = None
+    precision: str | None = None
+    workers: int = 2
+    cases_per_block: int | None = None
+    map_dtype: str = "float16"
+    overwrite: bool = False
+    quiet: bool = False
+
+
+class ExtractError(RuntimeError):
+    """A problem with the inputs that the CLI reports as one line (no traceback)."""
+
+
+class _Blocks(Dataset):
+    """Rows of one images dataset, one item per submission block: (block, images, orig_size)."""
+
+    def __init__(self, images_path: str, dataset: str, blocks: Sequence[tuple[int, int, int]]) -> None:
+        self.images_path, self.dataset, self.blocks = str(images_path), dataset, list(blocks)
+        self._ds = None
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int):
+        if self._ds is None:  # opened lazily so that each worker has its own handle
+            self._ds = read_images(self.images_path).datasets[self.dataset]
+        b, start, stop = self.blocks[i]
+        img = torch.from_numpy(np.ascontiguousarray(self._ds.image[start:stop]))
+        size = torch.from_numpy(np.asarray(self._ds.orig_size[start:stop], dtype=np.int64))
+        return b, img, size
+
+
+def pick_device(requested: str | None, local_rank: int) -> torch.device:
+    if requested:
+        dev = torch.device(requested)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ExtractError(f"--device {requested}: CUDA is not available on this machine")
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", local_rank)
+        return dev
+    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def software_versions() -> dict:
+    """Installed versions of what shapes the numbers (read from package metadata: imports nothing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist_name in ("xbench", "numpy", "zarr", "open_clip_torch", "transformers", "timm"):
+        try:
+            out[dist_name] = version(dist_name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _autocast(device: torch.device, precision: str):
+    dtype = PRECISIONS[precision]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def run_block(adapter, images: torch.Tensor, sizes: torch.Tensor, batch_size: int, device: torch.device,
+              precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (n, C) float32 and maps (n, C, h, w) float32 of one block, in micro-batches."""
+    scores, maps = [], []
+    for i in range(0, images.shape[0], batch_size):
+        x = images[i:i + batch_size].to(device, non_blocking=True)
+        s = sizes[i:i + batch_size]
+        with _autocast(device, precision):
+            out = adapter(x, s)
+        scores.append(out.scores.float().cpu())
+        maps.append(out.maps.float().cpu())
+    return torch.cat(scores).numpy(), torch.cat(maps).numpy()
+
+
+def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> dict:
+    """Run (or resume) an extraction; returns a summary dict. Raises ExtractError for bad inputs."""
+    info = distributed.world_info()
+    t0 = time.perf_counter()
+    store = read_images(opts.images)
+    names = list(opts.datasets) if opts.datasets else sorted(store.datasets)
+    unknown = [n for n in names if n not in store.datasets]
+    if unknown:
+        raise ExtractError(f"{opts.images} has no dataset {', '.join(map(repr, unknown))}; it has {', '.join(sorted(store.datasets))}")
+    if opts.batch_size < 1:
+        raise ExtractError("--batch-size must be at least 1")
+
+    adapter = create_adapter(opts.model, **opts.overrides)
+    config = adapter.config
+    device = pick_device(opts.device or config.get("device"), info.local_rank)
+    precision = opts.precision or config.get("precision") or "fp32"
+    if precision not in PRECISIONS:
+        raise ExtractError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    distributed.init(info, device)
+    adapter.to(device)
+    cpb = opts.cases_per_block or max(64, opts.batch_size)
+
+    specs, prompts, adapter_prov = {}, {}, {}
+    for name in names:
+        ds = store.datasets[name]
+        adapter.set_classes(ds.classes)
+        specs[name] = DatasetSpec([str(c) for c in ds.case_id], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
+                                  tuple(adapter.unsupported))
+        adapter_prov = adapter.provenance()
+        prompts[name] = adapter_prov.pop("prompts", None)
+    model_name = str(config.get("name") or opts.model)
+    provenance = {
+        "adapter": adapter_prov, "layers": adapter_prov.get("layers"), "prompts": prompts,
+        "config": _jsonable(config), "config_hash": adapter.config_hash, "precision": precision,
+        "images": {"path": Path(opts.images).name, "attrs": _jsonable(store.attrs)},
+        "software": software_versions(),
+    }
+
+    error = None
+    if info.is_main:
+        try:
+            SubmissionWriter.create(opts.out, model=model_name, method=adapter.method, provenance=provenance,
+                                    datasets=specs, cases_per_block=cpb, map_dtype=opts.map_dtype,
+                                    overwrite=opts.overwrite)
+        except InvalidStoreError as e:
+            error = str(e)
+        except BaseException:
+            distributed.broadcast("rank 0 failed to create the store (see its traceback)")
+            raise
+    error = distributed.broadcast(error)
+    if error:
+        distributed.shutdown()
+        raise ExtractError(error)
+    writer = SubmissionWriter.open(opts.out)
+
+    kill_after = int(os.environ.get("XBENCH_EXTRACT_KILL_AFTER_BLOCKS", "0") or 0)
+    written, summary = 0, {}
+    for name in names:
+        todo = distributed.broadcast(writer.blocks_todo(name) if info.is_main else None)
+        mine = distributed.shard(todo, info.rank, info.world_size)
+        summary[name] = {"cases": len(specs[name].case_ids), "blocks": writer.n_blocks(name),
+                         "blocks_todo": len(todo), "blocks_this_rank": len(mine)}
+        if not mine:
+            continue
+        if progress:
+            progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in mine)))
+        adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
+        loader = DataLoader(_Blocks(opts.images, name, [(b, *writer.block_rows(name, b)) for b in mine]),
+                            batch_size=None, shuffle=False, num_workers=opts.workers,
+                            pin_memory=device.type == "cuda", persistent_workers=False)
+        for b, images, sizes in loader:
+            scores, maps = run_block(adapter, images, sizes, opts.batch_size, device, precision)
+            writer.write_block(name, int(b), scores, maps)
+            written += 1
+            if progress:
+                progress(name, int(b), images.shape[0])
+            if kill_after and written >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    distributed.barrier()
+    if info.is_main:
+        writer.finish()
+    distributed.barrier()
+    distributed.shutdown()
+    seconds = time.perf_counter() - t0
+    cases = sum(v["cases"] for v in summary.values())
+    return {"out": str(opts.out), "model": model_name, "method": adapter.method, "device": str(device),
+            "precision": precision, "rank": info.rank, "world_size": info.world_size,
+            "blocks_written": written, "datasets": summary, "seconds": round(seconds, 3),
+            "cases": cases}
+
+
+def _jsonable(obj: Any) -> Any:
+    """Config values as plain JSON types (paths and tuples become strings and lists)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return str(obj)
