@@ -50,3 +50,9 @@ def test_a_subcommand_whose_extra_is_missing_says_what_to_install(monkeypatch):
     res = CliRunner().invoke(cli.main, ["needs-torch"])
     assert res.exit_code == 1
     assert "pip install 'xbench[extract]'" in res.output and "Traceback" not in res.output
+
+
+def test_test_modules_have_unique_basenames():
+    # pytest's default import mode needs unique basenames across folders without __init__.py.
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

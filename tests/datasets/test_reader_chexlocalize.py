@@ -1,0 +1,89 @@
+"""CheXlocalize reader: COCO RLE via pycocotools, 10 grounding tasks, 13 recognition classes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fixtures import chexlocalize_masks, coco_rle, write_chexlocalize
+
+from xbench.extract.datasets import ReaderError
+from xbench.extract.datasets.chexlocalize import CheXlocalizeReader, coco_counts, rle_area
+
+P1, P2, P3 = ("patient64541_study1_view1_frontal", "patient64542_study1_view1_frontal",
+              "patient64542_study1_view2_lateral")
+
+
+def test_labels_and_masks(tmp_path):
+    info = write_chexlocalize(tmp_path)
+    reader = CheXlocalizeReader(tmp_path)
+    assert reader.split == "val" and len(reader.classes) == 13 and len(reader.grounding_classes) == 10
+    recs = {r.case_id: r for r in reader.records()}
+    assert reader.problems == [] and list(recs) == [P1, P2, P3]
+    a = recs[P1]
+    expected = {c: 0 for c in reader.classes}
+    expected.update({"Cardiomegaly": 1, "Lung opacity": 1, "Pneumonia": -1})  # CSV -1.0 (uncertain) -> -1
+    assert a.labels == expected
+    assert set(a.regions) == {"Cardiomegaly", "Lung opacity"}  # all-zero masks are no region
+    assert a.orig_size == info["size"] == (48, 64)  # size [h, w]
+    masks = chexlocalize_masks()
+    np.testing.assert_array_equal(a.regions["Cardiomegaly"][0].load(), masks["Cardiomegaly"])
+    np.testing.assert_array_equal(a.regions["Lung opacity"][0].load(), masks["Airspace Opacity"])
+    b = recs[P2]
+    assert b.labels["Support devices"] == 1 and "Support devices" not in b.regions  # CSV 1, empty mask
+    assert b.labels["Edema"] == 1  # CSV 0.0 but the radiologist drew a mask: the mask wins
+    np.testing.assert_array_equal(b.regions["Edema"][0].load(), info["edema"])
+    c = recs[P3]  # lateral view, not segmented: recognition only; empty cell -> -1
+    assert c.regions == {} and c.orig_size is None and c.labels["Fracture"] == -1
+    img = reader.load_image(a)
+    assert img.shape == (48, 64) and img.dtype == np.uint8
+    assert np.abs(img.astype(int) - info["image"]).max() <= 8  # JPEG (lossy at the block edge)
+
+
+def test_coco_counts_matches_pycocotools():
+    from pycocotools import mask as coco_mask
+
+    rng = np.random.default_rng(1)
+    for h, w in [(7, 5), (48, 64), (100, 3)]:
+        m = rng.random((h, w)) > 0.6
+        rle = coco_rle(m)
+        size, area = rle_area(rle)
+        assert size == (h, w) and area == m.sum() == coco_mask.area({**rle, "counts": rle["counts"].encode()})
+        runs = coco_counts(rle["counts"])
+        # independent expansion of the runs: alternate 0/1 in column-major order
+        flat = np.concatenate([np.full(n, i % 2, bool) for i, n in enumerate(runs)])
+        np.testing.assert_array_equal(flat.reshape(w, h).T, m)
+
+
+@pytest.mark.parametrize(
+    "rle, message",
+    [({"size": [5, 7], "counts": "zzz"}, "outside the COCO alphabet"),
+     ({"size": [5, 7], "counts": "c0"}, "cover"),  # decodes, but not to 35 pixels
+     ({"size": [5, 7], "counts": "a"}, "ends inside a number"),
+     ({"size": [5], "counts": "0"}, "not \\[height, width\\]"),
+     ({"size": [5, 7], "counts": [35]}, "not a compressed string"),
+     ({"counts": "0"}, "not a \\{size, counts\\}")],
+)
+def test_malformed_rle(rle, message):
+    with pytest.raises(ValueError, match=message):
+        rle_area(rle)
+
+
+def test_bad_input(tmp_path):
+    info = write_chexlocalize(tmp_path, bad=True)
+    reader = CheXlocalizeReader(tmp_path)
+    assert [r.case_id for r in reader.records()] == [P1, P2, P3]
+    got = {p.case_id: (p.source, p.message) for p in reader.problems}
+    assert got["patient90000_study1_view1_frontal"][1].startswith("RLE counts has a character")
+    assert got["patient90001_study1_view1_frontal"][1] == "unknown pathology key 'Nodule'"
+    assert "not in val_labels.csv" in got["patient99999_study1_view1_frontal"][1]
+    assert got["patient90002_study1_view1_frontal"] == (
+        f"val_labels.csv:row {info['bad']['label_row']}", "column 'Edema' has value '2'; expected 1.0, 0.0, -1.0 or empty")
+    assert "no image" in got["patient90003_study1_view1_frontal"][1]
+    assert got["patient90000_study1_view1_frontal"][0] == "gt_segmentations_val.json:patient90000_study1_view1_frontal"
+    assert len(reader.problems) == 5
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(ReaderError, match=r"CheXpert/val_labels\.csv"):
+        CheXlocalizeReader(tmp_path).records()
+    with pytest.raises(ValueError, match="unknown split"):
+        CheXlocalizeReader(tmp_path, split="train")

@@ -1,0 +1,49 @@
+"""The report and compare commands: exit codes, one line per problem, outputs written."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from xbench.score.report.cli import compare, report
+
+
+def test_report_cli_writes_the_page(result_dirs, tmp_path):
+    out = tmp_path / "rep"
+    res = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(out), "--n-boot", "20", "--quiet",
+                                      "--no-overlays"])
+    assert res.exit_code == 0, res.output
+    assert (out / "index.html").is_file() and (out / "leaderboard.csv").is_file()
+    assert not list(out.glob("figures/overlay_*"))
+
+
+def test_report_cli_json_prints_manifest(result_dirs, tmp_path):
+    res = CliRunner().invoke(report, [str(result_dirs[0]), "--out", str(tmp_path / "r"), "--n-boot", "0", "--json",
+                                      "--no-overlays"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["models"][0]["name"] == "strong"
+
+
+def test_report_cli_bad_inputs_exit_2_one_line_each(tmp_path):
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(report, [str(tmp_path / "nope"), str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 2 and "not a directory" in lines[0] and "no metrics.json" in lines[1]
+    assert "Traceback" not in res.output
+
+
+def test_report_cli_rejects_bad_submission_option(result_dirs, tmp_path):
+    res = CliRunner().invoke(report, [str(result_dirs[0]), "--out", str(tmp_path / "o"), "--submission", "noequals"])
+    assert res.exit_code == 2 and "NAME=PATH" in res.output
+
+
+def test_compare_cli_markdown_json_and_csv(result_dirs, tmp_path):
+    a, b = str(result_dirs[0]), str(result_dirs[2])
+    res = CliRunner().invoke(compare, [a, b, "--n-boot", "50"])
+    assert res.exit_code == 0, res.output
+    assert "strong − weak" in res.output and "| Overall |" in res.output
+    res = CliRunner().invoke(compare, [a, b, "--n-boot", "0", "--json", "--per-class", "--out", str(tmp_path / "c.csv")])
+    rows = json.loads(res.output)
+    assert any(r["cls"] == "disc" for r in rows)
+    assert (tmp_path / "c.csv").read_text().startswith("a,b,scope,class,metric")

@@ -1,0 +1,46 @@
+"""`xbench demo` end to end on a reduced size, and the phantom sanity check (dog beats random)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+
+def test_demo_quick_writes_the_full_report(tmp_path):
+    from click.testing import CliRunner
+
+    from xbench.demo import demo
+
+    out = tmp_path / "demo"
+    res = CliRunner().invoke(demo, ["--out", str(out), "--quick", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().startswith("report: ") and res.output.strip().endswith("index.html")
+    report = out / "report"
+    manifest = json.loads((report / "report.json").read_text())
+    assert [m["name"] for m in manifest["models"]] == ["random", "center", "dog", "clip-tiny"]
+    assert len(manifest["files"]["figures"]) == 8
+    assert len(manifest["files"]["overlays"]) == 4 * 2  # one figure per model, png + svg
+    for group in manifest["files"].values():
+        for rel in group:
+            assert (report / rel).stat().st_size > 0, rel
+    assert manifest["skipped"] == []
+    info = json.loads((out / "demo.json").read_text())
+    assert info["n_cases"] == 24 and set(info["timings_s"]) >= {"prepare", "report", "total"}
+
+
+@pytest.mark.xfail(strict=False, reason="phantom findings are not yet the brightest blobs: the DoG peaks on "
+                                        "rib/body-edge crossings (see docs/requests/report.md)")
+def test_dog_beats_random_on_phantom(tmp_path):
+    from xbench.demo import run_demo
+    from xbench.score.report import load_results
+    from xbench.score.report.paired import paired_bootstrap
+
+    run_demo(tmp_path, n_cases=100, models=("random", "dog"), n_boot=0, progress=False)
+    rnd, dog = load_results([tmp_path / "scores" / "random", tmp_path / "scores" / "dog"])
+    assert dog.metrics["overall"]["pointing_game"] > rnd.metrics["overall"]["pointing_game"]
+    rows = {(r.scope, r.metric): r for r in paired_bootstrap(dog, rnd, n_boot=500, per_class=False)}
+    assert rows[("overall", "pointing_game")].ci_lo > 0  # the gap is real, not noise

@@ -1,0 +1,157 @@
+"""The paired bootstrap against direct computations: identity resample, scikit-learn, brute force."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+import report_fixtures
+from xbench.score.report import ReportInputError, load_results
+from xbench.score.report.paired import (
+    dataset_arrays,
+    paired_bootstrap,
+    resample_weights,
+    weighted_auroc,
+    weighted_average_precision,
+    weighted_metrics,
+)
+
+
+def _metric(metrics, row_scope, cls, key):
+    if row_scope == "overall":
+        return metrics["overall"].get(key)
+    ds = metrics["datasets"][row_scope]
+    return ds["summary"].get(key) if cls is None else ds["classes"][cls].get(key)
+
+
+def test_identity_resample_equals_difference_of_metrics_json(result_dirs):
+    a, _, b = load_results(result_dirs)
+    rows = paired_bootstrap(a, b, n_boot=0, per_class=True)
+    assert len(rows) > 20
+    for r in rows:
+        ea, eb = _metric(a.metrics, r.scope, r.cls, r.metric), _metric(b.metrics, r.scope, r.cls, r.metric)
+        if ea is None or eb is None:
+            assert r.diff is None or r.scope == "overall"
+            continue
+        assert r.a == pytest.approx(ea, abs=1e-12), r
+        assert r.b == pytest.approx(eb, abs=1e-12), r
+        assert r.diff == pytest.approx(ea - eb, abs=1e-12), r
+        assert r.ci_lo is None and r.n_valid == 0  # no resamples asked for
+
+
+def test_self_comparison_has_zero_interval(result_dirs):
+    a = load_results(result_dirs[:1])[0]
+    rows = paired_bootstrap(a, a, n_boot=50, per_class=False)
+    for r in rows:
+        if r.diff is not None:
+            assert r.diff == 0 and r.ci_lo == 0 and r.ci_hi == 0 and not r.significant
+
+
+def test_different_ground_truth_is_refused(result_dirs, tmp_path):
+    other = report_fixtures.make_results(tmp_path, n_cases=12, skills=(("x", 0.5),), seed=5)[0]
+    import json
+
+    m = json.loads((other / "metrics.json").read_text())
+    m["xbench"]["gt_sha256"] = "0" * 64
+    (other / "metrics.json").write_text(json.dumps(m))
+    a, b = load_results([result_dirs[0], other])
+    with pytest.raises(ReportInputError, match="different ground truths"):
+        paired_bootstrap(a, b, n_boot=10)
+
+
+def test_weights_are_multiplicities_and_reproducible():
+    W = resample_weights(7, 30, seed=1, dataset="phantom")
+    assert W.shape == (30, 7) and (W.sum(axis=1) == 7).all() and (W >= 0).all()
+    assert np.array_equal(W, resample_weights(7, 30, seed=1, dataset="phantom"))
+    assert not np.array_equal(W, resample_weights(7, 30, seed=2, dataset="phantom"))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_weighted_auroc_and_ap_match_sklearn_on_expanded_sample(seed):
+    rng = np.random.default_rng(seed)
+    m = 15
+    y = rng.integers(0, 2, m)
+    y[:2] = [0, 1]
+    p = np.round(rng.random(m), 1)  # many ties
+    W = resample_weights(m, 8, seed, "x")
+    auc, ap = weighted_auroc(y, p, W), weighted_average_precision(y, p, W)
+    for k in range(len(W)):
+        idx = np.repeat(np.arange(m), W[k].astype(int))
+        if len(set(y[idx])) < 2:
+            assert np.isnan(auc[k]) and np.isnan(ap[k])
+            continue
+        assert auc[k] == pytest.approx(roc_auc_score(y[idx], p[idx]), abs=1e-12)
+        assert ap[k] == pytest.approx(average_precision_score(y[idx], p[idx]), abs=1e-12)
+
+
+def test_one_label_value_is_undefined():
+    y = np.array([1, 1, 1])
+    p = np.array([0.2, 0.5, 0.9])
+    assert np.isnan(weighted_auroc(y, p, np.ones((1, 3))))[0]
+    assert np.isnan(weighted_average_precision(y, p, np.ones((1, 3))))[0]
+
+
+def _brute_force(truth_arrays, idx):
+    """Metrics of the resample ``idx`` (case rows, with repeats) by plain loops over the expanded pairs."""
+    out = {}
+    for c in truth_arrays.classes:
+        res = {}
+        if c in truth_arrays.grounding:
+            rows, hit, dice, iou = truth_arrays.grounding[c]
+            sel = [k for i in idx for k in np.flatnonzero(rows == i)]
+            if sel:
+                md = np.mean(dice[sel], axis=0)
+                res["pointing_game"] = float(np.mean(hit[sel]))
+                res["dice_fixed"] = md[50]
+                res["dice_best"] = md.max()
+        rows, y, p = truth_arrays.recognition[c]
+        sel = [k for i in idx for k in np.flatnonzero(rows == i)]
+        if len(set(y[sel])) == 2:
+            res["auroc"] = roc_auc_score(y[sel], p[sel])
+        out[c] = res
+    return out
+
+
+def test_replicates_and_interval_match_brute_force(result_dirs):
+    a, _, b = load_results(result_dirs)
+    d = "phantom"
+    arr_a, arr_b = dataset_arrays(a, d), dataset_arrays(b, d)
+    n_boot, seed = 12, 4
+    W = resample_weights(arr_a.n_cases, n_boot, seed, d)
+    rng = np.random.default_rng([seed, __import__("zlib").crc32(d.encode())])
+    draws = rng.integers(0, arr_a.n_cases, size=(n_boot, arr_a.n_cases))
+    wa, wb = weighted_metrics(arr_a, W), weighted_metrics(arr_b, W)
+    diffs = {k: [] for k in ("pointing_game", "dice_best", "auroc")}
+    for k in range(n_boot):
+        ba, bb = _brute_force(arr_a, draws[k]), _brute_force(arr_b, draws[k])
+        for c in arr_a.classes:
+            for key, val in ba[c].items():
+                assert wa["classes"][c][key][k] == pytest.approx(val, abs=1e-12), (k, c, key)
+        for key in diffs:
+            va = np.mean([ba[c][key] for c in arr_a.classes if key in ba[c]])
+            vb = np.mean([bb[c][key] for c in arr_b.classes if key in bb[c]])
+            diffs[key].append(va - vb)
+    rows = {r.metric: r for r in paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=False) if r.scope == d}
+    for key, vals in diffs.items():
+        lo, hi = np.percentile(vals, [2.5, 97.5])
+        assert rows[key].ci_lo == pytest.approx(lo, abs=1e-12)
+        assert rows[key].ci_hi == pytest.approx(hi, abs=1e-12)
+
+
+def test_strong_beats_weak_significantly(result_dirs):
+    a, _, b = load_results(result_dirs)
+    rows = {(r.scope, r.metric): r for r in paired_bootstrap(a, b, n_boot=200, per_class=False)}
+    assert rows[("overall", "pointing_game")].significant
+    assert rows[("overall", "pointing_game")].ci_lo > 0
+
+
+def test_cache_reuses_replicates_without_changing_them(result_dirs):
+    a, m, b = load_results(result_dirs)
+    cache: dict = {}
+    first = paired_bootstrap(a, m, n_boot=30, seed=2, per_class=False, cache=cache)
+    n_cached = len(cache)
+    again = paired_bootstrap(m, b, n_boot=30, seed=2, per_class=False, cache=cache)
+    assert len(cache) == n_cached + 2 * len(m.datasets)  # only b's identity and replicates are new
+    plain = paired_bootstrap(m, b, n_boot=30, seed=2, per_class=False)
+    assert [(r.diff, r.ci_lo, r.ci_hi) for r in again] == [(r.diff, r.ci_lo, r.ci_hi) for r in plain]
+    assert first != again

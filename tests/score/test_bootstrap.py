@@ -1,0 +1,119 @@
+"""Bootstrap: weighted replicates equal the metrics recomputed on explicitly resampled data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from xbench.score import bootstrap as BS
+from xbench.score.counts import DatasetCounts, load_pair_counts, save_pair_counts
+from xbench.score.grounding import dice_from_counts, iou_from_counts
+from xbench.score.kernels import grounding_counts
+
+
+def _dataset(seed=0, n=30, classes=("A", "B", "C"), grid=(8, 9)):
+    rng = np.random.default_rng(seed)
+    C = len(classes)
+    labels = rng.integers(0, 2, size=(n, C)).astype(np.int8)
+    labels[rng.random((n, C)) < 0.1] = -1
+    labels[:, 2] = np.where(labels[:, 2] == -1, -1, 0)  # class C: a single label value, no region
+    pairs = np.argwhere(labels == 1)
+    masks = rng.random((len(pairs), *grid)) < 0.3
+    masks[:, 0, 0] = True
+    res = grounding_counts(rng.standard_normal((len(pairs), 5, 5)).astype(np.float32), masks)
+    order = np.lexsort((pairs[:, 0], pairs[:, 1]))
+    return DatasetCounts(name="phantom", classes=tuple(classes), supported=np.ones(C, bool),
+                         case_id=np.array([f"c{i}" for i in range(n)]), labels=labels,
+                         prob=np.round(rng.random((n, C)) * 10) / 10, pair_case=pairs[order, 0],
+                         pair_class=pairs[order, 1], region_pixels=res.region_pixels[order], hit=res.hit[order],
+                         b=res.b[order], br=res.br[order], grid=grid)
+
+
+def test_resample_weights_are_exact_and_reproducible():
+    blocks = list(BS.resample_weights(17, 301, np.random.default_rng(5)))
+    w = np.concatenate(blocks)
+    assert w.shape == (301, 17) and (w.sum(axis=1) == 17).all()
+    w2 = np.concatenate(list(BS.resample_weights(17, 301, np.random.default_rng(5))))
+    np.testing.assert_array_equal(w, w2)
+
+
+def test_replicates_equal_explicit_resamples():
+    dc = _dataset()
+    rng = np.random.default_rng(1)
+    draws = rng.integers(0, dc.n_cases, size=(25, dc.n_cases))
+    w = np.stack([np.bincount(d, minlength=dc.n_cases) for d in draws]).astype(np.float64)
+    classes, summary = BS.dataset_replicates(dc, w)
+    for r, d in enumerate(draws):
+        per_class = {}
+        for c, name in enumerate(dc.classes):
+            idx = dc.class_pairs(c)
+            # explicit resample: every pair of a drawn case, once per draw
+            rows = [j for case in d for j in idx[dc.pair_case[idx] == case]]
+            expect = {}
+            if rows:
+                dice = dice_from_counts(dc.b[rows], dc.br[rows], dc.region_pixels[rows])
+                iou = iou_from_counts(dc.b[rows], dc.br[rows], dc.region_pixels[rows])
+                dm, im = dice.mean(axis=0), iou.mean(axis=0)
+                expect = {"pointing_game": dc.hit[rows].mean(), "dice_fixed": dm[50], "iou_fixed": im[50],
+                          "dice_best": dm.max(), "iou_best": im.max()}
+            lab = [case for case in d if dc.labels[case, c] != -1]
+            y = dc.labels[lab, c]
+            p = dc.prob[lab, c]
+            if len(set(y.tolist())) == 2:
+                expect["auroc"] = roc_auc_score(y, p)
+                expect["auprc"] = average_precision_score(y, p)
+            yhat = p >= 0.5
+            expect["accuracy"] = np.mean(yhat == (y == 1))
+            tp, fp, fn = np.sum(yhat & (y == 1)), np.sum(yhat & (y == 0)), np.sum(~yhat & (y == 1))
+            expect["f1"] = 0.0 if 2 * tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+            for k in BS.GROUNDING_KEYS + BS.RECOGNITION_KEYS:
+                got = classes[name][k][r]
+                if k in expect:
+                    assert got == pytest.approx(expect[k], abs=1e-12), (r, name, k)
+                else:
+                    assert np.isnan(got), (r, name, k)
+            per_class[name] = expect
+        for k in BS.GROUNDING_KEYS + BS.RECOGNITION_KEYS:
+            vals = [e[k] for e in per_class.values() if k in e]
+            assert summary[k][r] == pytest.approx(np.mean(vals), abs=1e-12)
+
+
+def test_transferred_thresholds_are_not_rechosen():
+    dc = _dataset(2)
+    w = np.ones((1, dc.n_cases))
+    classes, _ = BS.dataset_replicates(dc, w, taus={"A": (10, 90)})
+    idx = dc.class_pairs(0)
+    dice = dice_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
+    assert classes["A"]["dice_best"][0] == pytest.approx(dice[:, 10].mean(), abs=1e-12)
+
+
+def test_percentile_interval():
+    assert BS.percentile_interval(np.arange(101.0)) == pytest.approx([2.5, 97.5], abs=1e-12)
+    assert BS.percentile_interval(np.array([np.nan, np.nan])) is None
+
+
+def test_paired_bootstrap_same_submission_has_zero_difference(tmp_path):
+    dc = _dataset(3)
+    save_pair_counts(tmp_path / "pc.npz", {"phantom": dc})
+    loaded = load_pair_counts(tmp_path / "pc.npz")
+    assert loaded["phantom"].same_ground_truth(dc) and loaded["phantom"].grid == (8, 9)
+    df = BS.paired_bootstrap(loaded, {"phantom": dc}, n_resamples=50, seed=0)
+    ok = df.dropna(subset=["diff_lo"])
+    assert len(ok) > 0 and (ok.diff_lo == 0).all() and (ok.diff_hi == 0).all()
+
+
+def test_paired_bootstrap_detects_a_better_submission():
+    a = _dataset(4)
+    better_hit = np.ones_like(a.hit)
+    b = DatasetCounts(**{**a.__dict__, "hit": better_hit})
+    df = BS.paired_bootstrap({"phantom": a}, {"phantom": b}, n_resamples=200, seed=1)
+    row = df[(df["class"].isna()) & (df.metric == "pointing_game")].iloc[0]
+    assert row.diff_lo > 0 and row.p_value < 0.05
+
+
+def test_paired_bootstrap_refuses_different_ground_truth():
+    a = _dataset(5)
+    b = _dataset(6)
+    with pytest.raises(ValueError, match="different ground truth"):
+        BS.paired_bootstrap({"phantom": a}, {"phantom": b}, n_resamples=5)
