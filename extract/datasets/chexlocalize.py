@@ -1,0 +1,230 @@
+"""CheXlocalize (Saporta et al. 2022): COCO-RLE segmentations of 10 tasks on CheXpert val/test.
+
+Layout under ``--root`` (the Stanford AIMI download)::
+
+    CheXpert/val_labels.csv                  Path,Sex,Age,Frontal/Lateral,AP/PA,No Finding,...
+    CheXpert/val/<patient>/<study>/<view>.jpg
+    CheXpert/test_labels.csv, CheXpert/test/...
+    CheXlocalize/gt_segmentations_val.json   {cxr_id: {"<Pathology>": {"size": [h, w], "counts": "..."}}}
+    CheXlocalize/gt_segmentations_test.json
+
+Splits ``val`` (234 CXRs, default) and ``test`` (668). One case per CSV row; cxr_id is the last
+three parts of ``Path`` joined by ``_`` without the extension (``patient64541_study1_view1_frontal``).
+
+Labels come from the CSV's 13 CheXpert task columns: 1.0 -> 1, 0.0 -> 0, and -1.0 (uncertain) or
+an empty cell -> -1 (not scored; the val/test labels are radiologist labels and should have
+neither). Regions: the 10 segmented tasks (``grounding_classes``) from the segmentation JSON, a
+non-empty mask being the region; an all-zero mask is no region. A non-empty mask forces the label
+to 1 (the radiologist drew it). Pneumonia, Pleural other and Fracture are recognition-only.
+
+The COCO RLE ``counts`` string is validated before pycocotools decodes it (pycocotools itself
+accepts garbage and returns a wrong mask): run lengths must be non-negative and sum to h*w.
+
+Skipped with a problem: a segmentation for a cxr_id not in the CSV, an unknown pathology key,
+a malformed RLE, masks of one CXR with different sizes, a bad label value, no JPG.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from ._io import CaseProblems, check_options, find_first, load_raster, require_file
+from .base import CaseRecord, DatasetReader, Mask, ReaderError
+from .vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
+
+LAYOUT = """  CheXpert/<split>_labels.csv, CheXpert/<split>/<patient>/<study>/<view>.jpg
+  CheXlocalize/gt_segmentations_<split>.json"""
+_LABEL_VALUES = {"1": 1, "1.0": 1, "0": 0, "0.0": 0, "-1": -1, "-1.0": -1, "": -1}
+
+
+def coco_counts(counts: str) -> list[int]:
+    """Decode a COCO compressed-RLE ``counts`` string into its run lengths (pure Python).
+
+    Mirrors pycocotools' ``rleFrString``: 5 bits per character (offset 48), 0x20 = more
+    characters follow, 0x10 on the last character = negative, and from the fourth value on each
+    value is a difference to the value two places back. Raises ValueError on a character outside
+    the alphabet or a truncated number.
+    """
+    out: list[int] = []
+    p, n = 0, len(counts)
+    while p < n:
+        x = k = 0
+        more = True
+        while more:
+            if p >= n:
+                raise ValueError("RLE counts string ends inside a number")
+            c = ord(counts[p]) - 48
+            if not 0 <= c < 64:
+                raise ValueError(f"RLE counts has a character outside the COCO alphabet: {counts[p]!r}")
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p += 1
+            k += 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(out) > 2:
+            x += out[-2]
+        out.append(x)
+    return out
+
+
+def rle_area(rle: dict) -> tuple[tuple[int, int], int]:
+    """Validate a COCO RLE dict {"size": [h, w], "counts": str}; return ((h, w), foreground area).
+
+    Raises ValueError when size is not two positive ints, counts is not a string, a run is
+    negative, or the runs do not cover exactly h*w pixels.
+    """
+    if not isinstance(rle, dict) or "size" not in rle or "counts" not in rle:
+        raise ValueError("segmentation is not a {size, counts} RLE object")
+    size = rle["size"]
+    if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise ValueError(f"RLE size {size!r} is not [height, width]")
+    if not isinstance(rle["counts"], str):
+        raise ValueError("RLE counts is not a compressed string")
+    runs = coco_counts(rle["counts"])
+    if any(r < 0 for r in runs):
+        raise ValueError("RLE has a negative run length")
+    h, w = size
+    if sum(runs) != h * w:
+        raise ValueError(f"RLE runs cover {sum(runs)} pixels, not {h}x{w}={h * w}")
+    return (h, w), sum(runs[1::2])
+
+
+class _RLEMask:
+    """Picklable loader of one validated COCO RLE: (H, W) bool."""
+
+    def __init__(self, rle: dict) -> None:
+        self.rle = {"size": list(rle["size"]), "counts": rle["counts"]}
+
+    def __call__(self) -> np.ndarray:
+        import warnings
+
+        from pycocotools import mask as coco_mask
+
+        rle = {"size": self.rle["size"], "counts": self.rle["counts"].encode("ascii")}
+        with warnings.catch_warnings():
+            # pycocotools 2.0.x calls np.array(copy=False) internally; harmless under numpy 2.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return coco_mask.decode(rle).astype(bool)
+
+
+class CheXlocalizeReader(DatasetReader):
+    """Reads CheXpert labels (13 tasks) and CheXlocalize GT segmentations (10 tasks)."""
+
+    key = "chexlocalize"
+    classes = classes_for("chexlocalize")
+    grounding_classes = grounding_classes_for("chexlocalize")
+    splits = ("val", "test")
+
+    def __init__(self, root, split=None, **options) -> None:
+        super().__init__(root, split, **options)
+        check_options(self.key, options, {})
+
+    def _find(self, *names: str) -> Path:
+        path = find_first(p for n in names for p in (self.root / n, self.root / Path(n).name))
+        if path is None:
+            raise ReaderError(f"CheXlocalize file not found: expected {self.root / names[0]}\n"
+                              f"expected layout under --root:\n{LAYOUT}")
+        return path
+
+    def records(self) -> list[CaseRecord]:
+        self.problems.clear()  # records() may be called again; report each problem once
+        csv_path = self._find(f"CheXpert/{self.split}_labels.csv")
+        seg_path = self._find(f"CheXlocalize/gt_segmentations_{self.split}.json")
+        image_dir = self.root / "CheXpert" / self.split
+        if not image_dir.is_dir():
+            image_dir = self.root / self.split
+        bad = CaseProblems(self.problems)
+        cases = self._read_csv(csv_path, image_dir, bad)
+        try:
+            segs = json.loads(seg_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ReaderError(f"{seg_path}: not valid JSON ({e})") from None
+        if not isinstance(segs, dict):
+            raise ReaderError(f"{seg_path}: expected an object keyed by cxr_id")
+        for cxr_id, tasks in segs.items():
+            where = f"{seg_path.name}:{cxr_id}"
+            if cxr_id not in cases:
+                bad.add(where, f"segmentation for {cxr_id!r}, which is not in {csv_path.name}", cxr_id)
+                continue
+            try:
+                self._add_regions(cases[cxr_id], tasks)
+            except ValueError as e:
+                bad.add(where, str(e), cxr_id)
+        out = []
+        for cxr_id, record in cases.items():
+            if cxr_id in bad:
+                continue
+            if not Path(record.image_ref).is_file():
+                bad.add(record.source, f"no image {record.image_ref}", cxr_id)
+                continue
+            out.append(record)
+        return out
+
+    def _read_csv(self, csv_path: Path, image_dir: Path, bad: CaseProblems) -> dict[str, CaseRecord]:
+        cases: dict[str, CaseRecord] = {}
+        with open(csv_path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            fields = [h.strip() for h in reader.fieldnames or ()]
+            reader.fieldnames = fields
+            path_col = next((c for c in ("Path", "Study") if c in fields), None)
+            columns = {}
+            for cls in self.classes:
+                col = next((n for n in native_labels(self.key, cls) if n in fields), None)
+                if col is None:
+                    raise ReaderError(f"{csv_path}: no column for {cls!r} "
+                                      f"(expected one of {native_labels(self.key, cls)})")
+                columns[cls] = col
+            if path_col is None:
+                raise ReaderError(f"{csv_path}: no 'Path' column")
+            for row in reader:
+                where = f"{csv_path.name}:row {reader.line_num}"
+                parts = PurePosixPath((row[path_col] or "").strip().replace("\\", "/")).parts
+                if len(parts) < 3:
+                    bad.add(where, f"Path {row[path_col]!r} is not <patient>/<study>/<view>.jpg", None)
+                    continue
+                patient, study, view = parts[-3], parts[-2], parts[-1]
+                cxr_id = f"{patient}_{study}_{PurePosixPath(view).stem}"
+                if cxr_id in cases:
+                    bad.add(where, f"{cxr_id} is listed more than once", cxr_id)
+                    continue
+                labels = {}
+                for cls, col in columns.items():
+                    value = (row[col] or "").strip()
+                    if value not in _LABEL_VALUES:
+                        bad.add(where, f"column {col!r} has value {value!r}; expected 1.0, 0.0, -1.0 or empty", cxr_id)
+                        break
+                    labels[cls] = _LABEL_VALUES[value]
+                cases[cxr_id] = CaseRecord(cxr_id, image_dir / patient / study / view, labels, {}, None, where)
+        return cases
+
+    def _add_regions(self, record: CaseRecord, tasks) -> None:
+        if not isinstance(tasks, dict):
+            raise ValueError("entry is not an object of pathology -> RLE")
+        sizes = set()
+        regions = {}
+        for name, rle in tasks.items():
+            if name == "img_size":  # present in the polygon JSONs; tolerated here
+                continue
+            try:
+                cls = canonical(self.key, name)
+            except UnknownLabelError:
+                raise ValueError(f"unknown pathology key {name!r}") from None
+            if cls not in self.grounding_classes:
+                raise ValueError(f"pathology {name!r} is not one of the segmented tasks")
+            size, area = rle_area(rle)
+            sizes.add(size)
+            if area > 0:
+                regions[cls] = [Mask(load=_RLEMask(rle))]
+        if len(sizes) > 1:
+            raise ValueError(f"masks of one CXR have different sizes {sorted(sizes)}")
+        record.regions = regions
+        for cls in regions:
+            record.labels[cls] = 1
+        record.orig_size = sizes.pop() if sizes else None
+
+    def load_image(self, record: CaseRecord) -> np.ndarray:
+        return load_raster(Path(record.image_ref))

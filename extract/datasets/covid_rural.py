@@ -1,0 +1,140 @@
+"""COVID-19-AR "COVID Rural" opacity outlines (Tang, Sun & Li 2020): LabelMe polygons on 221 JPGs.
+
+Layout under ``--root`` (a clone of haimingt/opacity_segmentation_covid_chest_X_ray, or just its
+``covid_rural_annot`` folder)::
+
+    covid_rural_annot/jpgs/<PATIENT_ID>_<MM-DD-YYYY>-XR.jpg
+    covid_rural_annot/jpgs/jsons/<same stem>.json        (LabelMe 4.5.6)
+
+One case per JSON (split ``all``); case id = the JSON stem. Class ``COVID-19``: the region is the
+union of every opacity polygon (``consolidation``, ``groud_glass_opacity`` [sic] and the correct
+spelling); the lung outlines ``right_lung``/``left_lung`` are read and dropped. An image with only
+lung outlines is a negative (label 0). Points are float (x, y) pixels of the original JPG, whose
+size is the JSON's imageHeight/imageWidth. When the JPG is missing, the image embedded in the
+JSON (``imageData``, base64) is used instead.
+
+Skipped with a problem: invalid JSON, no image size, an unknown label (the message lists the known
+ones), a shape that is not a polygon/rectangle, a polygon with fewer than 3 points or a point
+outside the image, no image at all.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ._io import CaseProblems, ImageReadError, check_box, check_options, check_points, index_files, load_raster
+from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
+from .vocabulary import UnknownLabelError, canonical, classes_for, is_ignored
+
+LAYOUT = """  covid_rural_annot/jpgs/<stem>.jpg
+  covid_rural_annot/jpgs/jsons/<stem>.json   (LabelMe polygons)"""
+
+
+class CovidRuralReader(DatasetReader):
+    """Reads the LabelMe JSONs of the COVID-rural opacity annotations and their JPGs."""
+
+    key = "covid_rural"
+    classes = classes_for("covid_rural")
+    splits = ("all",)
+
+    def __init__(self, root, split=None, **options) -> None:
+        super().__init__(root, split, **options)
+        check_options(self.key, options, {})
+
+    def _json_dir(self) -> Path:
+        for d in (self.root / "covid_rural_annot" / "jpgs" / "jsons", self.root / "jpgs" / "jsons"):
+            if d.is_dir():
+                return d
+        raise ReaderError(f"COVID-rural annotations not found: expected {self.root / 'covid_rural_annot/jpgs/jsons'}\n"
+                          f"expected layout under --root:\n{LAYOUT}")
+
+    def records(self) -> list[CaseRecord]:
+        self.problems.clear()  # records() may be called again; report each problem once
+        json_dir = self._json_dir()
+        files = sorted(json_dir.glob("*.json"))
+        if not files:
+            raise ReaderError(f"no LabelMe .json files in {json_dir}\nexpected layout:\n{LAYOUT}")
+        images = index_files([json_dir.parent], (".jpg", ".jpeg", ".png"))
+        (cls,) = self.classes
+        bad = CaseProblems(self.problems)
+        out = []
+        for path in files:
+            case_id = path.stem
+            where = f"{json_dir.name}/{path.name}"
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+                h, w = int(doc["imageHeight"]), int(doc["imageWidth"])
+                if h <= 0 or w <= 0:
+                    raise ValueError(f"image size {h}x{w} is not positive")
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+                bad.add(where, f"not a LabelMe file with imageHeight/imageWidth ({type(e).__name__}: {e})", case_id)
+                continue
+            shapes = doc.get("shapes")
+            if not isinstance(shapes, list):
+                bad.add(where, "no 'shapes' list", case_id)
+                continue
+            opacity = []
+            for i, shape in enumerate(shapes):
+                try:
+                    s = self._shape(shape, h, w)
+                except ValueError as e:
+                    bad.add(f"{where}:shape {i}", str(e), case_id)
+                    continue
+                if s is not None:
+                    opacity.append(s)
+            if case_id in bad:
+                continue
+            if case_id in images:
+                ref: object = images[case_id]
+            elif isinstance(doc.get("imageData"), str) and doc["imageData"]:
+                ref = ("labelme", path)
+            else:
+                bad.add(where, f"no image {case_id}.jpg in {json_dir.parent} and no embedded imageData", case_id)
+                continue
+            regions = {cls: opacity} if opacity else {}
+            out.append(CaseRecord(case_id, ref, {cls: int(bool(opacity))}, regions, (h, w), where))
+        return out
+
+    def _shape(self, shape, h: int, w: int):
+        """The opacity shape (Polygon or Box), None for a lung outline; ValueError if bad."""
+        if not isinstance(shape, dict):
+            raise ValueError("shape is not an object")
+        label = str(shape.get("label", "")).strip()
+        if is_ignored(self.key, label):
+            return None
+        try:
+            canonical(self.key, label)
+        except UnknownLabelError as e:
+            raise ValueError(str(e)) from None
+        kind = shape.get("shape_type") or "polygon"
+        points = shape.get("points")
+        if kind == "polygon":
+            return Polygon(check_points(points, h, w))
+        if kind == "rectangle":
+            if not (isinstance(points, list) and len(points) == 2):
+                raise ValueError("rectangle needs 2 points")
+            (xa, ya), (xb, yb) = check_points(points + [points[0]], h, w)[:2]
+            return check_box(Box(min(xa, xb), min(ya, yb), max(xa, xb), max(ya, yb)), h, w)
+        raise ValueError(f"shape_type {kind!r} of {label!r} is not supported (polygon or rectangle)")
+
+    def load_image(self, record: CaseRecord) -> np.ndarray:
+        ref = record.image_ref
+        if isinstance(ref, tuple) and ref[0] == "labelme":
+            return _embedded_image(Path(ref[1]))
+        return load_raster(Path(ref))
+
+
+def _embedded_image(json_path: Path) -> np.ndarray:
+    """Decode LabelMe's base64 ``imageData`` to (H, W) uint8."""
+    from PIL import Image
+
+    try:
+        data = base64.b64decode(json.loads(json_path.read_text(encoding="utf-8"))["imageData"])
+        with Image.open(io.BytesIO(data)) as im:
+            return np.asarray(im.convert("L"), dtype=np.uint8).copy()
+    except Exception as e:
+        raise ImageReadError(f"{json_path}: cannot decode the embedded imageData ({e})") from None
