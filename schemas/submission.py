@@ -69,7 +69,7 @@ class DatasetSpec:
             problems.append(Problem(where, f"score_kind must be 'logit' or 'probability', got {self.score_kind!r}"))
         if len(set(self.case_ids)) != len(self.case_ids):
             problems.append(Problem(where, "case_ids repeat"))
-        if not self.case_ids:
+        if len(self.case_ids) == 0:
             problems.append(Problem(where, "no case_ids"))
         if len(set(self.classes)) != len(self.classes) or not self.classes:
             problems.append(Problem(where, "classes must be a non-empty list of unique names"))

@@ -1,0 +1,242 @@
+"""The XBench report: leaderboard tables, figures, paired comparisons and one static HTML page,
+built from earlier score outputs (one directory per submission) without rescoring.
+
+``build_report(out_dir, result_dirs)`` writes into ``out_dir``::
+
+    index.html                 self-contained page (inline CSS; images referenced by relative path)
+    leaderboard.md             Table 1 layout (grounding), fixed-threshold grounding, recognition, gaps
+    leaderboard.csv            Table 1 as CSV (fractions, with ci_lo/ci_hi columns)
+    grounding_fixed.csv, recognition.csv, comparisons.csv
+    per_class.md, per_class/<dataset>_<metric>.csv
+    figures/*.png, figures/*.svg
+    report.json                manifest: files, fitted line, ΔDice, size bins, what was skipped and why
+
+Every file is written atomically (temporary name, then rename).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ._load import ReportInputError, Result, load_result, load_results
+from .paired import bootstrap_summaries, paired_bootstrap
+
+__all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "paired_bootstrap",
+           "PER_CLASS_METRICS"]
+
+PER_CLASS_METRICS = ("pointing_game", "dice_best", "iou_best", "auroc")
+GAP_METRICS = ("pointing_game", "dice_best", "iou_best", "auroc")
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _has_pairs(r: Result) -> bool:
+    return r.counts is not None
+
+
+def _lacks_intervals(r: Result) -> bool:
+    """True when metrics.json has no interval above class level (dataset ``ci95`` or top-level ``ci95``)."""
+    m = r.metrics
+    return not m.get("ci95") or any(not ds.get("ci95") for ds in m.get("datasets", {}).values())
+
+
+def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=None) -> list[dict]:
+    """Paired comparisons of neighbours in the ranking by overall pointing game (1st vs 2nd, ...).
+
+    Each entry: {"a", "b", "rows": [ComparisonRow for the overall GAP_METRICS]}; pairs lacking
+    per-pair data or scored against different ground truths are reported with "skipped".
+    """
+    from .tables import value_of
+
+    ranked = sorted(results, key=lambda r: -(value_of(r, "overall", "pointing_game") or -1.0))
+    gaps = []
+    cache: dict = {}  # each model's replicates are computed once, though it meets two neighbours
+    for a, b in zip(ranked, ranked[1:]):
+        if not (_has_pairs(a) and _has_pairs(b)):
+            gaps.append({"a": a.name, "b": b.name, "skipped": "needs pair_counts.npz"})
+            continue
+        try:
+            rows = paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=False, cache=cache)
+        except ReportInputError as err:
+            gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(err.problems)})
+            continue
+        gaps.append({"a": a.name, "b": b.name,
+                     "rows": [r for r in rows if r.scope == "overall" and r.metric in GAP_METRICS]})
+        if progress:
+            progress.update(1)
+    return gaps
+
+
+def comparison_csv(rows, a_name: str, b_name: str) -> str:
+    """Long-form CSV of paired comparison rows (fractions)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["a", "b", "scope", "class", "metric", "value_a", "value_b", "diff", "ci_lo", "ci_hi",
+                "p_value", "n_valid", "significant"])
+
+    def n(x):
+        return "" if x is None else repr(float(x))
+
+    for r in rows:
+        w.writerow([a_name, b_name, r.scope, r.cls or "", r.metric, n(r.a), n(r.b), n(r.diff), n(r.ci_lo),
+                    n(r.ci_hi), n(r.p_value), r.n_valid, int(r.significant)])
+    return buf.getvalue()
+
+
+def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
+    """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
+    from .tables import DATASET_TITLES, METRIC_TITLES
+
+    lines = [f"### {title or f'{a_name} vs {b_name}'}", "",
+             f"Paired bootstrap of {a_name} − {b_name} (percentage points); * = 95% interval excludes 0.", "",
+             "| Scope | Class | Metric | A | B | A − B | 95% CI | p |", "|---|---|---|---:|---:|---:|---|---:|"]
+
+    def pct(x):
+        return "–" if x is None else f"{100 * x:.2f}"
+
+    for r in rows:
+        ci = "–" if r.ci_lo is None else f"{100 * r.ci_lo:+.2f} to {100 * r.ci_hi:+.2f}"
+        d = "–" if r.diff is None else f"{100 * r.diff:+.2f}" + ("*" if r.significant else "")
+        scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
+        p = "–" if r.p_value is None else f"{r.p_value:.3f}"
+        lines.append(f"| {scope} | {r.cls or ''} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a)} | "
+                     f"{pct(r.b)} | {d} | {ci} | {p} |")
+    return "\n".join(lines) + "\n"
+
+
+def _resolve_inputs(results, images, gt, submissions):
+    """Paths for overlays: explicit options win, then what the scorer recorded in metrics.json."""
+    submissions = dict(submissions or {})
+    resolved = {}
+    for r in results:
+        p = submissions.get(r.name) or submissions.get(r.path.name) or r.inputs().get("submission")
+        if p is not None and Path(p).exists():
+            resolved[r.name] = Path(p)
+    if gt is None:
+        gt = next((r.inputs().get("gt") for r in results if r.inputs().get("gt")), None)
+    if images is None:
+        images = next((r.inputs().get("images") for r in results if r.inputs().get("images")), None)
+    images = Path(images) if images is not None and Path(images).exists() else None
+    gt = Path(gt) if gt is not None and Path(gt).exists() else None
+    return images, gt, resolved
+
+
+def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None, n_boot: int = 1000,
+                 seed: int = 0, size_bins: str = "fixed", overlays: bool = True, progress: bool = False,
+                 title: str = "XBench report") -> Path:
+    """Build the report for several score outputs into ``out_dir``; returns the index.html path.
+
+    result_dirs: score output directories (each with metrics.json; pairs.parquet and pair_counts.npz
+    enable intervals above class level, the size figure, overlays and the paired gaps).
+    images / gt: images.zarr and gt.zarr paths for the overlays (default: the paths the scorer
+    recorded); submissions: {model name or result directory name: submission store path}.
+    n_boot: bootstrap resamples for intervals the scorer did not write and for the paired gaps
+    (0 disables both). Raises ReportInputError (one message per problem) for unusable inputs.
+    """
+    from tqdm import tqdm
+
+    from . import figures as F
+    from .html import render_html
+    from .tables import grounding_fixed_table, grounding_table, per_class_table, recognition_table
+
+    out = Path(out_dir)
+    results = load_results([Path(p) for p in result_dirs])
+    fig_dir = out / "figures"
+    steps = tqdm(total=6, desc="report", disable=not progress, leave=False)
+    skipped: list[str] = []
+
+    computed = {}
+    if n_boot > 0:
+        for r in results:
+            if not _lacks_intervals(r):
+                continue  # the scorer wrote dataset and overall intervals: use those
+            if _has_pairs(r):
+                computed[r.name] = bootstrap_summaries(r, n_boot=n_boot, seed=seed)
+            else:
+                skipped.append(f"{r.name}: no pair_counts.npz, so no intervals above class level")
+    steps.update(1)
+
+    main_tables = [grounding_table(results, computed), grounding_fixed_table(results, computed),
+                   recognition_table(results, computed)]
+    from .tables import dataset_order
+
+    per_class = [per_class_table(results, d, m) for d in dataset_order(results) for m in PER_CLASS_METRICS]
+    gaps = adjacent_gaps(results, n_boot=n_boot, seed=seed) if n_boot > 0 and len(results) > 1 else []
+    steps.update(1)
+
+    files: dict[str, list[str]] = {"tables": [], "figures": [], "overlays": []}
+    csv_names = {"grounding": "leaderboard.csv", "grounding_fixed": "grounding_fixed.csv",
+                 "recognition": "recognition.csv"}
+    for t in main_tables:
+        files["tables"].append(str(_write_text(out / csv_names[t.key], t.to_csv()).relative_to(out)))
+    for t in per_class:
+        files["tables"].append(str(_write_text(out / "per_class" / f"{t.key}.csv", t.to_csv()).relative_to(out)))
+    md = [f"# {title}", "", "Models: " + ", ".join(r.name for r in results), ""]
+    md += [t.to_markdown() for t in main_tables]
+    gap_md = []
+    gap_rows_all = []
+    for g in gaps:
+        if "rows" in g:
+            gap_md.append(comparison_markdown(g["rows"], g["a"], g["b"], title=f"Gap: {g['a']} vs {g['b']}"))
+            gap_rows_all.append(comparison_csv(g["rows"], g["a"], g["b"]))
+        else:
+            skipped.append(f"gap {g['a']} vs {g['b']}: {g['skipped']}")
+    if gap_md:
+        md += ["## Are the gaps real? (paired bootstrap, neighbours in the pointing-game ranking)", ""] + gap_md
+        body = "".join(s.split("\n", 1)[1] if k else s for k, s in enumerate(gap_rows_all))
+        files["tables"].append(str(_write_text(out / "comparisons.csv", body).relative_to(out)))
+    files["tables"].append(str(_write_text(out / "leaderboard.md", "\n".join(md)).relative_to(out)))
+    files["tables"].append(str(_write_text(out / "per_class.md", "\n".join(
+        [f"# {title}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
+    steps.update(1)
+
+    info: dict = {}
+    info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
+    info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best")
+    info["pointing_heatmap"] = F.pointing_heatmap(results, fig_dir / "pointing_heatmap")
+    if any(r.pairs is not None for r in results):
+        info["region_size"] = F.region_size(results, fig_dir / "region_size", bins=size_bins)
+        skipped += [f"{n}: no pairs.parquet, left out of the size figure" for n in info["region_size"]["skipped"]]
+    else:
+        skipped.append("region-size figure: no pairs.parquet in any result")
+    for v in info.values():
+        files["figures"] += [str(Path(p).relative_to(out)) for p in v["files"]]
+    steps.update(1)
+
+    overlay_info = {"files": [], "skipped": []}
+    if overlays:
+        img_path, gt_path, subs = _resolve_inputs(results, images, gt, submissions)
+        from .overlays import overlay_figures
+
+        overlay_info = overlay_figures(results, fig_dir, images_path=img_path, gt_path=gt_path, submissions=subs)
+        skipped += overlay_info["skipped"]
+        files["overlays"] = [str(Path(p).relative_to(out)) for p in overlay_info["files"]]
+    steps.update(1)
+
+    page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
+                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files)
+    index = _write_text(out / "index.html", page)
+    manifest = {
+        "models": [{"name": r.name, "path": str(r.path)} for r in results],
+        "files": files,
+        "fit": info["auroc_vs_pointing"]["fit"],
+        "delta_dice": info["dice_fixed_vs_best"]["delta_dice"],
+        "size_bins": {k: info["region_size"][k] for k in ("bins", "edges")} if "region_size" in info else None,
+        "n_boot": n_boot,
+        "seed": seed,
+        "skipped": skipped,
+    }
+    _write_text(out / "report.json", json.dumps(manifest, indent=1, default=str))
+    steps.update(1)
+    steps.close()
+    return index
+

@@ -1,0 +1,139 @@
+"""``xbench report DIR... --out OUT`` and ``xbench compare A_DIR B_DIR``: the report over earlier score
+outputs, without rescoring.
+
+Exit codes: 0 written; 2 unusable input (one problem per line on stderr, no traceback); 1 anything else.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ._load import ReportInputError
+
+__all__ = ["report", "compare", "main", "compare_main"]
+
+
+def _parse_submissions(values) -> dict:
+    out = {}
+    for v in values:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"expected NAME=PATH, got {v!r}", param_hint="--submission")
+        out[name] = path
+    return out
+
+
+def _fail(problems, code: int = 2):
+    for p in problems:
+        click.echo(f"error: {p}", err=True)
+    sys.exit(code)
+
+
+@click.command("report")
+@click.argument("result_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the report into (created; files in it are replaced).")
+@click.option("--images", type=click.Path(path_type=Path), default=None,
+              help="images.zarr for the overlay figures (default: the path recorded by xbench-score).")
+@click.option("--gt", type=click.Path(path_type=Path), default=None,
+              help="gt.zarr for the ground-truth outlines in the overlays (default: as recorded).")
+@click.option("--submission", "submissions", multiple=True, metavar="NAME=PATH",
+              help="Submission store of a model (NAME: model name or result directory name); repeatable.")
+@click.option("--n-boot", default=1000, show_default=True, type=click.IntRange(min=0),
+              help="Bootstrap resamples for intervals above class level and for the paired gaps (0: none).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bootstrap resamples.")
+@click.option("--size-bins", type=click.Choice(["fixed", "tercile"]), default="fixed", show_default=True,
+              help="Lesion-size bins: fixed fractions of the image (<1%, 1-5%, >=5%) or terciles.")
+@click.option("--no-overlays", is_flag=True, help="Skip the map-over-image figures.")
+@click.option("--title", default="XBench report", show_default=True, help="Page title.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report manifest (report.json) to stdout.")
+def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bins, no_overlays, title, quiet,
+           as_json):
+    """Build the leaderboard, figures and HTML page from earlier xbench-score outputs.
+
+    Each RESULT_DIR is one submission's score output (metrics.json, and pairs.parquet +
+    pair_counts.npz for intervals, the size figure, overlays and the paired gaps).
+
+    \b
+    Example:
+      xbench report scores/clip scores/dog scores/random --out report/
+      xbench report scores/* --out report/ --images images.zarr --gt gt.zarr
+    """
+    from . import build_report
+
+    try:
+        subs = _parse_submissions(submissions)
+        index = build_report(out_dir, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
+                             seed=seed, size_bins=size_bins, overlays=not no_overlays,
+                             progress=not quiet and not as_json, title=title)
+    except ReportInputError as err:
+        _fail(err.problems)
+    except click.BadParameter:
+        raise
+    except Exception as err:  # noqa: BLE001 - the CLI promises one line, not a traceback
+        _fail([f"{type(err).__name__}: {err}"], code=1)
+    if as_json:
+        click.echo((Path(out_dir) / "report.json").read_text())
+    elif not quiet:
+        click.echo(f"report written: {index}")
+
+
+@click.command("compare")
+@click.argument("a_dir", type=click.Path(path_type=Path))
+@click.argument("b_dir", type=click.Path(path_type=Path))
+@click.option("--n-boot", default=1000, show_default=True, type=click.IntRange(min=0),
+              help="Paired bootstrap resamples (0: point estimates only).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the resamples.")
+@click.option("--per-class/--no-per-class", default=False, show_default=True,
+              help="Also compare every class, not only dataset means and the overall mean.")
+@click.option("--out", "out_csv", type=click.Path(path_type=Path), default=None,
+              help="Also write the comparison as CSV (fractions) to this file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a Markdown table.")
+def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
+    """Paired bootstrap of A - B for every metric, on the same ground truth.
+
+    Both directories are xbench-score outputs for the same gt.zarr. The same resampled cases are
+    used for both submissions, so the 95% interval reflects how they differ case by case; a gap
+    whose interval excludes 0 is marked with *.
+
+    \b
+    Example:
+      xbench compare scores/clip scores/random --n-boot 2000
+    """
+    from . import comparison_csv, comparison_markdown
+    from ._load import load_results
+    from .paired import paired_bootstrap
+
+    try:
+        a, b = load_results([a_dir, b_dir])
+        rows = paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=per_class)
+    except ReportInputError as err:
+        _fail(err.problems)
+    except Exception as err:  # noqa: BLE001
+        _fail([f"{type(err).__name__}: {err}"], code=1)
+    if out_csv is not None:
+        out_csv.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_csv.with_name(f".{out_csv.name}.tmp")
+        tmp.write_text(comparison_csv(rows, a.name, b.name))
+        tmp.replace(out_csv)
+    if as_json:
+        click.echo(json.dumps([dict(r.__dict__, significant=r.significant) for r in rows], indent=1))
+    else:
+        click.echo(comparison_markdown(rows, a.name, b.name))
+
+
+def main(argv=None):
+    """Entry point for ``python -m xbench.score.report.cli`` (the report command alone)."""
+    report.main(args=argv, prog_name="xbench report")
+
+
+def compare_main(argv=None):
+    compare.main(args=argv, prog_name="xbench compare")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""The report's figures (matplotlib, object API on the Agg canvas; each saved as PNG and SVG).
+
+- ``auroc_vs_pointing``: overall AUROC against overall pointing game per model, with the
+  least-squares line and R² (paper Fig. 3); the line needs >= 3 models with distinct AUROC.
+- ``dice_fixed_vs_best``: overall Dice at tau = 0.5 and at the best tau per model, ΔDice labelled
+  (paper Fig. 4).
+- ``pointing_heatmap``: pointing game per class (columns, grouped by dataset) and model (rows).
+- ``region_size``: pointing game and best-threshold Dice by lesion size (small / medium / large).
+  Size = region pixels / grid pixels. Bins are fixed fractions of the grid by default
+  (< 1 %, 1-5 %, >= 5 %; ``SIZE_EDGES``) or terciles of all positive pairs (``bins="tercile"``).
+  Values are means over all positive pairs in the bin, pooled over datasets and classes.
+
+Every function takes the loaded results and an output stem (without suffix), writes
+``stem.png`` and ``stem.svg``, and returns a dict describing what was drawn (or why nothing was).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ._load import Result
+from .tables import DATASET_TITLES, dataset_order, value_of
+
+__all__ = [
+    "SIZE_EDGES",
+    "save_figure",
+    "auroc_vs_pointing",
+    "dice_fixed_vs_best",
+    "pointing_heatmap",
+    "region_size",
+    "size_bins",
+    "linear_fit",
+]
+
+SIZE_EDGES = (0.01, 0.05)
+SIZE_LABELS = ("small", "medium", "large")
+
+
+def save_figure(fig: Figure, stem: Path, *, dpi: int = 150) -> list[Path]:
+    """Write ``stem.png`` and ``stem.svg`` atomically; returns both paths. ``dpi`` also sets the
+    resolution of raster images embedded in the SVG."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ext in ("png", "svg"):
+        final = stem.with_suffix(f".{ext}")
+        tmp = final.with_name(f".{final.name}.tmp")
+        # fixed metadata keeps SVG output byte-stable between runs
+        extra = {"metadata": {"Date": None}} if ext == "svg" else {"pil_kwargs": {"compress_level": 3}}
+        fig.savefig(tmp, format=ext, dpi=dpi, bbox_inches="tight", **extra)
+        tmp.replace(final)
+        out.append(final)
+    return out
+
+
+def _pct(x):
+    return None if x is None else 100.0 * x
+
+
+def linear_fit(x, y) -> dict | None:
+    """Least-squares line y = a x + b and R² = 1 - SS_res / SS_tot; None when < 3 points or x constant."""
+    x = np.asarray(x, float)
+    y = np.asarray(y, float)
+    if len(x) < 3 or np.ptp(x) == 0:
+        return None
+    a, b = np.polyfit(x, y, 1)
+    ss_res = float(np.sum((y - (a * x + b)) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return {"slope": float(a), "intercept": float(b), "r2": r2}
+
+
+def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
+    """Fig. 3: overall AUROC (x) vs overall pointing game (y), percent, with fitted line and R²."""
+    pts = [(r.name, _pct(value_of(r, "overall", "auroc")), _pct(value_of(r, "overall", "pointing_game")))
+           for r in results]
+    pts = [p for p in pts if p[1] is not None and p[2] is not None]
+    fig = Figure(figsize=(5.2, 4.2))
+    ax = fig.add_subplot()
+    fit = linear_fit([p[1] for p in pts], [p[2] for p in pts]) if pts else None
+    for k, (name, x, y) in enumerate(pts):
+        ax.scatter([x], [y], s=40, color=f"C{k % 10}", zorder=3)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    if fit:
+        xs = np.linspace(min(p[1] for p in pts), max(p[1] for p in pts), 50)
+        ax.plot(xs, fit["slope"] * xs + fit["intercept"], "k--", lw=1,
+                label=f"fit: y = {fit['slope']:.2f}x {fit['intercept']:+.1f}, $R^2$ = {fit['r2']:.2f}")
+        ax.legend(loc="best", fontsize=8, framealpha=0.8)
+    elif not pts:
+        ax.text(0.5, 0.5, "no model has both AUROC and pointing game", ha="center", transform=ax.transAxes)
+    ax.set_xlabel("AUROC (%), mean over datasets")
+    ax.set_ylabel("Pointing game (%), mean over datasets")
+    ax.set_title("Recognition vs grounding")
+    ax.grid(alpha=0.3)
+    files = save_figure(fig, stem)
+    return {"files": files, "points": pts, "fit": fit}
+
+
+def dice_fixed_vs_best(results: list[Result], stem: Path) -> dict:
+    """Fig. 4: overall Dice at tau = 0.5 and at the best tau per model, with ΔDice = best - fixed."""
+    names = [r.name for r in results]
+    fixed = [_pct(value_of(r, "overall", "dice_fixed")) for r in results]
+    best = [_pct(value_of(r, "overall", "dice_best")) for r in results]
+    fig = Figure(figsize=(max(4.5, 1.0 + 0.9 * len(names)), 4.0))
+    ax = fig.add_subplot()
+    x = np.arange(len(names))
+    f0 = [v if v is not None else 0.0 for v in fixed]
+    b0 = [v if v is not None else 0.0 for v in best]
+    ax.bar(x - 0.2, f0, 0.4, label="Dice at τ = 0.5", color="C0")
+    ax.bar(x + 0.2, b0, 0.4, label="Dice at best τ", color="C1")
+    deltas = []
+    for i, (f, b) in enumerate(zip(fixed, best)):
+        d = None if f is None or b is None else b - f
+        deltas.append(d)
+        if d is not None:
+            ax.annotate(f"Δ{d:.1f}", (i + 0.2, b), textcoords="offset points", xytext=(0, 3),
+                        ha="center", fontsize=8)
+    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("Dice (%), mean over datasets")
+    ax.set_title("Fixed vs best threshold")
+    ax.legend(fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    files = save_figure(fig, stem)
+    return {"files": files, "delta_dice": dict(zip(names, deltas))}
+
+
+def pointing_heatmap(results: list[Result], stem: Path) -> dict:
+    """Per-class pointing game: models (rows) by classes (columns, grouped by dataset), percent."""
+    cols: list[tuple[str, str]] = []
+    for d in dataset_order(results):
+        for r in results:
+            for c in r.metrics["datasets"].get(d, {}).get("classes", {}):
+                if (d, c) not in cols:
+                    cols.append((d, c))
+    M = np.full((len(results), len(cols)), np.nan)
+    for i, r in enumerate(results):
+        for j, (d, c) in enumerate(cols):
+            v = value_of(r, d, "pointing_game", c)
+            if v is not None:
+                M[i, j] = 100 * v
+    fig = Figure(figsize=(max(4.5, 1.8 + 0.42 * len(cols)), max(2.5, 1.2 + 0.45 * len(results))))
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(M), aspect="auto", cmap="viridis", vmin=0, vmax=100)
+    ax.set_facecolor("0.85")  # undefined cells (no positive pair) show grey
+    ax.set_yticks(range(len(results)), [r.name for r in results], fontsize=8)
+    multi = len({d for d, _ in cols}) > 1
+    labels = [f"{DATASET_TITLES.get(d, d)}: {c}" if multi else c for d, c in cols]
+    ax.set_xticks(range(len(cols)), labels, rotation=60, ha="right", fontsize=7)
+    if M.size <= 400:
+        for i in range(M.shape[0]):
+            for j in range(M.shape[1]):
+                if not np.isnan(M[i, j]):
+                    ax.text(j, i, f"{M[i, j]:.0f}", ha="center", va="center", fontsize=6,
+                            color="white" if M[i, j] < 50 else "black")
+    fig.colorbar(im, ax=ax, label="Pointing game (%)", shrink=0.8)
+    ax.set_title("Pointing game per class")
+    files = save_figure(fig, stem)
+    return {"files": files, "columns": cols, "values": M}
+
+
+def size_bins(fraction: np.ndarray, bins: str = "fixed") -> tuple[np.ndarray, tuple[float, float]]:
+    """Bin index (0 small, 1 medium, 2 large) per pair and the two edges used (fractions of the grid).
+
+    ``bins="fixed"`` uses SIZE_EDGES; ``"tercile"`` the 1/3 and 2/3 quantiles of ``fraction``.
+    A value equal to an edge goes to the larger bin.
+    """
+    if bins == "fixed":
+        edges = SIZE_EDGES
+    elif bins == "tercile":
+        if len(fraction) == 0:
+            edges = SIZE_EDGES
+        else:
+            q = np.quantile(fraction, [1 / 3, 2 / 3])
+            edges = (float(q[0]), float(q[1]))
+    else:
+        raise ValueError(f"bins must be 'fixed' or 'tercile'; got {bins!r}")
+    return np.searchsorted(np.asarray(edges), fraction, side="right"), tuple(edges)
+
+
+def _region_frame(r: Result):
+    p = r.pairs
+    p = p[p["has_region"].astype(bool)].copy()
+    area = np.array([np.prod(r.grid(d)) for d in p["dataset"]], dtype=float) if len(p) else np.zeros(0)
+    p["fraction"] = p["region_pixels"].to_numpy(dtype=float) / np.maximum(area, 1)
+    return p
+
+
+def region_size(results: list[Result], stem: Path, *, bins: str = "fixed") -> dict:
+    """Pointing game and best-threshold Dice per lesion-size bin and model (bars), percent.
+
+    Needs pairs.parquet; results without it are left out (listed under "skipped").
+    The bins come from the union of the results' positive pairs, so with one ground truth every
+    model is measured on the same pairs in each bin.
+    """
+    usable = [r for r in results if r.pairs is not None]
+    skipped = [r.name for r in results if r.pairs is None]
+    frames = {r.name: _region_frame(r) for r in usable}
+    pooled = np.concatenate([f["fraction"].to_numpy() for f in frames.values()]) if frames else np.zeros(0)
+    _, edges = size_bins(pooled, bins)
+    fig = Figure(figsize=(max(7.0, 2.0 + 1.2 * len(usable)), 3.8))
+    axes = [fig.add_subplot(1, 2, k + 1) for k in range(2)]
+    table: dict = {}
+    width = 0.8 / max(1, len(usable))
+    counts = np.zeros(3, int)
+    for k, r in enumerate(usable):
+        f = frames[r.name]
+        idx = np.searchsorted(np.asarray(edges), f["fraction"].to_numpy(), side="right")
+        vals = {}
+        for metric, ax in zip(("hit", "dice_best"), axes):
+            ys = []
+            for b in range(3):
+                sel = f[metric].to_numpy(dtype=float, na_value=np.nan)[idx == b]
+                ys.append(100 * float(np.mean(sel)) if len(sel) else np.nan)
+            vals[metric] = ys
+            ax.bar(np.arange(3) + (k - (len(usable) - 1) / 2) * width, np.nan_to_num(ys), width,
+                   label=r.name, color=f"C{k % 10}")
+        counts = np.bincount(idx, minlength=3)[:3]
+        table[r.name] = {"pointing_game": vals["hit"], "dice_best": vals["dice_best"], "n_pairs": counts.tolist()}
+    lo, hi = edges
+    ticks = [f"small\n< {100 * lo:.2g}%", f"medium\n{100 * lo:.2g}–{100 * hi:.2g}%", f"large\n≥ {100 * hi:.2g}%"]
+    ticks = [f"{t}\n(n={n})" for t, n in zip(ticks, counts)]
+    for ax, title in zip(axes, ("Pointing game (%)", "Dice at best τ (%)")):
+        ax.set_xticks(range(3), ticks, fontsize=8)
+        ax.set_title(title)
+        ax.set_ylim(0, 100)
+        ax.grid(axis="y", alpha=0.3)
+    if usable:
+        axes[1].legend(fontsize=7, frameon=False, loc="upper left")
+    fig.suptitle("Grounding by lesion size (region area / image area)")
+    files = save_figure(fig, stem)
+    return {"files": files, "edges": edges, "bins": bins, "values": table, "skipped": skipped}

@@ -1,0 +1,134 @@
+"""The report's static HTML page: one file, inline CSS, no scripts, no remote resources.
+
+Images are referenced by relative path (``figures/<name>.png``, each linked to its SVG), so the
+report directory can be copied or served as it is; every link points inside the directory.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+from pathlib import Path
+
+__all__ = ["render_html"]
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
+color:#1d1d1f;padding:0 1em;line-height:1.4}
+h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+.meta{color:#555;font-size:.9em}
+.scroll{overflow-x:auto;margin:.8em 0}
+table.lb{border-collapse:collapse;font-size:.8em;white-space:nowrap}
+table.lb th,table.lb td{border:1px solid #ddd;padding:3px 6px;text-align:right}
+table.lb thead th{background:#f3f4f6;text-align:center}
+table.lb th.model{text-align:left;background:#fafafa}
+table.lb caption{caption-side:bottom;text-align:left;color:#555;padding-top:4px;font-size:.95em}
+.ci{color:#777;font-size:.85em}.na{color:#aaa}
+.sig{color:#0a7d27;font-weight:600}.ns{color:#888}
+figure{margin:1em 0;display:inline-block;vertical-align:top;max-width:100%}
+figure img{max-width:100%;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555;max-width:560px}
+details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
+ul.skipped{color:#8a5300;font-size:.9em}
+"""
+
+FIGURE_CAPTIONS = {
+    "auroc_vs_pointing": "Recognition (AUROC) against grounding (pointing game) per model, means over datasets, "
+                         "with the least-squares line and R² (shown with at least three models).",
+    "dice_fixed_vs_best": "Dice at the fixed threshold τ = 0.5 against Dice at the best threshold per class; "
+                          "ΔDice = best − fixed (a calibration gap).",
+    "pointing_heatmap": "Pointing game per class and model (grey: no positive pair).",
+    "region_size": "Pointing game and best-threshold Dice by lesion size (region area as a fraction of the "
+                   "image), pooled over all positive pairs.",
+}
+
+
+def _e(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _fig(rel_png: str, caption: str) -> str:
+    rel_svg = str(Path(rel_png).with_suffix(".svg"))
+    return (f'<figure><a href="{_e(rel_svg)}"><img src="{_e(rel_png)}" alt="{_e(caption)}"></a>'
+            f"<figcaption>{_e(caption)} (<a href=\"{_e(rel_svg)}\">SVG</a>)</figcaption></figure>")
+
+
+def _gaps_html(gaps) -> str:
+    from .tables import METRIC_TITLES
+
+    rows = []
+    for g in gaps:
+        if "rows" not in g:
+            continue
+        for r in g["rows"]:
+            if r.diff is None:
+                continue
+            ci = "–" if r.ci_lo is None else f"{100 * r.ci_lo:+.2f} to {100 * r.ci_hi:+.2f}"
+            cls = "sig" if r.significant else "ns"
+            verdict = "real" if r.significant else "within noise"
+            rows.append(f"<tr><th class=\"model\">{_e(g['a'])} vs {_e(g['b'])}</th>"
+                        f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{100 * r.diff:+.2f}</td>"
+                        f"<td>{ci}</td><td class=\"{cls}\">{verdict}</td></tr>")
+    if not rows:
+        return ""
+    return ('<div class="scroll"><table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
+            "<th>A − B (pp)</th><th>95% CI</th><th>Gap</th></tr></thead><tbody>" + "".join(rows)
+            + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
+              "datasets. A gap is called real when its 95% interval excludes 0.</caption></table></div>")
+
+
+def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files) -> str:
+    """The whole page as a string (UTF-8, HTML5)."""
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    gt = {r.gt_sha256 for r in results if r.gt_sha256}
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{_e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>",
+             f"<h1>{_e(title)}</h1>",
+             f'<p class="meta">{len(results)} model(s): {_e(", ".join(r.name for r in results))}. '
+             f"Ground truth sha256: {_e(', '.join(sorted(x[:16] for x in gt)) or 'not recorded')}. "
+             f"Generated {now}. All values in percent.</p>",
+             '<p class="meta">Downloads: <a href="leaderboard.md">leaderboard.md</a> · '
+             '<a href="leaderboard.csv">leaderboard.csv</a> · <a href="grounding_fixed.csv">grounding_fixed.csv</a>'
+             ' · <a href="recognition.csv">recognition.csv</a> · <a href="per_class.md">per_class.md</a>'
+             + (' · <a href="comparisons.csv">comparisons.csv</a>' if "comparisons.csv" in files["tables"] else "")
+             + ' · <a href="report.json">report.json</a></p>']
+    parts.append("<h2>Leaderboard</h2>")
+    for t in main_tables:
+        parts.append(f"<h3>{_e(t.title)}</h3><div class=\"scroll\">{t.to_html()}</div>")
+    gap_html = _gaps_html(gaps)
+    if gap_html:
+        parts.append("<h2>Are the gaps real?</h2>")
+        parts.append("<p>Each model against the next one in the pointing-game ranking.</p>" + gap_html)
+    parts.append("<h2>Figures</h2>")
+    for key, caption in FIGURE_CAPTIONS.items():
+        info = figures.get(key)
+        if not info:
+            continue
+        png = next(str(p) for p in files["figures"] if p.endswith(f"{key}.png"))
+        cap = caption
+        if key == "auroc_vs_pointing" and info.get("fit"):
+            cap += f" R² = {info['fit']['r2']:.2f}."
+        if key == "region_size":
+            lo, hi = info["edges"]
+            cap += f" Bins: small < {100 * lo:.3g}%, medium {100 * lo:.3g}–{100 * hi:.3g}%, large ≥ {100 * hi:.3g}% ({info['bins']})."
+        parts.append(_fig(png, cap))
+    if overlay_files:
+        parts.append("<h2>Best and worst cases</h2><p>Saliency (jet, normalised) over the image; "
+                     "ground-truth region outlined in cyan. Best and worst positive pair of each class by "
+                     "best-threshold Dice.</p>")
+        for p in overlay_files:
+            if p.endswith(".png"):
+                parts.append(_fig(p, Path(p).stem.replace("overlay_", "")))
+    parts.append("<h2>Per-class tables</h2>")
+    for t in per_class:
+        parts.append(f"<details><summary>{_e(t.title)}</summary><div class=\"scroll\">{t.to_html()}</div></details>")
+    if skipped:
+        parts.append("<h2>Not shown</h2><ul class=\"skipped\">" + "".join(f"<li>{_e(s)}</li>" for s in skipped)
+                     + "</ul>")
+    parts.append("<h2>Definitions</h2><p class=\"meta\">Pointing game: the map's first maximum lies in the "
+                 "region. Dice/IoU at τ: the normalised map thresholded at ≥ τ against the region; best τ "
+                 "chosen per class over 0.00…1.00. Means over positive pairs per class, over classes per "
+                 "dataset, over datasets overall. Intervals: 95% percentile bootstrap over cases. Best value "
+                 "per column in bold, second best underlined.</p>")
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,130 @@
+"""Saliency maps drawn over the images, with the ground-truth outline, for the best and worst
+positive pair of each class (by best-threshold Dice, ties broken by the pointing-game hit, then by
+case order).
+
+One figure per (model, dataset): rows are classes, the two columns the best and the worst case.
+The image is images.zarr's S x S picture; the raw map (min-max normalised, as the scorer does) and
+the ground-truth region (grid H x W) are both stretched over the whole image, since maps and
+regions cover the whole original image by contract. Needs the model's pairs.parquet and the
+paths of images.zarr, gt.zarr and the submission store.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ._load import Result
+from .figures import save_figure
+from .tables import DATASET_TITLES
+
+__all__ = ["pick_cases", "overlay_figure", "overlay_figures"]
+
+MAX_CLASSES = 24  # rows per figure; a larger dataset is cut (the figure says so)
+
+
+def pick_cases(pairs, dataset: str, cls: str) -> tuple[dict | None, dict | None]:
+    """(best, worst) rows (as dicts) among the positive pairs of one class; (None, None) if none."""
+    sub = pairs[(pairs["dataset"] == dataset) & (pairs["class"] == cls) & pairs["has_region"].astype(bool)]
+    if len(sub) == 0:
+        return None, None
+    dice = sub["dice_best"].to_numpy(dtype=float, na_value=-1.0)
+    key = dice + 1e-9 * sub["hit"].to_numpy(dtype=float, na_value=0.0)
+    order = np.argsort(-key, kind="stable")
+    rows = sub.iloc[order].to_dict("records")
+    return rows[0], rows[-1]
+
+
+def _normalise(m: np.ndarray) -> np.ndarray:
+    m = m.astype(np.float64)
+    lo, hi = float(m.min()), float(m.max())
+    return np.zeros_like(m) if hi == lo else (m - lo) / (hi - lo)
+
+
+def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, submission) -> dict:
+    """Draw one model's best/worst overlays for one dataset. ``images``/``gt``/``submission`` are the
+    read stores (xbench.schemas.read_images / read_ground_truth / read_submission)."""
+    img_ds = images.datasets[dataset]
+    gt_ds = gt.datasets[dataset]
+    sub_ds = submission.datasets[dataset]
+    img_row = {str(c): i for i, c in enumerate(img_ds.case_id)}
+    gt_row = {str(c): i for i, c in enumerate(gt_ds.case_id)}
+    sub_row = {str(c): i for i, c in enumerate(sub_ds.case_id)}
+    region_of = {(int(i), int(c)): k for k, (i, c) in enumerate(np.asarray(gt_ds.region_index))}
+    classes = [c for c in gt_ds.classes if c not in sub_ds.unsupported][:MAX_CLASSES]
+    picks = [(c, *pick_cases(result.pairs, dataset, c)) for c in classes]
+    picks = [p for p in picks if p[1] is not None]
+    if not picks:
+        return {"files": [], "skipped": f"{dataset}: no positive pairs"}
+    S = img_ds.image.shape[-1]
+    fig = Figure(figsize=(6.0, 2.9 * len(picks) + 0.5), layout="constrained")
+    shown = []
+    for r, (cls, best, worst) in enumerate(picks):
+        for col, (which, row) in enumerate((("best", best), ("worst", worst))):
+            ax = fig.add_subplot(len(picks), 2, 2 * r + col + 1)
+            cid = str(row["case_id"])
+            image = np.asarray(img_ds.image[img_row[cid]])
+            cmap_col = gt_ds.classes.index(cls)
+            smap = np.asarray(sub_ds.saliency[sub_row[cid], sub_ds.classes.index(cls)])
+            k = region_of.get((gt_row[cid], cmap_col))
+            ext = (0, S, S, 0)
+            ax.imshow(image, cmap="gray", extent=ext, vmin=0, vmax=255)
+            ax.imshow(_normalise(smap), cmap="jet", alpha=0.4, extent=ext, interpolation="bilinear", vmin=0, vmax=1)
+            if k is not None:
+                mask = np.asarray(gt_ds.region_mask[k]).astype(float)
+                H, W = mask.shape
+                # contour coordinates are cell centres mapped to image pixels; a zero border keeps
+                # the outline closed where the region touches the image edge
+                ys = (np.arange(-1, H + 1) + 0.5) * S / H
+                xs = (np.arange(-1, W + 1) + 0.5) * S / W
+                if mask.any():
+                    ax.contour(xs, ys, np.pad(mask, 1), levels=[0.5], colors="cyan", linewidths=1.2)
+                ax.set_xlim(0, S)
+                ax.set_ylim(S, 0)
+            hit = row.get("hit")
+            mark = "hit" if hit == 1 else "miss"
+            ax.set_title(f"{which}: {cid}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if col == 0:
+                ax.set_ylabel(cls, fontsize=9)
+            shown.append({"class": cls, "which": which, "case_id": cid, "dice_best": float(row["dice_best"])})
+    cut = len(gt_ds.classes) > MAX_CLASSES
+    fig.suptitle(f"{result.name} on {DATASET_TITLES.get(dataset, dataset)}"
+                 + (f" (first {MAX_CLASSES} classes)" if cut else ""), fontsize=9)
+    files = save_figure(fig, stem, dpi=90)  # many raster panels: keep files and time small
+    return {"files": files, "cases": shown}
+
+
+def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_path, submissions: dict) -> dict:
+    """Overlay figures for every result with a known submission path. Returns
+    {"files": [...], "skipped": [reasons]}; nothing raises for a missing input, it is skipped."""
+    from xbench.schemas import read_ground_truth, read_images, read_submission
+
+    files: list[Path] = []
+    skipped: list[str] = []
+    if images_path is None or gt_path is None:
+        return {"files": [], "skipped": ["overlays need --images and --gt (or paths recorded by the scorer)"]}
+    images = read_images(images_path)
+    gt = read_ground_truth(gt_path)
+    for r in results:
+        sub_path = submissions.get(r.name)
+        if sub_path is None or r.pairs is None:
+            skipped.append(f"{r.name}: no submission path or pairs.parquet")
+            continue
+        sub = read_submission(sub_path)
+        for d in r.datasets:
+            if d not in images.datasets or d not in gt.datasets or d not in sub.datasets:
+                skipped.append(f"{r.name}: {d} is missing from images, ground truth or submission")
+                continue
+            stem = Path(out_dir) / f"overlay_{_slug(r.name)}_{d}"
+            info = overlay_figure(r, d, stem, images=images, gt=gt, submission=sub)
+            files += info["files"]
+            if "skipped" in info:
+                skipped.append(f"{r.name}: {info['skipped']}")
+    return {"files": files, "skipped": skipped}
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-") or "model"

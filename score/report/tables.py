@@ -1,0 +1,291 @@
+"""Leaderboard tables in the layout of the XBench paper's Table 1, and per-class tables (Tables 2-5).
+
+A table has one row per model and column groups (a dataset, or "Overall") of metrics. Every cell
+holds the metrics.json value (a fraction), its 95 % interval when known, and a mark: in each column
+the best value is **bold** and the second best underlined (paper convention), compared at the
+displayed precision (percent, 2 decimals), so equal-looking values share a mark. Marks need at
+least two models (second best: at least three).
+
+Renderings: Markdown and HTML show percentages with 2 decimals and the interval in brackets;
+CSV keeps full-precision fractions, one column per (group, metric) plus ``…/ci_lo`` and ``…/ci_hi``.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+from dataclasses import dataclass, field
+
+from ._load import Result
+
+__all__ = [
+    "DATASET_TITLES",
+    "METRIC_TITLES",
+    "Cell",
+    "Table",
+    "dataset_order",
+    "value_of",
+    "ci_of",
+    "grounding_table",
+    "grounding_fixed_table",
+    "recognition_table",
+    "per_class_table",
+    "mark_columns",
+]
+
+DATASET_TITLES = {
+    "covid_rural": "COVID-19",
+    "rsna_pneumonia": "Pneumonia",
+    "siim_acr": "Pneumothorax",
+    "chestx_det10": "CheXDet-10",
+    "chexlocalize": "CheXlocalize",
+    "vindr_cxr": "VinDR-CXR",
+    "chestxray14": "ChestX-ray14",
+    "phantom": "Phantom",
+}
+METRIC_TITLES = {
+    "pointing_game": "Point",
+    "dice_best": "Dice",
+    "iou_best": "IoU",
+    "dice_fixed": "Dice@0.5",
+    "iou_fixed": "IoU@0.5",
+    "auroc": "AUROC",
+    "auprc": "AUPRC",
+    "f1": "F1",
+    "accuracy": "Acc",
+    "hamming_accuracy": "Hamming",
+}
+
+
+@dataclass
+class Cell:
+    value: float | None
+    ci: tuple[float, float] | None = None
+    mark: str | None = None  # "best", "second" or None
+
+
+@dataclass
+class Table:
+    """title: heading; key: file stem; columns: [(group label, group key, metric)]; rows: model -> cells."""
+
+    title: str
+    key: str
+    columns: list
+    rows: dict = field(default_factory=dict)
+    caption: str = ""
+    metric_in_header: bool = True  # False for per-class tables: one header row of class names
+
+    def to_markdown(self, *, with_ci: bool = True) -> str:
+        if self.metric_in_header:
+            head = ["Model"] + [f"{g} {METRIC_TITLES.get(m, m)}" for g, _, m in self.columns]
+        else:
+            head = ["Model"] + [g for g, _, _ in self.columns]
+        lines = [f"### {self.title}", ""]
+        if self.caption:
+            lines += [self.caption, ""]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" + "---:|" * len(self.columns))
+        for model, cells in self.rows.items():
+            out = [_md_escape(model)]
+            for cell in cells:
+                out.append(_fmt_md(cell, with_ci))
+            lines.append("| " + " | ".join(out) + " |")
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        head = ["model"]
+        for _, gkey, m in self.columns:
+            base = f"{gkey}/{m}"
+            head += [base, f"{base}/ci_lo", f"{base}/ci_hi"]
+        w.writerow(head)
+        for model, cells in self.rows.items():
+            row = [model]
+            for cell in cells:
+                row += [_num(cell.value), _num(cell.ci[0] if cell.ci else None), _num(cell.ci[1] if cell.ci else None)]
+            w.writerow(row)
+        return buf.getvalue()
+
+    def to_html(self, *, with_ci: bool = True) -> str:
+        """An HTML <table> with a two-row header (groups, then metrics), as in the paper."""
+        groups: list[tuple[str, int]] = []
+        for g, _, _ in self.columns:
+            if groups and groups[-1][0] == g:
+                groups[-1] = (g, groups[-1][1] + 1)
+            else:
+                groups.append((g, 1))
+        e = html.escape
+        out = [f'<table class="lb" id="{e(self.key)}">']
+        if self.caption:
+            out.append(f"<caption>{e(self.caption)}</caption>")
+        if self.metric_in_header:
+            out.append("<thead><tr><th rowspan=\"2\">Model</th>")
+            out += [f'<th colspan="{n}">{e(g)}</th>' for g, n in groups]
+            out.append("</tr><tr>")
+            out += [f"<th>{e(METRIC_TITLES.get(m, m))}</th>" for _, _, m in self.columns]
+        else:
+            out.append("<thead><tr><th>Model</th>")
+            out += [f"<th>{e(g)}</th>" for g, _, _ in self.columns]
+        out.append("</tr></thead><tbody>")
+        for model, cells in self.rows.items():
+            out.append(f"<tr><th class=\"model\">{e(model)}</th>")
+            for cell in cells:
+                out.append(f"<td>{_fmt_html(cell, with_ci)}</td>")
+            out.append("</tr>")
+        out.append("</tbody></table>")
+        return "".join(out)
+
+
+def _num(x) -> str:
+    return "" if x is None else repr(float(x))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def _fmt_md(cell: Cell, with_ci: bool) -> str:
+    if cell.value is None:
+        return "–"
+    v = _pct(cell.value)
+    if cell.mark == "best":
+        v = f"**{v}**"
+    elif cell.mark == "second":
+        v = f"<u>{v}</u>"
+    if with_ci and cell.ci:
+        v += f" ({_pct(cell.ci[0])}–{_pct(cell.ci[1])})"
+    return v
+
+
+def _fmt_html(cell: Cell, with_ci: bool) -> str:
+    if cell.value is None:
+        return '<span class="na">–</span>'
+    v = _pct(cell.value)
+    if cell.mark == "best":
+        v = f"<b>{v}</b>"
+    elif cell.mark == "second":
+        v = f"<u>{v}</u>"
+    if with_ci and cell.ci:
+        v += f'<br><span class="ci">{_pct(cell.ci[0])}–{_pct(cell.ci[1])}</span>'
+    return v
+
+
+def dataset_order(results: list[Result]) -> list[str]:
+    """Datasets present in any result, in the paper's column order (unknown keys last, sorted)."""
+    present = {d for r in results for d in r.datasets}
+    known = [d for d in DATASET_TITLES if d in present]
+    return known + sorted(present - set(known))
+
+
+def value_of(result: Result, scope: str, key: str, cls: str | None = None):
+    """The metrics.json value (fraction or None) for scope "overall" or a dataset key (and class)."""
+    m = result.metrics
+    if scope == "overall":
+        return m.get("overall", {}).get(key)
+    ds = m.get("datasets", {}).get(scope)
+    if ds is None:
+        return None
+    if cls is None:
+        return ds.get("summary", {}).get(key)
+    return ds.get("classes", {}).get(cls, {}).get(key)
+
+
+def ci_of(result: Result, scope: str, key: str, cls: str | None = None, computed: dict | None = None):
+    """The 95 % interval: from metrics.json where the scorer wrote one, else from ``computed``
+    (the report's own bootstrap, {"datasets": {d: {key: ci}}, "overall": {key: ci}}), else None."""
+    m = result.metrics
+    ci = None
+    if scope == "overall":
+        # the scorer writes the overall intervals at the top level ("ci95" beside "overall")
+        ci = (m.get("ci95") or m.get("overall", {}).get("ci95") or {}).get(key)
+        if ci is None and computed:
+            ci = computed.get("overall", {}).get(key)
+    else:
+        ds = m.get("datasets", {}).get(scope, {})
+        if cls is not None:
+            ci = (ds.get("classes", {}).get(cls, {}).get("ci95") or {}).get(key)
+        else:
+            ci = (ds.get("ci95") or ds.get("summary", {}).get("ci95") or {}).get(key)
+            if ci is None and computed:
+                ci = computed.get("datasets", {}).get(scope, {}).get(key)
+    return tuple(ci) if ci else None
+
+
+def mark_columns(table: Table) -> Table:
+    """Set best/second marks in every column (higher is better for every XBench metric)."""
+    models = list(table.rows)
+    for j in range(len(table.columns)):
+        shown = {}
+        for mdl in models:
+            v = table.rows[mdl][j].value
+            if v is not None:
+                shown[mdl] = round(100 * v, 2)
+        distinct = sorted(set(shown.values()), reverse=True)
+        if len(shown) < 2:
+            continue
+        for mdl, v in shown.items():
+            if v == distinct[0]:
+                table.rows[mdl][j].mark = "best"
+            elif len(shown) >= 3 and len(distinct) > 1 and v == distinct[1]:
+                table.rows[mdl][j].mark = "second"
+    return table
+
+
+def _table(results, title, key, groups, metrics, computed, caption, *, extra_dataset_metrics=()):
+    columns = []
+    for gkey in groups:
+        label = "Overall" if gkey == "overall" else DATASET_TITLES.get(gkey, gkey)
+        ms = list(metrics) + (list(extra_dataset_metrics) if gkey != "overall" else [])
+        columns += [(label, gkey, m) for m in ms]
+    t = Table(title=title, key=key, columns=columns, caption=caption)
+    for r in results:
+        comp = (computed or {}).get(r.name)
+        t.rows[r.name] = [Cell(value_of(r, g, m), ci_of(r, g, m, computed=comp)) for _, g, m in columns]
+    return mark_columns(t)
+
+
+def grounding_table(results, computed=None) -> Table:
+    """Table 1: per dataset (and overall) the pointing game and best-threshold Dice and IoU."""
+    groups = dataset_order(results) + ["overall"]
+    return _table(results, "Grounding (best threshold)", "grounding", groups,
+                  ("pointing_game", "dice_best", "iou_best"), computed,
+                  "Pointing game and best-threshold Dice/IoU, percent; 95% bootstrap interval in brackets. "
+                  "Best in each column bold, second best underlined.")
+
+
+def grounding_fixed_table(results, computed=None) -> Table:
+    """Dice and IoU at the fixed threshold tau = 0.5 per dataset (and overall)."""
+    groups = dataset_order(results) + ["overall"]
+    return _table(results, "Grounding (fixed threshold 0.5)", "grounding_fixed", groups,
+                  ("dice_fixed", "iou_fixed"), computed, "Dice and IoU at tau = 0.5, percent.")
+
+
+def recognition_table(results, computed=None) -> Table:
+    """Zero-shot recognition: AUROC, AUPRC, F1, accuracy per dataset and overall (+ Hamming per dataset)."""
+    groups = dataset_order(results) + ["overall"]
+    return _table(results, "Recognition", "recognition", groups, ("auroc", "auprc", "f1", "accuracy"),
+                  computed, "Macro AUROC, AUPRC, F1 and accuracy over classes, percent; Hamming accuracy per dataset.",
+                  extra_dataset_metrics=("hamming_accuracy",))
+
+
+def per_class_table(results, dataset: str, metric: str) -> Table:
+    """Tables 2-5: one metric per class of one dataset, with the dataset mean first."""
+    classes: list[str] = []
+    for r in results:
+        for c in r.metrics.get("datasets", {}).get(dataset, {}).get("classes", {}):
+            if c not in classes:
+                classes.append(c)
+    columns = [("Mean", "mean", metric)] + [(c, c, metric) for c in classes]
+    title = f"{DATASET_TITLES.get(dataset, dataset)}: {METRIC_TITLES.get(metric, metric)} per class"
+    t = Table(title=title, key=f"{dataset}_{metric}", columns=columns, metric_in_header=False,
+              caption=f"{METRIC_TITLES.get(metric, metric)} per class on {dataset}, percent; mean over classes first.")
+    for r in results:
+        cells = [Cell(value_of(r, dataset, metric), ci_of(r, dataset, metric))]
+        cells += [Cell(value_of(r, dataset, metric, c), ci_of(r, dataset, metric, c)) for c in classes]
+        t.rows[r.name] = cells
+    return mark_columns(t)
