@@ -22,38 +22,13 @@ from pathlib import Path
 
 import click
 
-__all__ = ["run_demo", "demo", "DEMO_MODELS", "TINY_CLIP_CONFIG"]
+__all__ = ["run_demo", "demo", "DEMO_MODELS"]
 
 DEMO_MODELS = ("random", "center", "dog", "clip-tiny")
-
-#: An open_clip architecture small enough for a 2-core CPU: ViT (4 x 64) on 224 px, 14 x 14 patches,
-#: text transformer (2 x 64). Untrained (``weights: random``), seeded by torch's default generator.
-TINY_CLIP_CONFIG = {
-    "model_cfg": {
-        "embed_dim": 64,
-        "vision_cfg": {"image_size": 224, "layers": 4, "width": 64, "patch_size": 16, "head_width": 32},
-        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
-    },
-    "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
-}
-
 
 def _say(progress: bool, msg: str) -> None:
     if progress:
         click.echo(msg, err=True)
-
-
-def _tiny_clip_overrides(work: Path) -> tuple[str, dict]:
-    """(model spec, overrides) for the tiny CLIP: the extraction side's ``clip-tiny`` preset when it
-    is registered, else an open_clip folder model written here from TINY_CLIP_CONFIG."""
-    from xbench.extract.models import list_models
-
-    if "clip-tiny" in list_models():
-        return "clip-tiny", {}
-    folder = work / "clip-tiny"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "open_clip_config.json").write_text(json.dumps(TINY_CLIP_CONFIG, indent=1))
-    return "open_clip", {"model": f"local-dir:{folder}", "weights": "random", "name": "clip-tiny"}
 
 
 def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool = True,
@@ -101,9 +76,8 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     for k, model in enumerate(models):
         t0 = time.perf_counter()
         _say(progress, f"[2/4] extracting {model} ({k + 1}/{len(models)})")
-        spec, overrides = (model, {}) if model != "clip-tiny" else _tiny_clip_overrides(out / "models")
         sub = subs / f"{model}.zarr"
-        run_extraction(ExtractOptions(model=spec, images=data / "images.zarr", out=sub, overrides=overrides,
+        run_extraction(ExtractOptions(model=model, images=data / "images.zarr", out=sub,
                                       batch_size=16, device="cpu", workers=0, map_dtype="float32",
                                       overwrite=True, quiet=True))
         timings[f"extract_{model}"] = time.perf_counter() - t0

@@ -222,45 +222,86 @@ def _smooth_noise(rng: np.random.Generator, size: int, cells: int) -> np.ndarray
     return rows[:, lo] * (1 - t)[None, :] + rows[:, hi] * t[None, :]
 
 
+def _box_blur(x: np.ndarray, r: int) -> np.ndarray:
+    """Mean over a (2r+1)^2 window, edge-replicated, via cumulative sums: (S, S) float32 -> same."""
+    if r < 1:
+        return x.astype(np.float32)
+    k = 2 * r + 1
+    p = np.pad(x.astype(np.float32), r, mode="edge")
+    c = np.cumsum(np.pad(p, ((1, 0), (0, 0))), axis=0)
+    p = (c[k:] - c[:-k]) / k
+    c = np.cumsum(np.pad(p, ((0, 0), (1, 0))), axis=1)
+    return ((c[:, k:] - c[:, :-k]) / k).astype(np.float32)
+
+
+def _soft(mask: np.ndarray, width: float) -> np.ndarray:
+    """A soft version of ``mask`` (0..1 float32): two box blurs of about ``width`` (in image-width
+    units) in all, a near-Gaussian edge. Normal anatomy is drawn with these so that its edges are
+    gradual, as on a film; findings keep sharp edges."""
+    r = max(1, int(round(width * mask.shape[0] / 4)))
+    return _box_blur(_box_blur(mask, r), r)
+
+
+# Brightness (0-255, brighter = denser) of each layer. The findings are the densest structures at
+# lesion scale: a consolidation or nodule stands ~130-150 above the lung, while ribs add ~10 and
+# the normal heart, spine and chest wall are soft-edged and far less dense.
+AIR, BODY, LUNG_DROP, MARKINGS, RIBS, SPINE, HEART, ABDOMEN = 10.0, 95.0, 58.0, 14.0, 10.0, 18.0, 22.0, 20.0
+CONSOLIDATION, NODULE, EFFUSION, ENLARGED_HEART, PTX_DROP, PLEURAL_LINE = 180.0, 150.0, 172.0, 168.0, 20.0, 40.0
+
+
 def render_image(case: PhantomCase, size: int) -> np.ndarray:
-    """Draw the radiograph of ``case``: (size, size) uint8, brighter = denser."""
+    """Draw the radiograph of ``case``: (size, size) uint8, brighter = denser.
+
+    Normal anatomy is composed of soft-edged layers (body, lungs, spine, heart, abdomen, faint ribs);
+    each present finding then changes exactly the pixels of its region (the pneumothorax's pleural
+    line lies on the collapsed lung's edge, at most 2 px outside its region).
+    """
     v, u = _coords(size)
     rng = np.random.default_rng(case.noise_seed)
-    body = _ellipse(u, v, 0.5, 0.58, case.body_rx, 0.56) < 1
-    img = np.where(body, np.float32(115), np.float32(12))
+    # soft tissue: thickest centrally, thinning to the skin (no bright rim at the body outline)
+    body_r = np.sqrt(_ellipse(u, v, 0.5, 0.58, case.body_rx, 0.56))
+    body_w = np.clip((1 - body_r) / 0.18, 0, 1)
+    img = AIR + BODY * (body_w * body_w * (3 - 2 * body_w))  # smoothstep: a gradual edge
     lungs = [_lung(case, size, s) for s in (0, 1)]
     both = lungs[0] | lungs[1]
+    lung_w = _soft(both, 0.035)
     # vessel-like markings: fine smooth noise, stronger towards the hila
     markings = np.abs(_smooth_noise(rng, size, max(8, size // 10)))
     hilum = np.exp(-(((u - 0.5) / 0.25) ** 2))
-    lung_val = 42 + 22 * markings * (0.5 + hilum)
-    if "Pneumothorax" in case.findings:
-        ptx = _pneumothorax(case, size)
-        lung_val = np.where(ptx, np.float32(14), lung_val)  # no markings beyond the pleural line
-        edge = _collapsed_lung(case, size)
-        line = edge & ~np.roll(edge, 2, axis=1 if case.pneumothorax_side == 0 else 1) | edge & ~np.roll(edge, 2, 0)
-        lung_val = np.where(line & lungs[case.pneumothorax_side], lung_val + 45, lung_val)
-    img = np.where(both, lung_val, img)
-    spine = body & (np.abs(u - 0.5) < 0.035) & (v > 0.08)
-    img = np.where(spine & ~both, np.float32(165), img)
+    mark = MARKINGS * markings * (0.5 + hilum)
+    img = img + lung_w * (mark - LUNG_DROP)
     heart = _heart(case, size)
-    img = np.where(heart, np.float32(155), img)
-    thorax_base = case.lung_cy + 0.8 * case.lung_ry - case.dome * (1 - ((u - 0.5) / 0.35) ** 2 * 0)
-    abdomen = body & (v > thorax_base + 0.01) & ~both & ~heart
-    img = np.where(abdomen & ~spine, np.float32(138), img)
-    # posterior ribs: bright bands sloping down laterally, only over the thorax
+    spine = (body_r < 1) & (np.abs(u - 0.5) < 0.03) & (v > 0.08)
+    img = img + SPINE * _soft(spine & ~both & ~heart, 0.03)
+    thorax_base = case.lung_cy + 0.8 * case.lung_ry
+    abdomen = (body_r < 1) & (v > thorax_base + 0.01)
+    img = img + ABDOMEN * _soft(abdomen & ~both, 0.05) * body_w
+    # posterior ribs: faint, smooth bands sloping down laterally, only over the thorax
     rib_v = v - 0.35 * (u - 0.5) ** 2
-    ribs = np.clip((np.cos(2 * np.pi * (rib_v * 11 + case.rib_phase)) - 0.55) / 0.45, 0, 1)
-    img = img + np.where(body & (v < thorax_base + 0.02), 28 * ribs, 0).astype(np.float32)
+    ribs = (0.5 + 0.5 * np.cos(2 * np.pi * (rib_v * 11 + case.rib_phase))) ** 3
+    img = img + RIBS * ribs * _soft((body_r < 1) & (v < thorax_base), 0.05) * body_w
+    if "Cardiomegaly" in case.findings:
+        img = np.where(heart, np.float32(ENLARGED_HEART) + 4 * markings, img)  # region: the silhouette
+    else:
+        img = img + HEART * _soft(heart, 0.04) * (1 - lung_w)
+    if "Pneumothorax" in case.findings:
+        s = case.pneumothorax_side
+        ptx = _pneumothorax(case, size)
+        img = np.where(ptx, img - lung_w * mark - PTX_DROP, img)  # lucent, no markings
+        edge = _collapsed_lung(case, size)
+        # the visceral pleural line: the collapsed lung's lateral and upper edge, facing the air
+        shift = 2 if s == 0 else -2
+        line = edge & ~np.roll(edge, shift, axis=1) | edge & ~np.roll(edge, 2, 0)
+        img = np.where(line & lungs[s], img + PLEURAL_LINE, img)
     if "Pleural effusion" in case.findings:
-        img = np.where(_effusion(case, size), np.float32(140) + 6 * markings, img)
+        img = np.where(_effusion(case, size), np.float32(EFFUSION) + 3 * markings, img)  # homogeneous
     if "Consolidation" in case.findings:
-        img = np.where(_consolidation(case, size), img + 55, img)
+        img = np.where(_consolidation(case, size), np.float32(CONSOLIDATION) + 0.5 * mark, img)
     if "Nodule" in case.findings:
         x, y = case.nodule_centre
         r = max(case.nodule_radius, 1.5 / size)
         d = np.sqrt(_ellipse(u, v, x, y, r, r))
-        img = img + np.where(d < 1, 70 * np.clip(1.6 * (1 - d), 0.35, 1), 0).astype(np.float32)
+        img = img + np.where(d < 1, NODULE * np.clip(1.6 * (1 - d), 0.55, 1), 0).astype(np.float32)
     img = img + rng.standard_normal((size, size), dtype=np.float32) * 3.0
     return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 

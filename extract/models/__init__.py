@@ -78,6 +78,7 @@ for _name, _target in {
     "open_clip": "xbench.extract.models.openclip:build",
     "clip": "xbench.extract.models.presets:clip",
     "biomedclip": "xbench.extract.models.presets:biomedclip",
+    "clip-tiny": "xbench.extract.models.presets:clip_tiny",
     "transformers": "xbench.extract.models.hf:build",
     "random": "xbench.extract.models.baselines:build_random",
     "center": "xbench.extract.models.baselines:build_center",

@@ -9,12 +9,18 @@
     default), the same for every case and class. Scores: probability 0.5 for every pair (so
     AUROC is 0.5 and accuracy is the negative rate). It measures how far a centre bias goes.
 ``dog``
-    Image-only saliency: difference of Gaussians (sigma_1 < sigma_2, in pixels of the model frame)
-    on the preprocessed image, average-pooled onto the grid, positive for blobs brighter than their
-    surroundings (denser tissue in images.zarr's convention). It goes through the same model-frame
-    geometry as real models (``preprocess.resize`` squash/crop/pad), which makes it the end-to-end
-    check of crop/padding undoing. Scores (the same for every class, no class information): the
-    standardised peak of the grid map minus 3, as a logit.
+    Image-only saliency: difference of Gaussians on the preprocessed image (the model frame,
+    ``preprocess.size`` px, 224 by default), average-pooled onto the grid, positive for blobs
+    brighter than their surroundings (denser tissue in images.zarr's convention). The sigmas are
+    fractions of the frame side, ``sigma: [0.015, 0.06]`` by default (3.4 and 13.4 px at 224 px):
+    lesion scale, so a nodule (radius ~1-4 % of the side) or a consolidation (~4-8 %) responds
+    strongly while smooth, soft-edged anatomy does not. ``sigma_px: [s1, s2]`` gives pixels instead.
+    It goes through the same model-frame geometry as real models (``preprocess.resize``
+    squash/crop/pad), which makes it the end-to-end check of crop/padding undoing. It knows no
+    classes: every class gets the same map (the most salient dense blob of the image), so on a
+    case with several findings it can point at only one of them. Scores (the same for every class,
+    no class information): the standardised peak of the grid map minus 3, as a logit; recognition
+    metrics of ``dog`` therefore measure only "how blob-like is the densest structure", not a finding.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import AdapterOutput, ModelAdapter
+from .errors import ModelConfigError
 from .geometry import RESIZE_MODES, frame_boxes, model_input, to_model_grid, undo_box
 
 
@@ -117,6 +124,10 @@ class CenterBaseline(_Baseline):
                 "score": "constant probability 0.5"}
 
 
+#: DoG sigmas (inner, outer) as fractions of the model frame's side: lesion scale (see the module doc).
+DOG_SIGMA = (0.015, 0.06)
+
+
 def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     """Separable Gaussian blur of (B, 1, H, W) float, kernel radius 3 sigma, reflect padding."""
     radius = max(1, int(round(3 * sigma)))
@@ -138,12 +149,23 @@ class DoGBaseline(_Baseline):
         return build_dog(config)
 
     def __init__(self, grid: tuple[int, int] = (14, 14), size: int = 224, resize: str = "squash",
-                 sigma: Sequence[float] = (2.0, 8.0)) -> None:
+                 sigma: Sequence[float] = DOG_SIGMA, sigma_px: Sequence[float] | None = None) -> None:
+        """``sigma``: (inner, outer) as fractions of the frame side; ``sigma_px`` (pixels) wins if given."""
         super().__init__("dog", grid)
         if resize not in RESIZE_MODES:
             raise ValueError(f"preprocess.resize must be one of {RESIZE_MODES}, got {resize!r}")
         self.size, self.resize = int(size), resize
-        self.sigma = (float(sigma[0]), float(sigma[1]))
+        if sigma_px is not None:
+            px = (float(sigma_px[0]), float(sigma_px[1]))
+        else:
+            frac = (float(sigma[0]), float(sigma[1]))
+            if not 0 < frac[0] < frac[1] < 0.5:
+                raise ValueError(f"dog sigma is a pair of fractions of the image side, 0 < inner < outer < 0.5 "
+                                 f"(e.g. {list(DOG_SIGMA)}); got {list(frac)} (use sigma_px for pixels)")
+            px = (frac[0] * self.size, frac[1] * self.size)
+        if not 0 < px[0] < px[1]:
+            raise ValueError(f"dog sigmas must satisfy 0 < inner < outer; got {list(px)} px")
+        self.sigma = px  # pixels of the model frame
 
     def frame_maps(self, images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
         """(B, 1, h, w) DoG response pooled onto the grid of the model frame."""
@@ -160,7 +182,8 @@ class DoGBaseline(_Baseline):
         return AdapterOutput(z.view(-1, 1).expand(-1, C).contiguous(), maps.expand(-1, C, -1, -1).contiguous())
 
     def provenance(self) -> dict:
-        return {"adapter": "DoGBaseline", "sigma_px": list(self.sigma), "map_shape": list(self._grid),
+        return {"adapter": "DoGBaseline", "sigma_px": list(self.sigma),
+                "sigma_frac": [self.sigma[0] / self.size, self.sigma[1] / self.size], "map_shape": list(self._grid),
                 "preprocess": {"size": self.size, "resize": self.resize, "interpolation": "bilinear"},
                 "score": "standardised peak of the DoG grid map minus 3 (logit), same for all classes"}
 
@@ -175,5 +198,8 @@ def build_center(config: Mapping[str, Any]) -> CenterBaseline:
 
 def build_dog(config: Mapping[str, Any]) -> DoGBaseline:
     pre = dict(config.get("preprocess") or {})
-    return DoGBaseline(_grid(config), size=int(pre.get("size", 224)), resize=pre.get("resize", "squash"),
-                       sigma=config.get("sigma", (2.0, 8.0)))
+    try:
+        return DoGBaseline(_grid(config), size=int(pre.get("size", 224)), resize=pre.get("resize", "squash"),
+                           sigma=config.get("sigma", DOG_SIGMA), sigma_px=config.get("sigma_px"))
+    except ValueError as e:
+        raise ModelConfigError(f"dog: {e}") from None

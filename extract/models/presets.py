@@ -41,3 +41,61 @@ def biomedclip(config: Mapping[str, Any]):
     from .openclip import build
 
     return build(_with(BIOMEDCLIP_DEFAULTS, config))
+
+
+#: ``clip-tiny``: an untrained open_clip CLIP small enough for a 2-core CPU, built from this inline
+#: architecture (no file, no download). ViT 4 layers x width 64, patch 16 at 224 px (a 14 x 14 map);
+#: text transformer 2 x 64 with CLIP's vocabulary (49408), so open_clip's bundled BPE tokenizer works.
+CLIP_TINY_ARCH = {
+    "embed_dim": 64,
+    "vision_cfg": {"image_size": 224, "layers": 4, "width": 64, "patch_size": 16, "head_width": 32},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
+}
+CLIP_TINY_DEFAULTS = {
+    "weights": "random",
+    "seed": 0,  # untrained weights drawn from torch.manual_seed(seed): the same model in every process
+    "preprocess": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
+    "prompts": {"style": "single"},
+}
+
+
+def _arch_folder(arch: Mapping[str, Any]) -> str:
+    """A folder holding ``open_clip_config.json`` for ``arch`` (the open_clip adapter reads
+    architectures from folders): under the temp dir, named by the config's hash, written
+    atomically once and then reused, so its path is the same in every run and process."""
+    import hashlib
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    text = json.dumps({"model_cfg": arch}, sort_keys=True, indent=1)
+    folder = Path(tempfile.gettempdir()) / f"xbench-clip-tiny-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    path = folder / "open_clip_config.json"
+    if not (path.is_file() and path.read_text() == text):
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cfg-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return str(folder)
+
+
+def clip_tiny(config: Mapping[str, Any]):
+    """An untrained tiny open_clip ViT (:data:`CLIP_TINY_ARCH`), offline: for the demo and tests.
+
+    Its maps are those of random weights (a plumbing check, not a model); ``seed`` (default 0)
+    makes the weights reproducible. ``weights: FILE`` loads a checkpoint of this architecture.
+    """
+    import torch
+
+    from .openclip import build
+
+    cfg = _with({**CLIP_TINY_DEFAULTS, "name": "clip-tiny"}, config)
+    cfg["model"] = f"local-dir:{_arch_folder(CLIP_TINY_ARCH)}"
+    with torch.random.fork_rng(devices=[]):  # leave the caller's generator untouched
+        torch.manual_seed(int(cfg.get("seed", 0)))
+        adapter = build(cfg)
+    if hasattr(adapter, "info"):
+        adapter.info["model"] = "clip-tiny (inline open_clip config, xbench presets.CLIP_TINY_ARCH)"
+    return adapter

@@ -114,3 +114,48 @@ def test_classes_agree_with_the_vocabulary():
     vocabulary = pytest.importorskip("xbench.extract.datasets.vocabulary")
     assert vocabulary.classes_for("phantom") == PHANTOM_CLASSES
     assert set(vocabulary.grounding_classes_for("phantom")) == set(PhantomReader.grounding_classes)
+
+
+def _dog_argmax(img: np.ndarray) -> tuple[int, int]:
+    """Argmax of a lesion-scale difference of Gaussians (sigmas 1.5 % and 6 % of the side)."""
+    from scipy.ndimage import gaussian_filter
+
+    x = img.astype(np.float32)
+    d = gaussian_filter(x, 0.015 * x.shape[0]) - gaussian_filter(x, 0.06 * x.shape[0])
+    return np.unravel_index(int(np.argmax(d)), d.shape)
+
+
+def test_findings_are_the_salient_dense_blobs():
+    """An image-only blob detector finds the findings: on 100 cases the DoG maximum falls in a
+    finding's region far more often than the regions' area would give by chance."""
+    size, hits, chance, union_hits, union_chance = 128, [], [], [], []
+    for i in range(100):
+        case = draw_case(0, "test", i)
+        if not case.findings:
+            continue
+        y, x = _dog_argmax(render_image(case, size))
+        union = np.zeros((size, size), dtype=bool)
+        for f in case.findings:
+            region = render_finding(case, size, f)
+            hits.append(region[y, x])
+            chance.append(region.mean())
+            union |= region
+        union_hits.append(union[y, x])
+        union_chance.append(union.mean())
+    # one maximum per image can hit only one of several findings, hence the per-pair bound is lower
+    assert np.mean(union_hits) > max(0.8, 5 * np.mean(union_chance)), (np.mean(union_hits), np.mean(union_chance))
+    assert np.mean(hits) > max(0.5, 5 * np.mean(chance)), (np.mean(hits), np.mean(chance))
+
+
+def test_normal_anatomy_is_soft_and_fainter_than_findings():
+    """Without findings, no pixel is as dense as a consolidation or effusion, and the largest
+    step between neighbouring pixels (the sharpest edge) is well below a finding's contrast."""
+    size = 128
+    for i in range(20):
+        case = draw_case(0, "test", i)
+        normal = type(case)(**{**case.__dict__, "findings": ()})
+        img = render_image(normal, size).astype(float)
+        assert img.max() < 165, (i, img.max())  # consolidation 180, effusion 172
+        smooth = img[1:-1, 1:-1]
+        step = max(np.abs(np.diff(smooth, axis=0)).max(), np.abs(np.diff(smooth, axis=1)).max())
+        assert step < 45, (i, step)  # noise (sd 3) plus soft edges; a finding's edge is > 100

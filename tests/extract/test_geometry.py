@@ -95,7 +95,9 @@ def test_dog_blob_wide_image_pad(blobs):
     # wide original (100 x 200) letterboxed: the image fills frame rows [0.25, 0.75]. The blob at
     # y = 0.2 is row 1 of the whole-image grid, row 2 of the frame (pad halves the row resolution).
     img = torch.from_numpy(blobs(1, 64, [(0.08, 0.2)], radius=0.05))
-    dog = DoGBaseline(grid=(8, 8), size=64, resize="pad")
+    # pixel sigmas: in a 64 px frame the default fractions give an inner sigma under 1 px, and the
+    # letterboxed blob (1.6 px tall) then spreads evenly over rows 0 and 1; this test is about geometry
+    dog = DoGBaseline(grid=(8, 8), size=64, resize="pad", sigma_px=(2.0, 8.0))
     dog.set_classes(["A"])
     size = torch.tensor([[100, 200]])
     assert _peak(dog(img, size).maps[0, 0]) == (1, 0)

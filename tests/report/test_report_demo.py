@@ -32,8 +32,6 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     assert info["n_cases"] == 24 and set(info["timings_s"]) >= {"prepare", "report", "total"}
 
 
-@pytest.mark.xfail(strict=False, reason="phantom findings are not yet the brightest blobs: the DoG peaks on "
-                                        "rib/body-edge crossings (see docs/requests/report.md)")
 def test_dog_beats_random_on_phantom(tmp_path):
     from xbench.demo import run_demo
     from xbench.score.report import load_results
