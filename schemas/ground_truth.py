@@ -32,18 +32,16 @@ from .store import (
     atomic_replace_dir,
     MAX_CLASSES,
     check_array,
-    check_root,
     consolidate,
-    dataset_groups,
     ensure_root,
     describe_missing,
     get_array,
     iter_row_blocks,
     missing_chunks,
+    open_for_validation,
     open_store_group,
     read_rows,
     read_strings,
-    root_attrs,
     store_sha256,
 )
 
@@ -187,13 +185,7 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
 def validate_ground_truth(path: str | os.PathLike) -> list[Problem]:
     """Every way the ground truth at ``path`` breaks the contract (metadata first, then data)."""
     where = str(path)
-    try:
-        group = open_store_group(path)
-    except (InvalidStoreError, FileNotFoundError) as exc:
-        return getattr(exc, "problems", [Problem("", str(exc))])
-    problems = check_root(group, "ground-truth", where)
-    groups, more = dataset_groups(group, where)
-    problems += more
+    group, groups, problems = open_for_validation(path, "ground-truth")
     for name, g in groups.items():
         problems += _validate_gt_dataset(g, f"{where}/{name}")
     return problems

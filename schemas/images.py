@@ -28,13 +28,12 @@ from .store import (
     MAX_CASES,
     MAX_IMAGE_SIDE,
     check_array,
-    check_root,
     consolidate,
-    dataset_groups,
     ensure_root,
     describe_missing,
     get_array,
     missing_chunks,
+    open_for_validation,
     open_store_group,
     read_strings,
 )
@@ -159,13 +158,7 @@ def read_images(path: str | os.PathLike) -> ImagesStore:
 def validate_images(path: str | os.PathLike) -> list[Problem]:
     """Every way the images store at ``path`` breaks the contract (metadata only, plus chunk presence)."""
     where = str(path)
-    try:
-        group = open_store_group(path)
-    except (InvalidStoreError, FileNotFoundError) as exc:
-        return getattr(exc, "problems", [Problem("", str(exc))])
-    problems = check_root(group, "images", where)
-    groups, more = dataset_groups(group, where)
-    problems += more
+    group, groups, problems = open_for_validation(path, "images")
     for name, g in groups.items():
         w = f"{where}/{name}"
         if _blocks.is_incomplete(g):

@@ -127,6 +127,21 @@ def dataset_groups(group: zarr.Group, where: str) -> tuple[dict[str, zarr.Group]
     return found, problems
 
 
+def open_for_validation(path: str | os.PathLike, kind: str) -> tuple[zarr.Group | None, dict[str, zarr.Group], list[Problem]]:
+    """The root group, its dataset groups and the problems found so far (root attributes, names).
+
+    Never raises for a bad store: an unopenable one gives ``(None, {}, [problem])``.
+    """
+    where = str(path)
+    try:
+        group = open_store_group(path)
+    except (InvalidStoreError, FileNotFoundError) as exc:
+        return None, {}, getattr(exc, "problems", [Problem("", str(exc))])
+    problems = check_root(group, kind, where)
+    groups, more = dataset_groups(group, where)
+    return group, groups, problems + more
+
+
 def get_array(group: zarr.Group, name: str, where: str, problems: list[Problem]) -> zarr.Array | None:
     try:
         member = group[name]

@@ -30,13 +30,12 @@ from .store import (
     MAX_CLASSES,
     MAX_MAP_SIDE,
     check_array,
-    check_root,
     consolidate,
-    dataset_groups,
     describe_missing,
     get_array,
     iter_row_blocks,
     missing_chunks,
+    open_for_validation,
     open_store_group,
     read_rows,
     read_strings,
@@ -302,17 +301,13 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     a valid submission whatever the store declares.
     """
     where = str(path)
-    try:
-        group = open_store_group(path)
-    except (InvalidStoreError, FileNotFoundError) as exc:
-        return getattr(exc, "problems", [Problem("", str(exc))])
-    problems = check_root(group, "submission", where)
+    group, groups, problems = open_for_validation(path, "submission")
+    if group is None:
+        return problems
     meta = group.attrs.get("xbench", {}) if isinstance(group.attrs.get("xbench"), dict) else {}
     for key in ("model", "method"):
         if meta and not isinstance(meta.get(key), str):
             problems.append(Problem(where, f"root attribute xbench.{key} must be a string"))
-    groups, more = dataset_groups(group, where)
-    problems += more
 
     gt_obj = None
     if gt is not None:
