@@ -128,3 +128,16 @@ def test_voi_lut_sequence(tmp_path):
     ds.save_as(path, enforce_file_format=True)
     table = np.array([0, 200, 100, 255])
     np.testing.assert_array_equal(read_dicom(path), table[g])
+
+
+def test_compressed_jpeg2000_lossless_12bit(tmp_path):
+    # VinDr-CXR may hold JPEG 2000; pylibjpeg-openjpeg (in the extract extra) encodes and decodes it.
+    from pydicom.uid import JPEG2000Lossless
+
+    g12 = gradient(32, 40, lo=50, hi=3000)
+    path = write_dicom(tmp_path / "j2k.dicom", g12, bits_stored=12)
+    ds = pydicom.dcmread(path)
+    ds.compress(JPEG2000Lossless)
+    ds.save_as(path, enforce_file_format=True)
+    assert pydicom.dcmread(path).file_meta.TransferSyntaxUID == JPEG2000Lossless
+    np.testing.assert_array_equal(read_dicom(path), np.rint((g12 - 50) / 2950 * 255))
