@@ -1,0 +1,50 @@
+"""xbench.score: score submissions against a ground truth (CPU, Numba; never imports torch).
+
+Public API (imported lazily, so ``import xbench.score`` stays cheap):
+
+- :func:`score_submission` -> :class:`ScoreResult` (metrics dict, per-pair DataFrame, count arrays)
+- :func:`write_outputs` (metrics.json, pairs.parquet, pair_counts.npz, tables, platform formats)
+- :class:`DatasetCounts`, :func:`load_pair_counts`, :func:`save_pair_counts` (``pair_counts.npz``)
+- :func:`paired_bootstrap` (two submissions, same case resamples) and the bootstrap building blocks in
+  :mod:`xbench.score.bootstrap`
+- metric functions in :mod:`xbench.score.grounding` and :mod:`xbench.score.recognition`, kernels in
+  :mod:`xbench.score.kernels`, table builders in :mod:`xbench.score.tables`
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = [
+    "ScoreResult",
+    "score_submission",
+    "metrics_from_counts",
+    "thresholds_from_metrics",
+    "write_outputs",
+    "DatasetCounts",
+    "load_pair_counts",
+    "save_pair_counts",
+    "paired_bootstrap",
+]
+
+_WHERE = {
+    "ScoreResult": "scoring",
+    "score_submission": "scoring",
+    "metrics_from_counts": "scoring",
+    "thresholds_from_metrics": "scoring",
+    "write_outputs": "outputs",
+    "DatasetCounts": "counts",
+    "load_pair_counts": "counts",
+    "save_pair_counts": "counts",
+    "paired_bootstrap": "bootstrap",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module 'xbench.score' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -36,6 +36,8 @@ def test_resample_weights_are_exact_and_reproducible():
     assert w.shape == (301, 17) and (w.sum(axis=1) == 17).all()
     w2 = np.concatenate(list(BS.resample_weights(17, 301, np.random.default_rng(5))))
     np.testing.assert_array_equal(w, w2)
+    w3 = np.concatenate(list(BS.resample_weights(17, 301, np.random.default_rng(5), chunk=7)))
+    np.testing.assert_array_equal(w, w3)  # the block size does not change the resamples
 
 
 def test_replicates_equal_explicit_resamples():

@@ -1,0 +1,371 @@
+"""Full-scale scoring benchmark: xbench-score against a NumPy threshold loop and a read+resize floor.
+
+Synthesises, in a temporary folder, a ground truth and a submission at the paper's scale (7 datasets,
+12,601 cases, 1/1/1/10/13/8/21 classes, a 14x14 float16 map for every case and class, a 224x224 grid,
+prevalence and region sizes roughly like the real datasets), then measures
+
+- ``xbench-score`` end to end in a fresh process, cold (empty Numba cache) and warm (twice), with peak RSS;
+- where the time goes (in-process stage timings of the same run);
+- a plain NumPy implementation that loops over the 101 thresholds per pair (timed on a subsample and scaled
+  to all positive pairs);
+- a floor: one pass that only reads every positive map, resizes it to the grid and sums it (Numba, parallel).
+
+Usage::
+
+    python benchmarks/score_fullscale.py                   # paper scale
+    python benchmarks/score_fullscale.py --scales 1,10     # and a 10x larger run (time ~linear, memory flat)
+
+Nothing is asserted: figures and ratios are printed, with the machine they were measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numba
+import numpy as np
+import zarr
+
+from xbench.schemas import DatasetSpec, SubmissionWriter
+from xbench.schemas.store import consolidate, root_attrs
+
+GRID = (224, 224)
+MAP = (14, 14)
+CHEXDET = ["Atelectasis", "Calcification", "Consolidation", "Effusion", "Emphysema", "Fibrosis", "Fracture",
+           "Mass", "Nodule", "Pneumothorax"]
+CHEXLOCALIZE = ["Airspace Opacity", "Atelectasis", "Cardiomegaly", "Consolidation", "Edema",
+                "Enlarged Cardiomediastinum", "Fracture", "Lung Lesion", "Pleural Effusion", "Pleural Other",
+                "Pneumonia", "Pneumothorax", "Support Devices"]
+NIH = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltrate", "Mass", "Nodule", "Pneumonia", "Pneumothorax"]
+VINDR = ["Aortic enlargement", "Atelectasis", "Calcification", "Cardiomegaly", "Clavicle fracture", "Consolidation",
+         "Emphysema", "Enlarged PA", "ILD", "Infiltration", "Lung Opacity", "Lung cavity", "Lung cyst",
+         "Mediastinal shift", "Nodule/Mass", "Other lesion", "Pleural effusion", "Pleural thickening",
+         "Pneumothorax", "Pulmonary fibrosis", "Rib fracture"]
+# (key, cases, classes, prevalence per class, region area as a fraction of the grid: (min, max), log-uniform)
+DATASETS = [
+    ("rsna_pneumonia", 6012, ["Pneumonia"], 0.70, (0.03, 0.20)),
+    ("siim_acr", 2379, ["Pneumothorax"], 0.60, (0.005, 0.08)),
+    ("covid_rural", 221, ["COVID-19"], 1.00, (0.05, 0.35)),
+    ("chestx_det10", 542, CHEXDET, 0.15, (0.001, 0.20)),
+    ("chexlocalize", 668, CHEXLOCALIZE, 0.12, (0.01, 0.30)),
+    ("chestxray14", 880, NIH, 0.14, (0.005, 0.20)),
+    ("vindr_cxr", 1899, VINDR, 0.07, (0.001, 0.20)),
+]
+REGION_CHUNK = 256
+
+
+# ------------------------------------------------------------------------------------------ synthesis
+def _ellipses(rng, n, area_range, grid):
+    H, W = grid
+    area = np.exp(rng.uniform(np.log(area_range[0]), np.log(area_range[1]), n)) * H * W
+    aspect = rng.uniform(0.5, 2.0, n)
+    ry = np.sqrt(area * aspect / np.pi)
+    rx = area / (np.pi * ry)
+    cy = rng.uniform(0.15, 0.85, n) * H
+    cx = rng.uniform(0.15, 0.85, n) * W
+    return cy, cx, np.maximum(ry, 0.5), np.maximum(rx, 0.5)
+
+
+def _rasterise(cy, cx, ry, rx, grid):
+    yy = np.arange(grid[0])[None, :, None] + 0.5
+    xx = np.arange(grid[1])[None, None, :] + 0.5
+    m = ((yy - cy[:, None, None]) / ry[:, None, None]) ** 2 + ((xx - cx[:, None, None]) / rx[:, None, None]) ** 2 <= 1
+    empty = ~m.reshape(len(cy), -1).any(axis=1)
+    for k in np.flatnonzero(empty):  # contract: a region never vanishes; set the centroid's cell
+        m[k, min(int(cy[k]), grid[0] - 1), min(int(cx[k]), grid[1] - 1)] = True
+    return m
+
+
+def synthesise(root: Path, scale: int, seed: int = 0) -> dict:
+    """Write gt.zarr and sub.zarr under ``root``; return counts."""
+    rng = np.random.default_rng(seed)
+    gt_path, sub_path = root / "gt.zarr", root / "sub.zarr"
+    g_root = zarr.open_group(zarr.storage.LocalStore(gt_path), mode="w", zarr_format=3)
+    g_root.attrs.update(root_attrs("ground-truth"))
+    specs, centres, info = {}, {}, {"cases": 0, "maps": 0, "regions": 0}
+    cfg = {"write_empty_chunks": True}
+    for key, n0, classes, prev, area in DATASETS:
+        n, C = n0 * scale, len(classes)
+        ids = np.array([f"{key}-{i:07d}" for i in range(n)])
+        labels = (rng.random((n, C)) < prev).astype(np.int8)
+        labels[(rng.random((n, C)) < 0.02) & (labels == 0)] = -1
+        pairs = np.argwhere(labels == 1).astype(np.int32)
+        K = len(pairs)
+        cy, cx, ry, rx = _ellipses(rng, K, area, GRID)
+        g = g_root.create_group(key, attributes={"classes": classes, "grid": list(GRID)})
+        a = g.create_array("case_id", shape=(n,), dtype=str, chunks=(n,))
+        a[:] = ids
+        g.create_array("labels", data=labels, chunks=(n, C), config=cfg)
+        g.create_array("orig_size", data=np.full((n, 2), 2048, np.int32), chunks=(n, 2), config=cfg)
+        g.create_array("region_index", data=pairs, chunks=(max(K, 1), 2), config=cfg)
+        masks = g.create_array("region_mask", shape=(K, *GRID), dtype="bool", chunks=(REGION_CHUNK, *GRID),
+                               fill_value=False, config=cfg)
+        for s in range(0, K, REGION_CHUNK):
+            e = min(K, s + REGION_CHUNK)
+            masks[s:e] = _rasterise(cy[s:e], cx[s:e], ry[s:e], rx[s:e], GRID)
+        cmap = np.full((n, C, 2), np.nan)
+        cmap[pairs[:, 0], pairs[:, 1]] = np.stack([cy, cx], 1) * (MAP[0] / GRID[0])
+        order = rng.permutation(n)  # the submission lists cases in another order than the ground truth
+        specs[key] = DatasetSpec(list(ids[order]), classes, MAP, "logit")
+        centres[key] = (order, cmap, labels)
+        info["cases"] += n
+        info["maps"] += n * C
+        info["regions"] += K
+    consolidate(gt_path)
+
+    w = SubmissionWriter.create(sub_path, model="synthetic", method="similarity", provenance={"seed": seed},
+                                datasets=specs, cases_per_block=256, map_dtype="float16")
+    yy, xx = np.mgrid[0:MAP[0], 0:MAP[1]] + 0.5
+    for key, (order, cmap, labels) in centres.items():
+        for b in w.blocks_todo(key):
+            s, e = w.block_rows(key, b)
+            rows = order[s:e]
+            lab = labels[rows]
+            noise = rng.standard_normal((e - s, lab.shape[1], *MAP)) * 0.6
+            c = cmap[rows]
+            hit = ~np.isnan(c[..., 0])
+            dy = (yy[None, None] - np.nan_to_num(c[..., 0])[..., None, None] - rng.normal(0, 1.5, hit.shape)[..., None, None])
+            dx = (xx[None, None] - np.nan_to_num(c[..., 1])[..., None, None] - rng.normal(0, 1.5, hit.shape)[..., None, None])
+            bump = np.exp(-(dy ** 2 + dx ** 2) / 8.0) * (hit * rng.uniform(0.5, 2.5, hit.shape))[..., None, None]
+            scores = (lab == 1) * 1.2 + rng.standard_normal(lab.shape)
+            w.write_block(key, b, scores.astype(np.float32), (noise + bump).astype(np.float16))
+    w.finish()
+    return info
+
+
+# ---------------------------------------------------------------------------------------- baselines
+@numba.njit(cache=True, parallel=True)
+def _floor_kernel(maps, row_idx, row_w, col_idx, col_w, H, W, n_chunks):
+    P = maps.shape[0]
+    h = maps.shape[1]
+    sums = np.empty(P)
+    n_chunks = max(1, min(P, n_chunks))
+    for c in numba.prange(n_chunks):
+        tmp = np.empty((h, W))
+        row = np.empty(W)
+        for p in range(c * P // n_chunks, (c + 1) * P // n_chunks):
+            for i in range(h):
+                for ow in range(W):
+                    tmp[i, ow] = (np.float64(maps[p, i, col_idx[0, ow]]) * col_w[0, ow]
+                                  + np.float64(maps[p, i, col_idx[1, ow]]) * col_w[1, ow])
+            s = 0.0
+            for oh in range(H):
+                ta = tmp[row_idx[0, oh]]
+                tb = tmp[row_idx[1, oh]]
+                for ow in range(W):
+                    row[ow] = ta[ow] * row_w[0, oh] + tb[ow] * row_w[1, oh]
+                for ow in range(W):
+                    s += row[ow]
+            sums[p] = s
+    return sums
+
+
+def floor_pass(sub_path: Path, gt_path: Path) -> tuple[float, float, float]:
+    """Read every positive map, resize it to the grid and sum it. Returns (total, read, resize) seconds."""
+    from xbench.schemas import align, read_ground_truth, read_submission
+    from xbench.score.kernels import resize_plan
+    from xbench.score.scoring import _gather_maps
+
+    plan = resize_plan(MAP, GRID)
+    nc = 4 * numba.get_num_threads()
+    _floor_kernel(np.zeros((2, *MAP), np.float32), plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, *GRID, nc)
+    t0 = time.perf_counter()
+    gt, sub = read_ground_truth(gt_path), read_submission(sub_path)
+    t_read = t_kernel = 0.0
+    for name, g in gt.datasets.items():
+        s = sub.datasets[name]
+        t1 = time.perf_counter()
+        rows, cols = align(s, g)
+        maps = _gather_maps(s.saliency, rows[g.region_index[:, 0]], cols[g.region_index[:, 1]])
+        t2 = time.perf_counter()
+        _floor_kernel(maps, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, *GRID, nc)
+        t3 = time.perf_counter()
+        t_read += t2 - t1
+        t_kernel += t3 - t2
+    return time.perf_counter() - t0, t_read, t_kernel
+
+
+def floor_process(sub: Path, gt: Path, cache_dir: Path) -> float:
+    """The floor as a fresh process (interpreter start and imports included), like xbench-score's figure."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--floor-only", str(sub), str(gt)]
+    subprocess.run(cmd, env=env, check=True, capture_output=True)  # compile and cache the floor kernel
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def numpy_loop_per_pair(sub_path: Path, gt_path: Path, n_pairs: int, seed: int = 0) -> tuple[float, int]:
+    """Seconds per positive pair of a plain NumPy scorer (vectorised resize, loop over 101 thresholds)."""
+    from xbench.schemas import align, read_ground_truth, read_submission
+
+    gt, sub = read_ground_truth(gt_path), read_submission(sub_path)
+    rng = np.random.default_rng(seed)
+    sample = []
+    for name, g in gt.datasets.items():
+        rows, cols = align(sub.datasets[name], g)
+        for k in rng.choice(len(g.region_index), size=min(len(g.region_index), max(1, n_pairs // 7)), replace=False):
+            i, c = g.region_index[k]
+            sample.append((np.asarray(sub.datasets[name].saliency[rows[i], cols[c]]), np.asarray(g.region_mask[k])))
+
+    def axis(n_in, n_out):
+        src = np.maximum((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(int), n_in - 1)
+        i1 = np.where(i0 < n_in - 1, i0 + 1, i0)
+        lam = np.clip(src - i0, 0, 1)
+        return i0, i1, lam
+
+    y0, y1, ly = axis(MAP[0], GRID[0])
+    x0, x1, lx = axis(MAP[1], GRID[1])
+    taus = np.arange(101) / 100
+    t0 = time.perf_counter()
+    for m, region in sample:
+        m = m.astype(np.float64)
+        top = m[y0][:, x0] * (1 - lx) + m[y0][:, x1] * lx
+        bottom = m[y1][:, x0] * (1 - lx) + m[y1][:, x1] * lx
+        r = top * (1 - ly)[:, None] + bottom * ly[:, None]
+        _hit = region.flat[np.argmax(r)]
+        lo, hi = r.min(), r.max()
+        nm = np.zeros_like(r) if hi == lo else (r - lo) / (hi - lo)
+        n_r = region.sum()
+        dice = np.empty(101)
+        iou = np.empty(101)
+        for k, tau in enumerate(taus):
+            b = nm >= tau
+            inter = np.count_nonzero(b & region)
+            nb = np.count_nonzero(b)
+            dice[k] = 2 * inter / (nb + n_r)
+            iou[k] = inter / (nb + n_r - inter)
+    return (time.perf_counter() - t0) / len(sample), len(sample)
+
+
+# ------------------------------------------------------------------------------------------- scoring
+_CHILD = """
+import resource, sys, json, atexit
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})))
+from xbench.score.cli import main
+main(sys.argv[2:])
+"""
+
+
+def run_cli(sub: Path, gt: Path, out: Path, bootstrap: int, cache_dir: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of ``xbench-score`` in a fresh process."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    stats = out.parent / f".{out.name}.rss.json"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(stats), str(sub), "--gt", str(gt), "--out", str(out),
+                           "--bootstrap", str(bootstrap), "--quiet"], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"xbench-score failed ({proc.returncode}): {proc.stderr.strip()}")
+    rss = json.loads(stats.read_text())["maxrss_kb"] / 1024
+    return wall, rss
+
+
+def stage_timings(sub: Path, gt: Path, out: Path, bootstrap: int) -> dict[str, float]:
+    from xbench.score.grounding import UndefinedMetricWarning
+    from xbench.score.outputs import write_outputs
+    from xbench.score.scoring import score_submission
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        t0 = time.perf_counter()
+        res = score_submission(sub, gt, bootstrap=bootstrap)
+        t1 = time.perf_counter()
+        write_outputs(res, out)
+        t2 = time.perf_counter()
+    timings = dict(res.timings)
+    timings["write_outputs"] = t2 - t1
+    timings["total_in_process"] = t2 - t0
+    return timings
+
+
+def bench(scale: int, args) -> dict:
+    root = Path(tempfile.mkdtemp(prefix=f"xbench-bench-{scale}x-", dir=args.workdir))
+    try:
+        t0 = time.perf_counter()
+        info = synthesise(root, scale)
+        print(f"[{scale}x] synthesised {info['cases']} cases, {info['maps']} maps, {info['regions']} regions "
+              f"in {time.perf_counter() - t0:.1f} s ({root})", flush=True)
+        sub, gt = root / "sub.zarr", root / "gt.zarr"
+        cache = root / "numba-cache"
+        res: dict = {"scale": scale, **info}
+        if not args.skip_cold:
+            res["cold_s"], res["cold_rss_mib"] = run_cli(sub, gt, root / "out-cold", args.bootstrap, cache)
+            print(f"[{scale}x] cold  xbench-score: {res['cold_s']:.2f} s (peak RSS {res['cold_rss_mib']:.0f} MiB)", flush=True)
+        warm = [run_cli(sub, gt, root / f"out-warm{i}", args.bootstrap, cache) for i in range(2)]
+        res["warm_s"] = min(w[0] for w in warm)
+        res["warm_all_s"] = [round(w[0], 2) for w in warm]
+        res["warm_rss_mib"] = max(w[1] for w in warm)
+        print(f"[{scale}x] warm  xbench-score: {res['warm_all_s']} s (peak RSS {res['warm_rss_mib']:.0f} MiB)", flush=True)
+        res["stages"] = stage_timings(sub, gt, root / "out-stages", args.bootstrap)
+        res["floor_s"], res["floor_read_s"], res["floor_resize_s"] = floor_pass(sub, gt)
+        res["floor_process_s"] = floor_process(sub, gt, cache)
+        per_pair, n = numpy_loop_per_pair(sub, gt, args.numpy_pairs)
+        res["numpy_per_pair_ms"] = per_pair * 1e3
+        res["numpy_sample"] = n
+        res["numpy_est_s"] = per_pair * info["regions"]
+        return res
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scales", default="1", help="comma-separated multiples of the paper's scale (default 1)")
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--numpy-pairs", type=int, default=140, help="pairs timed for the NumPy loop (scaled up)")
+    ap.add_argument("--workdir", default=None, help="where to synthesise (default: the system temp folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the synthesised stores")
+    ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--floor-only", nargs=2, metavar=("SUB", "GT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.floor_only:
+        floor_pass(Path(args.floor_only[0]), Path(args.floor_only[1]))
+        return
+    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, numba threads {numba.get_num_threads()}, python {platform.python_version()}, "
+          f"numpy {np.__version__}, numba {numba.__version__}, zarr {zarr.__version__}")
+    results = [bench(int(s), args) for s in args.scales.split(",")]
+    for r in results:
+        st = r["stages"]
+        print(f"\n== {r['scale']}x: {r['cases']} cases, {r['maps']} maps, {r['regions']} positive pairs, "
+              f"bootstrap {args.bootstrap}")
+        if "cold_s" in r:
+            print(f"xbench-score cold (compiles)      {r['cold_s']:8.2f} s   peak RSS {r['cold_rss_mib']:.0f} MiB")
+        print(f"xbench-score warm (best of 2)     {r['warm_s']:8.2f} s   peak RSS {r['warm_rss_mib']:.0f} MiB "
+              f"(runs: {r['warm_all_s']})")
+        print(f"floor: read+resize+sum positives  {r['floor_s']:8.2f} s   (read {r['floor_read_s']:.2f}, "
+              f"resize+sum {r['floor_resize_s']:.2f})")
+        print(f"floor as a fresh process          {r['floor_process_s']:8.2f} s   (interpreter + imports + the pass)")
+        print(f"NumPy 101-threshold loop (est.)   {r['numpy_est_s']:8.2f} s   ({r['numpy_per_pair_ms']:.2f} ms/pair "
+              f"on {r['numpy_sample']} pairs, x {r['regions']})")
+        print(f"ratios: NumPy loop / warm end-to-end = {r['numpy_est_s'] / r['warm_s']:.1f}x;  "
+              f"NumPy loop / resize+bin stage = {r['numpy_est_s'] / st['resize_and_bin']:.1f}x;  "
+              f"warm / floor = {r['warm_s'] / r['floor_s']:.2f}x (in-process floor), "
+              f"{r['warm_s'] / r['floor_process_s']:.2f}x (floor as a process);  "
+              f"(read maps + resize+bin) / floor = {(st['read_maps'] + st['resize_and_bin']) / r['floor_s']:.2f}x")
+        print("where the time goes (in-process, warm):")
+        for k, v in sorted(st.items(), key=lambda kv: -kv[1]):
+            print(f"    {k:22s} {v:7.3f} s")
+    if len(results) > 1:
+        a, b = results[0], results[-1]
+        f = b["scale"] / a["scale"]
+        print(f"\nscaling {a['scale']}x -> {b['scale']}x (data x{f:g}): warm time x{b['warm_s'] / a['warm_s']:.2f}, "
+              f"peak RSS {a['warm_rss_mib']:.0f} -> {b['warm_rss_mib']:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

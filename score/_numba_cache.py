@@ -1,0 +1,55 @@
+"""Where Numba keeps its compiled kernels.
+
+Numba's ``cache=True`` writes next to the source file (``__pycache__``). When the installed package is
+read-only (a system site-packages, a container image), every run would recompile, so we point Numba at a
+per-user cache directory instead: ``$NUMBA_CACHE_DIR`` when the user set it, otherwise
+``$XDG_CACHE_HOME/xbench/numba`` (``~/.cache/xbench/numba``). This module must be imported before any
+``@numba.njit(cache=True)`` decorator runs, because Numba picks the cache location at decoration time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["choose_cache_dir", "configure_numba_cache"]
+
+
+def _user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xbench" / "numba"
+
+
+def choose_cache_dir(package_dir: str | os.PathLike, *, writable: bool | None = None) -> Path | None:
+    """Return the directory Numba should cache into, or ``None`` to keep Numba's in-tree default.
+
+    Parameters
+    ----------
+    package_dir : path
+        The folder holding the kernel sources.
+    writable : bool, optional
+        Whether ``package_dir`` is writable; probed with :func:`os.access` when omitted (tests pass it).
+    """
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"])
+    if writable is None:
+        pycache = Path(package_dir) / "__pycache__"
+        probe = pycache if pycache.exists() else Path(package_dir)
+        writable = os.access(probe, os.W_OK)
+    return None if writable else _user_cache_dir()
+
+
+def configure_numba_cache(package_dir: str | os.PathLike) -> Path | None:
+    """Point Numba at :func:`choose_cache_dir` (env var and live config); return the directory used."""
+    chosen = choose_cache_dir(package_dir)
+    if chosen is None:
+        return None
+    try:
+        chosen.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # nowhere writable: Numba then compiles in memory each run, which is still correct
+    os.environ["NUMBA_CACHE_DIR"] = str(chosen)
+    import numba.core.config as numba_config  # already imported by numba itself; reading env is too late
+
+    numba_config.CACHE_DIR = str(chosen)
+    return chosen

@@ -1,0 +1,101 @@
+"""Per-dataset count arrays: everything the metrics, bootstraps and reports need, with no map in sight.
+
+:class:`DatasetCounts` is what :func:`xbench.score.scoring.score_submission` produces per dataset and what
+``pair_counts.npz`` stores, so a report or a paired bootstrap of two submissions never re-reads a map.
+All rows follow the ground truth's case order and class columns.
+
+``pair_counts.npz`` layout (``np.load(path)``; keys are ``"<dataset>.<field>"``, classes are referred to
+by column index because class names may contain ``/``)::
+
+    datasets                (D,) str          dataset keys, in order
+    thresholds              (T,) float64      tau_k = k / 100
+    <d>.classes             (C,) str          class names (ground-truth column order)
+    <d>.supported           (C,) bool         False for classes the submission lists as unsupported
+    <d>.case_id             (N,) str          ground-truth case ids
+    <d>.labels              (N, C) int8       1 / 0 / -1 (not annotated)
+    <d>.prob                (N, C) float64    p per case and class (NaN for unsupported classes)
+    <d>.pair_case           (P,) int64        case row of each positive pair (sorted by class, then row)
+    <d>.pair_class          (P,) int64        class column of each positive pair
+    <d>.region_pixels       (P,) int32        |R|
+    <d>.hit                 (P,) bool         pointing-game hit
+    <d>.b                   (P, T) int32      |B_tau_k|
+    <d>.br                  (P, T) int32      |B_tau_k ∩ R|
+    <d>.grid                (2,) int64        evaluation grid (H, W)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .kernels import THRESHOLDS
+
+__all__ = ["DatasetCounts", "save_pair_counts", "load_pair_counts"]
+
+_FIELDS = ("classes", "supported", "case_id", "labels", "prob", "pair_case", "pair_class", "region_pixels",
+           "hit", "b", "br", "grid")
+
+
+@dataclass(frozen=True)
+class DatasetCounts:
+    """Counts of one dataset (see the module docstring for shapes and dtypes)."""
+
+    name: str
+    classes: tuple[str, ...]
+    supported: np.ndarray
+    case_id: np.ndarray
+    labels: np.ndarray
+    prob: np.ndarray
+    pair_case: np.ndarray
+    pair_class: np.ndarray
+    region_pixels: np.ndarray
+    hit: np.ndarray
+    b: np.ndarray
+    br: np.ndarray
+    grid: tuple[int, int] = (224, 224)
+
+    @property
+    def n_cases(self) -> int:
+        return int(self.case_id.shape[0])
+
+    def class_pairs(self, c: int) -> np.ndarray:
+        """Indices into the pair arrays of class column ``c``."""
+        return np.flatnonzero(self.pair_class == c)
+
+    def same_ground_truth(self, other: "DatasetCounts") -> bool:
+        """True when both were scored against the same cases, classes, labels and regions."""
+        return (self.classes == other.classes and np.array_equal(self.case_id, other.case_id)
+                and np.array_equal(self.labels, other.labels)
+                and np.array_equal(self.pair_case, other.pair_case)
+                and np.array_equal(self.pair_class, other.pair_class)
+                and np.array_equal(self.region_pixels, other.region_pixels))
+
+
+def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts]) -> None:
+    """Write ``counts`` to an ``.npz`` file at ``path`` (uncompressed: it is written on every run)."""
+    arrays: dict[str, np.ndarray] = {"datasets": np.array(list(counts), dtype=str), "thresholds": THRESHOLDS}
+    for name, dc in counts.items():
+        for f in _FIELDS:
+            value = getattr(dc, f)
+            arrays[f"{name}.{f}"] = np.array(value, dtype=str) if f == "classes" else np.asarray(value)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:
+    """Read a ``pair_counts.npz`` written by :func:`save_pair_counts`; returns {dataset: DatasetCounts}."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no pair_counts.npz here; run `xbench-score` with --out first.")
+    with np.load(path, allow_pickle=False) as z:
+        names = [str(n) for n in z["datasets"]]
+        out = {}
+        for name in names:
+            kw = {f: z[f"{name}.{f}"] for f in _FIELDS}
+            kw["classes"] = tuple(str(c) for c in kw["classes"])
+            kw["grid"] = tuple(int(x) for x in kw["grid"])
+            out[name] = DatasetCounts(name=name, **kw)
+    return out

@@ -1,0 +1,577 @@
+"""Numba kernels for map processing and threshold counting, behind checked Python wrappers.
+
+Every number here follows the contract (``shared/contract.md``, "Metrics"):
+
+1. resize a raw map to the grid ``(H, W)``: bilinear with half-pixel centres and edge clamping
+   (``torch.nn.functional.interpolate(mode="bilinear", align_corners=False)``), or area averaging
+   (``mode="area"``, i.e. adaptive average pooling) when the map is at least as large as the grid on both
+   axes and larger on one;
+2. min-max normalise over the grid in float64, a constant map becoming all zeros;
+3. pointing game: the first maximum (``numpy.argmax`` of the flattened resized map);
+4. ``B_tau = {u : M~(u) >= tau}`` for the 101 thresholds ``tau_k = k / 100`` (float64).
+
+All arithmetic is float64 and follows torch's operation order, so the results are bit-identical to a
+careful reference. No ``fastmath``: reassociation would change the last bits and so the chosen thresholds.
+
+The threshold search costs one pass per map: each pixel is binned once into ``k(v) = max{k : tau_k <= v}``
+(exact, including values that sit on a threshold), and reverse cumulative sums of the bin histogram give
+``|B_tau_k|`` and ``|B_tau_k ∩ R|`` for every ``k`` at once: O(pixels + thresholds) per map.
+
+The kernels (``_name``) do no checking; the wrappers below check dtypes and shapes and say how to fix bad
+input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ._numba_cache import configure_numba_cache
+
+configure_numba_cache(Path(__file__).parent)
+
+import numba  # noqa: E402  (after the cache directory is chosen)
+
+__all__ = [
+    "N_THRESHOLDS",
+    "THRESHOLDS",
+    "ResizePlan",
+    "GroundingCounts",
+    "resize_plan",
+    "resize_map",
+    "normalize_map",
+    "threshold_bins",
+    "grounding_counts",
+    "weighted_auroc_ap",
+    "rank_order",
+]
+
+#: tau_k = k / 100 as float64, k = 0..100 (the contract's threshold grid).
+N_THRESHOLDS = 101
+THRESHOLDS = np.arange(N_THRESHOLDS, dtype=np.float64) / 100.0
+THRESHOLDS.setflags(write=False)
+
+
+class ResizePlan(NamedTuple):
+    """Per-axis source indices and weights for resizing ``in_shape`` to ``grid``.
+
+    ``area`` False (bilinear): ``row_idx[0/1]`` are the two source rows and ``row_w[0/1]`` their weights
+    for each output row; likewise for columns. ``area`` True: ``row_idx[0]``/``row_idx[1]`` are the start
+    and stop (exclusive) of each output row's pooling window; the weights are unused.
+    """
+
+    area: bool
+    row_idx: np.ndarray  # (2, H) int64
+    row_w: np.ndarray  # (2, H) float64
+    col_idx: np.ndarray  # (2, W) int64
+    col_w: np.ndarray  # (2, W) float64
+
+
+class GroundingCounts(NamedTuple):
+    """Per-pair results of :func:`grounding_counts` for P pairs and T = 101 thresholds."""
+
+    b: np.ndarray  # (P, T) int32: |B_tau_k|
+    br: np.ndarray  # (P, T) int32: |B_tau_k ∩ R|
+    hit: np.ndarray  # (P,) bool: pointing-game hit
+    region_pixels: np.ndarray  # (P,) int32: |R|
+
+
+# ---------------------------------------------------------------------------------------------- plans
+def _bilinear_axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    # torch: scale = in / out; src = scale * (dst + 0.5) - 0.5, clamped below at 0;
+    # i0 = min(floor(src), in - 1); i1 = i0 + (i0 < in - 1); l1 = clamp(src - i0, 0, 1); l0 = 1 - l1.
+    scale = float(n_in) / float(n_out)
+    idx = np.empty((2, n_out), dtype=np.int64)
+    w = np.empty((2, n_out), dtype=np.float64)
+    for o in range(n_out):
+        src = scale * (o + 0.5) - 0.5
+        if src < 0.0:
+            src = 0.0
+        i0 = min(int(np.floor(src)), n_in - 1)
+        lam1 = min(max(src - i0, 0.0), 1.0)
+        idx[0, o] = i0
+        idx[1, o] = i0 + (1 if i0 < n_in - 1 else 0)
+        w[0, o] = 1.0 - lam1
+        w[1, o] = lam1
+    return idx, w
+
+
+def _area_axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    # torch adaptive pooling windows: start = floor(o * in / out), stop = ceil((o + 1) * in / out).
+    o = np.arange(n_out, dtype=np.int64)
+    idx = np.stack([(o * n_in) // n_out, ((o + 1) * n_in + n_out - 1) // n_out])
+    return idx, np.zeros((2, n_out), dtype=np.float64)
+
+
+def resize_plan(in_shape: tuple[int, int], grid: tuple[int, int]) -> ResizePlan:
+    """Plan the resize of an ``in_shape`` = (h, w) map onto ``grid`` = (H, W) (see module docstring)."""
+    h, w = (int(s) for s in in_shape)
+    H, W = (int(s) for s in grid)
+    if min(h, w, H, W) < 1:
+        raise ValueError(f"map shape {in_shape} and grid {grid} must be positive; got a zero or negative size.")
+    area = h >= H and w >= W and (h > H or w > W)
+    axis = _area_axis if area else _bilinear_axis
+    row_idx, row_w = axis(h, H)
+    col_idx, col_w = axis(w, W)
+    return ResizePlan(area, row_idx, row_w, col_idx, col_w)
+
+
+# -------------------------------------------------------------------------------------------- kernels
+@numba.njit(cache=True, nogil=True)
+def _row_min_max(row):
+    """(min, max) of a 1-D float64 row. Four independent accumulators break the compare-select dependency
+    chain (min and max are exact, so the order of the comparisons cannot change the result)."""
+    n = row.shape[0]
+    a0 = a1 = a2 = a3 = row[0]
+    b0 = b1 = b2 = b3 = row[0]
+    j = 0
+    while j + 4 <= n:
+        v0 = row[j]
+        v1 = row[j + 1]
+        v2 = row[j + 2]
+        v3 = row[j + 3]
+        a0 = v0 if v0 < a0 else a0
+        a1 = v1 if v1 < a1 else a1
+        a2 = v2 if v2 < a2 else a2
+        a3 = v3 if v3 < a3 else a3
+        b0 = v0 if v0 > b0 else b0
+        b1 = v1 if v1 > b1 else b1
+        b2 = v2 if v2 > b2 else b2
+        b3 = v3 if v3 > b3 else b3
+        j += 4
+    while j < n:
+        v = row[j]
+        a0 = v if v < a0 else a0
+        b0 = v if v > b0 else b0
+        j += 1
+    return min(min(a0, a1), min(a2, a3)), max(max(b0, b1), max(b2, b3))
+
+
+@numba.njit(cache=True, nogil=True)
+def _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out):
+    """Resize one float32 map ``src`` (h, w) into float64 ``out`` (H, W); ``tmp`` is (h, W) scratch.
+
+    Returns (min, max, flat index of the first maximum in row-major order).
+    """
+    h = src.shape[0]
+    H = out.shape[0]
+    W = out.shape[1]
+    if area:
+        for oh in range(H):
+            r0 = row_idx[0, oh]
+            r1 = row_idx[1, oh]
+            kh = r1 - r0
+            for ow in range(W):
+                c0 = col_idx[0, ow]
+                c1 = col_idx[1, ow]
+                s = 0.0
+                for i in range(r0, r1):
+                    for j in range(c0, c1):
+                        s += np.float64(src[i, j])
+                out[oh, ow] = s / kh / (c1 - c0)  # torch divides twice, in this order
+    else:
+        # separable, in torch's order: interpolate along the width first, then along the height
+        for i in range(h):
+            for ow in range(W):
+                tmp[i, ow] = (np.float64(src[i, col_idx[0, ow]]) * col_w[0, ow]
+                              + np.float64(src[i, col_idx[1, ow]]) * col_w[1, ow])
+        for oh in range(H):
+            ta = tmp[row_idx[0, oh]]
+            tb = tmp[row_idx[1, oh]]
+            wa = row_w[0, oh]
+            wb = row_w[1, oh]
+            row = out[oh]
+            for ow in range(W):
+                row[ow] = ta[ow] * wa + tb[ow] * wb
+    # min and max row by row (vectorised), remembering the first row that holds the maximum
+    mn, mx = _row_min_max(out[0])
+    r_max = 0
+    for oh in range(1, H):
+        a, b = _row_min_max(out[oh])
+        if a < mn:
+            mn = a
+        if b > mx:
+            mx = b
+            r_max = oh
+    row = out[r_max]
+    for ow in range(W):
+        if row[ow] == mx:
+            return mn, mx, r_max * W + ow
+    return mn, mx, r_max * W  # unreachable for finite maps
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bin(v, taus):
+    """k(v) = max{k : taus[k] <= v} for v in [0, 1] on the grid taus[k] = k / 100, exactly."""
+    k = int(v * 100.0)
+    if k >= 100:
+        return 100
+    # v * 100 can round across an integer; one step either way fixes it (e.g. v = 0.29 gives 28.999...)
+    if taus[k + 1] <= v:
+        k += 1
+    elif taus[k] > v:
+        k -= 1
+    return k
+
+
+# y = (x - min) * (100 / range) differs from 100 * v, v = (x - min) / range, by at most ~4e-14 (a few
+# roundings of numbers <= 100), and 100 * taus[k] differs from k by at most ~2e-14. So when y is farther
+# than _NEAR from every integer, floor(y) is exactly k(v); only pixels within _NEAR of a threshold (rare,
+# except on quantised maps) take the exact path with the division.
+_NEAR = 1e-9
+
+
+#: Bin histograms are kept in this many interleaved copies: consecutive pixels of a smooth map mostly fall in
+#: the same bin, and one copy would make every increment wait for the previous store.
+_LANES = 4
+
+
+@numba.njit(cache=True, nogil=True)
+def _bin_row(row, mrow, mn, rng, taus, hist, kb):
+    """Add one row (raw resized values) to ``hist`` (_LANES * 2T,): bin 2k + [pixel in R] for k = k(v)."""
+    T = taus.shape[0]
+    W = row.shape[0]
+    inv = 100.0 / rng
+    near = 0
+    for ow in range(W):  # vectorisable: the fast guess for the whole row
+        y = (row[ow] - mn) * inv
+        g = np.int64(y)
+        f = y - g
+        kb[ow] = g
+        near += np.int64(f < _NEAR) + np.int64(f > 1.0 - _NEAR) + np.int64(g >= T - 1)
+    if near:
+        for ow in range(W):
+            y = (row[ow] - mn) * inv
+            g = np.int64(y)
+            f = y - g
+            if f < _NEAR or f > 1.0 - _NEAR or g >= T - 1:
+                kb[ow] = _bin((row[ow] - mn) / rng, taus)
+    for ow in range(W):
+        kb[ow] = 2 * kb[ow] + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+    for ow in range(W):
+        hist[kb[ow]] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _finish_counts(hist, b_row, br_row):
+    """Reverse cumulative sums of the (lane-interleaved) bin histogram into b_row / br_row; returns |R|."""
+    T = b_row.shape[0]
+    acc_b = 0
+    acc_br = 0
+    for k in range(T - 1, -1, -1):
+        for lane in range(_LANES):
+            acc_br += hist[lane * 2 * T + 2 * k + 1]
+            acc_b += hist[lane * 2 * T + 2 * k] + hist[lane * 2 * T + 2 * k + 1]
+        b_row[k] = acc_b
+        br_row[k] = acc_br
+    return acc_br
+
+
+@numba.njit(cache=True, nogil=True)
+def _constant_map(mask, hist):
+    # a constant map normalises to all zeros: every pixel is in B_0 and in no other B_tau
+    n_r = 0
+    for oh in range(mask.shape[0]):
+        for ow in range(mask.shape[1]):
+            if mask[oh, ow]:
+                n_r += 1
+    hist[1] = n_r
+    hist[0] = mask.shape[0] * mask.shape[1] - n_r
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_one(buf, mn, mx, mask, taus, hist, kb, b_row, br_row):
+    """Bin a resized map held in ``buf`` once; write counts into b_row / br_row (T,); return |R|."""
+    hist[:] = 0
+    rng = mx - mn
+    if rng == 0.0:
+        _constant_map(mask, hist)
+    else:
+        for oh in range(buf.shape[0]):
+            _bin_row(buf[oh], mask[oh], mn, rng, taus, hist, kb)
+    return _finish_counts(hist, b_row, br_row)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bilinear_row(tmp, row_idx, row_w, oh, row):
+    ta = tmp[row_idx[0, oh]]
+    tb = tmp[row_idx[1, oh]]
+    wa = row_w[0, oh]
+    wb = row_w[1, oh]
+    for ow in range(row.shape[0]):
+        row[ow] = ta[ow] * wa + tb[ow] * wb
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, row, hist, kb, b_row, br_row):
+    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map stays in L1 and each
+    output row is recomputed (2 multiplies and an add per pixel) instead of being stored and re-read.
+
+    Returns (|R|, flat index of the first maximum).
+    """
+    h = src.shape[0]
+    H = mask.shape[0]
+    W = mask.shape[1]
+    for i in range(h):
+        for ow in range(W):
+            tmp[i, ow] = (np.float64(src[i, col_idx[0, ow]]) * col_w[0, ow]
+                          + np.float64(src[i, col_idx[1, ow]]) * col_w[1, ow])
+    mn = np.inf
+    mx = -np.inf
+    r_max = 0
+    for oh in range(H):
+        _bilinear_row(tmp, row_idx, row_w, oh, row)
+        a, b = _row_min_max(row)
+        if a < mn:
+            mn = a
+        if b > mx:
+            mx = b
+            r_max = oh
+    _bilinear_row(tmp, row_idx, row_w, r_max, row)
+    arg = r_max * W
+    for ow in range(W):
+        if row[ow] == mx:
+            arg = r_max * W + ow
+            break
+    hist[:] = 0
+    rng = mx - mn
+    if rng == 0.0:
+        _constant_map(mask, hist)
+    else:
+        for oh in range(H):
+            _bilinear_row(tmp, row_idx, row_w, oh, row)
+            _bin_row(row, mask[oh], mn, rng, taus, hist, kb)
+    return _finish_counts(hist, b_row, br_row), arg
+
+
+@numba.njit(cache=True, parallel=True)
+def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n_chunks):
+    """Counts for P pairs: maps (P, h, w) float32, masks (P, H, W) bool. See :func:`grounding_counts`."""
+    P = maps.shape[0]
+    h = maps.shape[1]
+    H = masks.shape[1]
+    W = masks.shape[2]
+    T = taus.shape[0]
+    b = np.empty((P, T), dtype=np.int32)
+    br = np.empty((P, T), dtype=np.int32)
+    hit = np.empty(P, dtype=np.bool_)
+    n_r = np.empty(P, dtype=np.int32)
+    # one scratch set per chunk of pairs, not per pair
+    for c in numba.prange(n_chunks):
+        lo = c * P // n_chunks
+        hi = (c + 1) * P // n_chunks
+        tmp = np.empty((h, W), dtype=np.float64)
+        row = np.empty(W, dtype=np.float64)
+        hist = np.empty(_LANES * 2 * T, dtype=np.int64)
+        kb = np.empty(W, dtype=np.int64)
+        buf = np.empty((H if area else 1, W), dtype=np.float64)  # full-size map only for area averaging
+        for p in range(lo, hi):
+            if area:
+                mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
+                n_r[p] = _count_one(buf, mn, mx, masks[p], taus, hist, kb, b[p], br[p])
+            else:
+                n_r[p], arg = _count_bilinear(maps[p], masks[p], row_idx, row_w, col_idx, col_w, taus, tmp, row,
+                                              hist, kb, b[p], br[p])
+            hit[p] = masks[p, arg // W, arg % W]
+    return b, br, hit, n_r
+
+
+@numba.njit(cache=True)
+def _resize_only(src, area, row_idx, row_w, col_idx, col_w, H, W):
+    out = np.empty((H, W), dtype=np.float64)
+    tmp = np.empty((src.shape[0], W), dtype=np.float64)
+    _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out)
+    return out
+
+
+@numba.njit(cache=True)
+def _bins(values, taus):
+    out = np.empty(values.shape[0], dtype=np.int64)
+    for i in range(values.shape[0]):
+        out[i] = _bin(values[i], taus)
+    return out
+
+
+@numba.njit(cache=True)  # serial on purpose: a parallel loop here fights BLAS's threads in the matmuls
+def _ranked_replicates(wt, order, pos, group_end):
+    """Weighted AUROC and AP per resample, one pass over the pairs sorted by p descending.
+
+    ``wt`` is (N, B): the weights transposed, so that the loop over the B resamples is contiguous and
+    vectorises. ``order[j]`` is the row of ``wt`` holding the j-th pair by p descending (pairs may be a
+    subset of the rows); ``pos`` and ``group_end`` follow that order, ``group_end[j]`` marking the last pair
+    of each run of tied p. AUROC counts (positive, negative) pairs with the positive ranked higher, ties
+    counting 1/2 (= scikit-learn's trapezoidal ROC area); AP sums (recall step) x precision over distinct
+    thresholds (= scikit-learn's step-wise average precision).
+    """
+    B = wt.shape[1]
+    n = order.shape[0]
+    tp = np.zeros(B)
+    fp = np.zeros(B)
+    tp_g = np.zeros(B)
+    fp_g = np.zeros(B)
+    area = np.zeros(B)
+    s_ap = np.zeros(B)
+    for j in range(n):
+        x = wt[order[j]]
+        if group_end[j] and (j == 0 or group_end[j - 1]):
+            # a pair with no tie (the usual case): update the totals directly
+            if pos[j]:
+                for r in range(B):
+                    tp[r] += x[r]
+                    d = tp[r] + fp[r]
+                    s_ap[r] += x[r] * (tp[r] / (d if d > 0.0 else 1.0))
+            else:
+                for r in range(B):
+                    area[r] += x[r] * tp[r]
+                    fp[r] += x[r]
+            continue
+        if pos[j]:
+            for r in range(B):
+                tp_g[r] += x[r]
+        else:
+            for r in range(B):
+                fp_g[r] += x[r]
+        if group_end[j]:
+            for r in range(B):  # branch-free, so it vectorises over the resamples
+                area[r] += fp_g[r] * (tp[r] + 0.5 * tp_g[r])
+                tp[r] += tp_g[r]
+                fp[r] += fp_g[r]
+                d = tp[r] + fp[r]
+                # precision at this threshold, weighted by the recall step (0 when the group has no positive)
+                s_ap[r] += tp_g[r] * (tp[r] / (d if d > 0.0 else 1.0))
+                tp_g[r] = 0.0
+                fp_g[r] = 0.0
+    auroc = np.full(B, np.nan)
+    ap = np.full(B, np.nan)
+    for r in range(B):
+        if tp[r] > 0.0 and fp[r] > 0.0:  # tp, fp now hold the total positive and negative weight
+            auroc[r] = area[r] / (tp[r] * fp[r])
+            ap[r] = s_ap[r] / tp[r]
+    return auroc, ap
+
+
+# ------------------------------------------------------------------------------------------- wrappers
+def _as_map_stack(maps, name: str) -> np.ndarray:
+    arr = np.asarray(maps)
+    if arr.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"`{name}` must be float16, float32 or float64 saliency; found {arr.dtype}. "
+                        f"Convert with `.astype(np.float32)`.")
+    if arr.dtype == np.float64:
+        # float64 input is accepted for convenience but computed through float32 only when exact
+        narrowed = arr.astype(np.float32)
+        if not np.array_equal(narrowed.astype(np.float64), arr):
+            raise TypeError(f"`{name}` holds float64 values that float32 cannot represent exactly; "
+                            f"submissions store float16 or float32 maps, convert with `.astype(np.float32)`.")
+        arr = narrowed
+    # float16 -> float32 is exact, and the kernels convert to float64 before any arithmetic
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def resize_map(saliency, grid: tuple[int, int]) -> np.ndarray:
+    """Resize one raw map (h, w) to ``grid`` (H, W) as the contract says; returns float64 (H, W).
+
+    float16 and float32 input are converted exactly to float64 before any arithmetic.
+    """
+    src = _as_map_stack(saliency, "saliency")
+    if src.ndim != 2:
+        raise ValueError(f"`saliency` must be one 2-D map (h, w); got shape {src.shape}.")
+    plan = resize_plan(src.shape, grid)
+    return _resize_only(src, plan.area, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w,
+                        int(grid[0]), int(grid[1]))
+
+
+def normalize_map(resized) -> np.ndarray:
+    """Min-max normalise a float64 map: (M - min) / (max - min); a constant map becomes all zeros."""
+    m = np.asarray(resized, dtype=np.float64)
+    mn, mx = m.min(), m.max()
+    if mx == mn:
+        return np.zeros_like(m)
+    return (m - mn) / (mx - mn)
+
+
+def threshold_bins(values) -> np.ndarray:
+    """For normalised values in [0, 1], the largest k with ``k / 100 <= value`` (int64, same length)."""
+    v = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    if v.size and (np.isnan(v).any() or v.min() < 0.0 or v.max() > 1.0):
+        raise ValueError("`values` must be normalised map values in [0, 1]; normalise with `normalize_map` first.")
+    return _bins(v, THRESHOLDS)
+
+
+def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCounts:
+    """Pointing-game hits and per-threshold counts for P (map, region) pairs, in one pass per map.
+
+    Parameters
+    ----------
+    maps : array of shape (P, h, w), float16 or float32
+        Raw saliency maps, any size; resized to the grid as the contract says.
+    masks : bool array of shape (P, H, W)
+        Regions on the evaluation grid.
+    n_chunks : int, optional
+        Work items for the parallel loop (default: 4 per Numba thread).
+
+    Returns
+    -------
+    GroundingCounts
+        ``b[p, k] = |B_tau_k|``, ``br[p, k] = |B_tau_k ∩ R|`` (int32, non-increasing in k),
+        ``hit[p]`` and ``region_pixels[p] = |R|``. A constant map gives ``b[p, 0] = H*W`` and 0 elsewhere.
+    """
+    src = _as_map_stack(maps, "maps")
+    reg = np.asarray(masks)
+    if reg.dtype != np.bool_:
+        raise TypeError(f"`masks` must be bool; found {reg.dtype}. Convert with `.astype(bool)`.")
+    if src.ndim != 3 or reg.ndim != 3 or src.shape[0] != reg.shape[0]:
+        raise ValueError(f"`maps` must be (P, h, w) and `masks` (P, H, W) with the same P; "
+                         f"got {src.shape} and {reg.shape}.")
+    reg = np.ascontiguousarray(reg)
+    P = src.shape[0]
+    plan = resize_plan(src.shape[1:], reg.shape[1:])
+    if n_chunks is None:
+        n_chunks = 4 * numba.get_num_threads()
+    n_chunks = max(1, min(int(n_chunks), P))
+    if P == 0:
+        T = N_THRESHOLDS
+        return GroundingCounts(np.zeros((0, T), np.int32), np.zeros((0, T), np.int32),
+                               np.zeros(0, bool), np.zeros(0, np.int32))
+    b, br, hit, n_r = _grounding_counts(src, reg, plan.area, plan.row_idx, plan.row_w, plan.col_idx,
+                                        plan.col_w, THRESHOLDS, n_chunks)
+    return GroundingCounts(b, br, hit, n_r)
+
+
+def rank_order(y_true, p, columns=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(columns sorted by p descending, positives in that order, last-of-tie-run flags) for the rank kernel."""
+    pos = np.asarray(y_true).astype(bool)
+    q = np.asarray(p, dtype=np.float64)
+    order = np.argsort(-q, kind="stable")
+    qs = q[order]
+    group_end = np.ones(qs.shape[0], dtype=np.bool_)
+    if qs.shape[0] > 1:
+        group_end[:-1] = qs[1:] != qs[:-1]
+    cols = order if columns is None else np.asarray(columns, dtype=np.int64)[order]
+    return np.ascontiguousarray(cols, dtype=np.int64), pos[order], group_end
+
+
+def weighted_auroc_ap(w, y_true, p) -> tuple[np.ndarray, np.ndarray]:
+    """AUROC and average precision of one class under case weights, for each row of ``w``.
+
+    Parameters
+    ----------
+    w : (B, n) float
+        Non-negative weights (bootstrap multiplicities; a row of ones gives the plain metrics).
+    y_true : (n,) bool or 0/1
+    p : (n,) float64
+        Probabilities (only their order and ties matter).
+
+    Returns
+    -------
+    (auroc, ap) : two (B,) float64 arrays, NaN where a row has no positive or no negative weight. They
+    equal scikit-learn's ``roc_auc_score`` / ``average_precision_score`` with ``sample_weight=w[r]`` (to
+    rounding; the tests hold them to 1e-12).
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    pos = np.asarray(y_true)
+    q = np.asarray(p, dtype=np.float64)
+    if w.ndim != 2 or pos.shape != q.shape or w.shape[1] != q.shape[0]:
+        raise ValueError(f"`w` must be (B, n) with `y_true` and `p` (n,); got {w.shape}, {pos.shape}, {q.shape}.")
+    return _ranked_replicates(np.ascontiguousarray(w.T), *rank_order(pos, q))

@@ -1,0 +1,474 @@
+"""Score a submission against a ground truth: validate, count, compute metrics and intervals.
+
+:func:`score_submission` is the whole job behind ``xbench-score``. It
+
+1. validates both stores (:func:`xbench.schemas.validate_ground_truth`, :func:`validate_submission`) and
+   raises :class:`xbench.schemas.InvalidStoreError` listing every problem;
+2. matches cases and classes by id and by name (:func:`xbench.schemas.align`);
+3. streams the regions chunk by chunk (and the positive maps in bounded batches) through the one-pass
+   kernel :func:`xbench.score.kernels.grounding_counts`, so memory holds at most one batch of maps and
+   one chunk of masks, never all resized maps;
+4. computes every metric of the contract from the counts (:func:`metrics_from_counts`) and, optionally,
+   percentile bootstrap intervals (:mod:`xbench.score.bootstrap`).
+
+The result carries the metrics dict (``metrics.json`` layout), a per-pair DataFrame and the per-pair
+count arrays; :func:`xbench.score.outputs.write_outputs` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .bootstrap import GROUNDING_KEYS, RECOGNITION_KEYS, dataset_replicates, percentile_interval, resample_weights
+from .counts import DatasetCounts
+from .grounding import (
+    FIXED_THRESHOLD_INDEX,
+    UndefinedMetricWarning,
+    best_threshold,
+    class_means,
+    dice_from_counts,
+    iou_from_counts,
+    pointing_game_score,
+    threshold_index,
+)
+from .kernels import N_THRESHOLDS, THRESHOLDS, grounding_counts
+from .recognition import hamming_accuracy_score, probabilities, recognition_scores
+
+__all__ = [
+    "SUMMARY_KEYS",
+    "ScoreResult",
+    "score_submission",
+    "count_dataset",
+    "metrics_from_counts",
+    "pairs_table",
+    "thresholds_from_metrics",
+]
+
+SUMMARY_KEYS = GROUNDING_KEYS + RECOGNITION_KEYS
+DATASET_SUMMARY_KEYS = SUMMARY_KEYS + ("hamming_accuracy",)
+UNSUPPORTED_REASON = "listed as unsupported by the submission"
+
+#: Positive maps gathered at once (raw size, before resizing); 14 x 14 float16 maps of a full benchmark
+#: take ~10 MB, so this only bites for very large maps.
+MAP_BATCH_BYTES = 256 * 2**20
+
+Progress = Callable[[int], None]
+Thresholds = Mapping[str, Mapping[str, tuple[float, float]]]
+
+
+@dataclass
+class ScoreResult:
+    """What :func:`score_submission` returns.
+
+    ``metrics``: the ``metrics.json`` dict; ``pairs``: one row per labelled (case, class) pair of the
+    supported classes; ``counts``: {dataset: DatasetCounts}; ``timings``: seconds per stage.
+    """
+
+    metrics: dict
+    pairs: pd.DataFrame
+    counts: dict[str, DatasetCounts]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------ counting
+def _gather_maps(saliency, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Maps (P, h, w) float32 for submission (row, col) pairs, reading each touched row block once."""
+    out = np.empty((rows.shape[0],) + tuple(saliency.shape[2:]), dtype=np.float32)
+    if rows.size == 0:
+        return out
+    step = int(saliency.chunks[0]) if hasattr(saliency, "chunks") else int(saliency.shape[0])
+    block_of = rows // step
+    order = np.argsort(block_of, kind="stable")
+    starts = np.flatnonzero(np.r_[True, block_of[order][1:] != block_of[order][:-1]])
+    stops = np.r_[starts[1:], order.size]
+    for s, e in zip(starts, stops):
+        idx = order[s:e]
+        b = int(block_of[idx[0]])
+        lo = b * step
+        block = np.asarray(saliency[lo:min(lo + step, saliency.shape[0])])
+        out[idx] = block[rows[idx] - lo, cols[idx]]
+    return out
+
+
+def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_cols: np.ndarray | None = None,
+                  progress: Progress | None = None, mask_chunk: int | None = None,
+                  timings: dict[str, float] | None = None) -> DatasetCounts:
+    """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
+
+    Parameters
+    ----------
+    sub_ds, gt_ds
+        A ``SubmissionDataset`` and a ``GroundTruthDataset`` (or any objects with the same attributes;
+        arrays may be NumPy or lazy zarr arrays).
+    case_rows, class_cols
+        The alignment from :func:`xbench.schemas.align` (computed when omitted).
+    progress
+        Called with the number of positive pairs finished after each chunk.
+    mask_chunk
+        Regions per read (default: the region_mask chunk length).
+    """
+    if case_rows is None or class_cols is None:
+        from xbench.schemas import align
+
+        case_rows, class_cols = align(sub_ds, gt_ds)
+    timings = timings if timings is not None else {}
+    classes = tuple(gt_ds.classes)
+    unsupported = set(getattr(sub_ds, "unsupported", ()))
+    supported = np.array([c not in unsupported for c in classes], dtype=bool)
+    labels = np.asarray(gt_ds.labels, dtype=np.int8)
+    t0 = time.perf_counter()
+    scores = np.asarray(sub_ds.scores)[case_rows][:, class_cols]
+    prob = probabilities(scores, sub_ds.score_kind)
+    prob[:, ~supported] = np.nan
+    timings["recognition"] = timings.get("recognition", 0.0) + time.perf_counter() - t0
+
+    ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
+    keep = np.flatnonzero(supported[ri[:, 1]]) if ri.size else np.zeros(0, np.int64)
+    K = keep.size
+    H, W = (int(s) for s in gt_ds.grid)
+    b = np.empty((K, N_THRESHOLDS), np.int32)
+    br = np.empty((K, N_THRESHOLDS), np.int32)
+    hit = np.empty(K, bool)
+    n_r = np.empty(K, np.int32)
+    masks_arr = gt_ds.region_mask
+    step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
+    sal = sub_ds.saliency
+    map_bytes = int(np.prod(sal.shape[2:])) * 4
+    batch = max(step, (MAP_BATCH_BYTES // max(map_bytes, 1)) // step * step)
+    sub_rows = case_rows[ri[keep, 0]] if K else np.zeros(0, np.int64)
+    sub_cols = class_cols[ri[keep, 1]] if K else np.zeros(0, np.int64)
+    for m0 in range(0, K, batch):
+        m1 = min(K, m0 + batch)
+        t0 = time.perf_counter()
+        maps = _gather_maps(sal, sub_rows[m0:m1], sub_cols[m0:m1])
+        timings["read_maps"] = timings.get("read_maps", 0.0) + time.perf_counter() - t0
+        # masks are read chunk by chunk in region order (kept regions are increasing in k)
+        pos = m0
+        while pos < m1:
+            k_lo = int(keep[pos])
+            chunk_start = (k_lo // step) * step
+            chunk_stop = chunk_start + step
+            end = pos + int(np.searchsorted(keep[pos:m1], chunk_stop))
+            t0 = time.perf_counter()
+            block = np.asarray(masks_arr[chunk_start:min(chunk_stop, masks_arr.shape[0])])
+            regions = block[keep[pos:end] - chunk_start]
+            t1 = time.perf_counter()
+            res = grounding_counts(maps[pos - m0:end - m0], regions)
+            t2 = time.perf_counter()
+            timings["read_regions"] = timings.get("read_regions", 0.0) + t1 - t0
+            timings["resize_and_bin"] = timings.get("resize_and_bin", 0.0) + t2 - t1
+            b[pos:end], br[pos:end], hit[pos:end], n_r[pos:end] = res.b, res.br, res.hit, res.region_pixels
+            if progress is not None:
+                progress(end - pos)
+            pos = end
+    pair_case = ri[keep, 0]
+    pair_class = ri[keep, 1]
+    order = np.lexsort((pair_case, pair_class))
+    return DatasetCounts(
+        name=gt_ds.name, classes=classes, supported=supported, case_id=np.asarray(gt_ds.case_id, dtype=str),
+        labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
+        region_pixels=n_r[order], hit=hit[order], b=b[order], br=br[order], grid=(H, W),
+    )
+
+
+# ------------------------------------------------------------------------------------------- metrics
+def _mean_defined(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _class_point(dc: DatasetCounts, c: int, taus: tuple[int, int] | None) -> tuple[dict, dict]:
+    """Point estimates of one class and its per-pair values (for the pairs table)."""
+    name = dc.classes[c]
+    idx = dc.class_pairs(c)
+    labelled = dc.labels[:, c] != -1
+    entry: dict = {"n_positive": int(np.count_nonzero(dc.labels[:, c] == 1)), "n_regions": int(idx.size),
+                   "n_labelled": int(np.count_nonzero(labelled))}
+    per_pair: dict = {}
+    if idx.size:
+        dice = dice_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
+        iou = iou_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
+        dmeans, imeans = class_means(dice), class_means(iou)
+        kd, ki = taus if taus is not None else (best_threshold(dmeans), best_threshold(imeans))
+        entry.update({
+            "pointing_game": pointing_game_score(dc.hit[idx], name=name),
+            "dice_fixed": float(dmeans[FIXED_THRESHOLD_INDEX]), "iou_fixed": float(imeans[FIXED_THRESHOLD_INDEX]),
+            "dice_best": float(dmeans[kd]), "iou_best": float(imeans[ki]),
+            "tau_dice": float(THRESHOLDS[kd]), "tau_iou": float(THRESHOLDS[ki]),
+        })
+        per_pair = {"idx": idx, "dice_fixed": dice[:, FIXED_THRESHOLD_INDEX], "iou_fixed": iou[:, FIXED_THRESHOLD_INDEX],
+                    "dice_best": dice[:, kd], "iou_best": iou[:, ki]}
+    else:
+        warnings.warn(f"grounding metrics undefined for {dc.name}/{name}: no positive pair with a region; "
+                      "reported as null.", UndefinedMetricWarning, stacklevel=3)
+        entry.update({k: None for k in GROUNDING_KEYS})
+        entry.update({"tau_dice": None, "tau_iou": None})
+    entry.update(recognition_scores(dc.labels[labelled, c], dc.prob[labelled, c], name=f"{dc.name}/{name}"))
+    return entry, per_pair
+
+
+def _class_taus(dc: DatasetCounts, thresholds: Thresholds | None) -> dict[str, tuple[int, int]] | None:
+    if thresholds is None:
+        return None
+    given = thresholds.get(dc.name, {})
+    out, missing = {}, []
+    for c, name in enumerate(dc.classes):
+        if not dc.supported[c] or not np.any(dc.pair_class == c):
+            continue
+        pair = given.get(name)
+        if pair is None or pair[0] is None or pair[1] is None:
+            missing.append(f"{dc.name}/{name}")
+            continue
+        out[name] = (threshold_index(pair[0]), threshold_index(pair[1]))
+    if missing:
+        raise ValueError(f"the transferred thresholds lack tau_dice/tau_iou for {', '.join(missing)}; "
+                         "score the earlier split with these classes or drop --thresholds-from.")
+    return out
+
+
+def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int = 1000, seed: int = 0,
+                        thresholds: Thresholds | None = None, level: float = 0.95,
+                        timings: dict[str, float] | None = None) -> tuple[dict, dict]:
+    """Metrics (``metrics.json`` "overall" and "datasets" parts) from per-dataset counts.
+
+    Parameters
+    ----------
+    counts : {dataset: DatasetCounts}
+    bootstrap : int
+        Resamples per dataset (0 disables intervals; ``ci95`` values are then absent).
+    seed : int
+        Seeds one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order.
+    thresholds : {dataset: {class: (tau_dice, tau_iou)}}, optional
+        Use these (grid) thresholds instead of searching (e.g. from a validation split).
+
+    Returns
+    -------
+    (metrics, per_pair): ``metrics`` = {"overall": ..., "datasets": ...} and ``per_pair`` =
+    {dataset: {class column: per-pair arrays}} for :func:`pairs_table`.
+    """
+    timings = timings if timings is not None else {}
+    rng = np.random.default_rng(seed)
+    datasets: dict = {}
+    per_pair_all: dict = {}
+    boot_summaries: dict = {}
+    for name in sorted(counts):
+        dc = counts[name]
+        t0 = time.perf_counter()
+        taus = _class_taus(dc, thresholds)
+        classes: dict = {}
+        per_pair_all[name] = {}
+        for c, cname in enumerate(dc.classes):
+            if not dc.supported[c]:
+                entry = {"n_positive": int(np.count_nonzero(dc.labels[:, c] == 1)),
+                         "n_regions": int(np.count_nonzero(dc.pair_class == c)),
+                         "n_labelled": int(np.count_nonzero(dc.labels[:, c] != -1))}
+                entry.update({k: None for k in SUMMARY_KEYS})
+                entry.update({"tau_dice": None, "tau_iou": None, "unsupported": True, "reason": UNSUPPORTED_REASON})
+                classes[cname] = entry
+                continue
+            entry, pp = _class_point(dc, c, None if taus is None else taus.get(cname))
+            classes[cname] = entry
+            per_pair_all[name][c] = pp
+        summary = {k: _mean_defined(e[k] for e in classes.values()) for k in SUMMARY_KEYS}
+        cols = np.flatnonzero(dc.supported)
+        summary["hamming_accuracy"] = hamming_accuracy_score(dc.labels[:, cols], dc.prob[:, cols])
+        timings["metrics"] = timings.get("metrics", 0.0) + time.perf_counter() - t0
+        ds_entry = {"n_cases": dc.n_cases, "grid": [int(g) for g in dc.grid], "summary": summary, "classes": classes}
+        if bootstrap > 0:
+            t0 = time.perf_counter()
+            cls_reps: dict = {}
+            sum_reps: dict = {}
+            cache: dict = {}
+            for w in resample_weights(dc.n_cases, bootstrap, rng):
+                cr, sr = dataset_replicates(dc, w, taus=taus, per_pair=cache)
+                for cname, stats in cr.items():
+                    for k, v in stats.items():
+                        cls_reps.setdefault(cname, {}).setdefault(k, []).append(v)
+                for k, v in sr.items():
+                    sum_reps.setdefault(k, []).append(v)
+            for cname, stats in cls_reps.items():
+                classes[cname]["ci95"] = {k: percentile_interval(np.concatenate(v), level) for k, v in stats.items()}
+            boot_summaries[name] = {k: np.concatenate(v) for k, v in sum_reps.items()}
+            ds_entry["ci95"] = {k: percentile_interval(v, level) for k, v in boot_summaries[name].items()}
+            timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t0
+        datasets[name] = ds_entry
+    overall = {k: _mean_defined(d["summary"][k] for d in datasets.values()) for k in DATASET_SUMMARY_KEYS}
+    metrics = {"overall": overall, "datasets": datasets}
+    if bootstrap > 0 and boot_summaries:
+        ci = {}
+        for k in DATASET_SUMMARY_KEYS:
+            stack = np.stack([s[k] for s in boot_summaries.values()])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ci[k] = percentile_interval(np.nanmean(stack, axis=0), level)
+        metrics["ci95"] = ci
+    return metrics, per_pair_all
+
+
+def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapping[int, dict]]) -> pd.DataFrame:
+    """One row per (case, class) pair of the supported classes that is labelled or has a region.
+
+    Columns: dataset, case_id, class, label (1/0/-1), probability, predicted (p >= 0.5), has_region,
+    region_pixels, hit, dice_fixed, iou_fixed, dice_best, iou_best (grounding columns are empty for pairs
+    without a region; dice_best/iou_best use the class's chosen thresholds).
+    """
+    frames = []
+    for name in sorted(counts):
+        dc = counts[name]
+        N, C = dc.labels.shape
+        cols = np.flatnonzero(dc.supported)
+        grid = {k: np.full((N, C), np.nan) for k in ("dice_fixed", "iou_fixed", "dice_best", "iou_best")}
+        region_px = np.zeros((N, C), np.int64)
+        has_region = np.zeros((N, C), bool)
+        hit = np.full((N, C), np.nan)
+        has_region[dc.pair_case, dc.pair_class] = True
+        region_px[dc.pair_case, dc.pair_class] = dc.region_pixels
+        hit[dc.pair_case, dc.pair_class] = dc.hit
+        for c, pp in per_pair.get(name, {}).items():
+            if not pp:
+                continue
+            rows = dc.pair_case[pp["idx"]]
+            for k in grid:
+                grid[k][rows, c] = pp[k]
+        sel = np.zeros((N, C), bool)
+        sel[:, cols] = (dc.labels[:, cols] != -1) | has_region[:, cols]
+        r, c = np.nonzero(sel)
+        df = pd.DataFrame({
+            "dataset": name,
+            "case_id": dc.case_id[r],
+            "class": np.asarray(dc.classes, dtype=object)[c],
+            "label": dc.labels[r, c].astype(np.int8),
+            "probability": dc.prob[r, c],
+            "predicted": dc.prob[r, c] >= 0.5,
+            "has_region": has_region[r, c],
+            "region_pixels": region_px[r, c],
+            "hit": pd.array(np.where(has_region[r, c], hit[r, c] == 1, pd.NA), dtype="boolean"),
+            **{k: v[r, c] for k, v in grid.items()},
+        })
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=["dataset", "case_id", "class", "label", "probability", "predicted",
+                                     "has_region", "region_pixels", "hit", "dice_fixed", "iou_fixed",
+                                     "dice_best", "iou_best"])
+    out = pd.concat(frames, ignore_index=True)
+    # a handful of distinct values over up to millions of rows: categoricals keep the table (and Parquet) small
+    for col in ("dataset", "class"):
+        out[col] = out[col].astype("category")
+    return out
+
+
+def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, dict[str, tuple[float, float]]]:
+    """{dataset: {class: (tau_dice, tau_iou)}} from an earlier ``metrics.json`` (a path or its dict)."""
+    if isinstance(source, Mapping):
+        data = source
+    else:
+        path = Path(source)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such metrics.json (for --thresholds-from)") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        return {d: {c: (e.get("tau_dice"), e.get("tau_iou")) for c, e in ds["classes"].items()}
+                for d, ds in data["datasets"].items()}
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError("thresholds must come from an xbench metrics.json: it needs "
+                         "datasets.<dataset>.classes.<class>.tau_dice / tau_iou") from None
+
+
+# ------------------------------------------------------------------------------------------ top level
+def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathLike, *, bootstrap: int = 1000,
+                     seed: int = 0, thresholds: Thresholds | str | os.PathLike | None = None,
+                     datasets: Sequence[str] | None = None, progress: Progress | None = None,
+                     validate: bool = True, on_total: Callable[[int], None] | None = None) -> ScoreResult:
+    """Score one submission store against a ground-truth store.
+
+    Parameters
+    ----------
+    submission_path, gt_path : path
+        ``.zarr`` directories or ``.zarr.zip`` files; both are only read.
+    bootstrap : int
+        Resamples for the 95 % intervals (0: none).
+    seed : int
+        Bootstrap seed.
+    thresholds : mapping or path, optional
+        Transferred best thresholds (see :func:`thresholds_from_metrics`).
+    datasets : sequence of str, optional
+        Score only these dataset keys of the ground truth.
+    progress, on_total : callables, optional
+        ``on_total(n_pairs)`` once, then ``progress(n)`` as positive pairs are done (for a progress bar).
+    validate : bool
+        Validate both stores first (default; turn off only for stores validated moments ago).
+
+    Raises
+    ------
+    xbench.schemas.InvalidStoreError
+        Listing every problem of the ground truth or the submission.
+    ValueError
+        For unknown dataset keys or unusable transferred thresholds.
+    """
+    from xbench import __version__
+    from xbench.schemas import (InvalidStoreError, Problem, align, read_ground_truth, read_submission,
+                                validate_ground_truth, validate_submission)
+
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if validate:
+        problems = validate_ground_truth(gt_path)
+        if problems:
+            raise InvalidStoreError(problems)
+        timings["validate_gt"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gt = read_ground_truth(gt_path)
+    names = sorted(gt.datasets) if datasets is None else list(dict.fromkeys(datasets))
+    unknown = [d for d in names if d not in gt.datasets]
+    if unknown:
+        raise ValueError(f"dataset(s) {', '.join(unknown)} not in the ground truth; it has "
+                         f"{', '.join(sorted(gt.datasets)) or 'none'}.")
+    if validate:
+        t1 = time.perf_counter()
+        problems = validate_submission(submission_path, gt, datasets=names)
+        if problems:
+            raise InvalidStoreError(problems)
+        timings["validate_submission"] = time.perf_counter() - t1
+    sub = read_submission(submission_path)
+    missing = [d for d in names if d not in sub.datasets]
+    if missing:
+        raise InvalidStoreError([Problem(f"{submission_path}/{d}", "dataset of the ground truth is missing")
+                                 for d in missing])
+    if thresholds is not None and not isinstance(thresholds, Mapping):
+        thresholds = thresholds_from_metrics(thresholds)
+    timings["open"] = time.perf_counter() - t0 - timings.get("validate_submission", 0.0)
+    if on_total is not None:
+        on_total(int(sum(gt.datasets[d].region_index.shape[0] for d in names)))
+
+    counts: dict[str, DatasetCounts] = {}
+    for name in names:
+        case_rows, class_cols = align(sub.datasets[name], gt.datasets[name])
+        counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
+                                     class_cols=class_cols, progress=progress, timings=timings)
+    metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
+                                            timings=timings)
+    t0 = time.perf_counter()
+    pairs = pairs_table(counts, per_pair)
+    timings["pairs_table"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gt_sha256 = gt.sha256
+    timings["hash_gt"] = time.perf_counter() - t0
+    header = {"schema": 1, "version": __version__, "gt_sha256": gt_sha256, "submission": dict(sub.attrs),
+              "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
+                            "level": 0.95, "resampling": "cases within each dataset"},
+              "thresholds": "transferred" if thresholds is not None else "searched per class (0.00..1.00, step 0.01)",
+              "datasets": names,
+              "inputs": {"submission": str(Path(submission_path).resolve()), "gt": str(Path(gt_path).resolve())}}
+    return ScoreResult(metrics={"xbench": header, **metrics}, pairs=pairs, counts=counts, timings=timings)

@@ -1,0 +1,138 @@
+"""The paper's tables from one or more metrics dicts, as DataFrames, CSV and Markdown.
+
+Every builder takes ``results``: an ordered mapping {row label (e.g. the model name): metrics dict in the
+``metrics.json`` layout}, so the same functions serve one submission (``xbench-score``) and a comparison
+of many (the report). Values are printed as percentages with two decimals; undefined values are empty in
+CSV and ``–`` in Markdown.
+
+- :func:`grounding_table` — Table 1: datasets x (Point, Dice, IoU), best-threshold Dice/IoU.
+- :func:`pointing_table` — Tables 2-5: per-class pointing game of one dataset, with the class mean first.
+- :func:`recognition_table` — AUROC, AUPRC, F1, accuracy and Hamming accuracy per dataset.
+- :func:`write_tables` — all of them into a folder (``<stem>.csv`` and ``<stem>.md``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["DATASET_TITLES", "grounding_table", "pointing_table", "recognition_table", "to_markdown",
+           "write_table", "write_tables"]
+
+#: Column titles and order of the paper's Table 1 (phantom last; unknown keys after it, sorted).
+DATASET_TITLES = {
+    "covid_rural": "COVID-19",
+    "rsna_pneumonia": "Pneumonia",
+    "siim_acr": "Pneumothorax",
+    "chestx_det10": "CheXDet-10",
+    "chexlocalize": "CheXlocalize",
+    "vindr_cxr": "VinDR-CXR",
+    "chestxray14": "ChestX-ray14",
+    "phantom": "Phantom",
+}
+
+
+def _pct(v) -> float:
+    return np.nan if v is None else 100.0 * float(v)
+
+
+def _datasets_in(results: Mapping[str, dict]) -> list[str]:
+    seen = {d for m in results.values() for d in m.get("datasets", {})}
+    known = [d for d in DATASET_TITLES if d in seen]
+    return known + sorted(seen - set(known))
+
+
+def grounding_table(results: Mapping[str, dict], *, best: bool = True) -> pd.DataFrame:
+    """Table 1: one row per result, columns (dataset title, Point | Dice | IoU) in percent.
+
+    ``best=False`` uses the fixed-threshold (tau = 0.5) Dice and IoU instead.
+    """
+    dice, iou = ("dice_best", "iou_best") if best else ("dice_fixed", "iou_fixed")
+    cols, data = [], {}
+    for d in _datasets_in(results):
+        title = DATASET_TITLES.get(d, d)
+        for label, key in (("Point", "pointing_game"), ("Dice", dice), ("IoU", iou)):
+            cols.append((title, label))
+            data[(title, label)] = [_pct(m["datasets"].get(d, {}).get("summary", {}).get(key))
+                                    for m in results.values()]
+    df = pd.DataFrame(data, index=pd.Index(list(results), name="Method"))
+    df.columns = pd.MultiIndex.from_tuples(cols, names=["Dataset", "Metric"]) if cols else df.columns
+    return df
+
+
+def pointing_table(results: Mapping[str, dict], dataset: str) -> pd.DataFrame:
+    """Tables 2-5: per-class pointing game (percent) of ``dataset``; first column is the class mean."""
+    classes: list[str] = []
+    for m in results.values():
+        for c in m["datasets"].get(dataset, {}).get("classes", {}):
+            if c not in classes:
+                classes.append(c)
+    rows = []
+    for m in results.values():
+        ds = m["datasets"].get(dataset, {})
+        row = {"Mean": _pct(ds.get("summary", {}).get("pointing_game"))}
+        row.update({c: _pct(ds.get("classes", {}).get(c, {}).get("pointing_game")) for c in classes})
+        rows.append(row)
+    return pd.DataFrame(rows, index=pd.Index(list(results), name="Method"), columns=["Mean", *classes])
+
+
+def recognition_table(results: Mapping[str, dict]) -> pd.DataFrame:
+    """Recognition per (method, dataset): AUROC, AUPRC, F1, Accuracy, Hamming (percent)."""
+    keys = (("AUROC", "auroc"), ("AUPRC", "auprc"), ("F1", "f1"), ("Accuracy", "accuracy"),
+            ("Hamming", "hamming_accuracy"))
+    rows, index = [], []
+    for label, m in results.items():
+        for d in _datasets_in({label: m}):
+            s = m["datasets"][d]["summary"]
+            rows.append({t: _pct(s.get(k)) for t, k in keys})
+            index.append((label, DATASET_TITLES.get(d, d)))
+        rows.append({t: _pct(m.get("overall", {}).get(k)) for t, k in keys})
+        index.append((label, "Mean"))
+    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["Method", "Dataset"]),
+                        columns=[t for t, _ in keys])
+
+
+def to_markdown(df: pd.DataFrame, *, digits: int = 2) -> str:
+    """A GitHub Markdown table (no extra dependency); NaN prints as ``–``."""
+    def cell(v) -> str:
+        if isinstance(v, (float, np.floating)):
+            return "–" if np.isnan(v) else f"{v:.{digits}f}"
+        return str(v)
+
+    if isinstance(df.columns, pd.MultiIndex):
+        headers = [" ".join(str(x) for x in c) for c in df.columns]
+    else:
+        headers = [str(c) for c in df.columns]
+    index_names = [n or "" for n in (df.index.names if df.index.nlevels > 1 else [df.index.name])]
+    lines = ["| " + " | ".join(index_names + headers) + " |",
+             "|" + "|".join(["---"] * len(index_names) + ["---:"] * len(headers)) + "|"]
+    for idx, row in df.iterrows():
+        keys = list(idx) if isinstance(idx, tuple) else [idx]
+        lines.append("| " + " | ".join([str(k) for k in keys] + [cell(v) for v in row]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, *, digits: int = 2) -> list[Path]:
+    """Write ``<stem>.csv`` (rounded to ``digits``) and ``<stem>.md`` into ``out_dir``; return the paths."""
+    out = Path(out_dir)
+    csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
+    flat = df.copy()
+    if isinstance(flat.columns, pd.MultiIndex):
+        flat.columns = [" ".join(str(x) for x in c) for c in flat.columns]
+    flat.round(digits).to_csv(csv_path)
+    md_path.write_text(to_markdown(df, digits=digits))
+    return [csv_path, md_path]
+
+
+def write_tables(results: Mapping[str, dict], out_dir: str | os.PathLike) -> list[Path]:
+    """Table 1 (best and fixed threshold), one pointing table per dataset, and the recognition table."""
+    paths = write_table(grounding_table(results), out_dir, "table1_grounding")
+    paths += write_table(grounding_table(results, best=False), out_dir, "table1_grounding_fixed")
+    for d in _datasets_in(results):
+        paths += write_table(pointing_table(results, d), out_dir, f"table_pointing_{d}")
+    paths += write_table(recognition_table(results), out_dir, "table_recognition")
+    return paths
