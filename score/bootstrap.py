@@ -13,13 +13,20 @@ Known bias: the percentile interval of a max-over-thresholds statistic is biased
 optimistic for classes with few positive pairs (a resample cannot show a region it never drew); treat
 intervals of classes with fewer than ~20 positive pairs as indicative only.
 
-Paired comparisons: :func:`paired_bootstrap` draws one set of case resamples per dataset and applies it to
-both submissions, so the interval of the *difference* accounts for the cases they share.
+Seeding: :func:`bootstrap_replicates` draws every dataset's resamples from one
+``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as the scorer does for metrics.json, so
+the report's intervals and paired comparisons use exactly the scorer's resamples for the same n and seed.
+
+Paired comparisons: :func:`paired_bootstrap` (or :func:`bootstrap_replicates` of both submissions, then
+:func:`paired_differences`) applies one set of case resamples per dataset to both submissions, so the
+interval of the *difference* ``a - b`` accounts for the cases they share. The point values of a comparison
+come from :func:`identity_replicates` (every case drawn once), which equal the metrics.json values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -37,6 +44,13 @@ __all__ = [
     "recognition_replicates",
     "dataset_replicates",
     "percentile_interval",
+    "Replicates",
+    "bootstrap_replicates",
+    "identity_replicates",
+    "overall_replicates",
+    "ground_truth_problems",
+    "PAIRED_COLUMNS",
+    "paired_differences",
     "paired_bootstrap",
 ]
 
@@ -249,59 +263,164 @@ def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> list[flo
     return [float(lo), float(hi)]
 
 
-def paired_bootstrap(a: dict[str, DatasetCounts], b: dict[str, DatasetCounts], *, n_resamples: int = 1000,
-                     seed: int = 0, level: float = 0.95,
-                     taus_a: dict[str, dict[str, tuple[int, int]]] | None = None,
-                     taus_b: dict[str, dict[str, tuple[int, int]]] | None = None) -> pd.DataFrame:
-    """Paired bootstrap of two submissions scored on the same ground truth.
+class Replicates(NamedTuple):
+    """Replicates of one dataset: ``classes[name][key]`` and ``summary[key]``, (B,) float64 (NaN = undefined)."""
 
-    For every dataset both hold, one set of case resamples (from ``numpy.random.default_rng(seed)``, in
-    sorted dataset order) is applied to both submissions, and the interval of ``b - a`` is the percentile
-    interval of the per-resample differences. Load the inputs with
-    :func:`xbench.score.counts.load_pair_counts` from each run's ``pair_counts.npz``.
+    classes: dict[str, dict[str, np.ndarray]]
+    summary: dict[str, np.ndarray]
+
+
+def _concat(blocks: list[Replicates]) -> Replicates:
+    first = blocks[0]
+    classes = {c: {k: np.concatenate([b.classes[c][k] for b in blocks]) for k in stats}
+               for c, stats in first.classes.items()}
+    return Replicates(classes, {k: np.concatenate([b.summary[k] for b in blocks]) for k in first.summary})
+
+
+def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: int, seed: int,
+                         taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None) -> dict[str, Replicates]:
+    """Every class and dataset statistic on each of ``n_resamples`` case resamples, per dataset.
+
+    The resamples come from one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as
+    :func:`xbench.score.scoring.metrics_from_counts` draws them: the percentile intervals of these
+    replicates are exactly the ``ci95`` values of a metrics.json scored from the same datasets with the
+    same ``n_resamples`` and seed. Two submissions of the same datasets therefore get the same resamples
+    (what a paired comparison needs); a different set of datasets gives other resamples.
+
+    Parameters
+    ----------
+    counts : {dataset: DatasetCounts}
+    n_resamples, seed : int
+        ``n_resamples = 0`` gives (0,) arrays.
+    taus : optional {dataset: {class: (dice index, iou index)}} transferred thresholds.
+
+    Returns
+    -------
+    {dataset: Replicates} with (n_resamples,) float64 arrays.
+    """
+    rng = np.random.default_rng(seed)
+    out: dict[str, Replicates] = {}
+    for name in sorted(counts):
+        dc = counts[name]
+        cache: dict = {}
+        t = (taus or {}).get(name)
+        blocks = [Replicates(*dataset_replicates(dc, w, taus=t, per_pair=cache))
+                  for w in resample_weights(dc.n_cases, n_resamples, rng)]
+        out[name] = _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=t))])
+    return out
+
+
+def identity_replicates(counts: Mapping[str, DatasetCounts], *,
+                        taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None) -> dict[str, Replicates]:
+    """The point estimates, as the one "resample" that draws every case once: (1,) arrays per dataset.
+
+    They equal the metrics.json values of the same counts (and thresholds); NaN where metrics.json has null.
+    """
+    return {name: Replicates(*dataset_replicates(dc, np.ones((1, dc.n_cases)), taus=(taus or {}).get(name)))
+            for name, dc in sorted(counts.items())}
+
+
+def overall_replicates(per_dataset: Mapping[str, Replicates]) -> dict[str, np.ndarray]:
+    """Overall statistic per resample: the mean over the datasets where it is defined (NaN where none is)."""
+    if not per_dataset:
+        return {}
+    keys = next(iter(per_dataset.values())).summary
+    out = {}
+    for key in keys:
+        with np.errstate(invalid="ignore"), _quiet_nanmean():
+            out[key] = np.nanmean(np.stack([r.summary[key] for r in per_dataset.values()]), axis=0)
+    return out
+
+
+def ground_truth_problems(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts]) -> list[str]:
+    """One message per dataset both hold that was scored against different ground truth ([] when none)."""
+    return [f"{name}: the two submissions were scored against different ground truth (cases, classes, labels "
+            "or regions differ); a paired bootstrap needs the same." for name in sorted(set(a) & set(b))
+            if not a[name].same_ground_truth(b[name])]
+
+
+PAIRED_COLUMNS = ["dataset", "class", "metric", "a", "b", "diff", "diff_lo", "diff_hi", "p_value", "n_valid"]
+
+
+def _defined(x) -> float | None:
+    return None if x is None or np.isnan(x) else float(x)
+
+
+def _difference(dataset, cls, metric, point_a, point_b, reps_a, reps_b, level) -> dict:
+    """One row of :func:`paired_differences` (see there)."""
+    a, b = _defined(point_a), _defined(point_b)
+    d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
+    ok = d[~np.isnan(d)]
+    ci = percentile_interval(ok, level)
+    p = float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0)))) if ok.size else None
+    return {"dataset": dataset, "class": cls, "metric": metric, "a": a, "b": b,
+            "diff": None if a is None or b is None else a - b, "diff_lo": None if ci is None else ci[0],
+            "diff_hi": None if ci is None else ci[1], "p_value": p, "n_valid": int(ok.size)}
+
+
+def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Replicates],
+                       point_a: Mapping[str, Replicates], point_b: Mapping[str, Replicates], *,
+                       level: float = 0.95, per_class: bool = True) -> pd.DataFrame:
+    """The table of ``a - b`` from replicates of two submissions drawn on the same resamples.
+
+    ``reps_*`` come from :func:`bootstrap_replicates` (same datasets, ``n_resamples`` and seed for both),
+    ``point_*`` from :func:`identity_replicates`. Rows: the overall means first (``dataset`` None), then per
+    dataset (sorted) its summary (``class`` None, Hamming accuracy included) and, with ``per_class``, every
+    class both hold. Columns :data:`PAIRED_COLUMNS`: point values ``a``, ``b``, ``diff = a - b`` (None where
+    either is undefined), the percentile interval ``diff_lo``/``diff_hi`` and the two-sided bootstrap
+    ``p_value = min(1, 2 min(P(d <= 0), P(d >= 0)))`` over the ``n_valid`` resamples where both are defined
+    (None when there is none).
+    """
+    rows = []
+    shared = sorted(set(reps_a) & set(reps_b))
+    oa, ob = (overall_replicates({d: r[d] for d in shared}) for r in (reps_a, reps_b))
+    pa, pb = (overall_replicates({d: p[d] for d in shared}) for p in (point_a, point_b))
+    rows += [_difference(None, None, k, pa[k][0], pb[k][0], oa[k], ob[k], level) for k in oa]
+    for name in shared:
+        ra, rb, qa, qb = reps_a[name], reps_b[name], point_a[name], point_b[name]
+        rows += [_difference(name, None, k, qa.summary[k][0], qb.summary[k][0], ra.summary[k], rb.summary[k], level)
+                 for k in ra.summary]
+        if per_class:
+            rows += [_difference(name, c, k, qa.classes[c][k][0], qb.classes[c][k][0], stats[k], rb.classes[c][k],
+                                 level) for c, stats in ra.classes.items() if c in rb.classes for k in stats]
+    return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
+
+
+def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int = 1000,
+                     seed: int = 0, level: float = 0.95,
+                     taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                     taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                     per_class: bool = True) -> pd.DataFrame:
+    """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth.
+
+    Over the datasets both hold, one set of case resamples (:func:`bootstrap_replicates`) is applied to
+    both submissions, so the interval of the difference accounts for the cases they share; when both hold
+    the same datasets, each submission's replicates are those behind its own metrics.json intervals (same
+    ``n_resamples`` and seed). Load the inputs with :func:`xbench.score.counts.load_pair_counts` from each
+    run's ``pair_counts.npz``.
 
     Parameters
     ----------
     a, b : dict {dataset: DatasetCounts}
-    n_resamples, seed, level : resamples, seed, interval level.
-    taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed thresholds.
+    n_resamples, seed, level : resamples (0: point differences only), seed, interval level.
+    taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed (transferred) thresholds.
+    per_class : also compare every class, not only the dataset and overall means.
 
     Returns
     -------
-    pandas.DataFrame with one row per (dataset, class or ``None`` for the dataset summary, metric):
-    columns ``dataset, class, metric, diff_lo, diff_hi, p_value`` where ``p_value`` is the two-sided
-    bootstrap p = min(1, 2 min(P(diff <= 0), P(diff >= 0))) over defined resamples.
+    pandas.DataFrame, see :func:`paired_differences`.
 
     Raises
     ------
     ValueError
-        When a shared dataset was scored against different ground truth.
+        When a shared dataset was scored against different ground truth (one line per dataset).
     """
-    rng = np.random.default_rng(seed)
-    rows = []
-    for name in sorted(set(a) & set(b)):
-        da, db = a[name], b[name]
-        if not da.same_ground_truth(db):
-            raise ValueError(f"{name}: the two submissions were scored against different ground truth "
-                             "(cases, classes, labels or regions differ); a paired bootstrap needs the same.")
-        reps_a: list = []
-        reps_b: list = []
-        cache_a: dict = {}
-        cache_b: dict = {}
-        for w in resample_weights(da.n_cases, n_resamples, rng):
-            reps_a.append(dataset_replicates(da, w, taus=(taus_a or {}).get(name), per_pair=cache_a))
-            reps_b.append(dataset_replicates(db, w, taus=(taus_b or {}).get(name), per_pair=cache_b))
-        targets = [(None, key) for key in reps_a[0][1]] if reps_a else []
-        targets += [(cls, key) for cls in (reps_a[0][0] if reps_a else {}) if cls in reps_b[0][0]
-                    for key in reps_a[0][0][cls]]
-        for cls, key in targets:
-            ra = np.concatenate([(s if cls is None else c[cls])[key] for c, s in reps_a])
-            rb = np.concatenate([(s if cls is None else c[cls])[key] for c, s in reps_b])
-            d = rb - ra
-            ok = d[~np.isnan(d)]
-            ci = percentile_interval(d, level)
-            p = float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0)))) if ok.size else None
-            rows.append({"dataset": name, "class": cls, "metric": key,
-                         "diff_lo": None if ci is None else ci[0], "diff_hi": None if ci is None else ci[1],
-                         "p_value": p})
-    return pd.DataFrame(rows, columns=["dataset", "class", "metric", "diff_lo", "diff_hi", "p_value"])
+    problems = ground_truth_problems(a, b)
+    if problems:
+        raise ValueError("\n".join(problems))
+    shared = sorted(set(a) & set(b))
+    ca, cb = {d: a[d] for d in shared}, {d: b[d] for d in shared}
+    reps = [bootstrap_replicates(c, n_resamples=n_resamples, seed=seed, taus=t)
+            for c, t in ((ca, taus_a), (cb, taus_b))]
+    return paired_differences(*reps, identity_replicates(ca, taus=taus_a), identity_replicates(cb, taus=taus_b),
+                              level=level, per_class=per_class)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["DATASET_TITLES", "grounding_table", "pointing_table", "recognition_table", "to_markdown",
+__all__ = ["DATASET_TITLES", "dataset_order", "grounding_table", "pointing_table", "recognition_table", "to_markdown",
            "write_table", "write_tables"]
 
 #: Column titles and order of the paper's Table 1 (phantom last; unknown keys after it, sorted).
@@ -40,7 +40,8 @@ def _pct(v) -> float:
     return np.nan if v is None else 100.0 * float(v)
 
 
-def _datasets_in(results: Mapping[str, dict]) -> list[str]:
+def dataset_order(results: Mapping[str, dict]) -> list[str]:
+    """Datasets present in any metrics dict of ``results``, in the paper's column order (unknown keys last, sorted)."""
     seen = {d for m in results.values() for d in m.get("datasets", {})}
     known = [d for d in DATASET_TITLES if d in seen]
     return known + sorted(seen - set(known))
@@ -53,7 +54,7 @@ def grounding_table(results: Mapping[str, dict], *, best: bool = True) -> pd.Dat
     """
     dice, iou = ("dice_best", "iou_best") if best else ("dice_fixed", "iou_fixed")
     cols, data = [], {}
-    for d in _datasets_in(results):
+    for d in dataset_order(results):
         title = DATASET_TITLES.get(d, d)
         for label, key in (("Point", "pointing_game"), ("Dice", dice), ("IoU", iou)):
             cols.append((title, label))
@@ -86,7 +87,7 @@ def recognition_table(results: Mapping[str, dict]) -> pd.DataFrame:
             ("Hamming", "hamming_accuracy"))
     rows, index = [], []
     for label, m in results.items():
-        for d in _datasets_in({label: m}):
+        for d in dataset_order({label: m}):
             s = m["datasets"][d]["summary"]
             rows.append({t: _pct(s.get(k)) for t, k in keys})
             index.append((label, DATASET_TITLES.get(d, d)))
@@ -132,7 +133,7 @@ def write_tables(results: Mapping[str, dict], out_dir: str | os.PathLike) -> lis
     """Table 1 (best and fixed threshold), one pointing table per dataset, and the recognition table."""
     paths = write_table(grounding_table(results), out_dir, "table1_grounding")
     paths += write_table(grounding_table(results, best=False), out_dir, "table1_grounding_fixed")
-    for d in _datasets_in(results):
+    for d in dataset_order(results):
         paths += write_table(pointing_table(results, d), out_dir, f"table_pointing_{d}")
     paths += write_table(recognition_table(results), out_dir, "table_recognition")
     return paths

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from ._load import ReportInputError, Result, load_result, load_results
-from .paired import bootstrap_summaries, paired_bootstrap
+from .paired import missing_intervals, paired_bootstrap
 
 __all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "paired_bootstrap",
            "PER_CLASS_METRICS"]
@@ -94,7 +94,9 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
-    from .tables import DATASET_TITLES, METRIC_TITLES
+    from xbench.score.tables import DATASET_TITLES
+
+    from .tables import METRIC_TITLES
 
     lines = [f"### {title or f'{a_name} vs {b_name}'}", "",
              f"Paired bootstrap of {a_name} − {b_name} (percentage points); * = 95% interval excludes 0.", "",
@@ -160,7 +162,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
             if not _lacks_intervals(r):
                 continue  # the scorer wrote dataset and overall intervals: use those
             if _has_pairs(r):
-                computed[r.name] = bootstrap_summaries(r, n_boot=n_boot, seed=seed)
+                computed[r.name] = missing_intervals(r, n_boot=n_boot, seed=seed)
             else:
                 skipped.append(f"{r.name}: no pair_counts.npz, so no intervals above class level")
     steps.update(1)
@@ -169,7 +171,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                    recognition_table(results, computed)]
     from .tables import dataset_order
 
-    per_class = [per_class_table(results, d, m) for d in dataset_order(results) for m in PER_CLASS_METRICS]
+    per_class = [per_class_table(results, d, m, computed) for d in dataset_order(results) for m in PER_CLASS_METRICS]
     gaps = adjacent_gaps(results, n_boot=n_boot, seed=seed) if n_boot > 0 and len(results) > 1 else []
     steps.update(1)
 

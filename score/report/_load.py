@@ -14,19 +14,12 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "SUMMARY_KEYS",
-    "GROUNDING_KEYS",
-    "RECOGNITION_KEYS",
     "Result",
     "ReportInputError",
     "load_result",
     "load_results",
     "read_pair_counts",
 ]
-
-GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
-RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
-SUMMARY_KEYS = GROUNDING_KEYS + RECOGNITION_KEYS
 
 
 class ReportInputError(ValueError):

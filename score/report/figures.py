@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from xbench.score.tables import DATASET_TITLES
+
 from ._load import Result
-from .tables import DATASET_TITLES, dataset_order, value_of
+from .tables import dataset_order, value_of
 
 __all__ = [
     "SIZE_EDGES",

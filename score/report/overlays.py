@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from xbench.score.tables import DATASET_TITLES
+
 from ._load import Result
 from .figures import save_figure
-from .tables import DATASET_TITLES
 
 __all__ = ["pick_cases", "overlay_figure", "overlay_figures"]
 

@@ -16,10 +16,12 @@ import html
 import io
 from dataclasses import dataclass, field
 
+from xbench.score import tables as score_tables
+from xbench.score.tables import DATASET_TITLES
+
 from ._load import Result
 
 __all__ = [
-    "DATASET_TITLES",
     "METRIC_TITLES",
     "Cell",
     "Table",
@@ -33,16 +35,6 @@ __all__ = [
     "mark_columns",
 ]
 
-DATASET_TITLES = {
-    "covid_rural": "COVID-19",
-    "rsna_pneumonia": "Pneumonia",
-    "siim_acr": "Pneumothorax",
-    "chestx_det10": "CheXDet-10",
-    "chexlocalize": "CheXlocalize",
-    "vindr_cxr": "VinDR-CXR",
-    "chestxray14": "ChestX-ray14",
-    "phantom": "Phantom",
-}
 METRIC_TITLES = {
     "pointing_game": "Point",
     "dice_best": "Dice",
@@ -149,37 +141,31 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|")
 
 
-def _fmt_md(cell: Cell, with_ci: bool) -> str:
+def _fmt(cell: Cell, with_ci: bool, *, na: str, marks: tuple[str, str], ci: str) -> str:
+    """A cell as text: ``na`` when undefined; ``marks`` wrap the best/second value ("{}" templates);
+    ``ci`` is the interval's template ("{lo}", "{hi}")."""
     if cell.value is None:
-        return "–"
+        return na
     v = _pct(cell.value)
-    if cell.mark == "best":
-        v = f"**{v}**"
-    elif cell.mark == "second":
-        v = f"<u>{v}</u>"
+    if cell.mark in ("best", "second"):
+        v = marks[cell.mark == "second"].format(v)
     if with_ci and cell.ci:
-        v += f" ({_pct(cell.ci[0])}–{_pct(cell.ci[1])})"
+        v += ci.format(lo=_pct(cell.ci[0]), hi=_pct(cell.ci[1]))
     return v
+
+
+def _fmt_md(cell: Cell, with_ci: bool) -> str:
+    return _fmt(cell, with_ci, na="–", marks=("**{}**", "<u>{}</u>"), ci=" ({lo}–{hi})")
 
 
 def _fmt_html(cell: Cell, with_ci: bool) -> str:
-    if cell.value is None:
-        return '<span class="na">–</span>'
-    v = _pct(cell.value)
-    if cell.mark == "best":
-        v = f"<b>{v}</b>"
-    elif cell.mark == "second":
-        v = f"<u>{v}</u>"
-    if with_ci and cell.ci:
-        v += f'<br><span class="ci">{_pct(cell.ci[0])}–{_pct(cell.ci[1])}</span>'
-    return v
+    return _fmt(cell, with_ci, na='<span class="na">–</span>', marks=("<b>{}</b>", "<u>{}</u>"),
+                ci='<br><span class="ci">{lo}–{hi}</span>')
 
 
 def dataset_order(results: list[Result]) -> list[str]:
     """Datasets present in any result, in the paper's column order (unknown keys last, sorted)."""
-    present = {d for r in results for d in r.datasets}
-    known = [d for d in DATASET_TITLES if d in present]
-    return known + sorted(present - set(known))
+    return score_tables.dataset_order({i: r.metrics for i, r in enumerate(results)})
 
 
 def value_of(result: Result, scope: str, key: str, cls: str | None = None):
@@ -195,24 +181,24 @@ def value_of(result: Result, scope: str, key: str, cls: str | None = None):
     return ds.get("classes", {}).get(cls, {}).get(key)
 
 
-def ci_of(result: Result, scope: str, key: str, cls: str | None = None, computed: dict | None = None):
-    """The 95 % interval: from metrics.json where the scorer wrote one, else from ``computed``
-    (the report's own bootstrap, {"datasets": {d: {key: ci}}, "overall": {key: ci}}), else None."""
-    m = result.metrics
-    ci = None
+def _ci_in(metrics: dict, scope: str, key: str, cls: str | None):
+    """The interval stored in a dict of the metrics.json layout, or None."""
     if scope == "overall":
         # the scorer writes the overall intervals at the top level ("ci95" beside "overall")
-        ci = (m.get("ci95") or m.get("overall", {}).get("ci95") or {}).get(key)
-        if ci is None and computed:
-            ci = computed.get("overall", {}).get(key)
-    else:
-        ds = m.get("datasets", {}).get(scope, {})
-        if cls is not None:
-            ci = (ds.get("classes", {}).get(cls, {}).get("ci95") or {}).get(key)
-        else:
-            ci = (ds.get("ci95") or ds.get("summary", {}).get("ci95") or {}).get(key)
-            if ci is None and computed:
-                ci = computed.get("datasets", {}).get(scope, {}).get(key)
+        return (metrics.get("ci95") or metrics.get("overall", {}).get("ci95") or {}).get(key)
+    ds = metrics.get("datasets", {}).get(scope, {})
+    if cls is not None:
+        return (ds.get("classes", {}).get(cls, {}).get("ci95") or {}).get(key)
+    return (ds.get("ci95") or ds.get("summary", {}).get("ci95") or {}).get(key)
+
+
+def ci_of(result: Result, scope: str, key: str, cls: str | None = None, computed: dict | None = None):
+    """The 95 % interval: from metrics.json where the scorer wrote one, else from ``computed`` (the
+    scorer's intervals computed by the report, in the metrics.json layout: see
+    :func:`xbench.score.report.paired.missing_intervals`), else None."""
+    ci = _ci_in(result.metrics, scope, key, cls)
+    if ci is None and computed:
+        ci = _ci_in(computed, scope, key, cls)
     return tuple(ci) if ci else None
 
 
@@ -273,8 +259,11 @@ def recognition_table(results, computed=None) -> Table:
                   extra_dataset_metrics=("hamming_accuracy",))
 
 
-def per_class_table(results, dataset: str, metric: str) -> Table:
-    """Tables 2-5: one metric per class of one dataset, with the dataset mean first."""
+def per_class_table(results, dataset: str, metric: str, computed=None) -> Table:
+    """Tables 2-5: one metric per class of one dataset, with the dataset mean first.
+
+    ``computed``: {model name: intervals in the metrics.json layout} for results whose metrics.json has none.
+    """
     classes: list[str] = []
     for r in results:
         for c in r.metrics.get("datasets", {}).get(dataset, {}).get("classes", {}):
@@ -285,7 +274,8 @@ def per_class_table(results, dataset: str, metric: str) -> Table:
     t = Table(title=title, key=f"{dataset}_{metric}", columns=columns, metric_in_header=False,
               caption=f"{METRIC_TITLES.get(metric, metric)} per class on {dataset}, percent; mean over classes first.")
     for r in results:
-        cells = [Cell(value_of(r, dataset, metric), ci_of(r, dataset, metric))]
-        cells += [Cell(value_of(r, dataset, metric, c), ci_of(r, dataset, metric, c)) for c in classes]
+        comp = (computed or {}).get(r.name)
+        cells = [Cell(value_of(r, dataset, metric), ci_of(r, dataset, metric, computed=comp))]
+        cells += [Cell(value_of(r, dataset, metric, c), ci_of(r, dataset, metric, c, comp)) for c in classes]
         t.rows[r.name] = cells
     return mark_columns(t)

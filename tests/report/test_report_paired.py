@@ -6,15 +6,24 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import report_fixtures
+from xbench.score import bootstrap as BS
+from xbench.score.grounding import dice_from_counts
+from xbench.score.kernels import weighted_auroc_ap
 from xbench.score.report import ReportInputError, load_results
-from xbench.score.report.paired import (
-    dataset_arrays,
-    paired_bootstrap,
-    resample_weights,
-    weighted_auroc,
-    weighted_average_precision,
-    weighted_metrics,
-)
+from xbench.score.report.paired import paired_bootstrap
+
+
+def resample_weights(n_cases, n_boot, seed):
+    """All ``n_boot`` resamples of the engine at once, (n_boot, n_cases)."""
+    return np.concatenate(list(BS.resample_weights(n_cases, n_boot, np.random.default_rng(seed))))
+
+
+def weighted_auroc(y, p, W):
+    return weighted_auroc_ap(W, y, p)[0]
+
+
+def weighted_average_precision(y, p, W):
+    return weighted_auroc_ap(W, y, p)[1]
 
 
 def _metric(metrics, row_scope, cls, key):
@@ -60,10 +69,10 @@ def test_different_ground_truth_is_refused(result_dirs, tmp_path):
 
 
 def test_weights_are_multiplicities_and_reproducible():
-    W = resample_weights(7, 30, seed=1, dataset="phantom")
+    W = resample_weights(7, 30, seed=1)
     assert W.shape == (30, 7) and (W.sum(axis=1) == 7).all() and (W >= 0).all()
-    assert np.array_equal(W, resample_weights(7, 30, seed=1, dataset="phantom"))
-    assert not np.array_equal(W, resample_weights(7, 30, seed=2, dataset="phantom"))
+    assert np.array_equal(W, resample_weights(7, 30, seed=1))
+    assert not np.array_equal(W, resample_weights(7, 30, seed=2))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -73,7 +82,7 @@ def test_weighted_auroc_and_ap_match_sklearn_on_expanded_sample(seed):
     y = rng.integers(0, 2, m)
     y[:2] = [0, 1]
     p = np.round(rng.random(m), 1)  # many ties
-    W = resample_weights(m, 8, seed, "x")
+    W = resample_weights(m, 8, seed)
     auc, ap = weighted_auroc(y, p, W), weighted_average_precision(y, p, W)
     for k in range(len(W)):
         idx = np.repeat(np.arange(m), W[k].astype(int))
@@ -91,45 +100,44 @@ def test_one_label_value_is_undefined():
     assert np.isnan(weighted_average_precision(y, p, np.ones((1, 3))))[0]
 
 
-def _brute_force(truth_arrays, idx):
+def _brute_force(dc, idx):
     """Metrics of the resample ``idx`` (case rows, with repeats) by plain loops over the expanded pairs."""
     out = {}
-    for c in truth_arrays.classes:
+    for c, name in enumerate(dc.classes):
         res = {}
-        if c in truth_arrays.grounding:
-            rows, hit, dice, iou = truth_arrays.grounding[c]
-            sel = [k for i in idx for k in np.flatnonzero(rows == i)]
-            if sel:
-                md = np.mean(dice[sel], axis=0)
-                res["pointing_game"] = float(np.mean(hit[sel]))
-                res["dice_fixed"] = md[50]
-                res["dice_best"] = md.max()
-        rows, y, p = truth_arrays.recognition[c]
-        sel = [k for i in idx for k in np.flatnonzero(rows == i)]
-        if len(set(y[sel])) == 2:
-            res["auroc"] = roc_auc_score(y[sel], p[sel])
-        out[c] = res
+        pairs = dc.class_pairs(c)
+        sel = [k for i in idx for k in pairs[dc.pair_case[pairs] == i]]
+        if sel:
+            md = np.mean(dice_from_counts(dc.b[sel], dc.br[sel], dc.region_pixels[sel]), axis=0)
+            res["pointing_game"] = float(np.mean(dc.hit[sel]))
+            res["dice_fixed"] = md[50]
+            res["dice_best"] = md.max()
+        sel = [i for i in idx if dc.labels[i, c] != -1]
+        y, p = dc.labels[sel, c], dc.prob[sel, c]
+        if len(set(y.tolist())) == 2:
+            res["auroc"] = roc_auc_score(y, p)
+        out[name] = res
     return out
 
 
 def test_replicates_and_interval_match_brute_force(result_dirs):
     a, _, b = load_results(result_dirs)
     d = "phantom"
-    arr_a, arr_b = dataset_arrays(a, d), dataset_arrays(b, d)
     n_boot, seed = 12, 4
-    W = resample_weights(arr_a.n_cases, n_boot, seed, d)
-    rng = np.random.default_rng([seed, __import__("zlib").crc32(d.encode())])
-    draws = rng.integers(0, arr_a.n_cases, size=(n_boot, arr_a.n_cases))
-    wa, wb = weighted_metrics(arr_a, W), weighted_metrics(arr_b, W)
+    rng = np.random.default_rng(seed)  # the engine draws each dataset's resamples in sorted order
+    draws = {name: rng.integers(0, a.counts[name].n_cases, size=(n_boot, a.counts[name].n_cases))
+             for name in sorted(a.counts)}[d]
+    reps = BS.bootstrap_replicates(a.counts, n_resamples=n_boot, seed=seed)[d]
+    wa = {"classes": reps.classes}
     diffs = {k: [] for k in ("pointing_game", "dice_best", "auroc")}
     for k in range(n_boot):
-        ba, bb = _brute_force(arr_a, draws[k]), _brute_force(arr_b, draws[k])
-        for c in arr_a.classes:
+        ba, bb = _brute_force(a.counts[d], draws[k]), _brute_force(b.counts[d], draws[k])
+        for c in a.counts[d].classes:
             for key, val in ba[c].items():
                 assert wa["classes"][c][key][k] == pytest.approx(val, abs=1e-12), (k, c, key)
         for key in diffs:
-            va = np.mean([ba[c][key] for c in arr_a.classes if key in ba[c]])
-            vb = np.mean([bb[c][key] for c in arr_b.classes if key in bb[c]])
+            va = np.mean([ba[c][key] for c in a.counts[d].classes if key in ba[c]])
+            vb = np.mean([bb[c][key] for c in b.counts[d].classes if key in bb[c]])
             diffs[key].append(va - vb)
     rows = {r.metric: r for r in paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=False) if r.scope == d}
     for key, vals in diffs.items():

@@ -71,3 +71,97 @@ def test_report_over_scorer_outputs(scored, tmp_path):
         for ds, entry in m["datasets"].items():
             assert float(row[f"{ds}/dice_best"]) == entry["summary"]["dice_best"]
             assert float(row[f"{ds}/dice_best/ci_lo"]) == entry["ci95"]["dice_best"][0]
+
+
+def _metrics_json_intervals(m):
+    """Every ci95 of a metrics.json: {(dataset or None, class or None, key): [lo, hi] or None}."""
+    out = {(None, None, k): v for k, v in m["ci95"].items()}
+    for d, ds in m["datasets"].items():
+        out.update({(d, None, k): v for k, v in ds["ci95"].items()})
+        for c, e in ds["classes"].items():
+            out.update({(d, c, k): v for k, v in e.get("ci95", {}).items()})
+    return out
+
+
+def test_report_intervals_equal_the_scorers_exactly(scored, tmp_path):
+    """Same n and seed: the engine's replicates, the report's missing intervals and its tables reproduce
+    metrics.json's ci95 to the last bit (the scorer wrote them with 50 resamples and seed 1)."""
+    import shutil
+
+    import numpy as np
+
+    from xbench.score import bootstrap as BS
+    from xbench.score.report.paired import missing_intervals
+
+    a = load_results([scored[0]])[0]
+    want = _metrics_json_intervals(a.metrics)
+    assert sum(v is not None for v in want.values()) > 40
+    reps = BS.bootstrap_replicates(a.counts, n_resamples=50, seed=1)
+    got = {(None, None, k): BS.percentile_interval(v) for k, v in BS.overall_replicates(reps).items()}
+    for d, r in reps.items():
+        got.update({(d, None, k): BS.percentile_interval(v) for k, v in r.summary.items()})
+        got.update({(d, c, k): BS.percentile_interval(v) for c, s in r.classes.items() for k, v in s.items()})
+    assert got == want
+    assert _metrics_json_intervals(missing_intervals(a, n_boot=50, seed=1)) == want
+
+    # a copy of the result without intervals (as if scored with --bootstrap 0): the report fills them in
+    bare = tmp_path / "bare"
+    shutil.copytree(scored[0], bare)
+    m = json.loads((bare / "metrics.json").read_text())
+    m.pop("ci95")
+    for ds in m["datasets"].values():
+        ds.pop("ci95")
+        for e in ds["classes"].values():
+            e.pop("ci95", None)
+    (bare / "metrics.json").write_text(json.dumps(m))
+    build_report(tmp_path / "rep", [bare], n_boot=50, seed=1, overlays=False)
+    with open(tmp_path / "rep" / "leaderboard.csv", newline="") as fh:
+        row = next(csv.DictReader(fh))
+    for d in a.datasets:
+        for k in ("pointing_game", "dice_best", "iou_best"):
+            assert [float(row[f"{d}/{k}/ci_lo"]), float(row[f"{d}/{k}/ci_hi"])] == want[(d, None, k)]
+    assert [float(row["overall/pointing_game/ci_lo"]), float(row["overall/pointing_game/ci_hi"])] == \
+        want[(None, None, "pointing_game")]
+    with open(tmp_path / "rep" / "per_class" / "phantom_pointing_game.csv", newline="") as fh:
+        row = next(csv.DictReader(fh))
+    for c in a.metrics["datasets"]["phantom"]["classes"]:
+        assert [float(row[f"{c}/pointing_game/ci_lo"]), float(row[f"{c}/pointing_game/ci_hi"])] == \
+            want[("phantom", c, "pointing_game")]
+    assert np.isfinite(float(row["mean/pointing_game/ci_lo"]))
+
+
+def test_paired_comparison_uses_the_scorers_resamples(scored):
+    """A result compared with itself shifted by nothing: each side's replicates are those behind its own
+    metrics.json intervals, so A vs B replicates reproduce both metrics.json interval sets."""
+    from xbench.score import bootstrap as BS
+
+    a, b = load_results([scored[0], scored[1]])
+    rows = {(r.scope, r.cls, r.metric): r for r in paired_bootstrap(a, b, n_boot=50, seed=1)}
+    reps_a = BS.bootstrap_replicates(a.counts, n_resamples=50, seed=1)
+    reps_b = BS.bootstrap_replicates(b.counts, n_resamples=50, seed=1)
+    for d in a.datasets:
+        for k in ("pointing_game", "auroc"):
+            diff = reps_a[d].summary[k] - reps_b[d].summary[k]
+            assert [rows[(d, None, k)].ci_lo, rows[(d, None, k)].ci_hi] == BS.percentile_interval(diff)
+        assert BS.percentile_interval(reps_b[d].summary["dice_best"]) == \
+            b.metrics["datasets"][d]["ci95"]["dice_best"]
+
+
+def test_transferred_thresholds_are_kept(scored, tmp_path):
+    """A result scored with thresholds transferred from another: the report's point values and intervals
+    keep those thresholds (as the scorer's did) instead of re-choosing them."""
+    from xbench.score.report.paired import missing_intervals
+
+    inputs = json.loads((scored[1] / "metrics.json").read_text())["xbench"]["inputs"]
+    res = score_submission(inputs["submission"], inputs["gt"], bootstrap=20, seed=2,
+                           thresholds=scored[0] / "metrics.json")
+    write_outputs(res, tmp_path / "t")
+    t, b = load_results([tmp_path / "t", scored[1]])
+    assert t.metrics["xbench"]["thresholds"] == "transferred"
+    n_checked = 0
+    for r in paired_bootstrap(t, b, n_boot=0, per_class=True):
+        if r.cls is not None and r.metric in ("dice_best", "iou_best") and r.a is not None:
+            assert r.a == pytest.approx(t.metrics["datasets"][r.scope]["classes"][r.cls][r.metric], abs=1e-12)
+            n_checked += 1
+    assert n_checked > 0
+    assert _metrics_json_intervals(missing_intervals(t, n_boot=20, seed=2)) == _metrics_json_intervals(t.metrics)

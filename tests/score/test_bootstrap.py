@@ -109,7 +109,7 @@ def test_paired_bootstrap_detects_a_better_submission():
     a = _dataset(4)
     better_hit = np.ones_like(a.hit)
     b = DatasetCounts(**{**a.__dict__, "hit": better_hit})
-    df = BS.paired_bootstrap({"phantom": a}, {"phantom": b}, n_resamples=200, seed=1)
+    df = BS.paired_bootstrap({"phantom": b}, {"phantom": a}, n_resamples=200, seed=1)  # b - a
     row = df[(df["class"].isna()) & (df.metric == "pointing_game")].iloc[0]
     assert row.diff_lo > 0 and row.p_value < 0.05
 
@@ -119,3 +119,33 @@ def test_paired_bootstrap_refuses_different_ground_truth():
     b = _dataset(6)
     with pytest.raises(ValueError, match="different ground truth"):
         BS.paired_bootstrap({"phantom": a}, {"phantom": b}, n_resamples=5)
+
+
+def test_bootstrap_replicates_are_the_metrics_json_resamples():
+    """Two datasets of different sizes: the replicates' intervals are metrics_from_counts' ci95, bit for bit."""
+    import warnings
+
+    from xbench.score.scoring import metrics_from_counts
+
+    a = _dataset(7, n=23)
+    b = DatasetCounts(**{**_dataset(8, n=31).__dict__, "name": "covid_rural"})
+    counts = {"phantom": a, "covid_rural": b}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m, _ = metrics_from_counts(counts, bootstrap=40, seed=3)
+    reps = BS.bootstrap_replicates(counts, n_resamples=40, seed=3)
+    for d, r in reps.items():
+        assert {k: BS.percentile_interval(v) for k, v in r.summary.items()} == m["datasets"][d]["ci95"]
+        for c, stats in r.classes.items():
+            assert {k: BS.percentile_interval(v) for k, v in stats.items()} == m["datasets"][d]["classes"][c]["ci95"]
+    assert {k: BS.percentile_interval(v) for k, v in BS.overall_replicates(reps).items()} == m["ci95"]
+    point = BS.identity_replicates(counts)
+    for d, p in point.items():
+        for k, v in p.summary.items():
+            want = m["datasets"][d]["summary"][k]
+            assert (np.isnan(v[0]) and want is None) or v[0] == pytest.approx(want, abs=1e-12), (d, k)
+    empty = BS.bootstrap_replicates(counts, n_resamples=0, seed=3)
+    assert all(v.shape == (0,) for r in empty.values() for v in r.summary.values())
+    df = BS.paired_differences(empty, empty, point, point)
+    assert (df.n_valid == 0).all() and df.diff_lo.isna().all()
+    assert (df.dropna(subset=["diff"])["diff"] == 0).all() and df["dataset"].isna().sum() == len(m["ci95"])
