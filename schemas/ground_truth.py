@@ -182,16 +182,27 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
     return GroundTruth(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
-def validate_ground_truth(path: str | os.PathLike) -> list[Problem]:
-    """Every way the ground truth at ``path`` breaks the contract (metadata first, then data)."""
+def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -> list[Problem]:
+    """Every way the ground truth at ``path`` breaks the contract (metadata first, then data).
+
+    ``scan_masks=False`` skips only the scan of region_mask chunks (decodable, no empty region), for a
+    caller that reads every mask chunk anyway and reports the same problems with
+    :func:`empty_region_problem` and :func:`xbench.schemas.store.read_rows` (the scorer), so the
+    masks are decoded once.
+    """
     where = str(path)
     group, groups, problems = open_for_validation(path, "ground-truth")
     for name, g in groups.items():
-        problems += _validate_gt_dataset(g, f"{where}/{name}")
+        problems += _validate_gt_dataset(g, f"{where}/{name}", scan_masks=scan_masks)
     return problems
 
 
-def _validate_gt_dataset(g: zarr.Group, where: str) -> list[Problem]:
+def empty_region_problem(where: str, region: int) -> Problem:
+    """The problem for region row ``region`` of the dataset at ``where`` covering no grid cell."""
+    return Problem(f"{where}/region_mask", f"region {region} is empty; every listed region must cover at least one grid cell")
+
+
+def _validate_gt_dataset(g: zarr.Group, where: str, *, scan_masks: bool = True) -> list[Problem]:
     p: list[Problem] = []
     classes = g.attrs.get("classes")
     if not (isinstance(classes, list) and classes and all(isinstance(x, str) for x in classes)) or len(set(classes)) != len(classes):
@@ -243,11 +254,11 @@ def _validate_gt_dataset(g: zarr.Group, where: str) -> list[Problem]:
     if len(index):
         p += _check_regions(where, index, labels, None)
         masks = arrays["region_mask"]
-        for start, stop in iter_row_blocks(masks):
+        for start, stop in (iter_row_blocks(masks) if scan_masks else ()):
             block = read_rows(masks, start, stop, f"{where}/region_mask", p)
             if block is not None:
                 empty = ~block.reshape(block.shape[0], -1).any(axis=1)
                 if empty.any():
-                    p.append(Problem(f"{where}/region_mask", f"region {start + int(np.argmax(empty))} is empty; every listed region must cover at least one grid cell"))
+                    p.append(empty_region_problem(where, start + int(np.argmax(empty))))
                     break
     return p

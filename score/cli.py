@@ -89,9 +89,11 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     names = _split_datasets(datasets)
     # Validate everything before writing anything, so an invalid input leaves no partial output.
-    problems = validate_ground_truth(gt_path)
-    if problems:
-        raise _Invalid(problems)
+    # The region masks are checked while scoring decodes them (once); any problem there also stops the run
+    # before anything is written. Whenever something is wrong, the whole ground truth is validated, so the
+    # problems listed are the same as with a full validation up front.
+    if validate_ground_truth(gt_path, scan_masks=False):
+        raise _Invalid(validate_ground_truth(gt_path))
     gt = read_ground_truth(gt_path)
     if names:
         unknown = [d for d in names if d not in gt.datasets]
@@ -100,7 +102,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
                                    f"{', '.join(sorted(gt.datasets))}")
     problems = [p for s in submissions for p in validate_submission(s, gt, datasets=names)]
     if problems:
-        raise _Invalid(problems)
+        raise _Invalid(validate_ground_truth(gt_path) or problems)
     thresholds = thresholds_from_metrics(thresholds_from) if thresholds_from else None
 
     show = not (quiet or as_json)

@@ -44,6 +44,7 @@ __all__ = [
     "normalize_map",
     "threshold_bins",
     "grounding_counts",
+    "count_pairs_into",
     "weighted_auroc_ap",
     "rank_order",
 ]
@@ -378,6 +379,36 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
     return b, br, hit, n_r
 
 
+@numba.njit(cache=True, nogil=True)
+def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
+    """Serial counts for P pairs whose regions sit in one decoded chunk: maps (P, h, w) float32, masks
+    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r (P,).
+
+    Serial and ``nogil`` on purpose: the scorer runs one call per region chunk on each of several Python
+    threads, so decoding the next chunk (zarr releases the GIL) overlaps counting this one, and memory holds
+    one decoded chunk per thread.
+    """
+    P = maps.shape[0]
+    h = maps.shape[1]
+    H = masks.shape[1]
+    W = masks.shape[2]
+    T = taus.shape[0]
+    tmp = np.empty((h, W), dtype=np.float64)
+    row = np.empty(W, dtype=np.float64)
+    hist = np.empty(_LANES * 2 * T, dtype=np.int64)
+    kb = np.empty(W, dtype=np.int64)
+    buf = np.empty((H if area else 1, W), dtype=np.float64)
+    for p in range(P):
+        m = masks[local[p]]
+        if area:
+            mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
+            n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
+        else:
+            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, row,
+                                          hist, kb, b[p], br[p])
+        hit[p] = m[arg // W, arg % W]
+
+
 @numba.njit(cache=True)
 def _resize_only(src, area, row_idx, row_w, col_idx, col_w, H, W):
     out = np.empty((H, W), dtype=np.float64)
@@ -537,6 +568,20 @@ def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCo
     b, br, hit, n_r = _grounding_counts(src, reg, plan.area, plan.row_idx, plan.row_w, plan.col_idx,
                                         plan.col_w, THRESHOLDS, n_chunks)
     return GroundingCounts(b, br, hit, n_r)
+
+
+def count_pairs_into(maps: np.ndarray, masks: np.ndarray, local: np.ndarray, plan: ResizePlan,
+                     out: GroundingCounts) -> None:
+    """Like :func:`grounding_counts`, serially, for pairs whose regions are rows ``local`` of ``masks``.
+
+    For the scorer's worker threads (it releases the GIL). ``maps`` (P, h, w) C-contiguous float32,
+    ``masks`` (n, H, W) C-contiguous bool, ``local`` (P,) int64 in [0, n), ``plan`` from
+    :func:`resize_plan` (h, w) -> (H, W), and ``out`` four preallocated C-contiguous arrays
+    (b, br (P, 101) int32; hit (P,) bool; region_pixels (P,) int32), filled in place. Inputs are trusted:
+    the caller guarantees dtypes and shapes (no copies are made).
+    """
+    _chunk_counts(maps, masks, local, plan.area, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, THRESHOLDS,
+                  out.b, out.br, out.hit, out.region_pixels)
 
 
 def rank_order(y_true, p, columns=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from .grounding import (
     pointing_game_score,
     threshold_index,
 )
-from .kernels import N_THRESHOLDS, THRESHOLDS, grounding_counts
+from .kernels import N_THRESHOLDS, THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
 from .recognition import hamming_accuracy_score, probabilities, recognition_scores
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "ScoreResult",
     "score_submission",
     "count_dataset",
+    "region_mask_problems",
     "metrics_from_counts",
     "pairs_table",
     "thresholds_from_metrics",
@@ -80,8 +82,19 @@ class ScoreResult:
 
 
 # ------------------------------------------------------------------------------------------ counting
-def _gather_maps(saliency, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Maps (P, h, w) float32 for submission (row, col) pairs, reading each touched row block once."""
+def _workers() -> int:
+    """Threads for reading and counting: Numba's thread count (``NUMBA_NUM_THREADS``, default all cores)."""
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def _gather_maps(saliency, rows: np.ndarray, cols: np.ndarray, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
+    """Maps (P, h, w) float32 for submission (row, col) pairs, reading each touched row block once.
+
+    With ``pool``, blocks are read on its threads (zarr decodes chunks without holding the GIL); each
+    block fills distinct rows of the output.
+    """
     out = np.empty((rows.shape[0],) + tuple(saliency.shape[2:]), dtype=np.float32)
     if rows.size == 0:
         return out
@@ -90,19 +103,47 @@ def _gather_maps(saliency, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     order = np.argsort(block_of, kind="stable")
     starts = np.flatnonzero(np.r_[True, block_of[order][1:] != block_of[order][:-1]])
     stops = np.r_[starts[1:], order.size]
-    for s, e in zip(starts, stops):
-        idx = order[s:e]
-        b = int(block_of[idx[0]])
-        lo = b * step
+
+    def fill(se):
+        idx = order[se[0]:se[1]]
+        lo = int(block_of[idx[0]]) * step
         block = np.asarray(saliency[lo:min(lo + step, saliency.shape[0])])
         out[idx] = block[rows[idx] - lo, cols[idx]]
+
+    for _ in (pool.map(fill, zip(starts, stops)) if pool is not None else map(fill, zip(starts, stops))):
+        pass
     return out
+
+
+def _region_chunks(n_regions: int, step: int, keep: np.ndarray, batch: int) -> list[list[tuple[int, int, int, int]]]:
+    """Region chunks ``(c0, c1, p0, p1)`` (regions c0..c1-1, kept pair positions p0..p1-1), grouped into
+    batches of at most ~``batch`` kept pairs (a chunk is never split). Every chunk is listed, also one
+    without kept pairs, because every region is checked for emptiness."""
+    batches: list[list[tuple[int, int, int, int]]] = [[]]
+    n_in = 0
+    for c0 in range(0, n_regions, step):
+        c1 = min(c0 + step, n_regions)
+        p0, p1 = (int(x) for x in np.searchsorted(keep, (c0, c1)))
+        if batches[-1] and n_in + (p1 - p0) > batch:
+            batches.append([])
+            n_in = 0
+        batches[-1].append((c0, c1, p0, p1))
+        n_in += p1 - p0
+    return [b for b in batches if b]
 
 
 def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_cols: np.ndarray | None = None,
                   progress: Progress | None = None, mask_chunk: int | None = None,
-                  timings: dict[str, float] | None = None) -> DatasetCounts:
+                  timings: dict[str, float] | None = None, region_problems: list | None = None,
+                  where: str | None = None, workers: int | None = None) -> DatasetCounts:
     """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
+
+    Every region_mask chunk is decoded exactly once, on one of ``workers`` threads that then counts the
+    chunk's pairs with the serial ``nogil`` kernel (:func:`xbench.score.kernels.count_pairs_into`): decoding
+    and counting overlap, and memory holds one decoded chunk per thread plus the raw positive maps of one
+    batch (at most ``MAP_BATCH_BYTES``), never resized maps. The same pass checks what
+    ``validate_ground_truth(..., scan_masks=False)`` skipped: every region chunk decodes and no region
+    is empty.
 
     Parameters
     ----------
@@ -115,12 +156,23 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         Called with the number of positive pairs finished after each chunk.
     mask_chunk
         Regions per read (default: the region_mask chunk length).
+    region_problems
+        Where to append problems of the region masks (unreadable chunk, empty region; the validator's
+        messages, ``where`` naming the dataset). When omitted, such problems raise
+        :class:`xbench.schemas.InvalidStoreError`.
+    workers
+        Threads (default: Numba's thread count).
     """
+    from xbench.schemas import InvalidStoreError
+    from xbench.schemas.ground_truth import empty_region_problem
+    from xbench.schemas.store import read_rows
+
     if case_rows is None or class_cols is None:
         from xbench.schemas import align
 
         case_rows, class_cols = align(sub_ds, gt_ds)
     timings = timings if timings is not None else {}
+    where = where or str(gt_ds.name)
     classes = tuple(gt_ds.classes)
     unsupported = set(getattr(sub_ds, "unsupported", ()))
     supported = np.array([c not in unsupported for c in classes], dtype=bool)
@@ -135,49 +187,87 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     keep = np.flatnonzero(supported[ri[:, 1]]) if ri.size else np.zeros(0, np.int64)
     K = keep.size
     H, W = (int(s) for s in gt_ds.grid)
-    b = np.empty((K, N_THRESHOLDS), np.int32)
-    br = np.empty((K, N_THRESHOLDS), np.int32)
-    hit = np.empty(K, bool)
-    n_r = np.empty(K, np.int32)
+    out = GroundingCounts(np.empty((K, N_THRESHOLDS), np.int32), np.empty((K, N_THRESHOLDS), np.int32),
+                          np.empty(K, bool), np.empty(K, np.int32))
     masks_arr = gt_ds.region_mask
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
     sal = sub_ds.saliency
-    map_bytes = int(np.prod(sal.shape[2:])) * 4
-    batch = max(step, (MAP_BATCH_BYTES // max(map_bytes, 1)) // step * step)
+    plan = resize_plan(tuple(sal.shape[2:]), (H, W))
+    batch = max(1, MAP_BATCH_BYTES // max(int(np.prod(sal.shape[2:])) * 4, 1))
     sub_rows = case_rows[ri[keep, 0]] if K else np.zeros(0, np.int64)
     sub_cols = class_cols[ri[keep, 1]] if K else np.zeros(0, np.int64)
-    for m0 in range(0, K, batch):
-        m1 = min(K, m0 + batch)
+    problems: list = []
+    first_empty: list[int] = []
+    t_read = t_count = 0.0
+
+    def chunk(task, maps, m0):
+        c0, c1, p0, p1 = task
         t0 = time.perf_counter()
-        maps = _gather_maps(sal, sub_rows[m0:m1], sub_cols[m0:m1])
-        timings["read_maps"] = timings.get("read_maps", 0.0) + time.perf_counter() - t0
-        # masks are read chunk by chunk in region order (kept regions are increasing in k)
-        pos = m0
-        while pos < m1:
-            k_lo = int(keep[pos])
-            chunk_start = (k_lo // step) * step
-            chunk_stop = chunk_start + step
-            end = pos + int(np.searchsorted(keep[pos:m1], chunk_stop))
+        block = read_rows(masks_arr, c0, c1, f"{where}/region_mask", problems)
+        t1 = time.perf_counter()
+        if block is None:
+            return t1 - t0, 0.0, 0
+        block = np.ascontiguousarray(block, dtype=bool)
+        local = np.ascontiguousarray(keep[p0:p1] - c0)
+        count_pairs_into(maps[p0 - m0:p1 - m0], block, local, plan,
+                         GroundingCounts(out.b[p0:p1], out.br[p0:p1], out.hit[p0:p1], out.region_pixels[p0:p1]))
+        # a kept region is empty when its |R| is 0; the regions of unsupported classes are checked here
+        empty = local[out.region_pixels[p0:p1] == 0]
+        other = np.setdiff1d(np.arange(c1 - c0), local, assume_unique=True)
+        if other.size:
+            other = other[~block[other].reshape(other.size, -1).any(axis=1)]
+            empty = np.concatenate([empty, other])
+        if empty.size:
+            first_empty.append(c0 + int(empty.min()))
+        return t1 - t0, time.perf_counter() - t1, p1 - p0
+
+    with ThreadPoolExecutor(max_workers=workers or _workers()) as pool:
+        for tasks in _region_chunks(int(ri.shape[0]), step, keep, batch):
+            m0, m1 = tasks[0][2], tasks[-1][3]
             t0 = time.perf_counter()
-            block = np.asarray(masks_arr[chunk_start:min(chunk_stop, masks_arr.shape[0])])
-            regions = block[keep[pos:end] - chunk_start]
+            maps = _gather_maps(sal, sub_rows[m0:m1], sub_cols[m0:m1], pool)
             t1 = time.perf_counter()
-            res = grounding_counts(maps[pos - m0:end - m0], regions)
-            t2 = time.perf_counter()
-            timings["read_regions"] = timings.get("read_regions", 0.0) + t1 - t0
-            timings["resize_and_bin"] = timings.get("resize_and_bin", 0.0) + t2 - t1
-            b[pos:end], br[pos:end], hit[pos:end], n_r[pos:end] = res.b, res.br, res.hit, res.region_pixels
-            if progress is not None:
-                progress(end - pos)
-            pos = end
+            timings["read_maps"] = timings.get("read_maps", 0.0) + t1 - t0
+            for tr, tc, n in pool.map(lambda t: chunk(t, maps, m0), tasks):
+                t_read += tr
+                t_count += tc
+                if progress is not None and n:
+                    progress(n)
+            timings["grounding_pass"] = timings.get("grounding_pass", 0.0) + time.perf_counter() - t1
+    # thread-seconds (summed over the workers), for where the time goes; the wall time is grounding_pass
+    timings["read_regions_thread_s"] = timings.get("read_regions_thread_s", 0.0) + t_read
+    timings["resize_and_bin_thread_s"] = timings.get("resize_and_bin_thread_s", 0.0) + t_count
+    if first_empty:
+        problems.append(empty_region_problem(where, min(first_empty)))
+    if problems:
+        if region_problems is None:
+            raise InvalidStoreError(problems)
+        region_problems.extend(problems)
     pair_case = ri[keep, 0]
     pair_class = ri[keep, 1]
     order = np.lexsort((pair_case, pair_class))
     return DatasetCounts(
         name=gt_ds.name, classes=classes, supported=supported, case_id=np.asarray(gt_ds.case_id, dtype=str),
         labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
-        region_pixels=n_r[order], hit=hit[order], b=b[order], br=br[order], grid=(H, W),
+        region_pixels=out.region_pixels[order], hit=out.hit[order], b=out.b[order], br=out.br[order], grid=(H, W),
     )
+
+
+def region_mask_problems(gt_ds, where: str) -> list:
+    """The region_mask problems :func:`count_dataset` would find, for a dataset that is not scored."""
+    from xbench.schemas.ground_truth import empty_region_problem
+    from xbench.schemas.store import iter_row_blocks, read_rows
+
+    problems: list = []
+    masks = gt_ds.region_mask
+    for start, stop in iter_row_blocks(masks):
+        block = read_rows(masks, start, stop, f"{where}/region_mask", problems)
+        if block is not None:
+            empty = ~block.reshape(block.shape[0], -1).any(axis=1)
+            if empty.any():
+                problems.append(empty_region_problem(where, start + int(np.argmax(empty))))
+                break
+    return problems
 
 
 # ------------------------------------------------------------------------------------------- metrics
@@ -424,9 +514,9 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if validate:
-        problems = validate_ground_truth(gt_path)
-        if problems:
-            raise InvalidStoreError(problems)
+        # the region masks are checked while they are decoded for counting (once), not here
+        if validate_ground_truth(gt_path, scan_masks=False):
+            raise InvalidStoreError(validate_ground_truth(gt_path))
         timings["validate_gt"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     gt = read_ground_truth(gt_path)
@@ -439,7 +529,8 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
         t1 = time.perf_counter()
         problems = validate_submission(submission_path, gt, datasets=names)
         if problems:
-            raise InvalidStoreError(problems)
+            # as if the ground truth had been validated whole first: its problems, else the submission's
+            raise InvalidStoreError(validate_ground_truth(gt_path) or problems)
         timings["validate_submission"] = time.perf_counter() - t1
     sub = read_submission(submission_path)
     missing = [d for d in names if d not in sub.datasets]
@@ -453,10 +544,17 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
         on_total(int(sum(gt.datasets[d].region_index.shape[0] for d in names)))
 
     counts: dict[str, DatasetCounts] = {}
+    region_problems: list = []
     for name in names:
         case_rows, class_cols = align(sub.datasets[name], gt.datasets[name])
         counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
-                                     class_cols=class_cols, progress=progress, timings=timings)
+                                     class_cols=class_cols, progress=progress, timings=timings,
+                                     region_problems=region_problems, where=f"{gt_path}/{name}")
+    for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
+        region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
+    if region_problems:
+        # nothing has been written yet; list every problem of the ground truth, as its validator does
+        raise InvalidStoreError(validate_ground_truth(gt_path) or region_problems)
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
                                             timings=timings)
     t0 = time.perf_counter()
