@@ -220,13 +220,23 @@ def _bin(v, taus):
 # y = (x - min) * (100 / range) differs from 100 * v, v = (x - min) / range, by at most ~4e-14 (a few
 # roundings of numbers <= 100), and 100 * taus[k] differs from k by at most ~2e-14. So when y is farther
 # than _NEAR from every integer, floor(y) is exactly k(v); only pixels within _NEAR of a threshold (rare,
-# except on quantised maps) take the exact path with the division.
+# except on quantised maps) take the exact path with the division. The test is int(y + _NEAR) !=
+# int(y - _NEAR) (y >= 0, so truncation is floor; y in [0, _NEAR) is bin 0 either way). It always flags the
+# maximum (y = 100 up to rounding), which the bilinear kernel relies on to find the first argmax.
 _NEAR = 1e-9
 
 
 #: Bin histograms are kept in this many interleaved copies: consecutive pixels of a smooth map mostly fall in
 #: the same bin, and one copy would make every increment wait for the previous store.
 _LANES = 4
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scatter(kb, hist):
+    """hist[kb[j]] += 1 for every j. The index is cast to unsigned because Numba otherwise adds a
+    negative-index wraparound check to every increment (the keys are never negative)."""
+    for j in range(kb.shape[0]):
+        hist[np.uint64(kb[j])] += 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -236,23 +246,17 @@ def _bin_row(row, mrow, mn, rng, taus, hist, kb):
     W = row.shape[0]
     inv = 100.0 / rng
     near = 0
-    for ow in range(W):  # vectorisable: the fast guess for the whole row
+    for ow in range(W):  # vectorises: the fast guess and the key for the whole row
         y = (row[ow] - mn) * inv
-        g = np.int64(y)
-        f = y - g
-        kb[ow] = g
-        near += np.int64(f < _NEAR) + np.int64(f > 1.0 - _NEAR) + np.int64(g >= T - 1)
+        g = np.int64(y + _NEAR)
+        near += g - np.int64(y - _NEAR)
+        kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
     if near:
         for ow in range(W):
             y = (row[ow] - mn) * inv
-            g = np.int64(y)
-            f = y - g
-            if f < _NEAR or f > 1.0 - _NEAR or g >= T - 1:
-                kb[ow] = _bin((row[ow] - mn) / rng, taus)
-    for ow in range(W):
-        kb[ow] = 2 * kb[ow] + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
-    for ow in range(W):
-        hist[kb[ow]] += 1
+            if np.int64(y + _NEAR) != np.int64(y - _NEAR):
+                kb[ow] = 2 * _bin((row[ow] - mn) / rng, taus) + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+    _scatter(kb, hist)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -296,54 +300,74 @@ def _count_one(buf, mn, mx, mask, taus, hist, kb, b_row, br_row):
 
 
 @numba.njit(cache=True, nogil=True)
-def _bilinear_row(tmp, row_idx, row_w, oh, row):
-    ta = tmp[row_idx[0, oh]]
-    tb = tmp[row_idx[1, oh]]
-    wa = row_w[0, oh]
-    wb = row_w[1, oh]
-    for ow in range(row.shape[0]):
-        row[ow] = ta[ow] * wa + tb[ow] * wb
+def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, cmax, hist, kb, b_row, br_row):
+    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
+    each output row is recomputed (2 multiplies and an add per pixel) instead of being stored and re-read.
 
-
-@numba.njit(cache=True, nogil=True)
-def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, row, hist, kb, b_row, br_row):
-    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map stays in L1 and each
-    output row is recomputed (2 multiplies and an add per pixel) instead of being stored and re-read.
-
-    Returns (|R|, flat index of the first maximum).
+    Pass 1 keeps per-column running minima and maxima (``cmin``, ``cmax``, (W,) scratch: elementwise, so it
+    vectorises, and min/max are exact, so the order cannot change them). Pass 2 recomputes each row
+    bit-identically, bins it and finds the first argmax among the pixels the exact path visits (the maximum
+    is always among them). Returns (|R|, flat index of the first maximum).
     """
     h = src.shape[0]
     H = mask.shape[0]
     W = mask.shape[1]
+    T = taus.shape[0]
     for i in range(h):
         for ow in range(W):
             tmp[i, ow] = (np.float64(src[i, col_idx[0, ow]]) * col_w[0, ow]
                           + np.float64(src[i, col_idx[1, ow]]) * col_w[1, ow])
-    mn = np.inf
-    mx = -np.inf
-    r_max = 0
-    for oh in range(H):
-        _bilinear_row(tmp, row_idx, row_w, oh, row)
-        a, b = _row_min_max(row)
-        if a < mn:
-            mn = a
-        if b > mx:
-            mx = b
-            r_max = oh
-    _bilinear_row(tmp, row_idx, row_w, r_max, row)
-    arg = r_max * W
     for ow in range(W):
-        if row[ow] == mx:
-            arg = r_max * W + ow
-            break
+        cmin[ow] = np.inf
+        cmax[ow] = -np.inf
+    for oh in range(H):
+        ta = tmp[row_idx[0, oh]]
+        tb = tmp[row_idx[1, oh]]
+        wa = row_w[0, oh]
+        wb = row_w[1, oh]
+        for ow in range(W):
+            v = ta[ow] * wa + tb[ow] * wb
+            cmin[ow] = v if v < cmin[ow] else cmin[ow]
+            cmax[ow] = v if v > cmax[ow] else cmax[ow]
+    mn = cmin[0]
+    mx = cmax[0]
+    for ow in range(1, W):
+        mn = min(mn, cmin[ow])
+        mx = max(mx, cmax[ow])
     hist[:] = 0
     rng = mx - mn
     if rng == 0.0:
         _constant_map(mask, hist)
-    else:
+        return _finish_counts(hist, b_row, br_row), 0
+    inv = 100.0 / rng
+    arg = -1
+    for oh in range(H):
+        ta = tmp[row_idx[0, oh]]
+        tb = tmp[row_idx[1, oh]]
+        wa = row_w[0, oh]
+        wb = row_w[1, oh]
+        mrow = mask[oh]
+        near = 0
+        for ow in range(W):  # vectorises: the fast guess and the key, as in _bin_row
+            v = ta[ow] * wa + tb[ow] * wb
+            y = (v - mn) * inv
+            g = np.int64(y + _NEAR)
+            near += g - np.int64(y - _NEAR)
+            kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+        if near:
+            for ow in range(W):
+                v = ta[ow] * wa + tb[ow] * wb
+                y = (v - mn) * inv
+                if np.int64(y + _NEAR) != np.int64(y - _NEAR):
+                    kb[ow] = 2 * _bin((v - mn) / rng, taus) + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+                    if arg < 0 and v == mx:
+                        arg = oh * W + ow
+        _scatter(kb, hist)
+    if arg < 0:  # unreachable (see _NEAR), kept so that a wrong argument can never yield a wrong index
         for oh in range(H):
-            _bilinear_row(tmp, row_idx, row_w, oh, row)
-            _bin_row(row, mask[oh], mn, rng, taus, hist, kb)
+            for ow in range(W):
+                if arg < 0 and tmp[row_idx[0, oh], ow] * row_w[0, oh] + tmp[row_idx[1, oh], ow] * row_w[1, oh] == mx:
+                    arg = oh * W + ow
     return _finish_counts(hist, b_row, br_row), arg
 
 
@@ -364,7 +388,8 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
         lo = c * P // n_chunks
         hi = (c + 1) * P // n_chunks
         tmp = np.empty((h, W), dtype=np.float64)
-        row = np.empty(W, dtype=np.float64)
+        cmin = np.empty(W, dtype=np.float64)
+        cmax = np.empty(W, dtype=np.float64)
         hist = np.empty(_LANES * 2 * T, dtype=np.int64)
         kb = np.empty(W, dtype=np.int64)
         buf = np.empty((H if area else 1, W), dtype=np.float64)  # full-size map only for area averaging
@@ -373,8 +398,8 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
                 mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
                 n_r[p] = _count_one(buf, mn, mx, masks[p], taus, hist, kb, b[p], br[p])
             else:
-                n_r[p], arg = _count_bilinear(maps[p], masks[p], row_idx, row_w, col_idx, col_w, taus, tmp, row,
-                                              hist, kb, b[p], br[p])
+                n_r[p], arg = _count_bilinear(maps[p], masks[p], row_idx, row_w, col_idx, col_w, taus, tmp, cmin,
+                                              cmax, hist, kb, b[p], br[p])
             hit[p] = masks[p, arg // W, arg % W]
     return b, br, hit, n_r
 
@@ -394,7 +419,8 @@ def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus
     W = masks.shape[2]
     T = taus.shape[0]
     tmp = np.empty((h, W), dtype=np.float64)
-    row = np.empty(W, dtype=np.float64)
+    cmin = np.empty(W, dtype=np.float64)
+    cmax = np.empty(W, dtype=np.float64)
     hist = np.empty(_LANES * 2 * T, dtype=np.int64)
     kb = np.empty(W, dtype=np.int64)
     buf = np.empty((H if area else 1, W), dtype=np.float64)
@@ -404,7 +430,7 @@ def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus
             mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
             n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
         else:
-            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, row,
+            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, cmax,
                                           hist, kb, b[p], br[p])
         hit[p] = m[arg // W, arg % W]
 
