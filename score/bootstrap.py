@@ -26,6 +26,7 @@ come from :func:`identity_replicates` (every case drawn once), which equal the m
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "GROUNDING_KEYS",
     "RECOGNITION_KEYS",
     "resample_weights",
+    "serial_blas",
     "grounding_replicates",
     "recognition_replicates",
     "dataset_replicates",
@@ -57,7 +59,8 @@ __all__ = [
 GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
 RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
 _CHUNK = 125  # resamples per block at most
-_BLOCK_WEIGHTS = 4_000_000  # and at most this many case weights per block
+_BLOCK_WEIGHTS = 4_000_000  # and at most this many case weights per block (32 MB); the block shape reaches
+# the matrix products, whose last bit depends on it, so changing it changes intervals in the last ulp
 
 
 def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
@@ -67,6 +70,7 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
     Row r counts how often each case was drawn in resample r (``n_cases`` draws with replacement, uniform).
     The draws consume ``rng`` in order, so the same seed gives the same resamples whatever the block size;
     blocks default to at most ~4 M weights (32 MB) so memory does not grow with the number of resamples.
+    Only the yielded block stays alive while the caller works on it (the int64 draws are dropped first).
     """
     if n_resamples < 0 or n_cases < 0:
         raise ValueError(f"n_resamples and n_cases must be >= 0; got {n_resamples} and {n_cases}.")
@@ -75,10 +79,33 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
     done = 0
     while done < n_resamples:
         b = min(chunk, n_resamples - done)
-        draws = rng.integers(0, n_cases, size=(b, n_cases)) if n_cases else np.zeros((b, 0), np.int64)
-        flat = draws + (np.arange(b, dtype=np.int64) * n_cases)[:, None]
-        yield np.bincount(flat.ravel(), minlength=b * n_cases).reshape(b, n_cases).astype(np.float64)
+        w = np.zeros((b, n_cases))
+        if n_cases:
+            draws = rng.integers(0, n_cases, size=(b, n_cases))
+            for r in range(b):  # row by row: no (b * n_cases) int64 temporaries besides the draws
+                w[r] = np.bincount(draws[r], minlength=n_cases)
+            del draws
+        yield w
         done += b
+
+
+@contextmanager
+def serial_blas() -> Iterator[None]:
+    """Run BLAS (NumPy's matrix products) on one thread inside the block.
+
+    The bootstrap makes hundreds of small matrix products per dataset. On a machine whose cores are busy
+    (other processes, or Numba's worker threads left over from counting), OpenBLAS's worker threads wait
+    for a time slice on every product: measured on 2 shared cores, the full-scale bootstrap took 0.3-4.8 s
+    from run to run and ~7-23 s at 10x the data, against a steady 0.34 s and 3.4 s on one thread. The
+    results do not depend on the thread count (OpenBLAS splits the output, not the sums).
+    """
+    try:
+        from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+    except ImportError:  # pragma: no cover - scikit-learn is a dependency of the scorer
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _first_max_rows(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -300,13 +327,15 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
     """
     rng = np.random.default_rng(seed)
     out: dict[str, Replicates] = {}
-    for name in sorted(counts):
-        dc = counts[name]
-        cache: dict = {}
-        t = (taus or {}).get(name)
-        blocks = [Replicates(*dataset_replicates(dc, w, taus=t, per_pair=cache))
-                  for w in resample_weights(dc.n_cases, n_resamples, rng)]
-        out[name] = _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=t))])
+    with serial_blas():
+        for name in sorted(counts):
+            dc = counts[name]
+            cache: dict = {}  # per dataset, dropped before the next one
+            t = (taus or {}).get(name)
+            blocks = [Replicates(*dataset_replicates(dc, w, taus=t, per_pair=cache))
+                      for w in resample_weights(dc.n_cases, n_resamples, rng)]
+            del cache
+            out[name] = _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=t))])
     return out
 
 
@@ -316,8 +345,9 @@ def identity_replicates(counts: Mapping[str, DatasetCounts], *,
 
     They equal the metrics.json values of the same counts (and thresholds); NaN where metrics.json has null.
     """
-    return {name: Replicates(*dataset_replicates(dc, np.ones((1, dc.n_cases)), taus=(taus or {}).get(name)))
-            for name, dc in sorted(counts.items())}
+    with serial_blas():
+        return {name: Replicates(*dataset_replicates(dc, np.ones((1, dc.n_cases)), taus=(taus or {}).get(name)))
+                for name, dc in sorted(counts.items())}
 
 
 def overall_replicates(per_dataset: Mapping[str, Replicates]) -> dict[str, np.ndarray]:

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .bootstrap import GROUNDING_KEYS, RECOGNITION_KEYS, dataset_replicates, percentile_interval, resample_weights
+from .bootstrap import (GROUNDING_KEYS, RECOGNITION_KEYS, bootstrap_replicates, overall_replicates,
+                        percentile_interval)
 from .counts import DatasetCounts
 from .grounding import (
     FIXED_THRESHOLD_INDEX,
@@ -61,7 +62,7 @@ UNSUPPORTED_REASON = "listed as unsupported by the submission"
 
 #: Positive maps gathered at once (raw size, before resizing); 14 x 14 float16 maps of a full benchmark
 #: take ~10 MB, so this only bites for very large maps.
-MAP_BATCH_BYTES = 256 * 2**20
+MAP_BATCH_BYTES = 32 * 2**20
 
 Progress = Callable[[int], None]
 Thresholds = Mapping[str, Mapping[str, tuple[float, float]]]
@@ -246,11 +247,27 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     pair_case = ri[keep, 0]
     pair_class = ri[keep, 1]
     order = np.lexsort((pair_case, pair_class))
+    if np.array_equal(order, np.arange(K)):  # already by class, then case (e.g. a single-class dataset)
+        order = slice(None)
     return DatasetCounts(
         name=gt_ds.name, classes=classes, supported=supported, case_id=np.asarray(gt_ds.case_id, dtype=str),
         labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
-        region_pixels=out.region_pixels[order], hit=out.hit[order], b=out.b[order], br=out.br[order], grid=(H, W),
+        region_pixels=out.region_pixels[order], hit=out.hit[order], b=_take_rows_inplace(out.b, order),
+        br=_take_rows_inplace(out.br, order), grid=(H, W),
     )
+
+
+def _take_rows_inplace(a: np.ndarray, order: np.ndarray | slice, cols: int = 8) -> np.ndarray:
+    """``a[order]`` for a (K, T) array, written back into ``a`` a few columns at a time.
+
+    The count arrays are the scorer's largest per-pair arrays (808 B per pair for both); reordering them
+    with ``a[order]`` would hold a second full copy, this holds a (K, ``cols``) temporary. Returns ``a``.
+    """
+    if isinstance(order, slice):
+        return a
+    for j in range(0, a.shape[1], cols):
+        a[:, j:j + cols] = a[order, j:j + cols]  # the right side is a copy, so this is a permutation
+    return a
 
 
 def region_mask_problems(gt_ds, where: str) -> list:
@@ -295,8 +312,11 @@ def _class_point(dc: DatasetCounts, c: int, taus: tuple[int, int] | None) -> tup
             "dice_best": float(dmeans[kd]), "iou_best": float(imeans[ki]),
             "tau_dice": float(THRESHOLDS[kd]), "tau_iou": float(THRESHOLDS[ki]),
         })
-        per_pair = {"idx": idx, "dice_fixed": dice[:, FIXED_THRESHOLD_INDEX], "iou_fixed": iou[:, FIXED_THRESHOLD_INDEX],
-                    "dice_best": dice[:, kd], "iou_best": iou[:, ki]}
+        # copies, not column views: a view would keep the whole (P, 101) float64 Dice and IoU matrices of
+        # every class alive until the pairs table is built (1.6 KB per pair)
+        per_pair = {"idx": idx, "dice_fixed": dice[:, FIXED_THRESHOLD_INDEX].copy(),
+                    "iou_fixed": iou[:, FIXED_THRESHOLD_INDEX].copy(), "dice_best": dice[:, kd].copy(),
+                    "iou_best": iou[:, ki].copy()}
     else:
         warnings.warn(f"grounding metrics undefined for {dc.name}/{name}: no positive pair with a region; "
                       "reported as null.", UndefinedMetricWarning, stacklevel=3)
@@ -346,14 +366,13 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     {dataset: {class column: per-pair arrays}} for :func:`pairs_table`.
     """
     timings = timings if timings is not None else {}
-    rng = np.random.default_rng(seed)
     datasets: dict = {}
     per_pair_all: dict = {}
-    boot_summaries: dict = {}
+    class_taus: dict = {}
     for name in sorted(counts):
         dc = counts[name]
         t0 = time.perf_counter()
-        taus = _class_taus(dc, thresholds)
+        taus = class_taus[name] = _class_taus(dc, thresholds)
         classes: dict = {}
         per_pair_all[name] = {}
         for c, cname in enumerate(dc.classes):
@@ -372,35 +391,23 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         cols = np.flatnonzero(dc.supported)
         summary["hamming_accuracy"] = hamming_accuracy_score(dc.labels[:, cols], dc.prob[:, cols])
         timings["metrics"] = timings.get("metrics", 0.0) + time.perf_counter() - t0
-        ds_entry = {"n_cases": dc.n_cases, "grid": [int(g) for g in dc.grid], "summary": summary, "classes": classes}
-        if bootstrap > 0:
-            t0 = time.perf_counter()
-            cls_reps: dict = {}
-            sum_reps: dict = {}
-            cache: dict = {}
-            for w in resample_weights(dc.n_cases, bootstrap, rng):
-                cr, sr = dataset_replicates(dc, w, taus=taus, per_pair=cache)
-                for cname, stats in cr.items():
-                    for k, v in stats.items():
-                        cls_reps.setdefault(cname, {}).setdefault(k, []).append(v)
-                for k, v in sr.items():
-                    sum_reps.setdefault(k, []).append(v)
-            for cname, stats in cls_reps.items():
-                classes[cname]["ci95"] = {k: percentile_interval(np.concatenate(v), level) for k, v in stats.items()}
-            boot_summaries[name] = {k: np.concatenate(v) for k, v in sum_reps.items()}
-            ds_entry["ci95"] = {k: percentile_interval(v, level) for k, v in boot_summaries[name].items()}
-            timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t0
-        datasets[name] = ds_entry
+        datasets[name] = {"n_cases": dc.n_cases, "grid": [int(g) for g in dc.grid], "summary": summary,
+                          "classes": classes}
     overall = {k: _mean_defined(d["summary"][k] for d in datasets.values()) for k in DATASET_SUMMARY_KEYS}
     metrics = {"overall": overall, "datasets": datasets}
-    if bootstrap > 0 and boot_summaries:
-        ci = {}
-        for k in DATASET_SUMMARY_KEYS:
-            stack = np.stack([s[k] for s in boot_summaries.values()])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                ci[k] = percentile_interval(np.nanmean(stack, axis=0), level)
-        metrics["ci95"] = ci
+    if bootstrap > 0 and counts:
+        # the one resampling path (xbench.score.bootstrap), shared with the report and paired comparisons
+        t0 = time.perf_counter()
+        reps = bootstrap_replicates(counts, n_resamples=bootstrap, seed=seed,
+                                    taus=class_taus if thresholds is not None else None)
+        for name, rep in reps.items():
+            ds_classes = datasets[name]["classes"]
+            for cname, stats in rep.classes.items():
+                ds_classes[cname]["ci95"] = {k: percentile_interval(v, level) for k, v in stats.items()}
+            # after "classes" in metrics.json, as before
+            datasets[name]["ci95"] = {k: percentile_interval(v, level) for k, v in rep.summary.items()}
+        metrics["ci95"] = {k: percentile_interval(v, level) for k, v in overall_replicates(reps).items()}
+        timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t0
     return metrics, per_pair_all
 
 

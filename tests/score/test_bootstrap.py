@@ -149,3 +149,54 @@ def test_bootstrap_replicates_are_the_metrics_json_resamples():
     df = BS.paired_differences(empty, empty, point, point)
     assert (df.n_valid == 0).all() and df.diff_lo.isna().all()
     assert (df.dropna(subset=["diff"])["diff"] == 0).all() and df["dataset"].isna().sum() == len(m["ci95"])
+
+
+def test_resample_weights_rows_count_the_generators_draws():
+    # the rows are the bincounts of exactly the draws rng.integers(0, n, (b, n)) makes, block after block
+    got = np.concatenate(list(BS.resample_weights(13, 20, np.random.default_rng(9), chunk=8)))
+    rng = np.random.default_rng(9)
+    draws = np.concatenate([rng.integers(0, 13, size=(b, 13)) for b in (8, 8, 4)])
+    np.testing.assert_array_equal(got, np.stack([np.bincount(d, minlength=13) for d in draws]))
+    assert got.dtype == np.float64
+    assert [b.shape for b in BS.resample_weights(0, 3, np.random.default_rng(0))] == [(3, 0)]
+
+
+def test_serial_blas_runs_blas_on_one_thread_and_restores_it():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    before = blas_threads()
+    with BS.serial_blas():
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+
+
+def test_bootstrap_replicates_do_not_depend_on_the_callers_blas_threads():
+    from threadpoolctl import threadpool_limits
+
+    counts = {"phantom": _dataset(seed=4, n=400)}
+    with threadpool_limits(limits=2, user_api="blas"):
+        a = BS.bootstrap_replicates(counts, n_resamples=60, seed=2)
+    with threadpool_limits(limits=1, user_api="blas"):
+        b = BS.bootstrap_replicates(counts, n_resamples=60, seed=2)
+    for name, stats in a["phantom"].classes.items():
+        for k, v in stats.items():
+            np.testing.assert_array_equal(v, b["phantom"].classes[name][k])
+
+
+def test_count_rows_are_reordered_in_place_like_fancy_indexing():
+    # scoring._take_rows_inplace (the count arrays' reorder without a second full copy)
+    from xbench.score.scoring import _take_rows_inplace
+
+    rng = np.random.default_rng(0)
+    for K, T in ((0, 101), (1, 101), (37, 101), (50, 3)):
+        a = rng.integers(0, 1000, size=(K, T)).astype(np.int32)
+        order = rng.permutation(K)
+        expect = a[order]
+        out = _take_rows_inplace(a, order)
+        assert out is a
+        np.testing.assert_array_equal(a, expect)
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    assert _take_rows_inplace(a, slice(None)) is a
