@@ -253,12 +253,19 @@ def _validate_gt_dataset(g: zarr.Group, where: str, *, scan_masks: bool = True) 
         p.append(Problem(f"{where}/orig_size", "sizes must be positive"))
     if len(index):
         p += _check_regions(where, index, labels, None)
-        masks = arrays["region_mask"]
-        for start, stop in (iter_row_blocks(masks) if scan_masks else ()):
-            block = read_rows(masks, start, stop, f"{where}/region_mask", p)
-            if block is not None:
-                empty = ~block.reshape(block.shape[0], -1).any(axis=1)
-                if empty.any():
-                    p.append(empty_region_problem(where, start + int(np.argmax(empty))))
-                    break
+        if scan_masks:
+            p += region_mask_problems(arrays["region_mask"], where)
+    return p
+
+
+def region_mask_problems(masks: zarr.Array, where: str) -> list[Problem]:
+    """Unreadable mask chunks and the first empty region, reading one stored chunk at a time."""
+    p: list[Problem] = []
+    for start, stop in iter_row_blocks(masks):
+        block = read_rows(masks, start, stop, f"{where}/region_mask", p)
+        if block is not None:
+            empty = ~block.reshape(block.shape[0], -1).any(axis=1)
+            if empty.any():
+                p.append(empty_region_problem(where, start + int(np.argmax(empty))))
+                break
     return p

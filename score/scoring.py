@@ -272,19 +272,9 @@ def _take_rows_inplace(a: np.ndarray, order: np.ndarray | slice, cols: int = 8) 
 
 def region_mask_problems(gt_ds, where: str) -> list:
     """The region_mask problems :func:`count_dataset` would find, for a dataset that is not scored."""
-    from xbench.schemas.ground_truth import empty_region_problem
-    from xbench.schemas.store import iter_row_blocks, read_rows
+    from xbench.schemas.ground_truth import region_mask_problems as scan
 
-    problems: list = []
-    masks = gt_ds.region_mask
-    for start, stop in iter_row_blocks(masks):
-        block = read_rows(masks, start, stop, f"{where}/region_mask", problems)
-        if block is not None:
-            empty = ~block.reshape(block.shape[0], -1).any(axis=1)
-            if empty.any():
-                problems.append(empty_region_problem(where, start + int(np.argmax(empty))))
-                break
-    return problems
+    return scan(gt_ds.region_mask, where)
 
 
 # ------------------------------------------------------------------------------------------- metrics

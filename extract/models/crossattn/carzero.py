@@ -32,6 +32,7 @@ from torch import nn
 from ..base import AdapterOutput, ModelAdapter
 from .common import (
     BERT_NON_PARAMETERS,
+    zero_unsupported,
     layers_from,
     prompt_texts,
     select_layers,
@@ -350,10 +351,7 @@ class CARZeroAdapter(ModelAdapter):
         g = math.isqrt(patches.shape[-1])
         maps = uncrop_maps(patches.reshape(*patches.shape[:2], g, g), orig_size, scale=self.scale,
                            crop=self.crop, patch=self.patch, out_size=self.map_size)
-        if self.unsupported:
-            cols = [i for i, c in enumerate(self.classes) if c in self.unsupported]
-            scores[:, cols] = 0.0
-            maps[:, cols] = 0.0
+        zero_unsupported(scores, maps, self.classes, self.unsupported)
         return AdapterOutput(scores=scores, maps=maps)
 
     def provenance(self) -> dict:

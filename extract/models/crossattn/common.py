@@ -443,6 +443,14 @@ def gather_columns(values: torch.Tensor, indices: Sequence[int], fill: float) ->
     return out
 
 
+def zero_unsupported(scores: torch.Tensor, maps: torch.Tensor, classes: Sequence[str], unsupported: Sequence[str]) -> None:
+    """Set the columns of findings the model cannot name to 0 (finite, and ignored by the scorer)."""
+    cols = [i for i, c in enumerate(classes) if c in unsupported]
+    if cols:
+        scores[:, cols] = 0.0
+        maps[:, cols] = 0.0
+
+
 def finding_text(name: str, table: Mapping[str, str | None]) -> str:
     """Text naming a finding: the packaged ``[prompts]`` entry, else the vocabulary's first
     positive prompt (extract/datasets/findings.toml), else the name itself."""

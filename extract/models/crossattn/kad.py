@@ -30,6 +30,7 @@ from torch import nn
 from ..base import AdapterOutput, ModelAdapter
 from .common import (
     BERT_NON_PARAMETERS,
+    zero_unsupported,
     prompt_texts,
     select_layers,
     layers_from,
@@ -169,10 +170,7 @@ class TextQueryAdapter(ModelAdapter):
         logits, attentions = self.fusion(self.image_encoder(x), self.text_features)
         scores = torch.softmax(logits.float(), dim=-1)[..., 1]
         maps = tokens_to_grid(select_layers(attentions, self.layers).float())
-        if self.unsupported:
-            cols = [i for i, c in enumerate(self.classes) if c in self.unsupported]
-            scores[:, cols] = 0.0
-            maps[:, cols] = 0.0
+        zero_unsupported(scores, maps, self.classes, self.unsupported)
         return AdapterOutput(scores=scores, maps=maps)
 
     def provenance(self) -> dict:
