@@ -85,6 +85,7 @@ def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
     for k, (name, x, y) in enumerate(pts):
         ax.scatter([x], [y], s=40, color=f"C{k % 10}", zorder=3)
         ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.margins(x=0.12, y=0.08)  # room for the labels of the extreme points
     if fit:
         xs = np.linspace(min(p[1] for p in pts), max(p[1] for p in pts), 50)
         ax.plot(xs, fit["slope"] * xs + fit["intercept"], "k--", lw=1,
