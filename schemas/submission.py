@@ -170,6 +170,9 @@ class SubmissionWriter:
                 meta = existing.attrs.get("xbench", {})
                 if meta.get("kind") == "submission" and meta.get(_blocks.SPEC_ATTR) == spec_hash:
                     return cls(path, existing)
+                if not meta.get(_blocks.SPEC_ATTR):
+                    raise InvalidStoreError(Problem(str(path), "exists but is not a store this writer started (or its creation was "
+                                                    "interrupted); remove it, choose another path or pass overwrite"))
                 raise InvalidStoreError(
                     Problem(str(path), "exists and was written with a different specification; choose another path or pass overwrite")
                 )

@@ -148,3 +148,13 @@ def test_images_writer_restarts_when_attributes_change_and_finish_records_late_a
     w.finish(attrs={"skipped": [{"case_id": "x", "reason": "unreadable"}]})
     ds = read_images(path).datasets["phantom"]
     assert ds.attrs["voi"] == "off" and ds.attrs["skipped"][0]["case_id"] == "x"
+
+
+def test_writer_refuses_a_folder_it_did_not_start(tmp_path):
+    (tmp_path / "s.zarr").mkdir()
+    import zarr
+
+    zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)  # creation interrupted before attrs
+    with pytest.raises(InvalidStoreError, match="not a store this writer started"):
+        SubmissionWriter.create(tmp_path / "s.zarr", model="m", method="similarity",
+                                datasets={"phantom": DatasetSpec(case_ids(), CLASSES, (7, 7))})
