@@ -150,13 +150,22 @@ def _row_min_max(row):
     return min(min(a0, a1), min(a2, a3)), max(max(b0, b1), max(b2, b3))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _width_pass(src, col_idx, col_w, tmp):
+    """The bilinear resize's first half, shared so that every path computes it identically:
+    interpolate each source row along the width into ``tmp`` (h, W), in float64."""
+    for i in range(src.shape[0]):
+        for ow in range(tmp.shape[1]):
+            tmp[i, ow] = (np.float64(src[i, col_idx[0, ow]]) * col_w[0, ow]
+                          + np.float64(src[i, col_idx[1, ow]]) * col_w[1, ow])
+
+
 @numba.njit(cache=True, nogil=True)
 def _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out):
     """Resize one float32 map ``src`` (h, w) into float64 ``out`` (H, W); ``tmp`` is (h, W) scratch.
 
     Returns (min, max, flat index of the first maximum in row-major order).
     """
-    h = src.shape[0]
     H = out.shape[0]
     W = out.shape[1]
     if area:
@@ -174,10 +183,7 @@ def _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out):
                 out[oh, ow] = s / kh / (c1 - c0)  # torch divides twice, in this order
     else:
         # separable, in torch's order: interpolate along the width first, then along the height
-        for i in range(h):
-            for ow in range(W):
-                tmp[i, ow] = (np.float64(src[i, col_idx[0, ow]]) * col_w[0, ow]
-                              + np.float64(src[i, col_idx[1, ow]]) * col_w[1, ow])
+        _width_pass(src, col_idx, col_w, tmp)
         for oh in range(H):
             ta = tmp[row_idx[0, oh]]
             tb = tmp[row_idx[1, oh]]
@@ -309,14 +315,10 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, 
     bit-identically, bins it and finds the first argmax among the pixels the exact path visits (the maximum
     is always among them). Returns (|R|, flat index of the first maximum).
     """
-    h = src.shape[0]
     H = mask.shape[0]
     W = mask.shape[1]
     T = taus.shape[0]
-    for i in range(h):
-        for ow in range(W):
-            tmp[i, ow] = (np.float64(src[i, col_idx[0, ow]]) * col_w[0, ow]
-                          + np.float64(src[i, col_idx[1, ow]]) * col_w[1, ow])
+    _width_pass(src, col_idx, col_w, tmp)
     for ow in range(W):
         cmin[ow] = np.inf
         cmax[ow] = -np.inf
