@@ -329,7 +329,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", default="1", help="comma-separated multiples of the paper's scale (default 1)")
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--numpy-pairs", type=int, default=140, help="pairs timed for the NumPy loop (scaled up)")
+    ap.add_argument("--numpy-pairs", type=int, default=350, help="pairs timed for the NumPy loop (scaled up)")
     ap.add_argument("--workdir", default=None, help="where to synthesise (default: the system temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the synthesised stores")
     ap.add_argument("--skip-cold", action="store_true")

@@ -13,12 +13,16 @@ import hashlib
 import math
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import zarr
+from numcodecs import Zstd
+from zarr.codecs import BytesCodec, ZstdCodec
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore, ZipStore
 
@@ -249,12 +253,69 @@ def iter_row_blocks(arr: zarr.Array) -> Iterator[tuple[int, int]]:
         yield start, min(start + rows, arr.shape[0])
 
 
-def read_rows(arr: zarr.Array, start: int, stop: int, where: str, problems: list[Problem]) -> np.ndarray | None:
+def read_rows(arr: zarr.Array, start: int, stop: int, where: str, problems: list[Problem], *,
+              out: np.ndarray | None = None) -> np.ndarray | None:
+    """Rows ``start..stop-1`` of ``arr``, or None (with a problem appended) when a chunk cannot be decoded.
+
+    ``out``, optional: a C-contiguous array the shape of one whole row chunk (``(chunk rows,
+    *arr.shape[1:])``, ``arr``'s dtype) that the caller reuses from call to call. When the rows are
+    exactly one row chunk of a layout our writers produce, the chunk is decoded straight into it and a view
+    of it is returned (:func:`_decode_row_chunk_into`); otherwise Zarr reads the rows into a new array.
+    """
     try:
+        if out is not None:
+            rows = _decode_row_chunk_into(arr, start, stop, out)
+            if rows is not None:
+                return rows
         return np.asarray(arr[start:stop])
     except Exception as exc:  # corrupt or truncated chunk: report it, keep validating the rest
         problems.append(Problem(where, f"rows {start}-{stop - 1} unreadable, the chunk is corrupt or truncated ({type(exc).__name__}: {exc})"))
         return None
+
+
+def _decode_row_chunk_into(arr: zarr.Array, start: int, stop: int, out: np.ndarray) -> np.ndarray | None:
+    """Decode the row chunk holding rows ``start..stop-1`` into ``out``; None when the layout is not ours.
+
+    Zarr decodes a chunk into a fresh buffer and then copies it into a fresh result: for the scorer's
+    region masks (12.8 MB decoded per chunk, ~200x compressed) that is half of the read time, measured.
+    Here the stored bytes are fetched through the store (directory or zip alike) and numcodecs, the
+    library Zarr's own ``zstd`` codec calls, decompresses them into ``out``. Taken only for what
+    ``SubmissionWriter``, ``ImagesWriter`` and ``write_ground_truth`` write: Zarr v3, chunked along rows
+    only, codecs ``bytes`` (no byte order, or the machine's) then ``zstd`` or nothing. Any other layout
+    (sharding, other compressors, partial chunks) returns None, and the caller reads through Zarr.
+    """
+    if not isinstance(arr, zarr.Array):  # e.g. an in-memory NumPy array handed to the scorer's functions
+        return None
+    meta = arr.metadata
+    codecs = getattr(meta, "codecs", None)
+    if getattr(meta, "zarr_format", None) != 3 or not codecs or len(codecs) > 2 or arr.ndim == 0:
+        return None
+    if not isinstance(codecs[0], BytesCodec) or (len(codecs) == 2 and not isinstance(codecs[1], ZstdCodec)):
+        return None
+    endian = codecs[0].endian
+    if out.dtype.itemsize > 1 and endian is not None and getattr(endian, "value", endian) != sys.byteorder:
+        return None
+    chunk = tuple(int(c) for c in arr.chunks)
+    n = chunk[0]
+    if chunk[1:] != tuple(arr.shape[1:]) or start % n or stop != min(start + n, arr.shape[0]):
+        return None
+    if out.shape != chunk or out.dtype != arr.dtype or not out.flags.c_contiguous:
+        return None
+    key = meta.encode_chunk_key((start // n,) + (0,) * (arr.ndim - 1))
+    path = arr.store_path.path
+    stored = sync(arr.store_path.store.get(f"{path}/{key}" if path else key, prototype=default_buffer_prototype()))
+    if stored is None:  # never written: Zarr would return the fill value (validation reports the gap)
+        out[...] = arr.fill_value
+    else:
+        raw = stored.as_numpy_array()
+        target = out.reshape(-1).view(np.uint8)
+        if len(codecs) == 2:
+            Zstd(level=codecs[1].level, checksum=codecs[1].checksum).decode(raw, out=target)
+        elif raw.nbytes == target.nbytes:
+            target[:] = raw
+        else:
+            raise ValueError(f"the chunk holds {raw.nbytes} bytes; {target.nbytes} expected")
+    return out[: stop - start]
 
 
 def store_sha256(path: str | os.PathLike) -> str:

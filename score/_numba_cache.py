@@ -5,14 +5,17 @@ read-only (a system site-packages, a container image), every run would recompile
 per-user cache directory instead: ``$NUMBA_CACHE_DIR`` when the user set it, otherwise
 ``$XDG_CACHE_HOME/xbench/numba`` (``~/.cache/xbench/numba``). This module must be imported before any
 ``@numba.njit(cache=True)`` decorator runs, because Numba picks the cache location at decoration time.
+
+It also trims Numba's start-up (:func:`import_numba_without_blas_probe`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-__all__ = ["choose_cache_dir", "configure_numba_cache"]
+__all__ = ["choose_cache_dir", "configure_numba_cache", "import_numba_without_blas_probe"]
 
 
 def _user_cache_dir() -> Path:
@@ -53,3 +56,27 @@ def configure_numba_cache(package_dir: str | os.PathLike) -> Path | None:
 
     numba_config.CACHE_DIR = str(chosen)
     return chosen
+
+
+_BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+def import_numba_without_blas_probe() -> bool:
+    """Import ``numba.np.arraymath`` while the SciPy BLAS probe in its module body fails; return whether it did.
+
+    Numba imports that module on its first compilation or cache load, and the module body imports all of
+    ``scipy.linalg`` (60-110 ms measured here, about half of Numba's start-up and the largest single part
+    of the scorer's first kernel call) only to decide whether ``np.correlate``/``np.convolve`` inside jitted
+    code may call BLAS. Our kernels use neither, nor any BLAS. With the probe failed those two fall back to
+    Numba's own loop in this process; everything else, ``np.dot`` and ``np.linalg`` included, still imports
+    SciPy when first compiled, so no feature is lost. Does nothing when SciPy's linalg or the module is
+    already imported (then there is nothing to save, or it is too late).
+    """
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules or _BLAS_PROBE in sys.modules:
+        return False
+    sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # makes `import` raise ImportError at once
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules[_BLAS_PROBE]
+    return True

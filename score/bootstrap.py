@@ -59,8 +59,14 @@ __all__ = [
 GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
 RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
 _CHUNK = 125  # resamples per block at most
-_BLOCK_WEIGHTS = 4_000_000  # and at most this many case weights per block (32 MB); the block shape reaches
+_BLOCK_WEIGHTS = 1_000_000  # and at most this many case weights per block (8 MB); the block shape reaches
 # the matrix products, whose last bit depends on it, so changing it changes intervals in the last ulp
+#: Pairs of a class per matrix product in the bootstrap (every class at the paper's scale fits in one).
+PAIR_CHUNK = 8192
+#: Bytes of per-pair Dice/IoU matrices kept per dataset between resample blocks; beyond it they are
+#: recomputed from the counts in every block (time for memory: the scorer's memory then does not grow
+#: with the size of a dataset's largest class).
+CURVE_CACHE_BYTES = 16 * 2**20
 
 
 def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
@@ -69,7 +75,7 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
 
     Row r counts how often each case was drawn in resample r (``n_cases`` draws with replacement, uniform).
     The draws consume ``rng`` in order, so the same seed gives the same resamples whatever the block size;
-    blocks default to at most ~4 M weights (32 MB) so memory does not grow with the number of resamples.
+    blocks default to at most ~1 M weights (8 MB) so memory does not grow with the number of resamples.
     Only the yielded block stays alive while the caller works on it (the int64 draws are dropped first).
     """
     if n_resamples < 0 or n_cases < 0:
@@ -130,12 +136,20 @@ def grounding_replicates(w: np.ndarray, hit: np.ndarray, dice: np.ndarray, iou: 
     -------
     dict of (B,) float64, keyed by :data:`GROUNDING_KEYS`; NaN where a resample drew no positive pair.
     """
-    wsum = w.sum(axis=1)
+    return _grounding_from_sums(*_grounding_sums(w, hit, dice, iou), tau_dice=tau_dice, tau_iou=tau_iou)
+
+
+def _grounding_sums(w, hit, dice, iou) -> list[np.ndarray]:
+    """Weighted sums over pairs: [pairs drawn (B,), hits (B,), Dice (B, T), IoU (B, T)]."""
+    return [w.sum(axis=1), w @ hit.astype(np.float64), w @ dice, w @ iou]
+
+
+def _grounding_from_sums(wsum, hits, dice_sum, iou_sum, *, tau_dice=None, tau_iou=None) -> dict[str, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         inv = np.where(wsum > 0, 1.0 / np.where(wsum > 0, wsum, 1.0), np.nan)
-        dm = (w @ dice) * inv[:, None]
-        im = (w @ iou) * inv[:, None]
-        out = {"pointing_game": (w @ hit.astype(np.float64)) * inv,
+        dm = dice_sum * inv[:, None]
+        im = iou_sum * inv[:, None]
+        out = {"pointing_game": hits * inv,
                "dice_fixed": dm[:, FIXED_THRESHOLD_INDEX], "iou_fixed": im[:, FIXED_THRESHOLD_INDEX]}
     out["dice_best"] = _first_max_rows(np.nan_to_num(dm, nan=-1.0))[0] if tau_dice is None else dm[:, tau_dice]
     out["iou_best"] = _first_max_rows(np.nan_to_num(im, nan=-1.0))[0] if tau_iou is None else im[:, tau_iou]
@@ -144,26 +158,55 @@ def grounding_replicates(w: np.ndarray, hit: np.ndarray, dice: np.ndarray, iou: 
     return out
 
 
+def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, tau_dice, tau_iou) -> dict[str, np.ndarray]:
+    """:func:`grounding_replicates` of one class, its pairs taken ``PAIR_CHUNK`` at a time.
+
+    Each chunk's Dice/IoU matrices come from the dataset's cache when they fit its budget and are
+    recomputed from the counts otherwise, so memory stays bounded however many pairs a class has. A class
+    of one chunk (every class at the paper's scale) gives exactly :func:`grounding_replicates`'s numbers;
+    with several chunks the sums of the chunks' products differ from one product in the last bits only
+    (the pair and hit counts are integers and exact either way).
+    """
+    idx, pc, hit = cc["idx"], cc["pair_case"], cc["hit"]
+    sums = None
+    for s in range(0, idx.size, cc["pair_chunk"]):
+        e = min(idx.size, s + cc["pair_chunk"])
+        curves = cc["curves"].get(s) or _pair_curves(dc, idx[s:e])
+        part = _grounding_sums(w_cases[:, pc[s:e]], hit[s:e], *curves)
+        if sums is None:
+            sums = part
+        else:
+            for total, p in zip(sums, part):
+                total += p
+    return _grounding_from_sums(*sums, tau_dice=tau_dice, tau_iou=tau_iou)
+
+
+def _pair_curves(dc: DatasetCounts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    b, br, r = dc.b[rows], dc.br[rows], dc.region_pixels[rows]
+    return dice_from_counts(b, br, r), iou_from_counts(b, br, r)
+
+
+_INDICATORS = ("tp", "fp", "fn", "correct", "labelled")
+
+
 def _recognition_vectors(y, p, n_cases: int, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-case indicator vectors (N,) and rank order of one class's labelled cases ``rows``."""
+    """Per-case indicators (N, 5) int8 (:data:`_INDICATORS`) and rank order of one class's labelled cases ``rows``.
+
+    int8, not float64: they stay cached for every class of the dataset while its resamples are drawn, and
+    their weighted sums are integers, exact whichever way the product is computed.
+    """
     pos = np.asarray(y) == 1
     y_hat = np.asarray(p) >= 0.5
-    vec = {}
-    for key, v in (("tp", y_hat & pos), ("fp", y_hat & ~pos), ("fn", ~y_hat & pos), ("correct", y_hat == pos),
-                   ("labelled", np.ones_like(pos))):
-        full = np.zeros(n_cases)
-        full[rows] = v
-        vec[key] = full
-    vec["rank"] = rank_order(pos, p, rows)
-    return vec
+    ind = np.zeros((n_cases, len(_INDICATORS)), dtype=np.int8)
+    ind[rows] = np.stack([y_hat & pos, y_hat & ~pos, ~y_hat & pos, y_hat == pos, np.ones_like(pos)], axis=1)
+    return {"indicators": ind, "rank": rank_order(pos, p, rows)}
 
 
 def _recognition_from_vectors(w: np.ndarray, vec: dict, wt: np.ndarray | None = None) -> dict[str, np.ndarray]:
     auroc, ap = _ranked_replicates(np.ascontiguousarray(w.T) if wt is None else wt, *vec["rank"])
-    tp, fp, fn = w @ vec["tp"], w @ vec["fp"], w @ vec["fn"]
-    total = w @ vec["labelled"]
+    tp, fp, fn, correct, total = (w @ vec["indicators"].astype(np.float64)).T
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.where(total > 0, (w @ vec["correct"]) / total, np.nan)
+        acc = np.where(total > 0, correct / total, np.nan)
     f1 = np.where(total > 0, f1_from_counts(tp, fp, fn), np.nan)
     return {"auroc": auroc, "auprc": ap, "f1": f1, "accuracy": acc}
 
@@ -188,15 +231,23 @@ def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[
     return _recognition_from_vectors(w, _recognition_vectors(y, p, n, np.arange(n)))
 
 
-def _class_cache(dc: DatasetCounts, c: int) -> dict:
-    """Everything a resample needs about class column ``c``, computed once per dataset."""
+def _class_cache(dc: DatasetCounts, c: int, cache: dict) -> dict:
+    """Everything a resample needs about class column ``c``, computed once per dataset.
+
+    The class's Dice/IoU matrices (1.6 KB per pair) are kept chunk by chunk while the dataset's cache
+    holds less than ``cache["budget"]`` bytes of them; :func:`_class_grounding` recomputes the rest.
+    """
     out: dict = {}
     idx = dc.class_pairs(c)
     if idx.size:
-        out["pair_case"] = dc.pair_case[idx]
-        out["hit"] = dc.hit[idx]
-        out["dice"] = dice_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
-        out["iou"] = iou_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
+        step = cache["pair_chunk"]
+        out.update(idx=idx, pair_case=dc.pair_case[idx], hit=dc.hit[idx], pair_chunk=step, curves={})
+        for s in range(0, idx.size, step):
+            size = 2 * 8 * min(step, idx.size - s) * dc.b.shape[1]
+            if cache["bytes"] + size > cache["budget"]:
+                break
+            out["curves"][s] = _pair_curves(dc, idx[s:s + step])
+            cache["bytes"] += size
     rows = np.flatnonzero(dc.labels[:, c] != -1)
     out["recognition"] = _recognition_vectors(dc.labels[rows, c], dc.prob[rows, c], dc.n_cases, rows)
     return out
@@ -215,8 +266,10 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
     taus : dict, optional
         {class: (dice index, iou index)} to use fixed (transferred) thresholds instead of re-choosing.
     per_pair : dict, optional
-        A dict kept between blocks of the same dataset, caching the per-class Dice/IoU matrices, indicator
-        vectors and rank orders so each block only does the weighted sums.
+        A dict kept between blocks of the same dataset, caching the per-class Dice/IoU matrices (up to
+        ``CURVE_CACHE_BYTES``), indicator vectors and rank orders so each block only does the weighted
+        sums. Preset ``"pair_chunk"`` or ``"budget"`` in it to override :data:`PAIR_CHUNK` and
+        :data:`CURVE_CACHE_BYTES`.
 
     Returns
     -------
@@ -225,6 +278,9 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
     ``hamming_accuracy``.
     """
     cache = per_pair if per_pair is not None else {}
+    cache.setdefault("pair_chunk", PAIR_CHUNK)
+    cache.setdefault("budget", CURVE_CACHE_BYTES)
+    cache.setdefault("bytes", 0)
     w_cases = np.ascontiguousarray(w_cases, dtype=np.float64)
     B = w_cases.shape[0]
     w_t = np.ascontiguousarray(w_cases.T)  # (N, B), shared by every class's rank kernel
@@ -233,13 +289,12 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
         if not dc.supported[c]:
             continue
         if c not in cache:
-            cache[c] = _class_cache(dc, c)
+            cache[c] = _class_cache(dc, c, cache)
         cc = cache[c]
         stats: dict[str, np.ndarray] = {}
-        if "dice" in cc:
+        if "idx" in cc:
             td, ti = (taus or {}).get(name, (None, None))
-            stats.update(grounding_replicates(w_cases[:, cc["pair_case"]], cc["hit"], cc["dice"], cc["iou"],
-                                              tau_dice=td, tau_iou=ti))
+            stats.update(_class_grounding(w_cases, dc, cc, td, ti))
         else:
             stats.update({k: np.full(B, np.nan) for k in GROUNDING_KEYS})
         stats.update(_recognition_from_vectors(w_cases, cc["recognition"], w_t))

@@ -18,8 +18,8 @@ by column index because class names may contain ``/``)::
     <d>.pair_class          (P,) int64        class column of each positive pair
     <d>.region_pixels       (P,) int32        |R|
     <d>.hit                 (P,) bool         pointing-game hit
-    <d>.b                   (P, T) int32      |B_tau_k|
-    <d>.br                  (P, T) int32      |B_tau_k ∩ R|
+    <d>.b                   (P, T) uint16     |B_tau_k|      (int32 when the grid has 65,536 cells or more)
+    <d>.br                  (P, T) uint16     |B_tau_k ∩ R|  (likewise; see count_dtype)
     <d>.grid                (2,) int64        evaluation grid (H, W)
 """
 
@@ -33,10 +33,19 @@ import numpy as np
 
 from .kernels import THRESHOLDS
 
-__all__ = ["DatasetCounts", "save_pair_counts", "load_pair_counts"]
+__all__ = ["DatasetCounts", "count_dtype", "save_pair_counts", "load_pair_counts"]
 
 _FIELDS = ("classes", "supported", "case_id", "labels", "prob", "pair_case", "pair_class", "region_pixels",
            "hit", "b", "br", "grid")
+
+
+def count_dtype(grid: tuple[int, int]) -> np.dtype:
+    """The smallest integer type that holds a count of grid cells: uint16 up to 65,535 cells, else int32.
+
+    The counts are the scorer's largest per-pair arrays (2 x 101 per positive pair): uint16 halves them
+    (404 B per pair) on every grid up to 255 x 256, the 224 x 224 grid included.
+    """
+    return np.dtype(np.uint16) if int(grid[0]) * int(grid[1]) <= np.iinfo(np.uint16).max else np.dtype(np.int32)
 
 
 @dataclass(frozen=True)

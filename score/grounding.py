@@ -26,6 +26,7 @@ __all__ = [
     "dice_from_counts",
     "iou_from_counts",
     "class_means",
+    "class_mean_curves",
     "best_threshold",
     "threshold_index",
 ]
@@ -59,7 +60,14 @@ def dice_from_counts(b, br, region_pixels) -> np.ndarray:
     [[0.6666666666666666, 0.6666666666666666]]
     """
     b, br, r = _check_counts(b, br, region_pixels)
-    return 2.0 * br.astype(np.float64) / (b.astype(np.float64) + r[:, None].astype(np.float64))
+    # 2|B∩R| / (|B| + |R|), each operation in place: the same roundings as the one-line expression, with
+    # two (P, T) float64 arrays alive instead of five
+    den = b.astype(np.float64)
+    den += r[:, None].astype(np.float64)
+    out = br.astype(np.float64)
+    out *= 2.0
+    out /= den
+    return out
 
 
 def iou_from_counts(b, br, region_pixels) -> np.ndarray:
@@ -72,7 +80,10 @@ def iou_from_counts(b, br, region_pixels) -> np.ndarray:
     """
     b, br, r = _check_counts(b, br, region_pixels)
     inter = br.astype(np.float64)
-    return inter / (b.astype(np.float64) + r[:, None].astype(np.float64) - inter)
+    den = b.astype(np.float64)  # |B| + |R| - |B∩R|, in place (see dice_from_counts)
+    den += r[:, None].astype(np.float64)
+    den -= inter
+    return np.divide(inter, den, out=den)
 
 
 def class_means(per_pair: np.ndarray) -> np.ndarray:
@@ -85,6 +96,45 @@ def class_means(per_pair: np.ndarray) -> np.ndarray:
     if m.shape[0] == 0:
         return np.full(m.shape[1], np.nan)
     return np.ascontiguousarray(m.T).mean(axis=1)
+
+
+def class_mean_curves(b, br, region_pixels, *, rows=None, block: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Class means of Dice and of IoU at every threshold, (T,) float64 each, from counts.
+
+    Equal bit for bit to ``class_means(dice_from_counts(b[rows], br[rows], region_pixels[rows]))`` and to
+    the same with :func:`iou_from_counts` (same arithmetic, same pairwise sums), but worked through
+    ``block`` thresholds at a time: memory holds (P, block) temporaries instead of two (P, T) float64
+    matrices, 1.6 KB per pair (70 MB for a 42,000-pair class).
+
+    Parameters
+    ----------
+    b, br : (P_all, T) int; region_pixels : (P_all,) int
+        Counts of all pairs (see the module docstring).
+    rows : int array, optional
+        The pairs of the class (all pairs when omitted).
+    block : int
+        Thresholds per step.
+
+    Returns
+    -------
+    (dice_means, iou_means); all NaN when the class has no pair.
+    """
+    b, br, r = _check_counts(b, br, region_pixels)
+    if rows is not None:
+        r = r[rows]
+    T = b.shape[1]
+    dice = np.full(T, np.nan)
+    iou = np.full(T, np.nan)
+    if r.shape[0] == 0:
+        return dice, iou
+    rf = r[:, None].astype(np.float64)
+    for k0 in range(0, T, block):
+        k1 = min(T, k0 + block)
+        bb = (b[:, k0:k1] if rows is None else b[rows, k0:k1]).astype(np.float64)
+        inter = (br[:, k0:k1] if rows is None else br[rows, k0:k1]).astype(np.float64)
+        dice[k0:k1] = class_means(2.0 * inter / (bb + rf))
+        iou[k0:k1] = class_means(inter / (bb + rf - inter))
+    return dice, iou
 
 
 def best_threshold(means: np.ndarray) -> int:

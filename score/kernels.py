@@ -28,11 +28,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._numba_cache import configure_numba_cache
+from ._numba_cache import configure_numba_cache, import_numba_without_blas_probe
 
 configure_numba_cache(Path(__file__).parent)
 
 import numba  # noqa: E402  (after the cache directory is chosen)
+
+import_numba_without_blas_probe()
 
 __all__ = [
     "N_THRESHOLDS",

@@ -4,7 +4,7 @@ Files (all built in a temporary folder beside ``out_dir``, then each moved into 
 :func:`os.replace`, so a reader never sees a half-written file and a failed run leaves the old ones)::
 
     metrics.json          the contract's layout (plus "ci95", "tau_*"; "aggregates" with grand-challenge)
-    pairs.parquet         one row per labelled (case, class) pair (see scoring.pairs_table)
+    pairs.parquet         one row per labelled (case, class) pair (see scoring.pairs_table), streamed
     pair_counts.npz       per-pair count arrays (see xbench.score.counts)
     table*.csv / *.md     the paper's tables (see xbench.score.tables)
     scores.json           with format "codabench": a flat {key: number} mapping
@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .counts import save_pair_counts
+from .scoring import write_pairs_parquet
 from .tables import write_tables
 
 __all__ = ["FORMATS", "flat_scores", "write_outputs"]
@@ -73,7 +74,7 @@ def write_outputs(result, out_dir: str | os.PathLike, *, formats: Iterable[str] 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
-        result.pairs.to_parquet(tmp / "pairs.parquet", index=False)
+        write_pairs_parquet(tmp / "pairs.parquet", result.counts, result.per_pair)
         save_pair_counts(tmp / "pair_counts.npz", result.counts)
         write_tables({label: metrics}, tmp)
         if "codabench" in formats:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -31,12 +32,12 @@ import pandas as pd
 
 from .bootstrap import (GROUNDING_KEYS, RECOGNITION_KEYS, bootstrap_replicates, overall_replicates,
                         percentile_interval)
-from .counts import DatasetCounts
+from .counts import DatasetCounts, count_dtype
 from .grounding import (
     FIXED_THRESHOLD_INDEX,
     UndefinedMetricWarning,
     best_threshold,
-    class_means,
+    class_mean_curves,
     dice_from_counts,
     iou_from_counts,
     pointing_game_score,
@@ -53,6 +54,8 @@ __all__ = [
     "region_mask_problems",
     "metrics_from_counts",
     "pairs_table",
+    "iter_pairs_tables",
+    "write_pairs_parquet",
     "thresholds_from_metrics",
 ]
 
@@ -72,14 +75,21 @@ Thresholds = Mapping[str, Mapping[str, tuple[float, float]]]
 class ScoreResult:
     """What :func:`score_submission` returns.
 
-    ``metrics``: the ``metrics.json`` dict; ``pairs``: one row per labelled (case, class) pair of the
-    supported classes; ``counts``: {dataset: DatasetCounts}; ``timings``: seconds per stage.
+    ``metrics``: the ``metrics.json`` dict; ``counts``: {dataset: DatasetCounts}; ``per_pair``: each
+    class's per-pair Dice/IoU at the fixed and chosen thresholds ({dataset: {class column: arrays}});
+    ``timings``: seconds per stage. :attr:`pairs` builds the pairs table from them.
     """
 
     metrics: dict
-    pairs: pd.DataFrame
     counts: dict[str, DatasetCounts]
+    per_pair: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> pd.DataFrame:
+        """One row per labelled (case, class) pair of the supported classes (:func:`pairs_table`), built on
+        each access: the scorer itself streams it to ``pairs.parquet`` (:func:`write_pairs_parquet`)."""
+        return pairs_table(self.counts, self.per_pair)
 
 
 # ------------------------------------------------------------------------------------------ counting
@@ -188,7 +198,8 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     keep = np.flatnonzero(supported[ri[:, 1]]) if ri.size else np.zeros(0, np.int64)
     K = keep.size
     H, W = (int(s) for s in gt_ds.grid)
-    out = GroundingCounts(np.empty((K, N_THRESHOLDS), np.int32), np.empty((K, N_THRESHOLDS), np.int32),
+    dtype = count_dtype((H, W))
+    out = GroundingCounts(np.empty((K, N_THRESHOLDS), dtype), np.empty((K, N_THRESHOLDS), dtype),
                           np.empty(K, bool), np.empty(K, np.int32))
     masks_arr = gt_ds.region_mask
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
@@ -201,10 +212,14 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     first_empty: list[int] = []
     t_read = t_count = 0.0
 
+    scratch = threading.local()  # one decoded region chunk per thread, reused from chunk to chunk
+
     def chunk(task, maps, m0):
         c0, c1, p0, p1 = task
         t0 = time.perf_counter()
-        block = read_rows(masks_arr, c0, c1, f"{where}/region_mask", problems)
+        if getattr(scratch, "masks", None) is None:
+            scratch.masks = np.empty((step, H, W), dtype=bool)
+        block = read_rows(masks_arr, c0, c1, f"{where}/region_mask", problems, out=scratch.masks)
         t1 = time.perf_counter()
         if block is None:
             return t1 - t0, 0.0, 0
@@ -270,6 +285,32 @@ def _take_rows_inplace(a: np.ndarray, order: np.ndarray | slice, cols: int = 8) 
     return a
 
 
+def _malloc_trim():
+    try:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c")
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give the memory the last stage freed back to the operating system (glibc; a no-op elsewhere).
+
+    glibc keeps freed blocks smaller than its adaptive mmap threshold (which rises to 32 MB once a large
+    array has been freed) in the heap for reuse, so each stage's temporaries would stay resident and the
+    peaks of counting, bootstrap and tables would add up. ``malloc_trim(0)`` (as Dask's workers call it)
+    returns the free pages; it takes about a millisecond.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def region_mask_problems(gt_ds, where: str) -> list:
     """The region_mask problems :func:`count_dataset` would find, for a dataset that is not scored."""
     from xbench.schemas.ground_truth import region_mask_problems as scan
@@ -292,9 +333,7 @@ def _class_point(dc: DatasetCounts, c: int, taus: tuple[int, int] | None) -> tup
                    "n_labelled": int(np.count_nonzero(labelled))}
     per_pair: dict = {}
     if idx.size:
-        dice = dice_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
-        iou = iou_from_counts(dc.b[idx], dc.br[idx], dc.region_pixels[idx])
-        dmeans, imeans = class_means(dice), class_means(iou)
+        dmeans, imeans = class_mean_curves(dc.b, dc.br, dc.region_pixels, rows=idx)
         kd, ki = taus if taus is not None else (best_threshold(dmeans), best_threshold(imeans))
         entry.update({
             "pointing_game": pointing_game_score(dc.hit[idx], name=name),
@@ -302,11 +341,14 @@ def _class_point(dc: DatasetCounts, c: int, taus: tuple[int, int] | None) -> tup
             "dice_best": float(dmeans[kd]), "iou_best": float(imeans[ki]),
             "tau_dice": float(THRESHOLDS[kd]), "tau_iou": float(THRESHOLDS[ki]),
         })
-        # copies, not column views: a view would keep the whole (P, 101) float64 Dice and IoU matrices of
-        # every class alive until the pairs table is built (1.6 KB per pair)
-        per_pair = {"idx": idx, "dice_fixed": dice[:, FIXED_THRESHOLD_INDEX].copy(),
-                    "iou_fixed": iou[:, FIXED_THRESHOLD_INDEX].copy(), "dice_best": dice[:, kd].copy(),
-                    "iou_best": iou[:, ki].copy()}
+        r = dc.region_pixels[idx]
+
+        def at(k, metric):  # per-pair values at one threshold, (P,)
+            return metric(dc.b[idx, k:k + 1], dc.br[idx, k:k + 1], r)[:, 0]
+
+        per_pair = {"idx": idx, "dice_fixed": at(FIXED_THRESHOLD_INDEX, dice_from_counts),
+                    "iou_fixed": at(FIXED_THRESHOLD_INDEX, iou_from_counts), "dice_best": at(kd, dice_from_counts),
+                    "iou_best": at(ki, iou_from_counts)}
     else:
         warnings.warn(f"grounding metrics undefined for {dc.name}/{name}: no positive pair with a region; "
                       "reported as null.", UndefinedMetricWarning, stacklevel=3)
@@ -397,60 +439,127 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
             # after "classes" in metrics.json, as before
             datasets[name]["ci95"] = {k: percentile_interval(v, level) for k, v in rep.summary.items()}
         metrics["ci95"] = {k: percentile_interval(v, level) for k, v in overall_replicates(reps).items()}
+        del reps
+        release_freed_memory()
         timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t0
     return metrics, per_pair_all
+
+
+PAIR_COLUMNS = ["dataset", "case_id", "class", "label", "probability", "predicted", "has_region", "region_pixels",
+                "hit", "dice_fixed", "iou_fixed", "dice_best", "iou_best"]
+_PAIR_VALUES = ("dice_fixed", "iou_fixed", "dice_best", "iou_best")
+
+
+class _DatasetPairs:
+    """The pairs-table rows of one dataset, built for any range of its cases (rows run by case, then class)."""
+
+    def __init__(self, dc: DatasetCounts, per_pair: Mapping[int, dict]):
+        self.dc = dc
+        sel = np.zeros(dc.labels.shape, bool)
+        cols = np.flatnonzero(dc.supported)
+        sel[:, cols] = dc.labels[:, cols] != -1
+        sel[dc.pair_case, dc.pair_class] |= dc.supported[dc.pair_class]
+        self.selected = sel
+        # the row in the pair arrays of each (case, class), -1 where it has no region
+        self.pair_of = np.full(dc.labels.shape, -1, np.int64)
+        self.pair_of[dc.pair_case, dc.pair_class] = np.arange(dc.pair_case.size)
+        self.values = {key: np.full(dc.pair_case.size, np.nan) for key in _PAIR_VALUES}
+        for pp in per_pair.values():
+            if pp:
+                for key in _PAIR_VALUES:
+                    self.values[key][pp["idx"]] = pp[key]
+
+    def rows(self, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """(case rows, class columns, numeric columns) of the selected pairs of cases ``lo..hi-1``."""
+        dc = self.dc
+        r, c = np.nonzero(self.selected[lo:hi])
+        r += lo
+        k = self.pair_of[r, c]
+        has = k >= 0
+        cols = {"label": dc.labels[r, c].astype(np.int8), "probability": dc.prob[r, c],
+                "predicted": dc.prob[r, c] >= 0.5, "has_region": has,
+                "region_pixels": np.where(has, dc.region_pixels[k], 0).astype(np.int64), "hit": has & dc.hit[k]}
+        cols.update({key: np.where(has, v[k], np.nan) for key, v in self.values.items()})
+        return r, c, cols
+
+
+def _frame(data: dict) -> pd.DataFrame:
+    data["hit"] = pd.arrays.BooleanArray(data["hit"], ~data["has_region"])
+    return pd.DataFrame(data, columns=PAIR_COLUMNS, copy=False)
 
 
 def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapping[int, dict]]) -> pd.DataFrame:
     """One row per (case, class) pair of the supported classes that is labelled or has a region.
 
-    Columns: dataset, case_id, class, label (1/0/-1), probability, predicted (p >= 0.5), has_region,
-    region_pixels, hit, dice_fixed, iou_fixed, dice_best, iou_best (grounding columns are empty for pairs
-    without a region; dice_best/iou_best use the class's chosen thresholds).
+    Columns :data:`PAIR_COLUMNS`: dataset, case_id, class, label (1/0/-1), probability, predicted
+    (p >= 0.5), has_region, region_pixels, hit, dice_fixed, iou_fixed, dice_best, iou_best (grounding
+    columns are empty for pairs without a region; dice_best/iou_best use the class's chosen thresholds).
+    ``dataset``, ``case_id`` and ``class`` are categoricals: a full benchmark has ~70,000 rows per 10,000
+    cases, and string columns would cost ~90 B a row. :func:`write_pairs_parquet` writes the same rows
+    without holding them all.
     """
-    frames = []
+    names = sorted(counts)
+    if not names:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    parts = [(name, _DatasetPairs(counts[name], per_pair.get(name, {})).rows()) for name in names]
+    data = {k: np.concatenate([cols[k] for _, (_, _, cols) in parts]) for k in parts[0][1][2]}
+    # categories must be unique: case ids (and class names) may repeat across datasets
+    ids = np.concatenate([np.asarray(counts[name].case_id, dtype=str)[r] for name, (r, _, _) in parts])
+    classes = np.concatenate([np.asarray(counts[name].classes, dtype=str)[c] for name, (_, c, _) in parts])
+    data["dataset"] = pd.Categorical.from_codes(np.repeat(np.arange(len(names)), [r.size for _, (r, _, _) in parts]),
+                                                categories=names)
+    data["case_id"] = pd.Categorical(ids)
+    data["class"] = pd.Categorical(classes)
+    return _frame(data)
+
+
+def iter_pairs_tables(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapping[int, dict]], *,
+                      max_rows: int = 1 << 16):
+    """The rows of :func:`pairs_table` in the same order, as DataFrames of about ``max_rows`` rows each
+    (whole cases), each with its own categories."""
     for name in sorted(counts):
         dc = counts[name]
-        N, C = dc.labels.shape
-        cols = np.flatnonzero(dc.supported)
-        grid = {k: np.full((N, C), np.nan) for k in ("dice_fixed", "iou_fixed", "dice_best", "iou_best")}
-        region_px = np.zeros((N, C), np.int64)
-        has_region = np.zeros((N, C), bool)
-        hit = np.full((N, C), np.nan)
-        has_region[dc.pair_case, dc.pair_class] = True
-        region_px[dc.pair_case, dc.pair_class] = dc.region_pixels
-        hit[dc.pair_case, dc.pair_class] = dc.hit
-        for c, pp in per_pair.get(name, {}).items():
-            if not pp:
-                continue
-            rows = dc.pair_case[pp["idx"]]
-            for k in grid:
-                grid[k][rows, c] = pp[k]
-        sel = np.zeros((N, C), bool)
-        sel[:, cols] = (dc.labels[:, cols] != -1) | has_region[:, cols]
-        r, c = np.nonzero(sel)
-        df = pd.DataFrame({
-            "dataset": name,
-            "case_id": dc.case_id[r],
-            "class": np.asarray(dc.classes, dtype=object)[c],
-            "label": dc.labels[r, c].astype(np.int8),
-            "probability": dc.prob[r, c],
-            "predicted": dc.prob[r, c] >= 0.5,
-            "has_region": has_region[r, c],
-            "region_pixels": region_px[r, c],
-            "hit": pd.array(np.where(has_region[r, c], hit[r, c] == 1, pd.NA), dtype="boolean"),
-            **{k: v[r, c] for k, v in grid.items()},
-        })
-        frames.append(df)
-    if not frames:
-        return pd.DataFrame(columns=["dataset", "case_id", "class", "label", "probability", "predicted",
-                                     "has_region", "region_pixels", "hit", "dice_fixed", "iou_fixed",
-                                     "dice_best", "iou_best"])
-    out = pd.concat(frames, ignore_index=True)
-    # a handful of distinct values over up to millions of rows: categoricals keep the table (and Parquet) small
-    for col in ("dataset", "class"):
-        out[col] = out[col].astype("category")
-    return out
+        ds = _DatasetPairs(dc, per_pair.get(name, {}))
+        per_case = max(1, max_rows // max(1, dc.labels.shape[1]))
+        for lo in range(0, max(dc.n_cases, 1), per_case):
+            hi = min(dc.n_cases, lo + per_case)
+            r, c, data = ds.rows(lo, hi)
+            data["dataset"] = pd.Categorical.from_codes(np.zeros(r.size, np.int8), categories=[name])
+            data["case_id"] = pd.Categorical.from_codes(r - lo, categories=np.asarray(dc.case_id[lo:hi], dtype=str))
+            data["class"] = pd.Categorical.from_codes(c, categories=list(dc.classes))
+            yield _frame(data)
+
+
+def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCounts],
+                        per_pair: Mapping[str, Mapping[int, dict]], *, max_rows: int = 1 << 16) -> None:
+    """Write :func:`pairs_table` to a Parquet file one row group of ~``max_rows`` rows at a time.
+
+    Memory holds one row group, not the table (about 80 B per labelled pair: ~55 MB at 10x the paper's
+    scale). ``dataset``, ``case_id`` and ``class`` are dictionary columns, read back as categoricals.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    label = pa.dictionary(pa.int32(), pa.string())
+    schema = pa.schema([("dataset", label), ("case_id", label), ("class", label), ("label", pa.int8()),
+                        ("probability", pa.float64()), ("predicted", pa.bool_()), ("has_region", pa.bool_()),
+                        ("region_pixels", pa.int64()), ("hit", pa.bool_()),
+                        *[(k, pa.float64()) for k in _PAIR_VALUES]])
+    writer = None
+    try:
+        for frame in iter_pairs_tables(counts, per_pair, max_rows=max_rows):
+            table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+            if writer is None:
+                writer = pq.ParquetWriter(str(path), table.schema)
+            writer.write_table(table)
+        if writer is None:  # no dataset: an empty table with the columns
+            pq.write_table(pa.Table.from_pandas(pd.DataFrame(columns=PAIR_COLUMNS).astype(
+                {k: f for k, f in zip(PAIR_COLUMNS[3:], ["int8", "float64", "bool", "bool", "int64", "boolean",
+                                                          "float64", "float64", "float64", "float64"])}),
+                preserve_index=False), str(path))
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, dict[str, tuple[float, float]]]:
@@ -547,6 +656,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
         counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
                                      class_cols=class_cols, progress=progress, timings=timings,
                                      region_problems=region_problems, where=f"{gt_path}/{name}")
+        release_freed_memory()
     for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
         region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
     if region_problems:
@@ -554,9 +664,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
         raise InvalidStoreError(validate_ground_truth(gt_path) or region_problems)
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
                                             timings=timings)
-    t0 = time.perf_counter()
-    pairs = pairs_table(counts, per_pair)
-    timings["pairs_table"] = time.perf_counter() - t0
+    release_freed_memory()
     t0 = time.perf_counter()
     gt_sha256 = gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
@@ -566,4 +674,4 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
               "thresholds": "transferred" if thresholds is not None else "searched per class (0.00..1.00, step 0.01)",
               "datasets": names,
               "inputs": {"submission": str(Path(submission_path).resolve()), "gt": str(Path(gt_path).resolve())}}
-    return ScoreResult(metrics={"xbench": header, **metrics}, pairs=pairs, counts=counts, timings=timings)
+    return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings)
