@@ -575,7 +575,7 @@ def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCo
     Returns
     -------
     GroundingCounts
-        ``b[p, k] = |B_tau_k|``, ``br[p, k] = |B_tau_k ∩ R|`` (int32, non-increasing in k),
+        ``b[p, k] = |B_tau_k|``, ``br[p, k] = |B_tau_k ∩ R|`` (int32, non-increasing in k; the scorer stores them as uint16 on grids of up to 65,535 cells, see counts.count_dtype),
         ``hit[p]`` and ``region_pixels[p] = |R|``. A constant map gives ``b[p, 0] = H*W`` and 0 elsewhere.
     """
     src = _as_map_stack(maps, "maps")

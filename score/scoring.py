@@ -275,7 +275,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
 def _take_rows_inplace(a: np.ndarray, order: np.ndarray | slice, cols: int = 8) -> np.ndarray:
     """``a[order]`` for a (K, T) array, written back into ``a`` a few columns at a time.
 
-    The count arrays are the scorer's largest per-pair arrays (808 B per pair for both); reordering them
+    The count arrays are the scorer's largest per-pair arrays (404 B per pair for both); reordering them
     with ``a[order]`` would hold a second full copy, this holds a (K, ``cols``) temporary. Returns ``a``.
     """
     if isinstance(order, slice):
