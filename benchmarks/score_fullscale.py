@@ -276,6 +276,23 @@ def run_cli(sub: Path, gt: Path, out: Path, bootstrap: int, cache_dir: Path) -> 
     return wall, rss
 
 
+_IMPORTS_ONLY = """
+import resource, sys, json
+import numpy as np
+from xbench.score import kernels, outputs, scoring  # everything xbench-score imports
+import pyarrow.parquet
+kernels.threshold_bins(np.zeros(1))  # and Numba's start-up
+print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def imports_rss(cache_dir: Path) -> float:
+    """Peak RSS (MiB) of a process that only imports the scorer and starts Numba: the fixed part."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    out = subprocess.run([sys.executable, "-c", _IMPORTS_ONLY], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["maxrss_kb"] / 1024
+
+
 def stage_timings(sub: Path, gt: Path, out: Path, bootstrap: int) -> dict[str, float]:
     from xbench.score.grounding import UndefinedMetricWarning
     from xbench.score.outputs import write_outputs
@@ -312,6 +329,7 @@ def bench(scale: int, args) -> dict:
         res["warm_all_s"] = [round(w[0], 2) for w in warm]
         res["warm_rss_mib"] = max(w[1] for w in warm)
         print(f"[{scale}x] warm  xbench-score: {res['warm_all_s']} s (peak RSS {res['warm_rss_mib']:.0f} MiB)", flush=True)
+        res["imports_rss_mib"] = imports_rss(cache)
         res["stages"] = stage_timings(sub, gt, root / "out-stages", args.bootstrap)
         res["floor_s"], res["floor_read_s"], res["floor_resize_s"] = floor_pass(sub, gt)
         res["floor_process_s"] = floor_process(sub, gt, cache)
@@ -360,7 +378,7 @@ def main() -> None:
         if "cold_s" in r:
             print(f"xbench-score cold (compiles)      {r['cold_s']:8.2f} s   peak RSS {r['cold_rss_mib']:.0f} MiB")
         print(f"xbench-score warm (best of 2)     {r['warm_s']:8.2f} s   peak RSS {r['warm_rss_mib']:.0f} MiB "
-              f"(runs: {r['warm_all_s']})")
+              f"(runs: {r['warm_all_s']}; a process that only imports the scorer: {r['imports_rss_mib']:.0f} MiB)")
         print(f"floor: read+resize+sum positives  {r['floor_s']:8.2f} s   (read {r['floor_read_s']:.2f}, "
               f"resize+sum {r['floor_resize_s']:.2f})")
         print(f"floor as a fresh process          {r['floor_process_s']:8.2f} s   (interpreter + imports + the pass)")
@@ -388,8 +406,11 @@ def main() -> None:
     if len(results) > 1:
         a, b = results[0], results[-1]
         f = b["scale"] / a["scale"]
+        per_case = (b["warm_rss_mib"] - a["warm_rss_mib"]) * 1024 / max(1, b["cases"] - a["cases"])
         print(f"\nscaling {a['scale']}x -> {b['scale']}x (data x{f:g}): warm time x{b['warm_s'] / a['warm_s']:.2f}, "
-              f"peak RSS {a['warm_rss_mib']:.0f} -> {b['warm_rss_mib']:.0f} MiB")
+              f"peak RSS {a['warm_rss_mib']:.0f} -> {b['warm_rss_mib']:.0f} MiB (x{b['warm_rss_mib'] / a['warm_rss_mib']:.2f}; "
+              f"{per_case:.2f} KiB per added case; above the imports: x"
+              f"{(b['warm_rss_mib'] - b['imports_rss_mib']) / max(1e-9, a['warm_rss_mib'] - a['imports_rss_mib']):.2f})")
 
 
 if __name__ == "__main__":

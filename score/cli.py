@@ -82,6 +82,9 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
     reports and paired comparisons) and the paper's tables as CSV and Markdown.
     """
+    from ._allocator import limit_malloc_arenas
+
+    limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
     from xbench.schemas import InvalidStoreError, read_ground_truth, validate_ground_truth, validate_submission
 
     from .outputs import write_outputs

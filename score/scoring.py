@@ -32,6 +32,7 @@ import pandas as pd
 
 from .bootstrap import (GROUNDING_KEYS, RECOGNITION_KEYS, bootstrap_replicates, overall_replicates,
                         percentile_interval)
+from ._allocator import release_freed_memory
 from .counts import DatasetCounts, count_dtype
 from .grounding import (
     FIXED_THRESHOLD_INDEX,
@@ -283,32 +284,6 @@ def _take_rows_inplace(a: np.ndarray, order: np.ndarray | slice, cols: int = 8) 
     for j in range(0, a.shape[1], cols):
         a[:, j:j + cols] = a[order, j:j + cols]  # the right side is a copy, so this is a permutation
     return a
-
-
-def _malloc_trim():
-    try:
-        import ctypes
-        import ctypes.util
-
-        name = ctypes.util.find_library("c")
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): nothing to trim
-        return None
-
-
-_MALLOC_TRIM = _malloc_trim()
-
-
-def release_freed_memory() -> None:
-    """Give the memory the last stage freed back to the operating system (glibc; a no-op elsewhere).
-
-    glibc keeps freed blocks smaller than its adaptive mmap threshold (which rises to 32 MB once a large
-    array has been freed) in the heap for reuse, so each stage's temporaries would stay resident and the
-    peaks of counting, bootstrap and tables would add up. ``malloc_trim(0)`` (as Dask's workers call it)
-    returns the free pages; it takes about a millisecond.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def region_mask_problems(gt_ds, where: str) -> list:
