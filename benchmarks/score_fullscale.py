@@ -253,10 +253,23 @@ def numpy_loop_per_pair(sub_path: Path, gt_path: Path, n_pairs: int, seed: int =
 
 
 # ------------------------------------------------------------------------------------------- scoring
-_CHILD = """
-import resource, sys, json, atexit
+# Peak RSS of the child itself: VmHWM, the high-water mark of its own address space. Not getrusage's
+# ru_maxrss: Linux carries the parent's high-water mark into a child across fork and exec, so a small
+# scorer started by this (large) benchmark process would report at least the benchmark's own size.
+_PEAK_RSS = """
+def _peak_rss_kb():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+
+_CHILD = _PEAK_RSS + """
+import sys, json, atexit
 out = sys.argv[1]
-atexit.register(lambda: open(out, "w").write(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})))
+atexit.register(lambda: open(out, "w").write(json.dumps({"maxrss_kb": _peak_rss_kb()})))
 from xbench.score.cli import main
 main(sys.argv[2:])
 """
@@ -276,13 +289,13 @@ def run_cli(sub: Path, gt: Path, out: Path, bootstrap: int, cache_dir: Path) -> 
     return wall, rss
 
 
-_IMPORTS_ONLY = """
-import resource, sys, json
+_IMPORTS_ONLY = _PEAK_RSS + """
+import sys, json
 import numpy as np
 from xbench.score import kernels, outputs, scoring  # everything xbench-score imports
 import pyarrow.parquet
 kernels.threshold_bins(np.zeros(1))  # and Numba's start-up
-print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+print(json.dumps({"maxrss_kb": _peak_rss_kb()}))
 """
 
 

@@ -3,9 +3,9 @@
 The scorer frees large temporaries stage after stage (decoded chunks, gathered maps, resample weights).
 glibc's malloc keeps freed blocks below its adaptive mmap threshold (which rises to 32 MB once a large
 array has been freed) for reuse, in one arena per thread that allocated, so without care each stage's
-temporaries stay resident and the stages' peaks add up. Measured with ``benchmarks/score_fullscale.py``
-(2-core VM): at 10x the paper's scale, peak RSS 816 MiB before these two measures and the bounded working
-sets of the bootstrap and pairs table, ~440 MiB after.
+temporaries stay resident and the stages' peaks add up. Measured on a 2-core VM at 10x the paper's scale
+(``/usr/bin/time``): peak RSS ~690 MiB before these two measures and the bounded working sets of the
+bootstrap and the pairs table, ~425 MiB after; the arena limit alone is worth ~50-70 MiB.
 """
 
 from __future__ import annotations

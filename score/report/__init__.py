@@ -152,6 +152,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     out = Path(out_dir)
     results = load_results([Path(p) for p in result_dirs])
+    previous = _previous_files(out)
     fig_dir = out / "figures"
     steps = tqdm(total=6, desc="report", disable=not progress, leave=False)
     skipped: list[str] = []
@@ -238,7 +239,29 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         "skipped": skipped,
     }
     _write_text(out / "report.json", json.dumps(manifest, indent=1, default=str))
+    _remove_stale(out, previous, {f for group in files.values() for f in group})
     steps.update(1)
     steps.close()
     return index
+
+
+def _previous_files(out: Path) -> set[str]:
+    """The files an earlier report wrote into ``out``, from its report.json (empty when there is none)."""
+    try:
+        old = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        return {str(f) for group in old.get("files", {}).values() for f in group}
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def _remove_stale(out: Path, previous: set[str], current: set[str]) -> None:
+    """Delete what an earlier report wrote and this one did not (an overlay of a case no longer picked, the
+    table of a dataset no longer scored), so the folder shows one report. Only files listed in the earlier
+    report.json are touched, never anything else in ``out`` (the scorer writes results beside it)."""
+    root = out.resolve()
+    for rel in sorted(previous - current):
+        path = (out / rel).resolve()
+        if root not in path.parents or not path.is_file():
+            continue  # a manifest that points outside the report folder is not ours to act on
+        path.unlink()
 

@@ -40,13 +40,13 @@ SIZE_EDGES = (0.01, 0.05)
 SIZE_LABELS = ("small", "medium", "large")
 
 
-def save_figure(fig: Figure, stem: Path, *, dpi: int = 150) -> list[Path]:
-    """Write ``stem.png`` and ``stem.svg`` atomically; returns both paths. ``dpi`` also sets the
-    resolution of raster images embedded in the SVG."""
+def save_figure(fig: Figure, stem: Path, *, dpi: int = 150, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+    """Write ``stem.<format>`` atomically for each of ``formats``; returns the paths. ``dpi`` also sets the
+    resolution of raster images embedded in an SVG."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
-    for ext in ("png", "svg"):
+    for ext in formats:
         final = stem.with_suffix(f".{ext}")
         tmp = final.with_name(f".{final.name}.tmp")
         # fixed metadata keeps SVG output byte-stable between runs

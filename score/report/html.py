@@ -46,7 +46,10 @@ def _e(s) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _fig(rel_png: str, caption: str) -> str:
+def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
+    if not svg:  # a raster figure (the overlays): the PNG is the figure
+        return (f'<figure><a href="{_e(rel_png)}"><img src="{_e(rel_png)}" alt="{_e(caption)}"></a>'
+                f"<figcaption>{_e(caption)}</figcaption></figure>")
     rel_svg = str(Path(rel_png).with_suffix(".svg"))
     return (f'<figure><a href="{_e(rel_svg)}"><img src="{_e(rel_png)}" alt="{_e(caption)}"></a>'
             f"<figcaption>{_e(caption)} (<a href=\"{_e(rel_svg)}\">SVG</a>)</figcaption></figure>")
@@ -118,7 +121,7 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
                      "best-threshold Dice.</p>")
         for p in overlay_files:
             if p.endswith(".png"):
-                parts.append(_fig(p, Path(p).stem.replace("overlay_", "")))
+                parts.append(_fig(p, Path(p).stem.replace("overlay_", ""), svg=False))
     parts.append("<h2>Per-class tables</h2>")
     for t in per_class:
         parts.append(f"<details><summary>{_e(t.title)}</summary><div class=\"scroll\">{t.to_html()}</div></details>")

@@ -94,7 +94,8 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
     cut = len(gt_ds.classes) > MAX_CLASSES
     fig.suptitle(f"{result.name} on {DATASET_TITLES.get(dataset, dataset)}"
                  + (f" (first {MAX_CLASSES} classes)" if cut else ""), fontsize=9)
-    files = save_figure(fig, stem, dpi=90)  # many raster panels: keep files and time small
+    # raster panels only: an SVG would embed the same pixels again (it doubled the report's size), so PNG alone
+    files = save_figure(fig, stem, dpi=90, formats=("png",))
     return {"files": files, "cases": shown}
 
 

@@ -47,3 +47,21 @@ def test_compare_cli_markdown_json_and_csv(result_dirs, tmp_path):
     rows = json.loads(res.output)
     assert any(r["cls"] == "disc" for r in rows)
     assert (tmp_path / "c.csv").read_text().startswith("a,b,scope,class,metric")
+
+
+def test_rerun_removes_what_the_earlier_report_wrote_and_this_one_did_not(result_dirs, tmp_path):
+    out = tmp_path / "rep"
+    first = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(out), "--n-boot", "20", "--quiet"])
+    assert first.exit_code == 0, first.output
+    before = json.loads((out / "report.json").read_text())["files"]
+    assert before["overlays"] and (out / "comparisons.csv").is_file()
+    (out / "notes.txt").write_text("mine")  # not the report's: must survive
+    second = CliRunner().invoke(report, [str(result_dirs[0]), "--out", str(out), "--n-boot", "20", "--quiet",
+                                         "--no-overlays"])
+    assert second.exit_code == 0, second.output
+    after = json.loads((out / "report.json").read_text())["files"]
+    assert not after["overlays"] and not list(out.glob("figures/overlay_*"))
+    assert not (out / "comparisons.csv").exists()  # one model: no gaps any more
+    listed = {f for group in after.values() for f in group}
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written - listed == {"index.html", "report.json", "notes.txt"}

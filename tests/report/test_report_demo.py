@@ -23,7 +23,7 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     manifest = json.loads((report / "report.json").read_text())
     assert [m["name"] for m in manifest["models"]] == ["random", "center", "dog", "clip-tiny"]
     assert len(manifest["files"]["figures"]) == 8
-    assert len(manifest["files"]["overlays"]) == 4 * 2  # one figure per model, png + svg
+    assert len(manifest["files"]["overlays"]) == 4  # one figure per model, PNG only (raster panels)
     for group in manifest["files"].values():
         for rel in group:
             assert (report / rel).stat().st_size > 0, rel

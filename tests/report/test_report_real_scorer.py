@@ -59,7 +59,7 @@ def test_report_over_scorer_outputs(scored, tmp_path):
     index = build_report(tmp_path, scored, n_boot=30)
     assert index.is_file()
     manifest = json.loads((tmp_path / "report.json").read_text())
-    assert manifest["skipped"] == [] and len(manifest["files"]["overlays"]) == 12
+    assert manifest["skipped"] == [] and len(manifest["files"]["overlays"]) == 6  # 3 models x 2 datasets, PNG
     with open(tmp_path / "leaderboard.csv", newline="") as fh:
         rows = {r["model"]: r for r in csv.DictReader(fh)}
     for d in scored:
