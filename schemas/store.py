@@ -253,6 +253,32 @@ def iter_row_blocks(arr: zarr.Array) -> Iterator[tuple[int, int]]:
         yield start, min(start + rows, arr.shape[0])
 
 
+#: Decoded bytes per read when a validator scans an array: groups of whole chunks are read in one call, so
+#: zarr fetches and decodes them concurrently instead of paying a round trip to its event loop per chunk.
+SCAN_BYTES = 32 * 2**20
+
+
+def scan_row_groups(arr: zarr.Array, where: str, problems: list[Problem], *,
+                    max_bytes: int = SCAN_BYTES) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(first row, rows)`` over the whole array, a group of whole chunks (~``max_bytes``) at a time.
+
+    A group that fails to decode is read again chunk by chunk, so each corrupt chunk is reported with its
+    rows (one problem each, as :func:`read_rows` words it) and the readable chunks are still yielded.
+    """
+    row_bytes = max(1, math.prod(arr.shape[1:]) * arr.dtype.itemsize) if arr.ndim else 1
+    rows = outer_chunk_shape(arr)[0] if arr.ndim else 1
+    step = rows * max(1, max_bytes // (rows * row_bytes))
+    for start in range(0, arr.shape[0], step):
+        stop = min(start + step, arr.shape[0])
+        try:
+            yield start, np.asarray(arr[start:stop])
+        except Exception:  # noqa: BLE001 - some chunk of the group is unreadable: find which, report each
+            for s in range(start, stop, rows):
+                block = read_rows(arr, s, min(s + rows, stop), where, problems)
+                if block is not None:
+                    yield s, block
+
+
 def read_rows(arr: zarr.Array, start: int, stop: int, where: str, problems: list[Problem], *,
               out: np.ndarray | None = None) -> np.ndarray | None:
     """Rows ``start..stop-1`` of ``arr``, or None (with a problem appended) when a chunk cannot be decoded.

@@ -33,13 +33,12 @@ from .store import (
     consolidate,
     describe_missing,
     get_array,
-    iter_row_blocks,
     missing_chunks,
     open_for_validation,
     open_store_group,
-    read_rows,
     read_strings,
     root_attrs,
+    scan_row_groups,
 )
 
 SCORE_KINDS = ("logit", "probability")
@@ -407,10 +406,7 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
 
 def _scan_scores(scores: zarr.Array, where: str, score_kind, problems: list[Problem]) -> None:
     bad_rows, out_of_range = [], []
-    for start, stop in iter_row_blocks(scores):
-        block = read_rows(scores, start, stop, f"{where}/scores", problems)
-        if block is None:
-            continue
+    for start, block in scan_row_groups(scores, f"{where}/scores", problems):
         finite = np.isfinite(block)
         if not finite.all():
             bad_rows.append(start + int(np.argwhere(~finite)[0][0]))
@@ -419,21 +415,18 @@ def _scan_scores(scores: zarr.Array, where: str, score_kind, problems: list[Prob
             if not inside.all():
                 out_of_range.append(start + int(np.argwhere(~inside)[0][0]))
     if bad_rows:
-        problems.append(Problem(f"{where}/scores", f"non-finite score(s) (NaN or inf), first at row {bad_rows[0]}"))
+        problems.append(Problem(f"{where}/scores", f"non-finite score(s) (NaN or inf), first at row {min(bad_rows)}"))
     if out_of_range:
-        problems.append(Problem(f"{where}/scores", f"probability outside [0, 1], first at row {out_of_range[0]} (score_kind is 'probability'; use 'logit' for unbounded scores)"))
+        problems.append(Problem(f"{where}/scores", f"probability outside [0, 1], first at row {min(out_of_range)} (score_kind is 'probability'; use 'logit' for unbounded scores)"))
 
 
 def _scan_saliency(saliency: zarr.Array, where: str, problems: list[Problem]) -> None:
     first_bad = None
-    for start, stop in iter_row_blocks(saliency):
-        block = read_rows(saliency, start, stop, f"{where}/saliency", problems)
-        if block is None:
-            continue
-        if first_bad is None:
-            finite = np.isfinite(block).reshape(block.shape[0], -1).all(axis=1)
-            if not finite.all():
-                first_bad = start + int(np.argmin(finite))
+    for start, block in scan_row_groups(saliency, f"{where}/saliency", problems):
+        finite = np.isfinite(block).reshape(block.shape[0], -1).all(axis=1)
+        if not finite.all():
+            bad = start + int(np.argmin(finite))
+            first_bad = bad if first_bad is None else min(first_bad, bad)
     if first_bad is not None:
         problems.append(Problem(f"{where}/saliency", f"non-finite map value(s) (NaN or inf), first in case row {first_bad}"))
 

@@ -98,3 +98,22 @@ def test_numpy_arrays_are_read_as_they_are():
     buf = np.empty((4, 2, 2), bool)
     assert _decode_row_chunk_into(data, 0, 4, buf) is None
     np.testing.assert_array_equal(read_rows(data, 0, 4, "a", [], out=buf), data[:4])
+
+
+def test_scan_groups_cover_every_row_and_report_each_corrupt_chunk(tmp_path):
+    from xbench.schemas.store import scan_row_groups
+
+    data = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
+    arr = _array(tmp_path, data, (4, 3))
+    for max_bytes in (1, 40, 10**9):  # one chunk, a few chunks, everything per read
+        got = dict(scan_row_groups(arr, "s", [], max_bytes=max_bytes))
+        np.testing.assert_array_equal(np.concatenate([got[k] for k in sorted(got)]), data)
+    for c in ("2", "5"):
+        f = tmp_path / "a.zarr" / "c" / c / "0"
+        f.write_bytes(f.read_bytes()[:3])
+    problems: list[Problem] = []
+    got = dict(scan_row_groups(arr, "sub/x/scores", problems, max_bytes=10**9))
+    assert [p.message.split(" unreadable")[0] for p in problems] == ["rows 8-11", "rows 20-23"]
+    assert sorted(got) == [s for s in range(0, 50, 4) if s not in (8, 20)]
+    for s, block in got.items():
+        np.testing.assert_array_equal(block, data[s:s + 4])
