@@ -255,7 +255,7 @@ def iter_row_blocks(arr: zarr.Array) -> Iterator[tuple[int, int]]:
 
 #: Decoded bytes per read when a validator scans an array: groups of whole chunks are read in one call, so
 #: zarr fetches and decodes them concurrently instead of paying a round trip to its event loop per chunk.
-SCAN_BYTES = 32 * 2**20
+SCAN_BYTES = 8 * 2**20
 
 
 def scan_row_groups(arr: zarr.Array, where: str, problems: list[Problem], *,
