@@ -123,7 +123,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
             warnings.simplefilter("always")
             try:
                 result = score_submission(
-                    sub, gt_path, bootstrap=bootstrap, seed=seed, thresholds=thresholds, datasets=names,
+                    sub, gt, bootstrap=bootstrap, seed=seed, thresholds=thresholds, datasets=names,
                     validate=False, progress=bar.update if bar else None,
                     on_total=(lambda n: (setattr(bar, "total", n), bar.refresh())) if bar else None)
             finally:

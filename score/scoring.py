@@ -101,13 +101,15 @@ def _workers() -> int:
     return max(1, int(numba.get_num_threads()))
 
 
-def _gather_maps(saliency, rows: np.ndarray, cols: np.ndarray, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
-    """Maps (P, h, w) float32 for submission (row, col) pairs, reading each touched row block once.
+def _gather_maps(saliency, rows: np.ndarray, cols: np.ndarray, pool: ThreadPoolExecutor | None = None, *,
+                 dtype=np.float32) -> np.ndarray:
+    """Maps (P, h, w) for submission (row, col) pairs, reading each touched row block once.
 
     With ``pool``, blocks are read on its threads (zarr decodes chunks without holding the GIL); each
-    block fills distinct rows of the output.
+    block fills distinct rows of the output. ``dtype``: float32 (what the kernels take), or the stored
+    dtype to hold float16 maps at half the size until they are counted.
     """
-    out = np.empty((rows.shape[0],) + tuple(saliency.shape[2:]), dtype=np.float32)
+    out = np.empty((rows.shape[0],) + tuple(saliency.shape[2:]), dtype=dtype)
     if rows.size == 0:
         return out
     step = int(saliency.chunks[0]) if hasattr(saliency, "chunks") else int(saliency.shape[0])
@@ -206,7 +208,9 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
     sal = sub_ds.saliency
     plan = resize_plan(tuple(sal.shape[2:]), (H, W))
-    batch = max(1, MAP_BATCH_BYTES // max(int(np.prod(sal.shape[2:])) * 4, 1))
+    # raw maps are held as stored (float16 maps at half the size) and widened to float32 chunk by chunk
+    map_dtype = np.float16 if np.dtype(sal.dtype) == np.float16 else np.float32
+    batch = max(1, MAP_BATCH_BYTES // max(int(np.prod(sal.shape[2:])) * np.dtype(map_dtype).itemsize, 1))
     sub_rows = case_rows[ri[keep, 0]] if K else np.zeros(0, np.int64)
     sub_cols = class_cols[ri[keep, 1]] if K else np.zeros(0, np.int64)
     problems: list = []
@@ -226,7 +230,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
             return t1 - t0, 0.0, 0
         block = np.ascontiguousarray(block, dtype=bool)
         local = np.ascontiguousarray(keep[p0:p1] - c0)
-        count_pairs_into(maps[p0 - m0:p1 - m0], block, local, plan,
+        count_pairs_into(np.ascontiguousarray(maps[p0 - m0:p1 - m0], dtype=np.float32), block, local, plan,
                          GroundingCounts(out.b[p0:p1], out.br[p0:p1], out.hit[p0:p1], out.region_pixels[p0:p1]))
         # a kept region is empty when its |R| is 0; the regions of unsupported classes are checked here
         empty = local[out.region_pixels[p0:p1] == 0]
@@ -242,7 +246,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         for tasks in _region_chunks(int(ri.shape[0]), step, keep, batch):
             m0, m1 = tasks[0][2], tasks[-1][3]
             t0 = time.perf_counter()
-            maps = _gather_maps(sal, sub_rows[m0:m1], sub_cols[m0:m1], pool)
+            maps = _gather_maps(sal, sub_rows[m0:m1], sub_cols[m0:m1], pool, dtype=map_dtype)
             t1 = time.perf_counter()
             timings["read_maps"] = timings.get("read_maps", 0.0) + t1 - t0
             for tr, tc, n in pool.map(lambda t: chunk(t, maps, m0), tasks):
@@ -558,7 +562,7 @@ def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, di
 
 
 # ------------------------------------------------------------------------------------------ top level
-def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathLike, *, bootstrap: int = 1000,
+def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: int = 1000,
                      seed: int = 0, thresholds: Thresholds | str | os.PathLike | None = None,
                      datasets: Sequence[str] | None = None, progress: Progress | None = None,
                      validate: bool = True, on_total: Callable[[int], None] | None = None) -> ScoreResult:
@@ -567,7 +571,9 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
     Parameters
     ----------
     submission_path, gt_path : path
-        ``.zarr`` directories or ``.zarr.zip`` files; both are only read.
+        ``.zarr`` directories or ``.zarr.zip`` files; both are only read. ``gt_path`` may also be the
+        ground truth already opened with :func:`xbench.schemas.read_ground_truth` (as the command line has
+        it for validation), so it is not read twice.
     bootstrap : int
         Resamples for the 95 % intervals (0: none).
     seed : int
@@ -589,9 +595,12 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
         For unknown dataset keys or unusable transferred thresholds.
     """
     from xbench import __version__
-    from xbench.schemas import (InvalidStoreError, Problem, align, read_ground_truth, read_submission,
+    from xbench.schemas import (GroundTruth, InvalidStoreError, Problem, align, read_ground_truth, read_submission,
                                 validate_ground_truth, validate_submission)
 
+    opened = gt_path if isinstance(gt_path, GroundTruth) else None
+    if opened is not None:
+        gt_path = opened.path
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if validate:
@@ -600,7 +609,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path: str | os.PathL
             raise InvalidStoreError(validate_ground_truth(gt_path))
         timings["validate_gt"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    gt = read_ground_truth(gt_path)
+    gt = opened if opened is not None else read_ground_truth(gt_path)
     names = sorted(gt.datasets) if datasets is None else list(dict.fromkeys(datasets))
     unknown = [d for d in names if d not in gt.datasets]
     if unknown:

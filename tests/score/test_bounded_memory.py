@@ -226,3 +226,18 @@ def test_allocator_hygiene_is_callable_anywhere():
     release_freed_memory()
     # glibc accepts the arena limit (and returns 1); elsewhere it is a no-op that says so
     assert limit_malloc_arenas(2) is (_LIBC is not None)
+
+
+def test_scoring_an_opened_ground_truth_equals_scoring_its_path(tmp_path):
+    from score_stores import make_gt, make_submission
+
+    from xbench.schemas import read_ground_truth
+    from xbench.score.scoring import score_submission
+
+    gt = make_gt(tmp_path / "gt.zarr")
+    make_submission(tmp_path / "sub.zarr", gt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        by_path = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=20)
+        opened = score_submission(tmp_path / "sub.zarr", read_ground_truth(tmp_path / "gt.zarr"), bootstrap=20)
+    assert opened.metrics == by_path.metrics
