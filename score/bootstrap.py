@@ -158,8 +158,9 @@ def _grounding_from_sums(wsum, hits, dice_sum, iou_sum, *, tau_dice=None, tau_io
     return out
 
 
-def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, tau_dice, tau_iou) -> dict[str, np.ndarray]:
-    """:func:`grounding_replicates` of one class, its pairs taken ``PAIR_CHUNK`` at a time.
+def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int, tau_dice,
+                     tau_iou) -> dict[str, np.ndarray]:
+    """:func:`grounding_replicates` of one class, its pairs taken ``step`` (:data:`PAIR_CHUNK`) at a time.
 
     Each chunk's Dice/IoU matrices come from the dataset's cache when they fit its budget and are
     recomputed from the counts otherwise, so memory stays bounded however many pairs a class has. A class
@@ -169,8 +170,8 @@ def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, tau_dice,
     """
     idx, pc, hit = cc["idx"], cc["pair_case"], cc["hit"]
     sums = None
-    for s in range(0, idx.size, cc["pair_chunk"]):
-        e = min(idx.size, s + cc["pair_chunk"])
+    for s in range(0, idx.size, step):
+        e = min(idx.size, s + step)
         curves = cc["curves"].get(s) or _pair_curves(dc, idx[s:e])
         part = _grounding_sums(w_cases[:, pc[s:e]], hit[s:e], *curves)
         if sums is None:
@@ -241,7 +242,7 @@ def _class_cache(dc: DatasetCounts, c: int, cache: dict) -> dict:
     idx = dc.class_pairs(c)
     if idx.size:
         step = cache["pair_chunk"]
-        out.update(idx=idx, pair_case=dc.pair_case[idx], hit=dc.hit[idx], pair_chunk=step, curves={})
+        out.update(idx=idx, pair_case=dc.pair_case[idx], hit=dc.hit[idx], curves={})
         for s in range(0, idx.size, step):
             size = 2 * 8 * min(step, idx.size - s) * dc.b.shape[1]
             if cache["bytes"] + size > cache["budget"]:
@@ -294,7 +295,7 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
         stats: dict[str, np.ndarray] = {}
         if "idx" in cc:
             td, ti = (taus or {}).get(name, (None, None))
-            stats.update(_class_grounding(w_cases, dc, cc, td, ti))
+            stats.update(_class_grounding(w_cases, dc, cc, cache["pair_chunk"], td, ti))
         else:
             stats.update({k: np.full(B, np.nan) for k in GROUNDING_KEYS})
         stats.update(_recognition_from_vectors(w_cases, cc["recognition"], w_t))

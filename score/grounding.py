@@ -127,13 +127,12 @@ def class_mean_curves(b, br, region_pixels, *, rows=None, block: int = 16) -> tu
     iou = np.full(T, np.nan)
     if r.shape[0] == 0:
         return dice, iou
-    rf = r[:, None].astype(np.float64)
     for k0 in range(0, T, block):
         k1 = min(T, k0 + block)
-        bb = (b[:, k0:k1] if rows is None else b[rows, k0:k1]).astype(np.float64)
-        inter = (br[:, k0:k1] if rows is None else br[rows, k0:k1]).astype(np.float64)
-        dice[k0:k1] = class_means(2.0 * inter / (bb + rf))
-        iou[k0:k1] = class_means(inter / (bb + rf - inter))
+        b_k = b[:, k0:k1] if rows is None else b[rows, k0:k1]
+        br_k = br[:, k0:k1] if rows is None else br[rows, k0:k1]
+        dice[k0:k1] = class_means(dice_from_counts(b_k, br_k, r))
+        iou[k0:k1] = class_means(iou_from_counts(b_k, br_k, r))
     return dice, iou
 
 
