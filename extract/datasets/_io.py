@@ -4,6 +4,7 @@ Nothing here knows a dataset's format; each reader module does.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -53,6 +54,18 @@ def require_file(path: Path, what: str, layout: str) -> Path:
     if not path.is_file():
         raise ReaderError(f"{what} not found: expected {path}\nexpected layout under --root:\n{layout}")
     return path
+
+
+def read_json(path: Path, kind: type, expected: str):
+    """The JSON document in ``path``, which must be a ``kind`` (list, dict); else ReaderError, saying
+    ``expected`` (what the document should be) when it parses but has the wrong shape."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReaderError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(doc, kind):
+        raise ReaderError(f"{path}: expected {expected}")
+    return doc
 
 
 def find_first(candidates: Iterable[Path]) -> Path | None:

@@ -16,13 +16,12 @@ numbers), an unknown sym, a box outside the 1024x1024 image, a file name listed 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, check_box, check_options, index_files, load_raster, require_file
-from .base import Box, CaseRecord, DatasetReader, ReaderError
+from ._io import CaseProblems, check_box, check_options, index_files, load_raster, read_json, require_file
+from .base import Box, CaseRecord, DatasetReader
 from .vocabulary import UnknownLabelError, canonical, classes_for
 
 LAYOUT = """  train.json, test.json
@@ -44,12 +43,7 @@ class ChestXDet10Reader(DatasetReader):
     def records(self) -> list[CaseRecord]:
         self.problems.clear()  # records() may be called again; report each problem once
         json_path = require_file(self.root / f"{self.split}.json", f"ChestX-Det10 {self.split} annotations", LAYOUT)
-        try:
-            items = json.loads(json_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ReaderError(f"{json_path}: not valid JSON ({e})") from None
-        if not isinstance(items, list):
-            raise ReaderError(f"{json_path}: expected a JSON list of {{file_name, syms, boxes}} items")
+        items = read_json(json_path, list, "a JSON list of {file_name, syms, boxes} items")
         # The split's own folder first, so a name present in both archives resolves to this split.
         index = index_files([self.root / f"{self.split}_data"], (".png",))
         for stem, p in index_files([self.root], (".png",)).items():

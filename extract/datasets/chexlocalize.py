@@ -26,12 +26,11 @@ a malformed RLE, masks of one CXR with different sizes, a bad label value, no JP
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from ._io import CaseProblems, check_options, find_first, load_raster, require_file
+from ._io import CaseProblems, check_options, find_first, load_raster, read_json
 from .base import CaseRecord, DatasetReader, Mask, ReaderError
 from .vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
 
@@ -139,12 +138,7 @@ class CheXlocalizeReader(DatasetReader):
             image_dir = self.root / self.split
         bad = CaseProblems(self.problems)
         cases = self._read_csv(csv_path, image_dir, bad)
-        try:
-            segs = json.loads(seg_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ReaderError(f"{seg_path}: not valid JSON ({e})") from None
-        if not isinstance(segs, dict):
-            raise ReaderError(f"{seg_path}: expected an object keyed by cxr_id")
+        segs = read_json(seg_path, dict, "an object keyed by cxr_id")
         for cxr_id, tasks in segs.items():
             where = f"{seg_path.name}:{cxr_id}"
             if cxr_id not in cases:

@@ -10,7 +10,7 @@ from fixtures import (write_chexlocalize, write_covid, write_det10, write_nih, w
                       write_vindr)
 
 from xbench.extract.datasets import DATASETS, Box, DatasetReader, Mask, Polygon
-from xbench.extract.datasets._io import check_box, check_points, edge_tolerance
+from xbench.extract.datasets._io import check_box, check_points, edge_tolerance, read_json
 from xbench.extract.datasets.vocabulary import classes_for
 
 WRITERS = {
@@ -105,3 +105,21 @@ def test_edge_tolerance():
     assert check_points([[0, 0], [80.5, 0], [40, 60]], 60, 80) == ((0.0, 0.0), (80.5, 0.0), (40.0, 60.0))
     with pytest.raises(ValueError, match="not numeric"):
         check_points([[0, 0], ["a", 0], [4, 6]], 60, 80)
+
+
+def test_read_json_names_the_file_and_what_was_expected(tmp_path):
+    from xbench.extract.datasets.base import ReaderError
+
+    good = tmp_path / "a.json"
+    good.write_text('[{"file_name": "x.png"}]', encoding="utf-8")
+    assert read_json(good, list, "a list") == [{"file_name": "x.png"}]
+    with pytest.raises(ReaderError, match=r"a\.json: expected an object keyed by cxr_id"):
+        read_json(good, dict, "an object keyed by cxr_id")
+    broken = tmp_path / "b.json"
+    broken.write_text('{"cut": ', encoding="utf-8")
+    with pytest.raises(ReaderError, match=r"b\.json: not valid JSON"):
+        read_json(broken, dict, "an object")
+    latin = tmp_path / "c.json"
+    latin.write_bytes(b'["\xe9"]')
+    with pytest.raises(ReaderError, match=r"c\.json: not valid JSON"):
+        read_json(latin, list, "a list")
