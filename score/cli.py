@@ -85,7 +85,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     from ._allocator import limit_malloc_arenas
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
-    from xbench.schemas import InvalidStoreError, read_ground_truth, validate_ground_truth, validate_submission
+    from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
 
     from .outputs import write_outputs
     from .scoring import score_submission, thresholds_from_metrics

@@ -57,7 +57,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError, ReadProblem
+from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
 from .rasterise import ShapeError, clip_box, rasterise_region
 
 __all__ = [

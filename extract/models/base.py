@@ -10,7 +10,7 @@ padding the preprocessing introduced is undone by the adapter.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
