@@ -379,32 +379,17 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, 
 def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n_chunks):
     """Counts for P pairs: maps (P, h, w) float32, masks (P, H, W) bool. See :func:`grounding_counts`."""
     P = maps.shape[0]
-    h = maps.shape[1]
-    H = masks.shape[1]
-    W = masks.shape[2]
     T = taus.shape[0]
     b = np.empty((P, T), dtype=np.int32)
     br = np.empty((P, T), dtype=np.int32)
     hit = np.empty(P, dtype=np.bool_)
     n_r = np.empty(P, dtype=np.int32)
-    # one scratch set per chunk of pairs, not per pair
+    # one scratch set per chunk of pairs (in _chunk_counts), not per pair
     for c in numba.prange(n_chunks):
         lo = c * P // n_chunks
         hi = (c + 1) * P // n_chunks
-        tmp = np.empty((h, W), dtype=np.float64)
-        cmin = np.empty(W, dtype=np.float64)
-        cmax = np.empty(W, dtype=np.float64)
-        hist = np.empty(_LANES * 2 * T, dtype=np.int64)
-        kb = np.empty(W, dtype=np.int64)
-        buf = np.empty((H if area else 1, W), dtype=np.float64)  # full-size map only for area averaging
-        for p in range(lo, hi):
-            if area:
-                mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
-                n_r[p] = _count_one(buf, mn, mx, masks[p], taus, hist, kb, b[p], br[p])
-            else:
-                n_r[p], arg = _count_bilinear(maps[p], masks[p], row_idx, row_w, col_idx, col_w, taus, tmp, cmin,
-                                              cmax, hist, kb, b[p], br[p])
-            hit[p] = masks[p, arg // W, arg % W]
+        _chunk_counts(maps[lo:hi], masks, np.arange(lo, hi), area, row_idx, row_w, col_idx, col_w, taus,
+                      b[lo:hi], br[lo:hi], hit[lo:hi], n_r[lo:hi])
     return b, br, hit, n_r
 
 
