@@ -8,45 +8,82 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from xbench.extract.models.crossattn.cache import build_query_cache, read_query_cache, write_query_cache  # noqa: E402
+from xbench.extract.models.crossattn.cache import (  # noqa: E402
+    CACHE_VERSION,
+    build_query_cache,
+    read_query_cache,
+    write_query_cache,
+)
 from xbench.extract.models.crossattn.cache_cli import build_embeddings  # noqa: E402
 from xbench.extract.models.crossattn.entities import ENTITIES  # noqa: E402
 
 
 @pytest.fixture()
 def text_files(tmp_path):
-    desc = {e: f"there is {e} in the lung" for e in ENTITIES}
+    """Description and aspect files laid out as the authors ship them: MedKLIP's descriptions in
+    entity order with position 20 keyed "eumonia"; MAVL's aspects keyed by name (8 per entity,
+    "name: sentence") with an extra "covid19" entry."""
+    desc = {("eumonia" if e == "pneumonia" else e): f"there is {e} in the lung" for e in ENTITIES}
     aspects = {e: [f"{a}: {e} pattern" for a in ("border", "fluid", "location", "opacity", "other",
-                                                  "patterns", "shape", "texture")] for e in ENTITIES}
+                                                  "patterns", "shape", "texture")] for e in (*ENTITIES, "covid19")}
     d, a = tmp_path / "observation explanation.json", tmp_path / "gpt4_mimic.json"
     d.write_text(json.dumps(desc))
     a.write_text(json.dumps(aspects))
     return d, a, desc, aspects
 
 
-def reference_cls(tiny_bert, texts):
-    """Independent CLS computation: tokenizer + BertModel, max_length 64, padded."""
-    from transformers import AutoTokenizer, BertModel
+def reference_cls(tiny_bert, texts, max_length=64):
+    """Independent CLS computation: Hugging Face's word pieces, laid out as the authors' tokenizer
+    does ([CLS] + first max_length-1 pieces, no [SEP], right-padded), through BertModel."""
+    from transformers import BertModel, BertTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    tok = BertTokenizer(str(tiny_bert / "vocab.txt"), do_lower_case=True)
+    ids = np.zeros((len(texts), max_length), dtype=np.int64)
+    for row, text in enumerate(texts):
+        seq = [tok.cls_token_id] + tok.convert_tokens_to_ids(tok.tokenize(text))[:max_length - 1]
+        ids[row, :len(seq)] = seq
     model = BertModel.from_pretrained(tiny_bert).eval()
-    enc = tok(texts, padding="max_length", truncation=True, max_length=64, return_tensors="pt")
     with torch.no_grad():
-        return model(**{k: enc[k] for k in ("input_ids", "attention_mask")}).last_hidden_state[:, 0].numpy()
+        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy((ids != 0).astype(np.int64)))
+    return out.last_hidden_state[:, 0].numpy()
 
 
-def test_cache_matches_direct_cls_embeddings(tmp_path, tiny_bert, text_files):
+def test_medklip_descriptions_by_position_with_the_eumonia_key(tmp_path, tiny_bert, text_files):
+    d, _, desc, _ = text_files
+    out = tmp_path / "medklip.npz"
+    build_query_cache(tiny_bert, d, out)
+    back = read_query_cache(out)
+    assert back.entities == ENTITIES
+    assert back.meta["descriptions_by"] == "position" and back.meta["description_keys"] == {"pneumonia": "eumonia"}
+    some = [0, 20, 74]
+    np.testing.assert_allclose(back.disease_book[some], reference_cls(tiny_bert, [list(desc.values())[i] for i in some]),
+                               atol=1e-5)
+    assert "in the lung" in list(desc.values())[20] and "pneumonia" in list(desc.values())[20]
+    assert back.meta["tokenizer"]["name"] == "xbench-bert-cls-only" and back.meta["tokenizer"]["max_length"] == 64
+    assert back.meta["version"] == CACHE_VERSION and "CLS" in back.meta["pooling"]
+    # by name, the same file lacks 'pneumonia' and says how to read it instead
+    with pytest.raises(ValueError, match="'pneumonia' has no description text.*--descriptions-by position"):
+        build_query_cache(tiny_bert, d, tmp_path / "x.npz", descriptions_by="name")
+
+
+def test_mavl_cache_by_name_matches_direct_cls_embeddings(tmp_path, tiny_bert, text_files):
     d, a, desc, aspects = text_files
+    named = {e: desc["eumonia" if e == "pneumonia" else e] for e in ENTITIES}
+    d.write_text(json.dumps({**named, "covid19": "covid 19 pneumonia"}))  # MAVL's file: true names + covid19
     out = tmp_path / "mavl.npz"
     some = ("normal", "effusion", "excluded_obs")  # a subset keeps the test fast
-    cache = build_query_cache(tiny_bert, d, out, aspects_path=a, entities=some)
+    cache = build_query_cache(tiny_bert, d, out, aspects_path=a, entities=some, max_length=5)
     back = read_query_cache(out, need_aspects=True)
-    assert back.entities == some and back.aspects[5] == "patterns"
-    np.testing.assert_allclose(back.disease_book, reference_cls(tiny_bert, [desc[e] for e in some]), atol=1e-5)
-    np.testing.assert_allclose(back.aspect_book[1, [0, 7]], reference_cls(tiny_bert, [aspects["effusion"][i] for i in (0, 7)]),
-                               atol=1e-5)
-    assert back.meta["max_length"] == 64 and len(back.meta["descriptions_sha256"]) == 64
+    assert back.entities == some and back.aspects[5] == "patterns" and back.aspect_book.shape[:2] == (3, 8)
+    assert back.meta["descriptions_by"] == "name" and back.meta["tokenizer"]["max_length"] == 5
+    np.testing.assert_allclose(back.disease_book, reference_cls(tiny_bert, [named[e] for e in some], 5), atol=1e-5)
+    np.testing.assert_allclose(back.aspect_book[1, [0, 7]],
+                               reference_cls(tiny_bert, [aspects["effusion"][i] for i in (0, 7)], 5), atol=1e-5)
     np.testing.assert_array_equal(cache.disease_book, back.disease_book)
+    # --extra-entity covid19 takes the 76th entries of both files
+    ext = build_query_cache(tiny_bert, d, tmp_path / "c.npz", aspects_path=a, entities=("normal",),
+                            extra_entities=("covid19",), max_length=5)
+    np.testing.assert_allclose(ext.disease_book[1], reference_cls(tiny_bert, ["covid 19 pneumonia"], 5)[0], atol=1e-5)
 
 
 def test_cache_input_problems_are_listed(tmp_path, tiny_bert, text_files):
@@ -56,9 +93,15 @@ def test_cache_input_problems_are_listed(tmp_path, tiny_bert, text_files):
     d.write_text(json.dumps(desc))
     a.write_text(json.dumps(aspects))
     with pytest.raises(ValueError) as info:
-        build_query_cache(tiny_bert, d, tmp_path / "x.npz", aspects_path=a)
+        build_query_cache(tiny_bert, d, tmp_path / "x.npz", aspects_path=a, descriptions_by="name")
     msg = str(info.value)
     assert "'effusion' has no description" in msg and "same number of aspect sentences" in msg
+    with pytest.raises(ValueError, match="has 74 entries; read by position .* needs exactly 75"):
+        build_query_cache(tiny_bert, d, tmp_path / "x.npz")
+    desc["effusion"] = ""
+    d.write_text(json.dumps(desc))
+    with pytest.raises(ValueError, match="entry 74 \\(key 'effusion', entity 'excluded_obs'\\) has no description"):
+        build_query_cache(tiny_bert, d, tmp_path / "x.npz")
     assert not (tmp_path / "x.npz").exists()
 
 
@@ -71,6 +114,38 @@ def test_read_cache_without_aspects_for_mavl(tmp_path):
         read_query_cache(p, need_aspects=True)
     with pytest.raises(ValueError, match="build-embeddings"):
         read_query_cache(tmp_path / "missing.npz")
+    (tmp_path / "junk.npz").write_text("not a zip")
+    with pytest.raises(ValueError, match="not a query cache"):
+        read_query_cache(tmp_path / "junk.npz")
+
+
+def write_old_cache(path, meta):
+    np.savez(path, entities=np.asarray((*ENTITIES, "covid19")), disease_book=np.zeros((76, 4), "f4"),
+             meta=np.asarray(json.dumps(meta)))
+
+
+def test_old_cache_is_refused_with_the_rebuild_command(tmp_path, tiny_cache, tiny_config):
+    from xbench.extract.models.crossattn import medklip
+
+    old = tmp_path / "old cache.npz"
+    write_old_cache(old, {"version": 1, "text_encoder": "/m/Bio_ClinicalBERT", "lower_case": True,
+                          "descriptions": "/r/observation explanation.json", "aspects": "/r/gpt4_mimic.json"})
+    with pytest.raises(ValueError) as info:
+        read_query_cache(old)
+    msg = str(info.value)
+    assert "\n" not in msg and "cache format 1" in msg and "[SEP]" in msg
+    assert msg.endswith("rebuild it: xbench build-embeddings --text-encoder /m/Bio_ClinicalBERT "
+                        "--descriptions '/r/observation explanation.json' --aspects /r/gpt4_mimic.json "
+                        f"--extra-entity covid19 --out '{old}'")
+    write_old_cache(old, {"test": True})  # no version, no paths: placeholders
+    with pytest.raises(ValueError, match="unversioned.*--text-encoder <Bio_ClinicalBERT folder>"):
+        read_query_cache(old)
+    write_old_cache(old, {"version": CACHE_VERSION + 1})
+    with pytest.raises(ValueError, match="newer XBench"):
+        read_query_cache(old)
+    with pytest.raises(ValueError, match="rebuild it: xbench build-embeddings"):  # the adapter refuses it too
+        medklip.build(tiny_config("medklip", None, old))
+    assert medklip.build(tiny_config("medklip", None, tiny_cache)).cache.meta["version"] == CACHE_VERSION
 
 
 def test_cli_builds_cache_and_reports_errors(tmp_path, tiny_bert, text_files):
@@ -81,12 +156,20 @@ def test_cli_builds_cache_and_reports_errors(tmp_path, tiny_bert, text_files):
     res = CliRunner().invoke(build_embeddings, ["--text-encoder", str(tiny_bert), "--descriptions", str(d),
                                                 "--out", str(out), "--quiet", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["entities"] == 75 and out.is_file()
+    summary = json.loads(res.stdout)
+    assert summary["entities"] == 75 and out.is_file() and summary["description_keys"] == {"pneumonia": "eumonia"}
+    res = CliRunner().invoke(build_embeddings, ["--text-encoder", str(tiny_bert), "--descriptions", str(d),
+                                                "--out", str(out)])
+    assert res.exit_code == 0 and "key 'eumonia' was taken for entity 'pneumonia'" in res.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     res = CliRunner().invoke(build_embeddings, ["--text-encoder", str(tiny_bert), "--descriptions", str(bad),
                                                 "--out", str(tmp_path / "y.npz"), "--quiet"])
     assert res.exit_code == 2 and "error:" in res.stderr and "Traceback" not in res.output
+    res = CliRunner().invoke(build_embeddings, ["--text-encoder", str(tiny_bert), "--descriptions", str(d),
+                                                "--descriptions-by", "name", "--out", str(tmp_path / "y.npz")])
+    assert res.exit_code == 2 and res.stderr.count("error:") == 1 and "'pneumonia'" in res.stderr
+    assert not (tmp_path / "y.npz").exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,33 +1,60 @@
 """Entity (MedKLIP) and entity + aspect (MAVL) query embeddings, computed once and cached.
 
-MedKLIP and MAVL build their queries in ``__init__`` from a text encoder
-(Bio_ClinicalBERT, ``last_hidden_state[:, 0]`` of each description tokenised to 64 tokens);
-the embeddings are not part of the checkpoints. This module computes them once from the user's
-local text-encoder folder and the official description files and stores them in a small
-``.npz`` (no pickle) that the adapters read.
+MedKLIP and MAVL build their queries in ``__init__`` from a text encoder (Bio_ClinicalBERT,
+``last_hidden_state[:, 0]`` with the attention mask, MedKLIP
+``Sample_zero-shot_Classification_CXR14/models/model_MedKLIP.py:33-36``, MAVL
+``Zero-shot_grounding/models/model_MAVL.py:79-90``); the embeddings are not part of the
+checkpoints. This module computes them once, exactly as those scripts do, from the user's local
+text-encoder folder and the authors' own description files, and stores them in a small ``.npz``
+(no pickle) that the adapters read.
+
+How the official scripts take their texts (each reproduced here):
+
+* tokenisation: the authors' vendored BERT tokenizer, ``[CLS]`` + word pieces with no
+  ``[SEP]``, ``padding='max_length', truncation=True, max_length=64`` (MedKLIP
+  ``Sample_zero-shot_Classification_CXR14/test.py:62-64``, MAVL ``Zero-shot_grounding/test.py:31-33``);
+  see :mod:`.bert_tokenize`.
+* descriptions, MedKLIP: the values of ``observation explanation.json`` in file order, keys
+  ignored (``Sample_zero-shot_Classification_CXR14/test.py:87-88``,
+  ``Sample_Zero-Shot_Grounding_RSNA/test.py:72-73``) -- which is why that file's ``"eumonia"``
+  key still gives the pneumonia query (position 20).
+* descriptions, MAVL: looked up by entity name in ``original_class`` order
+  (``Zero-shot_grounding/test.py:117-118``, ``Zero-shot_classification/test.py:277-278``);
+  further entries (``covid19``) are ignored unless asked for.
+* aspects, MAVL: the lists of ``gpt4_mimic.json`` looked up by entity name in the same order and
+  concatenated (``Zero-shot_grounding/test.py:134-138``); the model then reshapes them to
+  (entities, aspects) and puts each description before its aspects (``model_MAVL.py:85-90``).
 
 Cache layout (``numpy.savez``):
 
 * ``entities``     (E,) str
-* ``disease_book`` (E, D) float32 — CLS embedding of each entity description
-* ``aspect_book``  (E, A, D) float32 — optional, CLS embedding of each aspect sentence (MAVL)
-* ``aspects``      (A,) str — optional, aspect names ("border", ...)
-* ``meta``         () str — JSON provenance (file hashes, encoder, max_length, lower-casing)
+* ``disease_book`` (E, D) float32 -- CLS embedding of each entity description
+* ``aspect_book``  (E, A, D) float32 -- optional, CLS embedding of each aspect sentence (MAVL)
+* ``aspects``      (A,) str -- optional, aspect names ("border", ...)
+* ``meta``         () str -- JSON: format ``version``, the tokenisation ``tokenizer`` recipe,
+  pooling, how descriptions were read, file hashes, text encoder
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .bert_tokenize import ClsOnlyBertTokenizer
 from .entities import ENTITIES
 
-CACHE_VERSION = 1
+# 2: the authors' tokenisation ([CLS] without [SEP]) and their way of reading the description
+# files. Version-1 caches came from a standard Hugging Face tokenizer and are refused.
+CACHE_VERSION = 2
+POOLING = "last_hidden_state[:, 0] (CLS), attention mask passed"
+READ_MODES = ("position", "name")
 
 
 @dataclass(frozen=True)
@@ -46,42 +73,67 @@ def _read_json_object(path: Path, what: str) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{what}: file not found: {path}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what}: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" ({exc.msg} at line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ValueError(f"{what}: {path} is not valid JSON{where}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what}: {path} must hold a JSON object keyed by entity name")
     return data
 
 
-def collect_texts(
-    descriptions: Mapping[str, object],
-    aspects: Mapping[str, object] | None,
-    entities: Sequence[str],
-) -> tuple[list[str], list[list[str]] | None, list[str]]:
-    """Check and order the description (and aspect) texts by ``entities``.
+def _is_text(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
-    Returns (description per entity, aspect sentences per entity or None, problems). Every
-    entity needs a string description; with aspects every entity needs a list of strings of the
-    same length.
+
+def description_texts(descriptions: Mapping[str, object], entities: Sequence[str], *,
+                      by: str = "position") -> tuple[list[str], dict[str, str], list[str]]:
+    """One description per entity, read ``by`` position (MedKLIP) or by ``name`` (MAVL).
+
+    Returns (texts, {entity: file key} where the key read for an entity is not its name, problems).
+    By position the file must hold exactly one entry per entity, in entity order; keys are not
+    looked at, as upstream does not look at them.
     """
-    problems, desc, asp = [], [], []
+    if by not in READ_MODES:
+        raise ValueError(f"descriptions: read mode must be one of {READ_MODES}, got {by!r}")
+    problems, texts, renamed = [], [], {}
+    if by == "position":
+        items = list(descriptions.items())
+        if len(items) != len(entities):
+            problems.append(
+                f"descriptions: the file has {len(items)} entries; read by position (as MedKLIP's test.py does) it "
+                f"needs exactly {len(entities)}, one per entity in the order {', '.join(entities[:3])}, ... "
+                f"(for a file keyed by entity name with other entries use --descriptions-by name)")
+            return [], {}, problems
+        for i, (e, (key, text)) in enumerate(zip(entities, items)):
+            if not _is_text(text):
+                problems.append(f"descriptions: entry {i} (key {key!r}, entity {e!r}) has no description text")
+            if key != e:
+                renamed[e] = key
+            texts.append(text if isinstance(text, str) else "")
+        return texts, renamed, problems
     for e in entities:
         text = descriptions.get(e)
-        if not isinstance(text, str) or not text.strip():
-            problems.append(f"descriptions: entity {e!r} has no description text")
-            text = ""
-        desc.append(text)
-        if aspects is not None:
-            items = aspects.get(e)
-            if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-                problems.append(f"aspects: entity {e!r} needs a list of aspect sentences")
-                items = []
-            asp.append(items)
-    if aspects is not None:
-        counts = {len(a) for a in asp if a}
-        if len(counts) > 1:
-            problems.append(f"aspects: every entity needs the same number of aspect sentences, found {sorted(counts)}")
-    return desc, (asp if aspects is not None else None), problems
+        if not _is_text(text):
+            problems.append(f"descriptions: entity {e!r} has no description text"
+                            + ("" if e in descriptions else " (no such key; --descriptions-by position reads by order)"))
+        texts.append(text if isinstance(text, str) else "")
+    return texts, renamed, problems
+
+
+def aspect_texts(aspects: Mapping[str, object], entities: Sequence[str]) -> tuple[list[list[str]], list[str]]:
+    """Each entity's aspect sentences, looked up by name (MAVL's test.py); all lists must have the
+    same length, since the model reshapes the flat list to (entities, aspects)."""
+    problems, out = [], []
+    for e in entities:
+        items = aspects.get(e)
+        if not isinstance(items, list) or not items or not all(isinstance(s, str) for s in items):
+            problems.append(f"aspects: entity {e!r} needs a non-empty list of aspect sentences")
+            items = []
+        out.append(items)
+    counts = {len(a) for a in out if a}
+    if len(counts) > 1:
+        problems.append(f"aspects: every entity needs the same number of aspect sentences, found {sorted(counts)}")
+    return out, problems
 
 
 def aspect_names(sentences: Sequence[str]) -> tuple[str, ...]:
@@ -90,29 +142,28 @@ def aspect_names(sentences: Sequence[str]) -> tuple[str, ...]:
 
 
 def embed_cls(
-    texts: Sequence[str],
-    tokenizer,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
     model,
     *,
-    max_length: int = 64,
     batch_size: int = 32,
     device: str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """CLS token of the last hidden state for each text, padded/truncated to ``max_length``
-    exactly as the official scripts tokenise (``padding='max_length', truncation=True``)."""
+    """CLS token of the last hidden state for each row of token ids, with its attention mask
+    (no token-type ids: upstream passes none, so BERT uses zeros)."""
     import torch
 
     model = model.to(device).eval()
     chunks = []
     with torch.no_grad():
-        for start in range(0, len(texts), batch_size):
-            batch = list(texts[start:start + batch_size])
-            tok = tokenizer(batch, padding="max_length", truncation=True, max_length=max_length, return_tensors="pt")
-            out = model(input_ids=tok["input_ids"].to(device), attention_mask=tok["attention_mask"].to(device))
+        for start in range(0, len(input_ids), batch_size):
+            ids = torch.from_numpy(input_ids[start:start + batch_size]).to(device)
+            mask = torch.from_numpy(attention_mask[start:start + batch_size]).to(device)
+            out = model(input_ids=ids, attention_mask=mask)
             chunks.append(out.last_hidden_state[:, 0, :].float().cpu().numpy())
             if progress:
-                progress(len(batch))
+                progress(len(ids))
     return np.concatenate(chunks, axis=0).astype(np.float32)
 
 
@@ -124,50 +175,61 @@ def build_query_cache(
     aspects_path: str | os.PathLike | None = None,
     entities: Sequence[str] = ENTITIES,
     extra_entities: Sequence[str] = (),
+    descriptions_by: str | None = None,
     max_length: int = 64,
-    lower_case: bool = True,
+    lower_case: bool | None = None,
     device: str = "cpu",
     batch_size: int = 32,
     progress: Callable[[int], None] | None = None,
 ) -> QueryCache:
     """Compute and atomically write a query cache. Raises ``ValueError`` listing every problem
-    with the input files (one line each) before any model is loaded."""
-    from .common import file_sha256, load_pretrained_text_model, load_tokenizer
+    with the input files (one line each) before any model is loaded.
+
+    ``descriptions_by``: ``"position"`` (MedKLIP's scripts) or ``"name"`` (MAVL's); by default
+    by position without aspects and by name with them. ``lower_case=None`` follows the
+    text-encoder folder (``tokenizer_config.json``; lower-casing when it does not say).
+    """
+    from .common import file_sha256, load_pretrained_text_model
 
     entities = tuple(entities) + tuple(e for e in extra_entities if e not in entities)
+    by = descriptions_by or ("name" if aspects_path is not None else "position")
     desc_path = Path(descriptions_path).expanduser()
-    descriptions = _read_json_object(desc_path, "descriptions")
-    aspects = None
+    desc, renamed, problems = description_texts(_read_json_object(desc_path, "descriptions"), entities, by=by)
+    asp = None
     if aspects_path is not None:
-        aspects = _read_json_object(Path(aspects_path).expanduser(), "aspects")
-    desc, asp, problems = collect_texts(descriptions, aspects, entities)
+        asp, more = aspect_texts(_read_json_object(Path(aspects_path).expanduser(), "aspects"), entities)
+        problems += more
     if problems:
         raise ValueError("\n".join(problems))
 
-    tokenizer = load_tokenizer(text_encoder, do_lower_case=lower_case)
-    model = load_pretrained_text_model(text_encoder)
-    disease_book = embed_cls(desc, tokenizer, model, max_length=max_length, batch_size=batch_size,
-                             device=device, progress=progress)
+    enc = Path(text_encoder).expanduser()
+    tokenizer = ClsOnlyBertTokenizer.from_folder(enc, lower_case=lower_case)
+    model = load_pretrained_text_model(enc)
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        coded = tokenizer.encode(texts, max_length)
+        return embed_cls(coded.input_ids, coded.attention_mask, model, batch_size=batch_size, device=device,
+                         progress=progress)
+
+    disease_book = embed(desc)
     aspect_book, names = None, ()
     if asp is not None:
-        flat = [s for items in asp for s in items]
-        per = len(asp[0])
-        aspect_book = embed_cls(flat, tokenizer, model, max_length=max_length, batch_size=batch_size,
-                                device=device, progress=progress).reshape(len(entities), per, -1)
+        aspect_book = embed([s for items in asp for s in items]).reshape(len(entities), len(asp[0]), -1)
         names = aspect_names(asp[0])
 
-    enc = Path(text_encoder).expanduser()
     meta = {
         "version": CACHE_VERSION,
+        "tokenizer": tokenizer.recipe(max_length),
+        "pooling": POOLING,
         "text_encoder": str(enc),
         "text_encoder_config_sha256": file_sha256(enc / "config.json"),
+        "vocab_sha256": file_sha256(enc / "vocab.txt"),
         "descriptions": str(desc_path),
         "descriptions_sha256": file_sha256(desc_path),
+        "descriptions_by": by,
+        "description_keys": renamed,
         "aspects": str(Path(aspects_path).expanduser()) if aspects_path else None,
         "aspects_sha256": file_sha256(Path(aspects_path).expanduser()) if aspects_path else None,
-        "max_length": max_length,
-        "lower_case": lower_case,
-        "pooling": "last_hidden_state[:, 0]",
     }
     cache = QueryCache(entities, disease_book, aspect_book, names, meta)
     write_query_cache(cache, out_path)
@@ -175,13 +237,14 @@ def build_query_cache(
 
 
 def write_query_cache(cache: QueryCache, out_path: str | os.PathLike) -> Path:
-    """Write atomically (temporary file in the same folder, then rename)."""
+    """Write atomically (temporary file in the same folder, then rename). The meta's ``version``
+    is always this writer's format."""
     out = Path(out_path).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = {
         "entities": np.asarray(cache.entities, dtype=np.str_),
         "disease_book": np.asarray(cache.disease_book, dtype=np.float32),
-        "meta": np.asarray(json.dumps(cache.meta, sort_keys=True)),
+        "meta": np.asarray(json.dumps({**cache.meta, "version": CACHE_VERSION}, sort_keys=True)),
     }
     if cache.aspect_book is not None:
         arrays["aspect_book"] = np.asarray(cache.aspect_book, dtype=np.float32)
@@ -197,20 +260,62 @@ def write_query_cache(cache: QueryCache, out_path: str | os.PathLike) -> Path:
     return out
 
 
+def rebuild_command(path: Path, meta: Mapping, entities: Sequence[str]) -> str:
+    """The ``xbench build-embeddings`` line that rebuilds the cache at ``path`` from the files
+    its meta names (placeholders where an old cache did not record them)."""
+    def arg(value, placeholder):
+        return shlex.quote(str(value)) if value else placeholder
+
+    parts = ["xbench build-embeddings",
+             "--text-encoder", arg(meta.get("text_encoder"), "<Bio_ClinicalBERT folder>"),
+             "--descriptions", arg(meta.get("descriptions"), "'<observation explanation.json>'")]
+    if meta.get("aspects"):
+        parts += ["--aspects", arg(meta["aspects"], "")]
+    parts += [f"--extra-entity {shlex.quote(e)}" for e in entities if e not in ENTITIES]
+    if meta.get("lower_case") is False or (meta.get("tokenizer") or {}).get("lower_case") is False:
+        parts.append("--cased")
+    parts += ["--out", shlex.quote(str(path))]
+    return " ".join(parts)
+
+
+def _version_problem(p: Path, meta: Mapping, entities: Sequence[str]) -> str | None:
+    """One line when the cache was written in another format, else None."""
+    version = meta.get("version")
+    if version == CACHE_VERSION:
+        return None
+    if isinstance(version, int) and version > CACHE_VERSION:
+        why = f"was written by a newer XBench (cache format {version}; this one reads {CACHE_VERSION})"
+    else:
+        why = (f"is cache format {version or 'unversioned'}, built with a standard tokenizer that adds [SEP], "
+               f"not the authors' [CLS]-only tokenisation (format {CACHE_VERSION})")
+    return f"{p}: {why}; rebuild it: {rebuild_command(p, meta, entities)}"
+
+
 def read_query_cache(path: str | os.PathLike, *, need_aspects: bool = False) -> QueryCache:
-    """Read a cache written by ``write_query_cache``; checks shapes and, with ``need_aspects``,
-    that the MAVL aspect embeddings are present."""
+    """Read a cache written by ``write_query_cache``; refuses other cache formats (one line with
+    the command that rebuilds it), checks shapes and, with ``need_aspects``, that the MAVL aspect
+    embeddings are present."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ValueError(
             f"query cache not found: {p}; build it with `xbench build-embeddings` (see docs/readme/crossattn.md)"
         )
-    with np.load(p, allow_pickle=False) as z:
-        entities = tuple(str(e) for e in z["entities"])
-        book = z["disease_book"].astype(np.float32)
-        aspect_book = z["aspect_book"].astype(np.float32) if "aspect_book" in z else None
-        aspects = tuple(str(a) for a in z["aspects"]) if "aspects" in z else ()
-        meta = json.loads(str(z["meta"])) if "meta" in z else {}
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        entities = tuple(str(e) for e in arrays["entities"])
+        meta = json.loads(str(arrays["meta"])) if "meta" in arrays else {}
+        book = arrays["disease_book"].astype(np.float32)
+    except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError, zipfile.BadZipFile) as exc:
+        # json.JSONDecodeError is a ValueError; np.load raises ValueError for pickles and returns a
+        # plain array (no .files) for .npy files.
+        raise ValueError(f"{p}: not a query cache written by `xbench build-embeddings` ({exc})") from None
+    meta = meta if isinstance(meta, dict) else {}
+    stale = _version_problem(p, meta, entities)
+    if stale:
+        raise ValueError(stale)
+    aspect_book = arrays["aspect_book"].astype(np.float32) if "aspect_book" in arrays else None
+    aspects = tuple(str(a) for a in arrays["aspects"]) if "aspects" in arrays else ()
     problems = []
     if book.ndim != 2 or book.shape[0] != len(entities):
         problems.append(f"{p}: disease_book shape {book.shape} does not match {len(entities)} entities")
