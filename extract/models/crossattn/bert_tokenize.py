@@ -2,12 +2,12 @@
 
 Both repositories ship their own copy of an old Hugging Face ``tokenization_bert.py`` (MedKLIP
 ``Sample_zero-shot_Classification_CXR14/models/tokenization_bert.py``; the same file in MAVL
-``Zero-shot_grounding/models/``) and run it under ``transformers==4.5.0`` (MedKLIP
-``requirements.txt:32``). It differs from a standard BERT tokenizer in one place: a single
-sentence becomes ``[CLS] tokens`` with no ``[SEP]`` (``build_inputs_with_special_tokens``,
-line 261-262), so truncation to ``max_length`` keeps ``max_length - 1`` word pieces, one more
-than a standard tokenizer. Everything else is BERT's usual pipeline, which this module writes
-out as small pure functions:
+``Zero-shot_grounding/models/``; all six copies are byte-identical) on top of
+``transformers==4.5.0`` (pinned in MAVL ``requirements.txt:32``). It differs from a standard
+BERT tokenizer in one place: a single sentence becomes ``[CLS] tokens`` with no ``[SEP]``
+(``build_inputs_with_special_tokens``, lines 261-262), so truncation to ``max_length`` keeps
+``max_length - 1`` word pieces, one more than a standard tokenizer. Everything else is BERT's
+usual pipeline, which this module writes out as small pure functions:
 
 1. literal special-token strings (``[CLS]`` ...) are cut out of the text and kept whole, and the
    rest is lower-cased one character at a time (the base class's ``tokenize`` in transformers
