@@ -103,6 +103,9 @@ def test_cache_input_problems_are_listed(tmp_path, tiny_bert, text_files):
     with pytest.raises(ValueError, match="entry 74 \\(key 'effusion', entity 'excluded_obs'\\) has no description"):
         build_query_cache(tiny_bert, d, tmp_path / "x.npz")
     assert not (tmp_path / "x.npz").exists()
+    with pytest.raises(ValueError, match="between 1 and the text encoder's 300 positions, got 301"):
+        build_query_cache(tiny_bert, d, tmp_path / "x.npz", descriptions_by="name", entities=("normal",),
+                          max_length=301)
 
 
 def test_read_cache_without_aspects_for_mavl(tmp_path):
@@ -137,6 +140,10 @@ def test_old_cache_is_refused_with_the_rebuild_command(tmp_path, tiny_cache, tin
     assert msg.endswith("rebuild it: xbench build-embeddings --text-encoder /m/Bio_ClinicalBERT "
                         "--descriptions '/r/observation explanation.json' --aspects /r/gpt4_mimic.json "
                         f"--extra-entity covid19 --out '{old}'")
+    write_old_cache(old, {"version": 1, "text_encoder": "/m", "descriptions": "/d.json", "max_length": 32,
+                          "lower_case": False})
+    with pytest.raises(ValueError, match="--extra-entity covid19 --cased --max-length 32 --out"):
+        read_query_cache(old)
     write_old_cache(old, {"test": True})  # no version, no paths: placeholders
     with pytest.raises(ValueError, match="unversioned.*--text-encoder <Bio_ClinicalBERT folder>"):
         read_query_cache(old)

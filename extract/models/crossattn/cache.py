@@ -205,6 +205,9 @@ def build_query_cache(
     enc = Path(text_encoder).expanduser()
     tokenizer = ClsOnlyBertTokenizer.from_folder(enc, lower_case=lower_case)
     model = load_pretrained_text_model(enc)
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not 1 <= max_length <= (limit or max_length):
+        raise ValueError(f"max_length must be between 1 and the text encoder's {limit} positions, got {max_length}")
 
     def embed(texts: Sequence[str]) -> np.ndarray:
         coded = tokenizer.encode(texts, max_length)
@@ -272,8 +275,12 @@ def rebuild_command(path: Path, meta: Mapping, entities: Sequence[str]) -> str:
     if meta.get("aspects"):
         parts += ["--aspects", arg(meta["aspects"], "")]
     parts += [f"--extra-entity {shlex.quote(e)}" for e in entities if e not in ENTITIES]
-    if meta.get("lower_case") is False or (meta.get("tokenizer") or {}).get("lower_case") is False:
+    recipe = meta.get("tokenizer") if isinstance(meta.get("tokenizer"), dict) else {}
+    if meta.get("lower_case") is False or recipe.get("lower_case") is False:
         parts.append("--cased")
+    max_length = recipe.get("max_length", meta.get("max_length"))
+    if max_length not in (None, 64):
+        parts.append(f"--max-length {int(max_length)}")
     parts += ["--out", shlex.quote(str(path))]
     return " ".join(parts)
 

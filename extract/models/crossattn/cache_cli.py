@@ -58,7 +58,7 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
 @click.option("--descriptions-by", type=click.Choice(["position", "name"]), default=None,
               help="Read descriptions by file order, keys ignored (MedKLIP's scripts; the default without "
                    "--aspects) or by entity name (MAVL's scripts; the default with --aspects).")
-@click.option("--max-length", default=64, show_default=True,
+@click.option("--max-length", default=64, show_default=True, type=click.IntRange(min=1),
               help="Token length used upstream: [CLS] plus up to max-length - 1 word pieces, no [SEP].")
 @click.option("--cased", is_flag=True, help="Do not lower-case, whatever the folder's tokenizer_config.json says "
                                             "(upstream lower-cases Bio_ClinicalBERT).")
