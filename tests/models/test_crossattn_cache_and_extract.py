@@ -145,7 +145,10 @@ def test_old_cache_is_refused_with_the_rebuild_command(tmp_path, tiny_cache, tin
     with pytest.raises(ValueError, match="--extra-entity covid19 --cased --max-length 32 --out"):
         read_query_cache(old)
     write_old_cache(old, {"test": True})  # no version, no paths: placeholders
-    with pytest.raises(ValueError, match="unversioned.*--text-encoder <Bio_ClinicalBERT folder>"):
+    with pytest.raises(ValueError, match="version None.*--text-encoder <Bio_ClinicalBERT folder>"):
+        read_query_cache(old)
+    write_old_cache(old, {"version": CACHE_VERSION, "tokenizer": {"name": "xbench-bert-cls-only", "version": 0}})
+    with pytest.raises(ValueError, match="tokenised by xbench-bert-cls-only v0, not xbench-bert-cls-only v1; rebuild"):
         read_query_cache(old)
     write_old_cache(old, {"version": CACHE_VERSION + 1})
     with pytest.raises(ValueError, match="newer XBench"):

@@ -47,6 +47,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from . import bert_tokenize
 from .bert_tokenize import ClsOnlyBertTokenizer
 from .entities import ENTITIES
 
@@ -288,13 +289,21 @@ def rebuild_command(path: Path, meta: Mapping, entities: Sequence[str]) -> str:
 def _version_problem(p: Path, meta: Mapping, entities: Sequence[str]) -> str | None:
     """One line when the cache was written in another format, else None."""
     version = meta.get("version")
+    recipe = meta.get("tokenizer")
     if version == CACHE_VERSION:
-        return None
-    if isinstance(version, int) and version > CACHE_VERSION:
+        # Caches written without a recipe (hand-made, tests) are taken as they are.
+        if not isinstance(recipe, dict) or (recipe.get("name"), recipe.get("version")) == (bert_tokenize.NAME,
+                                                                                           bert_tokenize.VERSION):
+            return None
+        why = (f"was tokenised by {recipe.get('name')} v{recipe.get('version')}, not "
+               f"{bert_tokenize.NAME} v{bert_tokenize.VERSION}")
+    elif isinstance(version, int) and version > CACHE_VERSION:
         why = f"was written by a newer XBench (cache format {version}; this one reads {CACHE_VERSION})"
+    elif version == 1:
+        why = (f"is cache format 1, built with a standard tokenizer that adds [SEP], not the authors' "
+               f"[CLS]-only tokenisation (format {CACHE_VERSION})")
     else:
-        why = (f"is cache format {version or 'unversioned'}, built with a standard tokenizer that adds [SEP], "
-               f"not the authors' [CLS]-only tokenisation (format {CACHE_VERSION})")
+        why = f"records no cache format this XBench knows (version {version!r}; it reads {CACHE_VERSION})"
     return f"{p}: {why}; rebuild it: {rebuild_command(p, meta, entities)}"
 
 
