@@ -314,7 +314,7 @@ def read_query_cache(path: str | os.PathLike, *, need_aspects: bool = False) -> 
     p = Path(path).expanduser()
     if not p.is_file():
         raise ValueError(
-            f"query cache not found: {p}; build it with `xbench build-embeddings` (see docs/readme/crossattn.md)"
+            f"query cache not found: {p}; build it with `xbench build-embeddings` (see docs/extract.md, 'Cross-attention models')"
         )
     try:
         with np.load(p, allow_pickle=False) as z:
