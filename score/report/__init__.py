@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from xbench.schemas.paths import NameTable
+
 from ._load import ReportInputError, Result, load_result, load_results
 from .paired import missing_intervals, paired_bootstrap
 
@@ -177,12 +179,14 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
 
     files: dict[str, list[str]] = {"tables": [], "figures": [], "overlays": []}
+    names = {"per_class": NameTable(), "overlays": NameTable()}  # data-derived file names -> the map in report.json
     csv_names = {"grounding": "leaderboard.csv", "grounding_fixed": "grounding_fixed.csv",
                  "recognition": "recognition.csv"}
     for t in main_tables:
         files["tables"].append(str(_write_text(out / csv_names[t.key], t.to_csv()).relative_to(out)))
-    for t in per_class:
-        files["tables"].append(str(_write_text(out / "per_class" / f"{t.key}.csv", t.to_csv()).relative_to(out)))
+    for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised
+        name = names["per_class"].name(t.key)
+        files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
     md = [f"# {title}", "", "Models: " + ", ".join(r.name for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
     gap_md = []
@@ -220,7 +224,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         img_path, gt_path, subs = _resolve_inputs(results, images, gt, submissions)
         from .overlays import overlay_figures
 
-        overlay_info = overlay_figures(results, fig_dir, images_path=img_path, gt_path=gt_path, submissions=subs)
+        overlay_info = overlay_figures(results, fig_dir, images_path=img_path, gt_path=gt_path, submissions=subs,
+                                       names=names["overlays"])
         skipped += overlay_info["skipped"]
         files["overlays"] = [str(Path(p).relative_to(out)) for p in overlay_info["files"]]
     steps.update(1)
@@ -229,7 +234,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files)
     index = _write_text(out / "index.html", page)
     manifest = {
-        "models": [{"name": r.name, "path": str(r.path)} for r in results],
+        "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],
+        "names": {kind: table.mapping for kind, table in names.items()},
         "files": files,
         "fit": info["auroc_vs_pointing"]["fit"],
         "delta_dice": info["dice_fixed_vs_best"]["delta_dice"],
@@ -243,6 +249,15 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
     steps.close()
     return index
+
+
+def _shown_path(path: Path, out: Path) -> str:
+    """A result folder's path, relative to the report when inside it (the report may be built elsewhere and
+    moved into place, so an absolute path into the build folder would go stale)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(out).resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _previous_files(out: Path) -> set[str]:

@@ -35,7 +35,8 @@ def _fail(problems, code: int = 2):
 @click.command("report")
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory to write the report into (created; files in it are replaced).")
+              help="Folder to write the report into: built beside it and swapped in whole; files you put there "
+                   "are kept. Must not hold or lie inside an input.")
 @click.option("--images", type=click.Path(path_type=Path), default=None,
               help="images.zarr for the overlay figures (default: the path recorded by xbench-score).")
 @click.option("--gt", type=click.Path(path_type=Path), default=None,
@@ -63,13 +64,24 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
       xbench report scores/clip scores/dog scores/random --out report/
       xbench report scores/* --out report/ --images images.zarr --gt gt.zarr
     """
+    from xbench.schemas.paths import PublishedDir, output_problems, write_marker
+
     from . import build_report
 
+    subs = _parse_submissions(submissions)
+    inputs = {f"the result folder {p}": p for p in result_dirs}
+    inputs.update({"the images store": images, "the ground truth": gt})
+    inputs.update({f"the submission {k}": v for k, v in subs.items()})
+    problems = output_problems(out_dir, inputs)
+    if problems:
+        _fail(problems)
     try:
-        subs = _parse_submissions(submissions)
-        index = build_report(out_dir, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
-                             seed=seed, size_bins=size_bins, overlays=not no_overlays,
-                             progress=not quiet and not as_json, title=title)
+        with PublishedDir(out_dir) as work:  # built beside, swapped in whole: never half a report
+            build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
+                         seed=seed, size_bins=size_bins, overlays=not no_overlays,
+                         progress=not quiet and not as_json, title=title)
+            write_marker(work, "xbench report")
+        index = Path(out_dir) / "index.html"
     except ReportInputError as err:
         _fail(err.problems)
     except click.BadParameter:

@@ -64,4 +64,4 @@ def test_rerun_removes_what_the_earlier_report_wrote_and_this_one_did_not(result
     assert not (out / "comparisons.csv").exists()  # one model: no gaps any more
     listed = {f for group in after.values() for f in group}
     written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert written - listed == {"index.html", "report.json", "notes.txt"}
+    assert written - listed == {"index.html", "report.json", "notes.txt", "xbench-output.json"}
