@@ -80,6 +80,8 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
     import csv
     import io
 
+    from xbench.score.tables import csv_cell
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["a", "b", "scope", "class", "metric", "value_a", "value_b", "diff", "ci_lo", "ci_hi",
@@ -89,19 +91,21 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
         return "" if x is None else repr(float(x))
 
     for r in rows:
-        w.writerow([a_name, b_name, r.scope, r.cls or "", r.metric, n(r.a), n(r.b), n(r.diff), n(r.ci_lo),
+        w.writerow([csv_cell(a_name), csv_cell(b_name), csv_cell(r.scope), csv_cell(r.cls or ""), r.metric, n(r.a), n(r.b), n(r.diff), n(r.ci_lo),
                     n(r.ci_hi), n(r.p_value), r.n_valid, int(r.significant)])
     return buf.getvalue()
 
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
-    from xbench.score.tables import DATASET_TITLES
+    from xbench.score.tables import DATASET_TITLES, md_cell
 
     from .tables import METRIC_TITLES
 
-    lines = [f"### {title or f'{a_name} vs {b_name}'}", "",
-             f"Paired bootstrap of {a_name} − {b_name} (percentage points); * = 95% interval excludes 0.", "",
+    title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
+    lines = [f"### {title}", "",
+             f"Paired bootstrap of {md_cell(a_name)} − {md_cell(b_name)} (percentage points); "
+             "* = 95% interval excludes 0.", "",
              "| Scope | Class | Metric | A | B | A − B | 95% CI | p |", "|---|---|---|---:|---:|---:|---|---:|"]
 
     def pct(x):
@@ -112,7 +116,7 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
         d = "–" if r.diff is None else f"{100 * r.diff:+.2f}" + ("*" if r.significant else "")
         scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
         p = "–" if r.p_value is None else f"{r.p_value:.3f}"
-        lines.append(f"| {scope} | {r.cls or ''} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a)} | "
+        lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a)} | "
                      f"{pct(r.b)} | {d} | {ci} | {p} |")
     return "\n".join(lines) + "\n"
 
@@ -187,7 +191,9 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised
         name = names["per_class"].name(t.key)
         files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
-    md = [f"# {title}", "", "Models: " + ", ".join(r.name for r in results), ""]
+    from xbench.score.tables import md_cell
+
+    md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
     gap_md = []
     gap_rows_all = []
@@ -203,7 +209,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         files["tables"].append(str(_write_text(out / "comparisons.csv", body).relative_to(out)))
     files["tables"].append(str(_write_text(out / "leaderboard.md", "\n".join(md)).relative_to(out)))
     files["tables"].append(str(_write_text(out / "per_class.md", "\n".join(
-        [f"# {title}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
+        [f"# {md_cell(title)}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
     steps.update(1)
 
     info: dict = {}

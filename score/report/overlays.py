@@ -19,7 +19,7 @@ from xbench.schemas.paths import NameTable
 from xbench.score.tables import DATASET_TITLES
 
 from ._load import Result
-from .figures import save_figure
+from .figures import plain, save_figure
 
 __all__ = ["pick_cases", "overlay_figure", "overlay_figures"]
 
@@ -86,14 +86,14 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
                 ax.set_ylim(S, 0)
             hit = row.get("hit")
             mark = "hit" if hit == 1 else "miss"
-            ax.set_title(f"{which}: {cid}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
+            ax.set_title(f"{which}: {plain(cid)}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
             ax.set_xticks([])
             ax.set_yticks([])
             if col == 0:
-                ax.set_ylabel(cls, fontsize=9)
+                ax.set_ylabel(plain(cls), fontsize=9)
             shown.append({"class": cls, "which": which, "case_id": cid, "dice_best": float(row["dice_best"])})
     cut = len(gt_ds.classes) > MAX_CLASSES
-    fig.suptitle(f"{result.name} on {DATASET_TITLES.get(dataset, dataset)}"
+    fig.suptitle(f"{plain(result.name)} on {plain(DATASET_TITLES.get(dataset, dataset))}"
                  + (f" (first {MAX_CLASSES} classes)" if cut else ""), fontsize=9)
     # raster panels only: an SVG would embed the same pixels again (it doubled the report's size), so PNG alone
     files = save_figure(fig, stem, dpi=90, formats=("png",))
