@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from .paths import clean_leftovers
 from .errors import InvalidStoreError, Problem
 from .submission import DatasetSpec, SubmissionWriter, validate_submission
 
@@ -144,6 +145,7 @@ def _write(out, model, method, provenance, specs, blocks, cases_per_block, map_d
     if out.exists():
         raise InvalidStoreError(Problem(str(out), "already exists; remove it or choose another --out"))
     out.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(out)  # what killed conversions left (the .partial- folders)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent)) / out.name
     try:
         writer = SubmissionWriter.create(

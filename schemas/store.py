@@ -85,16 +85,20 @@ def open_store_group(path: str | os.PathLike, mode: str = "r") -> zarr.Group:
 
 def ensure_root(path: Path, kind: str) -> zarr.Group:
     """Open a writable store of ``kind``, creating it (with its root attributes) when missing."""
+    from ._blocks import create_beside, interrupted_creation
+
     path = Path(path)
     if path.exists():
         root = open_store_group(path, mode="r+")
-        problems = check_root(root, kind, str(path))
-        if problems:
-            raise InvalidStoreError(problems)
-        return root
-    root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
-    root.attrs.update(root_attrs(kind))
-    return root
+        if not interrupted_creation(root):
+            problems = check_root(root, kind, str(path))
+            if problems:
+                raise InvalidStoreError(problems)
+            return root
+    # created beside and renamed into place: a kill never leaves a store without its root attributes
+    create_beside(path, lambda folder: zarr.open_group(zarr.storage.LocalStore(folder), mode="w", zarr_format=3,
+                                                       attributes=root_attrs(kind)))
+    return open_store_group(path, mode="r+")
 
 
 def root_attrs(kind: str, **extra: Any) -> dict:
