@@ -31,8 +31,8 @@ from typing import Callable
 
 import numpy as np
 
-from .paths import clean_leftovers
 from .errors import InvalidStoreError, Problem
+from .paths import clean_leftovers
 from .submission import DatasetSpec, SubmissionWriter, validate_submission
 
 ProgressFn = Callable[[int], None]
