@@ -23,8 +23,8 @@ import numpy as np
 import zarr
 
 from . import _blocks
-from .paths import work_dir
 from .errors import InvalidStoreError, Problem
+from .paths import store_path, work_dir
 from .store import (
     MAX_CASES,
     MAX_IMAGE_SIDE,
@@ -167,7 +167,7 @@ def read_images(path: str | os.PathLike) -> ImagesStore:
             orig_size=np.asarray(g["orig_size"][...]),
             attrs=dict(g.attrs),
         )
-    return ImagesStore(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+    return ImagesStore(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
 def validate_images(path: str | os.PathLike) -> list[Problem]:

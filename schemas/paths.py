@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "clean_leftovers", "is_remote", "output_problems",
-           "UnsafeOutputError", "carry_over", "check_output", "replace_contents", "safe_name", "swap_in", "work_dir", "write_marker", "written_before"]
+           "UnsafeOutputError", "carry_over", "check_output", "replace_contents", "safe_name", "store_path", "swap_in", "work_dir", "write_marker", "written_before"]
 
 MAX_NAME = 80  # well under every file system's 255-byte limit, with room for a suffix such as ".png"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -84,6 +84,11 @@ class NameTable:
 def is_remote(path: str | os.PathLike) -> bool:
     """True for a URL (``https://…``, ``s3://…``): nothing on this machine to protect or to check."""
     return "://" in str(path)
+
+
+def store_path(text: str | os.PathLike) -> str | Path:
+    """A store argument as given: a URL stays a string (``Path`` would fold ``https://`` into ``https:/``)."""
+    return str(text) if is_remote(text) else Path(text)
 
 
 def _real(path: str | os.PathLike) -> Path:

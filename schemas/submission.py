@@ -24,6 +24,7 @@ import zarr
 
 from . import _blocks
 from .errors import InvalidStoreError, Problem
+from .paths import store_path
 from .store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -292,7 +293,7 @@ def read_submission(path: str | os.PathLike) -> Submission:
             saliency=g["saliency"],
             attrs=dict(g.attrs),
         )
-    return Submission(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+    return Submission(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
 def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[str] | None = None) -> list[Problem]:

@@ -25,8 +25,8 @@ class _Invalid(Exception):
         self.problems = list(problems)
 
 
-def _stem(path: Path) -> str:
-    name = path.name.rstrip("/")
+def _stem(path: Path | str) -> str:
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]  # also for a URL, which stays a string
     for suffix in (".zarr.zip", ".zarr", ".zip"):
         if name.endswith(suffix):
             return name[: -len(suffix)] or name
@@ -57,9 +57,9 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path),
-              help="Ground-truth store (gt.zarr or gt.zarr.zip); only read.")
+@click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=str),
+              help="Ground-truth store (gt.zarr, gt.zarr.zip, or an https:// or s3:// URL of a .zarr); only read.")
 @click.option("--out", "out_dir", default=Path("report"), show_default=True, type=click.Path(path_type=Path),
               help="Output folder. With several submissions each goes into OUT/<submission name>/.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
@@ -95,7 +95,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
 
-    from xbench.schemas.paths import NameTable, PublishedDir, output_problems, write_marker
+    from xbench.schemas.paths import NameTable, PublishedDir, output_problems, store_path, write_marker
+
+    submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
+    gt_path = store_path(gt_path)
 
     from .scoring import thresholds_from_metrics
 
