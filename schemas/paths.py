@@ -24,8 +24,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "clean_leftovers", "is_remote", "output_problems",
-           "UnsafeOutputError", "carry_over", "check_output", "replace_contents", "safe_name", "store_path", "swap_in", "work_dir", "write_marker", "written_before"]
+__all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "UnsafeOutputError", "carry_over", "check_output",
+           "clean_leftovers", "is_remote", "output_problems", "replace_contents", "safe_name", "store_path", "swap_in",
+           "work_dir", "write_marker", "written_before"]
 
 MAX_NAME = 80  # well under every file system's 255-byte limit, with room for a suffix such as ".png"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -116,16 +117,20 @@ def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike 
         raise UnsafeOutputError(problems)
 
 
-def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None]) -> list[str]:
+def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None], *,
+                    may_hold: tuple[str, ...] = ()) -> list[str]:
     """Why ``out`` may not be written, one line per problem (empty when it may).
 
     ``inputs``: {what (e.g. "the ground truth"): path}. The output folder is replaced as a whole, so it may
     be neither equal to an input, nor inside one (it would write into it), nor hold one (it would
-    remove it). Symbolic links are followed. Also refused: a folder whose nearest existing parent is
-    not writable (said now, instead of an ``[Errno 13]`` after the scoring).
+    remove it), except the inputs named in ``may_hold``, which the caller carries into the new folder
+    (:class:`PublishedDir` ``keep``; the report beside the score folders it reads). Symbolic links are
+    followed. Also refused: a folder whose nearest existing parent is not writable (said now, instead of
+    an ``[Errno 13]`` after the scoring).
     """
     problems = []
     target = _real(out)
+    held = set()  # top-level entries of ``out`` that hold an input it may hold: they are no stranger's files
     for what, path in inputs.items():
         if path is None or is_remote(path):
             continue
@@ -134,12 +139,14 @@ def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLi
             problems.append(f"--out {out}: is {what} ({path}); choose a new folder")
         elif src in target.parents:
             problems.append(f"--out {out}: is inside {what} ({path}); nothing may be written into an input")
+        elif target in src.parents and what in may_hold:
+            held.add(src.relative_to(target).parts[0])
         elif target in src.parents:
             problems.append(f"--out {out}: holds {what} ({path}), and the output folder is replaced as a whole; "
                             "choose a folder that holds no input")
     if target.exists() and not target.is_dir():
         problems.append(f"--out {out}: exists and is not a folder")
-    elif target.is_dir() and not _is_ours(target):
+    elif target.is_dir() and not _is_ours(target, held):
         problems.append(f"--out {out}: is a folder with files XBench did not write, and the output folder is "
                         "replaced as a whole; choose a new or empty folder")
     elif not _swappable(target) and not (target.is_dir() and os.access(target, os.W_OK | os.X_OK)):
@@ -341,9 +348,11 @@ def written_before(folder: str | os.PathLike) -> set[str]:
     return found
 
 
-def _is_ours(folder: Path) -> bool:
-    """Empty (but for our own work folders), or written by XBench (the marker, or an older run's main file)."""
-    entries = [e for e in os.listdir(folder) if _leftover(e, folder.name) is None and not e.startswith(f".{folder.name}.")]
+def _is_ours(folder: Path, held: set[str] = frozenset()) -> bool:
+    """Empty (but for our own work folders and the ``held`` inputs), or written by XBench (the marker, or an
+    older run's main file)."""
+    entries = [e for e in os.listdir(folder) if _leftover(e, folder.name) is None
+               and not e.startswith(f".{folder.name}.") and e not in held]
     return not entries or any(n in entries for n in (MARKER, "metrics.json", "report.json"))
 
 
@@ -370,12 +379,16 @@ class PublishedDir:
     in one step (a mount point: entry by entry, the marker last). On an exception nothing changes.
 
     What the previous run wrote (:func:`written_before`) is replaced as a whole; anything else a user put in
-    ``out`` is carried over into the new folder (hard links, so no data is copied)."""
+    ``out``, and the entries holding a path in ``keep``, are carried over into the new folder (hard links, so
+    no data is copied)."""
 
-    def __init__(self, target: str | os.PathLike) -> None:
+    def __init__(self, target: str | os.PathLike, *, keep: tuple[str | os.PathLike, ...] = ()) -> None:
         self.target = Path(target)
         self.in_place = not _swappable(self.target)
         self.tmp: Path | None = None
+        # top-level entries holding a path that must survive (an input read from inside the target)
+        root = _real(self.target)
+        self.keep = {(_real(p).relative_to(root)).parts[0] for p in keep if root in _real(p).parents}
 
     def __enter__(self) -> Path:
         import tempfile
@@ -392,7 +405,7 @@ class PublishedDir:
 
         try:
             if exc_type is None:
-                stale = written_before(self.target) if self.target.is_dir() else set()
+                stale = (written_before(self.target) - self.keep) if self.target.is_dir() else set()
                 if self.in_place:
                     replace_contents(self.tmp, self.target, stale=stale)
                 else:

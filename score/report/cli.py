@@ -72,11 +72,13 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
     inputs = {f"the result folder {p}": p for p in result_dirs}
     inputs.update({"the images store": images, "the ground truth": gt})
     inputs.update({f"the submission {k}": v for k, v in subs.items()})
-    problems = output_problems(out_dir, inputs)
+    # the report may go beside the score folders it reads (xbench-score's own layout): they are carried over
+    held = tuple(f"the result folder {p}" for p in result_dirs)
+    problems = output_problems(out_dir, inputs, may_hold=held)
     if problems:
         _fail(problems)
     try:
-        with PublishedDir(out_dir) as work:  # built beside, swapped in whole: never half a report
+        with PublishedDir(out_dir, keep=tuple(result_dirs)) as work:  # built beside, swapped in whole: never half a report
             build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
                          seed=seed, size_bins=size_bins, overlays=not no_overlays,
                          progress=not quiet and not as_json, title=title)
