@@ -44,6 +44,11 @@ def _unique_stems(paths: list[Path]) -> list[str]:
     return out
 
 
+#: what the report writes at the top of --out, which no submission's folder may be named
+_REPORT_ENTRIES = ("index.html", "report.json", "leaderboard.md", "leaderboard.csv", "grounding_fixed.csv",
+                   "recognition.csv", "comparisons.csv", "per_class.md", "per_class", "figures")
+
+
 def _input_paths(submissions, gt_path, thresholds_from) -> dict:
     """What ``--out`` must neither be, lie inside, nor hold."""
     found = {"the ground truth": gt_path, "the --thresholds-from file": thresholds_from}
@@ -94,14 +99,12 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
-
-    from xbench.schemas.paths import NameTable, PublishedDir, output_problems, store_path, write_marker
-
-    submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
-    gt_path = store_path(gt_path)
+    from xbench.schemas.paths import MARKER, NameTable, PublishedDir, output_problems, store_path, write_marker
 
     from .scoring import thresholds_from_metrics
 
+    submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
+    gt_path = store_path(gt_path)
     out_problems = output_problems(out_dir, _input_paths(submissions, gt_path, thresholds_from))
     if out_problems:
         raise _Invalid(out_problems)
@@ -126,7 +129,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
-    folders = NameTable(reserved=("figures", "per_class"))
+    folders = NameTable(reserved=(*_REPORT_ENTRIES, MARKER))
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names}
     with PublishedDir(out_dir) as work:

@@ -48,7 +48,8 @@ def test_out_into_or_around_an_input_is_refused_and_nothing_changes(stores, caps
 
 def test_hostile_submission_names_become_safe_distinct_folders(stores, tmp_path, capsys):
     subs = tmp_path / "subs"
-    names = ["..zarr", "x" * 200 + ".zarr", "A.zarr", "a.zarr"]  # "." as a stem, too long, case twins
+    # "." as a stem, too long, case twins, the name of a report file
+    names = ["..zarr", "x" * 200 + ".zarr", "A.zarr", "a.zarr", "index.html.zarr"]
     for n in names:
         shutil.copytree(stores / "a.zarr", subs / n)
     out = tmp_path / "res"
@@ -57,8 +58,9 @@ def test_hostile_submission_names_become_safe_distinct_folders(stores, tmp_path,
     assert code == 0, err
     marker = json.loads((out / "xbench-output.json").read_text())
     folders = marker["names"]["submissions"]
-    assert list(folders) == [".", "x" * 200, "A", "a"]
-    assert len({f.casefold() for f in folders.values()}) == 4
+    assert list(folders) == [".", "x" * 200, "A", "a", "index.html"]
+    assert len({f.casefold() for f in folders.values()}) == 5 and folders["index.html"] != "index.html"
+    assert (out / "index.html").is_file()  # the report's page, not a submission's folder
     for folder in folders.values():
         assert (out / folder / "metrics.json").is_file() and len(folder) <= 80
     assert sorted(os.listdir(tmp_path)) == ["res", "subs"]  # nothing beside --out
