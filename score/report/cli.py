@@ -6,6 +6,7 @@ Exit codes: 0 written; 2 unusable input (one problem per line on stderr, no trac
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -130,6 +131,10 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
     except Exception as err:  # noqa: BLE001
         _fail([f"{type(err).__name__}: {err}"], code=1)
     if out_csv is not None:
+        real = Path(os.path.realpath(out_csv))
+        inside = [d for d in (a_dir, b_dir) if Path(os.path.realpath(d)) in real.parents]
+        if inside:  # the compared results are inputs: never written into
+            _fail([f"--out {out_csv}: lies inside the result folder {inside[0]}; choose a file elsewhere"])
         out_csv.parent.mkdir(parents=True, exist_ok=True)
         tmp = out_csv.with_name(f".{out_csv.name}.tmp")
         tmp.write_text(comparison_csv(rows, a.name, b.name))

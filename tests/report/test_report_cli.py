@@ -84,3 +84,11 @@ def test_report_beside_the_score_folders_it_reads_keeps_them(result_dirs, tmp_pa
     res = CliRunner().invoke(report, [*map(str, dirs), "--out", str(dirs[0]), "--n-boot", "0"])
     assert res.exit_code == 2 and "is the result folder" in res.output
     assert {p.name: p.read_bytes() for p in dirs[0].iterdir()} == before
+
+
+def test_compare_never_writes_into_a_result_folder(result_dirs):
+    before = (result_dirs[0] / "metrics.json").read_bytes()
+    res = CliRunner().invoke(compare, [str(result_dirs[0]), str(result_dirs[1]), "--n-boot", "0", "--out",
+                                       str(result_dirs[0] / "metrics.json")])
+    assert res.exit_code == 2 and "inside the result folder" in res.output
+    assert (result_dirs[0] / "metrics.json").read_bytes() == before
