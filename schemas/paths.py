@@ -144,7 +144,10 @@ def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLi
         elif target in src.parents:
             problems.append(f"--out {out}: holds {what} ({path}), and the output folder is replaced as a whole; "
                             "choose a folder that holds no input")
-    if target.exists() and not target.is_dir():
+    cwd = _real(os.getcwd())
+    if target == cwd or target in cwd.parents:  # swapping it would pull the folder away from under the shell
+        problems.append(f"--out {out}: is or holds the current folder; choose a new folder below it")
+    elif target.exists() and not target.is_dir():
         problems.append(f"--out {out}: exists and is not a folder")
     elif target.is_dir() and not _is_ours(target, held):
         problems.append(f"--out {out}: is a folder with files XBench did not write, and the output folder is "
@@ -201,7 +204,7 @@ def clean_leftovers(target: str | os.PathLike) -> list[Path]:
     """
     import shutil
 
-    target = Path(target)
+    target = Path(os.path.abspath(target))  # "." and "out/" name their folder too
     parent = target.parent
     if not parent.is_dir():
         return []
@@ -243,7 +246,7 @@ def work_dir(target: str | os.PathLike) -> Path:
     """A new hidden folder beside ``target`` to build it in (after cleaning what killed runs left there)."""
     import tempfile
 
-    target = Path(target)
+    target = Path(os.path.abspath(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.{_NEW}-{os.getpid()}-", dir=target.parent))
@@ -257,7 +260,7 @@ def swap_in(built: str | os.PathLike, target: str | os.PathLike) -> None:
     """
     import shutil
 
-    built, target = Path(built), Path(target)
+    built, target = Path(built), Path(os.path.abspath(target))
     if not os.path.lexists(target):
         os.rename(built, target)  # refuses a non-empty folder that appeared meanwhile
         return
@@ -383,7 +386,7 @@ class PublishedDir:
     no data is copied)."""
 
     def __init__(self, target: str | os.PathLike, *, keep: tuple[str | os.PathLike, ...] = ()) -> None:
-        self.target = Path(target)
+        self.target = Path(os.path.abspath(target))
         self.in_place = not _swappable(self.target)
         self.tmp: Path | None = None
         # top-level entries holding a path that must survive (an input read from inside the target)

@@ -74,6 +74,17 @@ def test_out_refused_when_equal_inside_or_holding_an_input(tmp_path):
     assert P.output_problems(gt, {"remote": "https://127.0.0.1/gt.zarr", "none": None}) == []
 
 
+def test_out_refused_when_it_is_or_holds_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert "current folder" in P.output_problems(".", {})[0]
+    assert "current folder" in P.output_problems("..", {})[0]
+    assert P.output_problems("out", {}) == []
+    with P.PublishedDir("out/") as work:  # relative, with a trailing slash: still beside "out", not inside
+        (work / "metrics.json").write_text("1")
+    assert sorted(os.listdir(".")) == ["out"] and (tmp_path / "work" / "out" / "metrics.json").is_file()
+
+
 def test_out_refused_when_a_foreign_folder_or_a_file(tmp_path):
     mine = tmp_path / "home"
     mine.mkdir()
