@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -118,8 +119,12 @@ def test_a_stalled_server_fails_within_the_timeout(stores, monkeypatch):
 # -- S3 -------------------------------------------------------------------------------------------------------
 
 def _s3rver() -> str | None:
-    found = os.environ.get("XBENCH_S3RVER") or shutil.which("s3rver")
-    return found if found and os.path.exists(found) else None
+    """$XBENCH_S3RVER, s3rver on PATH, or the copy `make s3rver` installs under .cache/."""
+    local = Path(__file__).resolve().parents[2] / ".cache" / "s3rver" / "node_modules" / ".bin" / "s3rver"
+    for found in (os.environ.get("XBENCH_S3RVER"), shutil.which("s3rver"), str(local)):
+        if found and os.path.exists(found):
+            return found
+    return None
 
 
 def _free_port() -> int:
@@ -153,8 +158,8 @@ def s3_server(tmp_path, bucket):
             proc.kill()
 
 
-@pytest.mark.skipif(_s3rver() is None, reason="no S3-compatible server installed (npm install s3rver; "
-                                                 "set XBENCH_S3RVER to its path)")
+@pytest.mark.skipif(_s3rver() is None, reason="no S3-compatible server installed (make s3rver, or "
+                                                 "set XBENCH_S3RVER to an s3rver)")
 def test_scoring_from_an_s3_compatible_server(stores, tmp_path, capsys, monkeypatch):
     s3fs = pytest.importorskip("s3fs", reason="the remote extra (s3fs) is not installed")
     with s3_server(tmp_path, "xbench") as endpoint:
