@@ -135,11 +135,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     with PublishedDir(out_dir) as work:
         summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
-        if len(submissions) > 1:
-            _report_or_nothing(work, [work / d for d in subdirs], gt_path, dict(zip(stems, submissions)), bootstrap,
-                               seed, show)
+        reported = len(submissions) > 1 and _report_or_nothing(
+            work, [work / d for d in subdirs], gt_path, dict(zip(stems, submissions)), bootstrap, seed, show)
         write_marker(work, "xbench-score", {"submissions": folders.mapping})
-    if len(submissions) > 1 and show:
+    if reported and show:
         click.echo(f"report -> {out_dir}/")
     if as_json:
         click.echo(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
@@ -183,13 +182,13 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
             "notes": messages}
 
 
-def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, seed, show) -> None:
+def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, seed, show) -> bool:
     """The report over several results, built into ``work``; on failure its files are removed again, since
-    the scores stand on their own and a half report must not be published beside them."""
+    the scores stand on their own and a half report must not be published beside them. Whether it was built."""
     try:
         from .report import build_report  # the report is optional; scoring stands on its own
     except ImportError:
-        return
+        return False
     keep = set(p.name for p in work.iterdir())
     try:
         build_report(work, targets, gt=gt_path, submissions=submissions, n_boot=bootstrap, seed=seed,
@@ -202,6 +201,8 @@ def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, see
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         message = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
         click.echo(f"xbench-score: scores written, but the report failed: {message}", err=True)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,3 +133,19 @@ def test_an_injected_model_name_goes_through_the_whole_scorer(stores, tmp_path, 
     rows = list(csv.reader(io.StringIO((out / "table1_grounding.csv").read_text())))
     assert len(rows) == 2 and rows[1][0] == "'" + meta["model"]  # one data row, quoted by the csv writer
     assert np.isfinite(float(rows[1][1])) or rows[1][1] == ""
+
+
+def test_a_failed_report_leaves_the_scores_and_no_half_report(stores, tmp_path, capsys, monkeypatch):
+    import xbench.score.report as report
+
+    def half_then_fail(out, *args, **kwargs):
+        (out / "leaderboard.md").write_text("half")
+        raise RuntimeError("figure failed")
+
+    monkeypatch.setattr(report, "build_report", half_then_fail)
+    shutil.copytree(stores / "a.zarr", tmp_path / "b.zarr")
+    out = tmp_path / "res"
+    code, _, err = run([stores / "a.zarr", tmp_path / "b.zarr", "--gt", stores / "gt.zarr", "--out", out,
+                        "--bootstrap", "0", "--quiet"], capsys)
+    assert code == 0 and "the report failed: figure failed" in err
+    assert sorted(os.listdir(out)) == ["a", "b", "xbench-output.json"]
