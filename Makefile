@@ -8,7 +8,7 @@ DEMO_OUT ?= demo-out
 # CPU); pyproject.toml only bounds it, so a GPU machine may bring its own build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 
-.PHONY: install demo test test-scorer-only bench clean
+.PHONY: install demo test test-scorer-only bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -20,8 +20,16 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 demo: install
 	$(BIN)/xbench demo --out $(DEMO_OUT)
 
-test: install
+test: install s3rver
 	$(BIN)/python -m pytest -q
+
+# An S3-compatible server (s3rver, from npm) for the s3:// tests, outside the package; where npm is missing
+# or unreachable the S3 test skips and everything else still runs.
+S3RVER := .cache/s3rver/node_modules/.bin/s3rver
+s3rver:
+	@[ -x $(S3RVER) ] || ! command -v npm >/dev/null || \
+		npm install --silent --no-audit --no-fund --prefix .cache/s3rver s3rver@3.7.1 >/dev/null 2>&1 || \
+		echo "note: s3rver did not install; the S3 test will skip"
 
 # The scorer side alone, installed as a wheel (not editable) in its own venv, without torch.
 test-scorer-only:
@@ -35,4 +43,4 @@ bench: install
 	$(BIN)/python benchmarks/score_fullscale.py
 
 clean:
-	rm -rf $(VENV) .venv-scorer $(DEMO_OUT) *.egg-info
+	rm -rf $(VENV) .venv-scorer $(DEMO_OUT) *.egg-info .cache/s3rver

@@ -124,6 +124,10 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     """Run (or resume) an extraction; returns a summary dict. Raises ExtractError for bad inputs."""
     info = distributed.world_info()
     t0 = time.perf_counter()
+    out_real, images_real = Path(os.path.realpath(opts.out)), Path(os.path.realpath(opts.images))
+    if out_real == images_real or images_real in out_real.parents or out_real in images_real.parents:
+        raise ExtractError(f"--out {opts.out}: is, lies inside or holds the images store {opts.images}; "
+                           "it is only read, choose another --out")
     store = read_images(opts.images)
     names = list(opts.datasets) if opts.datasets else sorted(store.datasets)
     unknown = [n for n in names if n not in store.datasets]

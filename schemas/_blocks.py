@@ -6,6 +6,10 @@ ledger entry last, so a writer killed at any moment leaves at worst a block that
 again. Blocks are whole chunks of every row-chunked array, so processes writing different blocks
 never touch the same stored object (zarr's LocalStore writes each object atomically).
 ``finish`` removes the ledger: a group that still has one is incomplete.
+
+Creation itself (root attributes, arrays, ledger) happens in a hidden folder beside the store and is
+moved into place by one rename (:func:`create_beside`), so a writer killed while creating leaves no
+store at all, and the same command simply starts again.
 """
 from __future__ import annotations
 
@@ -72,6 +76,30 @@ def is_incomplete(group: zarr.Group) -> bool:
 def drop_ledger(group: zarr.Group) -> None:
     if LEDGER in group:
         del group[LEDGER]
+
+
+def create_beside(target, build) -> None:
+    """Run ``build(folder)`` on a new hidden folder beside ``target``, then move it to ``target`` in one rename
+    (replacing what is there). What a killed creation left beside ``target`` is removed first."""
+    from .paths import swap_in, work_dir
+
+    folder = work_dir(target)
+    try:
+        build(folder)
+        swap_in(folder, target)
+    finally:
+        if folder.exists():
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def interrupted_creation(group: zarr.Group) -> bool:
+    """True for what an earlier XBench killed while creating a store left: no root attribute ``xbench``, and
+    nothing inside but unfinished dataset groups (each still with its ledger). Such a store holds no data."""
+    if "xbench" in group.attrs:
+        return False
+    return all(isinstance(m, zarr.Group) and LEDGER in m for _, m in group.members())
 
 
 def writable(group: zarr.Group, name: str) -> zarr.Array:

@@ -24,6 +24,7 @@ and valid, so a failed conversion never leaves a half-written submission.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import InvalidStoreError, Problem
+from .paths import clean_leftovers, is_remote
 from .submission import DatasetSpec, SubmissionWriter, validate_submission
 
 ProgressFn = Callable[[int], None]
@@ -42,6 +44,7 @@ def convert_hdf5(src: str | Path, out: str | Path, *, cases_per_block: int = 64,
     import h5py
 
     src = Path(src)
+    _refuse_out_in_inputs(out, src, gt)
     try:
         f = h5py.File(src, "r")
     except OSError as exc:
@@ -86,6 +89,7 @@ def convert_hdf5(src: str | Path, out: str | Path, *, cases_per_block: int = 64,
 def convert_npz_dir(src: str | Path, out: str | Path, *, cases_per_block: int = 64, map_dtype: str = "float16", progress: ProgressFn | None = None, gt=None) -> Path:
     """Convert a folder of per-case .npz files (layout in the module docstring)."""
     src = Path(src)
+    _refuse_out_in_inputs(out, src, gt)
     meta_path = src / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -139,11 +143,23 @@ def convert_npz_dir(src: str | Path, out: str | Path, *, cases_per_block: int = 
     return _write(out, meta.get("model", src.name), meta.get("method", "unknown"), meta.get("provenance", {}), specs, blocks, cases_per_block, map_dtype, progress, gt)
 
 
+def _refuse_out_in_inputs(out, src: Path, gt) -> None:
+    """The new store may not go into what is converted nor into the ground truth (inputs are only read)."""
+    inputs = {"the source": src, "the ground truth": getattr(gt, "path", gt)}
+    real = Path(os.path.realpath(out))
+    problems = [Problem(str(out), f"lies inside {what} ({path}); choose another --out")
+                for what, path in inputs.items()
+                if path is not None and not is_remote(path) and Path(os.path.realpath(path)) in (real, *real.parents)]
+    if problems:
+        raise InvalidStoreError(problems)
+
+
 def _write(out, model, method, provenance, specs, blocks, cases_per_block, map_dtype, progress, gt) -> Path:
     out = Path(out)
     if out.exists():
         raise InvalidStoreError(Problem(str(out), "already exists; remove it or choose another --out"))
     out.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(out)  # what killed conversions left (the .partial- folders)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent)) / out.name
     try:
         writer = SubmissionWriter.create(

@@ -27,6 +27,7 @@ import numpy as np
 import zarr
 
 from .errors import InvalidStoreError, Problem
+from .paths import store_path
 from .store import (
     MAX_CASES,
     atomic_replace_dir,
@@ -179,7 +180,7 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
             orig_size=np.asarray(g["orig_size"][...]),
             attrs=dict(g.attrs),
         )
-    return GroundTruth(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+    return GroundTruth(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
 def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -> list[Problem]:

@@ -24,6 +24,7 @@ import zarr
 
 from . import _blocks
 from .errors import InvalidStoreError, Problem
+from .paths import store_path, work_dir
 from .store import (
     MAX_CASES,
     MAX_IMAGE_SIDE,
@@ -95,13 +96,27 @@ class ImagesWriter:
                 self._group = existing
                 return
             shutil.rmtree(self.path / dataset)
-        g = root.create_group(dataset, attributes={"classes": list(classes), **dict(attrs or {}), _blocks.SPEC_ATTR: spec})
-        ids = g.create_array("case_id", shape=(self.n,), dtype=str, chunks=(self.n,), dimension_names=("case",))
-        ids[:] = case_ids
-        _blocks.create_row_array(g, "image", shape=(self.n, image_size, image_size), cases_per_block=cases_per_block, dtype="uint8", fill_value=0, dims=("case", "y", "x"))
-        _blocks.create_row_array(g, "orig_size", shape=(self.n, 2), cases_per_block=cases_per_block, dtype="int32", fill_value=0, dims=("case", "hw"))
-        _blocks.create_ledger(g, self.n, cases_per_block)
-        self._group = g
+
+        def build(folder):
+            g = zarr.open_group(zarr.storage.LocalStore(folder), mode="w", zarr_format=3,
+                                attributes={"classes": list(classes), **dict(attrs or {}), _blocks.SPEC_ATTR: spec})
+            ids = g.create_array("case_id", shape=(self.n,), dtype=str, chunks=(self.n,), dimension_names=("case",))
+            ids[:] = case_ids
+            _blocks.create_row_array(g, "image", shape=(self.n, image_size, image_size), cases_per_block=cases_per_block, dtype="uint8", fill_value=0, dims=("case", "y", "x"))
+            _blocks.create_row_array(g, "orig_size", shape=(self.n, 2), cases_per_block=cases_per_block, dtype="int32", fill_value=0, dims=("case", "hw"))
+            _blocks.create_ledger(g, self.n, cases_per_block)
+
+        # Built beside the store (a hidden folder inside it would read as a stray group) and renamed in whole:
+        # a kill leaves either no group or one with its ledger, which the same command resumes.
+        staging = self.path.parent / f"{self.path.name}.{dataset}"
+        built = work_dir(staging)
+        try:
+            build(built)
+            os.rename(built, self.path / dataset)
+        finally:
+            if built.exists():
+                shutil.rmtree(built, ignore_errors=True)
+        self._group = open_store_group(self.path, mode="r+")[dataset]
 
     @property
     def n_blocks(self) -> int:
@@ -152,7 +167,7 @@ def read_images(path: str | os.PathLike) -> ImagesStore:
             orig_size=np.asarray(g["orig_size"][...]),
             attrs=dict(g.attrs),
         )
-    return ImagesStore(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+    return ImagesStore(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
 def validate_images(path: str | os.PathLike) -> list[Problem]:

@@ -27,6 +27,7 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, ZipStore
 
 from .errors import InvalidStoreError, Problem, StoreNotFoundError
+from .paths import is_remote
 
 SCHEMA_VERSION = 1
 DATASET_KEYS = (
@@ -61,6 +62,8 @@ def open_store_group(path: str | os.PathLike, mode: str = "r") -> zarr.Group:
     Consolidated metadata is ignored on purpose: a store being written by several processes, or
     re-prepared, may carry stale consolidated metadata, and listing a local store is cheap.
     """
+    if is_remote(path):
+        return _open_remote(str(path), mode)
     path = Path(path)
     if is_zip(path):
         if mode != "r":
@@ -83,18 +86,75 @@ def open_store_group(path: str | os.PathLike, mode: str = "r") -> zarr.Group:
         raise InvalidStoreError(Problem(str(path), f"cannot open as a Zarr v3 group ({type(exc).__name__}: {exc})")) from None
 
 
+#: seconds one request to a remote store may take (connect and read); a stalled server fails, never hangs
+REMOTE_TIMEOUT = float(os.environ.get("XBENCH_REMOTE_TIMEOUT", "60"))
+
+
+def _storage_options(url: str) -> dict:
+    """fsspec options: bounded requests; for s3:// the endpoint from ``$AWS_ENDPOINT_URL`` (an S3-compatible
+    server) and anonymous access when no credentials are set."""
+    if url.startswith(("http://", "https://")):
+        import aiohttp
+
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=REMOTE_TIMEOUT,
+                                                                   sock_read=REMOTE_TIMEOUT)}}
+    if url.startswith("s3://"):
+        opts: dict = {"anon": not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")),
+                      "config_kwargs": {"connect_timeout": REMOTE_TIMEOUT, "read_timeout": REMOTE_TIMEOUT,
+                                        "retries": {"max_attempts": 2}}}
+        if os.environ.get("AWS_ENDPOINT_URL"):
+            opts["endpoint_url"] = os.environ["AWS_ENDPOINT_URL"]
+        return opts
+    return {}
+
+
+def _open_remote(url: str, mode: str) -> zarr.Group:
+    """A store at an ``https://`` or ``s3://`` URL, read-only, through zarr's fsspec store. Needs the ``remote``
+    extra (fsspec with aiohttp for HTTP, s3fs for S3). Zip files are not read remotely."""
+    if mode != "r":
+        raise InvalidStoreError(Problem(url, "remote stores are read-only; write to a local .zarr folder"))
+    if is_zip(url):
+        raise InvalidStoreError(Problem(url, "a remote .zip store cannot be read; serve the .zarr folder instead"))
+    try:
+        from zarr.storage import FsspecStore
+
+        store = FsspecStore.from_url(url.rstrip("/"), read_only=True, storage_options=_storage_options(url))
+    except ImportError as exc:
+        raise InvalidStoreError(Problem(url, f"reading remote stores needs the 'remote' extra: pip install "
+                                             f"'xbench[remote]' (missing: {exc.name})")) from None
+    except Exception as exc:  # noqa: BLE001 - an unusable URL is the user's problem, in one line
+        raise InvalidStoreError(Problem(url, f"cannot open ({type(exc).__name__}: {exc})")) from None
+    try:
+        # Listed, as local stores are (consolidated metadata can be stale, or differ from the arrays' own); only
+        # a server that cannot list (plain HTTP without directory pages) falls back to the consolidated view.
+        group = zarr.open_group(store, mode="r", use_consolidated=False, zarr_format=3)
+        if next(iter(group.members()), None) is None:
+            consolidated = zarr.open_group(store, mode="r", use_consolidated=None, zarr_format=3)
+            if consolidated.metadata.consolidated_metadata is not None:
+                return consolidated
+        return group
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
+        raise StoreNotFoundError(f"{url}: not a Zarr v3 group ({exc})") from None
+    except Exception as exc:  # noqa: BLE001
+        raise InvalidStoreError(Problem(url, f"cannot open as a Zarr v3 group ({type(exc).__name__}: {exc})")) from None
+
+
 def ensure_root(path: Path, kind: str) -> zarr.Group:
     """Open a writable store of ``kind``, creating it (with its root attributes) when missing."""
+    from ._blocks import create_beside, interrupted_creation
+
     path = Path(path)
     if path.exists():
         root = open_store_group(path, mode="r+")
-        problems = check_root(root, kind, str(path))
-        if problems:
-            raise InvalidStoreError(problems)
-        return root
-    root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
-    root.attrs.update(root_attrs(kind))
-    return root
+        if not interrupted_creation(root):
+            problems = check_root(root, kind, str(path))
+            if problems:
+                raise InvalidStoreError(problems)
+            return root
+    # created beside and renamed into place: a kill never leaves a store without its root attributes
+    create_beside(path, lambda folder: zarr.open_group(zarr.storage.LocalStore(folder), mode="w", zarr_format=3,
+                                                       attributes=root_attrs(kind)))
+    return open_store_group(path, mode="r+")
 
 
 def root_attrs(kind: str, **extra: Any) -> dict:

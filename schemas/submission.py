@@ -24,6 +24,7 @@ import zarr
 
 from . import _blocks
 from .errors import InvalidStoreError, Problem
+from .paths import store_path
 from .store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -163,21 +164,25 @@ class SubmissionWriter:
                 },
             }
         )
-        if path.exists():
-            if not overwrite:
-                existing = open_store_group(path, mode="r+")
-                meta = existing.attrs.get("xbench", {})
-                if meta.get("kind") == "submission" and meta.get(_blocks.SPEC_ATTR) == spec_hash:
-                    return cls(path, existing)
+        if path.exists() and not overwrite:
+            existing = open_store_group(path, mode="r+")
+            meta = existing.attrs.get("xbench", {})
+            if meta.get("kind") == "submission" and meta.get(_blocks.SPEC_ATTR) == spec_hash:
+                return cls(path, existing)
+            if not _blocks.interrupted_creation(existing):  # an older version's killed creation is started again
                 if not meta.get(_blocks.SPEC_ATTR):
                     raise InvalidStoreError(Problem(str(path), "exists but is not a store this writer started (or its creation was "
                                                     "interrupted); remove it, choose another path or pass overwrite"))
                 raise InvalidStoreError(
                     Problem(str(path), "exists and was written with a different specification; choose another path or pass overwrite")
                 )
-            import shutil
+        _blocks.create_beside(path, lambda folder: cls._create_skeleton(folder, model, method, provenance, datasets,
+                                                                       cases_per_block, map_dtype, spec_hash))
+        return cls(path, open_store_group(path, mode="r+"))
 
-            shutil.rmtree(path)
+    @staticmethod
+    def _create_skeleton(path, model, method, provenance, datasets, cases_per_block, map_dtype, spec_hash) -> None:
+        """The empty store: root attributes, per dataset the case ids, fill-valued arrays and the ledger."""
         root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
         meta = root_attrs("submission", model=model, method=method, **dict(provenance or {}))
         meta["xbench"][_blocks.SPEC_ATTR] = spec_hash
@@ -200,9 +205,7 @@ class SubmissionWriter:
                 g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
             )
             _blocks.create_ledger(g, n, cases_per_block)
-        # Root attributes last: a store whose creation was interrupted has no spec and is refused.
         root.attrs.update(meta)
-        return cls(path, root)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "SubmissionWriter":
@@ -290,7 +293,7 @@ def read_submission(path: str | os.PathLike) -> Submission:
             saliency=g["saliency"],
             attrs=dict(g.attrs),
         )
-    return Submission(path=Path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
+    return Submission(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
 def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[str] | None = None) -> list[Problem]:

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["choose_cache_dir", "configure_numba_cache", "import_numba_without_blas_probe"]
+__all__ = ["choose_cache_dir", "configure_numba_cache", "disable_numba_caching", "import_numba_without_blas_probe"]
 
 
 def _user_cache_dir() -> Path:
@@ -43,19 +43,54 @@ def choose_cache_dir(package_dir: str | os.PathLike, *, writable: bool | None = 
 
 
 def configure_numba_cache(package_dir: str | os.PathLike) -> Path | None:
-    """Point Numba at :func:`choose_cache_dir` (env var and live config); return the directory used."""
+    """Point Numba at :func:`choose_cache_dir` (env var and live config); return the directory used.
+
+    When that directory cannot be written (a read-only home, a bad ``$NUMBA_CACHE_DIR``), a per-user folder
+    under the system's temp directory is used; when nothing at all is writable, caching is turned off for
+    this process, so kernels compile in memory on each run instead of failing with "cannot cache function".
+    """
     chosen = choose_cache_dir(package_dir)
     if chosen is None:
         return None
-    try:
-        chosen.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None  # nowhere writable: Numba then compiles in memory each run, which is still correct
-    os.environ["NUMBA_CACHE_DIR"] = str(chosen)
-    import numba.core.config as numba_config  # already imported by numba itself; reading env is too late
+    for candidate in (chosen, _temp_cache_dir()):
+        if _usable(candidate):
+            os.environ["NUMBA_CACHE_DIR"] = str(candidate)
+            import numba.core.config as numba_config  # already imported by numba itself; reading env is too late
 
-    numba_config.CACHE_DIR = str(chosen)
-    return chosen
+            numba_config.CACHE_DIR = str(candidate)
+            return candidate
+    disable_numba_caching()
+    return None
+
+
+def _temp_cache_dir() -> Path:
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"xbench-numba-{uid}"
+
+
+def _usable(folder: Path) -> bool:
+    """Whether ``folder`` can be created and written (tried, as Numba does: access() misleads for root)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def disable_numba_caching() -> None:
+    """Make ``cache=True`` a no-op in this process: Numba then keeps its compiled code in memory only.
+
+    Numba decides at decoration time, in ``Dispatcher.enable_caching``; without it the dispatcher keeps the
+    null cache it starts with.
+    """
+    from numba.core import dispatcher
+
+    dispatcher.Dispatcher.enable_caching = lambda self: None
 
 
 _BLAS_PROBE = "scipy.linalg.cython_blas"

@@ -25,8 +25,8 @@ class _Invalid(Exception):
         self.problems = list(problems)
 
 
-def _stem(path: Path) -> str:
-    name = path.name.rstrip("/")
+def _stem(path: Path | str) -> str:
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]  # also for a URL, which stays a string
     for suffix in (".zarr.zip", ".zarr", ".zip"):
         if name.endswith(suffix):
             return name[: -len(suffix)] or name
@@ -34,6 +34,7 @@ def _stem(path: Path) -> str:
 
 
 def _unique_stems(paths: list[Path]) -> list[str]:
+    """Display names: the stems, with -2, -3 ... for repeats."""
     seen: dict[str, int] = {}
     out = []
     for p in paths:
@@ -43,15 +44,27 @@ def _unique_stems(paths: list[Path]) -> list[str]:
     return out
 
 
+#: what the report writes at the top of --out, which no submission's folder may be named
+_REPORT_ENTRIES = ("index.html", "report.json", "leaderboard.md", "leaderboard.csv", "grounding_fixed.csv",
+                   "recognition.csv", "comparisons.csv", "per_class.md", "per_class", "figures")
+
+
+def _input_paths(submissions, gt_path, thresholds_from) -> dict:
+    """What ``--out`` must neither be, lie inside, nor hold."""
+    found = {"the ground truth": gt_path, "the --thresholds-from file": thresholds_from}
+    found.update({f"submission {s}": s for s in submissions})
+    return found
+
+
 def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
     names = [v.strip() for item in values for v in item.split(",") if v.strip()]
     return names or None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path),
-              help="Ground-truth store (gt.zarr or gt.zarr.zip); only read.")
+@click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=str),
+              help="Ground-truth store (gt.zarr, gt.zarr.zip, or an https:// or s3:// URL of a .zarr); only read.")
 @click.option("--out", "out_dir", default=Path("report"), show_default=True, type=click.Path(path_type=Path),
               help="Output folder. With several submissions each goes into OUT/<submission name>/.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
@@ -86,10 +99,15 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
+    from xbench.schemas.paths import MARKER, NameTable, PublishedDir, output_problems, store_path, write_marker
 
-    from .outputs import write_outputs
-    from .scoring import score_submission, thresholds_from_metrics
+    from .scoring import thresholds_from_metrics
 
+    submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
+    gt_path = store_path(gt_path)
+    out_problems = output_problems(out_dir, _input_paths(submissions, gt_path, thresholds_from))
+    if out_problems:
+        raise _Invalid(out_problems)
     names = _split_datasets(datasets)
     # Validate everything before writing anything, so an invalid input leaves no partial output.
     # The region masks are checked while scoring decodes them (once); any problem there also stops the run
@@ -110,65 +128,91 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
-    targets = [out_dir] if len(submissions) == 1 else [out_dir / s for s in stems]
-    summaries = []
-    for sub, stem, target in zip(submissions, stems, targets):
-        t0 = time.perf_counter()
-        bar = None
-        if show:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=0, unit="pair", desc=stem, file=sys.stderr, leave=False)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                result = score_submission(
-                    sub, gt, bootstrap=bootstrap, seed=seed, thresholds=thresholds, datasets=names,
-                    validate=False, progress=bar.update if bar else None,
-                    on_total=(lambda n: (setattr(bar, "total", n), bar.refresh())) if bar else None)
-            finally:
-                if bar:
-                    bar.close()
-        label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
-        files = write_outputs(result, target, formats=("xbench", *formats), label=label)
-        elapsed = time.perf_counter() - t0
-        messages = sorted({str(w.message) for w in caught if "Undefined" in type(w.message).__name__})
-        if show:
-            for m in messages:
-                click.echo(f"note: {m}", err=True)
-            ov = result.metrics["overall"]
-            pretty = ", ".join(f"{k} {100 * v:.2f}" for k, v in ov.items() if v is not None)
-            click.echo(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)")
-            click.echo(f"  overall (%): {pretty}")
-        summaries.append({"submission": str(sub), "out": str(target), "seconds": round(elapsed, 3),
-                          "overall": result.metrics["overall"],
-                          "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
-                          "notes": messages})
-    if len(submissions) > 1:
-        try:
-            from .report import build_report  # the report is optional; scoring stands on its own
-        except ImportError:
-            build_report = None
-        if build_report is not None:
-            try:
-                build_report(out_dir, targets, gt=gt_path, submissions=dict(zip(stems, submissions)),
-                             n_boot=bootstrap, seed=seed, progress=show)
-                if show:
-                    click.echo(f"report -> {out_dir}/")
-            except Exception as exc:  # noqa: BLE001 - the scores are written; a report failure must not hide them
-                click.echo(f"xbench-score: scores written, but the report failed: {str(exc).splitlines()[0]}", err=True)
+    # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
+    folders = NameTable(reserved=(*_REPORT_ENTRIES, MARKER))
+    subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
+    score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names}
+    with PublishedDir(out_dir) as work:
+        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
+                     for sub, stem, d in zip(submissions, stems, subdirs)]
+        reported = len(submissions) > 1 and _report_or_nothing(
+            work, [work / d for d in subdirs], gt_path, dict(zip(stems, submissions)), bootstrap, seed, show)
+        write_marker(work, "xbench-score", {"submissions": folders.mapping})
+    if reported and show:
+        click.echo(f"report -> {out_dir}/")
     if as_json:
         click.echo(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     return 0
 
 
+def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool) -> dict:
+    """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
+    from .outputs import write_into
+    from .scoring import score_submission
+
+    t0 = time.perf_counter()
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=0, unit="pair", desc=stem, file=sys.stderr, leave=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = score_submission(
+                sub, gt, **score_kw, validate=False, progress=bar.update if bar else None,
+                on_total=(lambda n: (setattr(bar, "total", n), bar.refresh())) if bar else None)
+        finally:
+            if bar:
+                bar.close()
+    label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
+    files = write_into(result, folder, formats=("xbench", *formats), label=label)
+    elapsed = time.perf_counter() - t0
+    messages = sorted({str(w.message) for w in caught if "Undefined" in type(w.message).__name__})
+    if show:
+        for m in messages:
+            click.echo(f"note: {m}", err=True)
+        ov = result.metrics["overall"]
+        pretty = ", ".join(f"{k} {100 * v:.2f}" for k, v in ov.items() if v is not None)
+        click.echo(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)")
+        click.echo(f"  overall (%): {pretty}")
+    return {"submission": str(sub), "out": str(target), "seconds": round(elapsed, 3),
+            "overall": result.metrics["overall"],
+            "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
+            "notes": messages}
+
+
+def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, seed, show) -> bool:
+    """The report over several results, built into ``work``; on failure its files are removed again, since
+    the scores stand on their own and a half report must not be published beside them. Whether it was built."""
+    try:
+        from .report import build_report  # the report is optional; scoring stands on its own
+    except ImportError:
+        return False
+    keep = set(p.name for p in work.iterdir())
+    try:
+        build_report(work, targets, gt=gt_path, submissions=submissions, n_boot=bootstrap, seed=seed,
+                     progress=show)
+    except Exception as exc:  # noqa: BLE001 - a report failure must not hide the scores
+        import shutil
+
+        for p in work.iterdir():
+            if p.name not in keep:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        message = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        click.echo(f"xbench-score: scores written, but the report failed: {message}", err=True)
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: maps every failure to its exit status without a traceback."""
     from xbench.schemas import InvalidStoreError
+    from xbench.schemas.paths import UnsafeOutputError
 
     try:
         score_command.main(args=argv, prog_name="xbench-score", standalone_mode=False)
-    except (_Invalid, InvalidStoreError) as exc:
+    except (_Invalid, InvalidStoreError, UnsafeOutputError) as exc:
         for p in exc.problems:
             click.echo(str(p), err=True)
         click.echo(f"xbench-score: invalid input ({len(exc.problems)} problem(s) above); nothing was written.",

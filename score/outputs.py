@@ -1,7 +1,11 @@
 """Write a :class:`~xbench.score.scoring.ScoreResult` to a folder, atomically.
 
-Files (all built in a temporary folder beside ``out_dir``, then each moved into place with
-:func:`os.replace`, so a reader never sees a half-written file and a failed run leaves the old ones)::
+The whole folder is built under a hidden name beside ``out_dir`` and swapped in at the end in one step
+(:class:`xbench.schemas.paths.PublishedDir`), so a reader sees the previous run's files or this run's, never a
+mix, and a failed or killed run leaves the previous folder as it was (its work folder is removed by the next
+run). Files::
+
+    xbench-output.json    marks the folder as XBench's (an existing folder without it is not replaced)
 
     metrics.json          the contract's layout (plus "ci95", "tau_*"; "aggregates" with grand-challenge)
     pairs.parquet         one row per labelled (case, class) pair (see scoring.pairs_table), streamed
@@ -20,16 +24,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+
+from xbench.schemas.paths import PublishedDir, check_output, write_marker
 
 from .counts import save_pair_counts
 from .scoring import write_pairs_parquet
 from .tables import write_tables
 
-__all__ = ["FORMATS", "flat_scores", "write_outputs"]
+__all__ = ["FORMATS", "flat_scores", "write_into", "write_outputs"]
 
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
@@ -56,34 +60,50 @@ def flat_scores(metrics: dict) -> dict[str, float]:
 
 def write_outputs(result, out_dir: str | os.PathLike, *, formats: Iterable[str] = ("xbench",),
                   label: str | None = None) -> list[Path]:
-    """Write ``result`` into ``out_dir`` (created if needed); returns the final paths.
+    """Write ``result`` into ``out_dir`` (replacing the folder as a whole); returns the final paths.
 
-    ``label`` names the row of the tables (default: the submission's model name).
+    ``label`` names the row of the tables (default: the submission's model name). Raises
+    :class:`~xbench.schemas.paths.UnsafeOutputError` when ``out_dir`` is, holds or lies inside the
+    submission or ground truth the result records, or is a folder XBench did not write.
+    """
+    out = Path(out_dir)
+    check_output(out, _recorded_inputs(result.metrics))
+    with PublishedDir(out) as tmp:
+        names = [p.name for p in write_into(result, tmp, formats=formats, label=label)]
+        write_marker(tmp, "xbench-score")
+    return [out / n for n in names]
+
+
+def _recorded_inputs(metrics: dict) -> dict:
+    inputs = metrics.get("xbench", {}).get("inputs", {}) or {}
+    return {"the submission": inputs.get("submission"), "the ground truth": inputs.get("gt"),
+            "the images store": inputs.get("images")}
+
+
+def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("xbench",),
+               label: str | None = None) -> list[Path]:
+    """Write the files of ``result`` into the existing (new, empty) ``folder``; returns their paths.
+
+    Not atomic by itself: callers build in a work folder and publish it (see :func:`write_outputs`).
     """
     formats = tuple(formats)
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"unknown output format(s) {bad}; choose from {', '.join(FORMATS)}.")
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     metrics = _jsonable(result.metrics)
     if "grand-challenge" in formats:
         metrics["aggregates"] = flat_scores(metrics)
     if label is None:
         label = str(metrics.get("xbench", {}).get("submission", {}).get("model") or "submission")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
-        write_pairs_parquet(tmp / "pairs.parquet", result.counts, result.per_pair)
-        save_pair_counts(tmp / "pair_counts.npz", result.counts)
-        write_tables({label: metrics}, tmp)
-        if "codabench" in formats:
-            (tmp / "scores.json").write_text(json.dumps(flat_scores(metrics), indent=2, allow_nan=False) + "\n")
-        out.mkdir(parents=True, exist_ok=True)
-        final = []
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, out / f.name)
-            final.append(out / f.name)
-        return final
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    paths = [folder / "metrics.json"]
+    paths[0].write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
+    write_pairs_parquet(folder / "pairs.parquet", result.counts, result.per_pair)
+    save_pair_counts(folder / "pair_counts.npz", result.counts)
+    paths += [folder / "pairs.parquet", folder / "pair_counts.npz"]
+    paths += write_tables({label: metrics}, folder)
+    if "codabench" in formats:
+        paths.append(folder / "scores.json")
+        paths[-1].write_text(json.dumps(flat_scores(metrics), indent=2, allow_nan=False) + "\n")
+    return paths

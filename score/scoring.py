@@ -541,6 +541,13 @@ def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCou
             writer.close()
 
 
+def _shown(path) -> str:
+    """An input as recorded in metrics.json: a local path made absolute, a URL as given."""
+    from xbench.schemas.paths import is_remote
+
+    return str(path) if is_remote(path) else str(Path(path).resolve())
+
+
 def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, dict[str, tuple[float, float]]]:
     """{dataset: {class: (tau_dice, tau_iou)}} from an earlier ``metrics.json`` (a path or its dict)."""
     if isinstance(source, Mapping):
@@ -657,5 +664,5 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                             "level": 0.95, "resampling": "cases within each dataset"},
               "thresholds": "transferred" if thresholds is not None else "searched per class (0.00..1.00, step 0.01)",
               "datasets": names,
-              "inputs": {"submission": str(Path(submission_path).resolve()), "gt": str(Path(gt_path).resolve())}}
+              "inputs": {"submission": _shown(submission_path), "gt": _shown(gt_path)}}
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings)

@@ -20,8 +20,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["DATASET_TITLES", "dataset_order", "grounding_table", "pointing_table", "recognition_table", "to_markdown",
-           "write_table", "write_tables"]
+__all__ = ["DATASET_TITLES", "csv_cell", "dataset_order", "grounding_table", "md_cell", "pointing_table",
+           "recognition_table", "to_markdown", "write_table", "write_tables"]
+
+# -- escaping at the writers: labels (model, class, dataset names) come from submissions, i.e. from anyone --------
+
+_MD_SPECIAL = {c: "\\" + c for c in "\\|*_`[]$~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "}
+#: OWASP's CSV-injection rule: a cell starting with one of these is a formula to a spreadsheet (\0 per ASVS 1.2.10).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\0")
+
+
+def md_cell(text) -> str:
+    """``text`` as literal Markdown table-cell content: no column break (``|``), no new row (line breaks become
+    spaces), no HTML (``<script>`` shows as text), no emphasis, links, code or math."""
+    return "".join(_MD_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def csv_cell(text):
+    """A text cell that a spreadsheet shows as text: a leading ``'`` when it starts like a formula (OWASP).
+    Numbers pass unchanged (a negative value is data, not a formula); quoting is left to the csv writer."""
+    if not isinstance(text, str):
+        return text
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 #: Column titles and order of the paper's Table 1 (phantom last; unknown keys after it, sorted).
 DATASET_TITLES = {
@@ -109,11 +129,11 @@ def to_markdown(df: pd.DataFrame, *, digits: int = 2) -> str:
     else:
         headers = [str(c) for c in df.columns]
     index_names = [n or "" for n in (df.index.names if df.index.nlevels > 1 else [df.index.name])]
-    lines = ["| " + " | ".join(index_names + headers) + " |",
+    lines = ["| " + " | ".join(md_cell(h) for h in index_names + headers) + " |",
              "|" + "|".join(["---"] * len(index_names) + ["---:"] * len(headers)) + "|"]
     for idx, row in df.iterrows():
         keys = list(idx) if isinstance(idx, tuple) else [idx]
-        lines.append("| " + " | ".join([str(k) for k in keys] + [cell(v) for v in row]) + " |")
+        lines.append("| " + " | ".join([md_cell(k) for k in keys] + [cell(v) for v in row]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -124,6 +144,9 @@ def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, *, digi
     flat = df.copy()
     if isinstance(flat.columns, pd.MultiIndex):
         flat.columns = [" ".join(str(x) for x in c) for c in flat.columns]
+    flat.columns = [csv_cell(str(c)) for c in flat.columns]
+    flat.index = flat.index.map(lambda k: tuple(csv_cell(str(x)) for x in k) if isinstance(k, tuple) else csv_cell(str(k)))
+    flat.index.names = [csv_cell(n) if n else n for n in df.index.names]
     flat.round(digits).to_csv(csv_path)
     md_path.write_text(to_markdown(df, digits=digits))
     return [csv_path, md_path]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from xbench.schemas.paths import NameTable
+
 from ._load import ReportInputError, Result, load_result, load_results
 from .paired import missing_intervals, paired_bootstrap
 
@@ -78,6 +80,8 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
     import csv
     import io
 
+    from xbench.score.tables import csv_cell
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["a", "b", "scope", "class", "metric", "value_a", "value_b", "diff", "ci_lo", "ci_hi",
@@ -87,19 +91,21 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
         return "" if x is None else repr(float(x))
 
     for r in rows:
-        w.writerow([a_name, b_name, r.scope, r.cls or "", r.metric, n(r.a), n(r.b), n(r.diff), n(r.ci_lo),
+        w.writerow([csv_cell(a_name), csv_cell(b_name), csv_cell(r.scope), csv_cell(r.cls or ""), r.metric, n(r.a), n(r.b), n(r.diff), n(r.ci_lo),
                     n(r.ci_hi), n(r.p_value), r.n_valid, int(r.significant)])
     return buf.getvalue()
 
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
-    from xbench.score.tables import DATASET_TITLES
+    from xbench.score.tables import DATASET_TITLES, md_cell
 
     from .tables import METRIC_TITLES
 
-    lines = [f"### {title or f'{a_name} vs {b_name}'}", "",
-             f"Paired bootstrap of {a_name} − {b_name} (percentage points); * = 95% interval excludes 0.", "",
+    title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
+    lines = [f"### {title}", "",
+             f"Paired bootstrap of {md_cell(a_name)} − {md_cell(b_name)} (percentage points); "
+             "* = 95% interval excludes 0.", "",
              "| Scope | Class | Metric | A | B | A − B | 95% CI | p |", "|---|---|---|---:|---:|---:|---|---:|"]
 
     def pct(x):
@@ -110,7 +116,7 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
         d = "–" if r.diff is None else f"{100 * r.diff:+.2f}" + ("*" if r.significant else "")
         scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
         p = "–" if r.p_value is None else f"{r.p_value:.3f}"
-        lines.append(f"| {scope} | {r.cls or ''} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a)} | "
+        lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a)} | "
                      f"{pct(r.b)} | {d} | {ci} | {p} |")
     return "\n".join(lines) + "\n"
 
@@ -177,13 +183,17 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
 
     files: dict[str, list[str]] = {"tables": [], "figures": [], "overlays": []}
+    names = {"per_class": NameTable(), "overlays": NameTable()}  # data-derived file names -> the map in report.json
     csv_names = {"grounding": "leaderboard.csv", "grounding_fixed": "grounding_fixed.csv",
                  "recognition": "recognition.csv"}
     for t in main_tables:
         files["tables"].append(str(_write_text(out / csv_names[t.key], t.to_csv()).relative_to(out)))
-    for t in per_class:
-        files["tables"].append(str(_write_text(out / "per_class" / f"{t.key}.csv", t.to_csv()).relative_to(out)))
-    md = [f"# {title}", "", "Models: " + ", ".join(r.name for r in results), ""]
+    for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised
+        name = names["per_class"].name(t.key)
+        files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
+    from xbench.score.tables import md_cell
+
+    md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
     gap_md = []
     gap_rows_all = []
@@ -199,7 +209,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         files["tables"].append(str(_write_text(out / "comparisons.csv", body).relative_to(out)))
     files["tables"].append(str(_write_text(out / "leaderboard.md", "\n".join(md)).relative_to(out)))
     files["tables"].append(str(_write_text(out / "per_class.md", "\n".join(
-        [f"# {title}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
+        [f"# {md_cell(title)}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
     steps.update(1)
 
     info: dict = {}
@@ -220,7 +230,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         img_path, gt_path, subs = _resolve_inputs(results, images, gt, submissions)
         from .overlays import overlay_figures
 
-        overlay_info = overlay_figures(results, fig_dir, images_path=img_path, gt_path=gt_path, submissions=subs)
+        overlay_info = overlay_figures(results, fig_dir, images_path=img_path, gt_path=gt_path, submissions=subs,
+                                       names=names["overlays"])
         skipped += overlay_info["skipped"]
         files["overlays"] = [str(Path(p).relative_to(out)) for p in overlay_info["files"]]
     steps.update(1)
@@ -229,7 +240,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files)
     index = _write_text(out / "index.html", page)
     manifest = {
-        "models": [{"name": r.name, "path": str(r.path)} for r in results],
+        "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],
+        "names": {kind: table.mapping for kind, table in names.items()},
         "files": files,
         "fit": info["auroc_vs_pointing"]["fit"],
         "delta_dice": info["dice_fixed_vs_best"]["delta_dice"],
@@ -243,6 +255,15 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
     steps.close()
     return index
+
+
+def _shown_path(path: Path, out: Path) -> str:
+    """A result folder's path, relative to the report when inside it (the report may be built elsewhere and
+    moved into place, so an absolute path into the build folder would go stale)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(out).resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _previous_files(out: Path) -> set[str]:

@@ -6,6 +6,7 @@ Exit codes: 0 written; 2 unusable input (one problem per line on stderr, no trac
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def _fail(problems, code: int = 2):
 @click.command("report")
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory to write the report into (created; files in it are replaced).")
+              help="Folder to write the report into: built beside it and swapped in whole; files you put there "
+                   "are kept. Must not hold or lie inside an input.")
 @click.option("--images", type=click.Path(path_type=Path), default=None,
               help="images.zarr for the overlay figures (default: the path recorded by xbench-score).")
 @click.option("--gt", type=click.Path(path_type=Path), default=None,
@@ -63,13 +65,26 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
       xbench report scores/clip scores/dog scores/random --out report/
       xbench report scores/* --out report/ --images images.zarr --gt gt.zarr
     """
+    from xbench.schemas.paths import PublishedDir, output_problems, write_marker
+
     from . import build_report
 
+    subs = _parse_submissions(submissions)
+    inputs = {f"the result folder {p}": p for p in result_dirs}
+    inputs.update({"the images store": images, "the ground truth": gt})
+    inputs.update({f"the submission {k}": v for k, v in subs.items()})
+    # the report may go beside the score folders it reads (xbench-score's own layout): they are carried over
+    held = tuple(f"the result folder {p}" for p in result_dirs)
+    problems = output_problems(out_dir, inputs, may_hold=held)
+    if problems:
+        _fail(problems)
     try:
-        subs = _parse_submissions(submissions)
-        index = build_report(out_dir, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
-                             seed=seed, size_bins=size_bins, overlays=not no_overlays,
-                             progress=not quiet and not as_json, title=title)
+        with PublishedDir(out_dir, keep=tuple(result_dirs)) as work:  # built beside, swapped in whole: never half a report
+            build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
+                         seed=seed, size_bins=size_bins, overlays=not no_overlays,
+                         progress=not quiet and not as_json, title=title)
+            write_marker(work, "xbench report")
+        index = Path(out_dir) / "index.html"
     except ReportInputError as err:
         _fail(err.problems)
     except click.BadParameter:
@@ -116,6 +131,10 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
     except Exception as err:  # noqa: BLE001
         _fail([f"{type(err).__name__}: {err}"], code=1)
     if out_csv is not None:
+        real = Path(os.path.realpath(out_csv))
+        inside = [d for d in (a_dir, b_dir) if Path(os.path.realpath(d)) in real.parents]
+        if inside:  # the compared results are inputs: never written into
+            _fail([f"--out {out_csv}: lies inside the result folder {inside[0]}; choose a file elsewhere"])
         out_csv.parent.mkdir(parents=True, exist_ok=True)
         tmp = out_csv.with_name(f".{out_csv.name}.tmp")
         tmp.write_text(comparison_csv(rows, a.name, b.name))

@@ -34,6 +34,7 @@ __all__ = [
     "region_size",
     "size_bins",
     "linear_fit",
+    "plain",
 ]
 
 SIZE_EDGES = (0.01, 0.05)
@@ -61,6 +62,12 @@ def _pct(x):
     return None if x is None else 100.0 * x
 
 
+def plain(text) -> str:
+    """``text`` drawn as written: Matplotlib reads ``$…$`` as mathtext (a model named ``$\\frac$`` crashed the
+    report), and an escaped dollar sign is its documented literal. Every data-derived label goes through here."""
+    return str(text).replace("$", r"\$")
+
+
 def linear_fit(x, y) -> dict | None:
     """Least-squares line y = a x + b and R² = 1 - SS_res / SS_tot; None when < 3 points or x constant."""
     x = np.asarray(x, float)
@@ -84,7 +91,7 @@ def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
     fit = linear_fit([p[1] for p in pts], [p[2] for p in pts]) if pts else None
     for k, (name, x, y) in enumerate(pts):
         ax.scatter([x], [y], s=40, color=f"C{k % 10}", zorder=3)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.annotate(plain(name), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.margins(x=0.12, y=0.08)  # room for the labels of the extreme points
     if fit:
         xs = np.linspace(min(p[1] for p in pts), max(p[1] for p in pts), 50)
@@ -120,7 +127,7 @@ def dice_fixed_vs_best(results: list[Result], stem: Path) -> dict:
         if d is not None:
             ax.annotate(f"Δ{d:.1f}", (i + 0.2, b), textcoords="offset points", xytext=(0, 3),
                         ha="center", fontsize=8)
-    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(x, [plain(n) for n in names], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("Dice (%), mean over datasets")
     ax.set_title("Fixed vs best threshold")
     ax.legend(fontsize=8, frameon=False)
@@ -147,10 +154,10 @@ def pointing_heatmap(results: list[Result], stem: Path) -> dict:
     ax = fig.add_subplot()
     im = ax.imshow(np.ma.masked_invalid(M), aspect="auto", cmap="viridis", vmin=0, vmax=100)
     ax.set_facecolor("0.85")  # undefined cells (no positive pair) show grey
-    ax.set_yticks(range(len(results)), [r.name for r in results], fontsize=8)
+    ax.set_yticks(range(len(results)), [plain(r.name) for r in results], fontsize=8)
     multi = len({d for d, _ in cols}) > 1
     labels = [f"{DATASET_TITLES.get(d, d)}: {c}" if multi else c for d, c in cols]
-    ax.set_xticks(range(len(cols)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(range(len(cols)), [plain(t) for t in labels], rotation=60, ha="right", fontsize=7)
     if M.size <= 400:
         for i in range(M.shape[0]):
             for j in range(M.shape[1]):
@@ -218,7 +225,7 @@ def region_size(results: list[Result], stem: Path, *, bins: str = "fixed") -> di
                 ys.append(100 * float(np.mean(sel)) if len(sel) else np.nan)
             vals[metric] = ys
             ax.bar(np.arange(3) + (k - (len(usable) - 1) / 2) * width, np.nan_to_num(ys), width,
-                   label=r.name, color=f"C{k % 10}")
+                   label=plain(r.name), color=f"C{k % 10}")
         counts = np.bincount(idx, minlength=3)[:3]
         table[r.name] = {"pointing_game": vals["hit"], "dice_best": vals["dice_best"], "n_pairs": counts.tolist()}
     lo, hi = edges

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from xbench.schemas.paths import NameTable
 from xbench.score.tables import DATASET_TITLES
 
 from ._load import Result
-from .figures import save_figure
+from .figures import plain, save_figure
 
 __all__ = ["pick_cases", "overlay_figure", "overlay_figures"]
 
@@ -85,23 +86,29 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
                 ax.set_ylim(S, 0)
             hit = row.get("hit")
             mark = "hit" if hit == 1 else "miss"
-            ax.set_title(f"{which}: {cid}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
+            ax.set_title(f"{which}: {plain(cid)}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
             ax.set_xticks([])
             ax.set_yticks([])
             if col == 0:
-                ax.set_ylabel(cls, fontsize=9)
+                ax.set_ylabel(plain(cls), fontsize=9)
             shown.append({"class": cls, "which": which, "case_id": cid, "dice_best": float(row["dice_best"])})
     cut = len(gt_ds.classes) > MAX_CLASSES
-    fig.suptitle(f"{result.name} on {DATASET_TITLES.get(dataset, dataset)}"
+    fig.suptitle(f"{plain(result.name)} on {plain(DATASET_TITLES.get(dataset, dataset))}"
                  + (f" (first {MAX_CLASSES} classes)" if cut else ""), fontsize=9)
     # raster panels only: an SVG would embed the same pixels again (it doubled the report's size), so PNG alone
     files = save_figure(fig, stem, dpi=90, formats=("png",))
     return {"files": files, "cases": shown}
 
 
-def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_path, submissions: dict) -> dict:
+def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_path, submissions: dict,
+                    names: NameTable | None = None) -> dict:
     """Overlay figures for every result with a known submission path. Returns
-    {"files": [...], "skipped": [reasons]}; nothing raises for a missing input, it is skipped."""
+    {"files": [...], "skipped": [reasons]}; nothing raises for a missing input, it is skipped.
+
+    ``names`` hands out the file names (model name and dataset key come from data: sanitised, unique, and
+    mapped in the caller's manifest); a fresh table when omitted.
+    """
+    names = NameTable() if names is None else names
     from xbench.schemas import read_ground_truth, read_images, read_submission
 
     files: list[Path] = []
@@ -120,13 +127,10 @@ def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_pat
             if d not in images.datasets or d not in gt.datasets or d not in sub.datasets:
                 skipped.append(f"{r.name}: {d} is missing from images, ground truth or submission")
                 continue
-            stem = Path(out_dir) / f"overlay_{_slug(r.name)}_{d}"
+            stem = Path(out_dir) / names.name(f"overlay_{r.name}_{d}")
             info = overlay_figure(r, d, stem, images=images, gt=gt, submission=sub)
             files += info["files"]
             if "skipped" in info:
                 skipped.append(f"{r.name}: {info['skipped']}")
     return {"files": files, "skipped": skipped}
 
-
-def _slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-") or "model"

@@ -17,7 +17,7 @@ import io
 from dataclasses import dataclass, field
 
 from xbench.score import tables as score_tables
-from xbench.score.tables import DATASET_TITLES
+from xbench.score.tables import DATASET_TITLES, csv_cell, md_cell
 
 from ._load import Result
 
@@ -72,10 +72,10 @@ class Table:
             head = ["Model"] + [f"{g} {METRIC_TITLES.get(m, m)}" for g, _, m in self.columns]
         else:
             head = ["Model"] + [g for g, _, _ in self.columns]
-        lines = [f"### {self.title}", ""]
+        lines = [f"### {_md_escape(self.title)}", ""]
         if self.caption:
-            lines += [self.caption, ""]
-        lines.append("| " + " | ".join(head) + " |")
+            lines += [_md_escape(self.caption), ""]
+        lines.append("| " + " | ".join(_md_escape(h) for h in head) + " |")
         lines.append("|" + "---|" + "---:|" * len(self.columns))
         for model, cells in self.rows.items():
             out = [_md_escape(model)]
@@ -91,9 +91,9 @@ class Table:
         for _, gkey, m in self.columns:
             base = f"{gkey}/{m}"
             head += [base, f"{base}/ci_lo", f"{base}/ci_hi"]
-        w.writerow(head)
+        w.writerow([csv_cell(h) for h in head])
         for model, cells in self.rows.items():
-            row = [model]
+            row = [csv_cell(model)]
             for cell in cells:
                 row += [_num(cell.value), _num(cell.ci[0] if cell.ci else None), _num(cell.ci[1] if cell.ci else None)]
             w.writerow(row)
@@ -138,7 +138,7 @@ def _pct(x: float) -> str:
 
 
 def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|")
+    return md_cell(s)
 
 
 def _fmt(cell: Cell, with_ci: bool, *, na: str, marks: tuple[str, str], ci: str) -> str:

@@ -135,3 +135,15 @@ def test_list_models():
     names = json.loads(r.output)
     assert {"clip", "biomedclip", "open_clip", "transformers", "random", "center", "dog", "medklip", "kad",
             "mavl", "carzero", "devide"} <= set(names)
+
+
+def test_out_inside_or_equal_to_the_images_store_is_refused(phantom_images, tmp_path):
+    from xbench.extract.runner import ExtractError
+    from xbench.schemas.store import store_sha256
+
+    images = phantom_images / "images.zarr"
+    before = store_sha256(images)
+    for out in (images / "sub.zarr", images, images.parent):
+        with pytest.raises(ExtractError, match="images store"):
+            _run(images, out, "random")
+    assert store_sha256(images) == before

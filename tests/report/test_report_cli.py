@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from click.testing import CliRunner
 
@@ -64,4 +65,30 @@ def test_rerun_removes_what_the_earlier_report_wrote_and_this_one_did_not(result
     assert not (out / "comparisons.csv").exists()  # one model: no gaps any more
     listed = {f for group in after.values() for f in group}
     written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert written - listed == {"index.html", "report.json", "notes.txt"}
+    assert written - listed == {"index.html", "report.json", "notes.txt", "xbench-output.json"}
+
+
+def test_report_beside_the_score_folders_it_reads_keeps_them(result_dirs, tmp_path):
+    import shutil
+
+    results = tmp_path / "results"
+    dirs = [shutil.copytree(d, results / d.name) for d in result_dirs[:2]]
+    before = {p.name: p.read_bytes() for p in dirs[0].iterdir()}
+    for _ in range(2):  # the second run replaces the first run's report, never the score folders
+        res = CliRunner().invoke(report, [*map(str, dirs), "--out", str(results), "--n-boot", "0", "--quiet",
+                                          "--no-overlays"])
+        assert res.exit_code == 0, res.output
+        assert (results / "index.html").is_file()
+        assert {p.name: p.read_bytes() for p in dirs[0].iterdir()} == before
+    assert sorted(os.listdir(tmp_path)) == ["results"]
+    res = CliRunner().invoke(report, [*map(str, dirs), "--out", str(dirs[0]), "--n-boot", "0"])
+    assert res.exit_code == 2 and "is the result folder" in res.output
+    assert {p.name: p.read_bytes() for p in dirs[0].iterdir()} == before
+
+
+def test_compare_never_writes_into_a_result_folder(result_dirs):
+    before = (result_dirs[0] / "metrics.json").read_bytes()
+    res = CliRunner().invoke(compare, [str(result_dirs[0]), str(result_dirs[1]), "--n-boot", "0", "--out",
+                                       str(result_dirs[0] / "metrics.json")])
+    assert res.exit_code == 2 and "inside the result folder" in res.output
+    assert (result_dirs[0] / "metrics.json").read_bytes() == before

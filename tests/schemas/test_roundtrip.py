@@ -151,10 +151,30 @@ def test_images_writer_restarts_when_attributes_change_and_finish_records_late_a
 
 
 def test_writer_refuses_a_folder_it_did_not_start(tmp_path):
-    (tmp_path / "s.zarr").mkdir()
     import zarr
 
-    zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)  # creation interrupted before attrs
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    g.create_array("theirs", shape=(2,), dtype="int8")  # someone else's data, no xbench attributes
     with pytest.raises(InvalidStoreError, match="not a store this writer started"):
         SubmissionWriter.create(tmp_path / "s.zarr", model="m", method="similarity",
                                 datasets={"phantom": DatasetSpec(case_ids(), CLASSES, (7, 7))})
+
+
+def test_a_store_an_older_version_left_half_created_is_started_again(tmp_path):
+    import zarr
+
+    # what the earlier writer left when killed before its last step (root attributes): groups with ledgers
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    root.create_group("phantom").create_array("_blocks_done", shape=(2,), dtype="bool")
+    w = SubmissionWriter.create(tmp_path / "s.zarr", model="m", method="similarity",
+                                datasets={"phantom": DatasetSpec(case_ids(), CLASSES, (7, 7))})
+    assert w.blocks_todo("phantom") == list(range(w.n_blocks("phantom")))
+    zarr.open_group(str(tmp_path / "e.zarr"), mode="w", zarr_format=3)  # killed right after the root group
+    iw = ImagesWriter(tmp_path / "e.zarr", "phantom", case_ids=case_ids(4), classes=CLASSES, image_size=8,
+                      cases_per_block=2)
+    for b in iw.blocks_todo():
+        iw.write_block(b, np.full((2, 8, 8), b, np.uint8), np.ones((2, 2)))
+    iw.finish()
+    assert len(read_images(tmp_path / "e.zarr").datasets["phantom"].case_id) == 4
+
+

@@ -1,5 +1,6 @@
 """xbench-validate and xbench-convert as a user runs them: exit codes, one problem a line, no traceback."""
 import json
+import os
 import subprocess
 import sys
 
@@ -110,3 +111,16 @@ def test_convert_npz_reports_bad_files(tmp_path):
     assert res.returncode == 2
     assert "b.npz: expected scores (3,)" in res.stderr and "c.npz: lacks array(s) 'scores', 'saliency'" in res.stderr
     assert not (tmp_path / "sub.zarr").exists()
+
+
+def test_convert_never_writes_into_its_source_or_the_ground_truth(tmp_path, gt_path):
+    from xbench.schemas import InvalidStoreError
+    from xbench.schemas.convert import convert_npz_dir
+
+    src = tmp_path / "npz"
+    src.mkdir()
+    before = sorted(p.name for p in gt_path.rglob("*"))
+    for out, what in ((src / "sub.zarr", "the source"), (gt_path / "sub.zarr", "the ground truth")):
+        with pytest.raises(InvalidStoreError, match=f"lies inside {what}"):
+            convert_npz_dir(src, out, gt=gt_path)
+    assert os.listdir(src) == [] and sorted(p.name for p in gt_path.rglob("*")) == before

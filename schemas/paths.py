@@ -1,0 +1,420 @@
+"""Safe file names from data, and where an output folder may (not) go.
+
+Names that come from data (dataset keys, class names, case ids, model names, submission stems) end up
+as file or folder names in reports. Taken raw, ``../x`` escapes the output folder, ``a/b`` makes a
+folder, a 300-character name fails with ENAMETOOLONG half-way through a report, and ``A`` and ``a``
+are the same file on macOS and Windows. :func:`safe_name` maps any string to a name that is
+
+- made of ``[A-Za-z0-9._-]`` only, never starting with ``.`` or ``-`` (no hidden files, no options),
+  never a Windows device name (``CON``, ``nul.txt`` ...),
+- at most ``max_len`` characters (ASCII, so also bytes),
+- unchanged when it already was all of that, and otherwise the cleaned text plus ``~`` and 10 hex
+  digits of the original's SHA-256: two different originals that clean alike still get different names.
+
+:class:`NameTable` hands out names within one folder, unique even on a case-insensitive file system,
+and keeps the mapping (``{original: file name}``) that the outputs record.
+
+:func:`output_problems` checks an output folder against the inputs of a run before anything is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "UnsafeOutputError", "carry_over", "check_output",
+           "clean_leftovers", "is_remote", "output_problems", "replace_contents", "safe_name", "store_path", "swap_in",
+           "work_dir", "write_marker", "written_before"]
+
+MAX_NAME = 80  # well under every file system's 255-byte limit, with room for a suffix such as ".png"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_WINDOWS_DEVICES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+_HASH_LEN = 10
+
+
+def _digest(original: str) -> str:
+    return hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
+
+
+def _is_clean(name: str, max_len: int) -> bool:
+    return (0 < len(name) <= max_len and not _UNSAFE.search(name) and name[0] not in ".-"
+            and name.split(".")[0].lower() not in _WINDOWS_DEVICES)
+
+
+def safe_name(original: str, *, max_len: int = MAX_NAME) -> str:
+    """A file-name-safe, length-bounded stand-in for ``original`` (see the module docstring)."""
+    original = str(original)
+    if max_len < _HASH_LEN + 2:
+        raise ValueError(f"max_len must be at least {_HASH_LEN + 2}, got {max_len}")
+    if _is_clean(original, max_len):
+        return original
+    cleaned = _UNSAFE.sub("-", original).lstrip(".-")
+    cleaned = cleaned[: max_len - _HASH_LEN - 1].rstrip(".-")  # a trailing dot is dropped by Windows
+    return f"{cleaned}~{_digest(original)}" if cleaned else f"x~{_digest(original)}"
+
+
+class NameTable:
+    """Unique safe names for one folder; ``mapping`` is {original: name} in the order asked.
+
+    >>> t = NameTable()
+    >>> t.name("clip"), t.name("CLIP"), t.name("clip")
+    ('clip', 'CLIP~2', 'clip')
+    """
+
+    def __init__(self, *, max_len: int = MAX_NAME, reserved: tuple[str, ...] = ()) -> None:
+        self.max_len = max_len
+        self.mapping: dict[str, str] = {}
+        self._taken = {r.casefold() for r in reserved}
+
+    def name(self, original: str) -> str:
+        original = str(original)
+        if original in self.mapping:
+            return self.mapping[original]
+        base = safe_name(original, max_len=self.max_len)
+        name, k = base, 1
+        while name.casefold() in self._taken:  # only when two originals differ by letter case alone
+            k += 1
+            name = f"{base[: self.max_len - len(str(k)) - 1]}~{k}"
+        self._taken.add(name.casefold())
+        self.mapping[original] = name
+        return name
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """True for a URL (``https://…``, ``s3://…``): nothing on this machine to protect or to check."""
+    return "://" in str(path)
+
+
+def store_path(text: str | os.PathLike) -> str | Path:
+    """A store argument as given: a URL stays a string (``Path`` would fold ``https://`` into ``https:/``)."""
+    return str(text) if is_remote(text) else Path(text)
+
+
+def _real(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(str(path))))
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+class UnsafeOutputError(ValueError):
+    """An output folder that may not be written; ``problems`` holds one line per reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+
+def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Raise :class:`UnsafeOutputError` when :func:`output_problems` finds any."""
+    problems = output_problems(out, inputs)
+    if problems:
+        raise UnsafeOutputError(problems)
+
+
+def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None], *,
+                    may_hold: tuple[str, ...] = ()) -> list[str]:
+    """Why ``out`` may not be written, one line per problem (empty when it may).
+
+    ``inputs``: {what (e.g. "the ground truth"): path}. The output folder is replaced as a whole, so it may
+    be neither equal to an input, nor inside one (it would write into it), nor hold one (it would
+    remove it), except the inputs named in ``may_hold``, which the caller carries into the new folder
+    (:class:`PublishedDir` ``keep``; the report beside the score folders it reads). Symbolic links are
+    followed. Also refused: a folder whose nearest existing parent is not writable (said now, instead of
+    an ``[Errno 13]`` after the scoring).
+    """
+    problems = []
+    target = _real(out)
+    held = set()  # top-level entries of ``out`` that hold an input it may hold: they are no stranger's files
+    for what, path in inputs.items():
+        if path is None or is_remote(path):
+            continue
+        src = _real(path)
+        if target == src:
+            problems.append(f"--out {out}: is {what} ({path}); choose a new folder")
+        elif src in target.parents:
+            problems.append(f"--out {out}: is inside {what} ({path}); nothing may be written into an input")
+        elif target in src.parents and what in may_hold:
+            held.add(src.relative_to(target).parts[0])
+        elif target in src.parents:
+            problems.append(f"--out {out}: holds {what} ({path}), and the output folder is replaced as a whole; "
+                            "choose a folder that holds no input")
+    cwd = _real(os.getcwd())
+    if target == cwd or target in cwd.parents:  # swapping it would pull the folder away from under the shell
+        problems.append(f"--out {out}: is or holds the current folder; choose a new folder below it")
+    elif target.exists() and not target.is_dir():
+        problems.append(f"--out {out}: exists and is not a folder")
+    elif target.is_dir() and not _is_ours(target, held):
+        problems.append(f"--out {out}: is a folder with files XBench did not write, and the output folder is "
+                        "replaced as a whole; choose a new or empty folder")
+    elif not _swappable(target) and not (target.is_dir() and os.access(target, os.W_OK | os.X_OK)):
+        parent = _nearest_existing(target.parent)
+        problems.append(f"--out {out}: cannot write into {parent} (permission denied); choose a writable folder")
+    return problems
+
+
+# -- all-or-nothing folders ------------------------------------------------------------------------------
+#
+# A folder is built under a hidden name beside its target (same file system, so the final move is one
+# rename) and then swapped in: with Linux's renameat2(RENAME_EXCHANGE) the old and new folders trade places
+# in one step, so a reader sees the old folder or the new one, never a mix. Elsewhere the old folder is
+# renamed aside first; a run killed between the two renames leaves only the aside copy, and the next run
+# puts it back (``clean_leftovers``). The hidden names carry the writer's process id, so the next run
+# removes only what a dead process left and never the folder a live one is building.
+
+_NEW, _OLD = "xbench-new", "xbench-old"
+MARKER = "xbench-output.json"  # in every output folder XBench publishes: what wrote it, and the names map
+_LEGACY = (".tmp-", ".partial-")  # what earlier versions left beside an output after a kill
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists but belongs to someone else, or cannot tell: leave its files alone
+    return True
+
+
+def _leftover(entry: str, name: str) -> tuple[str, int] | None:
+    """("new" | "old" | "legacy", pid or 0) when ``entry`` is a hidden work folder of target ``name``."""
+    for kind, tag in (("new", _NEW), ("old", _OLD)):
+        prefix = f".{name}.{tag}-"
+        if entry.startswith(prefix):
+            pid = entry[len(prefix):].split("-", 1)[0]
+            return (kind, int(pid)) if pid.isdigit() else None
+    if any(entry.startswith(f".{name}{tag}") for tag in _LEGACY):
+        return "legacy", 0
+    return None
+
+
+def clean_leftovers(target: str | os.PathLike) -> list[Path]:
+    """Remove what killed runs left beside ``target``; put back a previous folder a kill left set aside.
+
+    Returns the paths removed or restored. Only hidden folders named after ``target`` and written by a
+    process that is no longer running are touched.
+    """
+    import shutil
+
+    target = Path(os.path.abspath(target))  # "." and "out/" name their folder too
+    parent = target.parent
+    if not parent.is_dir():
+        return []
+    touched = []
+    for entry in sorted(os.listdir(parent)):
+        found = _leftover(entry, target.name)
+        if found is None or (found[1] and _pid_alive(found[1])):
+            continue
+        path = parent / entry
+        if found[0] == "old" and not os.path.lexists(target):
+            os.rename(path, target)  # killed between the two renames of a swap: the previous output comes back
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        touched.append(path)
+    return touched
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    import ctypes
+    import errno
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def work_dir(target: str | os.PathLike) -> Path:
+    """A new hidden folder beside ``target`` to build it in (after cleaning what killed runs left there)."""
+    import tempfile
+
+    target = Path(os.path.abspath(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(target)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{_NEW}-{os.getpid()}-", dir=target.parent))
+
+
+def swap_in(built: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Put the finished folder ``built`` (from :func:`work_dir`) at ``target``, replacing what was there.
+
+    ``built`` no longer exists afterwards. When ``target`` appears between the check and the move (another
+    process published first), the move fails with FileExistsError or OSError rather than mixing the two.
+    """
+    import shutil
+
+    built, target = Path(built), Path(os.path.abspath(target))
+    if not os.path.lexists(target):
+        os.rename(built, target)  # refuses a non-empty folder that appeared meanwhile
+        return
+    if _exchange(built, target):
+        shutil.rmtree(built)  # now holds the previous folder
+        return
+    aside = Path(f"{built.parent}/.{target.name}.{_OLD}-{os.getpid()}-{built.name.rsplit('-', 1)[-1]}")
+    os.rename(target, aside)
+    os.rename(built, target)
+    shutil.rmtree(aside)
+
+
+def replace_contents(built: str | os.PathLike, target: str | os.PathLike, *, stale: set[str], last: str = MARKER) -> None:
+    """Move the entries of ``built`` into the existing folder ``target``, after removing its entries named in
+    ``stale`` (what the previous run wrote).
+
+    For a target that cannot be renamed (a mount point such as a container's /output): not one step, so
+    ``last`` (the marker) goes in last and an interrupted run leaves a folder without it.
+    """
+    import shutil
+
+    built, target = Path(built), Path(target)
+    new = set(os.listdir(built))
+    for entry in os.listdir(target):
+        if entry in stale or entry in new:
+            _remove(target / entry)
+    for name in sorted(new, key=lambda n: (n == last, n)):
+        shutil.move(str(built / name), str(target / name))
+    shutil.rmtree(built, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def carry_over(old: Path, new: Path, *, stale: set[str]) -> list[str]:
+    """Hard-link (or copy) into ``new`` the entries of ``old`` that are neither in ``stale`` (written by the
+    previous run) nor rebuilt in ``new``: files a user put beside the outputs survive the swap."""
+    import shutil
+
+    kept = []
+    for entry in sorted(os.listdir(old)):
+        if entry in stale or os.path.lexists(new / entry) or _leftover(entry, old.name) is not None:
+            continue
+        src, dst = old / entry, new / entry
+        if src.is_dir() and not src.is_symlink():
+            shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(src), str(dst))
+        kept.append(entry)
+    return kept
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    import shutil
+
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+_LEGACY_OUTPUTS = re.compile(r"(metrics\.json|pairs\.parquet|pair_counts\.npz|scores\.json|table.*\.(csv|md)|"
+                             r"index\.html|report\.json)")
+
+
+def written_before(folder: str | os.PathLike) -> set[str]:
+    """The top-level entries of ``folder`` that an earlier XBench run wrote (from its marker; for folders written
+    before the marker existed, the scorer's and the report's file names and report.json's list)."""
+    import json
+
+    folder = Path(folder)
+    try:
+        return set(json.loads((folder / MARKER).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = {e for e in os.listdir(folder) if _LEGACY_OUTPUTS.fullmatch(e)} if folder.is_dir() else set()
+    try:
+        listed = json.loads((folder / "report.json").read_text()).get("files", {})
+        found |= {Path(f).parts[0] for group in listed.values() for f in group if Path(f).parts}
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    return found
+
+
+def _is_ours(folder: Path, held: set[str] = frozenset()) -> bool:
+    """Empty (but for our own work folders and the ``held`` inputs), or written by XBench (the marker, or an
+    older run's main file)."""
+    entries = [e for e in os.listdir(folder) if _leftover(e, folder.name) is None
+               and not e.startswith(f".{folder.name}.") and e not in held]
+    return not entries or any(n in entries for n in (MARKER, "metrics.json", "report.json"))
+
+
+def _swappable(target: Path) -> bool:
+    """Whether ``target`` can be replaced by a rename: its parent is writable and it is no mount point."""
+    parent = _nearest_existing(target.parent)
+    return os.access(parent, os.W_OK | os.X_OK) and not (target.exists() and os.path.ismount(target))
+
+
+def write_marker(folder: str | os.PathLike, written_by: str, names: Mapping[str, Mapping[str, str]] | None = None) -> Path:
+    """The marker that says XBench wrote ``folder``, with the names map {kind: {original: file name}}."""
+    import json
+
+    path = Path(folder) / MARKER
+    files = sorted({*os.listdir(folder), MARKER})
+    path.write_text(json.dumps({"written_by": written_by, "files": files,
+                                "names": {k: dict(v) for k, v in (names or {}).items()}}, indent=1,
+                               ensure_ascii=True) + "\n")
+    return path
+
+
+class PublishedDir:
+    """``with PublishedDir(out) as tmp:`` build the output in ``tmp``; on a clean exit it replaces ``out``
+    in one step (a mount point: entry by entry, the marker last). On an exception nothing changes.
+
+    What the previous run wrote (:func:`written_before`) is replaced as a whole; anything else a user put in
+    ``out``, and the entries holding a path in ``keep``, are carried over into the new folder (hard links, so
+    no data is copied)."""
+
+    def __init__(self, target: str | os.PathLike, *, keep: tuple[str | os.PathLike, ...] = ()) -> None:
+        self.target = Path(os.path.abspath(target))
+        self.in_place = not _swappable(self.target)
+        self.tmp: Path | None = None
+        # top-level entries holding a path that must survive (an input read from inside the target)
+        root = _real(self.target)
+        self.keep = {(_real(p).relative_to(root)).parts[0] for p in keep if root in _real(p).parents}
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        if self.in_place:  # build inside the target itself, the one place known to be writable
+            clean_leftovers(self.target / self.target.name)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.{_NEW}-{os.getpid()}-", dir=self.target))
+        else:
+            self.tmp = work_dir(self.target)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        import shutil
+
+        try:
+            if exc_type is None:
+                stale = (written_before(self.target) - self.keep) if self.target.is_dir() else set()
+                if self.in_place:
+                    replace_contents(self.tmp, self.target, stale=stale)
+                else:
+                    if self.target.is_dir():
+                        carry_over(self.target, self.tmp, stale=stale)
+                    swap_in(self.tmp, self.target)
+        finally:
+            if self.tmp is not None and self.tmp.exists():
+                shutil.rmtree(self.tmp, ignore_errors=True)
