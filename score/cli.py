@@ -1,28 +1,23 @@
 """``xbench-score``: score submissions against a ground truth and write metrics.json, tables and counts.
 
-Exit status: 0 scored; 2 invalid submission or ground truth (every problem on stderr, one a line, nothing
-written); 1 anything else (a one-line message).
+Exit status (the contract's, through xbench.schemas._cli): 0 scored; 2 invalid input or usage (every
+problem on stderr, one a line, nothing written); 1 anything else (one line); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import click
 
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress, require_kind
+
 __all__ = ["main", "score_command"]
 
-EXIT_INVALID = 2
-EXIT_ERROR = 1
-
-
-class _Invalid(Exception):
-    def __init__(self, problems):
-        self.problems = list(problems)
+_NOTHING_WRITTEN = "invalid input (problems above); nothing was written"
 
 
 def _stem(path: Path) -> str:
@@ -48,11 +43,41 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
     return names or None
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _thresholds_path(path: Path) -> Path:
+    """--thresholds-from takes a metrics.json or the score folder holding one."""
+    if path.is_dir():
+        if (path / "metrics.json").is_file():
+            return path / "metrics.json"
+        raise UserError(f"--thresholds-from {path}: a folder without metrics.json; pass the metrics.json of an "
+                        "earlier xbench-score run (e.g. results_val/metrics.json)")
+    return path
+
+
+def _load_thresholds(path: Path):
+    from .scoring import thresholds_from_metrics
+
+    try:
+        return thresholds_from_metrics(_thresholds_path(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise UserError(f"--thresholds-from: {exc}") from None
+
+
+def _check_kinds(submissions, gt_path: Path) -> None:
+    """One line naming the mistake for a store of the wrong kind (images, swapped, zipped, unfinished)."""
+    from xbench.schemas._cli import store_kind_problem
+
+    problems = [store_kind_problem(gt_path, "ground-truth", "--gt", swap_with="a submission")]
+    problems += [store_kind_problem(s, "submission", "each SUBMISSION", swap_with="--gt") for s in submissions]
+    problems = [p for p in problems if p]
+    if problems:
+        raise UserError(problems, "nothing was written")
+
+
+@command(on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path),
               help="Ground-truth store (gt.zarr or gt.zarr.zip); only read.")
-@click.option("--out", "out_dir", default=Path("report"), show_default=True, type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", default=Path("results"), show_default=True, type=click.Path(path_type=Path),
               help="Output folder. With several submissions each goes into OUT/<submission name>/.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
               help="Bootstrap resamples for the 95% intervals (0 turns them off).")
@@ -65,10 +90,12 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--format", "formats", multiple=True, type=click.Choice(["xbench", "grand-challenge", "codabench"]),
               help="Extra output layouts: grand-challenge adds 'aggregates' to metrics.json; codabench writes "
                    "a flat scores.json. Repeatable.")
+@click.option("--images", "images_path", type=click.Path(path_type=Path), default=None,
+              help="images.zarr: with several submissions, the report gets map-over-image overlays.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
-def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, quiet,
-                  as_json):
+def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
+                  quiet, as_json):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -88,25 +115,28 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
 
     from .outputs import write_outputs
-    from .scoring import score_submission, thresholds_from_metrics
+    from .scoring import score_submission
 
+    thresholds = _load_thresholds(thresholds_from) if thresholds_from else None
+    _check_kinds(submissions, gt_path)
+    if images_path is not None:
+        require_kind(images_path, "images", "--images")
     names = _split_datasets(datasets)
     # Validate everything before writing anything, so an invalid input leaves no partial output.
     # The region masks are checked while scoring decodes them (once); any problem there also stops the run
     # before anything is written. Whenever something is wrong, the whole ground truth is validated, so the
     # problems listed are the same as with a full validation up front.
     if validate_ground_truth(gt_path, scan_masks=False):
-        raise _Invalid(validate_ground_truth(gt_path))
+        raise UserError(validate_ground_truth(gt_path), _NOTHING_WRITTEN)
     gt = read_ground_truth(gt_path)
     if names:
         unknown = [d for d in names if d not in gt.datasets]
         if unknown:
-            raise click.UsageError(f"--datasets: {', '.join(unknown)} not in the ground truth; it has "
-                                   f"{', '.join(sorted(gt.datasets))}")
+            raise UserError(f"--datasets: {', '.join(unknown)} not in the ground truth; it has "
+                            f"{', '.join(sorted(gt.datasets))}")
     problems = [p for s in submissions for p in validate_submission(s, gt, datasets=names)]
     if problems:
-        raise _Invalid(validate_ground_truth(gt_path) or problems)
-    thresholds = thresholds_from_metrics(thresholds_from) if thresholds_from else None
+        raise UserError(validate_ground_truth(gt_path) or problems, _NOTHING_WRITTEN)
 
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
@@ -114,21 +144,15 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     summaries = []
     for sub, stem, target in zip(submissions, stems, targets):
         t0 = time.perf_counter()
-        bar = None
-        if show:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=0, unit="pair", desc=stem, file=sys.stderr, leave=False)
+        bar = progress(desc=stem, unit="pair", enabled=show)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 result = score_submission(
                     sub, gt, bootstrap=bootstrap, seed=seed, thresholds=thresholds, datasets=names,
-                    validate=False, progress=bar.update if bar else None,
-                    on_total=(lambda n: (setattr(bar, "total", n), bar.refresh())) if bar else None)
+                    validate=False, progress=bar.update, on_total=bar.set_total)
             finally:
-                if bar:
-                    bar.close()
+                bar.close()
         label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
         files = write_outputs(result, target, formats=("xbench", *formats), label=label)
         elapsed = time.perf_counter() - t0
@@ -151,7 +175,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
             build_report = None
         if build_report is not None:
             try:
-                build_report(out_dir, targets, gt=gt_path, submissions=dict(zip(stems, submissions)),
+                build_report(out_dir, targets, gt=gt_path, images=images_path, submissions=dict(zip(stems, submissions)),
                              n_boot=bootstrap, seed=seed, progress=show)
                 if show:
                     click.echo(f"report -> {out_dir}/")
@@ -162,31 +186,9 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point: maps every failure to its exit status without a traceback."""
-    from xbench.schemas import InvalidStoreError
-
-    try:
-        score_command.main(args=argv, prog_name="xbench-score", standalone_mode=False)
-    except (_Invalid, InvalidStoreError) as exc:
-        for p in exc.problems:
-            click.echo(str(p), err=True)
-        click.echo(f"xbench-score: invalid input ({len(exc.problems)} problem(s) above); nothing was written.",
-                   err=True)
-        sys.exit(EXIT_INVALID)
-    except click.exceptions.Exit as exc:  # --help
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("xbench-score: aborted", err=True)
-        sys.exit(EXIT_ERROR)
-    except click.ClickException as exc:
-        click.echo(f"xbench-score: {exc.format_message()}", err=True)
-        sys.exit(EXIT_ERROR)
-    except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        click.echo(f"xbench-score: error: {message}", err=True)
-        sys.exit(EXIT_ERROR)
-    sys.exit(0)
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: exits with the contract's status, never a traceback (see xbench.schemas._cli)."""
+    score_command.main(argv, prog_name="xbench-score")
 
 
 if __name__ == "__main__":  # pragma: no cover
