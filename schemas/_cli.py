@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, NoReturn, Sequence
 
 import click
+from click.utils import _detect_program_name
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -201,7 +202,7 @@ class Command(click.Command):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:  # a caller (tests, the umbrella) handles errors itself
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        prog = prog_name or self.name or "xbench"
+        prog = prog_name or _detect_program_name() or self.name or "xbench"
         run_main(lambda a: super(Command, self).main(a, prog, complete_var, standalone_mode=False, **extra),
                  args, prog)
 
