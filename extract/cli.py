@@ -164,7 +164,7 @@ def main(model, images, out, method, datasets, batch_size, device, precision, wo
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
     require_kind(images, "images", "--images")
     if Path(out).exists():
-        require_kind(out, "submission", "--out")  # refuse to resume into (or overwrite) a store of another kind
+        require_kind(out, "submission", "--out", unfinished_ok=True)  # refuse to resume into (or overwrite) a store of another kind
     overrides = _parse_options(model_options)
     if method:
         overrides["method"] = method

@@ -323,11 +323,13 @@ def store_kind(path: str | os.PathLike) -> tuple[str | None, dict]:
     return (meta.get("kind"), meta) if isinstance(meta, dict) else (None, {})
 
 
-def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swap_with: str | None = None) -> str | None:
+def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swap_with: str | None = None,
+                       unfinished_ok: bool = False) -> str | None:
     """One line naming the real mistake when ``path`` is not a store of kind ``expected``; None when it is.
 
     ``role`` says where the path was given (``--images``, ``--gt``, ``the submission``); ``swap_with``
-    names the option the store probably belongs to when two stores look swapped.
+    names the option the store probably belongs to when two stores look swapped; ``unfinished_ok``
+    accepts a submission whose extraction has not finished (the one a resumed extraction writes into).
     Kinds: images, ground-truth, submission (the root attribute ``xbench.kind``).
     """
     path = Path(path)
@@ -340,7 +342,7 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
                     f"(cd {inner} && zip -r0 ../{path.name} .)")
     kind, meta = store_kind(path)
     if kind == expected:
-        if kind == "submission" and meta.get("complete") is False:
+        if kind == "submission" and meta.get("complete") is False and not unfinished_ok:
             return (f"{path}: this submission was not finished (its extraction was interrupted); "
                     "run the same xbench-extract command again to complete it")
         return None
@@ -355,8 +357,8 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
     return f"{path}: this is {what} (xbench.kind={kind!r}); {fix}"
 
 
-def require_kind(path, expected: str, role: str, *, swap_with: str | None = None) -> None:
+def require_kind(path, expected: str, role: str, *, swap_with: str | None = None, unfinished_ok: bool = False) -> None:
     """Raise :class:`UserError` with :func:`store_kind_problem`'s line when ``path`` is the wrong kind."""
-    problem = store_kind_problem(path, expected, role, swap_with=swap_with)
+    problem = store_kind_problem(path, expected, role, swap_with=swap_with, unfinished_ok=unfinished_ok)
     if problem:
         raise UserError(problem)
