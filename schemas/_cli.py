@@ -110,7 +110,9 @@ def is_input_error(exc: BaseException) -> bool:
 def _lines(exc: BaseException) -> list[str]:
     problems = getattr(exc, "problems", None)
     if problems:
-        return [str(p) for p in problems]
+        lines = [str(p) for p in problems]
+        head = str(exc).strip().splitlines()[:1]  # an error may carry a message of its own besides the problems
+        return head + lines if head and head[0] not in lines else lines
     if isinstance(exc, KeyError) and exc.args:  # str(KeyError) adds quotes around the message
         text = str(exc.args[0])
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
@@ -148,13 +150,14 @@ def _flag(args: Sequence[str], name: str) -> bool:
 
 
 def report_failure(prog: str, failure: _Failure, *, as_json: bool) -> None:
-    """Print a failure: one line per problem on stderr (prefixed by the command), the JSON shape on stdout."""
+    """Print a failure: one line per problem on stderr ("PROG: error: ..."), the JSON shape on stdout."""
     if as_json:
         shape = {"ok": False, "exit_code": failure.code, "error": failure.summary or failure.problems[0],
                  "problems": failure.problems}
         click.echo(json.dumps({**shape, **failure.data}, indent=2))
+    tag = "" if failure.code == EXIT_INTERRUPTED else "error: "
     for line in failure.problems:
-        click.echo(f"{prog}: {line}", err=True)
+        click.echo(f"{prog}: {tag}{line}", err=True)
     if failure.summary:
         click.echo(f"{prog}: {failure.summary}", err=True)
 

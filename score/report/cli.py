@@ -6,10 +6,11 @@ Exit codes: 0 written; 2 unusable input (one problem per line on stderr, no trac
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
+
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command
 
 from ._load import ReportInputError
 
@@ -26,13 +27,7 @@ def _parse_submissions(values) -> dict:
     return out
 
 
-def _fail(problems, code: int = 2):
-    for p in problems:
-        click.echo(f"error: {p}", err=True)
-    sys.exit(code)
-
-
-@click.command("report")
+@command("report", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory to write the report into (created; files in it are replaced).")
@@ -71,18 +66,14 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
                              seed=seed, size_bins=size_bins, overlays=not no_overlays,
                              progress=not quiet and not as_json, title=title)
     except ReportInputError as err:
-        _fail(err.problems)
-    except click.BadParameter:
-        raise
-    except Exception as err:  # noqa: BLE001 - the CLI promises one line, not a traceback
-        _fail([f"{type(err).__name__}: {err}"], code=1)
+        raise UserError(err.problems) from None
     if as_json:
         click.echo((Path(out_dir) / "report.json").read_text())
     elif not quiet:
         click.echo(f"report written: {index}")
 
 
-@click.command("compare")
+@command("compare", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("a_dir", type=click.Path(path_type=Path))
 @click.argument("b_dir", type=click.Path(path_type=Path))
 @click.option("--n-boot", default=1000, show_default=True, type=click.IntRange(min=0),
@@ -92,8 +83,9 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
               help="Also compare every class, not only dataset means and the overall mean.")
 @click.option("--out", "out_csv", type=click.Path(path_type=Path), default=None,
               help="Also write the comparison as CSV (fractions) to this file.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing (use with --out).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a Markdown table.")
-def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
+def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json):
     """Paired bootstrap of A - B for every metric, on the same ground truth.
 
     Both directories are xbench-score outputs for the same gt.zarr. The same resampled cases are
@@ -112,9 +104,7 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
         a, b = load_results([a_dir, b_dir])
         rows = paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=per_class)
     except ReportInputError as err:
-        _fail(err.problems)
-    except Exception as err:  # noqa: BLE001
-        _fail([f"{type(err).__name__}: {err}"], code=1)
+        raise UserError(err.problems) from None
     if out_csv is not None:
         out_csv.parent.mkdir(parents=True, exist_ok=True)
         tmp = out_csv.with_name(f".{out_csv.name}.tmp")
@@ -122,7 +112,7 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
         tmp.replace(out_csv)
     if as_json:
         click.echo(json.dumps([dict(r.__dict__, significant=r.significant) for r in rows], indent=1))
-    else:
+    elif not quiet:
         click.echo(comparison_markdown(rows, a.name, b.name))
 
 

@@ -9,9 +9,10 @@ that ship with the authors' repositories, and writes the ``.npz`` cache the adap
 from __future__ import annotations
 
 import json
-import sys
 
 import click
+
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
 
 
 def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | None = None,
@@ -23,23 +24,18 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
 
     total = len(ENTITIES) + len(extra_entities)
     n_texts = total * (1 + (8 if aspects else 0))
-    bar = None
-    if not quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n_texts, desc="encoding", unit="text", file=sys.stderr)
+    bar = progress(n_texts, desc="encoding", unit="text", enabled=not quiet)
     try:
         cache = build_query_cache(text_encoder, descriptions, out, aspects_path=aspects,
                                   extra_entities=extra_entities, max_length=max_length, lower_case=lower_case,
-                                  device=device, progress=bar.update if bar else None)
+                                  device=device, progress=bar.update)
     finally:
-        if bar:
-            bar.close()
+        bar.close()
     return {"cache": str(out), "entities": len(cache.entities), "dim": int(cache.disease_book.shape[1]),
             "aspects": list(cache.aspects)}
 
 
-@click.command("build-embeddings")
+@command("build-embeddings", on_interrupt=NOT_WRITTEN_HINT)
 @click.option("--text-encoder", required=True, type=click.Path(exists=True, file_okay=False),
               help="Local Hugging Face folder of the text encoder (Bio_ClinicalBERT: config.json, weights, vocab.txt).")
 @click.option("--descriptions", required=True, type=click.Path(exists=True, dir_okay=False),
@@ -53,7 +49,7 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
 @click.option("--max-length", default=64, show_default=True, help="Token length used upstream.")
 @click.option("--cased", is_flag=True, help="Do not lower-case (upstream lower-cases).")
 @click.option("--device", default="cpu", show_default=True, help="Torch device for the text encoder.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def build_embeddings(text_encoder, descriptions, aspects, out, extra_entities, max_length, cased, device, quiet,
                      as_json):
@@ -72,10 +68,8 @@ def build_embeddings(text_encoder, descriptions, aspects, out, extra_entities, m
     try:
         summary = run_build(text_encoder, descriptions, out, aspects=aspects, extra_entities=tuple(extra_entities),
                             max_length=max_length, lower_case=not cased, device=device, quiet=quiet)
-    except (ValueError, ModelConfigError, OSError) as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            click.echo(f"error: {line}", err=True)
-        sys.exit(2)
+    except (ValueError, ModelConfigError, OSError) as exc:  # bad files or texts: invalid input, one line each
+        raise UserError(str(exc).splitlines() or [type(exc).__name__]) from None
     if as_json:
         click.echo(json.dumps(summary))
     elif not quiet:
