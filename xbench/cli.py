@@ -62,7 +62,7 @@ class LazyGroup(click.Group):
                  argv, prog)
 
 
-@click.group(cls=LazyGroup, context_settings=dict(CONTEXT))
+@click.group("xbench", cls=LazyGroup, context_settings=dict(CONTEXT))
 @click.version_option(__version__, prog_name="xbench")
 def main() -> None:
     """XBench: does a chest X-ray VLM look where the radiologist looked?
