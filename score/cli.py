@@ -7,6 +7,7 @@ problem on stderr, one a line, nothing written); 1 anything else (one line); 130
 from __future__ import annotations
 
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -41,6 +42,30 @@ def _unique_stems(paths: list[Path]) -> list[str]:
 def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
     names = [v.strip() for item in values for v in item.split(",") if v.strip()]
     return names or None
+
+
+#: the ranked terminal table's columns: (metrics.json key, header); ranked by the first
+RANK_COLUMNS = (("pointing_game", "pointing"), ("dice_best", "dice*"), ("iou_best", "iou*"),
+                ("dice_fixed", "dice@.5"), ("iou_fixed", "iou@.5"), ("auroc", "auroc"), ("auprc", "auprc"),
+                ("f1", "f1"), ("accuracy", "acc"))
+
+
+def ranked_table(rows: list[tuple[str, dict]]) -> str:
+    """Models ranked by overall pointing game, one line each, in percent (COCOeval ``summarize`` style).
+
+    ``rows``: (name, the metrics.json "overall" dict). Missing values print as "-" and rank last.
+    """
+    def key(row):
+        v = row[1].get(RANK_COLUMNS[0][0])
+        return (v is None, -(v or 0.0), row[0])
+
+    width = max([len("model")] + [len(n) for n, _ in rows])
+    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"{h:>9}" for _, h in RANK_COLUMNS)
+    lines = ["overall (%), ranked by pointing game; * best threshold, @.5 fixed threshold", head]
+    for rank, (name, ov) in enumerate(sorted(rows, key=key), start=1):
+        cells = "".join(f"{'-':>9}" if ov.get(k) is None else f"{100 * ov[k]:>9.2f}" for k, _ in RANK_COLUMNS)
+        lines.append(f"{rank:>2}  {name:<{width}}{cells}")
+    return "\n".join(lines)
 
 
 def _thresholds_path(path: Path) -> Path:
@@ -164,10 +189,12 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
             pretty = ", ".join(f"{k} {100 * v:.2f}" for k, v in ov.items() if v is not None)
             click.echo(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)")
             click.echo(f"  overall (%): {pretty}")
-        summaries.append({"submission": str(sub), "out": str(target), "seconds": round(elapsed, 3),
+        summaries.append({"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
                           "overall": result.metrics["overall"],
                           "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
                           "notes": messages})
+    if len(submissions) > 1 and show:
+        click.echo(ranked_table([(s["label"], s["overall"]) for s in summaries]))
     if len(submissions) > 1:
         try:
             from .report import build_report  # the report is optional; scoring stands on its own
@@ -176,7 +203,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
         if build_report is not None:
             try:
                 build_report(out_dir, targets, gt=gt_path, images=images_path, submissions=dict(zip(stems, submissions)),
-                             n_boot=bootstrap, seed=seed, progress=show)
+                             n_boot=bootstrap, seed=seed, progress=show and sys.stderr.isatty())
                 if show:
                     click.echo(f"report -> {out_dir}/")
             except Exception as exc:  # noqa: BLE001 - the scores are written; a report failure must not hide them

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "score": ("xbench.score.cli:score_command", "Validate and score submissions against a ground truth.", None),
     "report": ("xbench.score.report.cli:report", "Build the leaderboard, tables and figures from score outputs.", None),
     "compare": ("xbench.score.report.cli:compare", "Paired bootstrap comparison of two score outputs.", None),
+    "show": ("xbench.score.report.show:show", "Draw one case and class: map, region outline, pointing-game peak.", None),
     "build-embeddings": ("xbench.extract.models.crossattn.cache_cli:build_embeddings",
                          "Cache MedKLIP/MAVL query embeddings from a local text encoder.", "extract"),
     "validate": ("xbench.schemas.cli:validate_cmd", "Check a store against the XBench contract.", None),

@@ -70,6 +70,12 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
     if as_json:
         click.echo((Path(out_dir) / "report.json").read_text())
     elif not quiet:
+        from xbench.score.cli import ranked_table
+
+        from ._load import load_results
+
+        rows = [(r.name, r.metrics.get("overall", {})) for r in load_results(list(result_dirs))]
+        click.echo(ranked_table(rows))
         click.echo(f"report written: {index}")
 
 
