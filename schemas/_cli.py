@@ -219,9 +219,9 @@ def command(name: str | None = None, **kwargs) -> Callable[[Callable], Command]:
 class _Lines:
     """Progress for a log file or a pipe: a line at most every ``interval`` seconds, and one at the end."""
 
-    def __init__(self, total: int | None, desc: str, unit: str, interval: float, stream) -> None:
+    def __init__(self, total: int | None, desc: str, unit: str, interval: float, stream, initial: int = 0) -> None:
         self.total, self.desc, self.unit, self.interval, self.stream = total, desc, unit, interval, stream
-        self.n = 0
+        self.n = initial
         self._last = time.monotonic()
 
     def _line(self) -> str:
@@ -242,15 +242,17 @@ class _Lines:
     def close(self) -> None:
         if self.n:
             print(self._line(), file=self.stream, flush=True)
+            self.n = 0  # closing twice prints once
 
 
 class _Bar:
     """A tqdm bar on a terminal."""
 
-    def __init__(self, total: int | None, desc: str, unit: str, stream) -> None:
+    def __init__(self, total: int | None, desc: str, unit: str, stream, initial: int = 0) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, desc=desc, unit=unit, file=stream, leave=False, dynamic_ncols=True)
+        self._bar = tqdm(total=total, desc=desc, unit=unit, file=stream, leave=False, dynamic_ncols=True,
+                         initial=initial)
 
     def update(self, n: int = 1) -> None:
         self._bar.update(n)
@@ -275,18 +277,19 @@ class _Silent:
 
 
 def progress(total: int | None = None, *, desc: str, unit: str, enabled: bool = True, interval: float = 30.0,
-             stream=None):
+             stream=None, initial: int = 0):
     """A progress reporter with ``update(n)``, ``set_total(n)`` and ``close()``.
 
     A bar when stderr is a terminal; otherwise (a log file, a pipe) a plain line every ``interval``
     seconds and one at the end, so a log never holds a bar stuck at 0; nothing when not ``enabled``.
+    ``initial``: work already done (a resumed run).
     """
     stream = sys.stderr if stream is None else stream
     if not enabled:
         return _Silent()
     if getattr(stream, "isatty", lambda: False)():
-        return _Bar(total, desc, unit, stream)
-    return _Lines(total, desc, unit, interval, stream)
+        return _Bar(total, desc, unit, stream, initial)
+    return _Lines(total, desc, unit, interval, stream, initial)
 
 
 def warn(prog: str, message: str) -> None:

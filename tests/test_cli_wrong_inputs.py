@@ -261,6 +261,12 @@ def test_progress_on_a_log_is_lines_not_a_stuck_bar():
     bar.update(3)
     bar.close()
     assert quiet.getvalue() == "dog: 3 pair\n"  # nothing in between, one line at the end
+    resumed = io.StringIO()
+    bar = _cli.progress(10, desc="prepare", unit="case", stream=resumed, interval=3600, initial=6)
+    bar.update(4)
+    bar.close()
+    bar.close()
+    assert resumed.getvalue() == "prepare: 10/10 case (100%)\n"
 
 
 def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(ph, tmp_path, monkeypatch):

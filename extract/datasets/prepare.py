@@ -502,6 +502,6 @@ def _remove_if_empty(path: Path) -> None:
 def _progress_bar(enabled: bool, total: int, todo: int, name: str):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from xbench.schemas._cli import progress  # a bar on a terminal, a line every 30 s in a log
 
-    return tqdm(total=total, initial=total - todo, unit="case", desc=f"prepare {name}", dynamic_ncols=True)
+    return progress(total, desc=f"prepare {name}", unit="case", initial=total - todo)

@@ -6,6 +6,7 @@ Exit codes: 0 written; 2 unusable input (one problem per line on stderr, no trac
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -64,7 +65,7 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
         subs = _parse_submissions(submissions)
         index = build_report(out_dir, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
                              seed=seed, size_bins=size_bins, overlays=not no_overlays,
-                             progress=not quiet and not as_json, title=title)
+                             progress=not quiet and not as_json and sys.stderr.isatty(), title=title)
     except ReportInputError as err:
         raise UserError(err.problems) from None
     if as_json:
