@@ -1,13 +1,21 @@
-"""``xbench-extract``: run a model over images.zarr and write submission.zarr."""
+"""``xbench-extract``: run a model over images.zarr and write submission.zarr.
+
+Exit status (the contract's, through xbench.schemas._cli): 0 done (or already complete); 2 invalid input
+(wrong store kind, unknown model, missing weights: one line each); 1 anything else; 130 interrupted
+("run the same command again to resume"). The cheap checks run before torch is imported.
+"""
 from __future__ import annotations
 
 import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads: set before transformers loads
 
 import click
+
+from xbench.schemas._cli import RESUME_HINT, UserError, command, progress, require_kind, warn
 
 EXAMPLES = """
 \b
@@ -19,6 +27,7 @@ Examples:
   xbench-extract ... --nproc-per-node 4          # 4 local GPUs (re-launches via torchrun)
   torchrun --nnodes 2 --nproc-per-node 8 -m xbench.extract.cli ...   # several nodes
   xbench-extract --list-models
+  xbench-extract --model dog --images images.zarr --out smoke.zarr --limit 8   # a smoke test
 
 A killed run is resumed by running the same command again.
 """
@@ -45,15 +54,57 @@ def _parse_options(items: tuple[str, ...]) -> dict:
     return out
 
 
-def _bar_callback(bar):
-    def update(dataset: str, block: int, n: int) -> None:
-        if block < 0:  # announcement of the work this rank has: n cases
-            bar.total = (bar.total or 0) + n
-            bar.refresh()
-        else:
-            bar.update(n)
+def _bar_callback(enabled: bool):
+    """The runner's progress callback; the bar starts with the first announced work, so a run that
+    fails while loading the model shows no empty bar. Returns (callback, close)."""
+    state: dict = {"bar": None, "total": 0}
 
-    return update
+    def update(dataset: str, block: int, n: int) -> None:
+        if state["bar"] is None:
+            state["bar"] = progress(desc="extract", unit="img", enabled=enabled)
+        if block < 0:  # announcement of the work this rank has: n cases
+            state["total"] += n
+            state["bar"].set_total(state["total"])
+        else:
+            state["bar"].update(n)
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].close()
+
+    return update, close
+
+
+def _preflight(model: str, overrides: dict) -> None:
+    """Checks that need no torch: a model config file that parses and names paths that exist.
+
+    Runs before the heavy imports (torch, open_clip, transformers: seconds), so a wrong path fails at once.
+    A registered name's own defaults (e.g. clip's pretrained tag) are checked by its adapter later.
+    """
+    from .models import PATH_KEYS, load_config
+    from .models.presets import PREFLIGHTS
+
+    config = load_config(model, **overrides)
+    for key in PATH_KEYS:
+        value = config.get(key)
+        if not isinstance(value, str) or value in ("random", ""):
+            continue
+        local = value[len("local-dir:"):] if value.startswith("local-dir:") else value
+        looks_like_path = value.startswith("local-dir:") or local.startswith(("/", "~", "./", "../")) \
+            or Path(local).suffix in (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+        if looks_like_path and not Path(local).expanduser().exists():
+            raise UserError(f"{key}: {local}: no such file or folder (model {model!r}); check the path or "
+                            "download the weights to it (extraction never downloads)")
+    check = PREFLIGHTS.get(str(config.get("adapter")))
+    if check is not None:
+        check(config)
+
+
+def _method_ignored(requested: str | None, summary: dict) -> str | None:
+    if requested and summary.get("method") != requested:
+        return (f"--method {requested} was ignored: model {summary['model']!r} uses its own method "
+                f"({summary.get('method')})")
+    return None
 
 
 def _strip_nproc(argv: list[str]) -> list[str]:
@@ -71,7 +122,7 @@ def _strip_nproc(argv: list[str]) -> list[str]:
     return out
 
 
-@click.command(epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@command(epilog=EXAMPLES, on_interrupt=RESUME_HINT)
 @click.option("--model", "model", metavar="NAME_OR_CONFIG", help="Registered model name, a YAML/TOML/JSON model config, or module:attr.")
 @click.option("--images", type=click.Path(exists=True, file_okay=True, dir_okay=True), help="images.zarr made by xbench-prepare.")
 @click.option("--out", type=click.Path(), help="submission.zarr to write (resumed when it exists with the same spec).")
@@ -86,11 +137,14 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 @click.option("--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="Override a model config key (dots for nesting: preprocess.resize=crop). Repeatable.")
 @click.option("--nproc-per-node", default=None, type=int, help="Launch this many local ranks through torch.distributed.run.")
 @click.option("--overwrite", is_flag=True, help="Delete an existing store written with a different spec.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Only the first N cases of each dataset: a smoke test on real data (the store can be "
+                   "validated, not scored against the full ground truth).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.option("--list-models", is_flag=True, help="List registered model names and exit.")
 def main(model, images, out, method, datasets, batch_size, device, precision, workers, cases_per_block,
-         map_dtype, model_options, nproc_per_node, overwrite, quiet, as_json, list_models):
+         map_dtype, model_options, nproc_per_node, overwrite, limit, quiet, as_json, list_models):
     """Extract per-class scores and whole-image saliency maps from a vision-language model.
 
     Reads images.zarr, applies the model's own preprocessing, and writes a submission.zarr that
@@ -106,45 +160,44 @@ def main(model, images, out, method, datasets, batch_size, device, precision, wo
     missing = [f"--{n}" for n, v in (("model", model), ("images", images), ("out", out)) if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}")
+    if batch_size < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--batch-size")
+    require_kind(images, "images", "--images")
+    if Path(out).exists():
+        require_kind(out, "submission", "--out", unfinished_ok=True)  # refuse to resume into (or overwrite) a store of another kind
+    overrides = _parse_options(model_options)
+    if method:
+        overrides["method"] = method
+    _preflight(model, overrides)
     if nproc_per_node and nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
 
         sys.exit(relaunch(nproc_per_node, _strip_nproc(sys.argv[1:])))
 
-    from .models.errors import ModelConfigError, WeightsNotFoundError
-    from .runner import ExtractError, ExtractOptions, run_extraction
-    from xbench.schemas import InvalidStoreError
-    from .registry import UnknownNameError
+    from .runner import ExtractOptions, run_extraction
 
-    overrides = _parse_options(model_options)
-    if method:
-        overrides["method"] = method
     opts = ExtractOptions(model=model, images=images, out=out, overrides=overrides,
                           datasets=[d.strip() for d in datasets.split(",") if d.strip()] if datasets else None,
                           batch_size=batch_size, device=device, precision=precision, workers=workers,
-                          cases_per_block=cases_per_block, map_dtype=map_dtype, overwrite=overwrite, quiet=quiet)
+                          cases_per_block=cases_per_block, map_dtype=map_dtype, overwrite=overwrite, quiet=quiet,
+                          limit=limit)
     rank = int(os.environ.get("RANK", 0))
-    bar = None
-    if not quiet and rank == 0:
-        from tqdm import tqdm
-
-        bar = tqdm(unit="img", desc="extract", file=sys.stderr)
+    callback, close = _bar_callback(not quiet and not as_json and rank == 0)
     try:
-        summary = run_extraction(opts, progress=_bar_callback(bar) if bar is not None else None)
-    except (ExtractError, ModelConfigError, WeightsNotFoundError, UnknownNameError, InvalidStoreError, ValueError) as e:
-        if bar is not None:
-            bar.close()
-        problems = getattr(e, "problems", None)
-        lines = [str(p) for p in problems] if problems else str(e).splitlines() or [type(e).__name__]
-        for line in lines:
-            click.echo(f"xbench-extract: {line}", err=True)
-        sys.exit(2)
-    if bar is not None:
-        bar.close()
-    if rank == 0:
-        if as_json:
-            click.echo(json.dumps(summary))
-        elif not quiet:
+        summary = run_extraction(opts, progress=callback)
+    finally:
+        close()
+    if rank != 0:
+        return
+    ignored = _method_ignored(method, summary)
+    if ignored:
+        warn("xbench-extract", ignored)
+    if as_json:
+        click.echo(json.dumps({"ok": True, **summary, "warnings": [ignored] if ignored else []}))
+    elif not quiet:
+        if summary["blocks_written"] == 0 and all(v["blocks_todo"] == 0 for v in summary["datasets"].values()):
+            click.echo(f"{summary['out']}: already complete, nothing to do ({summary['cases']} cases)")
+        else:
             click.echo(f"wrote {summary['out']} ({summary['cases']} cases, {summary['blocks_written']} blocks "
                        f"on rank 0 of {summary['world_size']}, {summary['seconds']} s)")
 

@@ -1,18 +1,19 @@
 """``xbench-prepare``: turn a dataset, as downloaded, into images.zarr (public) and gt.zarr (private).
 
-Exit status: 0 prepared; 2 bad input (unknown dataset or option, missing files, too many skipped
-cases: every problem on its own line); 1 anything else. Never a traceback.
+Exit status (the contract's, through xbench.schemas._cli): 0 prepared; 2 bad input (unknown dataset or
+option, missing files, too many skipped cases: every problem on its own line); 1 anything else; 130
+interrupted ("run the same command again to resume"). Never a traceback.
 """
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
+from xbench.schemas._cli import RESUME_HINT, UserError, command
+
 from .datasets import DATASETS
-from .registry import UnknownNameError
 
 _MAX_LINES = 50
 _PHANTOM_ONLY = ("n_cases", "seed")
@@ -46,24 +47,30 @@ def _parse_options(pairs) -> dict[str, str]:
     return out
 
 
-def _fail(message: str, problems=(), *, as_json: bool, code: int = 2, summary=None) -> None:
-    if as_json:
-        click.echo(json.dumps({"ok": False, "error": message, "problems": list(problems),
-                               "summary": summary.to_dict() if summary else None}, indent=2))
-    click.echo(f"error: {message}", err=True)
-    problems = list(problems)
-    for line in problems[:_MAX_LINES]:
-        click.echo(f"  {line}", err=True)
-    if len(problems) > _MAX_LINES:
-        click.echo(f"  ... and {len(problems) - _MAX_LINES} more", err=True)
-    sys.exit(code)
+def _fail(message: str, problems=(), *, summary=None) -> None:
+    """Stop with exit 2: the message, then at most _MAX_LINES problems (the rest counted)."""
+    problems = [str(p) for p in problems]
+    shown = problems[:_MAX_LINES] + ([f"... and {len(problems) - _MAX_LINES} more"] if len(problems) > _MAX_LINES else [])
+    raise UserError([message, *shown], data={"summary": summary.to_dict() if summary else None})
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _dataset_lines() -> list[dict]:
+    """Each dataset's splits (the first is the default: its evaluation split)."""
+    rows = []
+    for name in DATASETS.names():
+        try:
+            splits = list(DATASETS.get(name).splits)
+        except ImportError:  # a reader whose dependency is missing still has a name
+            splits = []
+        rows.append({"dataset": name, "splits": splits, "default_split": splits[0] if splits else None})
+    return rows
+
+
+@command(on_interrupt=RESUME_HINT)
 @click.argument("dataset", required=False)
 @click.option("--root", type=click.Path(path_type=Path), help="Folder holding the dataset exactly as downloaded (see data_cards/<dataset>.md). Not needed for phantom.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder; images.zarr and gt.zarr are created or updated in it.")
-@click.option("--split", default=None, help="Which split to prepare; default: the dataset's first (see --list).")
+@click.option("--split", default=None, help="Which split to prepare; default: the dataset's evaluation split (--list shows each one's).")
 @click.option("--grid", type=_Grid(), default="224", show_default=True, help="Evaluation grid of the ground truth, H or HxW.")
 @click.option("--image-size", type=click.IntRange(16, 4096), default=512, show_default=True, help="Side S of the stored S x S images.")
 @click.option("--workers", type=click.IntRange(1, 1024), default=None, help="Decoding processes; default: every core.")
@@ -72,7 +79,7 @@ def _fail(message: str, problems=(), *, as_json: bool, code: int = 2, summary=No
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="Reader option, repeatable (see the dataset's data card), e.g. --option negatives=data_entry.")
 @click.option("--n-cases", type=click.IntRange(1), default=None, help="phantom only: number of cases (default 200).")
 @click.option("--seed", type=click.IntRange(0), default=None, help="phantom only: random seed (default 0).")
-@click.option("--list", "list_only", is_flag=True, help="List the datasets and exit.")
+@click.option("--list", "list_only", is_flag=True, help="List the datasets, their splits and default split, and exit.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (errors are still printed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
 def main(dataset, root, out_dir, split, grid, image_size, workers, cases_per_block, max_skip_fraction, options,
@@ -90,62 +97,49 @@ def main(dataset, root, out_dir, split, grid, image_size, workers, cases_per_blo
     An interrupted run resumes where it stopped when started again with the same options.
     """
     if list_only:
-        names = DATASETS.names()
-        click.echo(json.dumps({"datasets": names}) if as_json else "\n".join(names))
+        rows = _dataset_lines()
+        if as_json:
+            click.echo(json.dumps({"datasets": rows}, indent=2))
+        else:
+            for r in rows:
+                others = r["splits"][1:]
+                click.echo(f"{r['dataset']:<16} split {r['default_split']} (default)"
+                           + (f"; also {', '.join(others)}" if others else ""))
         return
     if not dataset:
-        _fail("name a DATASET (xbench-prepare --list shows them) or pass --list", as_json=as_json)
-    try:
-        reader_cls = DATASETS.get(dataset)
-    except UnknownNameError as exc:
-        _fail(str(exc), as_json=as_json)
-    except ImportError as exc:
-        _fail(f"the reader for {dataset!r} cannot be imported ({exc}); install the extract extra: pip install 'xbench[extract]'", as_json=as_json, code=1)
+        _fail("name a DATASET (xbench-prepare --list shows them) or pass --list")
+    reader_cls = DATASETS.get(dataset)  # an unknown name: exit 2 with close matches
     if out_dir is None:
-        _fail("--out is required", as_json=as_json)
-    try:
-        opts = _parse_options(options)
-    except click.BadParameter as exc:
-        _fail(exc.format_message(), as_json=as_json)
+        _fail("--out is required")
+    opts = _parse_options(options)
     for key, value in (("n_cases", n_cases), ("seed", seed)):
         if value is not None:
             opts[key] = value
     if dataset != "phantom":
         wrong = [k for k in _PHANTOM_ONLY if k in opts]
         if wrong:
-            _fail(f"--{wrong[0].replace('_', '-')} applies to phantom only", as_json=as_json)
+            _fail(f"--{wrong[0].replace('_', '-')} applies to phantom only")
         if root is None:
-            _fail(f"--root is required for {dataset} (the folder holding the files as downloaded)", as_json=as_json)
+            _fail(f"--root is required for {dataset} (the folder holding the files as downloaded)")
         if not root.is_dir():
-            _fail(f"--root {root}: no such folder", as_json=as_json)
+            _fail(f"--root {root}: no such folder")
 
-    from .datasets.base import ReaderError
-    from .datasets.prepare import PrepareError, TooManySkippedError, prepare_dataset
+    from .datasets.prepare import TooManySkippedError, prepare_dataset
 
     try:
-        try:
-            reader = reader_cls(root, split, **opts)
-        except TypeError as exc:
-            _fail(f"bad option for {dataset}: {exc}", as_json=as_json)
-        except (ValueError, ReaderError) as exc:
-            _fail(str(exc), as_json=as_json)
+        reader = reader_cls(root, split, **opts)
+    except TypeError as exc:
+        _fail(f"bad option for {dataset}: {exc}")
+    except ValueError as exc:
+        _fail(str(exc))
+    try:
         summary = prepare_dataset(
             reader, out_dir, grid=grid, image_size=image_size, workers=workers, cases_per_block=cases_per_block,
             max_skip_fraction=max_skip_fraction, progress=not quiet and not as_json,
         )
     except TooManySkippedError as exc:
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",
-              exc.problems, as_json=as_json, summary=exc.summary)
-    except PrepareError as exc:
-        _fail(str(exc), exc.problems, as_json=as_json)
-    except KeyboardInterrupt:
-        _fail("interrupted; run the same command again to resume", as_json=as_json, code=130)
-    except Exception as exc:  # the contract: one line, no traceback
-        from xbench.schemas import InvalidStoreError
-
-        if isinstance(exc, InvalidStoreError):
-            _fail(f"cannot write the stores in {out_dir}", [str(p) for p in exc.problems], as_json=as_json)
-        _fail(f"unexpected {type(exc).__name__}: {exc}", as_json=as_json, code=1)
+              exc.problems, summary=exc.summary)
 
     if as_json:
         click.echo(json.dumps({"ok": True, "summary": summary.to_dict()}, indent=2))

@@ -50,6 +50,7 @@ class ExtractOptions:
     map_dtype: str = "float16"
     overwrite: bool = False
     quiet: bool = False
+    limit: int | None = None  # only the first N cases of each dataset (smoke tests)
 
 
 class ExtractError(RuntimeError):
@@ -150,7 +151,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     for name in names:
         ds = store.datasets[name]
         adapter.set_classes(ds.classes)
-        specs[name] = DatasetSpec([str(c) for c in ds.case_id], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
+        specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
                                   tuple(adapter.unsupported))
         adapter_prov = adapter.provenance()
         prompts[name] = adapter_prov.pop("prompts", None)

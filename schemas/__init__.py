@@ -3,25 +3,41 @@
 Both sides import this package and nothing else from each other: ``xbench.extract`` writes images,
 ground truth and submissions through it; ``xbench.score`` reads and validates them through it.
 It never imports torch.
-"""
-from .errors import InvalidStoreError, Problem, StoreNotFoundError, XBenchError
-from .ground_truth import GroundTruth, GroundTruthDataset, read_ground_truth, validate_ground_truth, write_ground_truth
-from .images import ImagesDataset, ImagesStore, ImagesWriter, read_images, validate_images
-from .store import DATASET_KEYS, SCHEMA_VERSION, open_store_group, store_sha256
-from .submission import (
-    DatasetSpec,
-    Submission,
-    SubmissionDataset,
-    SubmissionWriter,
-    align,
-    read_submission,
-    validate_submission,
-)
 
-__all__ = [
-    "DATASET_KEYS", "SCHEMA_VERSION", "DatasetSpec", "GroundTruth", "GroundTruthDataset", "ImagesDataset",
-    "ImagesStore", "ImagesWriter", "InvalidStoreError", "Problem", "StoreNotFoundError", "Submission",
-    "SubmissionDataset", "SubmissionWriter", "XBenchError", "align", "open_store_group", "read_ground_truth",
-    "read_images", "read_submission", "store_sha256", "validate_ground_truth", "validate_images",
-    "validate_submission", "write_ground_truth",
-]
+The names below are imported on first use (as in ``xbench.score``), so importing a light module of
+this package (``xbench.schemas._cli``, the error classes) does not load zarr and numpy: that keeps
+every command's ``--help`` instant.
+"""
+from __future__ import annotations
+
+import importlib
+
+#: public name -> the module that defines it
+_WHERE = {
+    "InvalidStoreError": "errors", "Problem": "errors", "StoreNotFoundError": "errors", "XBenchError": "errors",
+    "GroundTruth": "ground_truth", "GroundTruthDataset": "ground_truth", "read_ground_truth": "ground_truth",
+    "validate_ground_truth": "ground_truth", "write_ground_truth": "ground_truth",
+    "ImagesDataset": "images", "ImagesStore": "images", "ImagesWriter": "images", "read_images": "images",
+    "validate_images": "images",
+    "DATASET_KEYS": "store", "SCHEMA_VERSION": "store", "open_store_group": "store", "store_sha256": "store",
+    "DatasetSpec": "submission", "Submission": "submission", "SubmissionDataset": "submission",
+    "SubmissionWriter": "submission", "align": "submission", "read_submission": "submission",
+    "validate_submission": "submission",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    try:  # a submodule reached as an attribute (xbench.schemas.store) before anything imported it
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError:
+        raise AttributeError(f"module 'xbench.schemas' has no attribute {name!r}") from None
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

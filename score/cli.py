@@ -1,7 +1,7 @@
 """``xbench-score``: score submissions against a ground truth and write metrics.json, tables and counts.
 
-Exit status: 0 scored; 2 invalid submission or ground truth (every problem on stderr, one a line, nothing
-written); 1 anything else (a one-line message).
+Exit status (the contract's, through xbench.schemas._cli): 0 scored; 2 invalid input or usage (every
+problem on stderr, one a line, nothing written); 1 anything else (one line); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,15 +14,11 @@ from pathlib import Path
 
 import click
 
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress, require_kind
+
 __all__ = ["main", "score_command"]
 
-EXIT_INVALID = 2
-EXIT_ERROR = 1
-
-
-class _Invalid(Exception):
-    def __init__(self, problems):
-        self.problems = list(problems)
+_NOTHING_WRITTEN = "invalid input (problems above); nothing was written"
 
 
 def _stem(path: Path | str) -> str:
@@ -49,9 +45,10 @@ _REPORT_ENTRIES = ("index.html", "report.json", "leaderboard.md", "leaderboard.c
                    "recognition.csv", "comparisons.csv", "per_class.md", "per_class", "figures")
 
 
-def _input_paths(submissions, gt_path, thresholds_from) -> dict:
+def _input_paths(submissions, gt_path, thresholds_from, images_path=None) -> dict:
     """What ``--out`` must neither be, lie inside, nor hold."""
-    found = {"the ground truth": gt_path, "the --thresholds-from file": thresholds_from}
+    found = {"the ground truth": gt_path, "the --thresholds-from file": thresholds_from,
+             "the --images store": images_path}
     found.update({f"submission {s}": s for s in submissions})
     return found
 
@@ -61,11 +58,71 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
     return names or None
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+#: the ranked terminal table's columns: (metrics.json key, header); ranked by the first
+RANK_COLUMNS = (("pointing_game", "pointing"), ("dice_best", "dice*"), ("iou_best", "iou*"),
+                ("dice_fixed", "dice@.5"), ("iou_fixed", "iou@.5"), ("auroc", "auroc"), ("auprc", "auprc"),
+                ("f1", "f1"), ("accuracy", "acc"))
+
+
+def ranked_table(rows: list[tuple[str, dict]]) -> str:
+    """Models ranked by overall pointing game, one line each, in percent (COCOeval ``summarize`` style).
+
+    ``rows``: (name, the metrics.json "overall" dict). Missing values print as "-" and rank last.
+    """
+    def key(row):
+        v = row[1].get(RANK_COLUMNS[0][0])
+        return (v is None, -(v or 0.0), row[0])
+
+    width = max([len("model")] + [len(n) for n, _ in rows])
+    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"{h:>9}" for _, h in RANK_COLUMNS)
+    lines = ["overall (%), ranked by pointing game; * best threshold, @.5 fixed threshold", head]
+    for rank, (name, ov) in enumerate(sorted(rows, key=key), start=1):
+        cells = "".join(f"{'-':>9}" if ov.get(k) is None else f"{100 * ov[k]:>9.2f}" for k, _ in RANK_COLUMNS)
+        lines.append(f"{rank:>2}  {name:<{width}}{cells}")
+    return "\n".join(lines)
+
+
+def _thresholds_path(path: Path) -> Path:
+    """--thresholds-from takes a metrics.json or the score folder holding one."""
+    if path.is_dir():
+        if (path / "metrics.json").is_file():
+            return path / "metrics.json"
+        raise UserError(f"--thresholds-from {path}: a folder without metrics.json; pass the metrics.json of an "
+                        "earlier xbench-score run (e.g. results_val/metrics.json)")
+    return path
+
+
+def _load_thresholds(path: Path):
+    from .scoring import thresholds_from_metrics
+
+    try:
+        return thresholds_from_metrics(_thresholds_path(path))
+    except (FileNotFoundError, ValueError) as exc:
+        raise UserError(f"--thresholds-from: {exc}") from None
+
+
+def _is_url(path) -> bool:
+    return "://" in str(path)  # remote stores are read as they are; their kind shows in validation
+
+
+def _check_kinds(submissions, gt_path: Path) -> None:
+    """One line naming the mistake for a store of the wrong kind (images, swapped, zipped, unfinished)."""
+    from xbench.schemas._cli import store_kind_problem
+
+    problems = [] if _is_url(gt_path) else [store_kind_problem(gt_path, "ground-truth", "--gt",
+                                                                swap_with="a submission")]
+    problems += [store_kind_problem(s, "submission", "each SUBMISSION", swap_with="--gt")
+                 for s in submissions if not _is_url(s)]
+    problems = [p for p in problems if p]
+    if problems:
+        raise UserError(problems, "nothing was written")
+
+
+@command(on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--gt", "gt_path", required=True, type=click.Path(path_type=str),
               help="Ground-truth store (gt.zarr, gt.zarr.zip, or an https:// or s3:// URL of a .zarr); only read.")
-@click.option("--out", "out_dir", default=Path("report"), show_default=True, type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", default=Path("results"), show_default=True, type=click.Path(path_type=Path),
               help="Output folder. With several submissions each goes into OUT/<submission name>/.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
               help="Bootstrap resamples for the 95% intervals (0 turns them off).")
@@ -78,10 +135,12 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--format", "formats", multiple=True, type=click.Choice(["xbench", "grand-challenge", "codabench"]),
               help="Extra output layouts: grand-challenge adds 'aggregates' to metrics.json; codabench writes "
                    "a flat scores.json. Repeatable.")
+@click.option("--images", "images_path", type=click.Path(path_type=Path), default=None,
+              help="images.zarr: with several submissions, the report gets map-over-image overlays.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
-def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, quiet,
-                  as_json):
+def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
+                  quiet, as_json):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -101,30 +160,31 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
     from xbench.schemas.paths import MARKER, NameTable, PublishedDir, output_problems, store_path, write_marker
 
-    from .scoring import thresholds_from_metrics
-
     submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
     gt_path = store_path(gt_path)
-    out_problems = output_problems(out_dir, _input_paths(submissions, gt_path, thresholds_from))
+    out_problems = output_problems(out_dir, _input_paths(submissions, gt_path, thresholds_from, images_path))
     if out_problems:
-        raise _Invalid(out_problems)
+        raise UserError(out_problems, _NOTHING_WRITTEN)
+    thresholds = _load_thresholds(thresholds_from) if thresholds_from else None
+    _check_kinds(submissions, gt_path)
+    if images_path is not None:
+        require_kind(images_path, "images", "--images")
     names = _split_datasets(datasets)
     # Validate everything before writing anything, so an invalid input leaves no partial output.
     # The region masks are checked while scoring decodes them (once); any problem there also stops the run
     # before anything is written. Whenever something is wrong, the whole ground truth is validated, so the
     # problems listed are the same as with a full validation up front.
     if validate_ground_truth(gt_path, scan_masks=False):
-        raise _Invalid(validate_ground_truth(gt_path))
+        raise UserError(validate_ground_truth(gt_path), _NOTHING_WRITTEN)
     gt = read_ground_truth(gt_path)
     if names:
         unknown = [d for d in names if d not in gt.datasets]
         if unknown:
-            raise click.UsageError(f"--datasets: {', '.join(unknown)} not in the ground truth; it has "
-                                   f"{', '.join(sorted(gt.datasets))}")
+            raise UserError(f"--datasets: {', '.join(unknown)} not in the ground truth; it has "
+                            f"{', '.join(sorted(gt.datasets))}")
     problems = [p for s in submissions for p in validate_submission(s, gt, datasets=names)]
     if problems:
-        raise _Invalid(validate_ground_truth(gt_path) or problems)
-    thresholds = thresholds_from_metrics(thresholds_from) if thresholds_from else None
+        raise UserError(validate_ground_truth(gt_path) or problems, _NOTHING_WRITTEN)
 
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
@@ -136,8 +196,11 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
         summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
-            work, [work / d for d in subdirs], gt_path, dict(zip(stems, submissions)), bootstrap, seed, show)
+            work, [work / d for d in subdirs], gt_path, images_path, dict(zip(stems, submissions)), bootstrap, seed,
+            show)
         write_marker(work, "xbench-score", {"submissions": folders.mapping})
+    if len(submissions) > 1 and show:
+        click.echo(ranked_table([(s["label"], s["overall"]) for s in summaries]))
     if reported and show:
         click.echo(f"report -> {out_dir}/")
     if as_json:
@@ -151,20 +214,14 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     from .scoring import score_submission
 
     t0 = time.perf_counter()
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=0, unit="pair", desc=stem, file=sys.stderr, leave=False)
+    bar = progress(desc=stem, unit="pair", enabled=show)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = score_submission(
-                sub, gt, **score_kw, validate=False, progress=bar.update if bar else None,
-                on_total=(lambda n: (setattr(bar, "total", n), bar.refresh())) if bar else None)
+            result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update,
+                                      on_total=bar.set_total)
         finally:
-            if bar:
-                bar.close()
+            bar.close()
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
     files = write_into(result, folder, formats=("xbench", *formats), label=label)
     elapsed = time.perf_counter() - t0
@@ -176,13 +233,13 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         pretty = ", ".join(f"{k} {100 * v:.2f}" for k, v in ov.items() if v is not None)
         click.echo(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)")
         click.echo(f"  overall (%): {pretty}")
-    return {"submission": str(sub), "out": str(target), "seconds": round(elapsed, 3),
+    return {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
             "overall": result.metrics["overall"],
             "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
             "notes": messages}
 
 
-def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, seed, show) -> bool:
+def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, bootstrap, seed, show) -> bool:
     """The report over several results, built into ``work``; on failure its files are removed again, since
     the scores stand on their own and a half report must not be published beside them. Whether it was built."""
     try:
@@ -191,8 +248,8 @@ def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, see
         return False
     keep = set(p.name for p in work.iterdir())
     try:
-        build_report(work, targets, gt=gt_path, submissions=submissions, n_boot=bootstrap, seed=seed,
-                     progress=show)
+        build_report(work, targets, gt=gt_path, images=images_path, submissions=submissions, n_boot=bootstrap,
+                     seed=seed, progress=show and sys.stderr.isatty())
     except Exception as exc:  # noqa: BLE001 - a report failure must not hide the scores
         import shutil
 
@@ -205,32 +262,9 @@ def _report_or_nothing(work: Path, targets, gt_path, submissions, bootstrap, see
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point: maps every failure to its exit status without a traceback."""
-    from xbench.schemas import InvalidStoreError
-    from xbench.schemas.paths import UnsafeOutputError
-
-    try:
-        score_command.main(args=argv, prog_name="xbench-score", standalone_mode=False)
-    except (_Invalid, InvalidStoreError, UnsafeOutputError) as exc:
-        for p in exc.problems:
-            click.echo(str(p), err=True)
-        click.echo(f"xbench-score: invalid input ({len(exc.problems)} problem(s) above); nothing was written.",
-                   err=True)
-        sys.exit(EXIT_INVALID)
-    except click.exceptions.Exit as exc:  # --help
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("xbench-score: aborted", err=True)
-        sys.exit(EXIT_ERROR)
-    except click.ClickException as exc:
-        click.echo(f"xbench-score: {exc.format_message()}", err=True)
-        sys.exit(EXIT_ERROR)
-    except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        click.echo(f"xbench-score: error: {message}", err=True)
-        sys.exit(EXIT_ERROR)
-    sys.exit(0)
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: exits with the contract's status, never a traceback (see xbench.schemas._cli)."""
+    score_command.main(argv, prog_name="xbench-score")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,6 +10,8 @@ import sys
 
 import click
 
+from xbench.schemas._cli import CONTEXT, EXTRA_HINT, UserError, run_main
+
 from . import __version__
 
 #: subcommand -> (module:attribute of its click command, one-line help, install extra it needs)
@@ -17,9 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "demo": ("xbench.demo:demo", "Run the whole pipeline on the synthetic phantom set and write a report.", "extract"),
     "prepare": ("xbench.extract.prepare_cli:main", "Read a dataset in its native format into images.zarr + gt.zarr.", "extract"),
     "extract": ("xbench.extract.cli:main", "Run a model over images.zarr and write submission.zarr.", "extract"),
-    "score": ("xbench.score.cli:score", "Validate and score submissions against a ground truth.", None),
+    "score": ("xbench.score.cli:score_command", "Validate and score submissions against a ground truth.", None),
     "report": ("xbench.score.report.cli:report", "Build the leaderboard, tables and figures from score outputs.", None),
     "compare": ("xbench.score.report.cli:compare", "Paired bootstrap comparison of two score outputs.", None),
+    "show": ("xbench.score.report.show:show", "Draw one case and class: map, region outline, pointing-game peak.", None),
     "build-embeddings": ("xbench.extract.models.crossattn.cache_cli:build_embeddings",
                          "Cache MedKLIP/MAVL query embeddings from a local text encoder.", "extract"),
     "validate": ("xbench.schemas.cli:validate_cmd", "Check a store against the XBench contract.", None),
@@ -40,8 +43,9 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            hint = f" Install it with: pip install 'xbench[{extra}]'." if extra else ""
-            raise click.ClickException(f"'xbench {name}' needs a package that is not installed ({exc.name}).{hint}") from None
+            if extra is None:  # the scorer side is always installed: this is a broken install, not a usage error
+                raise
+            raise UserError(f"'xbench {name}' {EXTRA_HINT} ({exc.name} is not installed)") from None
         return getattr(module, attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -49,8 +53,18 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        prog = prog_name or "xbench"
+        if argv and argv[0] in SUBCOMMANDS:  # errors name the subcommand: "xbench score: ..."
+            prog = f"{prog} {argv[0]}"
+        run_main(lambda a: super(LazyGroup, self).main(a, prog_name or "xbench", complete_var, standalone_mode=False, **extra),
+                 argv, prog)
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group("xbench", cls=LazyGroup, context_settings=dict(CONTEXT))
 @click.version_option(__version__, prog_name="xbench")
 def main() -> None:
     """XBench: does a chest X-ray VLM look where the radiologist looked?

@@ -116,7 +116,7 @@ class CheXlocalizeReader(DatasetReader):
     key = "chexlocalize"
     classes = classes_for("chexlocalize")
     grounding_classes = grounding_classes_for("chexlocalize")
-    splits = ("val", "test")
+    splits = ("test", "val")  # the first is the default: the evaluation split (the paper reports test)
 
     def __init__(self, root, split=None, **options) -> None:
         super().__init__(root, split, **options)

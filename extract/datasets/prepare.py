@@ -251,11 +251,18 @@ def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
     }
 
 
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops the pool: no traceback from every worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_blocks(tasks: list[tuple[int, int, int]], workers: int) -> Iterator[tuple[int, dict]]:
     """Yield (block, result) as blocks finish, forked workers when ``workers > 1``."""
     if workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(min(workers, len(tasks))) as pool:
+        with ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint) as pool:
             yield from pool.imap_unordered(_process_block, tasks, chunksize=1)
     else:
         for t in tasks:
@@ -495,6 +502,6 @@ def _remove_if_empty(path: Path) -> None:
 def _progress_bar(enabled: bool, total: int, todo: int, name: str):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from xbench.schemas._cli import progress  # a bar on a terminal, a line every 30 s in a log
 
-    return tqdm(total=total, initial=total - todo, unit="case", desc=f"prepare {name}", dynamic_ncols=True)
+    return progress(total, desc=f"prepare {name}", unit="case", initial=total - todo)

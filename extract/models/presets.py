@@ -36,6 +36,41 @@ def clip(config: Mapping[str, Any]):
     return build(_with(CLIP_DEFAULTS, config))
 
 
+#: Where the default ``clip`` weights (open_clip's ``openai`` tag for ViT-B-16-quickgelu) are found
+#: offline: the two places open_clip's pretrained table names. Checked by :func:`clip_preflight`
+#: before torch and open_clip are imported (importing them takes seconds; a missing file should not).
+CLIP_OPENAI_HUB = ("timm/vit_base_patch16_clip_224.openai", ("open_clip_model.safetensors", "open_clip_pytorch_model.bin"))
+CLIP_OPENAI_FILE = "~/.cache/clip/ViT-B-16.pt"
+
+
+def clip_preflight(config: Mapping[str, Any]) -> None:
+    """Raise WeightsNotFoundError at once when the default CLIP weights are in neither offline cache."""
+    from pathlib import Path
+
+    from .errors import WeightsNotFoundError
+
+    merged = _with(CLIP_DEFAULTS, config)
+    if (merged["model"], merged["weights"]) != (CLIP_DEFAULTS["model"], CLIP_DEFAULTS["weights"]):
+        return  # another architecture or a weights path: the open_clip adapter resolves it
+    if Path(CLIP_OPENAI_FILE).expanduser().is_file():
+        return
+    repo, names = CLIP_OPENAI_HUB
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return  # the adapter reports it
+    if any(isinstance(try_to_load_from_cache(repo, name), str) for name in names):
+        return
+    raise WeightsNotFoundError(
+        "clip weights (open_clip ViT-B-16-quickgelu/openai)", f"hub id {repo!r} or file {CLIP_OPENAI_FILE}",
+        "Download one on a networked machine (e.g. `huggingface-cli download " + repo + "`), or pass "
+        "--model-option weights=/path/to/ViT-B-16.pt.")
+
+
+#: Checks a preset can make without torch, by registry name; run by xbench-extract before loading anything.
+PREFLIGHTS = {"clip": clip_preflight}
+
+
 def biomedclip(config: Mapping[str, Any]):
     """BiomedCLIP (ViT-B/16 + PubMedBERT) through open_clip, from a local folder or the offline cache."""
     from .openclip import build

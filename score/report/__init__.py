@@ -96,6 +96,13 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
     return buf.getvalue()
 
 
+def format_p(p: float | None) -> str:
+    """A bootstrap p-value for people: "< 0.001" below the resolution worth printing, else 3 decimals."""
+    if p is None:
+        return "–"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
     from xbench.score.tables import DATASET_TITLES, md_cell
@@ -115,7 +122,7 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
         ci = "–" if r.ci_lo is None else f"{100 * r.ci_lo:+.2f} to {100 * r.ci_hi:+.2f}"
         d = "–" if r.diff is None else f"{100 * r.diff:+.2f}" + ("*" if r.significant else "")
         scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
-        p = "–" if r.p_value is None else f"{r.p_value:.3f}"
+        p = format_p(r.p_value)
         lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a)} | "
                      f"{pct(r.b)} | {d} | {ci} | {p} |")
     return "\n".join(lines) + "\n"
@@ -237,7 +244,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
 
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
-                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files)
+                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot)
     index = _write_text(out / "index.html", page)
     manifest = {
         "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],

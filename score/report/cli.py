@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command
+
 from ._load import ReportInputError
 
 __all__ = ["report", "compare", "main", "compare_main"]
@@ -27,13 +29,7 @@ def _parse_submissions(values) -> dict:
     return out
 
 
-def _fail(problems, code: int = 2):
-    for p in problems:
-        click.echo(f"error: {p}", err=True)
-    sys.exit(code)
-
-
-@click.command("report")
+@command("report", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Folder to write the report into: built beside it and swapped in whole; files you put there "
@@ -77,27 +73,29 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
     held = tuple(f"the result folder {p}" for p in result_dirs)
     problems = output_problems(out_dir, inputs, may_hold=held)
     if problems:
-        _fail(problems)
+        raise UserError(problems, "nothing was written")
     try:
         with PublishedDir(out_dir, keep=tuple(result_dirs)) as work:  # built beside, swapped in whole: never half a report
             build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
                          seed=seed, size_bins=size_bins, overlays=not no_overlays,
-                         progress=not quiet and not as_json, title=title)
+                         progress=not quiet and not as_json and sys.stderr.isatty(), title=title)
             write_marker(work, "xbench report")
         index = Path(out_dir) / "index.html"
     except ReportInputError as err:
-        _fail(err.problems)
-    except click.BadParameter:
-        raise
-    except Exception as err:  # noqa: BLE001 - the CLI promises one line, not a traceback
-        _fail([f"{type(err).__name__}: {err}"], code=1)
+        raise UserError(err.problems) from None
     if as_json:
         click.echo((Path(out_dir) / "report.json").read_text())
     elif not quiet:
+        from xbench.score.cli import ranked_table
+
+        from ._load import load_results
+
+        rows = [(r.name, r.metrics.get("overall", {})) for r in load_results(list(result_dirs))]
+        click.echo(ranked_table(rows))
         click.echo(f"report written: {index}")
 
 
-@click.command("compare")
+@command("compare", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("a_dir", type=click.Path(path_type=Path))
 @click.argument("b_dir", type=click.Path(path_type=Path))
 @click.option("--n-boot", default=1000, show_default=True, type=click.IntRange(min=0),
@@ -107,8 +105,9 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
               help="Also compare every class, not only dataset means and the overall mean.")
 @click.option("--out", "out_csv", type=click.Path(path_type=Path), default=None,
               help="Also write the comparison as CSV (fractions) to this file.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing (use with --out).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a Markdown table.")
-def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
+def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json):
     """Paired bootstrap of A - B for every metric, on the same ground truth.
 
     Both directories are xbench-score outputs for the same gt.zarr. The same resampled cases are
@@ -127,21 +126,19 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, as_json):
         a, b = load_results([a_dir, b_dir])
         rows = paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=per_class)
     except ReportInputError as err:
-        _fail(err.problems)
-    except Exception as err:  # noqa: BLE001
-        _fail([f"{type(err).__name__}: {err}"], code=1)
+        raise UserError(err.problems) from None
     if out_csv is not None:
         real = Path(os.path.realpath(out_csv))
         inside = [d for d in (a_dir, b_dir) if Path(os.path.realpath(d)) in real.parents]
         if inside:  # the compared results are inputs: never written into
-            _fail([f"--out {out_csv}: lies inside the result folder {inside[0]}; choose a file elsewhere"])
+            raise UserError(f"--out {out_csv}: lies inside the result folder {inside[0]}; choose a file elsewhere")
         out_csv.parent.mkdir(parents=True, exist_ok=True)
         tmp = out_csv.with_name(f".{out_csv.name}.tmp")
         tmp.write_text(comparison_csv(rows, a.name, b.name))
         tmp.replace(out_csv)
     if as_json:
         click.echo(json.dumps([dict(r.__dict__, significant=r.significant) for r in rows], indent=1))
-    else:
+    elif not quiet:
         click.echo(comparison_markdown(rows, a.name, b.name))
 
 

@@ -56,6 +56,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
+    from . import format_p
     from .tables import METRIC_TITLES
 
     rows = []
@@ -70,16 +71,27 @@ def _gaps_html(gaps) -> str:
             verdict = "real" if r.significant else "within noise"
             rows.append(f"<tr><th class=\"model\">{_e(g['a'])} vs {_e(g['b'])}</th>"
                         f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{100 * r.diff:+.2f}</td>"
-                        f"<td>{ci}</td><td class=\"{cls}\">{verdict}</td></tr>")
+                        f"<td>{ci}</td><td>{_e(format_p(r.p_value))}</td><td class=\"{cls}\">{verdict}</td></tr>")
     if not rows:
         return ""
     return ('<div class="scroll"><table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
-            "<th>A − B (pp)</th><th>95% CI</th><th>Gap</th></tr></thead><tbody>" + "".join(rows)
+            "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>Gap</th></tr></thead><tbody>" + "".join(rows)
             + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
               "datasets. A gap is called real when its 95% interval excludes 0.</caption></table></div>")
 
 
-def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files) -> str:
+def _resamples_note(results, n_boot) -> str:
+    """How many bootstrap resamples stand behind the intervals and the gaps (issue 12: say it on the page)."""
+    scored = sorted({int(r.metrics.get("xbench", {}).get("bootstrap", {}).get("n_resamples", 0)) for r in results})
+    scored = [n for n in scored if n]
+    parts = [f"scorer intervals: {', '.join(map(str, scored))} resamples"] if scored else []
+    if n_boot:
+        parts.append(f"intervals computed here and paired gaps: {n_boot} resamples")
+    return ("Bootstrap: " + "; ".join(parts) + ". ") if parts else "No bootstrap intervals. "
+
+
+def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
+                n_boot=None) -> str:
     """The whole page as a string (UTF-8, HTML5)."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gt = {r.gt_sha256 for r in results if r.gt_sha256}
@@ -89,7 +101,8 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              f"<h1>{_e(title)}</h1>",
              f'<p class="meta">{len(results)} model(s): {_e(", ".join(r.name for r in results))}. '
              f"Ground truth sha256: {_e(', '.join(sorted(x[:16] for x in gt)) or 'not recorded')}. "
-             f"Generated {now}. All values in percent.</p>",
+             f"Generated {now}. All values in percent. {_e(_resamples_note(results, n_boot))}"
+             "Models ranked by overall pointing game.</p>",
              '<p class="meta">Downloads: <a href="leaderboard.md">leaderboard.md</a> · '
              '<a href="leaderboard.csv">leaderboard.csv</a> · <a href="grounding_fixed.csv">grounding_fixed.csv</a>'
              ' · <a href="recognition.csv">recognition.csv</a> · <a href="per_class.md">per_class.md</a>'

@@ -21,7 +21,7 @@ from xbench.score.tables import DATASET_TITLES
 from ._load import Result
 from .figures import plain, save_figure
 
-__all__ = ["pick_cases", "overlay_figure", "overlay_figures"]
+__all__ = ["pick_cases", "draw_panel", "overlay_figure", "overlay_figures"]
 
 MAX_CLASSES = 24  # rows per figure; a larger dataset is cut (the figure says so)
 
@@ -44,6 +44,32 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     return np.zeros_like(m) if hi == lo else (m - lo) / (hi - lo)
 
 
+def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None, *, peak=None):
+    """One overlay: the S x S image, the min-max normalised map stretched over it (jet, 40 %), the region's
+    outline (cyan) and, when given, the pointing-game peak (grid row, col) as a white cross. Returns the
+    map's image artist (for a colour bar)."""
+    S = image.shape[-1]
+    ext = (0, S, S, 0)
+    ax.imshow(image, cmap="gray", extent=ext, vmin=0, vmax=255)
+    im = ax.imshow(_normalise(smap), cmap="jet", alpha=0.4, extent=ext, interpolation="bilinear", vmin=0, vmax=1)
+    if mask is not None and mask.any():
+        H, W = mask.shape
+        # contour coordinates are cell centres mapped to image pixels; a zero border keeps
+        # the outline closed where the region touches the image edge
+        ys = (np.arange(-1, H + 1) + 0.5) * S / H
+        xs = (np.arange(-1, W + 1) + 0.5) * S / W
+        ax.contour(xs, ys, np.pad(mask.astype(float), 1), levels=[0.5], colors="cyan", linewidths=1.2)
+    if peak is not None and mask is not None:
+        H, W = mask.shape
+        ax.plot((peak[1] + 0.5) * S / W, (peak[0] + 0.5) * S / H, marker="x", color="white", markersize=10,
+                markeredgewidth=2)
+    ax.set_xlim(0, S)
+    ax.set_ylim(S, 0)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return im
+
+
 def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, submission) -> dict:
     """Draw one model's best/worst overlays for one dataset. ``images``/``gt``/``submission`` are the
     read stores (xbench.schemas.read_images / read_ground_truth / read_submission)."""
@@ -59,7 +85,6 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
     picks = [p for p in picks if p[1] is not None]
     if not picks:
         return {"files": [], "skipped": f"{dataset}: no positive pairs"}
-    S = img_ds.image.shape[-1]
     fig = Figure(figsize=(6.0, 2.9 * len(picks) + 0.5), layout="constrained")
     shown = []
     for r, (cls, best, worst) in enumerate(picks):
@@ -70,28 +95,15 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
             cmap_col = gt_ds.classes.index(cls)
             smap = np.asarray(sub_ds.saliency[sub_row[cid], sub_ds.classes.index(cls)])
             k = region_of.get((gt_row[cid], cmap_col))
-            ext = (0, S, S, 0)
-            ax.imshow(image, cmap="gray", extent=ext, vmin=0, vmax=255)
-            ax.imshow(_normalise(smap), cmap="jet", alpha=0.4, extent=ext, interpolation="bilinear", vmin=0, vmax=1)
-            if k is not None:
-                mask = np.asarray(gt_ds.region_mask[k]).astype(float)
-                H, W = mask.shape
-                # contour coordinates are cell centres mapped to image pixels; a zero border keeps
-                # the outline closed where the region touches the image edge
-                ys = (np.arange(-1, H + 1) + 0.5) * S / H
-                xs = (np.arange(-1, W + 1) + 0.5) * S / W
-                if mask.any():
-                    ax.contour(xs, ys, np.pad(mask, 1), levels=[0.5], colors="cyan", linewidths=1.2)
-                ax.set_xlim(0, S)
-                ax.set_ylim(S, 0)
+            mask = np.asarray(gt_ds.region_mask[k]) if k is not None else None
+            im = draw_panel(ax, image, smap, mask)
             hit = row.get("hit")
             mark = "hit" if hit == 1 else "miss"
             ax.set_title(f"{which}: {plain(cid)}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
-            ax.set_xticks([])
-            ax.set_yticks([])
             if col == 0:
                 ax.set_ylabel(plain(cls), fontsize=9)
             shown.append({"class": cls, "which": which, "case_id": cid, "dice_best": float(row["dice_best"])})
+    fig.colorbar(im, ax=fig.axes, shrink=0.5, label="saliency (min-max normalised)")
     cut = len(gt_ds.classes) > MAX_CLASSES
     fig.suptitle(f"{plain(result.name)} on {plain(DATASET_TITLES.get(dataset, dataset))}"
                  + (f" (first {MAX_CLASSES} classes)" if cut else ""), fontsize=9)

@@ -222,7 +222,24 @@ def mark_columns(table: Table) -> Table:
     return table
 
 
+def _groups(results) -> list[str]:
+    """The column groups: each dataset, then Overall, which is left out when it would repeat the one dataset."""
+    datasets = dataset_order(results)
+    return datasets + (["overall"] if len(datasets) != 1 else [])
+
+
+def _ranked(results) -> list:
+    """Rows ranked by overall pointing game (the stated key), best first; models without it last."""
+    def key(r):
+        v = value_of(r, "overall", "pointing_game")
+        return (v is None, -(v or 0.0))
+
+    return sorted(results, key=key)
+
+
 def _table(results, title, key, groups, metrics, computed, caption, *, extra_dataset_metrics=()):
+    results = _ranked(results)
+    caption = caption + " Rows ranked by overall pointing game."
     columns = []
     for gkey in groups:
         label = "Overall" if gkey == "overall" else DATASET_TITLES.get(gkey, gkey)
@@ -237,7 +254,7 @@ def _table(results, title, key, groups, metrics, computed, caption, *, extra_dat
 
 def grounding_table(results, computed=None) -> Table:
     """Table 1: per dataset (and overall) the pointing game and best-threshold Dice and IoU."""
-    groups = dataset_order(results) + ["overall"]
+    groups = _groups(results)
     return _table(results, "Grounding (best threshold)", "grounding", groups,
                   ("pointing_game", "dice_best", "iou_best"), computed,
                   "Pointing game and best-threshold Dice/IoU, percent; 95% bootstrap interval in brackets. "
@@ -246,14 +263,14 @@ def grounding_table(results, computed=None) -> Table:
 
 def grounding_fixed_table(results, computed=None) -> Table:
     """Dice and IoU at the fixed threshold tau = 0.5 per dataset (and overall)."""
-    groups = dataset_order(results) + ["overall"]
+    groups = _groups(results)
     return _table(results, "Grounding (fixed threshold 0.5)", "grounding_fixed", groups,
                   ("dice_fixed", "iou_fixed"), computed, "Dice and IoU at tau = 0.5, percent.")
 
 
 def recognition_table(results, computed=None) -> Table:
     """Zero-shot recognition: AUROC, AUPRC, F1, accuracy per dataset and overall (+ Hamming per dataset)."""
-    groups = dataset_order(results) + ["overall"]
+    groups = _groups(results)
     return _table(results, "Recognition", "recognition", groups, ("auroc", "auprc", "f1", "accuracy"),
                   computed, "Macro AUROC, AUPRC, F1 and accuracy over classes, percent; Hamming accuracy per dataset.",
                   extra_dataset_metrics=("hamming_accuracy",))

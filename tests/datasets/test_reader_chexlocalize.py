@@ -14,7 +14,8 @@ P1, P2, P3 = ("patient64541_study1_view1_frontal", "patient64542_study1_view1_fr
 
 def test_labels_and_masks(tmp_path):
     info = write_chexlocalize(tmp_path)
-    reader = CheXlocalizeReader(tmp_path)
+    assert CheXlocalizeReader(tmp_path).split == "test"  # the default is the evaluation split
+    reader = CheXlocalizeReader(tmp_path, split="val")
     assert reader.split == "val" and len(reader.classes) == 13 and len(reader.grounding_classes) == 10
     recs = {r.case_id: r for r in reader.records()}
     assert reader.problems == [] and list(recs) == [P1, P2, P3]
@@ -69,7 +70,7 @@ def test_malformed_rle(rle, message):
 
 def test_bad_input(tmp_path):
     info = write_chexlocalize(tmp_path, bad=True)
-    reader = CheXlocalizeReader(tmp_path)
+    reader = CheXlocalizeReader(tmp_path, split="val")
     assert [r.case_id for r in reader.records()] == [P1, P2, P3]
     got = {p.case_id: (p.source, p.message) for p in reader.problems}
     assert got["patient90000_study1_view1_frontal"][1].startswith("RLE counts has a character")
@@ -84,6 +85,6 @@ def test_bad_input(tmp_path):
 
 def test_missing_files(tmp_path):
     with pytest.raises(ReaderError, match=r"CheXpert/val_labels\.csv"):
-        CheXlocalizeReader(tmp_path).records()
+        CheXlocalizeReader(tmp_path, split="val").records()
     with pytest.raises(ValueError, match="unknown split"):
         CheXlocalizeReader(tmp_path, split="train")

@@ -22,6 +22,8 @@ WRITERS = {
     "chestxray14": write_nih,
     "vindr_cxr": write_vindr,
 }
+#: the split each fixture writes, where it is not the reader's default
+FIXTURE_SPLITS = {"chexlocalize": "val"}
 
 
 @pytest.fixture(scope="module", params=sorted(WRITERS))
@@ -29,7 +31,7 @@ def dataset(request, tmp_path_factory):
     key = request.param
     root = tmp_path_factory.mktemp(key)
     WRITERS[key](root)
-    reader = DATASETS.get(key)(root)
+    reader = DATASETS.get(key)(root, FIXTURE_SPLITS.get(key))
     return key, root, reader, reader.records()
 
 
@@ -81,7 +83,7 @@ def test_through_the_pipeline(dataset, tmp_path):
     from xbench.schemas import read_ground_truth
 
     key, root, _reader, records = dataset
-    reader = DATASETS.get(key)(root)  # a fresh reader: prepare calls records() itself
+    reader = DATASETS.get(key)(root, FIXTURE_SPLITS.get(key))  # a fresh reader: prepare calls records() itself
     summary = prepare_dataset(reader, tmp_path, grid=(16, 16), image_size=32, workers=1, progress=False)
     gt = read_ground_truth(tmp_path / "gt.zarr").datasets[key]
     assert list(gt.case_id) == [r.case_id for r in records], summary

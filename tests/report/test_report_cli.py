@@ -29,7 +29,7 @@ def test_report_cli_bad_inputs_exit_2_one_line_each(tmp_path):
     (tmp_path / "empty").mkdir()
     res = CliRunner().invoke(report, [str(tmp_path / "nope"), str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2
-    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("report: ")]  # the CLI layer names the command
     assert len(lines) == 2 and "not a directory" in lines[0] and "no metrics.json" in lines[1]
     assert "Traceback" not in res.output
 

@@ -119,13 +119,14 @@ def test_invalid_submission_exits_2_lists_problems_and_writes_nothing(stores, tm
     assert not (tmp_path / "never").exists()
 
 
-def test_other_errors_exit_1_with_one_line(stores, tmp_path, capsys):
+def test_bad_thresholds_and_datasets_exit_2_with_one_line(stores, tmp_path, capsys):
+    # invalid input, as the README promises (issue 12: these used to exit 1)
     (tmp_path / "m.json").write_text("{not json")
     code, _, err = run([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", tmp_path / "x",
                         "--thresholds-from", tmp_path / "m.json"], capsys)
-    assert code == 1 and len(err.strip().splitlines()) == 1 and "JSON" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "JSON" in err
     code, _, err = run([stores / "a.zarr", "--gt", stores / "gt.zarr", "--datasets", "nope"], capsys)
-    assert code == 1 and "nope" in err
+    assert code == 2 and "nope" in err
     assert not (tmp_path / "x").exists()
 
 

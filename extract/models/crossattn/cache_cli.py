@@ -11,9 +11,10 @@ model config). See :mod:`.cache` for the upstream lines each step follows.
 from __future__ import annotations
 
 import json
-import sys
 
 import click
+
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
 
 
 def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | None = None,
@@ -26,25 +27,20 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
 
     total = len(ENTITIES) + len(set(extra_entities) - set(ENTITIES))
     n_texts = total * (1 + (8 if aspects else 0))  # the bar's length only; MAVL's files have 8 aspects
-    bar = None
-    if not quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n_texts, desc="encoding", unit="text", file=sys.stderr)
+    bar = progress(n_texts, desc="encoding", unit="text", enabled=not quiet)
     try:
         cache = build_query_cache(text_encoder, descriptions, out, aspects_path=aspects,
                                   extra_entities=extra_entities, descriptions_by=descriptions_by,
                                   max_length=max_length, lower_case=lower_case,
-                                  device=device, progress=bar.update if bar else None)
+                                  device=device, progress=bar.update)
     finally:
-        if bar:
-            bar.close()
+        bar.close()
     return {"cache": str(out), "entities": len(cache.entities), "dim": int(cache.disease_book.shape[1]),
             "aspects": list(cache.aspects), "descriptions_by": cache.meta["descriptions_by"],
             "description_keys": cache.meta["description_keys"]}
 
 
-@click.command("build-embeddings")
+@command("build-embeddings", on_interrupt=NOT_WRITTEN_HINT)
 @click.option("--text-encoder", required=True, type=click.Path(exists=True, file_okay=False),
               help="Local Hugging Face folder of the text encoder (Bio_ClinicalBERT: config.json, weights, vocab.txt).")
 @click.option("--descriptions", required=True, type=click.Path(exists=True, dir_okay=False),
@@ -63,7 +59,7 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
 @click.option("--cased", is_flag=True, help="Do not lower-case, whatever the folder's tokenizer_config.json says "
                                             "(upstream lower-cases Bio_ClinicalBERT).")
 @click.option("--device", default="cpu", show_default=True, help="Torch device for the text encoder.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def build_embeddings(text_encoder, descriptions, aspects, out, extra_entities, descriptions_by, max_length, cased,
                      device, quiet, as_json):
@@ -89,10 +85,8 @@ def build_embeddings(text_encoder, descriptions, aspects, out, extra_entities, d
         summary = run_build(text_encoder, descriptions, out, aspects=aspects, extra_entities=tuple(extra_entities),
                             descriptions_by=descriptions_by, max_length=max_length,
                             lower_case=False if cased else None, device=device, quiet=quiet)
-    except (ValueError, ModelConfigError, OSError) as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            click.echo(f"error: {line}", err=True)
-        sys.exit(2)
+    except (ValueError, ModelConfigError, OSError) as exc:  # bad files or texts: invalid input, one line each
+        raise UserError(str(exc).splitlines() or [type(exc).__name__]) from None
     if as_json:
         click.echo(json.dumps(summary))
     elif not quiet:

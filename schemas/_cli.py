@@ -1,0 +1,371 @@
+"""The one CLI layer every XBench command goes through: exit codes, error lines, JSON errors, progress.
+
+Exit codes (the same for every command, documented in docs/contract.md):
+
+    0    done
+    1    unexpected failure (a bug or an environment problem; one line, ``--debug`` shows the traceback)
+    2    invalid input or usage (one line per problem, nothing half-written)
+    130  interrupted (Ctrl-C); resumable commands say "run the same command again to resume"
+
+Commands are :class:`Command` objects (``@command(...)`` instead of ``@click.command(...)``): their
+``main`` maps every exception to one of the codes above, both when run on their own (``xbench-score``)
+and through the umbrella (``xbench score``, whose group calls :func:`run_main` too).
+
+This module imports nothing but click at import time, so ``--help`` is instant everywhere and the
+scorer-only install (no torch) can use it; the store-kind checks import the store code only when called.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Iterable, NoReturn, Sequence
+
+import click
+from click.utils import _detect_program_name
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130
+
+RESUME_HINT = "interrupted; run the same command again to resume"
+NOT_WRITTEN_HINT = "interrupted; nothing was written"
+EXTRA_HINT = "needs the extract extra: pip install 'xbench[extract]'"
+
+#: Top-level modules that only the extract extra installs: an ImportError naming one of them is a missing extra.
+EXTRA_MODULES = frozenset({"torch", "torchvision", "open_clip", "transformers", "timm", "pydicom", "pylibjpeg",
+                           "pycocotools", "PIL", "yaml", "safetensors", "huggingface_hub", "tokenizers"})
+
+#: Exception classes that mean "the input is wrong" (exit 2), as "module:Class". They are looked up in
+#: sys.modules only: an exception of a class whose module was never imported cannot have been raised,
+#: so nothing is imported to classify an error. The one registry for every command.
+INPUT_ERRORS = (
+    "xbench.schemas.errors:XBenchError",
+    "xbench.schemas.paths:UnsafeOutputError",
+    "xbench.extract.runner:ExtractError",
+    "xbench.extract.models.errors:ModelConfigError",
+    "xbench.extract.models.errors:WeightsNotFoundError",
+    "xbench.extract.registry:UnknownNameError",
+    "xbench.extract.datasets.base:ReaderError",
+    "xbench.extract.datasets.prepare:PrepareError",
+    "xbench.extract.datasets.vocabulary:VocabularyError",
+    "xbench.score.report._load:ReportInputError",
+)
+
+#: Built-in errors that come from a path the user named (a missing file, a folder for a file ...).
+_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class UserError(click.ClickException):
+    """Invalid input or usage: exit 2, one line per problem, then an optional summary line.
+
+    ``problems`` is a message or a list of them (strings or :class:`~xbench.schemas.errors.Problem`);
+    ``data``: extra keys for the JSON error (``xbench-validate`` adds ``"valid": false``).
+    """
+
+    exit_code = EXIT_INVALID
+
+    def __init__(self, problems, summary: str | None = None, *, data: dict | None = None) -> None:
+        items = [problems] if isinstance(problems, str) or not isinstance(problems, Iterable) else list(problems)
+        self.problems = [str(p) for p in items] or ["invalid input"]
+        self.summary = summary
+        self.data = dict(data or {})
+        super().__init__(self.problems[0])
+
+
+class Interrupted(Exception):
+    """Ctrl-C inside a command; ``hint`` is the line shown (exit 130)."""
+
+    def __init__(self, hint: str) -> None:
+        super().__init__(hint)
+        self.hint = hint
+
+
+class _Failure:
+    """What a failed run prints: its exit code, the problem lines and an optional summary line."""
+
+    def __init__(self, code: int, problems: list[str], summary: str | None = None, data: dict | None = None) -> None:
+        self.code, self.problems, self.summary, self.data = code, problems, summary, data or {}
+
+
+def _resolve(spec: str):
+    module, _, name = spec.partition(":")
+    mod = sys.modules.get(module)
+    return getattr(mod, name, None) if mod is not None else None
+
+
+def is_input_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the registered invalid-input errors (or a path the user named is wrong)."""
+    if isinstance(exc, _PATH_ERRORS):
+        return True
+    classes = tuple(c for c in map(_resolve, INPUT_ERRORS) if isinstance(c, type))
+    return bool(classes) and isinstance(exc, classes)
+
+
+def _lines(exc: BaseException) -> list[str]:
+    problems = getattr(exc, "problems", None)
+    if problems:
+        lines = [str(p) for p in problems]
+        head = str(exc).strip().splitlines()[:1]  # an error may carry a message of its own besides the problems
+        return head + lines if head and head[0] not in lines else lines
+    if isinstance(exc, KeyError) and exc.args:  # str(KeyError) adds quotes around the message
+        text = str(exc.args[0])
+    elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        text = str(exc)
+    return [line for line in text.strip().splitlines() if line.strip()] or [type(exc).__name__]
+
+
+def classify(exc: BaseException) -> _Failure:
+    """The exit code and lines for an exception raised by a command (never raises)."""
+    if isinstance(exc, Interrupted):
+        return _Failure(EXIT_INTERRUPTED, [exc.hint])
+    if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+        return _Failure(EXIT_INTERRUPTED, ["interrupted"])
+    if isinstance(exc, UserError):
+        return _Failure(EXIT_INVALID, exc.problems, exc.summary, exc.data)
+    if isinstance(exc, click.UsageError):  # bad option, missing argument, BadParameter
+        hint = None
+        if exc.ctx is not None:
+            hint = f"try '{exc.ctx.command_path} --help' for the options"
+        return _Failure(EXIT_INVALID, [exc.format_message()], hint)
+    if isinstance(exc, click.ClickException):
+        return _Failure(exc.exit_code or EXIT_ERROR, [exc.format_message()])
+    if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in EXTRA_MODULES:
+        return _Failure(EXIT_INVALID, [f"{EXTRA_HINT} ({exc.name} is not installed)"])
+    if is_input_error(exc):
+        return _Failure(EXIT_INVALID, _lines(exc))
+    first = _lines(exc)[0]
+    return _Failure(EXIT_ERROR, [f"unexpected {type(exc).__name__}: {first} (run again with --debug for the traceback)"])
+
+
+def _flag(args: Sequence[str], name: str) -> bool:
+    return any(a == name for a in args if isinstance(a, str))
+
+
+def report_failure(prog: str, failure: _Failure, *, as_json: bool) -> None:
+    """Print a failure: one line per problem on stderr ("PROG: error: ..."), the JSON shape on stdout."""
+    if as_json:
+        shape = {"ok": False, "exit_code": failure.code, "error": failure.summary or failure.problems[0],
+                 "problems": failure.problems}
+        click.echo(json.dumps({**shape, **failure.data}, indent=2))
+    tag = "" if failure.code == EXIT_INTERRUPTED else "error: "
+    for line in failure.problems:
+        click.echo(f"{prog}: {tag}{line}", err=True)
+    if failure.summary:
+        click.echo(f"{prog}: {failure.summary}", err=True)
+
+
+def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, prog: str) -> NoReturn:
+    """Run ``invoke(args)`` (a click ``main`` in non-standalone mode) and exit with the contract's code."""
+    args = list(sys.argv[1:] if args is None else args)
+    debug = _flag(args, "--debug") or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")
+    try:
+        rv = invoke(args)
+    except click.exceptions.Exit as exc:  # --help, --version, ctx.exit(n)
+        sys.exit(exc.exit_code)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the contract: a code and one line per problem, never a traceback
+        if isinstance(exc, click.exceptions.Abort) and isinstance(exc.__cause__, Interrupted):
+            exc = exc.__cause__
+        failure = classify(exc)
+        if debug:
+            traceback.print_exception(exc)
+        report_failure(prog, failure, as_json=_flag(args, "--json"))
+        sys.exit(failure.code)
+    sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+class Command(click.Command):
+    """A click command whose ``main`` follows the exit-code contract.
+
+    ``on_interrupt``: the line shown on Ctrl-C (RESUME_HINT for commands that resume).
+    """
+
+    def __init__(self, *args, on_interrupt: str = "interrupted", **kwargs) -> None:
+        kwargs.setdefault("context_settings", dict(CONTEXT))
+        super().__init__(*args, **kwargs)
+        self.on_interrupt = on_interrupt
+        self.params.append(click.Option(["--debug"], is_flag=True, expose_value=False,
+                                        help="Show the traceback of an unexpected error."))
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted(self.on_interrupt) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:  # a caller (tests, the umbrella) handles errors itself
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        prog = prog_name or _detect_program_name() or self.name or "xbench"
+        run_main(lambda a: super(Command, self).main(a, prog, complete_var, standalone_mode=False, **extra),
+                 args, prog)
+
+
+def command(name: str | None = None, **kwargs) -> Callable[[Callable], Command]:
+    """``@click.command`` for XBench commands (the :class:`Command` class, the shared context settings)."""
+    return click.command(name, cls=Command, **kwargs)
+
+
+# -- output ---------------------------------------------------------------------------------------
+class _Lines:
+    """Progress for a log file or a pipe: a line at most every ``interval`` seconds, and one at the end."""
+
+    def __init__(self, total: int | None, desc: str, unit: str, interval: float, stream, initial: int = 0) -> None:
+        self.total, self.desc, self.unit, self.interval, self.stream = total, desc, unit, interval, stream
+        self.n = initial
+        self._last = time.monotonic()
+
+    def _line(self) -> str:
+        if self.total:
+            return f"{self.desc}: {self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)"
+        return f"{self.desc}: {self.n} {self.unit}"
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            print(self._line(), file=self.stream, flush=True)
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+
+    def close(self) -> None:
+        if self.n:
+            print(self._line(), file=self.stream, flush=True)
+            self.n = 0  # closing twice prints once
+
+
+class _Bar:
+    """A tqdm bar on a terminal."""
+
+    def __init__(self, total: int | None, desc: str, unit: str, stream, initial: int = 0) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, desc=desc, unit=unit, file=stream, leave=False, dynamic_ncols=True,
+                         initial=initial)
+
+    def update(self, n: int = 1) -> None:
+        self._bar.update(n)
+
+    def set_total(self, total: int) -> None:
+        self._bar.total = total
+        self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_total(self, total: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress(total: int | None = None, *, desc: str, unit: str, enabled: bool = True, interval: float = 30.0,
+             stream=None, initial: int = 0):
+    """A progress reporter with ``update(n)``, ``set_total(n)`` and ``close()``.
+
+    A bar when stderr is a terminal; otherwise (a log file, a pipe) a plain line every ``interval``
+    seconds and one at the end, so a log never holds a bar stuck at 0; nothing when not ``enabled``.
+    ``initial``: work already done (a resumed run).
+    """
+    stream = sys.stderr if stream is None else stream
+    if not enabled:
+        return _Silent()
+    if getattr(stream, "isatty", lambda: False)():
+        return _Bar(total, desc, unit, stream, initial)
+    return _Lines(total, desc, unit, interval, stream, initial)
+
+
+def warn(prog: str, message: str) -> None:
+    """A warning line on stderr (shown even with --quiet: it says an option had no effect)."""
+    click.echo(f"{prog}: warning: {message}", err=True)
+
+
+# -- store kinds ----------------------------------------------------------------------------------
+_KIND_FILES = {"images": "images.zarr", "ground-truth": "gt.zarr", "submission": "a submission.zarr"}
+
+
+def _zip_folder(path: Path) -> str | None:
+    """The one folder a zip holds when it was made by zipping the store folder instead of its contents."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return None
+    if "zarr.json" in names:
+        return None
+    tops = {n.split("/", 1)[0] for n in names if "/" in n}
+    if len(tops) == 1 and f"{next(iter(tops))}/zarr.json" in names:
+        return next(iter(tops))
+    return None
+
+
+def store_kind(path: str | os.PathLike) -> tuple[str | None, dict]:
+    """The ``xbench.kind`` root attribute of a store and its whole ``xbench`` dict; (None, {}) when unreadable."""
+    from xbench.schemas.store import open_store_group
+
+    try:
+        meta = open_store_group(path).attrs.get("xbench", {})
+    except Exception:  # noqa: BLE001 - an unreadable store has no kind; the validators say why
+        return None, {}
+    return (meta.get("kind"), meta) if isinstance(meta, dict) else (None, {})
+
+
+def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swap_with: str | None = None,
+                       unfinished_ok: bool = False) -> str | None:
+    """One line naming the real mistake when ``path`` is not a store of kind ``expected``; None when it is.
+
+    ``role`` says where the path was given (``--images``, ``--gt``, ``the submission``); ``swap_with``
+    names the option the store probably belongs to when two stores look swapped; ``unfinished_ok``
+    accepts a submission whose extraction has not finished (the one a resumed extraction writes into).
+    Kinds: images, ground-truth, submission (the root attribute ``xbench.kind``).
+    """
+    path = Path(path)
+    if not path.exists():
+        return f"{path}: no such file or folder ({role})"
+    if str(path).endswith(".zip") and path.is_file():
+        inner = _zip_folder(path)
+        if inner is not None:
+            return (f"{path}: the zip holds the folder {inner}/ instead of the store's contents; zip the contents: "
+                    f"(cd {inner} && zip -r0 ../{path.name} .)")
+    kind, meta = store_kind(path)
+    if kind == expected:
+        if kind == "submission" and meta.get("complete") is False and not unfinished_ok:
+            return (f"{path}: this submission was not finished (its extraction was interrupted); "
+                    "run the same xbench-extract command again to complete it")
+        return None
+    if kind is None:
+        if path.is_dir() and (path / "metrics.json").is_file():
+            return f"{path}: this is a folder of scores (xbench-score output), not a store; {role} needs {_KIND_FILES[expected]}"
+        return None  # not an XBench store at all: the validators list what is wrong
+    what = {"images": "an images store", "ground-truth": "a ground-truth store", "submission": "a submission store"}[kind]
+    fix = f"{role} needs {_KIND_FILES[expected]}"
+    if swap_with:
+        fix += f"; did you swap it with {swap_with}?"
+    return f"{path}: this is {what} (xbench.kind={kind!r}); {fix}"
+
+
+def require_kind(path, expected: str, role: str, *, swap_with: str | None = None, unfinished_ok: bool = False) -> None:
+    """Raise :class:`UserError` with :func:`store_kind_problem`'s line when ``path`` is the wrong kind."""
+    problem = store_kind_problem(path, expected, role, swap_with=swap_with, unfinished_ok=unfinished_ok)
+    if problem:
+        raise UserError(problem)

@@ -1,0 +1,117 @@
+"""``xbench show``: one case and class of a submission drawn over its image, as one PNG.
+
+The panel shows what the scorer sees: the raw map stretched over the whole image (min-max
+normalised, with a colour bar), the ground-truth region outlined, and the pointing-game peak,
+the first maximum of the map resized to the evaluation grid (the scorer's own resize), marked
+with a white cross. The caption says whether the peak is a hit.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, require_kind
+
+__all__ = ["pointing_peak", "show_case", "show"]
+
+
+def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
+    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
+    from xbench.score.kernels import resize_map
+
+    resized = resize_map(np.asarray(saliency), grid)
+    return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
+
+
+def _find(names, value: str, what: str, where: str) -> int:
+    names = [str(n) for n in names]
+    if value not in names:
+        import difflib
+
+        close = difflib.get_close_matches(value, names, n=3)
+        raise UserError(f"{what} {value!r} is not in {where}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+    return names.index(value)
+
+
+def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: str | None = None) -> dict:
+    """Draw one (case, class) overlay into ``out`` (a .png path, written atomically); returns what was drawn."""
+    from matplotlib.figure import Figure
+
+    from xbench.schemas import read_ground_truth, read_images, read_submission
+
+    from .figures import save_figure
+    from .overlays import draw_panel
+
+    img_store, gt_store, sub = read_images(images), read_ground_truth(gt), read_submission(submission)
+    if dataset is None:
+        having = [d for d, ds in gt_store.datasets.items() if case_id in {str(c) for c in ds.case_id}]
+        if not having:
+            raise UserError(f"case {case_id!r} is in no dataset of {gt}")
+        if len(having) > 1:
+            raise UserError(f"case {case_id!r} is in several datasets ({', '.join(having)}); pick one with --dataset")
+        dataset = having[0]
+    for store, name in ((img_store, images), (gt_store, gt), (sub, submission)):
+        if dataset not in store.datasets:
+            raise UserError(f"dataset {dataset!r} is not in {name}")
+    g, im_ds, s_ds = gt_store.datasets[dataset], img_store.datasets[dataset], sub.datasets[dataset]
+    gi = _find(g.case_id, case_id, "case", f"{gt} ({dataset})")
+    gc = _find(g.classes, cls, "class", f"{gt} ({dataset}); its classes: {', '.join(g.classes)}")
+    smap = np.asarray(s_ds.saliency[_find(s_ds.case_id, case_id, "case", str(submission)),
+                                    _find(s_ds.classes, cls, "class", str(submission))])
+    image = np.asarray(im_ds.image[_find(im_ds.case_id, case_id, "case", str(images))])
+    region = {(int(i), int(c)): k for k, (i, c) in enumerate(np.asarray(g.region_index))}.get((gi, gc))
+    grid = tuple(int(v) for v in g.grid) if getattr(g, "grid", None) is not None else None
+    mask = np.asarray(g.region_mask[region]).astype(bool) if region is not None else None
+    grid = mask.shape if mask is not None else grid
+    peak = pointing_peak(smap, grid) if grid is not None else None
+    hit = bool(mask[peak]) if mask is not None and peak is not None else None
+    label = int(np.asarray(g.labels)[gi, gc])
+
+    fig = Figure(figsize=(5.2, 4.6), layout="constrained")
+    ax = fig.add_subplot(1, 1, 1)
+    artist = draw_panel(ax, image, smap, mask, peak=peak)
+    fig.colorbar(artist, ax=ax, shrink=0.8, label="saliency (min-max normalised)")
+    verdict = "no region" if mask is None else ("pointing game: hit" if hit else "pointing game: miss")
+    model = sub.attrs.get("model", Path(str(submission)).name)
+    ax.set_title(f"{model} · {dataset} · {case_id}\n{cls} (label {label}) · {verdict}", fontsize=9)
+    out = Path(out)
+    stem = out.with_suffix("") if out.suffix.lower() == ".png" else out
+    files = save_figure(fig, stem, dpi=120, formats=("png",))
+    return {"file": str(files[0]), "dataset": dataset, "case_id": case_id, "class": cls, "label": label,
+            "peak": list(peak) if peak is not None else None, "hit": hit, "has_region": mask is not None}
+
+
+@command("show", on_interrupt=NOT_WRITTEN_HINT)
+@click.argument("submission", type=click.Path(path_type=Path))
+@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path), help="gt.zarr (the region outline).")
+@click.option("--images", "images_path", required=True, type=click.Path(path_type=Path), help="images.zarr (the picture).")
+@click.option("--case", "case_id", required=True, help="Case id.")
+@click.option("--class", "cls", required=True, help="Class name, as in the ground truth.")
+@click.option("--dataset", default=None, help="Dataset key (default: the one dataset holding the case).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="PNG to write (default: show_<case>_<class>.png).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was drawn (peak, hit, file) as JSON.")
+def show(submission, gt_path, images_path, case_id, cls, dataset, out, quiet, as_json):
+    """Draw one case and class of SUBMISSION over its image: map, region outline, pointing-game peak.
+
+    \b
+    Example:
+      xbench show dog.zarr --gt data/gt.zarr --images data/images.zarr --case phantom_0003 --class Nodule
+    """
+    import json
+    import re
+
+    require_kind(submission, "submission", "SUBMISSION", swap_with="--gt")
+    require_kind(gt_path, "ground-truth", "--gt")
+    require_kind(images_path, "images", "--images")
+    if out is None:  # a file name from data: keep it to safe characters
+        out = Path(re.sub(r"[^A-Za-z0-9._-]+", "_", f"show_{case_id}_{cls}") + ".png")
+    info = show_case(submission, gt_path, images_path, case_id, cls, out, dataset=dataset)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    elif not quiet:
+        verdict = "no region" if not info["has_region"] else ("hit" if info["hit"] else "miss")
+        click.echo(f"wrote {info['file']} ({info['dataset']} {case_id}, {cls}: {verdict})")

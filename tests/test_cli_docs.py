@@ -1,0 +1,199 @@
+"""Every command shown in README.md and docs/*.md works as written, so a claim in the docs cannot drift.
+
+Each `xbench...` line of a fenced code block is
+1. checked: the command exists and every option it uses is one of that command's options;
+2. run, in document order, in a sandbox holding the phantom set under the names the docs use,
+   unless it needs something a test cannot have (a dataset download, real weights, GPUs): those
+   are listed in NOT_RUN with the reason, and each entry must still match a documented command.
+The only rewrite is the phantom's size (REWRITES), so the walk takes seconds, not minutes.
+"""
+from __future__ import annotations
+
+import glob
+import re
+import shlex
+import shutil
+import zipfile
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from xbench import cli  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PROGRAMS = {"xbench": None, **{f"xbench-{n}": n for n in ("prepare", "extract", "score", "validate", "convert")}}
+
+#: documented command substring -> why the walk cannot run it (the option check still applies)
+NOT_RUN = {
+    "--root ~/data": "reads a real dataset download",
+    "weights=/models/": "needs real CLIP weights",
+    "biomedclip.yaml": "needs the BiomedCLIP download and GPUs",
+    "medklip.yaml": "needs the MedKLIP checkpoint and its embedding cache",
+    "build-embeddings": "needs Bio_ClinicalBERT and the upstream description files",
+    "--out /output": "writes to the challenge platform's /output folder",
+    "--datasets vindr_cxr,chexlocalize": "names datasets the phantom set does not have",
+    "xbench demo": "takes a minute; tests/report/test_report_demo.py runs it (--quick)",
+}
+#: the one rewrite: the phantom's size
+REWRITES = {"--n-cases 200": "--n-cases 12"}
+
+
+def _logical_lines(text: str) -> list[str]:
+    out, buf = [], ""
+    for line in text.splitlines():
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        out.append(buf + line)
+        buf = ""
+    return out
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(doc name, command line without its comment) for every xbench command in a shell code block."""
+    found = []
+    for doc in DOCS:
+        blocks = re.findall(r"```(\w*)\n(.*?)```", doc.read_text(), flags=re.S)
+        for lang, body in blocks:
+            if lang not in ("", "bash", "sh", "console"):
+                continue
+            for line in _logical_lines(body):
+                line = re.sub(r"\s+#.*$", "", line.strip().removeprefix("$ ")).strip()
+                if line.split(" ", 1)[0] in PROGRAMS:
+                    found.append((doc.relative_to(ROOT).as_posix(), line))
+    return found
+
+
+COMMANDS = documented_commands()
+
+
+def _argv(line: str) -> list[str]:
+    """`xbench-score ...` and `xbench score ...` as the umbrella's argv."""
+    tokens = shlex.split(line)
+    sub = PROGRAMS[tokens[0]]
+    return tokens[1:] if sub is None else [sub, *tokens[1:]]
+
+
+def _command(argv: list[str]) -> click.Command:
+    ctx = click.Context(cli.main)
+    cmd = cli.main.get_command(ctx, argv[0])
+    assert cmd is not None, f"no command 'xbench {argv[0]}'"
+    return cmd
+
+
+def _skip_reason(line: str) -> str | None:
+    return next((why for key, why in NOT_RUN.items() if key in line), None)
+
+
+def test_the_docs_show_commands():
+    docs = {doc for doc, _ in COMMANDS}
+    assert {"README.md", "docs/prepare.md", "docs/extract.md", "docs/score.md", "docs/report.md"} <= docs
+    assert len(COMMANDS) >= 25
+
+
+@pytest.mark.parametrize("doc,line", COMMANDS, ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
+def test_documented_options_exist(doc, line):
+    argv = _argv(line)
+    cmd = _command(argv)
+    known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+    used = {t.split("=", 1)[0] for t in argv[1:] if t.startswith("-") and t != "-" and not t[1:].isdigit()}
+    unknown = sorted(used - known)
+    assert not unknown, f"{doc}: `{line}` uses {unknown}, which `xbench {argv[0]}` does not have"
+
+
+def test_every_not_run_entry_is_still_documented():
+    for key in NOT_RUN:
+        assert any(key in line for _, line in COMMANDS), f"NOT_RUN[{key!r}] matches no documented command any more"
+
+
+# -- the walk ------------------------------------------------------------------------------------------
+def _xb(argv: list[str]):
+    return CliRunner().invoke(cli.main, argv)
+
+
+def _zip_contents(store: Path, dst: Path) -> None:
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zf:
+        for p in sorted(store.rglob("*")):
+            if p.is_file():
+                zf.write(p, p.relative_to(store).as_posix())
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """Every input the docs name that no runnable documented command makes: the phantom set under
+    each documented name, submissions of several models, score folders, zipped stores."""
+    d = tmp_path_factory.mktemp("docs-sandbox")
+    ok = lambda res: res.exit_code == 0 or pytest.fail(res.output)  # noqa: E731
+    ok(_xb(["prepare", "phantom", "--out", str(d / "data"), "--n-cases", "12", "-q"]))
+    for name in ("images.zarr", "gt.zarr"):
+        shutil.copytree(d / "data" / name, d / name)
+    shutil.copytree(d / "gt.zarr", d / "gt_test.zarr")
+    for model, outs in {"dog": ("dog", "c", "sub", "submission", "test"), "random": ("random", "a"),
+                        "center": ("b",), "clip-tiny": ("clip",)}.items():
+        first = d / f"{outs[0]}.zarr"
+        ok(_xb(["extract", "--model", model, "--images", str(d / "data/images.zarr"), "--out", str(first),
+                "--workers", "0", "-q"]))
+        for other in outs[1:]:
+            shutil.copytree(first, d / f"{other}.zarr")
+    for name in ("sub", "submission"):
+        _zip_contents(d / f"{name}.zarr", d / f"{name}.zarr.zip")
+    for model in ("clip", "dog", "random"):
+        ok(_xb(["score", str(d / f"{model}.zarr"), "--gt", str(d / "gt.zarr"), "--out", str(d / "scores" / model),
+                "--bootstrap", "0", "-q"]))
+    shutil.copytree(d / "scores/dog", d / "results_val")
+    (d / "subs").mkdir()
+    shutil.copytree(d / "clip.zarr", d / "subs/clip.zarr")
+    (d / "npz_outputs").mkdir()  # xbench-convert's folder layout (filled below)
+    return d
+
+
+def _npz_folder(sandbox: Path) -> None:
+    """`npz_outputs/` and `outputs.h5`, the two layouts xbench-convert reads, from dog.zarr."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    from xbench.schemas import read_submission
+
+    sub = read_submission(sandbox / "dog.zarr")
+    meta = {"model": "dog", "method": "dog", "datasets": {}}
+    with h5py.File(sandbox / "outputs.h5", "w") as h5:
+        h5.attrs["model"], h5.attrs["method"] = "dog", "dog"
+        for name, ds in sub.datasets.items():
+            meta["datasets"][name] = {"classes": list(ds.classes), "score_kind": ds.score_kind}
+            sal = np.asarray(ds.saliency[...], dtype=np.float32)
+            g = h5.create_group(name)
+            g.attrs["classes"], g.attrs["score_kind"] = list(ds.classes), ds.score_kind
+            g["case_id"] = np.asarray([str(c) for c in ds.case_id], dtype="S")
+            g["scores"], g["saliency"] = ds.scores, sal
+            (sandbox / "npz_outputs" / name).mkdir(parents=True, exist_ok=True)
+            for i, case in enumerate(ds.case_id):
+                np.savez(sandbox / "npz_outputs" / name / f"{case}.npz", scores=ds.scores[i], saliency=sal[i])
+    (sandbox / "npz_outputs" / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", sorted({d for d, _ in COMMANDS}))
+def test_documented_commands_run_as_written(doc, template, tmp_path, monkeypatch):
+    sandbox = tmp_path / "sandbox"
+    shutil.copytree(template, sandbox, symlinks=True)
+    _npz_folder(sandbox)
+    monkeypatch.chdir(sandbox)
+    ran = 0
+    for d, line in COMMANDS:
+        if d != doc or _skip_reason(line):
+            continue
+        for key, value in REWRITES.items():
+            line = line.replace(key, value)
+        argv = [m for t in _argv(line) for m in (sorted(glob.glob(t)) if "*" in t else [t])]
+        res = _xb(argv)
+        assert res.exit_code == 0, f"{doc}: `{line}` exited {res.exit_code}:\n{res.output}"
+        assert "Traceback" not in res.output
+        ran += 1
+    assert ran, f"{doc}: nothing ran"

@@ -1,0 +1,87 @@
+"""Every command resolves and answers --help, through the umbrella (xbench NAME) and its own entry point.
+
+The umbrella's targets are strings (imported on use), so nothing else would notice a target that does
+not exist: issue 12's `xbench score` crash. This test resolves every one of them.
+"""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from xbench import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+EXTRACT_SIDE = {name for name, (_, _, extra) in cli.SUBCOMMANDS.items() if extra == "extract"}
+
+
+def _resolve(target: str):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _has_torch() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.parametrize("name", sorted(cli.SUBCOMMANDS))
+def test_every_umbrella_target_resolves_to_a_command(name):
+    if name in EXTRACT_SIDE and not _has_torch():
+        pytest.skip("the extract extra is not installed")
+    target = cli.SUBCOMMANDS[name][0]
+    cmd = _resolve(target)
+    assert isinstance(cmd, click.Command), f"xbench {name} -> {target} is a {type(cmd).__name__}"
+
+
+@pytest.mark.parametrize("name", sorted(cli.SUBCOMMANDS))
+def test_umbrella_help(name):
+    if name in EXTRACT_SIDE and not _has_torch():
+        pytest.skip("the extract extra is not installed")
+    res = CliRunner().invoke(cli.main, [name, "--help"])
+    assert res.exit_code == 0, res.output
+    assert f"Usage: xbench {name}" in res.output and "--debug" in res.output
+    assert "--quiet" in res.output and "--json" in res.output  # the same output modes everywhere
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_console_script_help(script):
+    cmd = _resolve(SCRIPTS[script])
+    if isinstance(cmd, click.Command):
+        res = CliRunner().invoke(cmd, ["--help"], prog_name=script)
+        assert res.exit_code == 0, res.output
+        assert "Usage:" in res.output
+    else:  # a plain function that calls the command's main
+        with pytest.raises(SystemExit) as exc:
+            cmd(["--help"])
+        assert exc.value.code == 0
+
+
+def test_umbrella_help_lists_every_subcommand():
+    res = CliRunner().invoke(cli.main, ["--help"])
+    assert res.exit_code == 0
+    for name in cli.SUBCOMMANDS:
+        assert name in res.output
+
+
+def test_unknown_subcommand_is_a_usage_error():
+    res = CliRunner().invoke(cli.main, ["sccore"])
+    assert res.exit_code == 2 and "No such command" in res.stderr and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("module,func", [("xbench.score.cli", "main"), ("xbench.schemas.cli", "validate_main"),
+                                         ("xbench.schemas.cli", "convert_main"), ("xbench.cli", "main")])
+def test_help_imports_nothing_heavy(module, func):
+    """--help is instant: no zarr, numpy, pandas or torch behind it."""
+    code = (f"import sys\nfrom {module} import {func}\ntry:\n    {func}(['--help'])\nexcept SystemExit as e:\n"
+            "    assert e.code == 0, e.code\n"
+            "print(sorted(m for m in ('zarr', 'numpy', 'pandas', 'torch', 'numba') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
