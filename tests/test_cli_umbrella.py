@@ -47,7 +47,12 @@ def test_umbrella_help(name):
     res = CliRunner().invoke(cli.main, [name, "--help"])
     assert res.exit_code == 0, res.output
     assert f"Usage: xbench {name}" in res.output and "--debug" in res.output
-    assert "--quiet" in res.output and "--json" in res.output  # the same output modes everywhere
+    group = _resolve(cli.SUBCOMMANDS[name][0])
+    leaves = [[name, sub] for sub in group.commands] if isinstance(group, click.Group) else [[name]]
+    for words in leaves:  # a group (xbench package) promises the output modes on each of its commands
+        res = CliRunner().invoke(cli.main, [*words, "--help"])
+        assert res.exit_code == 0, res.output
+        assert "--quiet" in res.output and "--json" in res.output  # the same output modes everywhere
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sys
 import zipfile
 from pathlib import Path
 
 import click
+
+from xbench.schemas._cli import CONTEXT, Command, UserError
 
 __all__ = ["codabench_main", "find_store", "grand_challenge_main", "package", "score_for_platform",
            "write_codabench_bundle", "zip_store"]
@@ -82,8 +85,9 @@ def find_store(folder: str | os.PathLike, what: str) -> Path:
 def _reason(code: int, captured: str) -> str:
     """The participant-facing summary of a failed ``xbench-score`` run, from what it printed."""
     lines = [ln for ln in captured.splitlines() if ln.strip()]
-    if code == 2:
-        problems = [ln for ln in lines if not ln.startswith("xbench-score:")]
+    if code == 2:  # problem lines read "xbench-score: error: ..."; the summary line has no "error:"
+        tag = "xbench-score: error: "
+        problems = [ln[len(tag):] for ln in lines if ln.startswith(tag)]
         if problems:
             more = f" (and {len(problems) - 1} more problem(s) above)" if len(problems) > 1 else ""
             return f"invalid submission: {problems[0]}{more}"
@@ -188,17 +192,20 @@ def write_codabench_bundle(gt: str | os.PathLike, out: str | os.PathLike) -> Pat
     return out
 
 
-@click.group("package", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("package", context_settings=dict(CONTEXT))
+@click.option("--debug", is_flag=True, expose_value=False, help="Show the traceback of an unexpected error.")
 def package() -> None:
     """Bundles for scoring on challenge platforms."""
 
 
-@package.command("codabench")
+@package.command("codabench", cls=Command)
 @click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path),
               help="Ground-truth store (gt.zarr or gt.zarr.zip) to package with the scoring program.")
 @click.option("--out", "out_path", default=Path("scoring_program.zip"), show_default=True,
               type=click.Path(path_type=Path), help="The scoring program zip to write.")
-def codabench(gt_path: Path, out_path: Path) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def codabench(gt_path: Path, out_path: Path, quiet: bool, as_json: bool) -> None:
     """Write a Codabench scoring program: metadata.yaml, score.py and the ground truth.
 
     \b
@@ -212,9 +219,9 @@ def codabench(gt_path: Path, out_path: Path) -> None:
     if out_real == gt_real or gt_real in out_real.parents:
         problems.append(f"--out {out_path}: is or lies inside the ground truth ({gt_path}); nothing may be written there")
     if problems:
-        for p in problems:
-            click.echo(p, err=True)
-        click.echo(f"xbench package: invalid input ({len(problems)} problem(s) above); nothing was written.", err=True)
-        sys.exit(2)
+        raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
     write_codabench_bundle(gt_path, out_path)
-    click.echo(f"scoring program -> {out_path}")
+    if as_json:
+        click.echo(json.dumps({"ok": True, "scoring_program": str(out_path)}))
+    elif not quiet:
+        click.echo(f"scoring program -> {out_path}")
