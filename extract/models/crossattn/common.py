@@ -360,6 +360,23 @@ BERT_NON_PARAMETERS = (r"(^|\.)embeddings\.position_ids$",)
 # --------------------------------------------------------------------------------------------
 # Preprocessing
 # --------------------------------------------------------------------------------------------
+def equalize_setting(config: Mapping) -> bool | str:
+    """``options.equalize``: true, false or "auto" (the default: on exactly where the model's
+    official loader for that dataset equalises, see :func:`equalize_for`)."""
+    value = option(config, "equalize", "auto")
+    if value not in (True, False, "auto"):
+        raise AdapterConfigError(f"options.equalize must be true, false or \"auto\", got {value!r}")
+    return value
+
+
+def equalize_for(setting: bool | str, dataset: str | None, official: Sequence[str]) -> bool:
+    """Whether to equalise ``dataset``: ``setting`` if boolean; for "auto", whether the model's
+    official loader of that dataset does (``official``: dataset keys); never for an unnamed one."""
+    if setting == "auto":
+        return dataset is not None and dataset in official
+    return bool(setting)
+
+
 def images_to_float(images: torch.Tensor) -> torch.Tensor:
     """(B, S, S) uint8 -> (B, 1, S, S) float32 in [0, 1] (what ``ToTensor`` gives a grey PIL image)."""
     if images.ndim != 3:
