@@ -233,7 +233,7 @@ def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:
     """Which pixels the adapter gets for ``dataset`` and how they are prepared (recorded in the
     provenance): the original image when the adapter has a host-side transform that wants it and
     the store keeps originals; otherwise the stored S x S image."""
-    transform = adapter.image_transform(dataset)
+    transform = adapter.image_transform(dataset) if hasattr(adapter, "image_transform") else None
     if transform is None:
         return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
     source = "original" if store_has_originals and transform.wants_original else "stored"

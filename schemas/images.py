@@ -214,7 +214,7 @@ class ImagesWriter:
         consolidate(self.path)
 
 
-ORIGINAL_CHUNK = 1 << 24  # 16 MiB chunks of the flat originals buffer
+ORIGINAL_CHUNK = 1 << 22  # 4 MiB chunks of the flat originals buffer: a case read decodes little beyond itself
 
 
 def _minor(group: zarr.Group) -> int:

@@ -246,3 +246,34 @@ def test_runner_gives_the_adapter_the_original_pixels(model, tmp_path, tiny_bert
     adapter.set_classes(PHANTOM_CLASSES)
     ref = adapter(torch.stack([transform(o, o.shape) for o in originals]), torch.tensor(ORIG_SIZES))
     np.testing.assert_allclose(np.asarray(sub.datasets["phantom"].scores[:]), ref.scores.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_resumed_extraction_on_originals_is_byte_identical(tmp_path, tiny_bert, tiny_cache, tiny_config, monkeypatch):
+    from xbench.extract import runner
+    from xbench.schemas import SubmissionWriter, store_sha256
+
+    write_store(tmp_path / "k.zarr", keep_original=True)
+    cfg = tiny_config("kad", tiny_bert, tiny_cache)
+
+    def run(out):
+        torch.manual_seed(0)
+        return runner.run_extraction(runner.ExtractOptions(model="kad", images=tmp_path / "k.zarr", out=out, overrides=cfg,
+                                                    batch_size=2, cases_per_block=2, device="cpu", workers=0,
+                                                    quiet=True))
+
+    run(tmp_path / "clean.zarr")
+    original_write = SubmissionWriter.write_block
+    calls = []
+
+    def crash_on_second(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated kill")
+        return original_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(SubmissionWriter, "write_block", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "resumed.zarr")
+    monkeypatch.setattr(SubmissionWriter, "write_block", original_write)
+    assert run(tmp_path / "resumed.zarr")["blocks_written"] == 2  # of 3: the first was kept
+    assert store_sha256(tmp_path / "clean.zarr") == store_sha256(tmp_path / "resumed.zarr")
