@@ -236,6 +236,8 @@ def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:
     transform = adapter.image_transform(dataset) if hasattr(adapter, "image_transform") else None
     if transform is None:
         return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
+    if getattr(transform, "only_original", False) and not store_has_originals:
+        return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
     source = "original" if store_has_originals and transform.wants_original else "stored"
     return {"transform": transform, "source": source, "steps": transform.describe()}
 

@@ -110,3 +110,72 @@ class PILResize(ImageTransform):
         eq = "skimage-style equalize_hist, " if self.equalize else ""
         return (f"{eq}PIL grey -> RGB, torchvision Resize({list(self.size)}, {self.filter.upper()}) on the PIL image, "
                 f"ToTensor, Normalize(mean={list(self.mean)}, std={list(self.std)})")
+
+
+@dataclass(frozen=True)
+class DualEncoderTransform(ImageTransform):
+    """open_clip's evaluation transform (``open_clip.transform.image_transform``), run on the
+    original image: ``squash`` = ``Resize([h, w], filter)``; ``crop`` (open_clip's default
+    ``shortest`` mode, square sizes) = ``Resize(R)`` of the shorter side then ``CenterCrop(R)``;
+    then grey -> RGB, ``ToTensor``, ``Normalize``. ``crop_offset`` "round" is torchvision's
+    ``CenterCrop``; "floor" is transformers' ``center_crop`` (CLIPImageProcessor).
+
+    Only for originals (``only_original``): on the stored stretched image a shorter-side resize
+    would not see the original's aspect ratio, so the adapter's device path (``geometry``) is used
+    there instead. :meth:`boxes` gives the model frame in whole-image coordinates, for the maps.
+    """
+
+    size: tuple[int, int] = (224, 224)
+    mode: str = "squash"
+    filter: str = "bicubic"
+    mean: tuple[float, ...] = (0.48145466, 0.4578275, 0.40821073)
+    std: tuple[float, ...] = (0.26862954, 0.26130258, 0.27577711)
+    crop_offset: str = "round"
+    only_original = True
+
+    def __post_init__(self) -> None:
+        if self.filter not in PIL_FILTERS or self.mode not in ("squash", "crop") or self.crop_offset not in ("round", "floor"):
+            raise ValueError(f"unsupported host transform: filter {self.filter!r}, mode {self.mode!r}, crop_offset {self.crop_offset!r}")
+        if self.mode == "crop" and self.size[0] != self.size[1]:
+            raise ValueError(f"crop needs a square size, got {self.size}")
+
+    def frame(self, orig_size: tuple[int, int]) -> tuple[int, int, int, int]:
+        """(resized h, resized w, crop top, crop left) of the ``crop`` mode for an original (h, w)."""
+        h, w, r = orig_size[0], orig_size[1], self.size[0]
+        # torchvision Resize(int): the shorter side becomes r, the longer int(r * long / short)
+        nh, nw = (r, int(r * w / h)) if h <= w else (int(r * h / w), r)
+        if self.crop_offset == "round":
+            return nh, nw, int(round((nh - r) / 2.0)), int(round((nw - r) / 2.0))
+        return nh, nw, (nh - r) // 2, (nw - r) // 2
+
+    def apply(self, image: np.ndarray, orig_size: tuple[int, int]) -> torch.Tensor:
+        from PIL import Image
+        from torchvision import transforms
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as TF
+
+        mode = InterpolationMode.BICUBIC if self.filter == "bicubic" else InterpolationMode.BILINEAR
+        rgb = Image.fromarray(image).convert("RGB")
+        if self.mode == "squash":
+            rgb = transforms.Resize(list(self.size), interpolation=mode)(rgb)
+        else:
+            nh, nw, top, left = self.frame(image.shape)
+            rgb = TF.crop(transforms.Resize([nh, nw], interpolation=mode)(rgb), top, left, self.size[0], self.size[1])
+        return to_normalised_tensor(rgb, self.mean, self.std)
+
+    def boxes(self, orig_size: torch.Tensor) -> torch.Tensor:
+        """(B, 4) model frames (x0, y0, x1, y1) in normalised whole-image coordinates (see geometry)."""
+        out = torch.tensor([[0.0, 0.0, 1.0, 1.0]], dtype=torch.float64).repeat(orig_size.shape[0], 1)
+        if self.mode == "crop":
+            r = self.size[0]
+            for i, (h, w) in enumerate(orig_size.tolist()):
+                nh, nw, top, left = self.frame((int(h), int(w)))
+                out[i] = torch.tensor([left / nw, top / nh, (left + r) / nw, (top + r) / nh], dtype=torch.float64)
+        return out
+
+    def describe(self) -> str:
+        geo = (f"Resize({list(self.size)}, {self.filter.upper()})" if self.mode == "squash" else
+               f"Resize({self.size[0]}, {self.filter.upper()}) of the shorter side, CenterCrop({self.size[0]}) "
+               f"(offset {self.crop_offset})")
+        return (f"on the original: PIL grey -> RGB, {geo}, ToTensor, Normalize(mean={list(self.mean)}, "
+                f"std={list(self.std)})")
