@@ -234,9 +234,7 @@ def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:
     provenance): the original image when the adapter has a host-side transform that wants it and
     the store keeps originals; otherwise the stored S x S image."""
     transform = adapter.image_transform(dataset) if hasattr(adapter, "image_transform") else None
-    if transform is None:
-        return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
-    if getattr(transform, "only_original", False) and not store_has_originals:
+    if transform is None or (getattr(transform, "only_original", False) and not store_has_originals):
         return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
     source = "original" if store_has_originals and transform.wants_original else "stored"
     return {"transform": transform, "source": source, "steps": transform.describe()}
