@@ -73,6 +73,7 @@ def _dataset_lines() -> list[dict]:
 @click.option("--split", default=None, help="Which split to prepare; default: the dataset's evaluation split (--list shows each one's).")
 @click.option("--grid", type=_Grid(), default="224", show_default=True, help="Evaluation grid of the ground truth, H or HxW.")
 @click.option("--image-size", type=click.IntRange(16, 4096), default=512, show_default=True, help="Side S of the stored S x S images.")
+@click.option("--keep-original", is_flag=True, help="Also store every image at its original resolution, so models whose official preprocessing starts from the original get it (see docs/prepare.md).")
 @click.option("--workers", type=click.IntRange(1, 1024), default=None, help="Decoding processes; default: every core.")
 @click.option("--cases-per-block", type=click.IntRange(1, 4096), default=32, show_default=True, help="Cases per image block (the unit of resuming).")
 @click.option("--max-skip-fraction", type=click.FloatRange(0, 1), default=0.01, show_default=True, help="Fail (exit 2) when more than this fraction of cases must be skipped for bad input.")
@@ -82,7 +83,7 @@ def _dataset_lines() -> list[dict]:
 @click.option("--list", "list_only", is_flag=True, help="List the datasets, their splits and default split, and exit.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (errors are still printed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
-def main(dataset, root, out_dir, split, grid, image_size, workers, cases_per_block, max_skip_fraction, options,
+def main(dataset, root, out_dir, split, grid, image_size, keep_original, workers, cases_per_block, max_skip_fraction, options,
          n_cases, seed, list_only, quiet, as_json):
     """Prepare DATASET from its native files into OUT/images.zarr and OUT/gt.zarr.
 
@@ -135,7 +136,7 @@ def main(dataset, root, out_dir, split, grid, image_size, workers, cases_per_blo
     try:
         summary = prepare_dataset(
             reader, out_dir, grid=grid, image_size=image_size, workers=workers, cases_per_block=cases_per_block,
-            max_skip_fraction=max_skip_fraction, progress=not quiet and not as_json,
+            max_skip_fraction=max_skip_fraction, progress=not quiet and not as_json, keep_original=keep_original,
         )
     except TooManySkippedError as exc:
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",

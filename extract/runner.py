@@ -58,10 +58,18 @@ class ExtractError(RuntimeError):
 
 
 class _Blocks(Dataset):
-    """Rows of one images dataset, one item per submission block: (block, images, orig_size)."""
+    """Rows of one images dataset, one item per submission block: (block, images, orig_size).
 
-    def __init__(self, images_path: str, dataset: str, blocks: Sequence[tuple[int, int, int]]) -> None:
+    With an adapter's host-side ``transform`` (:class:`~.models.pixels.ImageTransform`) each case
+    goes through it here, in the DataLoader workers: the original image when ``originals`` (the
+    store keeps them and the transform wants them), else the stored S x S image; ``images`` is
+    then the stack of its outputs.
+    """
+
+    def __init__(self, images_path: str, dataset: str, blocks: Sequence[tuple[int, int, int]],
+                 transform=None, originals: bool = False) -> None:
         self.images_path, self.dataset, self.blocks = str(images_path), dataset, list(blocks)
+        self.transform, self.originals = transform, bool(originals)
         self._ds = None
 
     def __len__(self) -> int:
@@ -71,9 +79,15 @@ class _Blocks(Dataset):
         if self._ds is None:  # opened lazily so that each worker has its own handle
             self._ds = read_images(self.images_path).datasets[self.dataset]
         b, start, stop = self.blocks[i]
-        img = torch.from_numpy(np.ascontiguousarray(self._ds.image[start:stop]))
-        size = torch.from_numpy(np.asarray(self._ds.orig_size[start:stop], dtype=np.int64))
-        return b, img, size
+        sizes = np.asarray(self._ds.orig_size[start:stop], dtype=np.int64)
+        if self.transform is None:
+            img = torch.from_numpy(np.ascontiguousarray(self._ds.image[start:stop]))
+        elif self.originals:  # one case at a time: originals can be large
+            img = torch.stack([self.transform(self._ds.original(r), sizes[r - start]) for r in range(start, stop)])
+        else:
+            stored = np.asarray(self._ds.image[start:stop])
+            img = torch.stack([self.transform(stored[k], sizes[k]) for k in range(stop - start)])
+        return b, img, torch.from_numpy(sizes)
 
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
@@ -147,9 +161,10 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     adapter.to(device)
     cpb = opts.cases_per_block or max(64, opts.batch_size)
 
-    specs, prompts, adapter_prov = {}, {}, {}
+    specs, prompts, adapter_prov, pixels = {}, {}, {}, {}
     for name in names:
         ds = store.datasets[name]
+        pixels[name] = input_pixels(adapter, name, ds.has_originals)
         adapter.set_classes(ds.classes)
         specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
                                   tuple(adapter.unsupported))
@@ -159,6 +174,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     provenance = {
         "adapter": adapter_prov, "layers": adapter_prov.get("layers"), "prompts": prompts,
         "config": _jsonable(config), "config_hash": adapter.config_hash, "precision": precision,
+        "input_pixels": {n: {k: v for k, v in p.items() if k != "transform"} for n, p in pixels.items()},
         "images": {"path": Path(opts.images).name, "attrs": _jsonable(store.attrs)},
         "software": software_versions(),
     }
@@ -192,7 +208,8 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         if progress:
             progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in mine)))
         adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
-        loader = DataLoader(_Blocks(opts.images, name, [(b, *writer.block_rows(name, b)) for b in mine]),
+        blocks = [(b, *writer.block_rows(name, b)) for b in mine]
+        loader = DataLoader(_Blocks(opts.images, name, blocks, pixels[name]["transform"], pixels[name]["source"] == "original"),
                             batch_size=None, shuffle=False, num_workers=opts.workers,
                             pin_memory=device.type == "cuda", persistent_workers=False)
         for b, images, sizes in loader:
@@ -215,6 +232,17 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             "precision": precision, "rank": info.rank, "world_size": info.world_size,
             "blocks_written": written, "datasets": summary, "seconds": round(seconds, 3),
             "cases": cases}
+
+
+def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:
+    """Which pixels the adapter gets for ``dataset`` and how they are prepared (recorded in the
+    provenance): the original image when the adapter has a host-side transform that wants it and
+    the store keeps originals; otherwise the stored S x S image."""
+    transform = adapter.image_transform(dataset) if hasattr(adapter, "image_transform") else None
+    if transform is None or (getattr(transform, "only_original", False) and not store_has_originals):
+        return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
+    source = "original" if store_has_originals and transform.wants_original else "stored"
+    return {"transform": transform, "source": source, "steps": transform.describe()}
 
 
 def _jsonable(obj: Any) -> Any:

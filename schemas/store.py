@@ -30,6 +30,9 @@ from .errors import InvalidStoreError, Problem, StoreNotFoundError
 from .paths import is_remote
 
 SCHEMA_VERSION = 1
+#: Minor versions add optional arrays only, so every store of schema 1 stays valid. 1: images
+#: stores may keep the original-resolution images (``orig_offset``/``orig_pixels``).
+SCHEMA_MINOR = 1
 DATASET_KEYS = (
     "rsna_pneumonia",
     "siim_acr",
@@ -47,6 +50,7 @@ MAX_CASES = 10_000_000
 MAX_CLASSES = 1_000
 MAX_MAP_SIDE = 1024  # saliency maps up to 1024 x 1024 per case and class
 MAX_IMAGE_SIDE = 4096
+MAX_ORIGINAL_SIDE = 16384  # original-resolution images kept in an images store
 MAX_CHUNK_BYTES = 512 * 2**20  # one decoded chunk; bigger chunks are refused, not read
 
 

@@ -9,7 +9,11 @@ resizes and rasterises the cases block by block in a pool of worker processes an
   :class:`xbench.schemas.ImagesWriter`, one block of ``cases_per_block`` cases at a time;
 * ``OUT/gt.zarr/<dataset>``: labels from the native annotations and each region rasterised onto
   the grid by :func:`.rasterise.rasterise_region`, through :func:`xbench.schemas.write_ground_truth`
-  once at the end.
+  once at the end;
+* with ``keep_original`` (``xbench-prepare --keep-original``), also every image as the reader gave
+  it, before any resize (``orig_offset``/``orig_pixels``, schemas/README.md), so that a model's
+  official preprocessing can run on the original pixels. Those are appended in case order, so
+  blocks are then collected in order (``imap``) instead of as they finish.
 
 Several datasets share one pair of stores as groups; preparing one again replaces only its group.
 
@@ -181,6 +185,7 @@ _JOB: dict = {}  # set in the parent before forking: reader, records, classes, g
 class _CaseResult:
     image: np.ndarray | None
     orig_size: tuple[int, int]
+    original: np.ndarray | None
     labels: np.ndarray
     regions: list[tuple[int, np.ndarray]]  # (class column, grid mask)
     n_fallback: int = 0
@@ -188,39 +193,43 @@ class _CaseResult:
     failure: str | None = None
 
 
-def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size) -> _CaseResult:
+def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size, keep: bool = False) -> _CaseResult:
     labels = np.array([rec.labels.get(c, -1) for c in classes], dtype=np.int8)
     try:
         image = reader.load_image(rec)
     except Exception as exc:  # one unreadable image must not stop the others
-        return _CaseResult(None, (1, 1), labels, [], failure=f"cannot read image ({type(exc).__name__}: {exc})")
+        return _CaseResult(None, (1, 1), None, labels, [], failure=f"cannot read image ({type(exc).__name__}: {exc})")
     image = np.asarray(image)
     if image.ndim != 2 or image.dtype != np.uint8 or image.size == 0:
-        return _CaseResult(None, (1, 1), labels, [], failure=f"reader gave a {image.dtype} image of shape {image.shape}; expected 2-D uint8")
+        return _CaseResult(None, (1, 1), None, labels, [], failure=f"reader gave a {image.dtype} image of shape {image.shape}; expected 2-D uint8")
     orig = (int(image.shape[0]), int(image.shape[1]))
     if rec.orig_size is not None and tuple(int(v) for v in rec.orig_size) != orig:
-        return _CaseResult(None, orig, labels, [], failure=f"annotations are for a {rec.orig_size[1]}x{rec.orig_size[0]} image but the image is {orig[1]}x{orig[0]}")
+        return _CaseResult(None, orig, None, labels, [], failure=f"annotations are for a {rec.orig_size[1]}x{rec.orig_size[0]} image but the image is {orig[1]}x{orig[0]}")
     regions, n_fallback, n_clipped = [], 0, 0
     for cls, shapes in rec.regions.items():
         try:
             raster = rasterise_region(shapes, orig, grid)
         except Exception as exc:  # ShapeError, or a Mask.load that fails (malformed RLE, ...)
-            return _CaseResult(None, orig, labels, [], failure=f"{cls}: malformed region ({type(exc).__name__}: {exc})")
+            return _CaseResult(None, orig, None, labels, [], failure=f"{cls}: malformed region ({type(exc).__name__}: {exc})")
         if raster is None:
-            return _CaseResult(None, orig, labels, [], failure=f"{cls}: the region has no area inside the {orig[1]}x{orig[0]} image")
+            return _CaseResult(None, orig, None, labels, [], failure=f"{cls}: the region has no area inside the {orig[1]}x{orig[0]} image")
         n_clipped += sum(1 for s in shapes if isinstance(s, Box) and clip_box(s, orig) != s)
         n_fallback += raster.fallback
         regions.append((classes.index(cls), raster.mask))
     regions.sort(key=lambda r: r[0])
-    return _CaseResult(resize_image(image, size), orig, labels, regions, n_fallback, n_clipped)
+    return _CaseResult(resize_image(image, size), orig, image if keep else None, labels, regions, n_fallback, n_clipped)
 
 
 def _process_block(task: tuple[int, int, int]) -> tuple[int, dict]:
     """Process rows [start, stop) of the job; returns (block, arrays for the side file + images)."""
     block, start, stop = task
     j = _JOB
-    results = [_process_case(j["reader"], j["records"][r], j["classes"], j["grid"], j["size"]) for r in range(start, stop)]
-    return block, _pack_block(results, start, j["grid"], j["size"])
+    results = [_process_case(j["reader"], j["records"][r], j["classes"], j["grid"], j["size"], j["keep"])
+               for r in range(start, stop)]
+    packed = _pack_block(results, start, j["grid"], j["size"])
+    if j["keep"]:  # a failed case keeps a 1 x 1 black original, matching its orig_size (1, 1)
+        packed["originals"] = [r.original if r.failure is None else np.zeros((1, 1), np.uint8) for r in results]
+    return block, packed
 
 
 def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
@@ -258,12 +267,13 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_blocks(tasks: list[tuple[int, int, int]], workers: int) -> Iterator[tuple[int, dict]]:
-    """Yield (block, result) as blocks finish, forked workers when ``workers > 1``."""
+def _run_blocks(tasks: list[tuple[int, int, int]], workers: int, ordered: bool = False) -> Iterator[tuple[int, dict]]:
+    """Yield (block, result) as blocks finish (in task order if ``ordered``), forked workers when ``workers > 1``."""
     if workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint) as pool:
-            yield from pool.imap_unordered(_process_block, tasks, chunksize=1)
+            run = pool.imap if ordered else pool.imap_unordered
+            yield from run(_process_block, tasks, chunksize=1)
     else:
         for t in tasks:
             yield _process_block(t)
@@ -316,6 +326,7 @@ def prepare_dataset(
     cases_per_block: int = 32,
     max_skip_fraction: float = 0.01,
     progress: bool = True,
+    keep_original: bool = False,
 ) -> PrepareSummary:
     """Prepare one dataset into ``out_dir/images.zarr`` and ``out_dir/gt.zarr`` (see module doc).
 
@@ -327,6 +338,7 @@ def prepare_dataset(
     workers : processes decoding in parallel; None means every core (``os.cpu_count()``).
     cases_per_block : cases per image block, the unit of work and of resuming.
     max_skip_fraction : the run fails when more than this fraction of the cases is skipped.
+    keep_original : also store every image at its original resolution (see module doc).
 
     Returns the :class:`PrepareSummary`. Raises :class:`PrepareError` for bad input (fatal
     reader problems, every case skipped, too many skipped).
@@ -371,6 +383,8 @@ def prepare_dataset(
     case_ids = [r.case_id for r in kept]
     base_attrs = {"reader": reader.describe(), "resampling": RESAMPLING, "source_split": reader.split}
     plan = {"case_ids": case_ids, "classes": classes, "grid": grid, "size": image_size, "cpb": cases_per_block, **base_attrs}
+    if keep_original:  # only then, so that the plans of earlier runs stay resumable
+        plan["originals"] = True
     work = out / WORK_DIR / reader.key
     out.mkdir(parents=True, exist_ok=True)
     images_path, gt_path = out / "images.zarr", out / "gt.zarr"
@@ -382,18 +396,19 @@ def prepare_dataset(
     writer = None
     if not (work / "stage1.done").exists():
         writer = ImagesWriter(images_path, reader.key, case_ids=case_ids, classes=classes, image_size=image_size,
-                              cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped})
+                              cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped},
+                              keep_original=keep_original)
         n_blocks = writer.n_blocks
         todo = sorted(set(writer.blocks_todo()) | {b for b in range(n_blocks) if not _block_file(work, b).exists()})
         summary.n_resumed_blocks = n_blocks - len(todo)
         tasks = [(b, *writer.block_rows(b)) for b in todo]
-        _JOB.update(reader=reader, records=kept, classes=classes, grid=grid, size=image_size)
+        _JOB.update(reader=reader, records=kept, classes=classes, grid=grid, size=image_size, keep=keep_original)
         bar = _progress_bar(progress, len(kept), sum(b - a for _, a, b in tasks), reader.key)
         try:
-            for block, res in _run_blocks(tasks, workers or _n_cores()):
-                images = res.pop("images")
+            for block, res in _run_blocks(tasks, workers or _n_cores(), ordered=keep_original):
+                images, originals = res.pop("images"), res.pop("originals", None)
                 _atomic_savez(_block_file(work, block), res)  # side file first, then the image block
-                writer.write_block(block, images, res["orig_size"])
+                writer.write_block(block, images, res["orig_size"], originals)
                 if bar is not None:
                     bar.update(len(images))
         finally:
@@ -430,7 +445,7 @@ def prepare_dataset(
         (work / "stage1.done").write_text("")
     if failed:
         _rewrite_without(images_path, reader.key, work, good, survivors, classes, image_size, cases_per_block, attrs,
-                         ImagesWriter, read_images)
+                         ImagesWriter, read_images, keep_original)
 
     write_ground_truth(
         gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
@@ -445,10 +460,12 @@ def prepare_dataset(
     return summary
 
 
-def _rewrite_without(images_path, key, work, good, survivors, classes, image_size, cpb, attrs, ImagesWriter, read_images):
+def _rewrite_without(images_path, key, work, good, survivors, classes, image_size, cpb, attrs, ImagesWriter, read_images,
+                     keep_original=False):
     """Write the images group again without the failed rows (rare: an image failed to decode).
 
-    The good rows are first copied to a side file, so the complete first group may be replaced.
+    The good rows (and their originals) are first copied to side files, so the complete first group
+    may be replaced.
     """
     staged = work / "survivors.npy"
     if not (work / "survivors.ready").exists():
@@ -464,14 +481,27 @@ def _rewrite_without(images_path, key, work, good, survivors, classes, image_siz
         arr.flush()
         del arr
         np.save(work / "survivors_orig.npy", orig)
+        if keep_original:
+            sizes = orig[:, 0].astype(np.int64) * orig[:, 1]
+            flat = np.lib.format.open_memmap(work / "survivors_pixels.npy", mode="w+", dtype=np.uint8, shape=(int(sizes.sum()),))
+            at = 0
+            for r in np.flatnonzero(good):
+                im = source.original(int(r)).reshape(-1)
+                flat[at:at + im.size] = im
+                at += im.size
+            flat.flush()
+            del flat
         (work / "survivors.ready").write_text("")
     arr = np.load(staged, mmap_mode="r")
     orig = np.load(work / "survivors_orig.npy")
     writer = ImagesWriter(images_path, key, case_ids=survivors, classes=classes, image_size=image_size,
-                          cases_per_block=cpb, attrs=attrs)
+                          cases_per_block=cpb, attrs=attrs, keep_original=keep_original)
+    starts = np.concatenate([[0], np.cumsum(orig[:, 0].astype(np.int64) * orig[:, 1])])
+    flat = np.load(work / "survivors_pixels.npy", mmap_mode="r") if keep_original else None
     for b in writer.blocks_todo():
         a, z = writer.block_rows(b)
-        writer.write_block(b, np.asarray(arr[a:z]), orig[a:z])
+        originals = None if flat is None else [np.asarray(flat[starts[r]:starts[r + 1]]).reshape(orig[r]) for r in range(a, z)]
+        writer.write_block(b, np.asarray(arr[a:z]), orig[a:z], originals)
     writer.finish()
 
 

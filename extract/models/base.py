@@ -6,6 +6,12 @@ each image's original (height, width); the adapter applies the model's own prepr
 (resizing, cropping or padding, normalisation), runs the model, and returns per-class scores
 and raw saliency maps whose grid covers the **whole original image** (row 0 = top): any crop or
 padding the preprocessing introduced is undone by the adapter.
+
+An adapter whose model has an official loader may instead expose that loader's steps as a
+host-side :class:`~.pixels.ImageTransform` (:meth:`ModelAdapter.image_transform`). The runner then
+applies it per case in its DataLoader workers, on the original image when the store keeps
+originals, and hands the adapter the stacked float inputs; :meth:`ModelAdapter.inputs` accepts
+either form, so calling an adapter directly on stored uint8 images still works.
 """
 from __future__ import annotations
 
@@ -46,12 +52,26 @@ class ModelAdapter(abc.ABC):
 
     @abc.abstractmethod
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
-        """images: (B, S, S) uint8 on the adapter's device; orig_size: (B, 2) int (h, w)."""
+        """images: (B, S, S) uint8 on the adapter's device, or the stacked outputs of
+        :meth:`image_transform` when it has one; orig_size: (B, 2) int (h, w)."""
 
     @property
     @abc.abstractmethod
     def map_shape(self) -> tuple[int, int]:
         """(h, w) of the maps this adapter writes."""
+
+    def image_transform(self, dataset: str | None = None):
+        """The host-side per-case transform (:class:`~.pixels.ImageTransform`) for ``dataset``, or
+        None when the adapter preprocesses stored uint8 batches itself (the default)."""
+        return None
+
+    def inputs(self, images: torch.Tensor, orig_size: torch.Tensor) -> torch.Tensor:
+        """Model inputs from what ``__call__`` got: stored (B, S, S) uint8 images go through
+        :meth:`image_transform` here; anything else was prepared by the runner already."""
+        transform = self.image_transform()
+        if transform is None or images.dtype != torch.uint8:
+            return images
+        return transform.batch(images, orig_size)
 
     def provenance(self) -> dict:
         """Everything needed to reproduce the run: weights, prompts, layers, preprocessing."""

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from ..saliency import METHODS, VisionTower
 from .base import AdapterOutput, ModelAdapter
 from .geometry import RESIZE_MODES, frame_boxes, model_input, undo_box
+from .pixels import PIL_FILTERS, DualEncoderTransform
 from .prompts import ClassPrompts, build_prompts
 
 MAP_TEXT = ("positive", "contrast")
@@ -55,6 +56,7 @@ class DualEncoderAdapter(ModelAdapter):
         self.interpolation = preprocess.get("interpolation", "bicubic")
         self.mean = torch.tensor(preprocess["mean"], dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(preprocess["std"], dtype=torch.float32).view(1, -1, 1, 1)
+        self.host = host_transform(self.input_size, resize, self.interpolation, preprocess)
         self.prompt_cfg = dict(prompts or {})
         self.map_text = map_text
         self._map_size = tuple(map_size) if map_size else None
@@ -90,11 +92,19 @@ class DualEncoderAdapter(ModelAdapter):
         else:
             self._text_map = pos
 
+    def image_transform(self, dataset: str | None = None) -> DualEncoderTransform | None:
+        """open_clip's own transform on originals (squash and square crop); None otherwise."""
+        return self.host
+
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
         if self._text_pos is None:
             raise RuntimeError("set_classes() must be called before the adapter is run")
-        boxes = frame_boxes(orig_size, self.resize, images.shape[-1])
-        pixels = self._pixels(images, boxes)
+        if images.dtype == torch.uint8:  # stored S x S images: resample on the device
+            boxes = frame_boxes(orig_size, self.resize, images.shape[-1])
+            pixels = self._pixels(images, boxes)
+        else:  # inputs the runner prepared from the originals with self.host
+            boxes = self.host.boxes(orig_size.cpu())
+            pixels = images.to(self.device)
         image, maps = METHODS.get(self.method)(self.tower, pixels, self._text_map)
         img = F.normalize(image.float(), dim=-1)
         logits = self.logit_scale * (img @ self._text_pos.T)
@@ -118,6 +128,7 @@ class DualEncoderAdapter(ModelAdapter):
                            "mean": self.mean.flatten().tolist(), "std": self.std.flatten().tolist()},
             "logit_scale": self.logit_scale, "logit_bias": self.logit_bias,
             "map_text": self.map_text, "map_shape": list(self.map_shape),
+            "originals": self.host.describe() if self.host else "not used (stored image only)",
             "score": ("logit of softmax(pos, neg): scale*(cos_pos - cos_neg)"
                       if self.prompt_cfg.get("style", "single") == "pair"
                       else "scale*cos(image, prompt)" + (" + bias" if self.logit_bias is not None else "")),
@@ -128,6 +139,7 @@ class DualEncoderAdapter(ModelAdapter):
         return out
 
     # -- helpers ------------------------------------------------------------------------------
+
     def _embed(self, texts: list[str]) -> torch.Tensor:
         emb = self.encode_text(texts)
         return F.normalize(emb.float(), dim=-1).to(self.device)
@@ -136,3 +148,14 @@ class DualEncoderAdapter(ModelAdapter):
         x = model_input(images, boxes, self.input_size, self.resize, self.interpolation)
         x = x.expand(-1, self.mean.shape[1], -1, -1)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
+
+
+def host_transform(size: tuple[int, int], resize: str, interpolation: str, preprocess: Mapping[str, Any]):
+    """The host-side transform used when the store keeps originals: open_clip's evaluation
+    transform for ``squash`` and (square) ``crop``; None for ``pad`` and filters PIL lacks here."""
+    if resize == "pad" or interpolation not in PIL_FILTERS or (resize == "crop" and size[0] != size[1]):
+        return None
+    return DualEncoderTransform(size=tuple(int(v) for v in size), mode=resize, filter=interpolation,
+                                mean=tuple(float(v) for v in preprocess["mean"]),
+                                std=tuple(float(v) for v in preprocess["std"]),
+                                crop_offset=preprocess.get("crop_offset", "round"))

@@ -160,6 +160,7 @@ def build(config: Mapping[str, Any]) -> DualEncoderAdapter:
     pre = _preprocess_defaults(folder, mtype, vcfg.image_size)
     pre.update({k: v for k, v in dict(config.get("preprocess") or {}).items() if k != "size"})
     pre.setdefault("resize", "squash")
+    pre.setdefault("crop_offset", "floor")  # CLIPImageProcessor.center_crop floors the offsets
     max_len = int(getattr(tcfg, "max_position_embeddings", 77))
 
     def encode_text(texts: list[str]) -> torch.Tensor:

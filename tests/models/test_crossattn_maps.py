@@ -11,9 +11,6 @@ from xbench.extract.models.crossattn import carzero, devide, kad, mavl, medklip 
 from xbench.extract.models.crossattn.common import (  # noqa: E402
     QueryDecoder,
     QueryDecoderLayer,
-    images_to_float,
-    normalize_rgb,
-    resize,
     tokens_to_grid,
 )
 from xbench.extract.models.crossattn.entities import ENTITIES  # noqa: E402
@@ -27,6 +24,16 @@ def images(n=2, size=80, seed=0):
 
 
 SIZES = torch.tensor([[1000, 800], [700, 900]])
+
+
+def official_transform(imgs, size, mode="bilinear"):
+    """The upstream test transform, composed here from torchvision directly."""
+    from PIL import Image
+    from torchvision import transforms
+
+    t = transforms.Compose([transforms.Resize([size, size], interpolation=getattr(transforms.InterpolationMode, mode.upper())),
+                            transforms.ToTensor(), transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    return torch.stack([t(Image.fromarray(im.numpy()).convert("RGB")) for im in imgs])
 
 
 @pytest.mark.parametrize("self_attention", [True, False])
@@ -53,7 +60,7 @@ def test_medklip_scores_and_maps_match_the_network(tiny_bert, tiny_cache, tiny_c
     a.set_classes(CLASSES)
     assert a.unsupported == ("Lung cavity",)
     out = a(images(), SIZES)
-    x = normalize_rgb(resize(images_to_float(images()), (64, 64)), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    x = official_transform(images(), 64)
     with torch.no_grad():
         logits, ws = a.net(x, a.book)
     probs = torch.softmax(logits, -1)[..., 1]
@@ -183,7 +190,8 @@ def test_carzero_uncrop_puts_blob_back(h, w, cy, cx):
     """Preprocess a blob image exactly as CARZero does, pool it to the 14 x 14 token grid (what a
     perfectly localised attention map would be), undo the geometry and find the blob again."""
     img, size = blob_image(h, w, cy, cx), torch.tensor([[h, w]])
-    x = carzero.letterbox_batch(img, size, 256, 224)  # (1, 1, 224, 224)
+    t = carzero.CARZeroTransform()
+    x = (t(img[0].numpy(), (h, w))[:1] * 0.2449 + 0.4978)[None]  # (1, 1, 224, 224) back in [0, 1]
     tokens = torch.nn.functional.avg_pool2d(x, 16)[:, :1]  # (1, 1, 14, 14)
     out = carzero.uncrop_maps(tokens, size, scale=256, crop=224, patch=16, out_size=(56, 56))[0, 0]
     nh, nw, top, left = carzero.letterbox(h, w)

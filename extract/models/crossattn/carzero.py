@@ -21,15 +21,19 @@ crop of the 256 letterbox; this adapter maps it back onto the whole original ima
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Mapping, Sequence
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..base import AdapterOutput, ModelAdapter
+from ..pixels import ImageTransform, to_normalised_tensor
 from .common import (
     BERT_NON_PARAMETERS,
     zero_unsupported,
@@ -39,16 +43,15 @@ from .common import (
     wants_random_weights,
     AdapterConfigError,
     build_bert_from_config,
+    equalize_for,
+    equalize_setting,
     file_sha256,
-    images_to_float,
     load_official_state_dict,
     load_tokenizer,
-    normalize_rgb,
     option,
     pick_device,
     pick_state_dict,
     read_checkpoint,
-    resize,
 )
 from .kad import KADFusion
 from .medklip import arch_from
@@ -241,11 +244,12 @@ def encode_text(bert: nn.Module, tok: Mapping[str, torch.Tensor], id_to_word: Ma
 # --------------------------------------------------------------------------------------------
 def letterbox(h: int, w: int, scale: int = 256) -> tuple[int, int, int, int]:
     """(new_h, new_w, top, left) of ``_resize_img`` upstream (int truncation, floor/ceil pads;
-    a square image counts as "taller")."""
+    a square image counts as "taller"). A side that truncates to 0 (an image more than 256
+    times longer than wide, where upstream fails) is kept at 1 pixel."""
     if h >= w:
-        nh, nw = scale, int(float(w) * (scale / float(h)))
+        nh, nw = scale, max(1, int(float(w) * (scale / float(h))))
         return nh, nw, 0, (scale - nw) // 2
-    nh, nw = int(float(h) * (scale / float(w))), scale
+    nh, nw = max(1, int(float(h) * (scale / float(w)))), scale
     return nh, nw, (scale - nh) // 2, 0
 
 
@@ -254,21 +258,60 @@ def crop_offset(scale: int, crop: int) -> int:
     return int(round((scale - crop) / 2.0))
 
 
-def letterbox_batch(images: torch.Tensor, orig_size: torch.Tensor, scale: int, crop: int) -> torch.Tensor:
-    """(B, S, S) uint8 stretched images -> (B, 1, crop, crop) in [0, 1], the official geometry
-    rebuilt from each image's original (h, w)."""
-    x = images_to_float(images)
-    out = torch.zeros(x.shape[0], 1, scale, scale, dtype=x.dtype, device=x.device)
-    for i, (h, w) in enumerate(orig_size.tolist()):
-        nh, nw, top, left = letterbox(int(h), int(w), scale)
-        out[i, :, top:top + nh, left:left + nw] = resize(x[i:i + 1], (nh, nw), "bilinear")[0]
-    o = crop_offset(scale, crop)
-    return out[:, :, o:o + crop, o:o + crop]
+@dataclasses.dataclass(frozen=True)
+class CARZeroTransform(ImageTransform):
+    """``process_img`` upstream (``models/CARZero_model_dqn_wo_self_atten_gl_mlp.py:283-365``):
+    ``cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_AREA)`` of the longer side to
+    ``scale``, ``np.pad`` with zeros to ``scale x scale`` (floor before, ceil after), PIL grey ->
+    RGB, ``CenterCrop(crop)``, ``ToTensor``, ``Normalize([0.4978], [0.2449])`` (``builder.py:
+    197-207``, ``norm: CXR_MAE``). The new size comes from ``orig_size``, so on a stored stretched
+    S x S image the same call undoes the stretch."""
+
+    scale: int = 256
+    crop: int = 224
+    mean: tuple[float, ...] = CXR_MAE_MEAN
+    std: tuple[float, ...] = CXR_MAE_STD
+
+    def canvas(self, image: np.ndarray, orig_size: tuple[int, int]) -> np.ndarray:
+        """The zero-padded ``scale x scale`` uint8 letterbox, before the crop."""
+        import cv2
+
+        nh, nw, top, left = letterbox(orig_size[0], orig_size[1], self.scale)
+        resized = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
+        return np.pad(resized, [(top, self.scale - nh - top), (left, self.scale - nw - left)], "constant",
+                      constant_values=0)
+
+    def apply(self, image: np.ndarray, orig_size: tuple[int, int]) -> torch.Tensor:
+        from PIL import Image
+        from torchvision import transforms
+
+        rgb = transforms.CenterCrop(self.crop)(Image.fromarray(self.canvas(image, orig_size)).convert("RGB"))
+        return to_normalised_tensor(rgb, self.mean, self.std)
+
+    def describe(self) -> str:
+        eq = "skimage-style equalize_hist, " if self.equalize else ""
+        return (f"{eq}cv2.resize longer side to {self.scale} (INTER_AREA), zero-pad to {self.scale}x{self.scale}, "
+                f"PIL grey -> RGB, CenterCrop({self.crop}), ToTensor, Normalize({list(self.mean)}, {list(self.std)})")
+
+
+def require_opencv() -> None:
+    """CARZero's official resize is OpenCV's INTER_AREA; say how to get it instead of failing later."""
+    try:
+        import cv2  # noqa: F401
+    except ImportError:
+        raise AdapterConfigError("CARZero's preprocessing needs OpenCV (cv2.INTER_AREA, as upstream): "
+                                 "pip install opencv-python-headless") from None
 
 
 def uncrop_maps(maps: torch.Tensor, orig_size: torch.Tensor, *, scale: int, crop: int, patch: int,
                 out_size: tuple[int, int]) -> torch.Tensor:
     """Resample token maps over the crop onto an ``out_size`` grid over each whole original image.
+
+    Upstream maps exist only over the crop (``CARZero.py:819-848``, ``conve_attention_map``: a 16x
+    ``np.repeat`` of the 14 x 14 tokens); XBench's maps cover the whole image, and for CARZero the
+    strips the centre crop cuts off take the nearest token at the crop edge, the natural
+    continuation of that nearest-token upsampling. (Dual encoders with ``resize: crop`` give such
+    strips the map's minimum instead, see ``geometry.undo_box``.)
 
     maps (B, C, g, g) with g = crop / patch; ``out_size`` = (rows, cols). Output cell centres are mapped image -> letterbox ->
     crop -> token, nearest token (the upstream map is a 16x ``np.repeat``); image parts the crop
@@ -306,6 +349,8 @@ class CARZeroAdapter(ModelAdapter):
         self.config, self.prompt_template = config, prompt_template
         self.word_num, self.last_n_layers = int(word_num), int(last_n_layers)
         self.scale, self.crop, self.patch = int(scale), int(crop), int(patch)
+        self.transform = CARZeroTransform(scale=self.scale, crop=self.crop)
+        self.equalize = option(config, "equalize", "auto")
         self.device, self.dtype = device, torch.float32
         self._provenance = provenance
         self.prompts: tuple[str, ...] = ()
@@ -332,16 +377,19 @@ class CARZeroAdapter(ModelAdapter):
         words, sentence = encode_text(self.net.text_encoder.model, tok, self.id_to_word, self.last_n_layers)
         self.text_words, self.text_sentence = words.to(self.dtype), sentence.to(self.dtype)
 
+    def image_transform(self, dataset: str | None = None) -> CARZeroTransform:
+        """``process_img`` (see :class:`CARZeroTransform`); CARZero never equalises ("auto" is off)."""
+        return dataclasses.replace(self.transform, equalize=equalize_for(self.equalize, dataset, ()))
+
     def preprocess(self, images: torch.Tensor, orig_size: torch.Tensor) -> torch.Tensor:
-        x = letterbox_batch(images, orig_size, self.scale, self.crop)
-        return normalize_rgb(x, CXR_MAE_MEAN * 3, CXR_MAE_STD * 3).to(self.dtype)
+        return self.inputs(images, orig_size.cpu()).to(self.device, self.dtype)
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
         if self.text_words is None:
             raise RuntimeError("call set_classes() before extracting")
         orig_size = orig_size.cpu()
-        x = self.preprocess(images.to(self.device), orig_size)
+        x = self.preprocess(images, orig_size)
         img_g, img_l = self.net.img_encoder.model(x)  # (B, D), (B, N, D)
         fusion = self.net.fusion_module
         i2t, attn = fusion(torch.cat([img_g.unsqueeze(1), img_l], dim=1), self.text_sentence)  # (B, C, 1)
@@ -392,6 +440,8 @@ def build(config: Mapping) -> CARZeroAdapter:
     ``prompts`` (registry format; default template "there is {}" filled with the finding text);
     options: ``word_num`` (97), ``imsize`` (256), ``arch``, ``trust_checkpoint``, ``hash_weights``.
     """
+    require_opencv()
+    equalize_setting(config)  # checked here, applied per dataset by image_transform
     arch, net = build_net(config)
     path = None if wants_random_weights(config) else config.get("weights")
     if path:
@@ -409,8 +459,7 @@ def build(config: Mapping) -> CARZeroAdapter:
     tokenizer = load_tokenizer(config.get("text_encoder") or option(config, "text_encoder"))
     scale, crop = int(option(config, "imsize", 256)), int(arch["img_size"])
     prov = {"model": "carzero", "source": "github.com/laihaoran/CARZero", **info, "arch": arch,
-            "preprocess": f"longer side to {scale} (area), zero-pad to {scale}x{scale}, centre-crop {crop}, "
-                          "Normalize(0.4978, 0.2449)",
+            "preprocess": CARZeroTransform(scale=scale, crop=crop).describe() + f"; equalize {equalize_setting(config)}",
             "score": "(i2t + t2i) / 2 of the fusion head, raw logit", "text_encoder": str(config.get("text_encoder"))}
     map_size = config.get("map_size") or option(config, "map_size", 56)
     if isinstance(map_size, int):

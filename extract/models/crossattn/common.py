@@ -6,7 +6,7 @@
   head-averaged cross-attention weights of every layer.
 * ``resnet_trunk``: a torchvision ResNet built without pretrained weights.
 * Checkpoint reading and strict loading with documented prefix stripping.
-* Preprocessing helpers working on the uint8 images of images.zarr.
+* The ``options.equalize`` setting (the transforms themselves are in ``extract/models/pixels.py``).
 * Loading the finding -> entity/prompt tables (``mappings.toml``).
 """
 from __future__ import annotations
@@ -360,29 +360,21 @@ BERT_NON_PARAMETERS = (r"(^|\.)embeddings\.position_ids$",)
 # --------------------------------------------------------------------------------------------
 # Preprocessing
 # --------------------------------------------------------------------------------------------
-def images_to_float(images: torch.Tensor) -> torch.Tensor:
-    """(B, S, S) uint8 -> (B, 1, S, S) float32 in [0, 1] (what ``ToTensor`` gives a grey PIL image)."""
-    if images.ndim != 3:
-        raise ValueError(f"images must be (B, S, S), got shape {tuple(images.shape)}")
-    return images.to(torch.float32).unsqueeze(1) / 255.0
+def equalize_setting(config: Mapping) -> bool | str:
+    """``options.equalize``: true, false or "auto" (the default: on exactly where the model's
+    official loader for that dataset equalises, see :func:`equalize_for`)."""
+    value = option(config, "equalize", "auto")
+    if value not in (True, False, "auto"):
+        raise AdapterConfigError(f"options.equalize must be true, false or \"auto\", got {value!r}")
+    return value
 
 
-def resize(x: torch.Tensor, size: tuple[int, int], mode: str = "bilinear") -> torch.Tensor:
-    """Resize (B, C, H, W) to ``size``; antialiased like PIL when shrinking. Identity if equal."""
-    if tuple(x.shape[-2:]) == tuple(size):
-        return x
-    if mode == "nearest":
-        return F.interpolate(x, size=size, mode="nearest")
-    out = F.interpolate(x, size=size, mode=mode, align_corners=False, antialias=True)
-    return out.clamp_(0.0, 1.0) if mode == "bicubic" else out
-
-
-def normalize_rgb(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """(B, 1, H, W) grey in [0, 1] -> (B, 3, H, W) normalised (grey copied to RGB as PIL does)."""
-    x = x.expand(-1, 3, -1, -1)
-    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
-    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
-    return (x - m) / s
+def equalize_for(setting: bool | str, dataset: str | None, official: Sequence[str]) -> bool:
+    """Whether to equalise ``dataset``: ``setting`` if boolean; for "auto", whether the model's
+    official loader of that dataset does (``official``: dataset keys); never for an unnamed one."""
+    if setting == "auto":
+        return dataset is not None and dataset in official
+    return bool(setting)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from .common import (
     BERT_NON_PARAMETERS,
     AdapterConfigError,
     build_bert_from_config,
+    equalize_setting,
     file_sha256,
     load_official_state_dict,
     layers_from,
@@ -138,11 +139,11 @@ def build(config: Mapping) -> TextQueryAdapter:
     mean = tuple(option(config, "mean", (0.485, 0.456, 0.406)))
     std = tuple(option(config, "std", (0.229, 0.224, 0.225)))
     prov = {"model": "devide", "source": "arXiv 2404.03618 (no public code; architecture assumed)", **info,
-            "arch": arch, "preprocess": f"stretch to {image_size}x{image_size} (bilinear), mean {mean} std {std}",
+            "arch": arch, "preprocess": f"PIL Resize([{image_size}, {image_size}]) bilinear (assumed, as MedKLIP), mean {mean} std {std}",
             "score": "softmax over the 2-way mlp_head, index 1", "verified": False}
     return TextQueryAdapter(_PatchTokens(net.image_encoder), net.text_encoder, net.model,
                             load_tokenizer(text_dir, do_lower_case=True), image_size=image_size,
                             grid=image_size // arch["patch_size"], layers=layers_from(config, 1),
                             config=config, prompt_template=str(option(config, "prompt_template", "{}")), max_length=int(option(config, "max_length", 256)),
                             interpolation="bilinear", mean=mean, std=std, device=pick_device(config),
-                            provenance=prov)
+                            provenance=prov, equalize=equalize_setting(config))

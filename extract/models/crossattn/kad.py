@@ -17,10 +17,15 @@ The checkpoint is a dict of three state dicts, each loaded strictly into a modul
 
 Queries are the text embeddings of bare finding names. Score: ``softmax(mlp_head)[..., 1]``. Map:
 the **last** decoder layer's cross-attention only (``plot_visualize_512.py``), 16 x 16 over the
-stretched whole image (``Resize([512, 512], BICUBIC)``).
+stretched whole image.
+
+Preprocessing (``A3_CLIP/plot_visualize_512.py`` and ``dataset/test_dataset.py``): PIL grey ->
+RGB, ``transforms.Resize([512, 512], interpolation=BICUBIC)``, ``ToTensor``, ImageNet
+``Normalize``; no equalisation.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Sequence
 
 import torch
@@ -28,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..base import AdapterOutput, ModelAdapter
+from ..pixels import PILResize
 from .common import (
     BERT_NON_PARAMETERS,
     zero_unsupported,
@@ -41,15 +47,14 @@ from .common import (
     QueryDecoder,
     QueryDecoderLayer,
     build_bert_from_config,
+    equalize_for,
+    equalize_setting,
     file_sha256,
-    images_to_float,
     load_official_state_dict,
     load_tokenizer,
-    normalize_rgb,
     option,
     pick_device,
     read_checkpoint,
-    resize,
     resnet_trunk,
     tokens_to_grid,
 )
@@ -128,8 +133,11 @@ class TextQueryAdapter(ModelAdapter):
     def __init__(self, image_encoder, text_encoder, fusion, tokenizer, *, image_size: int, grid: int,
                  layers: Sequence[int], config: Mapping, prompt_template: str, max_length: int,
                  interpolation: str, mean=IMAGENET_MEAN, std=IMAGENET_STD, device: torch.device,
-                 provenance: dict) -> None:
+                 provenance: dict, equalize: bool | str = "auto") -> None:
         super().__init__()
+        self.transform = PILResize(size=(int(image_size), int(image_size)), filter=interpolation,
+                                   mean=tuple(mean), std=tuple(std))
+        self.equalize = equalize
         self.image_encoder = image_encoder.eval()
         self.text_encoder = text_encoder.eval()
         self.fusion = fusion.eval()
@@ -158,15 +166,21 @@ class TextQueryAdapter(ModelAdapter):
         self.text_features = self.text_encoder.encode_text(
             tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)).to(self.dtype)
 
-    def preprocess(self, images: torch.Tensor) -> torch.Tensor:
-        x = resize(images_to_float(images), (self.image_size, self.image_size), self.interpolation)
-        return normalize_rgb(x, self.mean, self.std).to(self.dtype)
+    def image_transform(self, dataset: str | None = None) -> PILResize:
+        """The official test transform (PIL ``Resize([S, S])``, ``ToTensor``, ``Normalize``); no
+        official loader of these models equalises, so "auto" is off."""
+        return dataclasses.replace(self.transform, equalize=equalize_for(self.equalize, dataset, ()))
+
+    def preprocess(self, images: torch.Tensor, orig_size: torch.Tensor | None = None) -> torch.Tensor:
+        if orig_size is None:
+            orig_size = torch.tensor([images.shape[-2:]] * images.shape[0])
+        return self.inputs(images, orig_size).to(self.device, self.dtype)
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
         if self.text_features is None:
             raise RuntimeError("call set_classes() before extracting")
-        x = self.preprocess(images.to(self.device))
+        x = self.preprocess(images, orig_size)
         logits, attentions = self.fusion(self.image_encoder(x), self.text_features)
         scores = torch.softmax(logits.float(), dim=-1)[..., 1]
         maps = tokens_to_grid(select_layers(attentions, self.layers).float())
@@ -241,10 +255,11 @@ def build(config: Mapping) -> TextQueryAdapter:
     info = load_kad_checkpoint(config, image, text, fusion)
     tokenizer = load_tokenizer(config.get("text_encoder") or option(config, "text_encoder"), do_lower_case=True)
     prov = {"model": "kad", "source": "github.com/xiaoman-zhang/KAD", **info,
-            "preprocess": f"stretch to {image_size}x{image_size} (bicubic), ImageNet mean/std",
+            "preprocess": f"PIL Resize([{image_size}, {image_size}]) bicubic, ImageNet mean/std; equalize {equalize_setting(config)}",
             "score": "softmax over the 2-way mlp_head, index 1", "arch": arch,
             "text_encoder": str(config.get("text_encoder"))}
     return TextQueryAdapter(image, text, fusion, tokenizer, image_size=image_size,
                             grid=resnet_grid(image_size, stages), layers=layers_from(config, 1),
                             config=config, prompt_template="{}", max_length=int(option(config, "max_length", 256)),
-                            interpolation="bicubic", device=pick_device(config), provenance=prov)
+                            interpolation="bicubic", device=pick_device(config), provenance=prov,
+                            equalize=equalize_setting(config))

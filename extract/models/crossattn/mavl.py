@@ -16,6 +16,10 @@ Network (``MAVLNet``), names as in ``Zero-shot_grounding/models/model_MAVL.py::M
 Score: ``softmax(classifier)[..., 1]`` (mode "feature"). Map: cross-attention averaged over the
 last 4 layers, then over queries [0, 6, 7, 8] of each entity (description, patterns, shape,
 texture; mode "avg"), 14 x 14 over the stretched whole image.
+
+Preprocessing as MedKLIP's (``Zero-shot_grounding/dataset/dataset.py``, the zero-shot
+classification ``dataset/dataset.py``): PIL ``Resize([224, 224])`` bilinear, ImageNet
+``Normalize``; ``RSNA2018_Dataset.read_dcm`` equalises first ("auto": on for ``rsna_pneumonia``).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from .cache import read_query_cache
 from .common import (
     AdapterConfigError,
     QueryDecoder,
+    equalize_setting,
     QueryDecoderLayer,
     layers_from,
     select_layers,
@@ -170,8 +175,9 @@ def build(config: Mapping) -> MAVLAdapter:
     info = load_weights(net, config, drop=(r"temp",))
     image_size = int(option(config, "image_size", 224))
     prov = {"model": "mavl", "source": "github.com/HieuPhan33/MAVL", **info,
-            "preprocess": f"stretch to {image_size}x{image_size} (bilinear), ImageNet mean/std",
+            "preprocess": f"PIL Resize([{image_size}, {image_size}]) bilinear, ImageNet mean/std; equalize {equalize_setting(config)}",
             "score": "softmax over the 2-way classifier, index 1 (mode 'feature')", "arch": arch}
     return MAVLAdapter(net, cache, image_size=image_size, grid=resnet_grid(image_size, 3),
                        layers=layers_from(config, 4), entity_map=option(config, "entity_map"),
-                       device=pick_device(config), provenance=prov, aspect_queries=aspect_queries)
+                       device=pick_device(config), provenance=prov, aspect_queries=aspect_queries,
+                       equalize=equalize_setting(config))

@@ -12,9 +12,15 @@ Network (``MedKLIPNet``), parameter names as in ``models/model_MedKLIP.py::MedKL
 Score: ``softmax(classifier)[..., 1]`` per entity (a probability). Map: cross-attention averaged
 over the last 4 layers, (B, 75, 196) -> 14 x 14; the image is stretched to 224 x 224, so the grid
 covers the whole image without any geometry to undo.
+
+Preprocessing (official test transform, ``Sample_zero-shot_Classification_CXR14/dataset/dataset.py``
+and ``Sample_Zero-Shot_Grounding_RSNA/dataset/dataset_RSNA.py``): PIL grey -> RGB,
+``transforms.Resize([224, 224])`` (PIL bilinear), ``ToTensor``, ImageNet ``Normalize``; the RSNA
+loader equalises the histogram first (``options.equalize``, "auto": on for ``rsna_pneumonia``).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Mapping, Sequence
 
@@ -23,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..base import AdapterOutput, ModelAdapter
+from ..pixels import PILResize
 from .cache import QueryCache, read_query_cache
 from .common import (
     IMAGENET_MEAN,
@@ -30,19 +37,18 @@ from .common import (
     AdapterConfigError,
     QueryDecoder,
     QueryDecoderLayer,
+    equalize_for,
+    equalize_setting,
     file_sha256,
     gather_columns,
-    images_to_float,
     load_mapping_table,
     load_official_state_dict,
     layers_from,
     merge_mapping,
-    normalize_rgb,
     option,
     pick_device,
     pick_state_dict,
     read_checkpoint,
-    resize,
     resnet_trunk,
     resolve_entities,
     select_layers,
@@ -112,11 +118,16 @@ class EntityQueryAdapter(ModelAdapter):
     score_kind = "probability"
     method = "cross-attention"
     model_name = "medklip"
+    #: datasets whose official loader equalises the histogram (RSNA2018_Dataset.read_dcm)
+    equalize_datasets: tuple[str, ...] = ("rsna_pneumonia",)
 
     def __init__(self, net: nn.Module, cache: QueryCache, *, image_size: int, grid: int,
                  layers: Sequence[int], entity_map: Mapping | None, device: torch.device,
-                 provenance: dict) -> None:
+                 provenance: dict, equalize: bool | str = "auto") -> None:
         super().__init__()
+        self.transform = PILResize(size=(int(image_size), int(image_size)), filter="bilinear",
+                                   mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        self.equalize = equalize
         self.net = net.eval()
         self.cache = cache
         self.image_size = int(image_size)
@@ -141,10 +152,15 @@ class EntityQueryAdapter(ModelAdapter):
         self.classes = tuple(classes)
         self._indices, self.unsupported = resolve_entities(self.classes, self.table, self.cache.entities)
 
-    def preprocess(self, images: torch.Tensor) -> torch.Tensor:
-        """Official test transform: ``Resize([S, S])`` then ImageNet normalisation."""
-        x = resize(images_to_float(images), (self.image_size, self.image_size), "bilinear")
-        return normalize_rgb(x, IMAGENET_MEAN, IMAGENET_STD).to(self.dtype)
+    def image_transform(self, dataset: str | None = None) -> PILResize:
+        """Official test transform (module docstring), equalising where ``options.equalize`` says."""
+        return dataclasses.replace(self.transform, equalize=equalize_for(self.equalize, dataset, self.equalize_datasets))
+
+    def preprocess(self, images: torch.Tensor, orig_size: torch.Tensor | None = None) -> torch.Tensor:
+        """Model input (B, 3, S, S) on the adapter's device from stored uint8 images or runner inputs."""
+        if orig_size is None:
+            orig_size = torch.tensor([images.shape[-2:]] * images.shape[0])
+        return self.inputs(images, orig_size).to(self.device, self.dtype)
 
     def entity_outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 3, S, S) -> per-entity probabilities (B, E) and maps (B, E, g, g)."""
@@ -157,7 +173,7 @@ class EntityQueryAdapter(ModelAdapter):
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
         if not self.classes:
             raise RuntimeError("call set_classes() before extracting")
-        probs, maps = self.entity_outputs(self.preprocess(images.to(self.device)))
+        probs, maps = self.entity_outputs(self.preprocess(images, orig_size))
         return AdapterOutput(scores=gather_columns(probs, self._indices, 0.0),
                              maps=gather_columns(maps, self._indices, 0.0))
 
@@ -223,9 +239,9 @@ def build(config: Mapping) -> EntityQueryAdapter:
     info = load_weights(net, config)
     image_size = int(option(config, "image_size", 224))
     prov = {"model": "medklip", "source": "github.com/MediaBrain-SJTU/MedKLIP", **info,
-            "preprocess": f"stretch to {image_size}x{image_size} (bilinear), ImageNet mean/std",
+            "preprocess": f"PIL Resize([{image_size}, {image_size}]) bilinear, ImageNet mean/std; equalize {equalize_setting(config)}",
             "score": "softmax over the 2-way classifier, index 1", "arch": arch}
     return EntityQueryAdapter(net, cache, image_size=image_size, grid=resnet_grid(image_size, 3),
                               layers=layers_from(config, 4),
                               entity_map=option(config, "entity_map"), device=pick_device(config),
-                              provenance=prov)
+                              provenance=prov, equalize=equalize_setting(config))
