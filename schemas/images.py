@@ -36,6 +36,7 @@ from .store import (
     open_for_validation,
     open_store_group,
     read_strings,
+    stored_problems,
 )
 
 
@@ -187,4 +188,5 @@ def validate_images(path: str | os.PathLike) -> list[Problem]:
             gone = missing_chunks(arr)
             if gone:
                 problems.append(Problem(f"{w}/{k}", describe_missing(arr, gone)))
+            problems += stored_problems(arr, f"{w}/{k}")
     return problems
