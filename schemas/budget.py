@@ -15,7 +15,7 @@ reader allocate or compute without bound. Three layers, cheapest first:
    chunk that would inflate to gigabytes fails after allocating its declared size, not the bomb's.
 
 :class:`Limits` holds the numbers; the command-line tools set them once (``--max-memory``) with
-:func:`set_limits`, and :func:`start_watchdog` enforces ``--max-memory`` and ``--timeout`` on the
+:func:`set_limits`, and a :class:`Watchdog` enforces ``--max-memory`` and ``--timeout`` on the
 whole process as a last resort. Everything here is pure Python over numcodecs and zlib: no torch.
 """
 from __future__ import annotations
@@ -536,32 +536,35 @@ def resident_bytes() -> int:
         return 0
 
 
-def start_watchdog(prog: str, lim: Limits | None = None, *, interval: float = 0.05) -> threading.Thread | None:
-    """Exit the process with status 2 and one line on stderr when it runs past ``timeout`` seconds or its
-    resident memory passes ``max_memory``.
+class Watchdog:
+    """Exits the process with status 2 and one line on stderr when it runs past ``timeout`` seconds or its
+    resident memory passes ``max_memory``; :meth:`stop` ends the watch (a command run in-process, by tests).
 
     The checks before decoding keep valid and hostile inputs well inside both; this is the backstop for
     whatever they miss. Exiting from a thread (``os._exit``) is deliberate: a kernel or decoder in C cannot
     be interrupted, and outputs are only ever renamed into place whole.
     """
-    lim = lim or _limits
-    if not lim.timeout and not lim.max_memory:
-        return None
-    deadline = time.monotonic() + lim.timeout if lim.timeout else math.inf
 
-    def watch() -> None:
-        while True:
-            time.sleep(interval)
-            if time.monotonic() > deadline:
-                _stop(f"{prog}: the time budget of {lim.timeout:g} s ran out (--timeout); the run was stopped")
+    def __init__(self, prog: str, lim: Limits | None = None, *, interval: float = 0.05) -> None:
+        self.prog, self.lim, self.interval = prog, lim or _limits, interval
+        self._stopped = threading.Event()
+        self._deadline = time.monotonic() + self.lim.timeout if self.lim.timeout else math.inf
+        self._thread = threading.Thread(target=self._watch, name="xbench-watchdog", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        lim = self.lim
+        while not self._stopped.wait(self.interval):
+            if time.monotonic() > self._deadline:
+                _stop(f"{self.prog}: the time budget of {lim.timeout:g} s ran out (--timeout); the run was stopped")
             used = resident_bytes()
             if lim.max_memory and used > lim.max_memory:
-                _stop(f"{prog}: the memory budget of {lim.max_memory / MiB:.0f} MiB was exceeded "
+                _stop(f"{self.prog}: the memory budget of {lim.max_memory / MiB:.0f} MiB was exceeded "
                       f"({used / MiB:.0f} MiB resident, --max-memory); the run was stopped")
 
-    thread = threading.Thread(target=watch, name="xbench-watchdog", daemon=True)
-    thread.start()
-    return thread
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 def _stop(message: str) -> None:

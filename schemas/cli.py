@@ -26,11 +26,38 @@ def _fail(problems: list[Problem], as_json: bool) -> None:
 
 
 def _store_kind(path: Path) -> str | None:
+    from . import budget
+
     try:
+        if budget.inspect_store(path)[1]:  # the validator reports these; Zarr must not parse the store
+            return None
         meta = open_store_group(path).attrs.get("xbench", {})
     except Exception:
         return None
     return meta.get("kind") if isinstance(meta, dict) else None
+
+
+def budget_options(command):
+    """``--max-memory`` and ``--timeout``, shared by every command that reads untrusted stores."""
+    from .budget import Limits
+
+    command = click.option("--timeout", type=click.FloatRange(min=0), default=Limits.timeout, show_default=True,
+                           help="Stop with exit 2 after this many seconds (0: no limit).")(command)
+    return click.option("--max-memory", default="2GiB", show_default=True, metavar="SIZE",
+                        help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
+                             "before decoding, and the run stops with exit 2 beyond it.")(command)
+
+
+def apply_budget(prog: str, max_memory: str, timeout: float):
+    """Set the process's limits from the flags and start the watchdog, stopped when the command ends."""
+    from . import budget
+
+    try:
+        size = budget.parse_size(max_memory)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-memory") from None
+    dog = budget.Watchdog(prog, budget.set_limits(max_memory=size, timeout=timeout))
+    click.get_current_context().call_on_close(dog.stop)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,12 +67,14 @@ def _store_kind(path: Path) -> str | None:
               help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when valid.")
-def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, quiet: bool) -> None:
+@budget_options
+def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
+                 timeout: float) -> None:
     """Check STORE (a .zarr directory or .zarr.zip) against the XBench contract.
 
     Every problem is printed on its own line on stderr and the exit code is 2; a valid store
-    exits 0. Metadata is checked before any data is read, so a broken or huge store is
-    rejected quickly.
+    exits 0. Files and metadata are checked before any data is read, and no chunk may decode to
+    more than it declares, so a broken, huge or hostile store is rejected quickly.
 
     \b
     Examples:
@@ -56,10 +85,13 @@ def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, qu
     from .images import validate_images
     from .submission import validate_submission
 
+    apply_budget("xbench-validate", max_memory, timeout)
     try:
         if kind == "auto":
             kind = _store_kind(store) or "submission"
-        if kind == "submission":
+        if gt_path is not None and kind != "submission":
+            problems = [Problem(str(store), f"is {'an' if kind[0] in 'aeiou' else 'a'} {kind} store; --gt checks a submission against the ground truth")]
+        elif kind == "submission":
             problems = validate_submission(store, gt_path) if gt_path is None else _with_gt(store, gt_path)
         elif kind == "images":
             problems = validate_images(store)
@@ -67,6 +99,8 @@ def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, qu
             problems = validate_ground_truth(store)
     except InvalidStoreError as exc:
         problems = exc.problems
+    except MemoryError:
+        problems = [Problem(str(store), "reading it needs more memory than the budget allows (--max-memory)")]
     except Exception as exc:  # an unexpected failure is still one line, exit 1
         click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(1)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from xbench.schemas.cli import apply_budget, budget_options
+
 __all__ = ["main", "score_command"]
 
 EXIT_INVALID = 2
@@ -67,8 +69,9 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
                    "a flat scores.json. Repeatable.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
+@budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, quiet,
-                  as_json):
+                  as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -85,6 +88,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     from ._allocator import limit_malloc_arenas
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
+    apply_budget("xbench-score", max_memory, timeout)  # untrusted input: every read within --max-memory, --timeout
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
 
     from .outputs import write_outputs
@@ -173,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             click.echo(str(p), err=True)
         click.echo(f"xbench-score: invalid input ({len(exc.problems)} problem(s) above); nothing was written.",
                    err=True)
+        sys.exit(EXIT_INVALID)
+    except MemoryError:  # the budget's checks let an allocation through that --max-memory cannot hold
+        click.echo("xbench-score: invalid input: scoring it needs more memory than the budget (--max-memory); "
+                   "nothing was written.", err=True)
         sys.exit(EXIT_INVALID)
     except click.exceptions.Exit as exc:  # --help
         sys.exit(exc.exit_code)
