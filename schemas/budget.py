@@ -53,8 +53,8 @@ class Limits:
     max_json_depth: int = 32         # nesting of objects and arrays in one zarr.json
     max_files: int = 200_000         # entries in a store (directory entries or zip members)
     max_chunks: int = 100_000        # stored objects one array may declare; each costs a read and a decode
-    max_ratio: int = 1_000           # declared decoded bytes per stored byte of one chunk ...
-    ratio_floor: int = 4 * MiB       # ... checked only for chunks declaring more than this
+    max_ratio: int = 1_000           # declared decoded bytes per stored byte of one array's chunks ...
+    decoded_floor: int = 1 * GiB     # ... checked only beyond this much (sparse masks and constant maps compress far)
     max_string_bytes: int = 1024     # one case id, class name or other string element, UTF-8
     max_name_chars: int = 256        # case ids and class names, characters
 
@@ -62,6 +62,11 @@ class Limits:
     def max_chunk_bytes(self) -> int:
         """Largest decoded chunk: a reader may hold a few at once beside their decoded copies."""
         return max(MiB, min(512 * MiB, self.max_memory // 8))
+
+    @property
+    def max_file_bytes(self) -> int:
+        """Largest file a store may hold: a chunk stored uncompressed, plus room for a codec's framing."""
+        return self.max_chunk_bytes + MiB
 
 
 _limits = Limits()
@@ -148,6 +153,8 @@ def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]
         return [Problem(where, f"metadata is not valid JSON ({exc})")]
     if not isinstance(doc, dict):
         return [Problem(where, "metadata must be a JSON object")]
+    if doc.get("node_type") == "array":  # before Zarr builds (and warns about) codecs it would refuse later
+        return _codec_problems(_raw_codecs(doc.get("codecs")), where)
     return []
 
 
@@ -170,6 +177,9 @@ def _walk_directory(root: Path, lim: Limits) -> tuple[dict[str, int], list[Probl
                 todo.append(key)
             elif entry.is_file(follow_symlinks=False):
                 sizes[key] = entry.stat(follow_symlinks=False).st_size
+                if sizes[key] > lim.max_file_bytes:
+                    problems.append(Problem(f"{root}/{key}", f"is {sizes[key] / MiB:.0f} MiB; no chunk may be larger than "
+                                                             f"{lim.max_file_bytes // MiB} MiB"))
             else:
                 problems.append(Problem(f"{root}/{key}", "is not a regular file (device, pipe or socket)"))
             if len(sizes) + len(problems) > lim.max_files:
@@ -224,6 +234,10 @@ def _zip_inventory(path: Path, zf: zipfile.ZipFile, lim: Limits) -> tuple[dict[s
             continue
         if name in sizes:
             problems.append(Problem(where, "zip member name appears twice; which one is read would be arbitrary"))
+            continue
+        if info.file_size > lim.max_file_bytes:  # zipfile inflates a member up to its declared size, no further
+            problems.append(Problem(where, f"zip member inflates to {info.file_size / MiB:.0f} MiB; no chunk may be larger than "
+                                           f"{lim.max_file_bytes // MiB} MiB"))
             continue
         sizes[name] = info.file_size
         stored[name] = info.compress_size
@@ -284,11 +298,33 @@ BYTES_BYTES_CODECS = ("zstd", "gzip", "blosc", "crc32c")
 ARRAY_ARRAY_CODECS = ("transpose",)
 
 
+@dataclass(frozen=True)
+class _RawCodec:
+    """A codec as written in zarr.json, with the attributes :func:`_codec_problems` reads."""
+
+    name: str
+    codecs: tuple = ()
+    index_codecs: tuple = ()
+
+
+def _raw_codecs(value) -> list[_RawCodec]:
+    out = []
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str):
+            out.append(_RawCodec(item))
+            continue
+        item = item if isinstance(item, dict) else {}
+        conf = item.get("configuration") if isinstance(item.get("configuration"), dict) else {}
+        out.append(_RawCodec(str(item.get("name")), tuple(_raw_codecs(conf.get("codecs", []))),
+                             tuple(_raw_codecs(conf.get("index_codecs", [])))))
+    return out
+
+
 def _codec_names(codecs) -> list[tuple[str, object]]:
     out = []
     for c in codecs:
-        d = c.to_dict() if hasattr(c, "to_dict") else {"name": str(c)}
-        out.append((str(d.get("name")), c))
+        name = c.name if isinstance(c, _RawCodec) else (c.to_dict() if hasattr(c, "to_dict") else {"name": str(c)}).get("name")
+        out.append((str(name), c))
     return out
 
 
@@ -344,10 +380,14 @@ def decoded_chunk_bytes(arr) -> int:
 
 
 def stored_chunk_problems(arr, where: str, inventory: Inventory | None, lim: Limits | None = None) -> list[Problem]:
-    """Per stored object of ``arr``: decoded/stored ratio within ``max_ratio`` and, when sharded, a complete index.
+    """The stored objects of ``arr`` against what they declare: decoded bytes within ``max_ratio`` times the
+    stored bytes (beyond ``decoded_floor``), and, when sharded, every shard's index complete.
 
-    Missing objects are reported elsewhere (:func:`xbench.schemas.store.missing_chunks`); this only
-    looks at the ones present.
+    Bounded decoders already cap the memory one chunk costs; this caps the time: thousands of tiny chunks
+    that each inflate to their full declared size would otherwise keep a reader busy for hours. The ratio
+    is taken over the whole array, not chunk by chunk, because one chunk of sparse masks or constant maps
+    legitimately compresses a thousandfold. Missing objects are reported by
+    :func:`xbench.schemas.store.missing_chunks`; this only looks at the ones present.
     """
     lim = lim or _limits
     if inventory is None:
@@ -356,47 +396,54 @@ def stored_chunk_problems(arr, where: str, inventory: Inventory | None, lim: Lim
     outer = tuple(int(c) for c in meta.chunk_grid.chunk_shape)
     grid = tuple(math.ceil(s / c) for s, c in zip(arr.shape, outer))
     prefix = f"{arr.path}/" if arr.path else ""
-    declared = decoded_chunk_bytes(arr)
-    keys = [prefix + meta.encode_chunk_key(tuple(int(c) for c in coords)) for coords in np.ndindex(*grid)]
+    keys = (prefix + meta.encode_chunk_key(tuple(int(c) for c in coords)) for coords in np.ndindex(*grid))
     present = [k for k in keys if k in inventory.sizes]
-    if declared > lim.ratio_floor:
-        for key in present:
-            if declared > lim.max_ratio * max(1, inventory.stored[key]):
-                return [Problem(where, f"chunk {key.removeprefix(prefix)} stores {inventory.stored[key]} bytes for {declared} decoded "
-                                       f"(more than {lim.max_ratio}x); refused as a decompression bomb")]
+    declared = decoded_chunk_bytes(arr) * len(present)
+    stored = sum(inventory.stored[k] for k in present)
+    if declared > lim.decoded_floor and declared > lim.max_ratio * max(1, stored):
+        return [Problem(where, f"its {len(present)} chunk(s) store {stored} bytes for {declared / MiB:.0f} MiB decoded "
+                               f"(more than {lim.max_ratio}x); refused as a decompression bomb")]
     if inner_chunk_shape(arr) is not None:
         return _shard_index_problems(arr, where, present, inventory)
     return []
 
 
 def _shard_index_problems(arr, where: str, keys: list[str], inventory: Inventory) -> list[Problem]:
-    """Every shard's index must list each inner chunk, inside the shard: an empty entry would read as the
-    fill value, exactly like a chunk that was never written."""
+    """Every shard's index must list each inner chunk that overlaps the array, inside the shard: an empty
+    entry would read as the fill value, exactly like a chunk that was never written."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
     codec = next(c for n, c in _codec_names(arr.metadata.codecs) if n == "sharding_indexed")
     outer = tuple(int(c) for c in arr.metadata.chunk_grid.chunk_shape)
-    per_shard = tuple(o // i for o, i in zip(outer, codec.chunk_shape))
+    inner = tuple(int(c) for c in codec.chunk_shape)
+    per_shard = tuple(o // i for o, i in zip(outer, inner))
     index_size = codec._shard_index_size(per_shard)
-    store = arr.store_path.store
+    store, prefix = arr.store_path.store, f"{arr.path}/" if arr.path else ""
+    coords_of = {prefix + arr.metadata.encode_chunk_key(tuple(int(c) for c in xs)): xs
+                 for xs in np.ndindex(*(math.ceil(s / o) for s, o in zip(arr.shape, outer)))}
     for key in keys:
         size = inventory.sizes[key]
         if size < index_size:
             return [Problem(where, f"shard {key} is shorter ({size} bytes) than its index ({index_size} bytes)")]
-        buf = sync(store.get(key, prototype=default_buffer_prototype()))
-        raw = buf.to_bytes()
+        raw = sync(store.get(key, prototype=default_buffer_prototype())).to_bytes()
         index_bytes = raw[:index_size] if getattr(codec.index_location, "value", "end") == "start" else raw[-index_size:]
         try:
             index = sync(codec._decode_shard_index(default_buffer_prototype().buffer.from_bytes(index_bytes), per_shard))
         except Exception as exc:  # noqa: BLE001 - a corrupt index is a problem of the store, reported
             return [Problem(where, f"shard {key} has an unreadable index ({type(exc).__name__}: {exc})")]
-        table = index.offsets_and_lengths.reshape(-1, 2)
-        empty = table[:, 0] == np.uint64(2**64 - 1)
+        table = index.offsets_and_lengths
+        # Inner chunks wholly past the array's end (in the last shard along an axis) are never written.
+        inside = np.ones(per_shard, bool)
+        for axis, (shard, o, i, n) in enumerate(zip(coords_of[key], outer, inner, arr.shape)):
+            starts = shard * o + np.arange(per_shard[axis]) * i
+            inside &= (starts < n).reshape([-1 if a == axis else 1 for a in range(len(per_shard))])
+        empty = (table[..., 0] == np.uint64(2**64 - 1)) & inside
         if empty.any():
-            return [Problem(where, f"shard {key} lists {int(empty.sum())} of its {len(table)} inner chunks as absent; "
+            return [Problem(where, f"shard {key} lists {int(empty.sum())} of its {int(inside.sum())} inner chunks as absent; "
                                    "they would read as the fill value — write every chunk")]
-        if ((table[:, 0] + table[:, 1]) > np.uint64(size)).any():
+        used = table[inside]
+        if ((used[:, 0] + used[:, 1]) > np.uint64(size)).any():
             return [Problem(where, f"shard {key} has an index pointing past its end")]
     return []
 
@@ -407,13 +454,14 @@ def _shard_index_problems(arr, where: str, keys: list[str], inventory: Inventory
 _SLACK = 64
 
 
-def _decoded_bound(chunk_spec) -> int:
-    """Most bytes a compressor may hand to the next codec for a chunk of ``chunk_spec``."""
+def _decoded_bound(chunk_spec) -> tuple[int, str]:
+    """Most bytes a compressor may hand to the next codec for a chunk of ``chunk_spec``, and what sets it."""
     dt = chunk_spec.dtype.to_native_dtype()
     n = math.prod(chunk_spec.shape)
     if dt.kind in "OT" or str(dt).startswith("StringDType"):
-        return 4 + n * (4 + _limits.max_string_bytes) + _SLACK  # vlen-utf8: a count, then length + bytes each
-    return n * dt.itemsize + _SLACK
+        # vlen-utf8: a count, then a length and the bytes of each string
+        return 4 + n * (4 + _limits.max_string_bytes) + _SLACK, f"{n} string(s) of at most {_limits.max_string_bytes} bytes"
+    return n * dt.itemsize + _SLACK, f"chunk shape {tuple(chunk_spec.shape)} of {dt}"
 
 
 class DecodeLimitError(ValueError):
@@ -437,7 +485,7 @@ def zstd_content_size(raw) -> int | None:
     return value + 256 if width == 2 else value
 
 
-def zstd_decode_bounded(raw, bound: int, out: np.ndarray | None = None) -> np.ndarray:
+def zstd_decode_bounded(raw, bound: int, out: np.ndarray | None = None, what: str = "its array") -> np.ndarray:
     """Decode a zstd chunk that declares at most ``bound`` bytes; into ``out`` (exactly that size) if given.
 
     numcodecs decodes into a fixed buffer and stops with an error when the data would overflow it, so the
@@ -448,14 +496,14 @@ def zstd_decode_bounded(raw, bound: int, out: np.ndarray | None = None) -> np.nd
         raise DecodeLimitError("zstd frame does not declare its decoded size; write it with a standard zstd encoder")
     if size > bound or (out is not None and size != out.nbytes):
         expected = bound if out is None else out.nbytes
-        raise DecodeLimitError(f"zstd chunk declares {size} decoded bytes; its array allows {expected}")
+        raise DecodeLimitError(f"zstd chunk declares {size} decoded bytes; {what} allows {expected}")
     target = np.empty(size, np.uint8) if out is None else out.reshape(-1).view(np.uint8)
     if size:
         Zstd().decode(raw, out=target)
     return target
 
 
-def gzip_decode_bounded(raw, bound: int) -> np.ndarray:
+def gzip_decode_bounded(raw, bound: int, what: str = "its array") -> np.ndarray:
     """Decode gzip (or zlib) members, stopping as soon as the output would pass ``bound`` bytes."""
     data = bytes(raw)
     parts, total = [], 0
@@ -465,21 +513,21 @@ def gzip_decode_bounded(raw, bound: int) -> np.ndarray:
         total += len(part)
         parts.append(part)
         if total > bound or d.unconsumed_tail:
-            raise DecodeLimitError(f"gzip chunk decodes to more than the {bound} bytes its array allows")
+            raise DecodeLimitError(f"gzip chunk decodes to more than the {bound} bytes {what} allows")
         if not d.eof:
             raise DecodeLimitError("gzip chunk is truncated")
         data = d.unused_data
     return np.frombuffer(b"".join(parts), np.uint8)
 
 
-def blosc_decode_bounded(raw, bound: int) -> np.ndarray:
+def blosc_decode_bounded(raw, bound: int, what: str = "its array") -> np.ndarray:
     """Decode a blosc chunk whose header declares at most ``bound`` bytes, into a buffer of that size."""
     b = bytes(memoryview(raw).cast("B")[:16])
     if len(b) < 16:
         raise DecodeLimitError("truncated blosc header")
     nbytes, cbytes = int.from_bytes(b[4:8], "little"), int.from_bytes(b[12:16], "little")
     if nbytes > bound:
-        raise DecodeLimitError(f"blosc chunk declares {nbytes} decoded bytes; its array allows {bound}")
+        raise DecodeLimitError(f"blosc chunk declares {nbytes} decoded bytes; {what} allows {bound}")
     if cbytes > memoryview(raw).nbytes:
         raise DecodeLimitError("blosc chunk is truncated")
     out = np.empty(nbytes, np.uint8)
@@ -492,24 +540,24 @@ class BoundedZstdCodec(ZstdCodec):
     """Zarr's zstd codec, decoding into at most the chunk's declared size."""
 
     def _decode_sync(self, chunk_bytes, chunk_spec):
-        bound = _decoded_bound(chunk_spec)
-        return as_numpy_array_wrapper(lambda raw: zstd_decode_bounded(raw, bound), chunk_bytes, chunk_spec.prototype)
+        bound, what = _decoded_bound(chunk_spec)
+        return as_numpy_array_wrapper(lambda raw: zstd_decode_bounded(raw, bound, what=what), chunk_bytes, chunk_spec.prototype)
 
 
 class BoundedGzipCodec(GzipCodec):
     """Zarr's gzip codec, stopping at the chunk's declared size."""
 
     def _decode_sync(self, chunk_bytes, chunk_spec):
-        bound = _decoded_bound(chunk_spec)
-        return as_numpy_array_wrapper(lambda raw: gzip_decode_bounded(raw, bound), chunk_bytes, chunk_spec.prototype)
+        bound, what = _decoded_bound(chunk_spec)
+        return as_numpy_array_wrapper(lambda raw: gzip_decode_bounded(raw, bound, what=what), chunk_bytes, chunk_spec.prototype)
 
 
 class BoundedBloscCodec(BloscCodec):
     """Zarr's blosc codec, refusing a header that declares more than the chunk's size."""
 
     def _decode_sync(self, chunk_bytes, chunk_spec):
-        bound = _decoded_bound(chunk_spec)
-        return as_numpy_array_wrapper(lambda raw: blosc_decode_bounded(raw, bound), chunk_bytes, chunk_spec.prototype)
+        bound, what = _decoded_bound(chunk_spec)
+        return as_numpy_array_wrapper(lambda raw: blosc_decode_bounded(raw, bound, what=what), chunk_bytes, chunk_spec.prototype)
 
 
 def install_bounded_decoders() -> None:
