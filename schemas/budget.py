@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import sys
 import threading
@@ -51,6 +52,7 @@ class Limits:
     timeout: float = 1800.0          # seconds, whole command (--timeout); 0 = none
     max_json_bytes: int = 4 * MiB    # one zarr.json (attributes carry prompts and provenance)
     max_json_depth: int = 32         # nesting of objects and arrays in one zarr.json
+    max_metadata_bytes: int = 64 * MiB  # all zarr.json documents of a store together
     max_files: int = 200_000         # entries in a store (directory entries or zip members)
     max_chunks: int = 100_000        # stored objects one array may declare; each costs a read and a decode
     max_ratio: int = 1_000           # declared decoded bytes per stored byte of one array's chunks ...
@@ -112,26 +114,15 @@ class Inventory:
     stored: dict[str, int]
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
 def json_depth(text: str) -> int:
-    """Deepest nesting of ``{``/``[`` outside strings, counted in one pass (no recursion, no parse)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    """Deepest nesting of ``{``/``[`` outside strings, without recursion and without parsing: strings are
+    cut out, then the brackets left are a running sum."""
+    marks = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "replace"), np.uint8)
+    steps = np.isin(marks, (ord("["), ord("{"))).astype(np.int64) - np.isin(marks, (ord("]"), ord("}")))
+    return int(np.cumsum(steps).max(initial=0))
 
 
 def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]:
@@ -244,6 +235,13 @@ def _zip_inventory(path: Path, zf: zipfile.ZipFile, lim: Limits) -> tuple[dict[s
     return sizes, stored, problems
 
 
+def _metadata_total_problems(path: Path, sizes: dict[str, int], lim: Limits) -> list[Problem]:
+    total = sum(v for k, v in sizes.items() if k == "zarr.json" or k.endswith("/zarr.json"))
+    if total > lim.max_metadata_bytes:
+        return [Problem(str(path), f"its zarr.json documents hold {total / MiB:.0f} MiB; the limit is {lim.max_metadata_bytes // MiB} MiB")]
+    return []
+
+
 def inspect_store(path: str | os.PathLike, lim: Limits | None = None) -> tuple[Inventory | None, list[Problem]]:
     """Layer 1 for the store at ``path``: its inventory, or None and every problem found.
 
@@ -262,7 +260,8 @@ def inspect_store(path: str | os.PathLike, lim: Limits | None = None) -> tuple[I
             sizes, stored, problems = _zip_inventory(path, zf, lim)
             if problems:
                 return None, problems
-            for key in [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")]:
+            problems = _metadata_total_problems(path, sizes, lim)
+            for key in [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")] if not problems else []:
                 if sizes[key] > lim.max_json_bytes:
                     problems.append(Problem(f"{path}/{key}", f"metadata document is larger than {lim.max_json_bytes // MiB} MiB"))
                     continue
@@ -280,7 +279,8 @@ def inspect_store(path: str | os.PathLike, lim: Limits | None = None) -> tuple[I
         stored = sizes
         if problems:
             return None, problems
-        for key in [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")]:
+        problems = _metadata_total_problems(path, sizes, lim)
+        for key in [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")] if not problems else []:
             try:
                 raw = _read_capped(path / key, lim.max_json_bytes)
             except OSError as exc:
