@@ -235,11 +235,21 @@ def _zip_inventory(path: Path, zf: zipfile.ZipFile, lim: Limits) -> tuple[dict[s
     return sizes, stored, problems
 
 
-def _metadata_total_problems(path: Path, sizes: dict[str, int], lim: Limits) -> list[Problem]:
-    total = sum(v for k, v in sizes.items() if k == "zarr.json" or k.endswith("/zarr.json"))
+def _metadata_problems(path: Path, sizes: dict[str, int], read, lim: Limits) -> list[Problem]:
+    """Every ``zarr.json`` of the store, read with ``read(key, cap)`` (at most ``cap + 1`` bytes)."""
+    keys = [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")]
+    total = sum(sizes[k] for k in keys)
     if total > lim.max_metadata_bytes:
         return [Problem(str(path), f"its zarr.json documents hold {total / MiB:.0f} MiB; the limit is {lim.max_metadata_bytes // MiB} MiB")]
-    return []
+    problems = []
+    for key in keys:
+        try:
+            raw = read(key, lim.max_json_bytes)
+        except (OSError, zipfile.BadZipFile, zlib.error) as exc:
+            problems.append(Problem(f"{path}/{key}", f"unreadable ({getattr(exc, 'strerror', None) or exc})"))
+            continue
+        problems += json_document_problems(raw, f"{path}/{key}", lim)
+    return problems
 
 
 def inspect_store(path: str | os.PathLike, lim: Limits | None = None) -> tuple[Inventory | None, list[Problem]]:
@@ -258,35 +268,18 @@ def inspect_store(path: str | os.PathLike, lim: Limits | None = None) -> tuple[I
             return None, problems
         with zf:
             sizes, stored, problems = _zip_inventory(path, zf, lim)
-            if problems:
-                return None, problems
-            problems = _metadata_total_problems(path, sizes, lim)
-            for key in [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")] if not problems else []:
-                if sizes[key] > lim.max_json_bytes:
-                    problems.append(Problem(f"{path}/{key}", f"metadata document is larger than {lim.max_json_bytes // MiB} MiB"))
-                    continue
+
+            def read(key: str, cap: int) -> bytes:
                 with zf.open(key) as f:
-                    try:
-                        raw = f.read(lim.max_json_bytes + 1)
-                    except (zipfile.BadZipFile, zlib.error, OSError) as exc:
-                        problems.append(Problem(f"{path}/{key}", f"unreadable zip member ({exc})"))
-                        continue
-                problems += json_document_problems(raw, f"{path}/{key}", lim)
+                    return f.read(cap + 1)
+
+            problems = problems or _metadata_problems(path, sizes, read, lim)
     else:
         if not path.is_dir():
             return None, []
         sizes, problems = _walk_directory(path, lim)
         stored = sizes
-        if problems:
-            return None, problems
-        problems = _metadata_total_problems(path, sizes, lim)
-        for key in [k for k in sizes if k == "zarr.json" or k.endswith("/zarr.json")] if not problems else []:
-            try:
-                raw = _read_capped(path / key, lim.max_json_bytes)
-            except OSError as exc:
-                problems.append(Problem(f"{path}/{key}", f"unreadable ({exc.strerror})"))
-                continue
-            problems += json_document_problems(raw, f"{path}/{key}", lim)
+        problems = problems or _metadata_problems(path, sizes, lambda key, cap: _read_capped(path / key, cap), lim)
     return (None, problems) if problems else (Inventory(sizes, stored), [])
 
 
