@@ -134,8 +134,8 @@ def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]
     except UnicodeDecodeError as exc:
         return [Problem(where, f"metadata is not UTF-8 (byte {exc.start})")]
     # Scanning is cheap (bounded by the size cap) and keeps json.loads and Zarr away from deep nesting,
-    # where they fail with RecursionError.
-    depth = json_depth(text)
+    # where they fail with RecursionError. Fewer brackets than the cap cannot nest past it: no scan.
+    depth = json_depth(text) if text.count("[") + text.count("{") > lim.max_json_depth else 0
     if depth > lim.max_json_depth:
         return [Problem(where, f"metadata nests {depth} levels deep; the limit is {lim.max_json_depth}")]
     try:
