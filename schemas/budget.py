@@ -586,7 +586,7 @@ class Watchdog:
     be interrupted, and outputs are only ever renamed into place whole.
     """
 
-    def __init__(self, prog: str, lim: Limits | None = None, *, interval: float = 0.05) -> None:
+    def __init__(self, prog: str, lim: Limits | None = None, *, interval: float = 0.1) -> None:
         self.prog, self.lim, self.interval = prog, lim or _limits, interval
         self._stopped = threading.Event()
         self._deadline = time.monotonic() + self.lim.timeout if self.lim.timeout else math.inf
