@@ -595,13 +595,15 @@ class Watchdog:
 
     def _watch(self) -> None:
         lim = self.lim
-        while not self._stopped.wait(self.interval):
+        while True:  # checked at once, then every interval: a process already past the budget stops now
             if time.monotonic() > self._deadline:
                 _stop(f"{self.prog}: the time budget of {lim.timeout:g} s ran out (--timeout); the run was stopped")
             used = resident_bytes()
             if lim.max_memory and used > lim.max_memory:
                 _stop(f"{self.prog}: the memory budget of {lim.max_memory / MiB:.0f} MiB was exceeded "
                       f"({used / MiB:.0f} MiB resident, --max-memory); the run was stopped")
+            if self._stopped.wait(self.interval):
+                return
 
     def stop(self) -> None:
         self._stopped.set()
