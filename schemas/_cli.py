@@ -54,6 +54,7 @@ INPUT_ERRORS = (
     "xbench.extract.datasets.prepare:PrepareError",
     "xbench.extract.datasets.vocabulary:VocabularyError",
     "xbench.score.report._load:ReportInputError",
+    "builtins:MemoryError",  # under --max-memory an allocation the budget's checks let through: the input is too big
 )
 
 #: Built-in errors that come from a path the user named (a missing file, a folder for a file ...).
@@ -216,6 +217,33 @@ def command(name: str | None = None, **kwargs) -> Callable[[Callable], Command]:
     return click.command(name, cls=Command, **kwargs)
 
 
+# -- the budget for untrusted input (xbench-score, xbench-validate) --------------------------------
+DEFAULT_MAX_MEMORY = "2GiB"
+DEFAULT_TIMEOUT = 1800.0  # seconds; schemas/budget.py's Limits takes the same default
+
+
+def budget_options(command):
+    """``--max-memory`` and ``--timeout``, shared by every command that reads untrusted stores (no heavy import:
+    the options exist before ``--help`` is parsed)."""
+    command = click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True,
+                           help="Stop with exit 2 after this many seconds (0: no limit).")(command)
+    return click.option("--max-memory", default=DEFAULT_MAX_MEMORY, show_default=True, metavar="SIZE",
+                        help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
+                             "before decoding, and the run stops with exit 2 beyond it.")(command)
+
+
+def apply_budget(prog: str, max_memory: str, timeout: float) -> None:
+    """Set the process's limits from the flags and start the watchdog, stopped when the command ends."""
+    from xbench.schemas import budget
+
+    try:
+        size = budget.parse_size(max_memory)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-memory") from None
+    dog = budget.Watchdog(prog, budget.set_limits(max_memory=size, timeout=timeout))
+    click.get_current_context().call_on_close(dog.stop)
+
+
 # -- output ---------------------------------------------------------------------------------------
 class _Lines:
     """Progress for a log file or a pipe: a line at most every ``interval`` seconds, and one at the end."""
@@ -320,10 +348,15 @@ def _zip_folder(path: Path) -> str | None:
 
 
 def store_kind(path: str | os.PathLike) -> tuple[str | None, dict]:
-    """The ``xbench.kind`` root attribute of a store and its whole ``xbench`` dict; (None, {}) when unreadable."""
+    """The ``xbench.kind`` root attribute of a store and its whole ``xbench`` dict; (None, {}) when unreadable
+    or when the pre-flight inspection finds a problem (a hostile store is never parsed by Zarr here)."""
+    from xbench.schemas import budget
+    from xbench.schemas.paths import is_remote
     from xbench.schemas.store import open_store_group
 
     try:
+        if not is_remote(path) and budget.inspect_store(path)[1]:  # the validators report these
+            return None, {}
         meta = open_store_group(path).attrs.get("xbench", {})
     except Exception:  # noqa: BLE001 - an unreadable store has no kind; the validators say why
         return None, {}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from ._cli import NOT_WRITTEN_HINT, UserError, command, progress, store_kind, store_kind_problem
+from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
+                   store_kind_problem)
 
 @command()
 @click.argument("store", type=click.Path(path_type=Path))
@@ -19,12 +20,14 @@ from ._cli import NOT_WRITTEN_HINT, UserError, command, progress, store_kind, st
               help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when valid.")
-def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, quiet: bool) -> None:
+@budget_options
+def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
+                 timeout: float) -> None:
     """Check STORE (a .zarr directory or .zarr.zip) against the XBench contract.
 
     Every problem is printed on its own line on stderr and the exit code is 2; a valid store
-    exits 0. Metadata is checked before any data is read, so a broken or huge store is
-    rejected quickly.
+    exits 0. Files and metadata are checked before any data is read, and no chunk may decode to
+    more than it declares, so a broken, huge or hostile store is rejected quickly.
 
     \b
     Examples:
@@ -35,19 +38,26 @@ def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, qu
     from .images import validate_images
     from .submission import validate_submission
 
+    apply_budget("xbench-validate", max_memory, timeout)
     if kind == "auto":
         kind = store_kind(store)[0] or "submission"
     # a store of another kind, a zipped folder, an unfinished extraction: one line saying so, not every
     # check of the wrong contract
     _require(store, kind, f"STORE (--kind {kind})")
+    if gt_path is not None and kind != "submission":
+        raise UserError(f"{store}: is {'an' if kind[0] in 'aeiou' else 'a'} {kind} store; --gt checks a submission "
+                        "against the ground truth", data={"valid": False})
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
-    if kind == "submission":
-        problems = validate_submission(store, gt_path) if gt_path is None else _with_gt(store, gt_path)
-    elif kind == "images":
-        problems = validate_images(store)
-    else:
-        problems = validate_ground_truth(store)
+    try:
+        if kind == "submission":
+            problems = validate_submission(store, gt_path) if gt_path is None else _with_gt(store, gt_path)
+        elif kind == "images":
+            problems = validate_images(store)
+        else:
+            problems = validate_ground_truth(store)
+    except MemoryError:
+        problems = [f"{store}: reading it needs more memory than the budget allows (--max-memory)"]
     if problems:
         raise UserError(problems, data={"valid": False})
     if as_json:

@@ -33,6 +33,7 @@ from .store import (
     atomic_replace_dir,
     MAX_CLASSES,
     check_array,
+    check_strings,
     consolidate,
     ensure_root,
     describe_missing,
@@ -44,7 +45,9 @@ from .store import (
     read_rows,
     read_strings,
     store_sha256,
+    stored_problems,
 )
+from .budget import is_int
 
 REGION_CHUNK = 256
 
@@ -212,21 +215,23 @@ def _validate_gt_dataset(g: zarr.Group, where: str, *, scan_masks: bool = True) 
     elif len(classes) > MAX_CLASSES:
         p.append(Problem(where, f"attribute 'classes' lists {len(classes)} names; the limit is {MAX_CLASSES}"))
         classes = None
+    else:
+        check_strings(np.asarray(classes, dtype=str), where, "class name", p)
     grid = g.attrs.get("grid")
-    if not (isinstance(grid, list) and len(grid) == 2 and all(isinstance(x, int) and 1 <= x <= 4096 for x in grid)):
+    if not (isinstance(grid, list) and len(grid) == 2 and all(is_int(x) and 1 <= x <= 4096 for x in grid)):
         p.append(Problem(where, "attribute 'grid' must be [H, W] with 1 <= H, W <= 4096"))
         grid = None
     arrays = {name: get_array(g, name, where, p) for name in ("case_id", "labels", "region_index", "region_mask", "orig_size")}
     if any(a is None for a in arrays.values()) or classes is None or grid is None:
         return p
-    ok = check_array(arrays["case_id"], f"{where}/case_id", shape=(None,), dtypes=("string",), problems=p)
+    ok = check_array(arrays["case_id"], f"{where}/case_id", shape=(None,), dtypes=("string",), problems=p, whole=True)
     n = arrays["case_id"].shape[0] if arrays["case_id"].ndim == 1 else None
     if n is not None and n > MAX_CASES:
         p.append(Problem(f"{where}/case_id", f"declares {n} cases; the limit is {MAX_CASES}"))
         return p
-    ok &= check_array(arrays["labels"], f"{where}/labels", shape=(n, len(classes)), dtypes=("int8",), problems=p)
-    ok &= check_array(arrays["orig_size"], f"{where}/orig_size", shape=(n, 2), dtypes=("int32",), problems=p)
-    ok &= check_array(arrays["region_index"], f"{where}/region_index", shape=(None, 2), dtypes=("int32",), problems=p)
+    ok &= check_array(arrays["labels"], f"{where}/labels", shape=(n, len(classes)), dtypes=("int8",), problems=p, whole=True)
+    ok &= check_array(arrays["orig_size"], f"{where}/orig_size", shape=(n, 2), dtypes=("int32",), problems=p, whole=True)
+    ok &= check_array(arrays["region_index"], f"{where}/region_index", shape=(None, 2), dtypes=("int32",), problems=p, whole=True)
     k = arrays["region_index"].shape[0] if arrays["region_index"].ndim == 2 else None
     ok &= check_array(arrays["region_mask"], f"{where}/region_mask", shape=(k, *grid), dtypes=("bool",), problems=p)
     if not ok:
@@ -236,6 +241,9 @@ def _validate_gt_dataset(g: zarr.Group, where: str, *, scan_masks: bool = True) 
         if gone:
             p.append(Problem(f"{where}/{name}", describe_missing(arr, gone)))
             ok = False
+        unsafe = stored_problems(arr, f"{where}/{name}", trusted=True)
+        p += unsafe
+        ok &= not unsafe
     if not ok:
         return p
     try:
@@ -248,6 +256,7 @@ def _validate_gt_dataset(g: zarr.Group, where: str, *, scan_masks: bool = True) 
         return p
     if len(np.unique(ids)) != len(ids):
         p.append(Problem(f"{where}/case_id", "case ids repeat"))
+    check_strings(ids, f"{where}/case_id", "case id", p)
     if not np.isin(labels, (-1, 0, 1)).all():
         p.append(Problem(f"{where}/labels", "values other than -1, 0, 1"))
     if (orig <= 0).any():

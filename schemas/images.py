@@ -50,6 +50,7 @@ from .store import (
     open_for_validation,
     open_store_group,
     read_strings,
+    stored_problems,
 )
 
 
@@ -295,6 +296,7 @@ def validate_images(path: str | os.PathLike) -> list[Problem]:
             if gone:
                 problems.append(Problem(f"{w}/{k}", describe_missing(arr, gone)))
                 originals = None
+            problems += stored_problems(arr, f"{w}/{k}")
         if originals:
             problems.extend(_check_original_offsets(arrays["orig_size"], originals, w))
     return problems

@@ -9,6 +9,7 @@ checked first, so a store that declares an absurd array costs nothing to reject.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -20,14 +21,18 @@ from typing import Any, Iterator
 
 import numpy as np
 import zarr
-from numcodecs import Zstd
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore, ZipStore
 
+from . import budget
+from .budget import is_int
 from .errors import InvalidStoreError, Problem, StoreNotFoundError
 from .paths import is_remote
+
+# Before any store is opened: Zarr picks a codec's class when it parses an array's metadata.
+budget.install_bounded_decoders()
 
 SCHEMA_VERSION = 1
 #: Minor versions add optional arrays only, so every store of schema 1 stays valid. 1: images
@@ -51,7 +56,7 @@ MAX_CLASSES = 1_000
 MAX_MAP_SIDE = 1024  # saliency maps up to 1024 x 1024 per case and class
 MAX_IMAGE_SIDE = 4096
 MAX_ORIGINAL_SIDE = 16384  # original-resolution images kept in an images store
-MAX_CHUNK_BYTES = 512 * 2**20  # one decoded chunk; bigger chunks are refused, not read
+MAX_CHUNK_BYTES = 512 * 2**20  # one decoded chunk at most; --max-memory lowers it (budget.Limits.max_chunk_bytes)
 
 
 def is_zip(path: str | os.PathLike) -> bool:
@@ -174,7 +179,7 @@ def check_root(group: zarr.Group, kind: str, where: str) -> list[Problem]:
     problems = []
     if meta.get("kind") != kind:
         problems.append(Problem(where, f"root attribute xbench.kind is {meta.get('kind')!r}; expected {kind!r}"))
-    if meta.get("schema") != SCHEMA_VERSION:
+    if not is_int(meta.get("schema")) or meta.get("schema") != SCHEMA_VERSION:
         problems.append(Problem(where, f"root attribute xbench.schema is {meta.get('schema')!r}; this XBench reads schema {SCHEMA_VERSION}"))
     return problems
 
@@ -183,7 +188,11 @@ def dataset_groups(group: zarr.Group, where: str) -> tuple[dict[str, zarr.Group]
     """The dataset child groups; unknown names and stray arrays are problems."""
     found: dict[str, zarr.Group] = {}
     problems = []
-    for name, member in sorted(group.members(), key=lambda m: m[0]):
+    try:
+        members = sorted(group.members(), key=lambda m: m[0])
+    except Exception as exc:  # noqa: BLE001 - Zarr parses every child's metadata here; a bad one is a problem
+        return {}, [Problem(where, f"a dataset group's metadata cannot be parsed ({type(exc).__name__}: {exc})")]
+    for name, member in members:
         if name not in DATASET_KEYS:
             problems.append(Problem(f"{where}/{name}", f"unknown dataset key; expected one of {', '.join(DATASET_KEYS)}"))
         elif not isinstance(member, zarr.Group):
@@ -198,13 +207,19 @@ def dataset_groups(group: zarr.Group, where: str) -> tuple[dict[str, zarr.Group]
 def open_for_validation(path: str | os.PathLike, kind: str) -> tuple[zarr.Group | None, dict[str, zarr.Group], list[Problem]]:
     """The root group, its dataset groups and the problems found so far (root attributes, names).
 
-    Never raises for a bad store: an unopenable one gives ``(None, {}, [problem])``.
+    Never raises for a bad store: an unopenable one gives ``(None, {}, [problem])``. The store's files
+    and metadata documents pass :func:`budget.inspect_store` before Zarr parses any of them; its inventory
+    stays with the store for :func:`stored_problems`.
     """
     where = str(path)
+    inventory, problems = budget.inspect_store(path)
+    if problems:
+        return None, {}, problems
     try:
         group = open_store_group(path)
     except (InvalidStoreError, FileNotFoundError) as exc:
         return None, {}, getattr(exc, "problems", [Problem("", str(exc))])
+    group.store._xbench_inventory = inventory
     problems = check_root(group, kind, where)
     groups, more = dataset_groups(group, where)
     return group, groups, problems + more
@@ -232,8 +247,17 @@ def check_array(
     shape: tuple[int | None, ...],
     dtypes: tuple[str, ...],
     problems: list[Problem],
+    whole: bool = False,
 ) -> bool:
-    """Check rank, shape (None = any), dtype and chunk size from metadata alone."""
+    """Check rank, shape (None = any), dtype, codecs and chunking from metadata alone.
+
+    ``whole``: the caller reads the array into memory at once (ids, scores, labels), so its declared size
+    must fit the memory budget; the others are read a chunk at a time.
+    """
+    unsafe = budget.array_problems(arr, where)
+    if unsafe:  # zero or absurd chunking: the size arithmetic below would not mean anything
+        problems.extend(unsafe)
+        return False
     ok = True
     if len(arr.shape) != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape)):
         expected = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
@@ -246,12 +270,39 @@ def check_array(
     chunk_shape = outer_chunk_shape(arr)
     itemsize = arr.dtype.itemsize if arr.dtype.kind not in "OT" else 64
     chunk_bytes = math.prod(chunk_shape) * max(itemsize, 1)
-    if chunk_bytes > MAX_CHUNK_BYTES:
+    limit = min(MAX_CHUNK_BYTES, budget.limits().max_chunk_bytes)
+    if chunk_bytes > limit:
         problems.append(
-            Problem(where, f"chunk shape {chunk_shape} is {chunk_bytes / 2**20:.0f} MiB decoded; the limit is {MAX_CHUNK_BYTES // 2**20} MiB — rechunk along the first axis")
+            Problem(where, f"chunk shape {chunk_shape} is {chunk_bytes / 2**20:.0f} MiB decoded; the limit is {limit // 2**20} MiB — rechunk along the first axis")
         )
         ok = False
+    if whole and ok:
+        held = math.prod(arr.shape) * (64 + budget.limits().max_name_chars if kind == "string" else max(itemsize, 1))
+        if held > budget.limits().max_memory // 4:
+            problems.append(Problem(where, f"shape {tuple(arr.shape)} is {held / 2**20:.0f} MiB in memory; more than a quarter "
+                                           f"of the memory budget ({budget.limits().max_memory // 2**20} MiB, --max-memory)"))
+            ok = False
     return ok
+
+
+def stored_problems(arr: zarr.Array, where: str, *, trusted: bool = False) -> list[Problem]:
+    """Stored chunks that decompress too far, or shards whose index is incomplete (:mod:`.budget`).
+
+    ``trusted`` (the ground truth, which XBench prepared): skip the compression-ratio cap, whose job is
+    bounding the time a stranger's store costs; sparse region masks can compress past it.
+    """
+    lim = budget.limits()
+    if trusted:
+        lim = dataclasses.replace(lim, max_ratio=2**62)
+    return budget.stored_chunk_problems(arr, where, getattr(arr.store, "_xbench_inventory", None), lim)
+
+
+def check_strings(values: np.ndarray, where: str, what: str, problems: list[Problem]) -> None:
+    """Strings no longer than ``max_name_chars`` (a ``<U`` array's width is its longest string)."""
+    cap = budget.limits().max_name_chars
+    if values.dtype.kind == "U" and values.dtype.itemsize // 4 > cap:
+        longest = int(np.argmax(np.char.str_len(values)))
+        problems.append(Problem(where, f"{what} {longest} is {len(values[longest])} characters long; the limit is {cap}"))
 
 
 def dtype_name(arr: zarr.Array) -> str:
@@ -292,7 +343,9 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
     async def _list() -> set[str]:
         return {key async for key in arr.store.list_prefix(prefix)}
 
-    stored = sync(_list())
+    # A store opened for validation was listed once, whole, by budget.inspect_store: no second listing.
+    inventory = getattr(arr.store, "_xbench_inventory", None)
+    stored = inventory.sizes if inventory is not None else sync(_list())
     missing = []
     for coords in np.ndindex(*grid):
         key = prefix + meta.encode_chunk_key(coords)  # type: ignore[union-attr]
@@ -399,8 +452,8 @@ def _decode_row_chunk_into(arr: zarr.Array, start: int, stop: int, out: np.ndarr
     else:
         raw = stored.as_numpy_array()
         target = out.reshape(-1).view(np.uint8)
-        if len(codecs) == 2:
-            Zstd(level=codecs[1].level, checksum=codecs[1].checksum).decode(raw, out=target)
+        if len(codecs) == 2:  # into ``out`` and nothing bigger: the frame must declare exactly its size
+            budget.zstd_decode_bounded(raw, target.nbytes, out=target)
         elif raw.nbytes == target.nbytes:
             target[:] = raw
         else:

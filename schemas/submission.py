@@ -31,6 +31,7 @@ from .store import (
     MAX_CLASSES,
     MAX_MAP_SIDE,
     check_array,
+    check_strings,
     consolidate,
     describe_missing,
     get_array,
@@ -40,6 +41,7 @@ from .store import (
     read_strings,
     root_attrs,
     scan_row_groups,
+    stored_problems,
 )
 
 SCORE_KINDS = ("logit", "probability")
@@ -342,11 +344,13 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
     elif len(classes) > MAX_CLASSES:
         problems.append(Problem(where, f"attribute 'classes' lists {len(classes)} names; the limit is {MAX_CLASSES}"))
         classes = None
+    else:
+        check_strings(np.asarray(classes, dtype=str), where, "class name", problems)
     score_kind = g.attrs.get("score_kind")
-    if score_kind not in SCORE_KINDS:
+    if not isinstance(score_kind, str) or score_kind not in SCORE_KINDS:
         problems.append(Problem(where, f"attribute 'score_kind' must be 'logit' or 'probability', got {score_kind!r}"))
     unsupported = g.attrs.get("unsupported", [])
-    if not isinstance(unsupported, list) or (classes and set(unsupported) - set(classes)):
+    if not (isinstance(unsupported, list) and all(isinstance(u, str) for u in unsupported)) or (classes and set(unsupported) - set(classes)):
         problems.append(Problem(where, "attribute 'unsupported' must list class names from 'classes'"))
 
     case_id = get_array(g, "case_id", where, problems)
@@ -358,13 +362,13 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
         return problems
 
     # Metadata only, nothing read yet.
-    ok = check_array(case_id, f"{where}/case_id", shape=(None,), dtypes=("string",), problems=problems)
+    ok = check_array(case_id, f"{where}/case_id", shape=(None,), dtypes=("string",), problems=problems, whole=True)
     n = case_id.shape[0] if case_id.ndim == 1 else None
     if n is not None and n > MAX_CASES:
         problems.append(Problem(f"{where}/case_id", f"declares {n} cases; the limit is {MAX_CASES}"))
         ok = False
     c = len(classes) if classes else None
-    ok &= check_array(scores, f"{where}/scores", shape=(n, c), dtypes=("float32",), problems=problems)
+    ok &= check_array(scores, f"{where}/scores", shape=(n, c), dtypes=("float32",), problems=problems, whole=True)
     ok &= check_array(saliency, f"{where}/saliency", shape=(n, c, None, None), dtypes=MAP_DTYPES, problems=problems)
     if saliency.ndim == 4:
         h, w = saliency.shape[2:]
@@ -378,6 +382,9 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
         if gone:
             problems.append(Problem(f"{where}/{label}", describe_missing(arr, gone)))
             ok = False
+        unsafe = stored_problems(arr, f"{where}/{label}")
+        problems += unsafe
+        ok &= not unsafe
     if not ok:
         return problems
 
@@ -393,6 +400,7 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
         problems.append(Problem(f"{where}/case_id", f"{len(dup)} case id(s) repeat, e.g. {', '.join(repr(str(x)) for x in dup[:3])}"))
     if (ids == "").any():
         problems.append(Problem(f"{where}/case_id", "empty case id"))
+    check_strings(ids, f"{where}/case_id", "case id", problems)
     _scan_scores(scores, where, score_kind, problems)
     _scan_saliency(saliency, where, problems)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress, require_kind
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
 
 __all__ = ["main", "score_command"]
 
@@ -139,8 +139,9 @@ def _check_kinds(submissions, gt_path: Path) -> None:
               help="images.zarr: with several submissions, the report gets map-over-image overlays.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
+@budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  quiet, as_json):
+                  quiet, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -157,6 +158,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     from ._allocator import limit_malloc_arenas
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
+    apply_budget("xbench-score", max_memory, timeout)  # untrusted input: every read within --max-memory, --timeout
     from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
     from xbench.schemas.paths import MARKER, NameTable, PublishedDir, output_problems, store_path, write_marker
 

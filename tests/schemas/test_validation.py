@@ -145,7 +145,8 @@ def test_huge_chunks_are_refused(tmp_path):
     g = zarr.open_group(str(path), mode="r+")
     del g["phantom/saliency"]
     g["phantom"].create_array("saliency", shape=(200, 3, 1024, 1024), chunks=(200, 3, 1024, 1024), dtype="float32")
-    assert "the limit is 512 MiB" in messages(path)
+    # The cap is an eighth of the memory budget (2 GiB by default), at most 512 MiB.
+    assert "is 2400 MiB decoded; the limit is 256 MiB" in messages(path)
 
 
 def test_unfinished_writer_store(tmp_path):
