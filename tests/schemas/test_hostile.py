@@ -170,7 +170,8 @@ def test_images_store_is_not_a_submission(tmp_path):
     with_gt, alone, as_submission = run_all(jobs, tmp_path)
     assert with_gt["rc"] == 2 and "is an images store; --gt checks a submission" in with_gt["stderr"]
     assert alone["rc"] == 0 and "valid images store" in alone["stdout"]
-    assert as_submission["rc"] == 2 and "xbench.kind is 'images'; expected 'submission'" in as_submission["stderr"]
+    assert as_submission["rc"] == 2 and "this is an images store (xbench.kind='images')" in as_submission["stderr"]
+    assert "needs a submission.zarr" in as_submission["stderr"]
 
 
 def test_watchdog_stops_a_run_past_its_budget(tmp_path):
