@@ -145,6 +145,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     specs, prompts, adapter_prov = {}, {}, {}
     for name in names:
         ds = store.datasets[name]
+        adapter.dataset = name  # per-dataset prompt defaults (extract/models/prompts.toml)
         adapter.set_classes(ds.classes)
         specs[name] = DatasetSpec([str(c) for c in ds.case_id], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
                                   tuple(adapter.unsupported))
@@ -186,6 +187,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             continue
         if progress:
             progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in mine)))
+        adapter.dataset = name
         adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
         loader = DataLoader(_Blocks(opts.images, name, [(b, *writer.block_rows(name, b)) for b in mine]),
                             batch_size=None, shuffle=False, num_workers=opts.workers,
