@@ -164,6 +164,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     specs, prompts, adapter_prov, pixels = {}, {}, {}, {}
     for name in names:
         ds = store.datasets[name]
+        adapter.dataset = name  # per-dataset prompt defaults (extract/models/prompts.toml)
         pixels[name] = input_pixels(adapter, name, ds.has_originals)
         adapter.set_classes(ds.classes)
         specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
@@ -207,6 +208,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             continue
         if progress:
             progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in mine)))
+        adapter.dataset = name
         adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
         blocks = [(b, *writer.block_rows(name, b)) for b in mine]
         loader = DataLoader(_Blocks(opts.images, name, blocks, pixels[name]["transform"], pixels[name]["source"] == "original"),

@@ -39,10 +39,14 @@ class ModelAdapter(abc.ABC):
 
     score_kind: str = "logit"
     method: str = "similarity"
+    dataset: str | None = None  # see __init__
 
     def __init__(self) -> None:
         self.classes: tuple[str, ...] = ()
         self.unsupported: tuple[str, ...] = ()
+        # The images dataset key being extracted (e.g. "chestxray14"), set by the runner before
+        # set_classes: adapters whose authors publish per-dataset prompts pick them with it.
+        self.dataset: str | None = None
 
     @abc.abstractmethod
     def set_classes(self, classes: Sequence[str]) -> None:

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .prompts import preset_prompts
+
 CLIP_DEFAULTS = {
     "model": "ViT-B-16-quickgelu",
     "weights": "openai",  # open_clip tag: resolved from the offline HF cache or ~/.cache/clip only
     "quick_gelu": True,
-    "prompts": {"style": "single"},
+    "prompts": preset_prompts("clip"),  # the finding vocabulary's text (prompts.toml [clip])
 }
 BIOMEDCLIP_REPO = "microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224"
 BIOMEDCLIP_DEFAULTS = {
     "model": f"hf-hub:{BIOMEDCLIP_REPO}",  # or local-dir:FOLDER with the downloaded repository
-    "prompts": {"style": "single", "positive": "this is a photo of {}"},  # the model card's template
+    "prompts": preset_prompts("biomedclip"),  # the model card's template (prompts.toml [biomedclip])
 }
 
 
@@ -23,7 +25,10 @@ def _with(defaults: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
     out = dict(defaults)
     for k, v in config.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = {**out[k], **v}
+            merged = {**out[k], **v}
+            if k == "prompts" and "origin" not in v and any(t in v for t in ("positive", "negative", "classes")):
+                merged.pop("origin", None)  # the packaged origin no longer describes the user's text
+            out[k] = merged
         elif v is not None:
             out[k] = v
     return out

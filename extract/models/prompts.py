@@ -17,10 +17,13 @@ or give per-class text (``classes: {Pneumonia: ["...", "..."]}``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 STYLES = ("single", "pair")
+PUBLISHED_FILE = Path(__file__).with_name("prompts.toml")
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,14 @@ class ClassPrompts:
     positive: tuple[str, ...]
     negative: tuple[str, ...]
     source: str  # "vocabulary" or "class-name": where the finding text came from
+    origin: str = ""  # where the template / style comes from (a model card, the authors' scripts)
 
     def to_dict(self, classes: Sequence[str]) -> dict:
         d = {"style": self.style, "source": self.source, "positive": dict(zip(classes, self.positive))}
         if self.style == "pair":
             d["negative"] = dict(zip(classes, self.negative))
+        if self.origin:
+            d["origin"] = self.origin
         return d
 
 
@@ -102,4 +108,46 @@ def build_prompts(classes: Sequence[str], cfg: Mapping[str, Any] | None = None) 
         pos.append(p)
         neg.append(n)
     source = "+".join(sorted(sources)) or "class-name"
-    return ClassPrompts(style, tuple(pos), tuple(neg) if style == "pair" else (), source)
+    return ClassPrompts(style, tuple(pos), tuple(neg) if style == "pair" else (), source, str(cfg.get("origin") or ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# The published defaults of each model (prompts.toml)
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelPrompts:
+    """A model's packaged prompt defaults: its template and, per dataset, the authors' exact text
+    per class with the upstream file:line it comes from."""
+
+    model: str
+    template: str | None
+    origin: str
+    datasets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_dataset(self, dataset: str | None) -> tuple[dict[str, str], str | None]:
+        """(canonical class -> text, source) published for ``dataset``; empty when none is."""
+        entry = self.datasets.get(dataset or "") or {}
+        return dict(entry.get("classes") or {}), entry.get("source")
+
+
+@functools.lru_cache(maxsize=1)
+def _published() -> dict:
+    import tomllib
+
+    with open(PUBLISHED_FILE, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def model_prompts(model: str) -> ModelPrompts:
+    """The packaged defaults of ``model`` (KeyError for a model without an entry)."""
+    entry = _published()[model]
+    return ModelPrompts(model, entry.get("template"), str(entry.get("origin", "")), entry.get("datasets") or {})
+
+
+def preset_prompts(model: str, style: str = "single") -> dict:
+    """A ``prompts:`` config holding ``model``'s packaged template and origin (for the presets)."""
+    mp = model_prompts(model)
+    cfg = {"style": style, "origin": mp.origin}
+    if mp.template:
+        cfg["positive"] = mp.template
+    return cfg

@@ -339,14 +339,14 @@ class CARZeroAdapter(ModelAdapter):
     method = "cross-attention"
 
     def __init__(self, net: CARZeroNet, tokenizer, *, layers: Sequence[int], map_size: tuple[int, int],
-                 config: Mapping, prompt_template: str, word_num: int, last_n_layers: int, scale: int, crop: int,
+                 config: Mapping, prompt_model: str, word_num: int, last_n_layers: int, scale: int, crop: int,
                  patch: int, device: torch.device, provenance: dict) -> None:
         super().__init__()
         self.net = net.eval()
         self.tokenizer = tokenizer
         self.id_to_word = {v: k for k, v in tokenizer.get_vocab().items()}
         self.layers, self.map_size = tuple(layers), (int(map_size[0]), int(map_size[1]))
-        self.config, self.prompt_template = config, prompt_template
+        self.config, self.prompt_model = config, prompt_model
         self.word_num, self.last_n_layers = int(word_num), int(last_n_layers)
         self.scale, self.crop, self.patch = int(scale), int(crop), int(patch)
         self.transform = CARZeroTransform(scale=self.scale, crop=self.crop)
@@ -354,6 +354,7 @@ class CARZeroAdapter(ModelAdapter):
         self.device, self.dtype = device, torch.float32
         self._provenance = provenance
         self.prompts: tuple[str, ...] = ()
+        self.prompt_info = None
         self.text_words = self.text_sentence = None
         self.to(device)
 
@@ -364,7 +365,8 @@ class CARZeroAdapter(ModelAdapter):
     @torch.no_grad()
     def set_classes(self, classes: Sequence[str]) -> None:
         self.classes = tuple(classes)
-        self.prompts, self.unsupported = prompt_texts(self.classes, self.config, self.prompt_template)
+        self.prompt_info = prompt_texts(self.classes, self.config, self.prompt_model, self.dataset)
+        self.prompts, self.unsupported = self.prompt_info.texts, self.prompt_info.unsupported
         cleaned = [clean_prompt(p) for p in self.prompts]
         empty = [p for p, c in zip(self.prompts, cleaned) if not c]
         if empty:
@@ -403,7 +405,8 @@ class CARZeroAdapter(ModelAdapter):
         return AdapterOutput(scores=scores, maps=maps)
 
     def provenance(self) -> dict:
-        return {**self._provenance, "prompts": dict(zip(self.classes, self.prompts)), "layers": list(self.layers),
+        return {**self._provenance, "prompts": self.prompt_info.to_dict(self.classes) if self.prompt_info else {},
+                "layers": list(self.layers),
                 "map": f"i2t cross-attention without the global-token column, mean of layers {list(self.layers)}, "
                        f"{self.crop // self.patch}x{self.crop // self.patch} tokens over the centre crop, resampled "
                        f"(nearest) to {self.map_size[0]}x{self.map_size[1]} over the whole image"}
@@ -465,7 +468,7 @@ def build(config: Mapping) -> CARZeroAdapter:
     if isinstance(map_size, int):
         map_size = (map_size, map_size)
     return CARZeroAdapter(net, tokenizer, layers=layers_from(config, 4), map_size=tuple(map_size), config=config,
-                          prompt_template=str(option(config, "prompt_template", "there is {}")),
+                          prompt_model="carzero",
                           word_num=int(option(config, "word_num", 97)),
                           last_n_layers=int(option(config, "last_n_layers", 4)), scale=scale, crop=crop,
                           patch=int(arch["patch_size"]), device=pick_device(config), provenance=prov)

@@ -18,6 +18,7 @@ import os
 import pickle
 import re
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -457,34 +458,63 @@ def finding_text(name: str, table: Mapping[str, str | None]) -> str:
         return name
 
 
-def prompt_texts(classes: Sequence[str], config: Mapping, default_template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Prompt per class for the free-text query models, and the classes marked unsupported.
+@dataclass(frozen=True)
+class TextPrompts:
+    """The prompt of each class for a free-text query model and where it came from."""
 
-    ``config['prompts']`` may be ``{positive: "there is {}", classes: {<class>: "full prompt" |
-    [positive, negative] | null}}`` (the registry's format; a null class is unsupported);
-    otherwise ``default_template`` is filled with :func:`finding_text`.
+    texts: tuple[str, ...]
+    unsupported: tuple[str, ...]
+    origins: tuple[str, ...]
+
+    def to_dict(self, classes: Sequence[str]) -> dict:
+        """Provenance in the dual-encoder adapters' layout (style, positive) plus per-class origin."""
+        return {"style": "single", "positive": dict(zip(classes, self.texts)),
+                "origin": dict(zip(classes, self.origins))}
+
+
+def prompt_texts(classes: Sequence[str], config: Mapping, model: str, dataset: str | None = None) -> TextPrompts:
+    """Prompt per class for the free-text query models (KAD, CARZero, DeViDe).
+
+    Precedence, per class: the config's ``prompts.classes`` entry (registry format: text,
+    [positive, negative] or null = unsupported); a template the config gives (``prompts.positive``
+    or ``options.prompt_template``) filled with :func:`finding_text`; the authors' own text for
+    this dataset (extract/models/prompts.toml, ``prompts.dataset`` overrides the dataset key);
+    the model's packaged template filled with :func:`finding_text`.
     """
+    from ..prompts import model_prompts
+
     spec = config.get("prompts") if isinstance(config.get("prompts"), Mapping) else {}
-    template = spec.get("positive") if isinstance(spec.get("positive"), str) else default_template
+    defaults = model_prompts(model)
+    user_template = spec.get("positive") if isinstance(spec.get("positive"), str) else option(config, "prompt_template")
+    template = str(user_template or defaults.template or "{}")
     if "{}" not in template:
         raise AdapterConfigError(f"prompt template {template!r} needs a '{{}}' placeholder")
+    published, source = defaults.for_dataset(spec.get("dataset") or dataset)
+    published = {canonical_key(k): v for k, v in published.items()}
     per_class = {canonical_key(k): v for k, v in (spec.get("classes") or {}).items()}
     table = load_mapping_table("prompts")
-    texts, unsupported = [], []
+    texts, unsupported, origins = [], [], []
     for name in classes:
         key = canonical_key(name)
+        filled = template.format(finding_text(name, table))
         if key in per_class:
             v = per_class[key]
             if isinstance(v, (list, tuple)):
                 v = v[0] if v else None
             if not v:
                 unsupported.append(name)
-                texts.append(template.format(finding_text(name, table)))
-            else:
-                texts.append(str(v))
+            texts.append(str(v) if v else filled)
+            origins.append("config prompts.classes" + ("" if v else " (null: unsupported)"))
+        elif user_template:
+            texts.append(filled)
+            origins.append(f"config template {template!r}")
+        elif key in published:
+            texts.append(str(published[key]))
+            origins.append(str(source))
         else:
-            texts.append(template.format(finding_text(name, table)))
-    return tuple(texts), tuple(unsupported)
+            texts.append(filled)
+            origins.append(f"template {template!r}: {defaults.origin}")
+    return TextPrompts(tuple(texts), tuple(unsupported), tuple(origins))
 
 
 def wants_random_weights(config: Mapping) -> bool:

@@ -144,6 +144,6 @@ def build(config: Mapping) -> TextQueryAdapter:
     return TextQueryAdapter(_PatchTokens(net.image_encoder), net.text_encoder, net.model,
                             load_tokenizer(text_dir, do_lower_case=True), image_size=image_size,
                             grid=image_size // arch["patch_size"], layers=layers_from(config, 1),
-                            config=config, prompt_template=str(option(config, "prompt_template", "{}")), max_length=int(option(config, "max_length", 256)),
+                            config=config, prompt_model="devide", max_length=int(option(config, "max_length", 256)),
                             interpolation="bilinear", mean=mean, std=std, device=pick_device(config),
                             provenance=prov, equalize=equalize_setting(config))

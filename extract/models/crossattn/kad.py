@@ -131,7 +131,7 @@ class TextQueryAdapter(ModelAdapter):
     method = "cross-attention"
 
     def __init__(self, image_encoder, text_encoder, fusion, tokenizer, *, image_size: int, grid: int,
-                 layers: Sequence[int], config: Mapping, prompt_template: str, max_length: int,
+                 layers: Sequence[int], config: Mapping, prompt_model: str, max_length: int,
                  interpolation: str, mean=IMAGENET_MEAN, std=IMAGENET_STD, device: torch.device,
                  provenance: dict, equalize: bool | str = "auto") -> None:
         super().__init__()
@@ -143,13 +143,14 @@ class TextQueryAdapter(ModelAdapter):
         self.fusion = fusion.eval()
         self.tokenizer = tokenizer
         self.image_size, self.grid, self.layers = int(image_size), int(grid), tuple(layers)
-        self.config, self.prompt_template = config, prompt_template
+        self.config, self.prompt_model = config, prompt_model
         self.max_length = int(max_length)
         self.interpolation = interpolation
         self.mean, self.std = mean, std
         self.device, self.dtype = device, torch.float32
         self._provenance = provenance
         self.prompts: tuple[str, ...] = ()
+        self.prompt_info = None
         self.text_features: torch.Tensor | None = None
         self.to(device)
 
@@ -160,7 +161,8 @@ class TextQueryAdapter(ModelAdapter):
     @torch.no_grad()
     def set_classes(self, classes: Sequence[str]) -> None:
         self.classes = tuple(classes)
-        self.prompts, self.unsupported = prompt_texts(self.classes, self.config, self.prompt_template)
+        self.prompt_info = prompt_texts(self.classes, self.config, self.prompt_model, self.dataset)
+        self.prompts, self.unsupported = self.prompt_info.texts, self.prompt_info.unsupported
         tok = self.tokenizer(list(self.prompts), add_special_tokens=True, padding="max_length", truncation=True,
                              max_length=self.max_length, return_tensors="pt")
         self.text_features = self.text_encoder.encode_text(
@@ -188,7 +190,8 @@ class TextQueryAdapter(ModelAdapter):
         return AdapterOutput(scores=scores, maps=maps)
 
     def provenance(self) -> dict:
-        return {**self._provenance, "prompts": dict(zip(self.classes, self.prompts)), "layers": list(self.layers),
+        return {**self._provenance, "prompts": self.prompt_info.to_dict(self.classes) if self.prompt_info else {},
+                "layers": list(self.layers),
                 "map": f"cross-attention, mean of decoder layers {list(self.layers)}, "
                        f"{self.grid}x{self.grid} tokens, head-averaged"}
 
@@ -247,8 +250,9 @@ def build(config: Mapping) -> TextQueryAdapter:
 
     Config keys: ``weights`` (KAD-512 or KAD-1024 checkpoint), ``text_encoder`` (local Med-KEBERT
     folder: config.json + tokenizer files; weights come from the checkpoint), ``device``;
-    ``layers`` (default [-1], the last layer, as upstream); ``prompts`` (registry format,
-    default: the bare finding text); options: ``image_size`` (512; 1024 for KAD-1024, 224 for
+    ``layers`` (default [-1], the last layer, as upstream); ``prompts`` (registry format; default:
+    the authors' text for the dataset where a KAD script publishes it, else the bare finding
+    text, see extract/models/prompts.toml); options: ``image_size`` (512; 1024 for KAD-1024, 224 for
     the layer3 variant), ``max_length`` (256), ``trust_checkpoint``, ``hash_weights``, ``arch``.
     """
     arch, image_size, stages, image, text, fusion = build_modules(config)
@@ -260,6 +264,6 @@ def build(config: Mapping) -> TextQueryAdapter:
             "text_encoder": str(config.get("text_encoder"))}
     return TextQueryAdapter(image, text, fusion, tokenizer, image_size=image_size,
                             grid=resnet_grid(image_size, stages), layers=layers_from(config, 1),
-                            config=config, prompt_template="{}", max_length=int(option(config, "max_length", 256)),
+                            config=config, prompt_model="kad", max_length=int(option(config, "max_length", 256)),
                             interpolation="bicubic", device=pick_device(config), provenance=prov,
                             equalize=equalize_setting(config))
