@@ -500,7 +500,9 @@ def evaluate(steps: Sequence[Step], record: Mapping, run_dir: Path, cache: Diges
         else:
             inputs = _input_digests(s, done)
         if inputs is None:
-            states[s.id] = StepState("wait", "runs after " + ", ".join(d for d in s.deps if d not in done))
+            pending = [d for d in s.deps if d not in done]
+            more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""
+            states[s.id] = StepState("wait", f"after {pending[0]}{more}")
             continue
         fp = _hash({"kind": s.kind, "key": s.key, "options": s.options, "inputs": inputs})
         rec = recorded.get(s.id) or {}
