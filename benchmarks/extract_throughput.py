@@ -17,7 +17,8 @@ blocks of ``--cases-per-block``) and measures, after a warm-up batch:
 
 Each loop reads the store with ``--workers`` DataLoader processes and writes a real submission store.
 Reported: images/s, host time per block (the loop's wall time outside the model calls, per block:
-reading, waiting for copies, writing, on the main thread), and on CUDA the mean utilisation sampled every 0.1 s with NVML
+reading, waiting for copies, writing, on the main thread) and the part of it spent waiting for the
+DataLoader's next block, and on CUDA the mean utilisation sampled every 0.1 s with NVML
 (``torch.cuda.utilization``: the share of time a kernel was running) and the peak memory.
 
 ``--preset paper-random`` benchmarks the paper's architectures with random weights (no download):
@@ -55,10 +56,10 @@ def synthetic_images(path: Path, n: int, size: int, cpb: int, classes) -> Path:
     yy, xx = np.mgrid[0:size, 0:size]
     base = (96 + 64 * np.sin(xx / 37.0) * np.cos(yy / 53.0)).astype(np.float32)
     rng = np.random.default_rng(0)
+    block = np.clip(base[None] + rng.normal(0, 8, (cpb, size, size)), 0, 255).astype(np.uint8)  # drawn once, reused
     for b in range(w.n_blocks):
         lo, hi = w.block_rows(b)
-        imgs = np.clip(base[None] + rng.normal(0, 8, (hi - lo, size, size)), 0, 255).astype(np.uint8)
-        w.write_block(b, imgs, np.tile(np.array([[2048, 2500]], np.int64), (hi - lo, 1)))
+        w.write_block(b, np.roll(block[: hi - lo], b, axis=0), np.tile(np.array([[2048, 2500]], np.int64), (hi - lo, 1)))
     w.finish()
     return path
 
@@ -154,6 +155,25 @@ def pipeline_loop(adapter, loader, writer, batch: int, device, precision: str) -
 LOOPS = {"plain": plain_loop, "pipeline": pipeline_loop}
 
 
+class _TimedIter:
+    """The DataLoader, timing how long the loop waits for each next block."""
+
+    def __init__(self, loader) -> None:
+        self._loader, self.seconds = loader, 0.0
+
+    def __iter__(self):
+        it = iter(self._loader)
+        while True:
+            t = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                self.seconds += time.perf_counter() - t
+            yield item
+
+
 class _Timed:
     """The adapter, timing its calls: the loop's time outside them is its host-side overhead."""
 
@@ -216,14 +236,15 @@ def measure(adapter, images_path: Path, work: Path, *, batch: int, cpb: int, dev
                                          datasets={DATASET: spec}, cases_per_block=cpb, map_dtype="float16", overwrite=True)
         loader = DataLoader(_Blocks(str(images_path), DATASET, blocks), batch_size=None, shuffle=False,
                             num_workers=workers, pin_memory=device.type == "cuda")
-        timed = _Timed(adapter)
+        timed, feed = _Timed(adapter), _TimedIter(loader)
         t = time.perf_counter()
         with UtilSampler(device) as util:
-            LOOPS[name](timed, loader, writer, batch, device, precision)
+            LOOPS[name](timed, feed, writer, batch, device, precision)
             _sync(device)
         seconds = time.perf_counter() - t
         res[name] = {"images_per_second": round(n / seconds, 1),
                      "host_ms_per_block": round(1000 * (seconds - timed.seconds) / len(blocks), 1),
+                     "loader_wait_ms_per_block": round(1000 * feed.seconds / len(blocks), 1),
                      "gpu_utilisation_percent": util.mean}
     if device.type == "cuda":
         res["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
@@ -249,7 +270,7 @@ def markdown(rows: list[dict]) -> str:
 @click.option("--preset", type=click.Choice(["paper-random"]), default=None, help="The paper's architectures, random weights.")
 @click.option("--only", "only", multiple=True, help="With --preset: labels to run (substring match).")
 @click.option("--batch-size", default=64, show_default=True)
-@click.option("--cases", default=1024, show_default=True, help="Images in the synthetic store.")
+@click.option("--cases", default=4096, show_default=True, help="Images in the synthetic store.")
 @click.option("--cases-per-block", default=256, show_default=True)
 @click.option("--image-size", default=512, show_default=True, help="S of the stored images.")
 @click.option("--workers", default=4, show_default=True, help="DataLoader processes reading the store.")

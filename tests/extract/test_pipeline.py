@@ -93,30 +93,32 @@ def test_writer_queue_is_bounded():
 
 
 def test_writer_error_reaches_the_main_thread_and_stops_writing():
-    written = []
+    written, gate = [], threading.Event()
 
     def write(d, b, s, m):
         if b == 1:
+            gate.wait(10)  # block 2 is queued behind the failing block before it fails
             raise OSError("disk full")
         written.append(b)
 
     w = BlockWriter(write, depth=4)
-    w.submit("d", 0, _pending(0))
-    w.submit("d", 1, _pending(1))
-    w.submit("d", 2, _pending(2))
+    for k in range(3):
+        w.submit("d", k, _pending(k))
+    gate.set()
     with pytest.raises(OSError, match="disk full"):
         w.close()
     assert written == [0]  # nothing after the failed block
     w2 = BlockWriter(write, depth=4)
     w2.submit("d", 1, _pending(1))
-    for _ in range(100):  # the next submit raises once the writer has failed
-        time.sleep(0.01)
+    for _ in range(500):  # wait until the writer has failed
         if w2._error is not None:
             break
-    with pytest.raises(OSError):
+        time.sleep(0.01)
+    with pytest.raises(OSError):  # then the next submit raises at once
         w2.submit("d", 2, _pending(2))
     with pytest.raises(OSError):
         w2.close()
+    assert written == [0]
 
 
 def test_a_main_thread_error_stops_the_writer_without_hanging():
