@@ -152,7 +152,25 @@ def pipeline_loop(adapter, loader, writer, batch: int, device, precision: str) -
             w.submit(DATASET, int(b), compute_block(adapter, images, sizes, batch, device, precision))
 
 
-LOOPS = {"plain": plain_loop, "pipeline": pipeline_loop}
+class _NoStore:
+    """A writer that drops blocks (``pipeline-nowrite``: what writing costs the loop)."""
+
+    def write_block(self, *args) -> None:
+        pass
+
+
+def pipeline_nowrite_loop(adapter, loader, writer, batch: int, device, precision: str) -> None:
+    pipeline_loop(adapter, loader, _NoStore(), batch, device, precision)
+
+
+def pipeline_memory_loop(adapter, loader, writer, batch: int, device, precision: str) -> None:
+    """``pipeline`` fed from blocks already in pinned memory (what reading costs the loop); the blocks
+    are loaded before the timer starts (see measure)."""
+    pipeline_loop(adapter, loader, writer, batch, device, precision)
+
+
+LOOPS = {"plain": plain_loop, "pipeline": pipeline_loop, "pipeline-nowrite": pipeline_nowrite_loop,
+         "pipeline-memory": pipeline_memory_loop}
 
 
 class _TimedIter:
@@ -236,6 +254,8 @@ def measure(adapter, images_path: Path, work: Path, *, batch: int, cpb: int, dev
                                          datasets={DATASET: spec}, cases_per_block=cpb, map_dtype="float16", overwrite=True)
         loader = DataLoader(_Blocks(str(images_path), DATASET, blocks), batch_size=None, shuffle=False,
                             num_workers=workers, pin_memory=device.type == "cuda")
+        if name == "pipeline-memory":
+            loader = list(loader)  # read and pinned before the timer starts
         timed, feed = _Timed(adapter), _TimedIter(loader)
         t = time.perf_counter()
         with UtilSampler(device) as util:
