@@ -393,3 +393,34 @@ def test_paper_suite_validates_against_roots_laid_out_as_the_data_cards_say(tmp_
     shutil.rmtree(data / "vindr_cxr")
     res = _invoke(ROOT / "suites" / "paper.yaml", "--dry-run")
     assert res.exit_code == 2 and "datasets.vindr_cxr.root" in res.output and "Traceback" not in res.output
+
+
+def test_editing_a_model_config_or_its_weights_reruns_its_extraction(tmp_path):
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"v1")
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text(f"adapter: clip\nweights: {weights}\n")
+    cache = S.DigestCache()
+    d0 = S.model_digest(str(cfg), {}, cache)
+    assert d0["files"] == {"weights": hashlib.sha256(b"v1").hexdigest()} and d0["config"]["adapter"] == "clip"
+    cfg.write_text(f"adapter: clip\nweights: {weights}\nmethod: maskclip\n")
+    d1 = S.model_digest(str(cfg), {}, cache)
+    weights.write_bytes(b"v2-longer")
+    d2 = S.model_digest(str(cfg), {}, cache)
+    assert len({json.dumps(d, sort_keys=True) for d in (d0, d1, d2)}) == 3
+    assert S.model_digest(str(cfg), {"method": "gradcam"}, cache)["config"]["method"] == "gradcam"
+    assert "error" in S.model_digest(str(tmp_path / "missing.yaml"), {}, cache)
+    assert S.model_digest("clip", {"weights": "openai"}, cache)["files"] == {}  # a tag, not a file
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_two_ranks_through_torchrun_write_the_same_submission(clean_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    data = _phantom_suite()
+    data["models"] = ["dog"]
+    data["extract"]["nproc_per_node"] = 2  # gloo on the CPU: the path a multi-GPU machine takes with NCCL
+    out = tmp_path / "out"
+    result = S.run_suite(S.parse_suite(data, tmp_path), out=out, progress=False, only=["prepare", "extract"])
+    assert {r["step"]: r["status"] for r in result.steps}["extract/dog"] == "ran"
+    assert _files(out / "submissions" / "dog.zarr") == _files(clean_run[0] / "submissions" / "dog.zarr")

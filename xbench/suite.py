@@ -481,6 +481,30 @@ def _input_digests(step: Step, done: Mapping[str, dict]) -> dict | None:
     return out
 
 
+def model_digest(model: str, overrides: Mapping, cache: DigestCache) -> dict:
+    """The model declaration as the extraction sees it: the resolved config (a config file's contents, not
+    its name) and the content digest of every local file or folder it names (weights, text encoders)."""
+    from xbench.extract.models import ModelConfigError, load_config
+
+    try:
+        config = load_config(model, **copy.deepcopy(dict(overrides)))
+    except ModelConfigError as e:  # reported by the dry run's checks, or by the extraction itself
+        return {"error": str(e)}
+    files = {key: tree_digest(path, cache) for key, path in config_paths(config).items() if path.exists()}
+    return {"config": config, "files": files}
+
+
+def config_paths(config: Mapping) -> dict[str, Path]:
+    """The local files and folders a model config names (values of MODEL_PATH_KEYS that look like paths;
+    a registered architecture, a pretrained tag or an ``hf-hub:`` id is not one)."""
+    out = {}
+    for key in MODEL_PATH_KEYS:
+        value = config.get(key)
+        if isinstance(value, str) and not value.startswith("hf-hub:") and ("/" in value or "\\" in value):
+            out[key] = Path(os.path.expanduser(os.path.expandvars(value.removeprefix("local-dir:"))))
+    return out
+
+
 def _output_digest(step: Step, run_dir: Path, cache: DigestCache) -> dict | str | None:
     if step.kind == "prepare":
         images, gt = (tree_digest(run_dir / o, cache) for o in step.outputs)
@@ -499,6 +523,8 @@ def evaluate(steps: Sequence[Step], record: Mapping, run_dir: Path, cache: Diges
             inputs = {"root": roots.get(s.key)}
         else:
             inputs = _input_digests(s, done)
+            if inputs is not None and s.kind == "extract":
+                inputs["model"] = model_digest(s.options["model"], s.options["overrides"], cache)
         if inputs is None:
             pending = [d for d in s.deps if d not in done]
             more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""
@@ -729,13 +755,8 @@ def check_inputs(suite: Suite, limit: int | None = None) -> tuple[list[str], dic
         except (ModelConfigError, UnknownNameError) as e:
             problems.append(f"models.{m.key}: {e}")
             continue
-        for key in MODEL_PATH_KEYS:
-            value = config.get(key)
-            if not isinstance(value, str) or value.startswith("hf-hub:") or ("/" not in value and "\\" not in value):
-                continue  # a registered architecture, a pretrained tag or a hub id, not a file
-            path = Path(os.path.expanduser(os.path.expandvars(value.removeprefix("local-dir:"))))
-            if not path.exists():
-                problems.append(f"models.{m.key}.{key}: {path}: not found")
+        problems += [f"models.{m.key}.{key}: {path}: not found" for key, path in config_paths(config).items()
+                     if not path.exists()]
     return problems, found
 
 
