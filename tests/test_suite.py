@@ -179,6 +179,8 @@ def test_extract_argv_round_trips_through_the_cli_parser(tmp_path):
 
     params = main.make_context("xbench-extract", list(argv)).params  # parsed as the command parses them
     assert _parse_options(params["model_options"]) == overrides
+    with_none = S.extract_argv({**opts, "overrides": {**overrides, "seed": None}}, tmp_path / "images.zarr", Path("/o"))
+    assert with_none[6:] == argv[6:]  # the None override is left out
     assert (params["model"], params["images"], params["out"]) == ("clip", str(tmp_path / "images.zarr"), "/o/s.zarr")
     assert (params["datasets"], params["precision"], params["batch_size"], params["workers"]) == ("phantom,siim_acr", "bf16", 64, 8)
     assert params["cases_per_block"] is None and params["device"] == "cuda" and params["quiet"]

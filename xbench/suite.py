@@ -624,7 +624,8 @@ def extract_argv(opts: Mapping[str, Any], images: Path, out: Path) -> list[str]:
         if opts.get(key) is not None:
             argv += [flag, str(opts[key])]
     for dotted, value in _flatten(opts["overrides"]):
-        argv += ["--model-option", f"{dotted}={json.dumps(value)}"]  # JSON is YAML: the CLI parses it back
+        if value is not None:  # a None override changes nothing (load_config skips it); the CLI cannot say None
+            argv += ["--model-option", f"{dotted}={json.dumps(value)}"]  # JSON is YAML: the CLI parses it back
     return argv
 
 
