@@ -426,3 +426,17 @@ def test_two_ranks_through_torchrun_write_the_same_submission(clean_run, tmp_pat
     result = S.run_suite(S.parse_suite(data, tmp_path), out=out, progress=False, only=["prepare", "extract"])
     assert {r["step"]: r["status"] for r in result.steps}["extract/dog"] == "ran"
     assert _files(out / "submissions" / "dog.zarr") == _files(clean_run[0] / "submissions" / "dog.zarr")
+
+
+def test_a_second_run_on_the_same_folder_is_refused_while_the_first_holds_it(tmp_path):
+    import fcntl
+
+    out = tmp_path / "out"
+    (out / S.WORK_DIR).mkdir(parents=True)
+    with open(out / S.WORK_DIR / "lock", "a+") as held:  # as a running `xbench run` holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        res = _invoke(_write(tmp_path, _phantom_suite()), "--out", out, "--only", "prepare")
+        assert res.exit_code == 2 and "another `xbench run` is writing here" in res.output
+        assert not (out / S.RUN_RECORD).exists()
+    lock = S._lock(out)  # released: taken at once
+    lock.close()

@@ -842,37 +842,62 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
         raise SuiteError(blocked)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_suite_copy(suite, run_dir)
-    record.setdefault("steps", {})
-    record.update(suite=_suite_record(suite), limit=limit, software=_software(),
-                  plan=[{"step": s.id, **asdict(s)} for s in steps])
-    ctx = Context(suite, run_dir, limit, progress, say)
-    rows = []
-    for s in steps:
-        if s.id not in chosen:
-            rows.append({"step": s.id, "status": "not selected", "reason": "--only"})
-            continue
-        st = evaluate_one(s, steps, record, run_dir, cache, roots)
-        if st.status == "skip":
-            say(f"{s.id}: up to date")
-            rows.append({"step": s.id, "status": "skip", "reason": st.reason})
-            continue
-        say(f"{s.id}: {'resuming' if st.status == 'resume' else 'running'} ({st.reason})")
-        record["steps"][s.id] = {"status": "started", "fingerprint": st.fingerprint, "started_at": _now()}
-        _atomic_write(record_path, json.dumps(record, indent=1, default=str))
-        t0 = time.perf_counter()
-        EXECUTORS[s.kind](s, ctx, st.status == "resume")
-        seconds = time.perf_counter() - t0
-        record["steps"][s.id] = {"status": "done", "fingerprint": st.fingerprint,
-                                 "output_digest": _output_digest(s, run_dir, cache),
-                                 "seconds": round(seconds, 3), "finished_at": _now()}
+    lock = _lock(run_dir)  # released on return, on error, and by the kernel on any death
+    try:
+        _write_suite_copy(suite, run_dir)
+        record.setdefault("steps", {})
+        record.update(suite=_suite_record(suite), limit=limit, software=_software(),
+                      plan=[{"step": s.id, **asdict(s)} for s in steps])
+        ctx = Context(suite, run_dir, limit, progress, say)
+        rows = []
+        for s in steps:
+            if s.id not in chosen:
+                rows.append({"step": s.id, "status": "not selected", "reason": "--only"})
+                continue
+            st = evaluate_one(s, steps, record, run_dir, cache, roots)
+            if st.status == "skip":
+                say(f"{s.id}: up to date")
+                rows.append({"step": s.id, "status": "skip", "reason": st.reason})
+                continue
+            say(f"{s.id}: {'resuming' if st.status == 'resume' else 'running'} ({st.reason})")
+            record["steps"][s.id] = {"status": "started", "fingerprint": st.fingerprint, "started_at": _now()}
+            _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+            t0 = time.perf_counter()
+            EXECUTORS[s.kind](s, ctx, st.status == "resume")
+            seconds = time.perf_counter() - t0
+            record["steps"][s.id] = {"status": "done", "fingerprint": st.fingerprint,
+                                     "output_digest": _output_digest(s, run_dir, cache),
+                                     "seconds": round(seconds, 3), "finished_at": _now()}
+            cache.save()
+            _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+            rows.append({"step": s.id, "status": "ran" if st.status == "run" else "resumed", "reason": st.reason,
+                         "seconds": round(seconds, 3)})
         cache.save()
         _atomic_write(record_path, json.dumps(record, indent=1, default=str))
-        rows.append({"step": s.id, "status": "ran" if st.status == "run" else "resumed", "reason": st.reason,
-                     "seconds": round(seconds, 3)})
-    cache.save()
-    _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+    finally:
+        if lock is not None:
+            lock.close()
     return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), False)
+
+
+def _lock(run_dir: Path):
+    """An exclusive lock on the run folder, so that two runs never write the same outputs at once.
+
+    flock, not a pid file: the kernel drops it when the process dies, however it dies. Returns the open
+    lock file (close it to release), or None where flock does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    path = run_dir / WORK_DIR / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise SuiteError(f"{run_dir}: another `xbench run` is writing here; wait for it or choose another --out") from None
+    return f
 
 
 def evaluate_one(step: Step, steps: Sequence[Step], record: Mapping, run_dir: Path, cache: DigestCache,
