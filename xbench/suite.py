@@ -22,6 +22,9 @@ own); any other step starts from an empty output. Content digests are sha256 ove
 cached by (size, mtime) in ``OUT/.xbench-suite/digests.json`` as git's index does, so a second run
 reads no unchanged file again.
 
+One run at a time per output folder: a run holds an exclusive ``flock`` on ``OUT/.xbench-suite/lock``
+(dropped by the kernel however the process ends), and a second one is refused with one line.
+
 Recorded in the output: ``OUT/suite.yaml`` (the suite as given), ``OUT/xbench-run.json`` (the resolved
 plan with each step's options, fingerprint, output digest, status and time, and every software
 version). ``--limit N`` keeps the first N cases of each dataset and writes under ``OUT/limit-N`` so that
