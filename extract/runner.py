@@ -4,7 +4,7 @@ Per dataset, the blocks still to do (the store's ledger) are split over the rank
 ranges; each rank reads its blocks with a DataLoader (workers), runs the adapter on micro-batches
 that never span a block (so a block's values do not depend on which other blocks were still to
 do: a resumed or sharded run writes the same bytes as an uninterrupted one), and writes each block
-as soon as it is done. Rank 0 finishes the store after a barrier. A run killed at any point
+on a background thread while the next one is computed (extract/pipeline.py). Rank 0 finishes the store after a barrier. A run killed at any point
 (SIGKILL included) is resumed by running the same command again.
 
 Testing hook: with ``XBENCH_EXTRACT_KILL_AFTER_BLOCKS=n`` in the environment a rank SIGKILLs itself
@@ -12,7 +12,6 @@ after writing n blocks (used by the resume test; never set it otherwise).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import signal
@@ -29,8 +28,8 @@ from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, rea
 
 from . import distributed
 from .models import create_adapter
-
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+from .pipeline import PRECISIONS, BlockWriter, compute_block
+from .pipeline import autocast as _autocast  # noqa: F401 - the name benchmarks and callers use
 
 
 @dataclass
@@ -114,25 +113,10 @@ def software_versions() -> dict:
     return out
 
 
-def _autocast(device: torch.device, precision: str):
-    dtype = PRECISIONS[precision]
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 def run_block(adapter, images: torch.Tensor, sizes: torch.Tensor, batch_size: int, device: torch.device,
               precision: str) -> tuple[np.ndarray, np.ndarray]:
     """Scores (n, C) float32 and maps (n, C, h, w) float32 of one block, in micro-batches."""
-    scores, maps = [], []
-    for i in range(0, images.shape[0], batch_size):
-        x = images[i:i + batch_size].to(device, non_blocking=True)
-        s = sizes[i:i + batch_size]
-        with _autocast(device, precision):
-            out = adapter(x, s)
-        scores.append(out.scores.float().cpu())
-        maps.append(out.maps.float().cpu())
-    return torch.cat(scores).numpy(), torch.cat(maps).numpy()
+    return compute_block(adapter, images, sizes, batch_size, device, precision).result()
 
 
 def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> dict:
@@ -198,30 +182,35 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     writer = SubmissionWriter.open(opts.out)
 
     kill_after = int(os.environ.get("XBENCH_EXTRACT_KILL_AFTER_BLOCKS", "0") or 0)
-    written, summary = 0, {}
-    for name in names:
-        todo = distributed.broadcast(writer.blocks_todo(name) if info.is_main else None)
-        mine = distributed.shard(todo, info.rank, info.world_size)
-        summary[name] = {"cases": len(specs[name].case_ids), "blocks": writer.n_blocks(name),
-                         "blocks_todo": len(todo), "blocks_this_rank": len(mine)}
-        if not mine:
-            continue
+    count, summary = {"written": 0}, {}
+
+    def on_written(name: str, b: int, n: int) -> None:  # on the writer thread, after each block
+        count["written"] += 1
         if progress:
-            progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in mine)))
-        adapter.dataset = name
-        adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
-        blocks = [(b, *writer.block_rows(name, b)) for b in mine]
-        loader = DataLoader(_Blocks(opts.images, name, blocks, pixels[name]["transform"], pixels[name]["source"] == "original"),
-                            batch_size=None, shuffle=False, num_workers=opts.workers,
-                            pin_memory=device.type == "cuda", persistent_workers=False)
-        for b, images, sizes in loader:
-            scores, maps = run_block(adapter, images, sizes, opts.batch_size, device, precision)
-            writer.write_block(name, int(b), scores, maps)
-            written += 1
+            progress(name, b, n)
+        if kill_after and count["written"] >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with BlockWriter(writer.write_block, on_written) as block_writer:  # writes behind the compute (extract/pipeline.py)
+        for name in names:
+            todo = distributed.broadcast(writer.blocks_todo(name) if info.is_main else None)
+            mine = distributed.shard(todo, info.rank, info.world_size)
+            summary[name] = {"cases": len(specs[name].case_ids), "blocks": writer.n_blocks(name),
+                             "blocks_todo": len(todo), "blocks_this_rank": len(mine)}
+            if not mine:
+                continue
             if progress:
-                progress(name, int(b), images.shape[0])
-            if kill_after and written >= kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+                progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in mine)))
+            adapter.dataset = name
+            adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
+            blocks = [(b, *writer.block_rows(name, b)) for b in mine]
+            loader = DataLoader(_Blocks(opts.images, name, blocks, pixels[name]["transform"],
+                                        pixels[name]["source"] == "original"),
+                                batch_size=None, shuffle=False, num_workers=opts.workers,
+                                pin_memory=device.type == "cuda", persistent_workers=False)
+            for b, images, sizes in loader:
+                block_writer.submit(name, int(b), compute_block(adapter, images, sizes, opts.batch_size, device, precision))
+    written = count["written"]
 
     distributed.barrier()
     if info.is_main:

@@ -17,6 +17,7 @@ from . import __version__
 #: subcommand -> (module:attribute of its click command, one-line help, install extra it needs)
 SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "demo": ("xbench.demo:demo", "Run the whole pipeline on the synthetic phantom set and write a report.", "extract"),
+    "run": ("xbench.suite:run", "Run a whole benchmark from a suite file (prepare, extract, score, report).", "extract"),
     "prepare": ("xbench.extract.prepare_cli:main", "Read a dataset in its native format into images.zarr + gt.zarr.", "extract"),
     "extract": ("xbench.extract.cli:main", "Run a model over images.zarr and write submission.zarr.", "extract"),
     "score": ("xbench.score.cli:score_command", "Validate and score submissions against a ground truth.", None),

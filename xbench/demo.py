@@ -1,4 +1,4 @@
-"""``xbench demo``: the whole pipeline on the synthetic phantom set, offline, on a CPU.
+"""``xbench demo``: the shipped suite ``suites/demo.yaml`` run by :func:`xbench.suite.run_suite`.
 
 Steps (each in this process, through the same Python APIs the commands use)::
 
@@ -10,12 +10,12 @@ Steps (each in this process, through the same Python APIs the commands use)::
 
 The demo checks the benchmark itself: the image-based ``dog`` baseline must beat uniformly
 random maps on the phantom's pointing game (the phantom's findings are brighter blobs).
-A re-run reuses nothing but replaces every output (stores are overwritten).
+The options below only change numbers of the suite; a re-run skips every step already done
+with the same inputs (see xbench.suite).
 """
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -23,31 +23,39 @@ import click
 
 from xbench.schemas._cli import UserError, command
 
-__all__ = ["run_demo", "demo", "DEMO_MODELS"]
+__all__ = ["run_demo", "demo", "DEMO_MODELS", "suites_dir"]
 
-DEMO_MODELS = ("random", "center", "dog", "clip-tiny")
 
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        click.echo(msg, err=True)
+def suites_dir() -> Path:
+    """The folder of the shipped suites: the ``xbench.suites`` package, or the checkout's ``suites/``
+    (an editable install made before that package existed maps only the older ones)."""
+    try:
+        from importlib.resources import files
+
+        return Path(str(files("xbench.suites")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[1] / "suites"
+
+
+def _demo_suite() -> tuple[dict, Path]:
+    from xbench.suite import read_suite_file
+
+    path = suites_dir() / "demo.yaml"
+    return read_suite_file(path), path
+
+
+DEMO_MODELS = ("random", "center", "dog", "clip-tiny")  # the order of suites/demo.yaml (a test checks it)
 
 
 def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool = True,
              models=DEMO_MODELS, n_boot: int | None = None, seed: int = 0) -> Path:
-    """Prepare, extract, score and report on the phantom set; returns the report's index.html.
+    """Run the demo suite into ``out_dir``; returns the report's index.html.
 
     n_cases: phantom cases (``quick`` uses 24 and 100 bootstrap resamples, for CI).
     models: which of DEMO_MODELS to run. n_boot: resamples (default 200; 100 when quick).
     Writes OUT/data, OUT/submissions, OUT/scores, OUT/report and OUT/demo.json (timings).
     """
-    import torch
-
-    from xbench.extract.datasets.phantom import PhantomReader
-    from xbench.extract.datasets.prepare import prepare_dataset
-    from xbench.extract.runner import ExtractOptions, run_extraction
-    from xbench.score.outputs import write_outputs
-    from xbench.score.report import build_report
-    from xbench.score.scoring import score_submission
+    from xbench.suite import parse_suite, run_suite
 
     unknown = [m for m in models if m not in DEMO_MODELS]
     if unknown:
@@ -55,54 +63,28 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     if quick:
         n_cases = min(n_cases, 24)
     n_boot = (100 if quick else 200) if n_boot is None else n_boot
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-    t_all = time.perf_counter()
-    torch.manual_seed(seed)  # the untrained CLIP's weights
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-
+    data, path = _demo_suite()
+    data["datasets"]["phantom"]["options"].update(n_cases=n_cases, seed=seed)
+    data["models"] = [m for m in data["models"] if m in models]
+    data["seed"] = seed
+    data["score"]["bootstrap"] = data["report"]["bootstrap"] = n_boot
+    # the demo's settings differ from the commands' defaults: say so where the numbers are shown
+    data["title"] = f"XBench demo (phantom; {n_boot} bootstrap resamples, 256 px images, float32 maps)"
+    suite = parse_suite(data, path.parent, source=str(path))
+    say = (lambda msg: click.echo(msg, err=True)) if progress else None
     t0 = time.perf_counter()
-    data = out / "data"
-    for name in ("images.zarr", "gt.zarr"):
-        shutil.rmtree(data / name, ignore_errors=True)
-    _say(progress, f"[1/4] preparing {n_cases} phantom cases -> {data}")
-    reader = PhantomReader(None, "test", n_cases=n_cases, seed=seed, size=256)
-    prepare_dataset(reader, data, grid=(224, 224), image_size=256, workers=1, progress=False)
-    timings["prepare"] = time.perf_counter() - t0
-
-    subs = out / "submissions"
-    scores = out / "scores"
-    result_dirs = []
-    for k, model in enumerate(models):
-        t0 = time.perf_counter()
-        _say(progress, f"[2/4] extracting {model} ({k + 1}/{len(models)})")
-        sub = subs / f"{model}.zarr"
-        run_extraction(ExtractOptions(model=model, images=data / "images.zarr", out=sub,
-                                      batch_size=16, device="cpu", workers=0, map_dtype="float32",
-                                      overwrite=True, quiet=True))
-        timings[f"extract_{model}"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        _say(progress, f"[3/4] scoring {model}")
-        res = score_submission(sub, data / "gt.zarr", bootstrap=n_boot, seed=seed)
-        res.metrics["xbench"].setdefault("inputs", {})["images"] = str((data / "images.zarr").resolve())
-        write_outputs(res, scores / model)
-        result_dirs.append(scores / model)
-        timings[f"score_{model}"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    _say(progress, "[4/4] writing the report")
-    index = build_report(out / "report", result_dirs, images=data / "images.zarr", gt=data / "gt.zarr",
-                         submissions={m: subs / f"{m}.zarr" for m in models}, n_boot=n_boot, seed=seed,
-                         progress=False,
-                         # the demo's settings differ from the commands' defaults: say so where the numbers are
-                         title=f"XBench demo (phantom; {n_boot} bootstrap resamples, 256 px images, float32 maps)")
-    timings["report"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_all
-    summary = {"n_cases": n_cases, "models": list(models), "n_boot": n_boot,
-               "timings_s": {k: round(v, 2) for k, v in timings.items()}, "report": str(index)}
-    (out / "demo.json").write_text(json.dumps(summary, indent=1))
-    return index
+    result = run_suite(suite, out=out_dir, progress=False, say=say)
+    seconds = {r["step"]: r.get("seconds", 0.0) for r in result.steps}
+    timings = {"prepare": seconds["prepare/phantom"], "report": seconds["report"]}
+    for m in data["models"]:
+        timings[f"extract_{m}"] = seconds[f"extract/{m}"]
+        timings[f"score_{m}"] = seconds[f"score/{m}"]
+    timings["total"] = time.perf_counter() - t0
+    summary = {"n_cases": n_cases, "models": list(data["models"]), "n_boot": n_boot,
+               "timings_s": {k: round(v, 2) for k, v in timings.items()}, "report": str(result.report),
+               "steps": result.steps}
+    (Path(out_dir) / "demo.json").write_text(json.dumps(summary, indent=1))
+    return result.report
 
 
 @command("demo", on_interrupt="interrupted; run the same command again (it starts over)")
@@ -117,18 +99,25 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
 def demo(out_dir, n_cases, quick, models, quiet, as_json):
     """Run the whole pipeline on the synthetic phantom set and write a report.
 
-    Prepares the phantom cases, extracts maps with three baselines (random, center, dog) and an
-    untrained tiny CLIP, scores all four and writes the report, all offline on the CPU
-    (about a minute on two cores). Open the printed index.html in a browser. The demo's settings
-    differ from the commands' defaults (256 px images, float32 maps, 200 resamples); the page says so.
+    Runs the shipped suite suites/demo.yaml (the same as `xbench run suites/demo.yaml`): prepares
+    the phantom cases, extracts maps with three baselines (random, center, dog) and an untrained
+    tiny CLIP, scores all four and writes the report, all offline on the CPU (about a minute on two
+    cores). A second run skips what is done. Open the printed index.html in a browser. The demo's
+    settings differ from the commands' defaults (256 px images, float32 maps, 200 resamples); the
+    page says so.
 
     \b
     Example:
       xbench demo --out demo-out
       xbench demo --quick            # about 30 s, for CI
     """
-    index = run_demo(out_dir, n_cases=n_cases, quick=quick, progress=not (quiet or as_json),
-                     models=tuple(m.strip() for m in models.split(",") if m.strip()))
+    from xbench.suite import SuiteError
+
+    try:
+        index = run_demo(out_dir, n_cases=n_cases, quick=quick, progress=not (quiet or as_json),
+                         models=tuple(m.strip() for m in models.split(",") if m.strip()))
+    except SuiteError as err:
+        raise UserError(err.problems) from None
     if as_json:
         click.echo((Path(out_dir) / "demo.json").read_text())
         return

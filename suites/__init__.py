@@ -1,0 +1,1 @@
+"""Shipped benchmark suites (``xbench run``): ``demo.yaml`` (what ``xbench demo`` runs) and ``paper.yaml``."""

@@ -1,0 +1,997 @@
+"""``xbench run SUITE.yaml``: a whole benchmark from one file, prepare -> extract -> score -> report.
+
+A suite names the datasets (key, root, split, reader options, grid), the models (a registered name or
+a model config, with saliency methods), the extraction, scoring and report options, and the output
+folder. ``xbench run`` turns it into a plan of steps::
+
+    prepare/<dataset>   OUT/data/images.zarr/<dataset> + OUT/data/gt.zarr/<dataset>
+    extract/<model>     OUT/submissions/<model>.zarr      (all the suite's datasets)
+    score/<model>       OUT/scores/<model>/               (metrics.json, pairs.parquet, tables)
+    report              OUT/report/                       (leaderboard, figures, index.html)
+
+and runs each step through the same Python functions the single-step commands call.
+
+Skipping and resuming. Each step has a *fingerprint*: the sha256 of its options and of the content
+digests of its inputs (the outputs of the steps it reads; for a raw dataset root, the list of its files
+with their sizes and modification times, since hashing hundreds of GB of images on every run is not
+affordable). A step is skipped only when the run record ``OUT/xbench-run.json`` says it finished with
+the same fingerprint *and* the content digest of its output today equals the one recorded then: a
+store edited, truncated or replaced by hand runs again, whatever files are present. A step recorded
+as started with the same fingerprint is resumed (prepare and extract resume block by block on their
+own); any other step starts from an empty output. Content digests are sha256 over every file's bytes,
+cached by (size, mtime) in ``OUT/.xbench-suite/digests.json`` as git's index does, so a second run
+reads no unchanged file again.
+
+One run at a time per output folder: a run holds an exclusive ``flock`` on ``OUT/.xbench-suite/lock``
+(dropped by the kernel however the process ends), and a second one is refused with one line.
+
+Recorded in the output: ``OUT/suite.yaml`` (the suite as given), ``OUT/xbench-run.json`` (the resolved
+plan with each step's options, fingerprint, output digest, status and time, and every software
+version). ``--limit N`` keeps the first N cases of each dataset and writes under ``OUT/limit-N`` so that
+a smoke test never replaces a full run's results.
+"""
+from __future__ import annotations
+
+import copy
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import click
+
+__all__ = ["Suite", "SuiteError", "Step", "load_suite", "parse_suite", "plan_steps", "run_suite", "run",
+           "tree_digest", "DigestCache", "extract_argv"]
+
+RUN_RECORD = "xbench-run.json"
+WORK_DIR = ".xbench-suite"
+STEP_KINDS = ("prepare", "extract", "score", "report")
+
+#: defaults of each option block; a suite may set any of these keys, and nothing else
+PREPARE_DEFAULTS = {"grid": 224, "image_size": 512, "cases_per_block": 32, "workers": None, "max_skip_fraction": 0.01}
+EXTRACT_DEFAULTS = {"batch_size": 32, "device": None, "precision": None, "workers": 2, "cases_per_block": None,
+                    "map_dtype": "float16", "nproc_per_node": "auto", "threads": None}
+SCORE_DEFAULTS = {"bootstrap": 1000}
+REPORT_DEFAULTS = {"bootstrap": 1000, "title": None, "overlays": True, "size_bins": "fixed"}
+TOP_KEYS = {"name", "title", "out", "seed", "prepare", "datasets", "models", "extract", "score", "report"}
+DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
+MODEL_KEYS = {"name", "model", "options", "methods", "extract"}
+#: extraction options that do not change a single byte of the submission (so not in its fingerprint)
+EXTRACT_NOT_IN_OUTPUT = ("workers", "nproc_per_node", "threads")
+#: config keys that may name local files; a dry run checks that those which look like paths exist
+MODEL_PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")  # as xbench.extract.models (not imported: it is light, but lives behind the extra)
+
+
+class SuiteError(Exception):
+    """Bad suite or bad input: every problem on its own line (the command exits with status 2)."""
+
+    def __init__(self, problems: Sequence[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+# ------------------------------------------------------------------------------------------- the suite
+@dataclass
+class DatasetEntry:
+    key: str
+    root: str | None
+    split: str | None
+    options: dict
+    prepare: dict  # PREPARE_DEFAULTS merged with the suite's prepare block and this dataset's keys
+
+
+@dataclass
+class ModelEntry:
+    key: str          # unique: name, or name-method when a model lists several methods
+    model: str        # registered name, config file (absolute) or module:attr
+    options: dict     # config overrides (method included)
+    extract: dict     # EXTRACT_DEFAULTS merged with the suite's extract block and this model's
+
+
+@dataclass
+class Suite:
+    name: str
+    title: str
+    out: Path
+    seed: int
+    datasets: list[DatasetEntry]
+    models: list[ModelEntry]
+    score: dict
+    report: dict
+    source: str = ""      # the suite file (or "<dict>")
+    raw: dict = field(default_factory=dict)
+
+
+def _expand(value: str, base: Path) -> str:
+    """``~`` and ``$VARS`` expanded; a relative path is relative to the suite file's folder."""
+    text = os.path.expanduser(os.path.expandvars(str(value)))
+    p = Path(text)
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def _block(data: Mapping, name: str, defaults: Mapping, problems: list[str], where: str) -> dict:
+    """``defaults`` updated with the mapping ``data[name]``; unknown keys are problems."""
+    given = data.get(name) or {}
+    if not isinstance(given, Mapping):
+        problems.append(f"{where}{name}: must be a mapping of options, got {type(given).__name__}")
+        return dict(defaults)
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        problems.append(f"{where}{name}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(defaults)}")
+    return {**defaults, **{k: v for k, v in given.items() if k in defaults}}
+
+
+def _check_int(value, what: str, problems: list[str], low: int = 1, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        problems.append(f"{what}: must be an integer >= {low}, got {value!r}")
+
+
+def _parse_datasets(data: Mapping, prepare: dict, base: Path, problems: list[str]) -> list[DatasetEntry]:
+    from xbench.extract.datasets import DATASETS
+
+    given = data.get("datasets")
+    if not isinstance(given, Mapping) or not given:
+        problems.append("datasets: must be a non-empty mapping of dataset key -> {root, split, options, ...}")
+        return []
+    out = []
+    for key, spec in given.items():
+        where = f"datasets.{key}"
+        spec = {} if spec is None else spec
+        if key not in DATASETS:
+            problems.append(f"{where}: unknown dataset; choose from {', '.join(DATASETS.names())}")
+            continue
+        if not isinstance(spec, Mapping):
+            problems.append(f"{where}: must be a mapping (root, split, options, grid, ...), got {type(spec).__name__}")
+            continue
+        unknown = sorted(set(spec) - DATASET_KEYS)
+        if unknown:
+            problems.append(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(sorted(DATASET_KEYS))}")
+        options = spec.get("options") or {}
+        if not isinstance(options, Mapping):
+            problems.append(f"{where}.options: must be a mapping of reader options")
+            options = {}
+        root = spec.get("root")
+        if root is None and key != "phantom":
+            problems.append(f"{where}.root: required (the folder holding the files as downloaded; see data_cards/{key}.md)")
+        split = spec.get("split")
+        if split is not None and not isinstance(split, str):
+            problems.append(f"{where}.split: must be a string, got {split!r}")
+        prep = {**prepare, **{k: spec[k] for k in PREPARE_DEFAULTS if k in spec}}
+        out.append(DatasetEntry(str(key), _expand(root, base) if root is not None else None, split, dict(options), prep))
+    for d in out:
+        _check_prepare(d.prepare, f"datasets.{d.key}", problems)
+    return out
+
+
+def _grid(value) -> tuple[int, int] | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return (int(value[0]), int(value[1]))
+    return None
+
+
+def _check_prepare(prep: dict, where: str, problems: list[str]) -> None:
+    grid = _grid(prep["grid"])
+    if grid is None or min(grid) < 1 or max(grid) > 4096:
+        problems.append(f"{where}.grid: must be an integer or [H, W] between 1 and 4096, got {prep['grid']!r}")
+    _check_int(prep["image_size"], f"{where}.image_size", problems, low=16)
+    _check_int(prep["cases_per_block"], f"{where}.cases_per_block", problems)
+    _check_int(prep["workers"], f"{where}.workers", problems, allow_none=True)
+    f = prep["max_skip_fraction"]
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+        problems.append(f"{where}.max_skip_fraction: must be a number between 0 and 1, got {f!r}")
+
+
+def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str]) -> list[ModelEntry]:
+    given = data.get("models")
+    if not isinstance(given, list) or not given:
+        problems.append("models: must be a non-empty list (a registered name, or {name, model, options, methods, extract})")
+        return []
+    out: list[ModelEntry] = []
+    for i, spec in enumerate(given):
+        where = f"models[{i}]"
+        if isinstance(spec, str):
+            spec = {"model": spec}
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("model"), str):
+            problems.append(f"{where}: needs `model:` (a registered name, a model config file or module:attr)")
+            continue
+        unknown = sorted(set(spec) - MODEL_KEYS)
+        if unknown:
+            problems.append(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(sorted(MODEL_KEYS))}")
+        model, is_file = spec["model"], Path(spec["model"]).suffix in CONFIG_SUFFIXES
+        if is_file:
+            model = _expand(model, base)
+        name = str(spec.get("name") or (Path(model).stem if is_file else model))
+        options = spec.get("options") or {}
+        if not isinstance(options, Mapping):
+            problems.append(f"{where}.options: must be a mapping of model config keys")
+            options = {}
+        methods = spec.get("methods")
+        if methods is None:
+            methods = [None]
+        elif isinstance(methods, str):
+            methods = [methods]
+        if not isinstance(methods, list) or not methods or not all(isinstance(m, str) or m is None for m in methods):
+            problems.append(f"{where}.methods: must be a non-empty list of method names")
+            continue
+        ext = _block(spec, "extract", extract, problems, f"{where}.")
+        for m in methods:
+            key = name if len(methods) == 1 else f"{name}-{m}"
+            opts = copy.deepcopy(dict(options))
+            if m is not None:
+                opts["method"] = m
+            out.append(ModelEntry(key, model, opts, ext))
+    seen: set[str] = set()
+    for m in out:
+        if m.key in seen:
+            problems.append(f"models: two entries are named {m.key!r}; give one a different `name:`")
+        seen.add(m.key)
+        if "/" in m.key or m.key.startswith("."):
+            problems.append(f"models: name {m.key!r} cannot be a folder name; give it a plain `name:`")
+        _check_int(m.extract["batch_size"], f"models.{m.key}.extract.batch_size", problems)
+        _check_int(m.extract["workers"], f"models.{m.key}.extract.workers", problems, low=0)
+        _check_int(m.extract["cases_per_block"], f"models.{m.key}.extract.cases_per_block", problems, allow_none=True)
+        if m.extract["precision"] not in (None, "fp32", "bf16", "fp16"):
+            problems.append(f"models.{m.key}.extract.precision: must be fp32, bf16 or fp16, got {m.extract['precision']!r}")
+        if m.extract["map_dtype"] not in ("float16", "float32"):
+            problems.append(f"models.{m.key}.extract.map_dtype: must be float16 or float32, got {m.extract['map_dtype']!r}")
+        nproc = m.extract["nproc_per_node"]
+        if nproc != "auto":
+            _check_int(nproc, f"models.{m.key}.extract.nproc_per_node", problems)
+    return out
+
+
+def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "<dict>") -> Suite:
+    """A :class:`Suite` from the parsed YAML mapping; raises :class:`SuiteError` listing every problem.
+
+    Relative paths (dataset roots, model config files) are relative to ``base_dir`` (the suite
+    file's folder); ``out`` is relative to the working directory.
+    """
+    if not isinstance(data, Mapping):
+        raise SuiteError(f"{source}: a suite must be a mapping of keys, got {type(data).__name__}")
+    base = Path(base_dir).resolve()
+    problems: list[str] = []
+    unknown = sorted(set(map(str, data)) - TOP_KEYS)
+    if unknown:
+        problems.append(f"unknown top-level key(s) {', '.join(unknown)}; known: {', '.join(sorted(TOP_KEYS))}")
+    prepare = _block(data, "prepare", PREPARE_DEFAULTS, problems, "")
+    extract = _block(data, "extract", EXTRACT_DEFAULTS, problems, "")
+    score = _block(data, "score", SCORE_DEFAULTS, problems, "")
+    report = _block(data, "report", REPORT_DEFAULTS, problems, "")
+    datasets = _parse_datasets(data, prepare, base, problems)
+    models = _parse_models(data, extract, base, problems)
+    seed = data.get("seed", 0)
+    _check_int(seed, "seed", problems, low=0)
+    for block, what in ((score, "score"), (report, "report")):
+        _check_int(block["bootstrap"], f"{what}.bootstrap", problems, low=0)
+    name = str(data.get("name") or Path(source).stem)
+    out = data.get("out")
+    if out is not None and not isinstance(out, str):
+        problems.append(f"out: must be a folder path, got {out!r}")
+    if problems:
+        raise SuiteError([f"{source}: {p}" for p in problems])
+    out_path = Path(os.path.expanduser(os.path.expandvars(out))) if out else Path(f"{name}-out")
+    return Suite(name=name, title=str(data.get("title") or report["title"] or f"XBench: {name}"), out=out_path,
+                 seed=int(seed), datasets=datasets, models=models, score=score, report=report, source=source,
+                 raw=copy.deepcopy(dict(data)))
+
+
+def read_suite_file(path: str | os.PathLike) -> dict:
+    """The suite file parsed as YAML (one line on failure)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SuiteError(f"{p}: cannot read ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise SuiteError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
+    return data
+
+
+def load_suite(path: str | os.PathLike) -> Suite:
+    p = Path(path)
+    return parse_suite(read_suite_file(p), p.parent, source=str(p))
+
+
+# ----------------------------------------------------------------------------------------- digests
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class DigestCache:
+    """sha256 of files, remembered by (path, size, mtime_ns): unchanged files are not read again."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.entries: dict[str, list] = {}
+        if path is not None and path.is_file():
+            try:
+                self.entries = json.loads(path.read_text())
+            except ValueError:
+                self.entries = {}  # a damaged cache only costs re-reading
+
+    def file(self, path: Path) -> str:
+        st = path.stat()
+        key = str(path.resolve())
+        hit = self.entries.get(key)
+        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
+            return hit[2]
+        digest = _sha256_file(path)
+        self.entries[key] = [st.st_size, st.st_mtime_ns, digest]
+        return digest
+
+    def save(self) -> None:
+        if self.path is not None:
+            _atomic_write(self.path, json.dumps(self.entries))
+
+
+def _walk(root: Path):
+    """Files under ``root`` in a fixed order (sorted relative paths), following no symlinked dirs."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for n in filenames:
+            files.append(Path(dirpath) / n)
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def tree_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> str | None:
+    """Content digest of a file or folder: sha256 over (relative path, sha256 of bytes) of every file.
+
+    None when ``path`` does not exist. Empty folders do not count (zarr never needs them).
+    """
+    p = Path(path)
+    if not p.exists():
+        return None
+    cache = cache or DigestCache()
+    if p.is_file():
+        return cache.file(p)
+    h = hashlib.sha256()
+    for f in _walk(p):
+        h.update(f"{f.relative_to(p).as_posix()}\0{cache.file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def listing_digest(root: str | os.PathLike) -> str | None:
+    """Digest of a raw dataset folder from its file list with sizes and mtimes (no bytes read)."""
+    p = Path(root)
+    if not p.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in _walk(p):
+        st = f.stat()
+        h.update(f"{f.relative_to(p).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str, separators=(",", ":")).encode()).hexdigest()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -------------------------------------------------------------------------------------------- plan
+@dataclass
+class Step:
+    kind: str                 # prepare | extract | score | report
+    key: str                  # dataset or model key ("" for the report)
+    deps: list[str]           # ids of the steps whose outputs this one reads
+    options: dict             # what shapes the output (hashed into the fingerprint)
+    outputs: list[str]        # paths under the run folder, relative
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}/{self.key}" if self.key else self.kind
+
+
+def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
+    """The steps of a suite in the order they run (each after the steps it depends on)."""
+    steps: list[Step] = []
+    ds_keys = [d.key for d in suite.datasets]
+    for d in suite.datasets:
+        opts = {"dataset": d.key, "split": d.split, "options": d.options, "limit": limit,
+                **{k: (list(_grid(v)) if k == "grid" else v) for k, v in d.prepare.items() if k != "workers"}}
+        steps.append(Step("prepare", d.key, [], opts, [f"data/images.zarr/{d.key}", f"data/gt.zarr/{d.key}"]))
+    for m in suite.models:
+        opts = {"model": m.model, "overrides": m.options, "datasets": ds_keys,
+                **{k: v for k, v in m.extract.items() if k not in EXTRACT_NOT_IN_OUTPUT}}
+        steps.append(Step("extract", m.key, [f"prepare/{k}" for k in ds_keys], opts, [f"submissions/{m.key}.zarr"]))
+        steps.append(Step("score", m.key, [f"extract/{m.key}", *(f"prepare/{k}" for k in ds_keys)],
+                          {"bootstrap": suite.score["bootstrap"], "seed": suite.seed, "datasets": ds_keys},
+                          [f"scores/{m.key}"]))
+    steps.append(Step("report", "", [f"score/{m.key}" for m in suite.models] + [f"extract/{m.key}" for m in suite.models],
+                      {**suite.report, "title": suite.title, "seed": suite.seed, "models": [m.key for m in suite.models]},
+                      ["report"]))
+    return steps
+
+
+def select_steps(steps: Sequence[Step], only: Sequence[str]) -> set[str]:
+    """Ids matched by ``--only`` patterns: a step id, a kind (``extract``) or a glob (``score/clip*``)."""
+    if not only:
+        return {s.id for s in steps}
+    chosen, problems = set(), []
+    for pattern in only:
+        hit = {s.id for s in steps if s.id == pattern or s.kind == pattern or fnmatch.fnmatchcase(s.id, pattern)}
+        if not hit:
+            problems.append(f"--only {pattern}: matches no step; steps: {', '.join(s.id for s in steps)}")
+        chosen |= hit
+    if problems:
+        raise SuiteError(problems)
+    return chosen
+
+
+# ------------------------------------------------------------------------------------------ state
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _software() -> dict:
+    from xbench.extract.runner import software_versions
+
+    return software_versions()
+
+
+@dataclass
+class StepState:
+    status: str          # skip | resume | run | wait (an input will change first)
+    reason: str
+    fingerprint: str | None = None
+
+
+def _input_digests(step: Step, done: Mapping[str, dict]) -> dict | None:
+    """What a step reads, as the content digests of the outputs of its dependencies; None while one
+    of them is not finished."""
+    out = {}
+    for dep in step.deps:
+        rec = done.get(dep)
+        if rec is None:
+            return None
+        digests = rec["output_digest"]
+        if dep.startswith("prepare/") and step.kind == "extract":
+            digests = {"images": digests["images"]}  # extraction never reads the ground truth
+        out[dep] = digests
+    return out
+
+
+def model_digest(model: str, overrides: Mapping, cache: DigestCache) -> dict:
+    """The model declaration as the extraction sees it: the resolved config (a config file's contents, not
+    its name) and the content digest of every local file or folder it names (weights, text encoders)."""
+    from xbench.extract.models import ModelConfigError, load_config
+
+    try:
+        config = load_config(model, **copy.deepcopy(dict(overrides)))
+    except ModelConfigError as e:  # reported by the dry run's checks, or by the extraction itself
+        return {"error": str(e)}
+    files = {key: tree_digest(path, cache) for key, path in config_paths(config).items() if path.exists()}
+    return {"config": config, "files": files}
+
+
+def config_paths(config: Mapping) -> dict[str, Path]:
+    """The local files and folders a model config names (values of MODEL_PATH_KEYS that look like paths;
+    a registered architecture, a pretrained tag or an ``hf-hub:`` id is not one)."""
+    out = {}
+    for key in MODEL_PATH_KEYS:
+        value = config.get(key)
+        if isinstance(value, str) and not value.startswith("hf-hub:") and ("/" in value or "\\" in value):
+            out[key] = Path(os.path.expanduser(os.path.expandvars(value.removeprefix("local-dir:"))))
+    return out
+
+
+def _output_digest(step: Step, run_dir: Path, cache: DigestCache) -> dict | str | None:
+    if step.kind == "prepare":
+        images, gt = (tree_digest(run_dir / o, cache) for o in step.outputs)
+        return None if images is None or gt is None else {"images": images, "gt": gt}
+    return tree_digest(run_dir / step.outputs[0], cache)
+
+
+def evaluate(steps: Sequence[Step], record: Mapping, run_dir: Path, cache: DigestCache,
+             roots: Mapping[str, str | None]) -> dict[str, StepState]:
+    """For each step: skip (done, inputs and output unchanged), resume, run, or wait for an input."""
+    recorded = record.get("steps", {})
+    done: dict[str, dict] = {}
+    states: dict[str, StepState] = {}
+    for s in steps:
+        if s.kind == "prepare":
+            inputs = {"root": roots.get(s.key)}
+        else:
+            inputs = _input_digests(s, done)
+            if inputs is not None and s.kind == "extract":
+                inputs["model"] = model_digest(s.options["model"], s.options["overrides"], cache)
+        if inputs is None:
+            pending = [d for d in s.deps if d not in done]
+            more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""
+            states[s.id] = StepState("wait", f"after {pending[0]}{more}")
+            continue
+        fp = _hash({"kind": s.kind, "key": s.key, "options": s.options, "inputs": inputs})
+        rec = recorded.get(s.id) or {}
+        same = rec.get("fingerprint") == fp
+        if same and rec.get("status") == "done":
+            now = _output_digest(s, run_dir, cache)
+            if now is not None and now == rec.get("output_digest"):
+                states[s.id] = StepState("skip", "done; inputs, options and output unchanged", fp)
+                done[s.id] = rec
+                continue
+            why = "output missing" if now is None else "output changed since it was written"
+            states[s.id] = StepState("run", why, fp)
+        elif same and rec.get("status") == "started":
+            states[s.id] = StepState("resume", "interrupted; resuming", fp)
+        elif rec:
+            states[s.id] = StepState("run", "inputs or options changed", fp)
+        else:
+            states[s.id] = StepState("run", "not run yet", fp)
+    return states
+
+
+# -------------------------------------------------------------------------------------- execution
+class _Limited:
+    """A dataset reader showing only its first ``limit`` records (for ``--limit``)."""
+
+    def __init__(self, reader, limit: int) -> None:
+        self._reader, self._limit = reader, limit
+        self.problems: list = []
+
+    def __getattr__(self, name):
+        return getattr(self._reader, name)
+
+    def records(self):
+        recs = list(self._reader.records())[: self._limit]
+        ids = {r.case_id for r in recs}
+        # problems of cases beyond the limit are not this run's business
+        self.problems = [p for p in self._reader.problems if p.case_id is None or p.case_id in ids]
+        return recs
+
+    def describe(self) -> dict:
+        return {**self._reader.describe(), "limit": self._limit}
+
+
+def make_reader(entry: DatasetEntry, limit: int | None = None):
+    """The dataset's reader as the suite declares it (wrapped by ``--limit``)."""
+    from xbench.extract.datasets import DATASETS, ReaderError
+
+    cls = DATASETS.get(entry.key)
+    if entry.root is not None and not Path(entry.root).is_dir():
+        raise SuiteError(f"datasets.{entry.key}.root: {entry.root}: no such folder (see data_cards/{entry.key}.md)")
+    try:
+        reader = cls(entry.root, entry.split, **entry.options)
+    except TypeError as e:
+        raise SuiteError(f"datasets.{entry.key}.options: {e}") from None
+    except (ValueError, ReaderError) as e:
+        raise SuiteError(f"datasets.{entry.key}: {e}") from None
+    return _Limited(reader, limit) if limit else reader
+
+
+@dataclass
+class Context:
+    suite: Suite
+    run_dir: Path
+    limit: int | None
+    progress: bool
+    say: Callable[[str], None]
+
+
+def _run_prepare(step: Step, ctx: Context, resume: bool) -> None:
+    from xbench.extract.datasets.prepare import WORK_DIR as PREP_WORK, PrepareError, prepare_dataset
+
+    entry = next(d for d in ctx.suite.datasets if d.key == step.key)
+    data = ctx.run_dir / "data"
+    if not resume:
+        for p in [data / o.split("/", 1)[1] for o in step.outputs] + [data / PREP_WORK / step.key]:
+            shutil.rmtree(p, ignore_errors=True)
+    reader = make_reader(entry, ctx.limit)
+    p = entry.prepare
+    try:
+        prepare_dataset(reader, data, grid=_grid(p["grid"]), image_size=p["image_size"], workers=p["workers"],
+                        cases_per_block=p["cases_per_block"], max_skip_fraction=p["max_skip_fraction"],
+                        progress=ctx.progress)
+    except PrepareError as e:
+        raise SuiteError([f"prepare/{step.key}: {e}", *(f"  {x}" for x in e.problems)]) from None
+
+
+def extract_argv(opts: Mapping[str, Any], images: Path, out: Path) -> list[str]:
+    """``xbench-extract`` arguments for one extraction step (used to launch several ranks)."""
+    argv = ["--model", str(opts["model"]), "--images", str(images), "--out", str(out),
+            "--datasets", ",".join(opts["datasets"]), "--batch-size", str(opts["batch_size"]),
+            "--workers", str(opts["workers"]), "--map-dtype", str(opts["map_dtype"]), "--quiet"]
+    for flag, key in (("--device", "device"), ("--precision", "precision"), ("--cases-per-block", "cases_per_block")):
+        if opts.get(key) is not None:
+            argv += [flag, str(opts[key])]
+    for dotted, value in _flatten(opts["overrides"]):
+        if value is not None:  # a None override changes nothing (load_config skips it); the CLI cannot say None
+            argv += ["--model-option", f"{dotted}={json.dumps(value)}"]  # JSON is YAML: the CLI parses it back
+    return argv
+
+
+def _flatten(d: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _n_ranks(extract: Mapping) -> int:
+    nproc = extract["nproc_per_node"]
+    if nproc != "auto":
+        return int(nproc)
+    device = str(extract.get("device") or "cuda")
+    import torch
+
+    return torch.cuda.device_count() if device == "cuda" and torch.cuda.is_available() else 1
+
+
+def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
+    import torch
+
+    from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+    from xbench.extract.registry import UnknownNameError
+    from xbench.extract.runner import ExtractError, ExtractOptions, run_extraction
+    from xbench.schemas import InvalidStoreError
+
+    entry = next(m for m in ctx.suite.models if m.key == step.key)
+    ext = entry.extract
+    images, out = ctx.run_dir / "data" / "images.zarr", ctx.run_dir / step.outputs[0]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        shutil.rmtree(out, ignore_errors=True)
+    nproc = _n_ranks(ext)
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        from xbench.extract.distributed import relaunch
+
+        ctx.say(f"  {nproc} ranks through torchrun")
+        code = relaunch(nproc, extract_argv({**step.options, "workers": ext["workers"]}, images, out))
+        if code:
+            raise RuntimeError(f"extract/{step.key}: the ranks exited with status {code}")
+        return
+    if ext["threads"]:  # a cap: never more threads than torch would use anyway
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
+    torch.manual_seed(ctx.suite.seed)
+    opts = ExtractOptions(model=entry.model, images=images, out=out, overrides=copy.deepcopy(entry.options),
+                          datasets=[d.key for d in ctx.suite.datasets], batch_size=ext["batch_size"],
+                          device=ext["device"], precision=ext["precision"], workers=ext["workers"],
+                          cases_per_block=ext["cases_per_block"], map_dtype=ext["map_dtype"],
+                          overwrite=not resume, quiet=True)
+    try:
+        run_extraction(opts)
+    except (ExtractError, ModelConfigError, WeightsNotFoundError, UnknownNameError, InvalidStoreError) as e:
+        lines = [str(p) for p in getattr(e, "problems", None) or []] or str(e).splitlines()
+        raise SuiteError([f"extract/{step.key}: {line}" for line in lines]) from None
+
+
+def _run_score(step: Step, ctx: Context, resume: bool) -> None:
+    from xbench.schemas import InvalidStoreError
+    from xbench.score.outputs import write_outputs
+    from xbench.score.scoring import score_submission
+
+    data = ctx.run_dir / "data"
+    sub = ctx.run_dir / f"submissions/{step.key}.zarr"
+    out = ctx.run_dir / step.outputs[0]
+    shutil.rmtree(out, ignore_errors=True)  # scoring is one call: nothing to resume, no stale file may stay
+    try:
+        res = score_submission(sub, data / "gt.zarr", bootstrap=step.options["bootstrap"], seed=step.options["seed"],
+                               datasets=step.options["datasets"])
+    except InvalidStoreError as e:
+        raise SuiteError([f"score/{step.key}: {p}" for p in e.problems]) from None
+    res.metrics["xbench"].setdefault("inputs", {})["images"] = str((data / "images.zarr").resolve())
+    write_outputs(res, out, label=step.key)
+
+
+def _run_report(step: Step, ctx: Context, resume: bool) -> None:
+    from xbench.score.report import build_report
+
+    keys = step.options["models"]
+    data = ctx.run_dir / "data"
+    build_report(ctx.run_dir / "report", [ctx.run_dir / "scores" / k for k in keys], images=data / "images.zarr",
+                 gt=data / "gt.zarr", submissions={k: ctx.run_dir / f"submissions/{k}.zarr" for k in keys},
+                 n_boot=step.options["bootstrap"], seed=step.options["seed"], size_bins=step.options["size_bins"],
+                 overlays=bool(step.options["overlays"]), progress=False, title=step.options["title"])
+
+
+#: one executor per step kind
+EXECUTORS: dict[str, Callable[[Step, Context, bool], None]] = {
+    "prepare": _run_prepare, "extract": _run_extract, "score": _run_score, "report": _run_report,
+}
+
+
+# ---------------------------------------------------------------------------------------- dry run
+def check_inputs(suite: Suite, limit: int | None = None) -> tuple[list[str], dict[str, dict]]:
+    """What a dry run checks without writing anything: every dataset's native files parse (annotations
+    only, no pixels), every model config loads and the local files it names exist.
+
+    Returns (problems, one line each; {dataset: {split, cases, problems}} for the datasets that parsed).
+    """
+    from xbench.extract.datasets import ReaderError
+    from xbench.extract.models import ModelConfigError, load_config, resolve_factory
+    from xbench.extract.registry import UnknownNameError
+
+    problems: list[str] = []
+    found: dict[str, dict] = {}
+    for d in suite.datasets:
+        try:
+            reader = make_reader(d, limit)
+            n = len(reader.records())
+        except SuiteError as e:
+            problems += e.problems
+            continue
+        except ReaderError as e:
+            problems.append(f"datasets.{d.key}: {' '.join(str(e).split())}")
+            continue
+        problems += [f"datasets.{d.key}: {p}" for p in reader.problems if getattr(p, "fatal", False)]
+        if n == 0:
+            problems.append(f"datasets.{d.key}: no case found under {d.root}")
+        found[d.key] = {"split": reader.split, "cases": n, "problems": len(reader.problems)}
+    for m in suite.models:
+        try:
+            config = load_config(m.model, **m.options)
+            resolve_factory(str(config["adapter"]))
+        except (ModelConfigError, UnknownNameError) as e:
+            problems.append(f"models.{m.key}: {e}")
+            continue
+        problems += [f"models.{m.key}.{key}: {path}: not found" for key, path in config_paths(config).items()
+                     if not path.exists()]
+    return problems, found
+
+
+# ------------------------------------------------------------------------------------------ driver
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: list[dict]
+    leaderboard: list[dict]
+    dry_run: bool
+    problems: list[str] = field(default_factory=list)
+    datasets: dict[str, dict] = field(default_factory=dict)  # dry run: what each dataset's reader listed
+
+    @property
+    def report(self) -> Path:
+        return self.run_dir / "report" / "index.html"
+
+
+def _roots(suite: Suite) -> dict[str, str | None]:
+    return {d.key: listing_digest(d.root) if d.root else None for d in suite.datasets}
+
+
+def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
+    """Models ranked by overall pointing game (then Dice), from their metrics.json; undefined last."""
+    rows = []
+    for k in keys:
+        try:
+            overall = json.loads((run_dir / "scores" / k / "metrics.json").read_text())["overall"]
+        except (OSError, ValueError, KeyError):
+            continue
+        rows.append({"model": k, **{m: overall.get(m) for m in ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")}})
+
+    def rank(r):
+        return tuple((v is None, -(v or 0.0)) for v in (r["pointing_game"], r["dice_best"]))
+
+    return sorted(rows, key=rank)
+
+
+def format_leaderboard(rows: Sequence[dict]) -> str:
+    cols = [("pointing_game", "Point"), ("dice_best", "Dice"), ("iou_best", "IoU"), ("dice_fixed", "Dice@0.5"), ("auroc", "AUROC")]
+    width = max([len("model")] + [len(r["model"]) for r in rows])
+    lines = [f"{'#':>2}  {'model':<{width}}  " + "  ".join(f"{t:>8}" for _, t in cols)]
+    for i, r in enumerate(rows, 1):
+        cells = ["    --  " if r[c] is None else f"{100 * r[c]:8.2f}" for c, _ in cols]
+        lines.append(f"{i:>2}  {r['model']:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int | None = None, dry_run: bool = False,
+              only: Sequence[str] = (), progress: bool = True, say: Callable[[str], None] | None = None) -> RunResult:
+    """Run (or resume, or plan with ``dry_run``) a suite; returns the steps' states and the leaderboard.
+
+    Raises :class:`SuiteError` for bad input (nothing of the failing step is recorded as done).
+    """
+    say = say or (lambda msg: None)
+    if limit is not None and limit < 1:
+        raise SuiteError("--limit must be at least 1")
+    run_dir = Path(out) if out is not None else suite.out
+    if limit:
+        run_dir = run_dir / f"limit-{limit}"
+    steps = plan_steps(suite, limit)
+    chosen = select_steps(steps, only)
+    record_path = run_dir / RUN_RECORD
+    record = _read_record(record_path)
+    cache = DigestCache(run_dir / WORK_DIR / "digests.json")
+    roots = _roots(suite)
+    missing = [f"datasets.{d.key}.root: {d.root}: no such folder (see data_cards/{d.key}.md)"
+               for d in suite.datasets if d.root is not None and roots[d.key] is None]
+    states = evaluate(steps, record, run_dir, cache, roots)
+
+    if dry_run:
+        problems, found = (missing, {}) if missing else check_inputs(suite, limit)
+        rows = [{"step": s.id, "status": states[s.id].status, "reason": states[s.id].reason,
+                 "selected": s.id in chosen} for s in steps]
+        return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), True, problems, found)
+    if missing:
+        raise SuiteError(missing)
+    blocked = [f"--only: {s.id} needs {', '.join(d for d in s.deps if states.get(d) and states[d].status != 'skip' and d not in chosen)} "
+               "first (run without --only, or select those steps too)"
+               for s in steps if s.id in chosen and any(states[d].status != "skip" and d not in chosen for d in s.deps)]
+    if blocked:
+        raise SuiteError(blocked)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock(run_dir)  # released on return, on error, and by the kernel on any death
+    try:
+        _write_suite_copy(suite, run_dir)
+        record.setdefault("steps", {})
+        record.update(suite=_suite_record(suite), limit=limit, software=_software(),
+                      plan=[{"step": s.id, **asdict(s)} for s in steps])
+        ctx = Context(suite, run_dir, limit, progress, say)
+        rows = []
+        for s in steps:
+            if s.id not in chosen:
+                rows.append({"step": s.id, "status": "not selected", "reason": "--only"})
+                continue
+            st = evaluate_one(s, steps, record, run_dir, cache, roots)
+            if st.status == "skip":
+                say(f"{s.id}: up to date")
+                rows.append({"step": s.id, "status": "skip", "reason": st.reason})
+                continue
+            say(f"{s.id}: {'resuming' if st.status == 'resume' else 'running'} ({st.reason})")
+            record["steps"][s.id] = {"status": "started", "fingerprint": st.fingerprint, "started_at": _now()}
+            _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+            t0 = time.perf_counter()
+            EXECUTORS[s.kind](s, ctx, st.status == "resume")
+            seconds = time.perf_counter() - t0
+            record["steps"][s.id] = {"status": "done", "fingerprint": st.fingerprint,
+                                     "output_digest": _output_digest(s, run_dir, cache),
+                                     "seconds": round(seconds, 3), "finished_at": _now()}
+            cache.save()
+            _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+            rows.append({"step": s.id, "status": "ran" if st.status == "run" else "resumed", "reason": st.reason,
+                         "seconds": round(seconds, 3)})
+        cache.save()
+        _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+    finally:
+        if lock is not None:
+            lock.close()
+    return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), False)
+
+
+def _lock(run_dir: Path):
+    """An exclusive lock on the run folder, so that two runs never write the same outputs at once.
+
+    flock, not a pid file: the kernel drops it when the process dies, however it dies. Returns the open
+    lock file (close it to release), or None where flock does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    path = run_dir / WORK_DIR / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise SuiteError(f"{run_dir}: another `xbench run` is writing here; wait for it or choose another --out") from None
+    return f
+
+
+def evaluate_one(step: Step, steps: Sequence[Step], record: Mapping, run_dir: Path, cache: DigestCache,
+                 roots: Mapping) -> StepState:
+    """The state of one step now (its inputs may have just been written by earlier steps)."""
+    upto = list(steps[: steps.index(step) + 1])
+    return evaluate(upto, record, run_dir, cache, roots)[step.id]
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _suite_record(suite: Suite) -> dict:
+    return {"name": suite.name, "source": suite.source, "sha256": _hash(suite.raw), "raw": suite.raw,
+            "resolved": {"datasets": [asdict(d) for d in suite.datasets], "models": [asdict(m) for m in suite.models],
+                         "score": suite.score, "report": suite.report, "seed": suite.seed, "title": suite.title}}
+
+
+def _write_suite_copy(suite: Suite, run_dir: Path) -> None:
+    src = Path(suite.source)
+    if src.is_file():
+        _atomic_write(run_dir / "suite.yaml", src.read_text(encoding="utf-8"))
+    else:
+        import yaml
+
+        _atomic_write(run_dir / "suite.yaml", yaml.safe_dump(suite.raw, sort_keys=False))
+
+
+# ---------------------------------------------------------------------------------------- command
+def _print_plan(result: RunResult, suite: Suite) -> None:
+    click.echo(f"suite {suite.name}: {len(suite.datasets)} dataset(s), {len(suite.models)} model run(s) -> {result.run_dir}")
+    for key, s in result.datasets.items():
+        click.echo(f"  {key} ({s['split']}): {s['cases']} case(s) listed, {s['problems']} reader problem(s)")
+    width = max(len(r["step"]) for r in result.steps)
+    for r in result.steps:
+        mark = "" if r["selected"] else "  (not selected)"
+        click.echo(f"  {r['step']:<{width}}  {r['status']:<6}  {r['reason']}{mark}")
+
+
+@click.command("run", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("suite_file", metavar="SUITE.yaml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default: the suite's `out`).")
+@click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N cases of each dataset (writes under OUT/limit-N).")
+@click.option("--dry-run", is_flag=True, help="Check the inputs and print the plan; write nothing.")
+@click.option("--only", "only", multiple=True, metavar="STEP/KEY",
+              help="Run only these steps: prepare, extract/clip, score/*, report ... (repeatable; globs allowed).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the leaderboard and the report path.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def run(suite_file, out, limit, dry_run, only, quiet, as_json):
+    """Run a whole benchmark from one suite file: prepare -> extract -> score -> report.
+
+    Steps already done with the same inputs and options (by content hash) are skipped; an
+    interrupted run resumes. The suite, the resolved plan and the software versions are recorded in
+    OUT/xbench-run.json; the ranked leaderboard is printed at the end.
+
+    \b
+    Examples:
+      xbench run suites/demo.yaml
+      xbench run suites/paper.yaml --dry-run
+      xbench run suites/paper.yaml --limit 5
+      xbench run suites/paper.yaml --only extract/carzero --only score/carzero
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    say = (lambda msg: None) if quiet or as_json else (lambda msg: click.echo(msg, err=True))
+    try:
+        suite = load_suite(suite_file)
+        result = run_suite(suite, out=out, limit=limit, dry_run=dry_run, only=only, progress=not (quiet or as_json), say=say)
+    except SuiteError as e:
+        for line in e.problems:
+            click.echo(f"xbench run: {line}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("xbench run: interrupted; run the same command again to resume", err=True)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - one line, not a traceback
+        click.echo(f"xbench run: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({"run_dir": str(result.run_dir), "dry_run": dry_run, "steps": result.steps,
+                               "leaderboard": result.leaderboard, "problems": result.problems,
+                               "datasets": result.datasets}, default=str))
+    elif dry_run:
+        _print_plan(result, suite)
+    if dry_run:
+        for line in result.problems:
+            click.echo(f"xbench run: {line}", err=True)
+        sys.exit(2 if result.problems else 0)
+    if not as_json:
+        if result.leaderboard:
+            click.echo(format_leaderboard(result.leaderboard))
+        if result.report.exists():
+            click.echo(f"report: {result.report.resolve()}")
