@@ -256,13 +256,13 @@ def _bin_row(row, mrow, mn, rng, taus, hist, kb):
     near = 0
     for ow in range(W):  # vectorises: the fast guess and the key for the whole row
         y = (row[ow] - mn) * inv
-        g = np.int64(y + _NEAR)
-        near += g - np.int64(y - _NEAR)
+        g = np.int32(y + _NEAR)
+        near += g - np.int32(y - _NEAR)
         kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
     if near:
         for ow in range(W):
             y = (row[ow] - mn) * inv
-            if np.int64(y + _NEAR) != np.int64(y - _NEAR):
+            if np.int32(y + _NEAR) != np.int32(y - _NEAR):
                 kb[ow] = 2 * _bin((row[ow] - mn) / rng, taus) + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
     _scatter(kb, hist)
 
@@ -308,36 +308,98 @@ def _count_one(buf, mn, mx, mask, taus, hist, kb, b_row, br_row):
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, cmax, hist, kb, b_row, br_row):
-    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
-    each output row is recomputed (2 multiplies and an add per pixel) instead of being stored and re-read.
+def _row_runs(row_idx, starts):
+    """Split the output rows into runs that interpolate between the same two source rows.
 
-    Pass 1 keeps per-column running minima and maxima (``cmin``, ``cmax``, (W,) scratch: elementwise, so it
-    vectorises, and min/max are exact, so the order cannot change them). Pass 2 recomputes each row
-    bit-identically, bins it and finds the first argmax among the pixels the exact path visits (the maximum
-    is always among them). Returns (|R|, flat index of the first maximum).
+    Writes the first row of run g into ``starts[g]`` and H into ``starts[G]``; returns G.
+    """
+    H = row_idx.shape[1]
+    G = 0
+    for oh in range(H):
+        if oh == 0 or row_idx[0, oh] != row_idx[0, oh - 1] or row_idx[1, oh] != row_idx[1, oh - 1]:
+            starts[G] = oh
+            G += 1
+    starts[G] = H
+    return G
+
+
+# Every output value v = fl(fl(a * wa) + fl(b * wb)) of a run, at one column, has source values a, b and
+# weights wa, wb in [0, 1] with |wa + wb - 1| <= 2^-53, so |v - (a convex combination of a, b)| is at most a
+# few units of 2^-53 (|a| + |b|) (all products are normal numbers: maps are float16/float32). _MARGIN is
+# 4,500 times that bound, so min(a, b) - _MARGIN * (|a| + |b|) <= v <= max(a, b) + _MARGIN * (|a| + |b|).
+_MARGIN = 1e-12
+
+
+@numba.njit(cache=True, nogil=True)
+def _bilinear_extremes(tmp, row_idx, row_w, starts, G, lo, hi):
+    """Exact (min, max) of the bilinear output without evaluating most of it.
+
+    For each run g of output rows and each column, ``lo[g]``/``hi[g]`` ((G, W) scratch) bound every
+    value the run takes there (see _MARGIN). The run-columns with the lowest and highest bounds are
+    evaluated first; then a run-column is evaluated, pixel by pixel and with the very expression of the
+    second pass, only when its bound could beat the extreme found so far. Min and max are exact, so
+    skipping values that provably cannot be extremes cannot change them.
+    """
+    W = tmp.shape[1]
+    g_lo = g_hi = 0
+    j_lo = j_hi = 0
+    for g in range(G):
+        ta = tmp[row_idx[0, starts[g]]]
+        tb = tmp[row_idx[1, starts[g]]]
+        lrow = lo[g]
+        hrow = hi[g]
+        for ow in range(W):  # vectorises
+            a = ta[ow]
+            b = tb[ow]
+            m = _MARGIN * (abs(a) + abs(b))
+            lrow[ow] = (a if a < b else b) - m
+            hrow[ow] = (a if a > b else b) + m
+        for ow in range(W):
+            if lrow[ow] < lo[g_lo, j_lo]:
+                g_lo = g
+                j_lo = ow
+            if hrow[ow] > hi[g_hi, j_hi]:
+                g_hi = g
+                j_hi = ow
+    mn = np.inf
+    mx = -np.inf
+    mn, mx = _run_column_extremes(tmp, row_idx, row_w, starts, g_lo, j_lo, mn, mx)
+    mn, mx = _run_column_extremes(tmp, row_idx, row_w, starts, g_hi, j_hi, mn, mx)
+    for g in range(G):
+        for ow in range(W):
+            if lo[g, ow] < mn or hi[g, ow] > mx:
+                mn, mx = _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx)
+    return mn, mx
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx):
+    """(mn, mx) updated with the output values of run g at column ow."""
+    a = tmp[row_idx[0, starts[g]], ow]
+    b = tmp[row_idx[1, starts[g]], ow]
+    for oh in range(starts[g], starts[g + 1]):
+        v = a * row_w[0, oh] + b * row_w[1, oh]
+        mn = v if v < mn else mn
+        mx = v if v > mx else mx
+    return mn, mx
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi, lane, hist, kb,
+                    b_row, br_row):
+    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
+    each output row is computed (2 multiplies and an add per pixel) as it is binned, never stored.
+
+    The exact min and max come from :func:`_bilinear_extremes`, which evaluates only the few run-columns
+    that can hold them. The one full pass computes each row, bins it with 32-bit keys (``lane`` (W,)
+    holds each column's histogram copy offset; the float64 -> int32 conversions vectorise on AVX2, int64
+    ones need AVX-512) and finds the first argmax among the pixels the exact path visits (the maximum is
+    always among them). Returns (|R|, flat index of the first maximum).
     """
     H = mask.shape[0]
     W = mask.shape[1]
-    T = taus.shape[0]
     _width_pass(src, col_idx, col_w, tmp)
-    for ow in range(W):
-        cmin[ow] = np.inf
-        cmax[ow] = -np.inf
-    for oh in range(H):
-        ta = tmp[row_idx[0, oh]]
-        tb = tmp[row_idx[1, oh]]
-        wa = row_w[0, oh]
-        wb = row_w[1, oh]
-        for ow in range(W):
-            v = ta[ow] * wa + tb[ow] * wb
-            cmin[ow] = v if v < cmin[ow] else cmin[ow]
-            cmax[ow] = v if v > cmax[ow] else cmax[ow]
-    mn = cmin[0]
-    mx = cmax[0]
-    for ow in range(1, W):
-        mn = min(mn, cmin[ow])
-        mx = max(mx, cmax[ow])
+    mn, mx = _bilinear_extremes(tmp, row_idx, row_w, starts, G, lo, hi)
     hist[:] = 0
     rng = mx - mn
     if rng == 0.0:
@@ -351,19 +413,19 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, 
         wa = row_w[0, oh]
         wb = row_w[1, oh]
         mrow = mask[oh]
-        near = 0
+        near = False
         for ow in range(W):  # vectorises: the fast guess and the key, as in _bin_row
             v = ta[ow] * wa + tb[ow] * wb
             y = (v - mn) * inv
-            g = np.int64(y + _NEAR)
-            near += g - np.int64(y - _NEAR)
-            kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+            g = np.int32(y + _NEAR)
+            near |= g != np.int32(y - _NEAR)
+            kb[ow] = 2 * g + np.int32(mrow[ow]) + lane[ow]
         if near:
             for ow in range(W):
                 v = ta[ow] * wa + tb[ow] * wb
                 y = (v - mn) * inv
-                if np.int64(y + _NEAR) != np.int64(y - _NEAR):
-                    kb[ow] = 2 * _bin((v - mn) / rng, taus) + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+                if np.int32(y + _NEAR) != np.int32(y - _NEAR):
+                    kb[ow] = 2 * _bin((v - mn) / rng, taus) + np.int32(mrow[ow]) + lane[ow]
                     if arg < 0 and v == mx:
                         arg = oh * W + ow
         _scatter(kb, hist)
@@ -408,19 +470,26 @@ def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus
     W = masks.shape[2]
     T = taus.shape[0]
     tmp = np.empty((h, W), dtype=np.float64)
-    cmin = np.empty(W, dtype=np.float64)
-    cmax = np.empty(W, dtype=np.float64)
     hist = np.empty(_LANES * 2 * T, dtype=np.int64)
-    kb = np.empty(W, dtype=np.int64)
-    buf = np.empty((H if area else 1, W), dtype=np.float64)
+    kb = np.empty(W, dtype=np.int32)
+    if area:
+        buf = np.empty((H, W), dtype=np.float64)
+    else:
+        starts = np.empty(H + 1, dtype=np.int64)
+        G = _row_runs(row_idx, starts)
+        lo = np.empty((G, W), dtype=np.float64)
+        hi = np.empty((G, W), dtype=np.float64)
+        lane = np.empty(W, dtype=np.int32)
+        for ow in range(W):
+            lane[ow] = (ow % _LANES) * (2 * T)
     for p in range(P):
         m = masks[local[p]]
         if area:
             mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
             n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
         else:
-            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, cmax,
-                                          hist, kb, b[p], br[p])
+            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi,
+                                          lane, hist, kb, b[p], br[p])
         hit[p] = m[arg // W, arg % W]
 
 
