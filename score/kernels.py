@@ -372,7 +372,7 @@ def _bilinear_extremes(tmp, row_idx, row_w, starts, G, lo, hi):
     return mn, mx
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx):
     """(mn, mx) updated with the output values of run g at column ow."""
     a = tmp[row_idx[0, starts[g]], ow]
@@ -458,7 +458,18 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
 @numba.njit(cache=True, nogil=True)
 def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
     """Serial counts for P pairs whose regions sit in one decoded chunk: maps (P, h, w) float32, masks
-    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r (P,).
+    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r (P,)."""
+    if area:
+        _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r)
+    else:
+        _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r)
+
+
+# The scorer calls the two paths below directly (count_pairs_into picks one in Python), so a run compiles
+# only the path its maps need: one kernel fewer to compile on a first run.
+@numba.njit(cache=True, nogil=True)
+def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
+    """:func:`_chunk_counts` for a bilinear plan.
 
     Serial and ``nogil`` on purpose: the scorer runs one call per region chunk on each of several Python
     threads, so decoding the next chunk (zarr releases the GIL) overlaps counting this one, and memory holds
@@ -472,24 +483,37 @@ def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus
     tmp = np.empty((h, W), dtype=np.float64)
     hist = np.empty(_LANES * 2 * T, dtype=np.int64)
     kb = np.empty(W, dtype=np.int32)
-    if area:
-        buf = np.empty((H, W), dtype=np.float64)
-    else:
-        starts = np.empty(H + 1, dtype=np.int64)
-        G = _row_runs(row_idx, starts)
-        lo = np.empty((G, W), dtype=np.float64)
-        hi = np.empty((G, W), dtype=np.float64)
-        lane = np.empty(W, dtype=np.int32)
-        for ow in range(W):
-            lane[ow] = (ow % _LANES) * (2 * T)
+    starts = np.empty(H + 1, dtype=np.int64)
+    G = _row_runs(row_idx, starts)
+    lo = np.empty((G, W), dtype=np.float64)
+    hi = np.empty((G, W), dtype=np.float64)
+    lane = np.empty(W, dtype=np.int32)
+    for ow in range(W):
+        lane[ow] = (ow % _LANES) * (2 * T)
     for p in range(P):
         m = masks[local[p]]
-        if area:
-            mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
-            n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
-        else:
-            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi,
-                                          lane, hist, kb, b[p], br[p])
+        n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi,
+                                      lane, hist, kb, b[p], br[p])
+        hit[p] = m[arg // W, arg % W]
+
+
+@numba.njit(cache=True, nogil=True)
+def _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r):
+    """:func:`_chunk_counts` for an area (downsampling) plan; serial and ``nogil`` as the bilinear one."""
+    P = maps.shape[0]
+    h = maps.shape[1]
+    H = masks.shape[1]
+    W = masks.shape[2]
+    T = taus.shape[0]
+    tmp = np.empty((h, W), dtype=np.float64)
+    hist = np.empty(_LANES * 2 * T, dtype=np.int64)
+    kb = np.empty(W, dtype=np.int32)
+    buf = np.empty((H, W), dtype=np.float64)
+    no_w = np.empty((2, 0), dtype=np.float64)  # area pooling uses no weights
+    for p in range(P):
+        m = masks[local[p]]
+        mn, mx, arg = _resize_into(maps[p], True, row_idx, no_w, col_idx, no_w, tmp, buf)
+        n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
         hit[p] = m[arg // W, arg % W]
 
 
@@ -664,8 +688,12 @@ def count_pairs_into(maps: np.ndarray, masks: np.ndarray, local: np.ndarray, pla
     (b, br (P, 101) int32; hit (P,) bool; region_pixels (P,) int32), filled in place. Inputs are trusted:
     the caller guarantees dtypes and shapes (no copies are made).
     """
-    _chunk_counts(maps, masks, local, plan.area, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, THRESHOLDS,
-                  out.b, out.br, out.hit, out.region_pixels)
+    if plan.area:
+        _chunk_counts_area(maps, masks, local, plan.row_idx, plan.col_idx, THRESHOLDS, out.b, out.br, out.hit,
+                           out.region_pixels)
+    else:
+        _chunk_counts_bilinear(maps, masks, local, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, THRESHOLDS,
+                               out.b, out.br, out.hit, out.region_pixels)
 
 
 def rank_order(y_true, p, columns=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
