@@ -27,7 +27,6 @@ from pathlib import Path
 
 from .counts import save_pair_counts
 from .scoring import write_pairs_parquet
-from .tables import write_tables
 
 __all__ = ["FORMATS", "flat_scores", "write_outputs"]
 
@@ -76,6 +75,8 @@ def write_outputs(result, out_dir: str | os.PathLike, *, formats: Iterable[str] 
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
         write_pairs_parquet(tmp / "pairs.parquet", result.counts, result.per_pair)
         save_pair_counts(tmp / "pair_counts.npz", result.counts)
+        from .tables import write_tables  # pandas: imported only when writing
+
         write_tables({label: metrics}, tmp)
         if "codabench" in formats:
             (tmp / "scores.json").write_text(json.dumps(flat_scores(metrics), indent=2, allow_nan=False) + "\n")
