@@ -17,6 +17,14 @@ The threshold search costs one pass per map: each pixel is binned once into ``k(
 (exact, including values that sit on a threshold), and reverse cumulative sums of the bin histogram give
 ``|B_tau_k|`` and ``|B_tau_k ∩ R|`` for every ``k`` at once: O(pixels + thresholds) per map.
 
+Speed without AVX-512 (most laptops and many cloud VMs have AVX2 only): the hot loops use only what
+AVX2 vectorises. Bin keys are 32-bit (float64 -> int32 conversions have an AVX2 instruction, float64 ->
+int64 ones only an AVX-512 one); the bilinear path finds the exact min and max by bounding each run of
+output rows that share their two source rows and evaluating only the few run-columns that can hold an
+extreme (a full min/max pass compiled to masked stores, which are slow on AMD CPUs); and the scorer calls
+the bilinear or the area chunk kernel directly so that a run compiles only the one it needs.
+``benchmarks/score_fullscale.py`` also times the kernels compiled for a generic AVX2 CPU.
+
 The kernels (``_name``) do no checking; the wrappers below check dtypes and shapes and say how to fix bad
 input.
 """

@@ -1,7 +1,7 @@
 """The fused grounding kernel against a straightforward NumPy float64 reference, bit for bit.
 
-The kernel (``count_pairs_into`` / ``grounding_counts``) never materialises the normalised map: it keeps
-per-column minima and maxima, recomputes each bilinear row, bins it with a fast floor guess and an exact
+The kernel (``count_pairs_into`` / ``grounding_counts``) never materialises the normalised map: it finds the
+extremes by bounding runs of rows and evaluating only the run-columns that can hold them, recomputes each bilinear row, bins it with a fast floor guess and an exact
 fallback near thresholds, and finds the first argmax inside that fallback. Every one of those shortcuts must
 give exactly what the plain definition gives, so this file holds them to it on many random, quantised,
 constant and tied maps, on the bilinear and area paths, and on square and non-square grids.
