@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -219,18 +220,24 @@ def floor_pass(sub_path: Path, gt_path: Path) -> tuple[float, float, float]:
     return time.perf_counter() - t0, t_read, t_kernel
 
 
-def floor_process(sub: Path, gt: Path, cache_dir: Path, repeat: int, extra_env: dict | None = None) -> list[float]:
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def floor_process(sub: Path, gt: Path, cache_dir: Path, repeat: int,
+                  extra_env: dict | None = None) -> list[tuple[float, float]]:
     """The floor as a fresh process (interpreter start and imports included), like xbench-score's figure;
-    wall seconds of ``repeat`` runs after one that compiles and caches the floor kernel."""
+    (wall, CPU) seconds of ``repeat`` runs after one that compiles and caches the floor kernel."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), **(extra_env or {})}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--floor-only", str(sub), str(gt)]
     subprocess.run(cmd, env=env, check=True, capture_output=True)
-    walls = []
+    runs = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _children_cpu()
         subprocess.run(cmd, env=env, check=True, capture_output=True)
-        walls.append(time.perf_counter() - t0)
-    return walls
+        runs.append((time.perf_counter() - t0, _children_cpu() - c0))
+    return runs
 
 
 def numpy_loop_per_pair(sub_path: Path, gt_path: Path, n_pairs: int, seed: int = 0) -> tuple[float, int]:
@@ -301,18 +308,18 @@ main(sys.argv[2:])
 
 
 def run_cli(sub: Path, gt: Path, out: Path, bootstrap: int, cache_dir: Path,
-            extra_env: dict | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of ``xbench-score`` in a fresh process."""
+            extra_env: dict | None = None) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system) of ``xbench-score`` in a fresh process."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), **(extra_env or {})}
     stats = out.parent / f".{out.name}.rss.json"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(stats), str(sub), "--gt", str(gt), "--out", str(out),
                            "--bootstrap", str(bootstrap), "--quiet"], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"xbench-score failed ({proc.returncode}): {proc.stderr.strip()}")
     rss = json.loads(stats.read_text())["maxrss_kb"] / 1024
-    return wall, rss
+    return wall, rss, _children_cpu() - c0
 
 
 _IMPORTS_ONLY = _PEAK_RSS + """
@@ -370,19 +377,32 @@ def run_target(sub: Path, gt: Path, root: Path, args, label: str, env: dict | No
     cache = root / f"numba-cache-{label}"
     res: dict = {}
     if not args.skip_cold:
-        res["cold_s"], res["cold_rss_mib"] = run_cli(sub, gt, root / f"out-cold-{label}", args.bootstrap, cache, env)
-        print(f"[{label}] cold  xbench-score: {res['cold_s']:.2f} s (peak RSS {res['cold_rss_mib']:.0f} MiB)", flush=True)
+        res["cold_s"], res["cold_rss_mib"], res["cold_cpu_s"] = run_cli(sub, gt, root / f"out-cold-{label}",
+                                                                         args.bootstrap, cache, env)
+        print(f"[{label}] cold  xbench-score: {res['cold_s']:.2f} s, CPU {res['cold_cpu_s']:.2f} s "
+              f"(peak RSS {res['cold_rss_mib']:.0f} MiB)", flush=True)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "xbench.score.warm"], check=True, capture_output=True,
+                       env={**os.environ, "NUMBA_CACHE_DIR": str(root / f"numba-cache-{label}-install"), **(env or {})})
+        res["install_warm_s"] = time.perf_counter() - t0
+        res["first_s"], _, res["first_cpu_s"] = run_cli(sub, gt, root / f"out-first-{label}", args.bootstrap,
+                                                        root / f"numba-cache-{label}-install", env)
+        print(f"[{label}] python -m xbench.score.warm (make install): {res['install_warm_s']:.2f} s; "
+              f"then the first run: {res['first_s']:.2f} s", flush=True)
     warm, floors = [], []
     run_cli(sub, gt, root / f"out-warmup-{label}", args.bootstrap, cache, env)  # cache filled even with --skip-cold
     for i in range(args.repeat):
         warm.append(run_cli(sub, gt, root / f"out-warm{i}-{label}", args.bootstrap, cache, env))
         floors += floor_process(sub, gt, cache, 1, env)
     res["warm_all_s"] = [round(w[0], 2) for w in warm]
+    res["warm_cpu_all_s"] = [round(w[2], 2) for w in warm]
     res["warm_s"] = min(res["warm_all_s"])
     res["warm_rss_mib"] = max(w[1] for w in warm)
-    res["floor_process_all_s"] = [round(f, 2) for f in floors]
+    res["floor_process_all_s"] = [round(f[0], 2) for f in floors]
+    res["floor_process_cpu_all_s"] = [round(f[1], 2) for f in floors]
     res["floor_process_s"] = min(res["floor_process_all_s"])
-    print(f"[{label}] warm  xbench-score: {res['warm_all_s']} s; floor process: {res['floor_process_all_s']} s", flush=True)
+    print(f"[{label}] warm  xbench-score: {res['warm_all_s']} s (CPU {res['warm_cpu_all_s']} s); floor process: "
+          f"{res['floor_process_all_s']} s (CPU {res['floor_process_cpu_all_s']} s)", flush=True)
     return res
 
 
@@ -467,9 +487,14 @@ def main() -> None:
             ok_warm = "met" if t["warm_s"] <= t["floor_process_s"] else "NOT met"
             print(f"  [{label}] warm xbench-score {_spread(t['warm_all_s'])}; floor process "
                   f"{_spread(t['floor_process_all_s'])}; warm / floor = {t['warm_s'] / t['floor_process_s']:.2f} ({ok_warm})")
+            print(f"  [{label}] CPU seconds (user + system, less sensitive to other load): xbench-score "
+                  f"{min(t['warm_cpu_all_s']):.2f}, floor process {min(t['floor_process_cpu_all_s']):.2f}")
             if "cold_s" in t:
-                print(f"  [{label}] cold xbench-score {t['cold_s']:.2f} s ({'met' if t['cold_s'] <= 5.0 else 'NOT met'}), "
-                      f"peak RSS {t['cold_rss_mib']:.0f} MiB")
+                print(f"  [{label}] cold xbench-score (empty cache) {t['cold_s']:.2f} s "
+                      f"({'met' if t['cold_s'] <= 5.0 else 'NOT met'}; CPU {t['cold_cpu_s']:.2f} s), peak RSS "
+                      f"{t['cold_rss_mib']:.0f} MiB; after `python -m xbench.score.warm` ({t['install_warm_s']:.2f} s, "
+                      f"run by make install) the first run takes {t['first_s']:.2f} s "
+                      f"({'met' if t['first_s'] <= 5.0 else 'NOT met'})")
         print(f"xbench-score warm (native, best)  {r['warm_s']:8.2f} s   peak RSS {r['warm_rss_mib']:.0f} MiB "
               f"(a process that only imports the scorer: {r['imports_rss_mib']:.0f} MiB)")
         print(f"floor: read+resize+bin in-process {r['floor_s']:8.2f} s   (thread-seconds: read maps and regions "

@@ -671,6 +671,8 @@ def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCo
     if src.ndim != 3 or reg.ndim != 3 or src.shape[0] != reg.shape[0]:
         raise ValueError(f"`maps` must be (P, h, w) and `masks` (P, H, W) with the same P; "
                          f"got {src.shape} and {reg.shape}.")
+    if not np.isfinite(src).all():  # a NaN or inf would give no bin (the scorer's validation refuses them too)
+        raise ValueError("`maps` hold NaN or infinite values; saliency maps must be finite.")
     reg = np.ascontiguousarray(reg)
     P = src.shape[0]
     plan = resize_plan(src.shape[1:], reg.shape[1:])
