@@ -15,6 +15,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints/torch.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) -e ".[extract,dev]" -c constraints/torch.txt
+	$(BIN)/python -m xbench.score.warm  # compile the scorer's kernels once, on all cores (score/warm.py)
 	@touch $@
 
 demo: install

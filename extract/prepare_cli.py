@@ -148,7 +148,7 @@ def main(dataset, root, out_dir, split, grid, image_size, keep_original, workers
         s = summary
         click.echo(
             f"{s.dataset} ({s.split}): {s.n_written} case(s) written, {s.n_skipped} skipped; {s.n_regions} region(s), "
-            f"{s.n_fallback_regions} set by the centroid rule, {s.n_clipped_boxes} box(es) clipped; "
+            f"{s.n_fallback_regions} lesion(s) kept by the centroid rule, {s.n_clipped_boxes} box(es) clipped; "
             f"{s.seconds:.1f} s -> {s.images}, {s.gt}"
         )
         for item in s.skipped[:_MAX_LINES]:

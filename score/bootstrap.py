@@ -27,15 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from .counts import DatasetCounts
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import _ranked_replicates, rank_order
 from .recognition import f1_from_counts
+
+if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
+    import pandas as pd
 
 __all__ = [
     "GROUNDING_KEYS",
@@ -469,6 +471,8 @@ def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Re
         if per_class:
             rows += [_difference(name, c, k, qa.classes[c][k][0], qb.classes[c][k][0], stats[k], rb.classes[c][k],
                                  level) for c, stats in ra.classes.items() if c in rb.classes for k in stats]
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
 
 

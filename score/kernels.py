@@ -17,6 +17,14 @@ The threshold search costs one pass per map: each pixel is binned once into ``k(
 (exact, including values that sit on a threshold), and reverse cumulative sums of the bin histogram give
 ``|B_tau_k|`` and ``|B_tau_k ∩ R|`` for every ``k`` at once: O(pixels + thresholds) per map.
 
+Speed without AVX-512 (most laptops and many cloud VMs have AVX2 only): the hot loops use only what
+AVX2 vectorises. Bin keys are 32-bit (float64 -> int32 conversions have an AVX2 instruction, float64 ->
+int64 ones only an AVX-512 one); the bilinear path finds the exact min and max by bounding each run of
+output rows that share their two source rows and evaluating only the few run-columns that can hold an
+extreme (a full min/max pass compiled to masked stores, which are slow on AMD CPUs); and the scorer calls
+the bilinear or the area chunk kernel directly so that a run compiles only the one it needs.
+``benchmarks/score_fullscale.py`` also times the kernels compiled for a generic AVX2 CPU.
+
 The kernels (``_name``) do no checking; the wrappers below check dtypes and shapes and say how to fix bad
 input.
 """
@@ -256,13 +264,13 @@ def _bin_row(row, mrow, mn, rng, taus, hist, kb):
     near = 0
     for ow in range(W):  # vectorises: the fast guess and the key for the whole row
         y = (row[ow] - mn) * inv
-        g = np.int64(y + _NEAR)
-        near += g - np.int64(y - _NEAR)
+        g = np.int32(y + _NEAR)
+        near += g - np.int32(y - _NEAR)
         kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
     if near:
         for ow in range(W):
             y = (row[ow] - mn) * inv
-            if np.int64(y + _NEAR) != np.int64(y - _NEAR):
+            if np.int32(y + _NEAR) != np.int32(y - _NEAR):
                 kb[ow] = 2 * _bin((row[ow] - mn) / rng, taus) + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
     _scatter(kb, hist)
 
@@ -308,36 +316,98 @@ def _count_one(buf, mn, mx, mask, taus, hist, kb, b_row, br_row):
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, cmax, hist, kb, b_row, br_row):
-    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
-    each output row is recomputed (2 multiplies and an add per pixel) instead of being stored and re-read.
+def _row_runs(row_idx, starts):
+    """Split the output rows into runs that interpolate between the same two source rows.
 
-    Pass 1 keeps per-column running minima and maxima (``cmin``, ``cmax``, (W,) scratch: elementwise, so it
-    vectorises, and min/max are exact, so the order cannot change them). Pass 2 recomputes each row
-    bit-identically, bins it and finds the first argmax among the pixels the exact path visits (the maximum
-    is always among them). Returns (|R|, flat index of the first maximum).
+    Writes the first row of run g into ``starts[g]`` and H into ``starts[G]``; returns G.
+    """
+    H = row_idx.shape[1]
+    G = 0
+    for oh in range(H):
+        if oh == 0 or row_idx[0, oh] != row_idx[0, oh - 1] or row_idx[1, oh] != row_idx[1, oh - 1]:
+            starts[G] = oh
+            G += 1
+    starts[G] = H
+    return G
+
+
+# Every output value v = fl(fl(a * wa) + fl(b * wb)) of a run, at one column, has source values a, b and
+# weights wa, wb in [0, 1] with |wa + wb - 1| <= 2^-53, so |v - (a convex combination of a, b)| is at most a
+# few units of 2^-53 (|a| + |b|) (all products are normal numbers: maps are float16/float32). _MARGIN is
+# 4,500 times that bound, so min(a, b) - _MARGIN * (|a| + |b|) <= v <= max(a, b) + _MARGIN * (|a| + |b|).
+_MARGIN = 1e-12
+
+
+@numba.njit(cache=True, nogil=True)
+def _bilinear_extremes(tmp, row_idx, row_w, starts, G, lo, hi):
+    """Exact (min, max) of the bilinear output without evaluating most of it.
+
+    For each run g of output rows and each column, ``lo[g]``/``hi[g]`` ((G, W) scratch) bound every
+    value the run takes there (see _MARGIN). The run-columns with the lowest and highest bounds are
+    evaluated first; then a run-column is evaluated, pixel by pixel and with the very expression of the
+    second pass, only when its bound could beat the extreme found so far. Min and max are exact, so
+    skipping values that provably cannot be extremes cannot change them.
+    """
+    W = tmp.shape[1]
+    g_lo = g_hi = 0
+    j_lo = j_hi = 0
+    for g in range(G):
+        ta = tmp[row_idx[0, starts[g]]]
+        tb = tmp[row_idx[1, starts[g]]]
+        lrow = lo[g]
+        hrow = hi[g]
+        for ow in range(W):  # vectorises
+            a = ta[ow]
+            b = tb[ow]
+            m = _MARGIN * (abs(a) + abs(b))
+            lrow[ow] = (a if a < b else b) - m
+            hrow[ow] = (a if a > b else b) + m
+        for ow in range(W):
+            if lrow[ow] < lo[g_lo, j_lo]:
+                g_lo = g
+                j_lo = ow
+            if hrow[ow] > hi[g_hi, j_hi]:
+                g_hi = g
+                j_hi = ow
+    mn = np.inf
+    mx = -np.inf
+    mn, mx = _run_column_extremes(tmp, row_idx, row_w, starts, g_lo, j_lo, mn, mx)
+    mn, mx = _run_column_extremes(tmp, row_idx, row_w, starts, g_hi, j_hi, mn, mx)
+    for g in range(G):
+        for ow in range(W):
+            if lo[g, ow] < mn or hi[g, ow] > mx:
+                mn, mx = _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx)
+    return mn, mx
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx):
+    """(mn, mx) updated with the output values of run g at column ow."""
+    a = tmp[row_idx[0, starts[g]], ow]
+    b = tmp[row_idx[1, starts[g]], ow]
+    for oh in range(starts[g], starts[g + 1]):
+        v = a * row_w[0, oh] + b * row_w[1, oh]
+        mn = v if v < mn else mn
+        mx = v if v > mx else mx
+    return mn, mx
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi, lane, hist, kb,
+                    b_row, br_row):
+    """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
+    each output row is computed (2 multiplies and an add per pixel) as it is binned, never stored.
+
+    The exact min and max come from :func:`_bilinear_extremes`, which evaluates only the few run-columns
+    that can hold them. The one full pass computes each row, bins it with 32-bit keys (``lane`` (W,)
+    holds each column's histogram copy offset; the float64 -> int32 conversions vectorise on AVX2, int64
+    ones need AVX-512) and finds the first argmax among the pixels the exact path visits (the maximum is
+    always among them). Returns (|R|, flat index of the first maximum).
     """
     H = mask.shape[0]
     W = mask.shape[1]
-    T = taus.shape[0]
     _width_pass(src, col_idx, col_w, tmp)
-    for ow in range(W):
-        cmin[ow] = np.inf
-        cmax[ow] = -np.inf
-    for oh in range(H):
-        ta = tmp[row_idx[0, oh]]
-        tb = tmp[row_idx[1, oh]]
-        wa = row_w[0, oh]
-        wb = row_w[1, oh]
-        for ow in range(W):
-            v = ta[ow] * wa + tb[ow] * wb
-            cmin[ow] = v if v < cmin[ow] else cmin[ow]
-            cmax[ow] = v if v > cmax[ow] else cmax[ow]
-    mn = cmin[0]
-    mx = cmax[0]
-    for ow in range(1, W):
-        mn = min(mn, cmin[ow])
-        mx = max(mx, cmax[ow])
+    mn, mx = _bilinear_extremes(tmp, row_idx, row_w, starts, G, lo, hi)
     hist[:] = 0
     rng = mx - mn
     if rng == 0.0:
@@ -351,19 +421,19 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, 
         wa = row_w[0, oh]
         wb = row_w[1, oh]
         mrow = mask[oh]
-        near = 0
+        near = False
         for ow in range(W):  # vectorises: the fast guess and the key, as in _bin_row
             v = ta[ow] * wa + tb[ow] * wb
             y = (v - mn) * inv
-            g = np.int64(y + _NEAR)
-            near += g - np.int64(y - _NEAR)
-            kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+            g = np.int32(y + _NEAR)
+            near |= g != np.int32(y - _NEAR)
+            kb[ow] = 2 * g + np.int32(mrow[ow]) + lane[ow]
         if near:
             for ow in range(W):
                 v = ta[ow] * wa + tb[ow] * wb
                 y = (v - mn) * inv
-                if np.int64(y + _NEAR) != np.int64(y - _NEAR):
-                    kb[ow] = 2 * _bin((v - mn) / rng, taus) + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
+                if np.int32(y + _NEAR) != np.int32(y - _NEAR):
+                    kb[ow] = 2 * _bin((v - mn) / rng, taus) + np.int32(mrow[ow]) + lane[ow]
                     if arg < 0 and v == mx:
                         arg = oh * W + ow
         _scatter(kb, hist)
@@ -396,7 +466,18 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
 @numba.njit(cache=True, nogil=True)
 def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
     """Serial counts for P pairs whose regions sit in one decoded chunk: maps (P, h, w) float32, masks
-    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r (P,).
+    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r (P,)."""
+    if area:
+        _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r)
+    else:
+        _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r)
+
+
+# The scorer calls the two paths below directly (count_pairs_into picks one in Python), so a run compiles
+# only the path its maps need: one kernel fewer to compile on a first run.
+@numba.njit(cache=True, nogil=True)
+def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
+    """:func:`_chunk_counts` for a bilinear plan.
 
     Serial and ``nogil`` on purpose: the scorer runs one call per region chunk on each of several Python
     threads, so decoding the next chunk (zarr releases the GIL) overlaps counting this one, and memory holds
@@ -408,19 +489,39 @@ def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus
     W = masks.shape[2]
     T = taus.shape[0]
     tmp = np.empty((h, W), dtype=np.float64)
-    cmin = np.empty(W, dtype=np.float64)
-    cmax = np.empty(W, dtype=np.float64)
     hist = np.empty(_LANES * 2 * T, dtype=np.int64)
-    kb = np.empty(W, dtype=np.int64)
-    buf = np.empty((H if area else 1, W), dtype=np.float64)
+    kb = np.empty(W, dtype=np.int32)
+    starts = np.empty(H + 1, dtype=np.int64)
+    G = _row_runs(row_idx, starts)
+    lo = np.empty((G, W), dtype=np.float64)
+    hi = np.empty((G, W), dtype=np.float64)
+    lane = np.empty(W, dtype=np.int32)
+    for ow in range(W):
+        lane[ow] = (ow % _LANES) * (2 * T)
     for p in range(P):
         m = masks[local[p]]
-        if area:
-            mn, mx, arg = _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
-            n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
-        else:
-            n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, cmin, cmax,
-                                          hist, kb, b[p], br[p])
+        n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi,
+                                      lane, hist, kb, b[p], br[p])
+        hit[p] = m[arg // W, arg % W]
+
+
+@numba.njit(cache=True, nogil=True)
+def _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r):
+    """:func:`_chunk_counts` for an area (downsampling) plan; serial and ``nogil`` as the bilinear one."""
+    P = maps.shape[0]
+    h = maps.shape[1]
+    H = masks.shape[1]
+    W = masks.shape[2]
+    T = taus.shape[0]
+    tmp = np.empty((h, W), dtype=np.float64)
+    hist = np.empty(_LANES * 2 * T, dtype=np.int64)
+    kb = np.empty(W, dtype=np.int32)
+    buf = np.empty((H, W), dtype=np.float64)
+    no_w = np.empty((2, 0), dtype=np.float64)  # area pooling uses no weights
+    for p in range(P):
+        m = masks[local[p]]
+        mn, mx, arg = _resize_into(maps[p], True, row_idx, no_w, col_idx, no_w, tmp, buf)
+        n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
         hit[p] = m[arg // W, arg % W]
 
 
@@ -570,6 +671,8 @@ def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCo
     if src.ndim != 3 or reg.ndim != 3 or src.shape[0] != reg.shape[0]:
         raise ValueError(f"`maps` must be (P, h, w) and `masks` (P, H, W) with the same P; "
                          f"got {src.shape} and {reg.shape}.")
+    if not np.isfinite(src).all():  # a NaN or inf would give no bin (the scorer's validation refuses them too)
+        raise ValueError("`maps` hold NaN or infinite values; saliency maps must be finite.")
     reg = np.ascontiguousarray(reg)
     P = src.shape[0]
     plan = resize_plan(src.shape[1:], reg.shape[1:])
@@ -595,8 +698,12 @@ def count_pairs_into(maps: np.ndarray, masks: np.ndarray, local: np.ndarray, pla
     (b, br (P, 101) int32; hit (P,) bool; region_pixels (P,) int32), filled in place. Inputs are trusted:
     the caller guarantees dtypes and shapes (no copies are made).
     """
-    _chunk_counts(maps, masks, local, plan.area, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, THRESHOLDS,
-                  out.b, out.br, out.hit, out.region_pixels)
+    if plan.area:
+        _chunk_counts_area(maps, masks, local, plan.row_idx, plan.col_idx, THRESHOLDS, out.b, out.br, out.hit,
+                           out.region_pixels)
+    else:
+        _chunk_counts_bilinear(maps, masks, local, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, THRESHOLDS,
+                               out.b, out.br, out.hit, out.region_pixels)
 
 
 def rank_order(y_true, p, columns=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -31,7 +31,6 @@ from xbench.schemas.paths import PublishedDir, check_output, write_marker
 
 from .counts import save_pair_counts
 from .scoring import write_pairs_parquet
-from .tables import write_tables
 
 __all__ = ["FORMATS", "flat_scores", "write_into", "write_outputs"]
 
@@ -102,6 +101,8 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     write_pairs_parquet(folder / "pairs.parquet", result.counts, result.per_pair)
     save_pair_counts(folder / "pair_counts.npz", result.counts)
     paths += [folder / "pairs.parquet", folder / "pair_counts.npz"]
+    from .tables import write_tables  # pandas: imported only when writing
+
     paths += write_tables({label: metrics}, folder)
     if "codabench" in formats:
         paths.append(folder / "scores.json")

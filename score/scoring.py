@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .bootstrap import (GROUNDING_KEYS, RECOGNITION_KEYS, bootstrap_replicates, overall_replicates,
                         percentile_interval)
@@ -46,6 +46,9 @@ from .grounding import (
 )
 from .kernels import N_THRESHOLDS, THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
 from .recognition import hamming_accuracy_score, probabilities, recognition_scores
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
+    import pandas as pd
 
 __all__ = [
     "SUMMARY_KEYS",
@@ -463,6 +466,8 @@ class _DatasetPairs:
 
 
 def _frame(data: dict) -> pd.DataFrame:
+    import pandas as pd
+
     data["hit"] = pd.arrays.BooleanArray(data["hit"], ~data["has_region"])
     return pd.DataFrame(data, columns=PAIR_COLUMNS, copy=False)
 
@@ -477,6 +482,8 @@ def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapp
     cases, and string columns would cost ~90 B a row. :func:`write_pairs_parquet` writes the same rows
     without holding them all.
     """
+    import pandas as pd
+
     names = sorted(counts)
     if not names:
         return pd.DataFrame(columns=PAIR_COLUMNS)
@@ -496,6 +503,8 @@ def iter_pairs_tables(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str
                       max_rows: int = 1 << 16):
     """The rows of :func:`pairs_table` in the same order, as DataFrames of about ``max_rows`` rows each
     (whole cases), each with its own categories."""
+    import pandas as pd
+
     for name in sorted(counts):
         dc = counts[name]
         ds = _DatasetPairs(dc, per_pair.get(name, {}))
@@ -516,6 +525,7 @@ def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCou
     Memory holds one row group, not the table (about 80 B per labelled pair: ~55 MB at 10x the paper's
     scale). ``dataset``, ``case_id`` and ``class`` are dictionary columns, read back as categoricals.
     """
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -605,6 +615,9 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     from xbench.schemas import (GroundTruth, InvalidStoreError, Problem, align, read_ground_truth, read_submission,
                                 validate_ground_truth, validate_submission)
 
+    from .warm import start_background_warm
+
+    start_background_warm()  # a first run compiles the ranking kernel on another core meanwhile
     opened = gt_path if isinstance(gt_path, GroundTruth) else None
     if opened is not None:
         gt_path = opened.path

@@ -62,7 +62,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
-from .rasterise import ShapeError, clip_box, rasterise_region
+from .rasterise import RASTERISATION, ShapeError, clip_box, rasterise_region
 
 __all__ = [
     "PrepareError",
@@ -102,7 +102,7 @@ class PrepareSummary:
     n_listed: int = 0
     n_written: int = 0
     n_regions: int = 0
-    n_fallback_regions: int = 0
+    n_fallback_regions: int = 0  # lesions that kept only their centroid cell (name kept for JSON readers)
     n_clipped_boxes: int = 0
     n_resumed_blocks: int = 0
     skipped: list[dict] = field(default_factory=list)
@@ -382,7 +382,8 @@ def prepare_dataset(
 
     case_ids = [r.case_id for r in kept]
     base_attrs = {"reader": reader.describe(), "resampling": RESAMPLING, "source_split": reader.split}
-    plan = {"case_ids": case_ids, "classes": classes, "grid": grid, "size": image_size, "cpb": cases_per_block, **base_attrs}
+    plan = {"case_ids": case_ids, "classes": classes, "grid": grid, "size": image_size, "cpb": cases_per_block,
+            "rasterisation": RASTERISATION, **base_attrs}  # blocks rasterised by another rule are not resumed
     if keep_original:  # only then, so that the plans of earlier runs stay resumable
         plan["originals"] = True
     work = out / WORK_DIR / reader.key
@@ -450,7 +451,7 @@ def prepare_dataset(
     write_ground_truth(
         gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
         region_index=np.stack([new_row[region_row], region_col], axis=1).astype(np.int32).reshape(-1, 2),
-        region_mask=region_mask, orig_size=orig_size[good], grid=grid, attrs=attrs,
+        region_mask=region_mask, orig_size=orig_size[good], grid=grid, attrs={**attrs, "rasterisation": RASTERISATION},
     )
     shutil.rmtree(work)
     _remove_if_empty(out / WORK_DIR)

@@ -5,30 +5,34 @@ native continuous pixel coordinates,
 
     cx = (j + 0.5) * W_orig / W,        cy = (i + 0.5) * H_orig / H,
 
-falls inside the native region (the union of the region's shapes). If that leaves the region
-empty (a lesion smaller than a grid cell, slipping between centres), the single cell holding the
-centroid of the native region's area is set instead, so no lesion is lost to downsampling.
+falls inside the native region. Rasterisation goes lesion by lesion so that no lesion is lost
+to downsampling: a lesion is one box, one polygon, or one 8-connected component of a mask (pixels
+touching at a corner are one lesion). Each lesion sets the cells whose centres fall inside it; a
+lesion that no cell centre falls inside (smaller than a cell, slipping between centres) sets the
+single cell holding its own area centroid instead. The region is the union over the finding's
+lesions. (Contract version 1.0 applied the centroid rule once per region, to the union's centroid,
+which dropped a small box whenever a sibling box kept the region non-empty; ground-truth groups
+rasterised by this rule carry the attribute ``rasterisation = "per-lesion"``, see
+:data:`RASTERISATION`.)
 
 Inside-rules, one per shape type (native coordinates: x right, y down, pixel (r, c) covers
 [c, c+1) x [r, r+1), see :mod:`.base`):
 
 * :class:`Box` ``(x0, y0, x1, y1)``: half-open, ``x0 <= cx < x1`` and ``y0 <= cy < y1``. Boxes
   are first clipped to the image ``[0, W_orig] x [0, H_orig]`` (:func:`clip_box`); a box with no
-  area left is empty. The area centroid of a union of boxes is exact (coordinate compression,
-  overlaps counted once).
+  area left is empty. (:func:`region_centroid` gives the exact area centroid of a whole region,
+  overlapping boxes counted once.)
 * :class:`Polygon`: the native pixel mask that CheXlocalize itself builds,
   ``PIL.ImageDraw.polygon(points, outline=1, fill=1)`` on a W_orig x H_orig image with the points
   passed unchanged, sampled like a mask. PIL treats a vertex (x, y) as the pixel with index
   (x, y), boundary included, so a polygon covers slightly more than its continuous area; we keep
-  that rule so that CheXlocalize's polygons and its released RLE masks rasterise identically.
+  that rule so that CheXlocalize's polygons and its released RLE masks sample the same pixels.
   A polygon needs at least 2 points (PIL draws 2 points as a line).
 * :class:`Mask` (H_orig, W_orig): the cell is in when ``mask[floor(cy), floor(cx)]`` is set.
 
-Pixel-based shapes (polygons, masks) have the area centroid ``mean(c + 0.5), mean(r + 0.5)`` over
-their set pixels. A region that mixes boxes with pixel shapes (no reader produces one) is made a
-pixel mask first, a box covering every pixel its area touches.
-
-The centroid cell is ``(floor(cy_c * H / H_orig), floor(cx_c * W / W_orig))``, clipped to the grid.
+Area centroids: a clipped box's is its centre; a pixel lesion's (a polygon's pixels, a mask
+component) is ``mean(c + 0.5), mean(r + 0.5)`` over its pixels. The centroid cell is
+``(floor(cy_c * H / H_orig), floor(cx_c * W / W_orig))``, clipped to the grid.
 
 All functions are pure; nothing here reads files.
 """
@@ -43,6 +47,7 @@ import numpy as np
 from .base import Box, Mask, Polygon, Shape
 
 __all__ = [
+    "RASTERISATION",
     "RegionRaster",
     "ShapeError",
     "cell_centres",
@@ -55,6 +60,11 @@ __all__ = [
 ]
 
 
+#: The rule this module implements, recorded as the ``rasterisation`` attribute of each gt.zarr dataset
+#: group it writes (gt.zarr minor version 1; a group without the attribute used the per-region rule).
+RASTERISATION = "per-lesion"
+
+
 class ShapeError(ValueError):
     """A shape that cannot be rasterised: non-finite coordinates, a mask of the wrong size, ..."""
 
@@ -63,12 +73,12 @@ class ShapeError(ValueError):
 class RegionRaster:
     """A region on the evaluation grid.
 
-    ``mask`` is (H, W) bool, never empty; ``fallback`` is True when no cell centre fell inside
-    the native region and only the centroid cell is set.
+    ``mask`` is (H, W) bool, never empty; ``fallback`` counts the lesions that no cell centre fell
+    inside, each of which set only its centroid cell (0 when every lesion was hit by a centre).
     """
 
     mask: np.ndarray
-    fallback: bool
+    fallback: int
 
 
 def cell_centres(n_cells: int, n_native: int) -> np.ndarray:
@@ -211,10 +221,51 @@ def region_centroid(shapes: Sequence[Shape], orig_size: tuple[int, int]) -> tupl
     return _pixels_centroid(pixels) if pixels.any() else None
 
 
+def _centroid_cell(cx: float, cy: float, size: tuple[int, int], grid: tuple[int, int]) -> tuple[int, int]:
+    """The grid cell holding the native point (cx, cy), clipped to the grid."""
+    (h0, w0), (gh, gw) = size, grid
+    i = min(max(int(math.floor(cy * gh / h0)), 0), gh - 1)
+    j = min(max(int(math.floor(cx * gw / w0)), 0), gw - 1)
+    return i, j
+
+
+#: 8-connectivity: pixels touching at a corner belong to one lesion (a thin diagonal stroke stays one).
+_CONNECTIVITY = np.ones((3, 3), dtype=bool)
+
+
+def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Sample a native pixel mask at the grid's cell centres, lesion by lesion.
+
+    ``rows``/``cols`` are the native pixel indices of the cell centres. Returns the sampled (H, W) mask
+    and the area centroids (cx, cy) of the 8-connected components that no cell centre falls inside.
+    """
+    from scipy import ndimage  # only when a pixel shape is rasterised
+
+    sampled = m[np.ix_(rows, cols)]
+    labels, n = ndimage.label(m, structure=_CONNECTIVITY)
+    if n == 0:
+        return sampled, []
+    hit = np.zeros(n + 1, dtype=bool)
+    hit[labels[np.ix_(rows, cols)].ravel()] = True
+    missed = np.flatnonzero(~hit[1:]) + 1
+    if not len(missed):
+        return sampled, []
+    rr, cc = np.nonzero(m)
+    lab = labels[rr, cc]
+    count = np.bincount(lab, minlength=n + 1).astype(np.float64)
+    mean_c = np.bincount(lab, weights=cc, minlength=n + 1) / np.maximum(count, 1.0)
+    mean_r = np.bincount(lab, weights=rr, minlength=n + 1) / np.maximum(count, 1.0)
+    return sampled, [(float(mean_c[k] + 0.5), float(mean_r[k] + 0.5)) for k in missed]
+
+
 def rasterise_region(
     shapes: Sequence[Shape], orig_size: tuple[int, int], grid: tuple[int, int] = (224, 224)
 ) -> RegionRaster | None:
-    """Rasterise the union of ``shapes`` (native coordinates) onto an [H, W] grid.
+    """Rasterise the union of ``shapes`` (native coordinates) onto an [H, W] grid, lesion by lesion.
+
+    Each lesion (a box, a polygon, an 8-connected component of a mask) sets the cells whose centres
+    fall inside it, or, when none does, the one cell holding its own area centroid; the region is
+    the union over the lesions, so no lesion is lost at any grid.
 
     Parameters
     ----------
@@ -224,33 +275,41 @@ def rasterise_region(
 
     Returns
     -------
-    :class:`RegionRaster` with a non-empty (H, W) bool mask, or None when the native region is
-    empty (every box wholly outside the image, an all-zero mask): the caller decides what an
-    empty region means. Raises :class:`ShapeError` for malformed shapes.
+    :class:`RegionRaster` with a non-empty (H, W) bool mask and the number of lesions placed by the
+    centroid rule, or None when the native region is empty (every box wholly outside the image, an
+    all-zero mask): the caller decides what an empty region means. Raises :class:`ShapeError` for
+    malformed shapes.
     """
     size = _check_size(orig_size, grid)
     (h0, w0), (gh, gw) = size, (int(grid[0]), int(grid[1]))
-    boxes, pixels = _prepared(shapes, size)
     cx, cy = cell_centres(gw, w0), cell_centres(gh, h0)
+    # floor of a centre in [0, n) is a valid pixel index; int conversion floors non-negatives
+    rows, cols = cy.astype(np.int64), cx.astype(np.int64)
     out = np.zeros((gh, gw), dtype=bool)
-    for b in boxes:
-        out |= np.outer((cy >= b.y0) & (cy < b.y1), (cx >= b.x0) & (cx < b.x1))
-    if pixels is not None:
-        # floor of a centre in [0, n) is a valid index; int conversion floors non-negatives
-        out |= pixels[np.ix_(cy.astype(np.int64), cx.astype(np.int64))]
-    if out.any():
-        return RegionRaster(out, False)
-    if pixels is None:
-        if not boxes:
-            return None
-        ccx, ccy = _boxes_centroid(boxes)
-    else:
-        for b in boxes:
-            pixels |= _box_pixels(b, size)
-        if not pixels.any():
-            return None
-        ccx, ccy = _pixels_centroid(pixels)
-    i = min(max(int(math.floor(ccy * gh / h0)), 0), gh - 1)
-    j = min(max(int(math.floor(ccx * gw / w0)), 0), gw - 1)
-    out[i, j] = True
-    return RegionRaster(out, True)
+    centroids: list[tuple[float, float]] = []
+    for s in shapes:
+        if isinstance(s, Box):
+            b = clip_box(s, size)
+            if b is None:
+                continue
+            cells = np.outer((cy >= b.y0) & (cy < b.y1), (cx >= b.x0) & (cx < b.x1))
+            if cells.any():
+                out |= cells
+            else:  # a box's area centroid is its centre
+                centroids.append(((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2))
+            continue
+        if isinstance(s, Polygon):
+            m = _polygon_mask(s, size)
+            sampled = m[np.ix_(rows, cols)]
+            missed = [] if sampled.any() or not m.any() else [_pixels_centroid(m)]
+        elif isinstance(s, Mask):
+            sampled, missed = _pixel_lesions(load_mask(s, size), rows, cols)
+        else:
+            raise ShapeError(f"unknown shape type {type(s).__name__}")
+        out |= sampled
+        centroids += missed
+    for ccx, ccy in centroids:
+        out[_centroid_cell(ccx, ccy, size, (gh, gw))] = True
+    if not out.any():
+        return None
+    return RegionRaster(out, len(centroids))

@@ -552,3 +552,26 @@ def write_covid(root: Path, *, bad: bool = False) -> dict:
     for stem in with_jpg:
         write_jpg(base / f"{stem}.jpg", img)
     return {"image": img, "size": (h, w), "cons": cons, "ggo": ggo}
+
+
+# ------------------------------------------------------------------------------ lesions
+def components8(m: np.ndarray) -> list[list[tuple[int, int]]]:
+    """8-connected components of a small bool mask by breadth-first flood fill (independent of scipy)."""
+    seen = np.zeros(m.shape, bool)
+    comps = []
+    for r0, c0 in zip(*np.nonzero(m)):
+        if seen[r0, c0]:
+            continue
+        seen[r0, c0] = True
+        queue, comp = [(r0, c0)], []
+        while queue:
+            r, c = queue.pop()
+            comp.append((r, c))
+            for dr in (-1, 0, 1):
+                for dc in (-1, 0, 1):
+                    rr, cc = r + dr, c + dc
+                    if 0 <= rr < m.shape[0] and 0 <= cc < m.shape[1] and m[rr, cc] and not seen[rr, cc]:
+                        seen[rr, cc] = True
+                        queue.append((rr, cc))
+        comps.append(comp)
+    return comps

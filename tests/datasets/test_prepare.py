@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fixtures import components8
 
 from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, Mask, ReaderError, ReadProblem
 from xbench.extract.datasets.phantom import PhantomReader
@@ -77,13 +78,19 @@ def test_phantom_round_trip_matches_an_independent_computation(tmp_path):
         for c, cls in enumerate(reader.classes):
             assert gt.labels[i, c] == rec.labels[cls]
             if rec.labels[cls] == 1:
-                # oracle: the native mask sampled at the mapped cell centres (64 -> 16: pixel 4j + 2)
+                # oracle: each 8-connected blob of the native mask sampled at the mapped cell centres
+                # (64 -> 16: pixel 4j + 2), or its centroid's cell when no centre falls on it
                 native = rec.regions[cls][0].load()
-                expected = native[2::4, 2::4]
-                if not expected.any():  # a nodule smaller than a cell: its centroid's cell
-                    rows, cols = np.nonzero(native)
-                    expected[int((rows.mean() + 0.5) / 4), int((cols.mean() + 0.5) / 4)] = True
-                    n_fallback += 1
+                expected = np.zeros((16, 16), bool)
+                for blob in components8(native):
+                    own = np.zeros_like(native)
+                    own[tuple(np.array(blob).T)] = True
+                    if own[2::4, 2::4].any():
+                        expected |= own[2::4, 2::4]
+                    else:  # a nodule smaller than a cell: its centroid's cell
+                        rows, cols = np.array(blob).T
+                        expected[int((rows.mean() + 0.5) / 4), int((cols.mean() + 0.5) / 4)] = True
+                        n_fallback += 1
                 np.testing.assert_array_equal(pairs[(i, c)], expected)
             else:
                 assert (i, c) not in pairs
@@ -234,6 +241,21 @@ def test_lesion_smaller_than_a_cell_is_kept_by_the_centroid_rule(tmp_path):
     assert summary.n_fallback_regions == 1
     mask = np.asarray(read_ground_truth(tmp_path / "gt.zarr").datasets["chestx_det10"].region_mask[0])
     assert np.argwhere(mask).tolist() == [[8, 8]]  # centroid 20.5 * 16 / 40 = 8.2
+
+
+def test_ground_truth_records_the_per_lesion_rule(tmp_path):
+    # a small box beside a big sibling of the same finding keeps its own (centroid) cell, and the
+    # group says which rule made its masks (gt.zarr minor version 1)
+    cases = [good_case(0, regions={"A": [Box(0, 0, 20, 20), Box(30.2, 30.2, 30.8, 30.8)]})]
+    summary = prepare_dataset(FakeReader(cases=cases), tmp_path, workers=1, **SMALL)
+    assert summary.n_fallback_regions == 1
+    gt = read_ground_truth(tmp_path / "gt.zarr").datasets["chestx_det10"]
+    mask = np.asarray(gt.region_mask[0])
+    assert mask[12, 12] and mask[:8, :8].all()  # 30.5 * 16 / 40 = 12.2; the big box's 8 x 8 cells
+    assert mask.sum() == 65
+    import zarr
+
+    assert zarr.open_group(str(tmp_path / "gt.zarr"), mode="r")["chestx_det10"].attrs["rasterisation"] == "per-lesion"
 
 
 # ----------------------------------------------------------------------------------------------

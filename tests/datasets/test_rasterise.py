@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from fixtures import components8
 
 from xbench.extract.datasets.base import Box, Mask, Polygon
 from xbench.extract.datasets.rasterise import (
@@ -163,16 +164,28 @@ def test_malformed_shapes_raise(shape, message):
 
 
 def _oracle(boxes, masks, orig, grid):
-    """Slow reference: loop over cells and test the mapped centre against every shape."""
+    """Slow per-lesion reference: for each lesion, loop over cells and test the mapped centre; a lesion
+    no centre hits sets its own centroid cell. Returns (mask, number of lesions set by the centroid)."""
     (h0, w0), (gh, gw) = orig, grid
+    lesions = [(lambda cx, cy, b=b: b.x0 <= cx < b.x1 and b.y0 <= cy < b.y1,
+                ((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2)) for b in boxes]
+    for m in masks:
+        for comp in components8(m):
+            pix = set(comp)
+            centroid = (sum(c for _, c in comp) / len(comp) + 0.5, sum(r for r, _ in comp) / len(comp) + 0.5)
+            lesions.append((lambda cx, cy, pix=pix: (math.floor(cy), math.floor(cx)) in pix, centroid))
     out = np.zeros(grid, bool)
-    for i in range(gh):
-        for j in range(gw):
-            cx, cy = (j + 0.5) * w0 / gw, (i + 0.5) * h0 / gh
-            hit = any(b.x0 <= cx < b.x1 and b.y0 <= cy < b.y1 for b in boxes)
-            hit = hit or any(m[math.floor(cy), math.floor(cx)] for m in masks)
-            out[i, j] = hit
-    return out
+    n_fallback = 0
+    for inside, (ccx, ccy) in lesions:
+        own = np.zeros(grid, bool)
+        for i in range(gh):
+            for j in range(gw):
+                own[i, j] = inside((j + 0.5) * w0 / gw, (i + 0.5) * h0 / gh)
+        if not own.any():
+            own[min(int(ccy * gh / h0), gh - 1), min(int(ccx * gw / w0), gw - 1)] = True
+            n_fallback += 1
+        out |= own
+    return out, n_fallback
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -186,10 +199,110 @@ def test_random_regions_match_the_slow_oracle(seed):
         boxes.append(Box(x0, y0, x0 + rng.uniform(1, orig[1] / 2), y0 + rng.uniform(1, orig[0] / 2)))
     masks = [rng.random(orig) < 0.02]
     clipped = [clip_box(b, orig) for b in boxes]
-    expected = _oracle([b for b in clipped if b], masks, orig, grid)
+    expected, n_fallback = _oracle([b for b in clipped if b], masks, orig, grid)
     r = rasterise_region(boxes + [mask_shape(masks[0])], orig, grid)
-    if expected.any():
-        assert not r.fallback
-        np.testing.assert_array_equal(r.mask, expected)
-    else:
-        assert r.fallback and r.mask.sum() == 1
+    np.testing.assert_array_equal(r.mask, expected)
+    assert r.fallback == n_fallback
+
+
+def test_a_small_box_beside_a_big_sibling_keeps_its_own_cell():
+    # grid 5x5 on 10x10: centres 1, 3, ..., 9. The big box holds centres; the small one [5.2, 5.8)^2 holds
+    # none, and the per-region rule (version 1.0) dropped it because the region was non-empty.
+    big, small = Box(0, 0, 4, 4), Box(5.2, 5.2, 5.8, 5.8)
+    r = rasterise_region([big, small], (10, 10), (5, 5))
+    expected = cells((5, 5), (0, 0), (0, 1), (1, 0), (1, 1), (2, 2))  # small's centre (5.5, 5.5) -> cell 2
+    np.testing.assert_array_equal(r.mask, expected)
+    assert r.fallback == 1
+
+
+def test_each_missed_lesion_uses_its_own_centroid_not_the_unions():
+    # two tiny boxes far apart: the union's centroid (5, 5) lies on neither; each keeps its own cell
+    a, b = Box(0.2, 0.2, 0.8, 0.8), Box(9.2, 9.2, 9.8, 9.8)
+    r = rasterise_region([a, b], (10, 10), (5, 5))
+    np.testing.assert_array_equal(r.mask, cells((5, 5), (0, 0), (4, 4)))
+    assert r.fallback == 2
+
+
+def test_mask_components_are_lesions_and_diagonal_pixels_are_one():
+    m = np.zeros((1024, 1024), bool)
+    m[500, 700] = True  # no centre floors to row/column 700 (see above): missed, centroid cell (109, 153)
+    m[501, 701] = True  # touches the first at a corner: the same lesion
+    m[100:140, 100:140] = True  # a big component hit by centres
+    m[900, 300] = True  # an isolated pixel, missed: centroid (300.5, 900.5) -> cell (196, 65)
+    r = rasterise_region([mask_shape(m)], (1024, 1024), (224, 224))
+    assert r.fallback == 2
+    big = rasterise_region([mask_shape(np.pad(m[100:140, 100:140], ((100, 884), (100, 884))))],
+                           (1024, 1024), (224, 224))
+    assert not big.fallback
+    # the diagonal pair's centroid (701, 501) -> (floor(501 * 224/1024), floor(701 * 224/1024)) = (109, 153)
+    np.testing.assert_array_equal(r.mask, big.mask | cells((224, 224), (109, 153), (196, 65)))
+
+
+def test_polygons_are_lesions_each():
+    tri_a = Polygon(((42, 42), (44, 42), (43, 44)))  # between centres 5, 15, ..., 95: centroid cell (4, 4)
+    tri_b = Polygon(((72, 12), (74, 12), (73, 14)))  # likewise, centroid cell (1, 7)
+    r = rasterise_region([tri_a, Box(0, 0, 10, 10), tri_b], (100, 100), (10, 10))
+    np.testing.assert_array_equal(r.mask, cells((10, 10), (0, 0), (4, 4), (1, 7)))
+    assert r.fallback == 2
+
+
+def _write_det10_like(root, rng, n_cases=120):
+    """A ChestX-Det10-shaped test split (1024 x 1024, xyxy boxes, several boxes per finding, box sides
+    log-uniform from 3 to 400 px as in the real test split's nodules, calcifications and effusions)."""
+    import json
+
+    syms = ["Nodule", "Calcification", "Mass", "Fracture", "Effusion"]
+    items = []
+    (root / "test_data").mkdir(parents=True)
+    for k in range(n_cases):
+        names, boxes = [], []
+        for sym in rng.choice(syms, size=int(rng.integers(1, 4)), replace=False):
+            for _ in range(int(rng.integers(1, 6))):
+                w, h = np.exp(rng.uniform(np.log(3), np.log(400), 2))
+                x0, y0 = rng.uniform(0, 1024 - w), rng.uniform(0, 1024 - h)
+                names.append(str(sym))
+                boxes.append([round(x0), round(y0), round(x0 + w), round(y0 + h)])
+        items.append({"file_name": f"{50000 + k}.png", "syms": names, "boxes": boxes})
+        (root / "test_data" / f"{50000 + k}.png").write_bytes(b"")  # records() only indexes the files
+    (root / "test.json").write_text(json.dumps(items))
+
+
+def _own_cells(b, orig, grid):
+    """Cells whose centres a box holds (vectorised form of the oracle's test)."""
+    (h0, w0), (gh, gw) = orig, grid
+    cy = (np.arange(gh) + 0.5) * h0 / gh
+    cx = (np.arange(gw) + 0.5) * w0 / gw
+    return np.outer((cy >= b.y0) & (cy < b.y1), (cx >= b.x0) & (cx < b.x1))
+
+
+def test_no_box_is_lost_on_chestx_det10_shaped_data_at_coarse_grids(tmp_path):
+    from xbench.extract.datasets.chestx_det10 import ChestXDet10Reader
+
+    _write_det10_like(tmp_path, np.random.default_rng(14))
+    reader = ChestXDet10Reader(tmp_path)
+    records = reader.records()
+    assert reader.problems == [] and len(records) == 120
+    lost_by_the_old_rule = {}
+    for grid in ((224, 224), (56, 56), (14, 14), (7, 7)):
+        lost_by_the_old_rule[grid[0]] = 0
+        for rec in records:
+            for shapes in rec.regions.values():
+                region = rasterise_region(shapes, rec.orig_size, grid).mask
+                union = np.zeros(grid, bool)
+                n_missed = 0
+                for b in shapes:
+                    own = _own_cells(b, rec.orig_size, grid)
+                    union |= own
+                    if own.any():
+                        assert region[own].all()
+                    else:  # the box keeps its own centroid cell
+                        n_missed += 1
+                        ccx, ccy = (b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2
+                        assert region[int(ccy * grid[0] / 1024), int(ccx * grid[1] / 1024)]
+                # nothing else is set: the region is the centre-hit cells plus one cell per missed box
+                assert region.sum() - union.sum() <= n_missed
+                if union.any():
+                    lost_by_the_old_rule[grid[0]] += n_missed
+    # the data exercises the case the per-region rule got wrong, more so as the grid coarsens
+    assert lost_by_the_old_rule[224] < lost_by_the_old_rule[56] < lost_by_the_old_rule[14]
+    assert lost_by_the_old_rule[14] > 20

@@ -1,7 +1,7 @@
 """The fused grounding kernel against a straightforward NumPy float64 reference, bit for bit.
 
-The kernel (``count_pairs_into`` / ``grounding_counts``) never materialises the normalised map: it keeps
-per-column minima and maxima, recomputes each bilinear row, bins it with a fast floor guess and an exact
+The kernel (``count_pairs_into`` / ``grounding_counts``) never materialises the normalised map: it finds the
+extremes by bounding runs of rows and evaluating only the run-columns that can hold them, recomputes each bilinear row, bins it with a fast floor guess and an exact
 fallback near thresholds, and finds the first argmax inside that fallback. Every one of those shortcuts must
 give exactly what the plain definition gives, so this file holds them to it on many random, quantised,
 constant and tied maps, on the bilinear and area paths, and on square and non-square grids.
@@ -194,3 +194,58 @@ def test_values_one_float32_step_from_thresholds():
     mask[0, 0, ::3] = True
     _check(maps, mask)
     _check(maps.reshape(1, 1, -1)[:, :, :60].reshape(1, 6, 10), np.ones((1, 24, 40), bool))
+
+
+def _plateau_and_rounding_maps(rng, P, shape, dtype):
+    """Maps whose extremes are hard for a bound-and-prune search: ReLU'd maps (a plateau of zeros at the
+    minimum, as Grad-CAM gives), clipped maps (a plateau at the maximum), values one float step apart at high
+    magnitude (the extremes decided by rounding), and float16's whole dynamic range in one map."""
+    maps = np.empty((P, *shape), np.float64)
+    for p in range(P):
+        kind = p % 4
+        x = rng.standard_normal(shape)
+        if kind == 0:
+            maps[p] = np.maximum(x, 0.0)
+        elif kind == 1:
+            maps[p] = np.minimum(x, 0.3) * 1e3
+        elif kind == 2:
+            base = np.float32(rng.choice([1.0, 3000.0, -6e4]))
+            maps[p] = np.nextafter(base, np.float32(np.inf) * np.sign(x)).astype(np.float64) * (np.abs(x) > 0.5) + \
+                base * (np.abs(x) <= 0.5)
+        else:
+            maps[p] = rng.choice([65504.0, -65504.0, 6e-8, -6e-8, 0.0, 1.0, -1.0], size=shape)
+    return maps.astype(dtype)
+
+
+@pytest.mark.parametrize("shape,grid", [((14, 14), (224, 224)), ((5, 9), (37, 53)), ((13, 3), (40, 24)),
+                                        ((1, 6), (9, 30)), ((30, 5), (12, 12)), ((7, 7), (15, 64))])
+def test_extremes_of_plateaus_and_rounding_bound_maps(shape, grid):
+    # the min and max come from a search that evaluates only the run-columns whose bounds can beat the best
+    # so far; these maps put the extremes on plateaus, on one-ulp differences and on huge dynamic ranges
+    rng = np.random.default_rng(sum(shape) * 31 + sum(grid))
+    P = 4 if grid == (224, 224) else 12
+    maps = _plateau_and_rounding_maps(rng, P, shape, np.float32)
+    _check(maps, _masks(rng, P, grid))
+    _check(_plateau_and_rounding_maps(rng, P, shape, np.float16), _masks(rng, P, grid))
+
+
+def test_bilinear_extremes_equal_the_full_min_and_max():
+    # the pruned search itself against np.min / np.max of the whole resized map, on many shapes and seeds
+    rng = np.random.default_rng(77)
+    for trial in range(150):
+        shape = tuple(int(v) for v in rng.integers(1, 16, 2))
+        grid = tuple(int(v) for v in rng.integers(1, 60, 2))
+        plan = K.resize_plan(shape, grid)
+        if plan.area:
+            continue
+        kind = trial % 3
+        x = rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e4])
+        m = (np.maximum(x, 0) if kind == 0 else np.round(x) if kind == 1 else x).astype(np.float32)
+        tmp = np.empty((shape[0], grid[1]))
+        K._width_pass(m, plan.col_idx, plan.col_w, tmp)
+        starts = np.empty(grid[0] + 1, np.int64)
+        G = K._row_runs(plan.row_idx, starts)
+        assert starts[0] == 0 and starts[G] == grid[0] and (np.diff(starts[:G + 1]) > 0).all()
+        lo, hi = np.empty((G, grid[1])), np.empty((G, grid[1]))
+        r = _resize(m, grid)
+        assert K._bilinear_extremes(tmp, plan.row_idx, plan.row_w, starts, G, lo, hi) == (r.min(), r.max())

@@ -132,6 +132,11 @@ def test_wrong_inputs_say_how_to_fix():
         K.grounding_counts(np.zeros((1, 2, 2), np.float32), np.ones((1, 2, 2)))
     with pytest.raises(ValueError, match="same P"):
         K.grounding_counts(np.zeros((2, 2, 2), np.float32), np.ones((1, 2, 2), bool))
+    for bad in (np.nan, np.inf, -np.inf):
+        maps = np.zeros((2, 3, 3), np.float32)
+        maps[1, 2, 0] = bad
+        with pytest.raises(ValueError, match="finite"):
+            K.grounding_counts(maps, np.ones((2, 6, 6), bool))
 
 
 def test_chunking_does_not_change_results():

@@ -1,0 +1,24 @@
+"""pandas and pyarrow are imported only when something is written (they cost 0.3-1 s of start-up)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_scorer_modules_do_not_import_pandas_or_pyarrow():
+    code = ("import sys\n"
+            "import xbench.score.cli, xbench.score.scoring, xbench.score.outputs, xbench.score.bootstrap\n"
+            "import xbench.score.warm\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_building_a_table_still_imports_pandas():
+    code = ("import sys\n"
+            "from xbench.score.scoring import pairs_table\n"
+            "t = pairs_table({}, {})\n"
+            "print(type(t).__module__.split('.')[0], 'pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["pandas", "True"]
