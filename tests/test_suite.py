@@ -38,7 +38,7 @@ def _write(tmp_path: Path, data: dict, name: str = "suite.yaml") -> Path:
 def _invoke(*args):
     from click.testing import CliRunner
 
-    return CliRunner().invoke(S.run, [str(a) for a in args])
+    return CliRunner().invoke(S.run, [str(a) for a in args], prog_name="xbench run")
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -69,7 +69,7 @@ def test_bad_suite_exits_2_one_line_per_problem_no_traceback(tmp_path):
     res = _invoke(_write(tmp_path, {"datasets": {"nosuch": {}}, "models": []}), "--dry-run")
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
-    assert len(lines) == 2 and all(ln.startswith("xbench run: ") for ln in lines)
+    assert len(lines) == 2 and all(ln.startswith("xbench run: error: ") for ln in lines)
     assert "Traceback" not in res.output
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("datasets: [unclosed\n")

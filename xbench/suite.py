@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import click
+
+from xbench.schemas._cli import RESUME_HINT, UserError, command
 
 __all__ = ["Suite", "SuiteError", "Step", "load_suite", "parse_suite", "plan_steps", "run_suite", "run",
            "tree_digest", "DigestCache", "extract_argv"]
@@ -941,7 +942,7 @@ def _print_plan(result: RunResult, suite: Suite) -> None:
         click.echo(f"  {r['step']:<{width}}  {r['status']:<6}  {r['reason']}{mark}")
 
 
-@click.command("run", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@command("run", on_interrupt=RESUME_HINT)
 @click.argument("suite_file", metavar="SUITE.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: the suite's `out`).")
@@ -970,16 +971,8 @@ def run(suite_file, out, limit, dry_run, only, quiet, as_json):
     try:
         suite = load_suite(suite_file)
         result = run_suite(suite, out=out, limit=limit, dry_run=dry_run, only=only, progress=not (quiet or as_json), say=say)
-    except SuiteError as e:
-        for line in e.problems:
-            click.echo(f"xbench run: {line}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("xbench run: interrupted; run the same command again to resume", err=True)
-        sys.exit(130)
-    except Exception as e:  # noqa: BLE001 - one line, not a traceback
-        click.echo(f"xbench run: {type(e).__name__}: {' '.join(str(e).split())}", err=True)
-        sys.exit(1)
+    except SuiteError as e:  # invalid input: exit 2, one line per problem (the CLI layer prints them)
+        raise UserError(e.problems) from None
     if as_json:
         click.echo(json.dumps({"run_dir": str(result.run_dir), "dry_run": dry_run, "steps": result.steps,
                                "leaderboard": result.leaderboard, "problems": result.problems,
@@ -987,9 +980,11 @@ def run(suite_file, out, limit, dry_run, only, quiet, as_json):
     elif dry_run:
         _print_plan(result, suite)
     if dry_run:
-        for line in result.problems:
-            click.echo(f"xbench run: {line}", err=True)
-        sys.exit(2 if result.problems else 0)
+        if result.problems and as_json:  # the JSON above already lists them
+            click.get_current_context().exit(2)
+        if result.problems:
+            raise UserError(result.problems)
+        return
     if not as_json:
         if result.leaderboard:
             click.echo(format_leaderboard(result.leaderboard))
