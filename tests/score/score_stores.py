@@ -101,3 +101,15 @@ def make_submission(path, gt: dict[str, GTData], *, seed=1, map_shape=(7, 5), sc
             w.write_block(name, b, d.scores[s:e], d.saliency[s:e])
     w.finish()
     return data
+
+
+def run_score_cli(args, capsys):
+    """Run ``xbench-score`` in-process: (exit code, stdout, stderr)."""
+    import pytest
+
+    from xbench.score.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in args])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err

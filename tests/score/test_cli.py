@@ -12,16 +12,11 @@ import pandas as pd
 import pytest
 import zarr
 
-from score_stores import make_gt, make_submission
-from xbench.score.cli import main
+from score_stores import make_gt, make_submission, run_score_cli
 from xbench.score.counts import load_pair_counts
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+run = run_score_cli
 
 
 @pytest.fixture(scope="module")

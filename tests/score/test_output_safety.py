@@ -11,17 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from score_stores import make_gt, make_submission
+from score_stores import make_gt, make_submission, run_score_cli
 from xbench.schemas.store import store_sha256
-from xbench.score.cli import main
 from xbench.score.tables import csv_cell, md_cell, to_markdown, write_table
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+run = run_score_cli
 
 
 @pytest.fixture(scope="module")
