@@ -550,7 +550,7 @@ def evaluate(steps: Sequence[Step], record: Mapping, run_dir: Path, cache: Diges
         elif rec:
             states[s.id] = StepState("run", "inputs or options changed", fp)
         else:
-            states[s.id] = StepState("run", "not run yet", fp)
+            states[s.id] = StepState("run", "first run", fp)
     return states
 
 
