@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from score_stores import make_gt, make_submission
+from score_stores import make_gt, make_submission, run_score_cli
 from xbench.schemas import InvalidStoreError, read_ground_truth, validate_submission
 from xbench.schemas.store import open_store_group, store_sha256
-from xbench.score.cli import main
 from xbench.score.scoring import score_submission
 
 pytest.importorskip("aiohttp", reason="the remote extra (fsspec over HTTP) is not installed")
@@ -55,11 +54,7 @@ def http_server(folder):
         thread.join(timeout=10)
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+run = run_score_cli
 
 
 def test_scoring_over_http_matches_scoring_the_local_folders(stores, tmp_path, capsys):
