@@ -29,7 +29,6 @@ from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, rea
 from . import distributed
 from .models import create_adapter
 from .pipeline import PRECISIONS, BlockWriter, compute_block
-from .pipeline import autocast as _autocast  # noqa: F401 - the name benchmarks and callers use
 
 
 @dataclass
@@ -111,12 +110,6 @@ def software_versions() -> dict:
         except PackageNotFoundError:
             pass
     return out
-
-
-def run_block(adapter, images: torch.Tensor, sizes: torch.Tensor, batch_size: int, device: torch.device,
-              precision: str) -> tuple[np.ndarray, np.ndarray]:
-    """Scores (n, C) float32 and maps (n, C, h, w) float32 of one block, in micro-batches."""
-    return compute_block(adapter, images, sizes, batch_size, device, precision).result()
 
 
 def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> dict:

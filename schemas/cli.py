@@ -12,6 +12,7 @@ import click
 
 from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
                    store_kind_problem)
+from .errors import Problem
 
 @command()
 @click.argument("store", type=click.Path(path_type=Path))
