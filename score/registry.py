@@ -58,6 +58,7 @@ __all__ = [
     "tau_keys",
     "tau_map",
     "pair_columns",
+    "table_metrics",
     "lesion_size",
 ]
 
@@ -153,7 +154,8 @@ class Metric:
     key: metrics.json name; title: long name (report captions); short: column title; fmt: "percent" (a
     fraction printed x100) or "number"; summary: enters the dataset summary (mean over the classes where it
     is defined); overall: enters the overall mean over datasets; pair_column: a pairs-table column of the
-    per-pair value at the metric's threshold; stratum/base: for a metric restricted to one lesion-size
+    per-pair value at the metric's threshold; column: its header in xbench-score's tables (default
+    ``short``); stratum/base: for a metric restricted to one lesion-size
     stratum, the stratum name and the unrestricted metric's key (tables group them); warn: warn when the
     class has no positive pair (strata stay quiet: most classes lack some size); minor: the metrics.json
     schema minor version that added it.
@@ -172,6 +174,7 @@ class Metric:
     summary: bool = True
     overall: bool = True
     pair_column: bool = False
+    column: str | None = None
     stratum: str | None = None
     base: str | None = None
     warn: bool = True
@@ -249,6 +252,24 @@ def tau_map(taus) -> dict[str, int]:
     return dict(taus) if isinstance(taus, Mapping) else dict(zip(tau_keys(), taus))
 
 
+def table_metrics(group: Literal["paper", "other", "lesion_size", "recognition"]) -> list[Metric]:
+    """The summary metrics a table shows: ``"paper"`` the contract's five grounding metrics, ``"other"`` every
+    other grounding metric but the lesion-size strata, ``"lesion_size"`` the strata (by stratum, then metric),
+    ``"recognition"`` the recognition and dataset-level metrics."""
+    ground = [m for m in metrics("grounding") if m.summary]
+    if group == "paper":
+        return [m for m in ground if m.minor == 0 and m.stratum is None and m.key in _PAPER]
+    if group == "other":
+        return [m for m in ground if m.stratum is None and m.key not in _PAPER]
+    if group == "lesion_size":
+        return sorted((m for m in ground if m.stratum is not None),
+                      key=lambda m: ([s for s, _, _ in LESION_SIZES].index(m.stratum), list(REGISTRY).index(m.key)))
+    return [m for m in metrics("recognition") + metrics("dataset") if m.summary]
+
+
+_PAPER = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
+
+
 def pair_columns() -> tuple[str, ...]:
     return tuple(m.key for m in metrics("grounding") if m.pair_column)
 
@@ -314,7 +335,7 @@ for _m in (
     Metric("auroc", "AUROC", "AUROC", "recognition", _auroc),
     Metric("auprc", "AUPRC (average precision)", "AUPRC", "recognition", _auprc),
     Metric("f1", "F1 of the positive class", "F1", "recognition", _f1),
-    Metric("accuracy", "Accuracy", "Acc", "recognition", _accuracy),
+    Metric("accuracy", "Accuracy", "Acc", "recognition", _accuracy, column="Accuracy"),
     Metric("hamming_accuracy", "Hamming accuracy", "Hamming", "dataset", _hamming),
 ):
     register(_m)

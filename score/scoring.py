@@ -48,6 +48,7 @@ __all__ = [
     "region_mask_problems",
     "metrics_from_counts",
     "pairs_table",
+    "pair_table_columns",
     "iter_pairs_tables",
     "write_pairs_parquet",
     "thresholds_from_metrics",
@@ -503,9 +504,15 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     return metrics, per_pair_all
 
 
-PAIR_COLUMNS = ["dataset", "case_id", "class", "label", "probability", "predicted", "has_region", "region_pixels",
-                "hit", "dice_fixed", "iou_fixed", "dice_best", "iou_best"]
-_PAIR_VALUES = ("dice_fixed", "iou_fixed", "dice_best", "iou_best")
+_PAIR_BASE = ["dataset", "case_id", "class", "label", "probability", "predicted", "has_region", "region_pixels", "hit"]
+#: The pairs-table columns of the contract's metrics; :func:`pair_table_columns` adds any registered later.
+PAIR_COLUMNS = _PAIR_BASE + ["dice_fixed", "iou_fixed", "dice_best", "iou_best"]
+
+
+def pair_table_columns() -> list[str]:
+    """The pairs-table columns: the pair's identity and counts, then one per registered metric with
+    ``pair_column`` (its per-pair value at the metric's threshold; NaN where the metric does not select the pair)."""
+    return _PAIR_BASE + list(R.pair_columns())
 
 
 class _DatasetPairs:
@@ -521,10 +528,10 @@ class _DatasetPairs:
         # the row in the pair arrays of each (case, class), -1 where it has no region
         self.pair_of = np.full(dc.labels.shape, -1, np.int64)
         self.pair_of[dc.pair_case, dc.pair_class] = np.arange(dc.pair_case.size)
-        self.values = {key: np.full(dc.pair_case.size, np.nan) for key in _PAIR_VALUES}
+        self.values = {key: np.full(dc.pair_case.size, np.nan) for key in R.pair_columns()}
         for pp in per_pair.values():
             if pp:
-                for key in _PAIR_VALUES:
+                for key in self.values:
                     self.values[key][pp["idx"]] = pp[key]
 
     def rows(self, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -545,7 +552,7 @@ def _frame(data: dict) -> pd.DataFrame:
     import pandas as pd
 
     data["hit"] = pd.arrays.BooleanArray(data["hit"], ~data["has_region"])
-    return pd.DataFrame(data, columns=PAIR_COLUMNS, copy=False)
+    return pd.DataFrame(data, columns=pair_table_columns(), copy=False)
 
 
 def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapping[int, dict]]) -> pd.DataFrame:
@@ -562,7 +569,7 @@ def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapp
 
     names = sorted(counts)
     if not names:
-        return pd.DataFrame(columns=PAIR_COLUMNS)
+        return pd.DataFrame(columns=pair_table_columns())
     parts = [(name, _DatasetPairs(counts[name], per_pair.get(name, {})).rows()) for name in names]
     data = {k: np.concatenate([cols[k] for _, (_, _, cols) in parts]) for k in parts[0][1][2]}
     # categories must be unique: case ids (and class names) may repeat across datasets
@@ -609,7 +616,7 @@ def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCou
     schema = pa.schema([("dataset", label), ("case_id", label), ("class", label), ("label", pa.int8()),
                         ("probability", pa.float64()), ("predicted", pa.bool_()), ("has_region", pa.bool_()),
                         ("region_pixels", pa.int64()), ("hit", pa.bool_()),
-                        *[(k, pa.float64()) for k in _PAIR_VALUES]])
+                        *[(k, pa.float64()) for k in R.pair_columns()]])
     writer = None
     try:
         for frame in iter_pairs_tables(counts, per_pair, max_rows=max_rows):
@@ -618,10 +625,9 @@ def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCou
                 writer = pq.ParquetWriter(str(path), table.schema)
             writer.write_table(table)
         if writer is None:  # no dataset: an empty table with the columns
-            pq.write_table(pa.Table.from_pandas(pd.DataFrame(columns=PAIR_COLUMNS).astype(
-                {k: f for k, f in zip(PAIR_COLUMNS[3:], ["int8", "float64", "bool", "bool", "int64", "boolean",
-                                                          "float64", "float64", "float64", "float64"])}),
-                preserve_index=False), str(path))
+            types = ["int8", "float64", "bool", "bool", "int64", "boolean"] + ["float64"] * len(R.pair_columns())
+            pq.write_table(pa.Table.from_pandas(pd.DataFrame(columns=pair_table_columns()).astype(
+                dict(zip(pair_table_columns()[3:], types))), preserve_index=False), str(path))
     finally:
         if writer is not None:
             writer.close()
@@ -748,7 +754,8 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     t0 = time.perf_counter()
     gt_sha256 = gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
-    header = {"schema": 1, "version": __version__, "gt_sha256": gt_sha256, "submission": dict(sub.attrs),
+    header = {"schema": 1, "schema_minor": max(m.minor for m in R.metrics()), "version": __version__,
+              "gt_sha256": gt_sha256, "submission": dict(sub.attrs),
               "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                             "level": 0.95, "resampling": "cases within each dataset"},
               "thresholds": "transferred" if thresholds is not None else "searched per class (0.00..1.00, step 0.01)",

@@ -8,6 +8,8 @@ CSV and ``–`` in Markdown.
 - :func:`grounding_table` — Table 1: datasets x (Point, Dice, IoU), best-threshold Dice/IoU.
 - :func:`pointing_table` — Tables 2-5: per-class pointing game of one dataset, with the class mean first.
 - :func:`recognition_table` — AUROC, AUPRC, F1, accuracy and Hamming accuracy per dataset.
+- :func:`metric_table` — any group of registered metrics per dataset (:func:`xbench.score.registry.table_metrics`):
+  grounding by lesion size, and the grounding metrics beyond the paper's.
 - :func:`write_tables` — all of them into a folder (``<stem>.csv`` and ``<stem>.md``).
 """
 
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from . import registry as R
 
 __all__ = ["DATASET_TITLES", "csv_cell", "dataset_order", "grounding_table", "md_cell", "pointing_table",
            "recognition_table", "to_markdown", "write_table", "write_tables"]
@@ -58,6 +62,11 @@ DATASET_TITLES = {
 
 def _pct(v) -> float:
     return np.nan if v is None else 100.0 * float(v)
+
+
+def _shown(m, v) -> float:
+    """A value as the tables print it: percent for a fraction metric, as is for a number."""
+    return _pct(v) if m.fmt == "percent" else (np.nan if v is None else float(v))
 
 
 def dataset_order(results: Mapping[str, dict]) -> list[str]:
@@ -103,15 +112,24 @@ def pointing_table(results: Mapping[str, dict], dataset: str) -> pd.DataFrame:
 
 def recognition_table(results: Mapping[str, dict]) -> pd.DataFrame:
     """Recognition per (method, dataset): AUROC, AUPRC, F1, Accuracy, Hamming (percent)."""
-    keys = (("AUROC", "auroc"), ("AUPRC", "auprc"), ("F1", "f1"), ("Accuracy", "accuracy"),
-            ("Hamming", "hamming_accuracy"))
+    return metric_table(results, "recognition")
+
+
+def _column(m) -> str:
+    return m.column or (f"{m.stratum} {R.metric(m.base).column or R.metric(m.base).short}" if m.stratum else m.short)
+
+
+def metric_table(results: Mapping[str, dict], group: str) -> pd.DataFrame:
+    """A group of registered metrics (:func:`xbench.score.registry.table_metrics`) per (method, dataset),
+    with each method's overall mean last (percent for fraction metrics)."""
+    keys = [(_column(m), m) for m in R.table_metrics(group)]
     rows, index = [], []
     for label, m in results.items():
         for d in dataset_order({label: m}):
             s = m["datasets"][d]["summary"]
-            rows.append({t: _pct(s.get(k)) for t, k in keys})
+            rows.append({t: _shown(mm, s.get(mm.key)) for t, mm in keys})
             index.append((label, DATASET_TITLES.get(d, d)))
-        rows.append({t: _pct(m.get("overall", {}).get(k)) for t, k in keys})
+        rows.append({t: _shown(mm, m.get("overall", {}).get(mm.key)) for t, mm in keys})
         index.append((label, "Mean"))
     return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["Method", "Dataset"]),
                         columns=[t for t, _ in keys])
@@ -159,4 +177,14 @@ def write_tables(results: Mapping[str, dict], out_dir: str | os.PathLike) -> lis
     for d in dataset_order(results):
         paths += write_table(pointing_table(results, d), out_dir, f"table_pointing_{d}")
     paths += write_table(recognition_table(results), out_dir, "table_recognition")
+    for group, stem in (("lesion_size", "table_lesion_size"), ("other", "table_grounding_more")):
+        if _present(results, group):
+            paths += write_table(metric_table(results, group), out_dir, stem)
     return paths
+
+
+def _present(results: Mapping[str, dict], group: str) -> bool:
+    """True when some result has a value (or null) of a metric of ``group``: a metrics.json written before the
+    metric existed gets no empty table."""
+    keys = {m.key for m in R.table_metrics(group)}
+    return any(keys & set(m.get("overall", {})) for m in results.values())

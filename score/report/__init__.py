@@ -161,7 +161,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     from . import figures as F
     from .html import render_html
-    from .tables import grounding_fixed_table, grounding_table, per_class_table, recognition_table
+    from .tables import extra_tables, grounding_fixed_table, grounding_table, per_class_table, recognition_table
 
     out = Path(out_dir)
     results = load_results([Path(p) for p in result_dirs])
@@ -182,7 +182,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
 
     main_tables = [grounding_table(results, computed), grounding_fixed_table(results, computed),
-                   recognition_table(results, computed)]
+                   recognition_table(results, computed)] + extra_tables(results, computed)
     from .tables import dataset_order
 
     per_class = [per_class_table(results, d, m, computed) for d in dataset_order(results) for m in PER_CLASS_METRICS]
@@ -192,7 +192,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     files: dict[str, list[str]] = {"tables": [], "figures": [], "overlays": []}
     names = {"per_class": NameTable(), "overlays": NameTable()}  # data-derived file names -> the map in report.json
     csv_names = {"grounding": "leaderboard.csv", "grounding_fixed": "grounding_fixed.csv",
-                 "recognition": "recognition.csv"}
+                 "recognition": "recognition.csv", "lesion_size": "lesion_size.csv",
+                 "other": "grounding_more.csv"}
     for t in main_tables:
         files["tables"].append(str(_write_text(out / csv_names[t.key], t.to_csv()).relative_to(out)))
     for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised

@@ -139,7 +139,10 @@ def paired_bootstrap(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     reps_a, point_a = _replicates(a, datasets, n_boot, seed, cache)
     reps_b, point_b = _replicates(b, datasets, n_boot, seed, cache)
     table = BS.paired_differences(reps_a, reps_b, point_a, point_b, per_class=per_class)
+    # only metrics both metrics.json files report: a result scored before a metric was registered does not
+    # grow comparisons of it (its metrics.json has no value to compare with)
+    known = set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))
     return [ComparisonRow(_name(r["dataset"]) or "overall", _name(r["class"]), r["metric"],
                           _opt(r["a"]), _opt(r["b"]), _opt(r["diff"]), _opt(r["diff_lo"]), _opt(r["diff_hi"]),
                           _opt(r["p_value"]), int(r["n_valid"]))
-            for r in table.to_dict("records")]
+            for r in table.to_dict("records") if r["metric"] in known]

@@ -16,6 +16,7 @@ import html
 import io
 from dataclasses import dataclass, field
 
+from xbench.score import registry as R
 from xbench.score import tables as score_tables
 from xbench.score.tables import DATASET_TITLES, csv_cell, md_cell
 
@@ -31,22 +32,26 @@ __all__ = [
     "grounding_table",
     "grounding_fixed_table",
     "recognition_table",
+    "extra_tables",
     "per_class_table",
     "mark_columns",
 ]
 
-METRIC_TITLES = {
-    "pointing_game": "Point",
-    "dice_best": "Dice",
-    "iou_best": "IoU",
-    "dice_fixed": "Dice@0.5",
-    "iou_fixed": "IoU@0.5",
-    "auroc": "AUROC",
-    "auprc": "AUPRC",
-    "f1": "F1",
-    "accuracy": "Acc",
-    "hamming_accuracy": "Hamming",
-}
+class _Titles(dict):
+    """{metric key: short title}, read from the registry on every lookup (a metric registered later shows)."""
+
+    def get(self, key, default=None):
+        m = R.REGISTRY.get(key)
+        return m.short if m is not None else default
+
+    def __getitem__(self, key):
+        return R.REGISTRY[key].short
+
+    def __contains__(self, key):
+        return key in R.REGISTRY
+
+
+METRIC_TITLES = _Titles()
 
 
 @dataclass
@@ -296,3 +301,22 @@ def per_class_table(results, dataset: str, metric: str, computed=None) -> Table:
         cells += [Cell(value_of(r, dataset, metric, c), ci_of(r, dataset, metric, c, comp)) for c in classes]
         t.rows[r.name] = cells
     return mark_columns(t)
+
+
+def extra_tables(results, computed=None) -> list[Table]:
+    """Tables of registered metrics beyond the paper's, each only when some result holds its metrics:
+    grounding by lesion size, then any other grounding metric."""
+    out = []
+    groups = _groups(results)
+    for group, title, caption in (
+            ("lesion_size", "Grounding by lesion size",
+             "Pointing game and Dice/IoU at each class's best threshold over the positive pairs whose region "
+             "covers < 1 % (small), 1-10 % (medium) or >= 10 % (large) of the image; mean over the classes "
+             "with such a region, percent."),
+            ("other", "More grounding metrics", "Registered grounding metrics beyond the paper's, percent.")):
+        ms = R.table_metrics(group)
+        if not ms or not any(value_of(r, "overall", ms[0].key) is not None or
+                             ms[0].key in r.metrics.get("overall", {}) for r in results):
+            continue
+        out.append(_table(results, title, group, groups, [m.key for m in ms], computed, caption))
+    return out
