@@ -343,12 +343,13 @@ for _m in (
 
 # ---------------------------------------------------------------------------------- lesion size
 #: Lesion-size strata by the region's share of the grid, |R| / (H W): (name, lower bound, upper bound),
-#: lower bound inclusive. 1 % and 10 % of the image: at 224 x 224 a "small" region is under 502 cells
-#: (a box of about 22 x 22 cells, 1/10 of the image side), a "large" one at least 5,018 cells (about a
-#: third of the side squared: a lobe, an effusion, the heart). COCO's cut-offs (32^2 and 96^2 pixels of a
-#: ~640 x 480 image) are 0.33 % and 3 %; chest X-ray findings are larger (see docs/contract.md).
-LESION_SIZES: tuple[tuple[str, float, float], ...] = (("small", 0.0, 0.01), ("medium", 0.01, 0.10),
-                                                      ("large", 0.10, np.inf))
+#: lower bound inclusive: small < 1 %, medium 1-5 %, large >= 5 % of the image (the report's region-size
+#: figure uses the same edges). At 224 x 224 a small region is under 502 cells (a box of about 22 x 22 cells,
+#: a nodule, a fracture, a small pneumothorax), a large one at least 2,509 cells (about 50 x 50: an effusion,
+#: a lobar consolidation, the heart). COCO's cut-offs (32^2 and 96^2 pixels of a ~640 x 480 image) are
+#: 0.33 % and 3 %; chest X-ray findings run larger, and at a 14 x 14 grid one cell is already 0.5 %.
+LESION_SIZES: tuple[tuple[str, float, float], ...] = (("small", 0.0, 0.01), ("medium", 0.01, 0.05),
+                                                      ("large", 0.05, np.inf))
 
 
 def lesion_size(region_pixels, grid: tuple[int, int]) -> np.ndarray:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from xbench.score import registry as R
 from xbench.score.tables import DATASET_TITLES
 
 from ._load import Result
@@ -37,7 +38,7 @@ __all__ = [
     "plain",
 ]
 
-SIZE_EDGES = (0.01, 0.05)
+SIZE_EDGES = tuple(lo for _, lo, _ in R.LESION_SIZES[1:])  # the lesion-size strata of metrics.json
 SIZE_LABELS = ("small", "medium", "large")
 
 

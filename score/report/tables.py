@@ -311,7 +311,7 @@ def extra_tables(results, computed=None) -> list[Table]:
     for group, title, caption in (
             ("lesion_size", "Grounding by lesion size",
              "Pointing game and Dice/IoU at each class's best threshold over the positive pairs whose region "
-             "covers < 1 % (small), 1-10 % (medium) or >= 10 % (large) of the image; mean over the classes "
+             "covers < 1 % (small), 1-5 % (medium) or >= 5 % (large) of the image; mean over the classes "
              "with such a region, percent."),
             ("other", "More grounding metrics", "Registered grounding metrics beyond the paper's, percent.")):
         ms = R.table_metrics(group)
