@@ -528,12 +528,31 @@ def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Re
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
 
 
+def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, n_resamples: int, seed: int, cache: dict | None,
+                     name: str | None) -> tuple[dict[str, Replicates], dict[str, Replicates]]:
+    """(resampled, identity) replicates of one submission, memoised in ``cache`` under (``name``, dataset,
+    what): a dataset's resamples depend on the datasets drawn before it, so the resample key names them all."""
+    datasets = tuple(sorted(counts))
+    found = {}
+    for what, key in (("reps", (n_resamples, seed, datasets)), ("point", "identity")):
+        if cache is not None and name is not None and all((name, d, key) in cache for d in datasets):
+            found[what] = {d: cache[(name, d, key)] for d in datasets}
+            continue
+        found[what] = (identity_replicates(counts, taus=taus) if what == "point" else
+                       bootstrap_replicates(counts, n_resamples=n_resamples, seed=seed, taus=taus))
+        if cache is not None and name is not None:
+            cache.update({(name, d, key): v for d, v in found[what].items()})
+    return found["reps"], found["point"]
+
+
 def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int = 1000,
                      seed: int = 0, level: float = 0.95,
                      taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                      taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
-                     per_class: bool = True) -> pd.DataFrame:
-    """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth.
+                     per_class: bool = True, cache: dict | None = None,
+                     names: tuple[str, str] | None = None) -> pd.DataFrame:
+    """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth: the one paired bootstrap
+    of XBench (the report's comparisons call it too).
 
     Over the datasets both hold, one set of case resamples (:func:`bootstrap_replicates`) is applied to
     both submissions, so the interval of the difference accounts for the cases they share; when both hold
@@ -547,6 +566,8 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     n_resamples, seed, level : resamples (0: point differences only), seed, interval level.
     taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed (transferred) thresholds.
     per_class : also compare every class, not only the dataset and overall means.
+    cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
+        submission's replicates are computed once however many comparisons it takes part in.
 
     Returns
     -------
@@ -561,8 +582,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     if problems:
         raise ValueError("\n".join(problems))
     shared = sorted(set(a) & set(b))
-    ca, cb = {d: a[d] for d in shared}, {d: b[d] for d in shared}
-    reps = [bootstrap_replicates(c, n_resamples=n_resamples, seed=seed, taus=t)
-            for c, t in ((ca, taus_a), (cb, taus_b))]
-    return paired_differences(*reps, identity_replicates(ca, taus=taus_a), identity_replicates(cb, taus=taus_b),
-                              level=level, per_class=per_class)
+    name_a, name_b = names if names is not None else (None, None)
+    reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)
+    reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, n_resamples, seed, cache, name_b)
+    return paired_differences(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class)

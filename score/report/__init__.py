@@ -21,9 +21,9 @@ from pathlib import Path
 from xbench.schemas.paths import NameTable
 
 from ._load import ReportInputError, Result, load_result, load_results
-from .paired import missing_intervals, paired_bootstrap
+from .paired import compare_results, missing_intervals
 
-__all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "paired_bootstrap",
+__all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "compare_results",
            "PER_CLASS_METRICS"]
 
 PER_CLASS_METRICS = ("pointing_game", "dice_best", "iou_best", "auroc")
@@ -64,7 +64,7 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
             gaps.append({"a": a.name, "b": b.name, "skipped": "needs pair_counts.npz"})
             continue
         try:
-            rows = paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=False, cache=cache)
+            rows = compare_results(a, b, n_boot=n_boot, seed=seed, per_class=False, cache=cache)
         except ReportInputError as err:
             gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(err.problems)})
             continue

@@ -120,11 +120,11 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json):
     """
     from . import comparison_csv, comparison_markdown
     from ._load import load_results
-    from .paired import paired_bootstrap
+    from .paired import compare_results
 
     try:
         a, b = load_results([a_dir, b_dir])
-        rows = paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=per_class)
+        rows = compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class)
     except ReportInputError as err:
         raise UserError(err.problems) from None
     if out_csv is not None:

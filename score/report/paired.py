@@ -20,7 +20,7 @@ from xbench.score import bootstrap as BS
 
 from ._load import ReportInputError, Result
 
-__all__ = ["ComparisonRow", "result_taus", "missing_intervals", "paired_bootstrap"]
+__all__ = ["ComparisonRow", "result_taus", "missing_intervals", "compare_results"]
 
 
 @dataclass(frozen=True)
@@ -78,25 +78,6 @@ def missing_intervals(result: Result, *, n_boot: int, seed: int) -> dict:
         return metrics_from_counts(result.counts, bootstrap=n_boot, seed=seed, thresholds=thresholds)[0]
 
 
-def _replicates(result: Result, datasets: tuple, n_boot: int, seed: int, cache: dict | None):
-    """({dataset: Replicates} of the resamples, {dataset: Replicates} of the point values), memoised per
-    (result path, dataset, what) in ``cache``: a dataset's resamples depend on the datasets drawn before it,
-    so the resample key names them all."""
-    keys = {"point": "identity", "reps": (n_boot, seed, datasets)}
-    found = {}
-    for what, key in keys.items():
-        if cache is not None and all((str(result.path), d, key) in cache for d in datasets):
-            found[what] = {d: cache[(str(result.path), d, key)] for d in datasets}
-            continue
-        counts = {d: result.counts[d] for d in datasets}
-        taus = result_taus(result)
-        found[what] = (BS.identity_replicates(counts, taus=taus) if what == "point" else
-                       BS.bootstrap_replicates(counts, n_resamples=n_boot, seed=seed, taus=taus))
-        if cache is not None:
-            cache.update({(str(result.path), d, key): v for d, v in found[what].items()})
-    return found["reps"], found["point"]
-
-
 def _pairing_problems(a: Result, b: Result) -> list[str]:
     problems = []
     if a.gt_sha256 and b.gt_sha256 and a.gt_sha256 != b.gt_sha256:
@@ -121,9 +102,10 @@ def _name(x) -> str | None:
     return x if isinstance(x, str) else None
 
 
-def paired_bootstrap(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
-                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
-    """Paired bootstrap of A - B for every metric, overall and per dataset (and class).
+def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
+                    per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
+    """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
+    (and class): :func:`xbench.score.bootstrap.paired_bootstrap` on the two results' pair counts.
 
     Both results must come from the same ground truth (same gt_sha256 when recorded, same datasets, cases,
     labels and regions). Point values are the engine's identity resample (equal to the metrics.json
@@ -135,10 +117,10 @@ def paired_bootstrap(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     problems = _pairing_problems(a, b)
     if problems:
         raise ReportInputError(problems)
-    datasets = tuple(sorted(a.datasets))
-    reps_a, point_a = _replicates(a, datasets, n_boot, seed, cache)
-    reps_b, point_b = _replicates(b, datasets, n_boot, seed, cache)
-    table = BS.paired_differences(reps_a, reps_b, point_a, point_b, per_class=per_class)
+    datasets = sorted(a.datasets)
+    table = BS.paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
+                                n_resamples=n_boot, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
+                                per_class=per_class, cache=cache, names=(str(a.path), str(b.path)))
     # only metrics both metrics.json files report: a result scored before a metric was registered does not
     # grow comparisons of it (its metrics.json has no value to compare with)
     known = set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))

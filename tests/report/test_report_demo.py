@@ -35,7 +35,7 @@ def test_demo_quick_writes_the_full_report(tmp_path):
 def test_dog_beats_random_on_phantom(tmp_path):
     from xbench.demo import run_demo
     from xbench.score.report import load_results
-    from xbench.score.report.paired import paired_bootstrap
+    from xbench.score.report.paired import compare_results as paired_bootstrap
 
     run_demo(tmp_path, n_cases=100, models=("random", "dog"), n_boot=0, progress=False)
     rnd, dog = load_results([tmp_path / "scores" / "random", tmp_path / "scores" / "dog"])

@@ -10,7 +10,7 @@ from xbench.score import bootstrap as BS
 from xbench.score.grounding import dice_from_counts
 from xbench.score.kernels import weighted_auroc_ap
 from xbench.score.report import ReportInputError, load_results
-from xbench.score.report.paired import paired_bootstrap
+from xbench.score.report.paired import compare_results as paired_bootstrap
 
 
 def resample_weights(n_cases, n_boot, seed):

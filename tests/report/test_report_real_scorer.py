@@ -9,7 +9,7 @@ import pytest
 
 from xbench.score.outputs import write_outputs
 from xbench.score.report import build_report, load_results
-from xbench.score.report.paired import paired_bootstrap
+from xbench.score.report.paired import compare_results as paired_bootstrap
 from xbench.score.scoring import score_submission
 
 KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best", "auroc", "auprc", "f1", "accuracy")
