@@ -46,6 +46,7 @@ __all__ = [
     "recognition_replicates",
     "dataset_replicates",
     "percentile_interval",
+    "percentile_intervals",
     "Replicates",
     "bootstrap_replicates",
     "identity_replicates",
@@ -129,25 +130,32 @@ def _inverse(den: np.ndarray) -> np.ndarray:
 
 class _Chunk:
     """The per-pair arrays of one chunk of a class's pairs that the registered grounding metrics read:
-    ``values[fn]`` (P,) or (P, T) float64 and ``sel[fn]`` (P,) float64 0/1, computed once per chunk."""
+    ``value(fn)`` (P,) or (P, T) float64 and ``selected(fn)`` (P,) float64 0/1. ``kept`` (the class cache's
+    dict of this chunk) holds the curves that fit the cache budget and keeps every (P,) array from block to
+    block; a curve beyond the budget is recomputed for each block of resamples and dropped after it."""
 
-    def __init__(self, dc: DatasetCounts, rows: np.ndarray, cached: dict | None = None):
+    def __init__(self, dc: DatasetCounts, rows: np.ndarray, kept: dict):
         self.view = R.PairView(dc, rows)
-        self.values: dict = dict(cached or {})
-        self.sel: dict = {}
+        self.kept = kept
+        self.local: dict = {}
 
     def value(self, fn) -> np.ndarray:
-        if fn not in self.values:
+        if fn in self.kept:
+            return self.kept[fn]
+        if fn not in self.local:
             v = np.asarray(fn(self.view))
-            self.values[fn] = v.astype(np.float64) if v.dtype != np.float64 else v
-        return self.values[fn]
+            v = v.astype(np.float64) if v.dtype != np.float64 else v
+            (self.kept if v.ndim == 1 else self.local)[fn] = v
+            return v
+        return self.local[fn]
 
     def selected(self, fn) -> np.ndarray | None:
         if fn is None:
             return None
-        if fn not in self.sel:
-            self.sel[fn] = np.asarray(fn(self.view), dtype=bool).astype(np.float64)
-        return self.sel[fn]
+        key = ("pairs", fn)
+        if key not in self.kept:
+            self.kept[key] = np.asarray(fn(self.view), dtype=bool).astype(np.float64)
+        return self.kept[key]
 
 
 def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
@@ -183,7 +191,7 @@ def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int
     chunks = []
     for s in range(0, idx.size, step):
         e = min(idx.size, s + step)
-        ch = _Chunk(dc, idx[s:e], cc["curves"].get(s))
+        ch = _Chunk(dc, idx[s:e], cc["curves"].setdefault(s, {}))
         w = w_cases[:, pc[s:e]]
         for src in sources:
             part = _weighted(w, ch.value(src[0]), ch.selected(src[1]))
@@ -198,8 +206,9 @@ def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int
                 den[fn] += part
             else:
                 den[fn] = part
+        ch.local.clear()  # a curve beyond the cache budget: memory holds one chunk's at a time
         if chosen_by:
-            chunks.append((s, e))
+            chunks.append((s, e, ch))
     inv = {fn: _inverse(d) for fn, d in den.items()}
     out: dict[str, np.ndarray] = {}
     ks: dict[str, np.ndarray] = {}
@@ -223,17 +232,18 @@ def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int
             out[m.key] = means[:, int(rule)]
     if chosen_by:
         gathered: dict = {}
-        for s, e in chunks:
-            ch = _Chunk(dc, idx[s:e], cc["curves"].get(s))
+        for s, e, ch in chunks:
             w = w_cases[:, pc[s:e]]
             local: dict = {}
             for m in chosen_by:
                 key = (m.values, m.threshold.key)
                 if key not in local:  # w * v[p, k_b]: each resample's weights times the values at its tau
-                    local[key] = w * ch.value(m.values)[:, ks[m.threshold.key]].T
+                    local[key] = np.take(ch.value(m.values), ks[m.threshold.key], axis=1).T
+                    local[key] *= w
                 sel = ch.selected(m.pairs)
                 part = local[key].sum(axis=1) if sel is None else local[key] @ sel
                 gathered[m.key] = gathered[m.key] + part if m.key in gathered else part
+            ch.local.clear()
         for m in chosen_by:
             out[m.key] = gathered[m.key] * inv[m.pairs]
     return {m.key: out[m.key] for m in ms}
@@ -398,6 +408,23 @@ def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> list[flo
     a = (1.0 - level) / 2.0 * 100.0
     lo, hi = np.percentile(r, [a, 100.0 - a])
     return [float(lo), float(hi)]
+
+
+def percentile_intervals(stats: Mapping[str, np.ndarray], level: float = 0.95) -> dict[str, list[float] | None]:
+    """:func:`percentile_interval` of every array of ``stats``, with the same numbers: the arrays without an
+    undefined replicate go through one ``numpy.percentile`` along an axis (the same partition and
+    interpolation per row; one call instead of one per metric), the others one by one."""
+    out: dict[str, list[float] | None] = dict.fromkeys(stats)
+    full = [k for k, v in stats.items() if np.asarray(v).size and not np.isnan(v).any()]
+    for k in stats:
+        if k not in full:
+            out[k] = percentile_interval(stats[k], level)
+    if full:
+        a = (1.0 - level) / 2.0 * 100.0
+        q = np.percentile(np.stack([np.asarray(stats[k], dtype=np.float64) for k in full]), [a, 100.0 - a], axis=1)
+        for j, k in enumerate(full):
+            out[k] = [float(q[0, j]), float(q[1, j])]
+    return out
 
 
 class Replicates(NamedTuple):

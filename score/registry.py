@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
+from .kernels import THRESHOLDS
 from .recognition import f1_from_counts
 
 __all__ = [
@@ -88,12 +89,13 @@ class PairView:
     """
 
     def __init__(self, dc, rows: np.ndarray, cols: slice = slice(None)):
-        from .kernels import THRESHOLDS
-
         self._dc, self._rows, self._cols = dc, rows, cols
-        self.grid = tuple(dc.grid)
-        self.thresholds = THRESHOLDS[cols]
+        self.grid = dc.grid
         self._cache: dict[str, Any] = {}
+
+    @property
+    def thresholds(self) -> np.ndarray:
+        return THRESHOLDS[self._cols]
 
     def _get(self, name, fn):
         if name not in self._cache:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import registry as R
-from .bootstrap import bootstrap_replicates, overall_replicates, percentile_interval
+from .bootstrap import bootstrap_replicates, overall_replicates, percentile_intervals
 from ._allocator import release_freed_memory
 from .counts import DatasetCounts, count_dtype
 from .grounding import UndefinedMetricWarning, best_threshold, class_means, threshold_index
@@ -494,10 +494,10 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         for name, rep in reps.items():
             ds_classes = datasets[name]["classes"]
             for cname, stats in rep.classes.items():
-                ds_classes[cname]["ci95"] = {k: percentile_interval(v, level) for k, v in stats.items()}
+                ds_classes[cname]["ci95"] = percentile_intervals(stats, level)
             # after "classes" in metrics.json, as before
-            datasets[name]["ci95"] = {k: percentile_interval(v, level) for k, v in rep.summary.items()}
-        metrics["ci95"] = {k: percentile_interval(v, level) for k, v in overall_replicates(reps).items()}
+            datasets[name]["ci95"] = percentile_intervals(rep.summary, level)
+        metrics["ci95"] = percentile_intervals(overall_replicates(reps), level)
         del reps
         release_freed_memory()
         timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t0
