@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from . import registry as R
 from .counts import DatasetCounts
-from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import _ranked_replicates, rank_order
-from .recognition import f1_from_counts
 
 if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
     import pandas as pd
@@ -44,7 +43,6 @@ __all__ = [
     "RECOGNITION_KEYS",
     "resample_weights",
     "serial_blas",
-    "grounding_replicates",
     "recognition_replicates",
     "dataset_replicates",
     "percentile_interval",
@@ -58,6 +56,8 @@ __all__ = [
     "paired_bootstrap",
 ]
 
+#: The contract's grounding and recognition keys of schema minor 0 (every registered metric is bootstrapped:
+#: see :mod:`xbench.score.registry`).
 GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
 RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
 _CHUNK = 125  # resamples per block at most
@@ -121,72 +121,129 @@ def _first_max_rows(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return means[np.arange(means.shape[0]), k], k
 
 
-def grounding_replicates(w: np.ndarray, hit: np.ndarray, dice: np.ndarray, iou: np.ndarray,
-                         *, tau_dice: int | None = None, tau_iou: int | None = None) -> dict[str, np.ndarray]:
-    """Class grounding statistics on each resample.
-
-    Parameters
-    ----------
-    w : (B, P) float64
-        Multiplicity of each positive pair of the class in each resample (its case's multiplicity).
-    hit : (P,) bool; dice, iou : (P, T) float64
-        Per-pair values from the counts.
-    tau_dice, tau_iou : int, optional
-        Threshold indices to use instead of re-choosing the best one in each resample.
-
-    Returns
-    -------
-    dict of (B,) float64, keyed by :data:`GROUNDING_KEYS`; NaN where a resample drew no positive pair.
-    """
-    return _grounding_from_sums(*_grounding_sums(w, hit, dice, iou), tau_dice=tau_dice, tau_iou=tau_iou)
-
-
-def _grounding_sums(w, hit, dice, iou) -> list[np.ndarray]:
-    """Weighted sums over pairs: [pairs drawn (B,), hits (B,), Dice (B, T), IoU (B, T)]."""
-    return [w.sum(axis=1), w @ hit.astype(np.float64), w @ dice, w @ iou]
-
-
-def _grounding_from_sums(wsum, hits, dice_sum, iou_sum, *, tau_dice=None, tau_iou=None) -> dict[str, np.ndarray]:
+def _inverse(den: np.ndarray) -> np.ndarray:
+    """1 / den where den > 0, NaN elsewhere (a resample that drew none of the pairs)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        inv = np.where(wsum > 0, 1.0 / np.where(wsum > 0, wsum, 1.0), np.nan)
-        dm = dice_sum * inv[:, None]
-        im = iou_sum * inv[:, None]
-        out = {"pointing_game": hits * inv,
-               "dice_fixed": dm[:, FIXED_THRESHOLD_INDEX], "iou_fixed": im[:, FIXED_THRESHOLD_INDEX]}
-    out["dice_best"] = _first_max_rows(np.nan_to_num(dm, nan=-1.0))[0] if tau_dice is None else dm[:, tau_dice]
-    out["iou_best"] = _first_max_rows(np.nan_to_num(im, nan=-1.0))[0] if tau_iou is None else im[:, tau_iou]
-    for key in ("dice_best", "iou_best"):
-        out[key] = np.where(wsum > 0, out[key], np.nan)
-    return out
+        return np.where(den > 0, 1.0 / np.where(den > 0, den, 1.0), np.nan)
 
 
-def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int, tau_dice,
-                     tau_iou) -> dict[str, np.ndarray]:
-    """:func:`grounding_replicates` of one class, its pairs taken ``step`` (:data:`PAIR_CHUNK`) at a time.
+class _Chunk:
+    """The per-pair arrays of one chunk of a class's pairs that the registered grounding metrics read:
+    ``values[fn]`` (P,) or (P, T) float64 and ``sel[fn]`` (P,) float64 0/1, computed once per chunk."""
 
-    Each chunk's Dice/IoU matrices come from the dataset's cache when they fit its budget and are
-    recomputed from the counts otherwise, so memory stays bounded however many pairs a class has. A class
-    of one chunk (every class at the paper's scale) gives exactly :func:`grounding_replicates`'s numbers;
-    with several chunks the sums of the chunks' products differ from one product in the last bits only
-    (the pair and hit counts are integers and exact either way).
+    def __init__(self, dc: DatasetCounts, rows: np.ndarray, cached: dict | None = None):
+        self.view = R.PairView(dc, rows)
+        self.values: dict = dict(cached or {})
+        self.sel: dict = {}
+
+    def value(self, fn) -> np.ndarray:
+        if fn not in self.values:
+            v = np.asarray(fn(self.view))
+            self.values[fn] = v.astype(np.float64) if v.dtype != np.float64 else v
+        return self.values[fn]
+
+    def selected(self, fn) -> np.ndarray | None:
+        if fn is None:
+            return None
+        if fn not in self.sel:
+            self.sel[fn] = np.asarray(fn(self.view), dtype=bool).astype(np.float64)
+        return self.sel[fn]
+
+
+def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
+    """Weighted sum over pairs, (B,) or (B, T); pairs outside ``sel`` count 0."""
+    if sel is None:
+        return w @ v
+    return w @ (v * (sel if v.ndim == 1 else sel[:, None]))
+
+
+def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int,
+                     taus: Mapping[str, int] | None) -> dict[str, np.ndarray]:
+    """Every registered grounding metric of one class on each resample, (B,) float64 (NaN where a resample
+    drew none of the pairs a metric selects).
+
+    The class's pairs are taken ``step`` (:data:`PAIR_CHUNK`) at a time. Pass 1 sums, per distinct
+    (values, pairs) source, the weighted per-pair values (a (B, T) matrix product for a curve) and the
+    weighted pair counts; fixed-threshold and :class:`~xbench.score.registry.Best` metrics are read from
+    those sums (Best: the first maximum of each resample's class-mean curve, ties to the smallest tau, or
+    the transferred index). Pass 2, only for :class:`~xbench.score.registry.ChosenBy` metrics, sums each
+    pair's value at the tau its resample chose, (B, P) work instead of another (B, P) x (P, T) product.
+    Curves of a chunk come from the dataset's cache when they fit its budget (see :func:`_class_cache`) and
+    are recomputed otherwise. A class of one chunk (every class at the paper's scale) gives exactly the
+    one-product numbers; with several chunks the sums differ in the last bits only.
     """
-    idx, pc, hit = cc["idx"], cc["pair_case"], cc["hit"]
-    sums = None
+    idx, pc = cc["idx"], cc["pair_case"]
+    ms = R.metrics("grounding")
+    direct = [m for m in ms if not isinstance(m.threshold, R.ChosenBy)]
+    chosen_by = [m for m in ms if isinstance(m.threshold, R.ChosenBy)]
+    sources = list(dict.fromkeys((m.values, m.pairs) for m in direct))
+    dens = list(dict.fromkeys(m.pairs for m in ms))
+    num: dict = {}
+    den: dict = {}
+    chunks = []
     for s in range(0, idx.size, step):
         e = min(idx.size, s + step)
-        curves = cc["curves"].get(s) or _pair_curves(dc, idx[s:e])
-        part = _grounding_sums(w_cases[:, pc[s:e]], hit[s:e], *curves)
-        if sums is None:
-            sums = part
+        ch = _Chunk(dc, idx[s:e], cc["curves"].get(s))
+        w = w_cases[:, pc[s:e]]
+        for src in sources:
+            part = _weighted(w, ch.value(src[0]), ch.selected(src[1]))
+            if src in num:
+                num[src] += part
+            else:
+                num[src] = part
+        for fn in dens:
+            sel = ch.selected(fn)
+            part = w.sum(axis=1) if sel is None else w @ sel
+            if fn in den:
+                den[fn] += part
+            else:
+                den[fn] = part
+        if chosen_by:
+            chunks.append((s, e))
+    inv = {fn: _inverse(d) for fn, d in den.items()}
+    out: dict[str, np.ndarray] = {}
+    ks: dict[str, np.ndarray] = {}
+    for m in direct:
+        total, i = num[(m.values, m.pairs)], inv[m.pairs]
+        if not m.curve:
+            out[m.key] = total * i
+            continue
+        with np.errstate(invalid="ignore"):
+            means = total * i[:, None]
+        rule = m.threshold
+        if isinstance(rule, R.Best):
+            if taus is None or taus.get(rule.tau_key) is None:
+                val, k = _first_max_rows(np.nan_to_num(means, nan=-1.0))
+            else:
+                k = np.full(means.shape[0], int(taus[rule.tau_key]))
+                val = means[:, k[0]] if means.shape[0] else np.zeros(0)
+            out[m.key] = np.where(den[m.pairs] > 0, val, np.nan)
+            ks[m.key] = k
         else:
-            for total, p in zip(sums, part):
-                total += p
-    return _grounding_from_sums(*sums, tau_dice=tau_dice, tau_iou=tau_iou)
+            out[m.key] = means[:, int(rule)]
+    if chosen_by:
+        gathered: dict = {}
+        for s, e in chunks:
+            ch = _Chunk(dc, idx[s:e], cc["curves"].get(s))
+            w = w_cases[:, pc[s:e]]
+            local: dict = {}
+            for m in chosen_by:
+                key = (m.values, m.threshold.key)
+                if key not in local:  # w * v[p, k_b]: each resample's weights times the values at its tau
+                    local[key] = w * ch.value(m.values)[:, ks[m.threshold.key]].T
+                sel = ch.selected(m.pairs)
+                part = local[key].sum(axis=1) if sel is None else local[key] @ sel
+                gathered[m.key] = gathered[m.key] + part if m.key in gathered else part
+        for m in chosen_by:
+            out[m.key] = gathered[m.key] * inv[m.pairs]
+    return {m.key: out[m.key] for m in ms}
 
 
-def _pair_curves(dc: DatasetCounts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    b, br, r = dc.b[rows], dc.br[rows], dc.region_pixels[rows]
-    return dice_from_counts(b, br, r), iou_from_counts(b, br, r)
+def _pair_curves(dc: DatasetCounts, rows: np.ndarray) -> dict:
+    """The curve metrics' per-pair (P, T) float64 values of some pairs, {values function: matrix}."""
+    view = R.PairView(dc, rows)
+    fns = dict.fromkeys(m.values for m in R.metrics("grounding") if m.curve)
+    return {fn: np.asarray(fn(view), dtype=np.float64) for fn in fns}
 
 
 _INDICATORS = ("tp", "fp", "fn", "correct", "labelled")
@@ -206,12 +263,11 @@ def _recognition_vectors(y, p, n_cases: int, rows: np.ndarray) -> dict[str, np.n
 
 
 def _recognition_from_vectors(w: np.ndarray, vec: dict, wt: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every registered recognition metric of one class on each resample, from its cached vectors."""
     auroc, ap = _ranked_replicates(np.ascontiguousarray(w.T) if wt is None else wt, *vec["rank"])
     tp, fp, fn, correct, total = (w @ vec["indicators"].astype(np.float64)).T
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.where(total > 0, correct / total, np.nan)
-    f1 = np.where(total > 0, f1_from_counts(tp, fp, fn), np.nan)
-    return {"auroc": auroc, "auprc": ap, "f1": f1, "accuracy": acc}
+    sums = R.RecognitionSums(tp=tp, fp=fp, fn=fn, correct=correct, total=total, auroc=auroc, auprc=ap)
+    return {m.key: m.values(sums) for m in R.metrics("recognition")}
 
 
 def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
@@ -226,8 +282,9 @@ def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[
 
     Returns
     -------
-    dict of (B,) float64 keyed by :data:`RECOGNITION_KEYS`; AUROC/AUPRC NaN where a resample holds a
-    single label value, everything NaN where it holds no labelled case.
+    dict of (B,) float64 keyed by the registered recognition metrics (:data:`RECOGNITION_KEYS` and any
+    added); AUROC/AUPRC NaN where a resample holds a single label value, everything NaN where it holds no
+    labelled case.
     """
     w = np.ascontiguousarray(w, dtype=np.float64)
     n = w.shape[1]
@@ -237,16 +294,17 @@ def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[
 def _class_cache(dc: DatasetCounts, c: int, cache: dict) -> dict:
     """Everything a resample needs about class column ``c``, computed once per dataset.
 
-    The class's Dice/IoU matrices (1.6 KB per pair) are kept chunk by chunk while the dataset's cache
-    holds less than ``cache["budget"]`` bytes of them; :func:`_class_grounding` recomputes the rest.
+    The class's curve matrices (Dice and IoU: 1.6 KB per pair) are kept chunk by chunk while the dataset's
+    cache holds less than ``cache["budget"]`` bytes of them; :func:`_class_grounding` recomputes the rest.
     """
     out: dict = {}
     idx = dc.class_pairs(c)
     if idx.size:
         step = cache["pair_chunk"]
-        out.update(idx=idx, pair_case=dc.pair_case[idx], hit=dc.hit[idx], curves={})
+        n_curves = len(dict.fromkeys(m.values for m in R.metrics("grounding") if m.curve))
+        out.update(idx=idx, pair_case=dc.pair_case[idx], curves={})
         for s in range(0, idx.size, step):
-            size = 2 * 8 * min(step, idx.size - s) * dc.b.shape[1]
+            size = n_curves * 8 * min(step, idx.size - s) * dc.b.shape[1]
             if cache["bytes"] + size > cache["budget"]:
                 break
             out["curves"][s] = _pair_curves(dc, idx[s:s + step])
@@ -287,6 +345,7 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
     w_cases = np.ascontiguousarray(w_cases, dtype=np.float64)
     B = w_cases.shape[0]
     w_t = np.ascontiguousarray(w_cases.T)  # (N, B), shared by every class's rank kernel
+    grounding = [m.key for m in R.metrics("grounding")]
     classes: dict[str, dict[str, np.ndarray]] = {}
     for c, name in enumerate(dc.classes):
         if not dc.supported[c]:
@@ -296,30 +355,23 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
         cc = cache[c]
         stats: dict[str, np.ndarray] = {}
         if "idx" in cc:
-            td, ti = (taus or {}).get(name, (None, None))
-            stats.update(_class_grounding(w_cases, dc, cc, cache["pair_chunk"], td, ti))
+            t = (taus or {}).get(name)
+            stats.update(_class_grounding(w_cases, dc, cc, cache["pair_chunk"], None if t is None else R.tau_map(t)))
         else:
-            stats.update({k: np.full(B, np.nan) for k in GROUNDING_KEYS})
+            stats.update({k: np.full(B, np.nan) for k in grounding})
         stats.update(_recognition_from_vectors(w_cases, cc["recognition"], w_t))
         classes[name] = stats
     summary: dict[str, np.ndarray] = {}
-    for key in GROUNDING_KEYS + RECOGNITION_KEYS:
-        if classes:
+    for key in R.summary_keys():
+        m = R.metric(key)
+        if m.kind == "dataset":
+            summary[key] = m.values(dc, w_cases, cache)
+        elif classes:
             stack = np.stack([s[key] for s in classes.values()])
             with np.errstate(invalid="ignore"), _quiet_nanmean():
                 summary[key] = np.nanmean(stack, axis=0)
         else:
             summary[key] = np.full(B, np.nan)
-    if "hamming" not in cache:
-        cols = [c for c in range(len(dc.classes)) if dc.supported[c]]
-        lab = dc.labels[:, cols]
-        known = (lab != -1).sum(axis=1).astype(np.float64)
-        correct = (((dc.prob[:, cols] >= 0.5) == (lab == 1)) & (lab != -1)).sum(axis=1).astype(np.float64)
-        cache["hamming"] = (known, correct)
-    known, correct = cache["hamming"]
-    tot = w_cases @ known
-    with np.errstate(invalid="ignore", divide="ignore"):
-        summary["hamming_accuracy"] = np.where(tot > 0, (w_cases @ correct) / tot, np.nan)
     return classes, summary
 
 

@@ -21,12 +21,15 @@ by column index because class names may contain ``/``)::
     <d>.b                   (P, T) uint16     |B_tau_k|      (int32 when the grid has 65,536 cells or more)
     <d>.br                  (P, T) uint16     |B_tau_k ∩ R|  (likewise; see count_dtype)
     <d>.grid                (2,) int64        evaluation grid (H, W)
+    <d>.extra.<name>        (P,) any          optional extra per-pair columns (DatasetCounts.extra), in the
+                                              pair order; absent in files written before they existed
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +68,9 @@ class DatasetCounts:
     b: np.ndarray
     br: np.ndarray
     grid: tuple[int, int] = (224, 224)
+    #: Extra per-pair columns {name: (P,) array} in the pair order, filled by the counting pass for metrics
+    #: that need more than b / br / |R| / hit (read through :class:`xbench.score.registry.PairView`).
+    extra: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_cases(self) -> int:
@@ -90,6 +96,8 @@ def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts]) 
         for f in _FIELDS:
             value = getattr(dc, f)
             arrays[f"{name}.{f}"] = np.array(value, dtype=str) if f == "classes" else np.asarray(value)
+        for key, value in (dc.extra or {}).items():
+            arrays[f"{name}.extra.{key}"] = np.asarray(value)
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -106,5 +114,8 @@ def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:
             kw = {f: z[f"{name}.{f}"] for f in _FIELDS}
             kw["classes"] = tuple(str(c) for c in kw["classes"])
             kw["grid"] = tuple(int(x) for x in kw["grid"])
+            prefix = f"{name}.extra."
+            # dataset keys never contain ".", so the prefix names this dataset's extra columns only
+            kw["extra"] = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
             out[name] = DatasetCounts(name=name, **kw)
     return out

@@ -16,7 +16,7 @@ import numpy as np
 from .grounding import UndefinedMetricWarning
 from .kernels import weighted_auroc_ap
 
-__all__ = ["probabilities", "recognition_scores", "hamming_accuracy_score", "f1_from_counts"]
+__all__ = ["probabilities", "recognition_scores", "recognition_sums", "hamming_accuracy_score", "f1_from_counts"]
 
 
 def probabilities(scores, score_kind: str) -> np.ndarray:
@@ -42,8 +42,45 @@ def f1_from_counts(tp, fp, fn):
         return np.where(den > 0, 2.0 * tp / np.where(den > 0, den, 1.0), 0.0)
 
 
+def recognition_sums(y_true, p, *, name: str = ""):
+    """The counts and rank statistics of one class's labelled pairs, as a one-resample
+    :class:`xbench.score.registry.RecognitionSums` (arrays of shape (1,)), from which every registered
+    recognition metric is computed.
+
+    Warns (:class:`UndefinedMetricWarning`, naming the class) when there is no labelled case, and when AUROC
+    and AUPRC are undefined because a single label value occurs.
+    """
+    from .registry import RecognitionSums
+
+    y = np.asarray(y_true)
+    q = np.asarray(p, dtype=np.float64)
+    if y.shape != q.shape or y.ndim != 1:
+        raise ValueError(f"`y_true` and `p` must be 1-D and of the same length; got {y.shape} and {q.shape}.")
+    if y.size and not np.isin(y, (0, 1)).all():
+        raise ValueError("`y_true` must hold only 0 and 1; drop the unlabelled pairs (-1) first.")
+    label = name or "this class"
+    y_hat = q >= 0.5
+    pos = y == 1
+    auroc = auprc = np.full(1, np.nan)
+    if y.size == 0:
+        warnings.warn(f"recognition metrics undefined for {label}: no labelled case; reported as null.",
+                      UndefinedMetricWarning, stacklevel=2)
+    elif 0 < np.count_nonzero(pos) < y.size:
+        auroc, auprc = weighted_auroc_ap(np.ones((1, y.size)), pos, q)
+    else:
+        warnings.warn(f"AUROC and AUPRC undefined for {label}: every labelled case is {int(y[0])}; "
+                      "reported as null and left out of the means.", UndefinedMetricWarning, stacklevel=2)
+
+    def count(a) -> np.ndarray:
+        return np.array([np.count_nonzero(a)], dtype=np.float64)
+
+    return RecognitionSums(tp=count(y_hat & pos), fp=count(y_hat & ~pos), fn=count(~y_hat & pos),
+                           correct=count(y_hat == pos), total=count(np.ones(y.size, bool)),
+                           auroc=np.asarray(auroc, dtype=np.float64), auprc=np.asarray(auprc, dtype=np.float64))
+
+
 def recognition_scores(y_true, p, *, name: str = "") -> dict[str, float | None]:
-    """AUROC, AUPRC, F1 and accuracy of one class.
+    """Every registered recognition metric of one class: AUROC, AUPRC, F1 and accuracy (and any added).
 
     Parameters
     ----------
@@ -65,36 +102,13 @@ def recognition_scores(y_true, p, *, name: str = "") -> dict[str, float | None]:
     >>> recognition_scores([0, 0, 1, 1], [0.1, 0.6, 0.4, 0.8])
     {'auroc': 0.75, 'auprc': 0.8333333333333333, 'f1': 0.5, 'accuracy': 0.5}
     """
-    y = np.asarray(y_true)
-    q = np.asarray(p, dtype=np.float64)
-    if y.shape != q.shape or y.ndim != 1:
-        raise ValueError(f"`y_true` and `p` must be 1-D and of the same length; got {y.shape} and {q.shape}.")
-    if y.size and not np.isin(y, (0, 1)).all():
-        raise ValueError("`y_true` must hold only 0 and 1; drop the unlabelled pairs (-1) first.")
-    label = name or "this class"
-    if y.size == 0:
-        warnings.warn(f"recognition metrics undefined for {label}: no labelled case; reported as null.",
-                      UndefinedMetricWarning, stacklevel=2)
-        return {"auroc": None, "auprc": None, "f1": None, "accuracy": None}
-    y_hat = q >= 0.5
-    pos = y == 1
-    tp = int(np.count_nonzero(y_hat & pos))
-    fp = int(np.count_nonzero(y_hat & ~pos))
-    fn = int(np.count_nonzero(~y_hat & pos))
-    out: dict[str, float | None] = {
-        "auroc": None,
-        "auprc": None,
-        "f1": float(f1_from_counts(tp, fp, fn)),
-        "accuracy": float(np.count_nonzero(y_hat == pos) / y.size),
-    }
-    if 0 < np.count_nonzero(pos) < y.size:
-        auroc, ap = weighted_auroc_ap(np.ones((1, y.size)), pos, q)
-        out["auroc"] = float(auroc[0])
-        out["auprc"] = float(ap[0])
-    else:
-        value = int(y[0])
-        warnings.warn(f"AUROC and AUPRC undefined for {label}: every labelled case is {value}; "
-                      "reported as null and left out of the means.", UndefinedMetricWarning, stacklevel=2)
+    from .registry import metrics
+
+    s = recognition_sums(y_true, p, name=name)
+    out = {}
+    for m in metrics("recognition"):
+        v = float(m.values(s)[0])
+        out[m.key] = None if np.isnan(v) else v
     return out
 
 

@@ -30,28 +30,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .bootstrap import (GROUNDING_KEYS, RECOGNITION_KEYS, bootstrap_replicates, overall_replicates,
-                        percentile_interval)
+from . import registry as R
+from .bootstrap import bootstrap_replicates, overall_replicates, percentile_interval
 from ._allocator import release_freed_memory
 from .counts import DatasetCounts, count_dtype
-from .grounding import (
-    FIXED_THRESHOLD_INDEX,
-    UndefinedMetricWarning,
-    best_threshold,
-    class_mean_curves,
-    dice_from_counts,
-    iou_from_counts,
-    pointing_game_score,
-    threshold_index,
-)
+from .grounding import UndefinedMetricWarning, best_threshold, class_means, threshold_index
 from .kernels import N_THRESHOLDS, THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
-from .recognition import hamming_accuracy_score, probabilities, recognition_scores
+from .recognition import probabilities, recognition_sums
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
     import pandas as pd
 
 __all__ = [
-    "SUMMARY_KEYS",
     "ScoreResult",
     "score_submission",
     "count_dataset",
@@ -63,8 +53,6 @@ __all__ = [
     "thresholds_from_metrics",
 ]
 
-SUMMARY_KEYS = GROUNDING_KEYS + RECOGNITION_KEYS
-DATASET_SUMMARY_KEYS = SUMMARY_KEYS + ("hamming_accuracy",)
 UNSUPPORTED_REASON = "listed as unsupported by the submission"
 
 #: Positive maps gathered at once (raw size, before resizing); 14 x 14 float16 maps of a full benchmark
@@ -306,7 +294,92 @@ def _mean_defined(values) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _class_point(dc: DatasetCounts, c: int, taus: tuple[int, int] | None) -> tuple[dict, dict]:
+def _defined(x) -> float | None:
+    x = float(x)
+    return None if np.isnan(x) else x
+
+
+def _curve_means(view: R.PairView, values, sel: np.ndarray | None, block: int = 16) -> np.ndarray:
+    """Class means (T,) of a curve metric's per-pair values over the selected pairs, ``block`` threshold columns
+    at a time (memory: (P, block) temporaries, not (P, T) float64). For Dice and IoU over all pairs these are
+    bit for bit :func:`xbench.score.grounding.class_mean_curves`."""
+    out = np.full(N_THRESHOLDS, np.nan)
+    for k0 in range(0, N_THRESHOLDS, block):
+        k1 = min(N_THRESHOLDS, k0 + block)
+        v = values(view.columns(slice(k0, k1)))
+        out[k0:k1] = class_means(v if sel is None else v[sel])
+    return out
+
+
+def _at(view: R.PairView, values, k: int) -> np.ndarray:
+    """Per-pair values (P,) of a curve metric at threshold index ``k``."""
+    return values(view.columns(slice(k, k + 1)))[:, 0]
+
+
+def _mean(v: np.ndarray) -> float | None:
+    if v.size == 0:
+        return None
+    if v.dtype == bool:  # a share of hits, counted exactly
+        return float(np.count_nonzero(v) / v.size)
+    return float(np.mean(v))
+
+
+def class_grounding_point(dc: DatasetCounts, idx: np.ndarray, taus: Mapping[str, int] | None = None
+                          ) -> tuple[dict, dict, dict]:
+    """Point estimates of every registered grounding metric for the positive pairs ``idx`` of one class.
+
+    Returns (values {key: float or None}, chosen {tau key: index}, per_pair {key: (P,) values, NaN for
+    pairs a metric does not select} of the metrics with a pairs-table column). Metrics sharing ``values``
+    and ``pairs`` functions share one pass over the counts.
+    """
+    view = R.PairView(dc, idx)
+    sels: dict = {}
+
+    def sel_of(m):
+        if m.pairs is None:
+            return None
+        if m.pairs not in sels:
+            sels[m.pairs] = np.asarray(m.pairs(view), dtype=bool)
+        return sels[m.pairs]
+
+    curves: dict = {}
+    out: dict = {}
+    chosen: dict[str, int] = {}
+    by_key: dict[str, int] = {}  # threshold index each curve metric used
+    per_pair: dict = {}
+    for m in R.metrics("grounding"):
+        sel = sel_of(m)
+        if not m.curve:
+            v = np.asarray(m.values(view))
+            out[m.key] = _mean(v if sel is None else v[sel])
+            pp = v
+        else:
+            rule = m.threshold
+            if isinstance(rule, R.ChosenBy):
+                k = by_key[rule.key]
+                src = (m.values, m.pairs)
+                pp = _at(view, m.values, k)
+                out[m.key] = float(curves[src][k]) if src in curves else _mean(pp if sel is None else pp[sel])
+            else:
+                src = (m.values, m.pairs)
+                if src not in curves:
+                    curves[src] = _curve_means(view, m.values, sel)
+                means = curves[src]
+                if isinstance(rule, R.Best):
+                    k = taus[rule.tau_key] if taus is not None else best_threshold(means)
+                    chosen[rule.tau_key] = k
+                else:
+                    k = int(rule)
+                out[m.key] = _defined(means[k]) if (sel is None or sel.any()) else None
+                pp = _at(view, m.values, k) if m.pair_column else None
+            by_key[m.key] = k
+        if m.pair_column:
+            pp = np.asarray(pp, dtype=np.float64)
+            per_pair[m.key] = pp if sel is None else np.where(sel, pp, np.nan)
+    return out, chosen, per_pair
+
+
+def _class_point(dc: DatasetCounts, c: int, taus: Mapping[str, int] | tuple | None) -> tuple[dict, dict]:
     """Point estimates of one class and its per-pair values (for the pairs table)."""
     name = dc.classes[c]
     idx = dc.class_pairs(c)
@@ -314,47 +387,40 @@ def _class_point(dc: DatasetCounts, c: int, taus: tuple[int, int] | None) -> tup
     entry: dict = {"n_positive": int(np.count_nonzero(dc.labels[:, c] == 1)), "n_regions": int(idx.size),
                    "n_labelled": int(np.count_nonzero(labelled))}
     per_pair: dict = {}
+    grounding = R.metrics("grounding")
     if idx.size:
-        dmeans, imeans = class_mean_curves(dc.b, dc.br, dc.region_pixels, rows=idx)
-        kd, ki = taus if taus is not None else (best_threshold(dmeans), best_threshold(imeans))
-        entry.update({
-            "pointing_game": pointing_game_score(dc.hit[idx], name=name),
-            "dice_fixed": float(dmeans[FIXED_THRESHOLD_INDEX]), "iou_fixed": float(imeans[FIXED_THRESHOLD_INDEX]),
-            "dice_best": float(dmeans[kd]), "iou_best": float(imeans[ki]),
-            "tau_dice": float(THRESHOLDS[kd]), "tau_iou": float(THRESHOLDS[ki]),
-        })
-        r = dc.region_pixels[idx]
-
-        def at(k, metric):  # per-pair values at one threshold, (P,)
-            return metric(dc.b[idx, k:k + 1], dc.br[idx, k:k + 1], r)[:, 0]
-
-        per_pair = {"idx": idx, "dice_fixed": at(FIXED_THRESHOLD_INDEX, dice_from_counts),
-                    "iou_fixed": at(FIXED_THRESHOLD_INDEX, iou_from_counts), "dice_best": at(kd, dice_from_counts),
-                    "iou_best": at(ki, iou_from_counts)}
+        values, chosen, pp = class_grounding_point(dc, idx, None if taus is None else R.tau_map(taus))
+        entry.update(values)
+        entry.update({k: float(THRESHOLDS[chosen[k]]) for k in R.tau_keys()})
+        per_pair = {"idx": idx, **pp}
     else:
-        warnings.warn(f"grounding metrics undefined for {dc.name}/{name}: no positive pair with a region; "
-                      "reported as null.", UndefinedMetricWarning, stacklevel=3)
-        entry.update({k: None for k in GROUNDING_KEYS})
-        entry.update({"tau_dice": None, "tau_iou": None})
-    entry.update(recognition_scores(dc.labels[labelled, c], dc.prob[labelled, c], name=f"{dc.name}/{name}"))
+        if any(m.warn for m in grounding):
+            warnings.warn(f"grounding metrics undefined for {dc.name}/{name}: no positive pair with a region; "
+                          "reported as null.", UndefinedMetricWarning, stacklevel=3)
+        entry.update({m.key: None for m in grounding})
+        entry.update({k: None for k in R.tau_keys()})
+    sums = recognition_sums(dc.labels[labelled, c], dc.prob[labelled, c], name=f"{dc.name}/{name}")
+    entry.update({m.key: _defined(m.values(sums)[0]) for m in R.metrics("recognition")})
     return entry, per_pair
 
 
-def _class_taus(dc: DatasetCounts, thresholds: Thresholds | None) -> dict[str, tuple[int, int]] | None:
+def _class_taus(dc: DatasetCounts, thresholds: Thresholds | None) -> dict[str, dict[str, int]] | None:
     if thresholds is None:
         return None
     given = thresholds.get(dc.name, {})
+    keys = R.tau_keys()
     out, missing = {}, []
     for c, name in enumerate(dc.classes):
         if not dc.supported[c] or not np.any(dc.pair_class == c):
             continue
         pair = given.get(name)
-        if pair is None or pair[0] is None or pair[1] is None:
+        taus = {} if pair is None else (dict(pair) if isinstance(pair, Mapping) else dict(zip(keys, pair)))
+        if any(taus.get(k) is None for k in keys):
             missing.append(f"{dc.name}/{name}")
             continue
-        out[name] = (threshold_index(pair[0]), threshold_index(pair[1]))
+        out[name] = {k: threshold_index(taus[k]) for k in keys}
     if missing:
-        raise ValueError(f"the transferred thresholds lack tau_dice/tau_iou for {', '.join(missing)}; "
+        raise ValueError(f"the transferred thresholds lack {'/'.join(keys)} for {', '.join(missing)}; "
                          "score the earlier split with these classes or drop --thresholds-from.")
     return out
 
@@ -364,6 +430,9 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
                         timings: dict[str, float] | None = None) -> tuple[dict, dict]:
     """Metrics (``metrics.json`` "overall" and "datasets" parts) from per-dataset counts.
 
+    Every metric of :data:`xbench.score.registry.REGISTRY` is computed: per class, the dataset summary
+    (mean over the classes where it is defined) and the overall mean over datasets.
+
     Parameters
     ----------
     counts : {dataset: DatasetCounts}
@@ -372,7 +441,8 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     seed : int
         Seeds one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order.
     thresholds : {dataset: {class: (tau_dice, tau_iou)}}, optional
-        Use these (grid) thresholds instead of searching (e.g. from a validation split).
+        Use these (grid) thresholds instead of searching (e.g. from a validation split); a class's entry
+        is a tuple in :func:`xbench.score.registry.tau_keys` order or a {tau key: tau} mapping.
 
     Returns
     -------
@@ -383,6 +453,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     datasets: dict = {}
     per_pair_all: dict = {}
     class_taus: dict = {}
+    class_keys, summary_keys = R.class_keys(), R.summary_keys()
     for name in sorted(counts):
         dc = counts[name]
         t0 = time.perf_counter()
@@ -394,20 +465,25 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
                 entry = {"n_positive": int(np.count_nonzero(dc.labels[:, c] == 1)),
                          "n_regions": int(np.count_nonzero(dc.pair_class == c)),
                          "n_labelled": int(np.count_nonzero(dc.labels[:, c] != -1))}
-                entry.update({k: None for k in SUMMARY_KEYS})
-                entry.update({"tau_dice": None, "tau_iou": None, "unsupported": True, "reason": UNSUPPORTED_REASON})
+                entry.update({k: None for k in class_keys})
+                entry.update({k: None for k in R.tau_keys()})
+                entry.update({"unsupported": True, "reason": UNSUPPORTED_REASON})
                 classes[cname] = entry
                 continue
             entry, pp = _class_point(dc, c, None if taus is None else taus.get(cname))
             classes[cname] = entry
             per_pair_all[name][c] = pp
-        summary = {k: _mean_defined(e[k] for e in classes.values()) for k in SUMMARY_KEYS}
-        cols = np.flatnonzero(dc.supported)
-        summary["hamming_accuracy"] = hamming_accuracy_score(dc.labels[:, cols], dc.prob[:, cols])
+        summary = {}
+        for k in summary_keys:
+            m = R.metric(k)
+            if m.kind == "dataset":
+                summary[k] = _defined(m.values(dc, np.ones((1, dc.n_cases)))[0])
+            else:
+                summary[k] = _mean_defined(e[k] for e in classes.values())
         timings["metrics"] = timings.get("metrics", 0.0) + time.perf_counter() - t0
         datasets[name] = {"n_cases": dc.n_cases, "grid": [int(g) for g in dc.grid], "summary": summary,
                           "classes": classes}
-    overall = {k: _mean_defined(d["summary"][k] for d in datasets.values()) for k in DATASET_SUMMARY_KEYS}
+    overall = {k: _mean_defined(d["summary"][k] for d in datasets.values()) for k in R.overall_keys()}
     metrics = {"overall": overall, "datasets": datasets}
     if bootstrap > 0 and counts:
         # the one resampling path (xbench.score.bootstrap), shared with the report and paired comparisons

@@ -1,0 +1,362 @@
+"""The metric registry: every metric of ``metrics.json`` defined once.
+
+A :class:`Metric` says what a metric is called (its ``metrics.json`` key, title and short title), how it
+is shown (percent or number, higher or lower is better), which means it enters (dataset summary, overall
+mean), and how it is computed. Scoring (point estimates), the bootstrap (replicates), the tables, the
+report, the pairs table and paired comparisons all iterate over :data:`REGISTRY`, so a new metric is one
+:func:`register` call (plus its test).
+
+Three kinds:
+
+``"grounding"`` (per positive pair of a class)
+    ``values(view)`` maps the counts of a class's positive pairs (a :class:`PairView`) to per-pair values:
+    ``(P,)`` (``curve=False``), or ``(P, T)`` over the 101 thresholds (``curve=True``; the function must
+    work column by column, because the machinery may hand it a block of threshold columns). The point
+    estimate is the mean over the pairs selected by ``pairs(view)`` (all pairs when ``pairs`` is None), and
+    its bootstrap form is the weighted mean with the case-resampling weights. A curve metric needs a
+    threshold rule: a fixed index (``threshold=50``), :class:`Best` (the first maximum of the class-mean
+    curve, re-chosen in each resample, ties to the smallest tau, the chosen tau reported under
+    ``Best.tau_key``), or :class:`ChosenBy` (the tau another metric of the class chose, in the same
+    resample). Metrics that share the same ``values`` and ``pairs`` functions share their computation.
+``"recognition"`` (per labelled pair of a class)
+    ``values(s)`` maps :class:`RecognitionSums` (weighted counts and the rank statistics of a class, arrays
+    (B,), B = 1 for the point estimate) to the metric, NaN where undefined.
+``"dataset"`` (one value per dataset, not per class; e.g. Hamming accuracy)
+    ``values(dc, w)`` gives (B,) values for case weights ``w`` (B, N) (``w`` = ones for the point estimate).
+
+The built-in metrics are the contract's (``pointing_game`` ... ``hamming_accuracy``, schema minor 0) and
+grounding by lesion size (schema minor 1, see :data:`LESION_SIZES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
+from .recognition import f1_from_counts
+
+__all__ = [
+    "Best",
+    "ChosenBy",
+    "Metric",
+    "PairView",
+    "RecognitionSums",
+    "REGISTRY",
+    "LESION_SIZES",
+    "register",
+    "registered",
+    "metric",
+    "metrics",
+    "class_keys",
+    "summary_keys",
+    "overall_keys",
+    "tau_keys",
+    "tau_map",
+    "pair_columns",
+    "lesion_size",
+]
+
+
+@dataclass(frozen=True)
+class Best:
+    """Threshold rule: the first maximum of the class-mean curve (re-chosen in every resample), reported
+    in ``metrics.json`` under ``tau_key`` and transferable from an earlier metrics.json."""
+
+    tau_key: str
+
+
+@dataclass(frozen=True)
+class ChosenBy:
+    """Threshold rule: the tau that grounding metric ``key`` (a :class:`Best` metric) chose for the class,
+    in the same resample (or transferred)."""
+
+    key: str
+
+
+class PairView:
+    """The counts of some positive pairs (``rows`` of a DatasetCounts), read lazily.
+
+    ``b``, ``br`` (P, T') are the threshold columns ``cols`` (all 101 unless the machinery asks for a block),
+    ``region_pixels``, ``hit`` (P,), ``extra[name]`` (P,) the optional per-pair columns of
+    :attr:`DatasetCounts.extra`, ``grid`` (H, W) and ``thresholds`` (T',) the taus of ``cols``.
+    """
+
+    def __init__(self, dc, rows: np.ndarray, cols: slice = slice(None)):
+        from .kernels import THRESHOLDS
+
+        self._dc, self._rows, self._cols = dc, rows, cols
+        self.grid = tuple(dc.grid)
+        self.thresholds = THRESHOLDS[cols]
+        self._cache: dict[str, Any] = {}
+
+    def _get(self, name, fn):
+        if name not in self._cache:
+            self._cache[name] = fn()
+        return self._cache[name]
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self._rows.size)
+
+    @property
+    def b(self) -> np.ndarray:
+        return self._get("b", lambda: self._dc.b[self._rows, self._cols])
+
+    @property
+    def br(self) -> np.ndarray:
+        return self._get("br", lambda: self._dc.br[self._rows, self._cols])
+
+    @property
+    def region_pixels(self) -> np.ndarray:
+        return self._get("r", lambda: self._dc.region_pixels[self._rows])
+
+    @property
+    def hit(self) -> np.ndarray:
+        return self._get("hit", lambda: self._dc.hit[self._rows])
+
+    @property
+    def extra(self) -> Mapping[str, np.ndarray]:
+        return self._get("extra", lambda: {k: v[self._rows] for k, v in (self._dc.extra or {}).items()})
+
+    def columns(self, cols: slice) -> "PairView":
+        """The same pairs, threshold columns ``cols`` only."""
+        return PairView(self._dc, self._rows, cols)
+
+
+@dataclass(frozen=True)
+class RecognitionSums:
+    """Weighted counts of one class's labelled pairs per resample, each (B,) float64: ``tp``, ``fp``, ``fn``,
+    ``correct`` (ŷ = y), ``total`` (labelled pairs drawn), and ``auroc``, ``auprc`` (NaN unless both label
+    values are drawn)."""
+
+    tp: np.ndarray
+    fp: np.ndarray
+    fn: np.ndarray
+    correct: np.ndarray
+    total: np.ndarray
+    auroc: np.ndarray
+    auprc: np.ndarray
+
+
+Kind = Literal["grounding", "recognition", "dataset"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of ``metrics.json`` (see the module docstring for ``values`` of each ``kind``).
+
+    key: metrics.json name; title: long name (report captions); short: column title; fmt: "percent" (a
+    fraction printed x100) or "number"; summary: enters the dataset summary (mean over the classes where it
+    is defined); overall: enters the overall mean over datasets; pair_column: a pairs-table column of the
+    per-pair value at the metric's threshold; stratum/base: for a metric restricted to one lesion-size
+    stratum, the stratum name and the unrestricted metric's key (tables group them); warn: warn when the
+    class has no positive pair (strata stay quiet: most classes lack some size); minor: the metrics.json
+    schema minor version that added it.
+    """
+
+    key: str
+    title: str
+    short: str
+    kind: Kind
+    values: Callable[..., np.ndarray]
+    higher_is_better: bool = True
+    fmt: Literal["percent", "number"] = "percent"
+    curve: bool = False
+    threshold: int | Best | ChosenBy | None = None
+    pairs: Callable[[PairView], np.ndarray] | None = None
+    summary: bool = True
+    overall: bool = True
+    pair_column: bool = False
+    stratum: str | None = None
+    base: str | None = None
+    warn: bool = True
+    minor: int = 0
+    doc: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if self.kind == "grounding" and self.curve and self.threshold is None:
+            raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
+        if self.kind == "grounding" and not self.curve and self.threshold is not None:
+            raise ValueError(f"{self.key}: a per-pair (P,) metric takes no threshold rule.")
+
+
+#: Every metric, in metrics.json order within its kind. Change it only through :func:`register` /
+#: :func:`registered`.
+REGISTRY: dict[str, Metric] = {}
+
+
+def register(m: Metric) -> Metric:
+    """Add ``m`` (its key must be new; a :class:`ChosenBy` rule must name a registered Best metric)."""
+    if m.key in REGISTRY:
+        raise ValueError(f"metric {m.key!r} is already registered.")
+    if isinstance(m.threshold, ChosenBy):
+        ref = REGISTRY.get(m.threshold.key)
+        if ref is None or not isinstance(ref.threshold, Best):
+            raise ValueError(f"{m.key}: ChosenBy({m.threshold.key!r}) must name a registered Best metric.")
+    REGISTRY[m.key] = m
+    return m
+
+
+@contextmanager
+def registered(*ms: Metric) -> Iterator[tuple[Metric, ...]]:
+    """Register ``ms`` for the duration of a ``with`` block (tests), restoring the registry afterwards."""
+    saved = dict(REGISTRY)
+    try:
+        for m in ms:
+            register(m)
+        yield ms
+    finally:
+        REGISTRY.clear()
+        REGISTRY.update(saved)
+
+
+def metric(key: str) -> Metric:
+    return REGISTRY[key]
+
+
+def metrics(kind: Kind | None = None) -> list[Metric]:
+    """Registered metrics of ``kind`` (all when None), in registration order."""
+    return [m for m in REGISTRY.values() if kind is None or m.kind == kind]
+
+
+def class_keys() -> tuple[str, ...]:
+    """Keys of a class entry: grounding, then recognition (dataset-level metrics have none)."""
+    return tuple(m.key for m in metrics("grounding") + metrics("recognition"))
+
+
+def summary_keys() -> tuple[str, ...]:
+    """Keys of a dataset summary: the class means, then the dataset-level metrics."""
+    return tuple(m.key for m in metrics("grounding") + metrics("recognition") + metrics("dataset") if m.summary)
+
+
+def overall_keys() -> tuple[str, ...]:
+    return tuple(k for k in summary_keys() if REGISTRY[k].overall)
+
+
+def tau_keys() -> tuple[str, ...]:
+    """The metrics.json keys of the chosen thresholds (``tau_dice``, ``tau_iou``), in order."""
+    return tuple(m.threshold.tau_key for m in metrics("grounding") if isinstance(m.threshold, Best))
+
+
+def tau_map(taus) -> dict[str, int]:
+    """A class's fixed (transferred) threshold indices as {tau key: index}; a tuple such as
+    ``(dice index, iou index)`` follows :func:`tau_keys`."""
+    return dict(taus) if isinstance(taus, Mapping) else dict(zip(tau_keys(), taus))
+
+
+def pair_columns() -> tuple[str, ...]:
+    return tuple(m.key for m in metrics("grounding") if m.pair_column)
+
+
+# --------------------------------------------------------------------------------------- built-ins
+def _hit(v: PairView) -> np.ndarray:
+    return v.hit
+
+
+def _dice(v: PairView) -> np.ndarray:
+    return dice_from_counts(v.b, v.br, v.region_pixels)
+
+
+def _iou(v: PairView) -> np.ndarray:
+    return iou_from_counts(v.b, v.br, v.region_pixels)
+
+
+def _auroc(s: RecognitionSums) -> np.ndarray:
+    return s.auroc
+
+
+def _auprc(s: RecognitionSums) -> np.ndarray:
+    return s.auprc
+
+
+def _f1(s: RecognitionSums) -> np.ndarray:
+    return np.where(s.total > 0, f1_from_counts(s.tp, s.fp, s.fn), np.nan)
+
+
+def _accuracy(s: RecognitionSums) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(s.total > 0, s.correct / s.total, np.nan)
+
+
+def _hamming(dc, w: np.ndarray, cache: dict | None = None) -> np.ndarray:
+    """Hamming accuracy per resample: weighted correct / weighted labelled pairs over supported classes."""
+    cache = cache if cache is not None else {}
+    if "hamming" not in cache:
+        cols = [c for c in range(len(dc.classes)) if dc.supported[c]]
+        lab = dc.labels[:, cols]
+        known = (lab != -1).sum(axis=1).astype(np.float64)
+        correct = (((dc.prob[:, cols] >= 0.5) == (lab == 1)) & (lab != -1)).sum(axis=1).astype(np.float64)
+        cache["hamming"] = (known, correct)
+    known, correct = cache["hamming"]
+    tot = w @ known
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, (w @ correct) / tot, np.nan)
+
+
+BEST_DICE, BEST_IOU = Best("tau_dice"), Best("tau_iou")
+
+for _m in (
+    Metric("pointing_game", "Pointing game", "Point", "grounding", _hit,
+           doc="share of positive pairs whose first maximum lies in the region"),
+    Metric("dice_fixed", "Dice at tau = 0.5", "Dice@0.5", "grounding", _dice, curve=True,
+           threshold=FIXED_THRESHOLD_INDEX, pair_column=True),
+    Metric("iou_fixed", "IoU at tau = 0.5", "IoU@0.5", "grounding", _iou, curve=True,
+           threshold=FIXED_THRESHOLD_INDEX, pair_column=True),
+    Metric("dice_best", "Dice at the best tau", "Dice", "grounding", _dice, curve=True, threshold=BEST_DICE,
+           pair_column=True),
+    Metric("iou_best", "IoU at the best tau", "IoU", "grounding", _iou, curve=True, threshold=BEST_IOU,
+           pair_column=True),
+    Metric("auroc", "AUROC", "AUROC", "recognition", _auroc),
+    Metric("auprc", "AUPRC (average precision)", "AUPRC", "recognition", _auprc),
+    Metric("f1", "F1 of the positive class", "F1", "recognition", _f1),
+    Metric("accuracy", "Accuracy", "Acc", "recognition", _accuracy),
+    Metric("hamming_accuracy", "Hamming accuracy", "Hamming", "dataset", _hamming),
+):
+    register(_m)
+
+
+# ---------------------------------------------------------------------------------- lesion size
+#: Lesion-size strata by the region's share of the grid, |R| / (H W): (name, lower bound, upper bound),
+#: lower bound inclusive. 1 % and 10 % of the image: at 224 x 224 a "small" region is under 502 cells
+#: (a box of about 22 x 22 cells, 1/10 of the image side), a "large" one at least 5,018 cells (about a
+#: third of the side squared: a lobe, an effusion, the heart). COCO's cut-offs (32^2 and 96^2 pixels of a
+#: ~640 x 480 image) are 0.33 % and 3 %; chest X-ray findings are larger (see docs/contract.md).
+LESION_SIZES: tuple[tuple[str, float, float], ...] = (("small", 0.0, 0.01), ("medium", 0.01, 0.10),
+                                                      ("large", 0.10, np.inf))
+
+
+def lesion_size(region_pixels, grid: tuple[int, int]) -> np.ndarray:
+    """Stratum index (0 small, 1 medium, 2 large) of each region: its area |R| / (H W) against
+    :data:`LESION_SIZES`. Compared in integers (|R| * 100 against H W * percent) so no float rounding
+    decides a region exactly on a cut-off."""
+    r = np.asarray(region_pixels, dtype=np.int64) * 100
+    cells = int(grid[0]) * int(grid[1])
+    out = np.zeros(r.shape, np.int8)
+    for i, (_, lo, _) in enumerate(LESION_SIZES[1:], start=1):
+        out[r >= round(lo * 100) * cells] = i
+    return out
+
+
+def _in_stratum(i: int) -> Callable[[PairView], np.ndarray]:
+    def pairs(v: PairView) -> np.ndarray:
+        return lesion_size(v.region_pixels, v.grid) == i
+
+    pairs.__name__ = f"in_{LESION_SIZES[i][0]}"
+    return pairs
+
+
+for _i, (_size, _lo, _hi) in enumerate(LESION_SIZES):
+    _sel = _in_stratum(_i)
+    _span = f"{100 * _lo:g}-{100 * _hi:g} % of the image" if np.isfinite(_hi) else f">= {100 * _lo:g} % of the image"
+    for _base, _title, _rule in (("pointing_game", "Pointing game", None), ("dice_best", "Dice", ChosenBy("dice_best")),
+                                 ("iou_best", "IoU", ChosenBy("iou_best"))):
+        b = REGISTRY[_base]
+        register(Metric(f"{_base}_{_size}", f"{_title}, {_size} lesions ({_span})", f"{b.short} {_size}",
+                        "grounding", b.values, curve=b.curve, threshold=_rule, pairs=_sel, stratum=_size,
+                        base=_base, warn=False, minor=1))
+del _m, _i, _size, _lo, _hi, _sel, _span, _base, _title, _rule, b
