@@ -386,7 +386,9 @@ def _rank_accuracy(v: PairView) -> np.ndarray:
 
 
 def _map_auroc(v: PairView) -> np.ndarray:
-    return _loc.map_auroc_from_counts(v.b, v.br, v.region_pixels)
+    # undefined (whole-grid) pairs are left out by _not_whole_grid; 0 keeps them out of weighted sums too
+    # (NaN x weight 0 would be NaN)
+    return np.nan_to_num(_loc.map_auroc_from_counts(v.b, v.br, v.region_pixels), nan=0.0)
 
 
 def _not_whole_grid(v: PairView) -> np.ndarray:
