@@ -6,6 +6,21 @@ normalised map quantised to the threshold grid, bin k(u) = max{k : tau_k <= M~(u
 come from the scoring pass as per-pair columns (:attr:`xbench.score.counts.DatasetCounts.extra`):
 ``energy_share`` (energy-based pointing game) and ``hit_tolerant`` (tolerant pointing game).
 
+Against Quantus (understandable-machine-intelligence-lab/Quantus, quantus/metrics/localisation/; by
+default it normalises the attribution by its maximum and takes absolute values first):
+
+- its ``RelevanceMassAccuracy`` (the energy-based pointing game) sums the attribution inside the mask over
+  the total, on |a| / max|a|; ours sums M~ = min-max normalised, so maps with negative values or a positive
+  minimum score differently (equal when the map's minimum is 0), and a constant map gives 0, not |R| / HW;
+- its ``RelevanceRankAccuracy`` takes the |R| last indices of ``np.argsort(a)`` (ties broken by the sort, at
+  random in effect) on the raw values; ours ranks the quantised map and shares ties exactly (equal on maps
+  without ties across the cut whose values are already on the 0.01 grid);
+- its ``PointingGame`` counts a hit when any of several tied maxima lies in the mask and has no tolerance;
+  ours, as the paper's, takes the first maximum, and the tolerant variant is Zhang et al.'s 15 px rule.
+
+Quantus is not a test dependency here (it pulls in a deep-learning framework); the brute-force oracles in
+tests/score/test_new_metrics.py check every definition instead.
+
 Inputs follow :mod:`xbench.score.grounding`: ``b``, ``br`` (P, T) with ``b[:, k] = |B_tau_k|`` and
 ``br[:, k] = |B_tau_k ∩ R|`` (non-increasing in k, ``b[:, 0]`` = all cells), ``region_pixels`` (P,) = |R|.
 """
