@@ -400,14 +400,14 @@ from . import localisation as _loc  # noqa: E402  (pure functions; no import cyc
 
 for _m in (
     Metric("energy_pointing_game", "Energy-based pointing game", "Energy", "grounding",
-           _extra(_loc.ENERGY_COLUMN, np.float64), pairs=_extra_present(_loc.ENERGY_COLUMN), minor=1,
+           _extra(_loc.ENERGY_COLUMN, np.float64), pairs=_extra_present(_loc.ENERGY_COLUMN), minor=1, pair_column=True,
            doc="share of the normalised map's mass inside the region"),
-    Metric("relevance_rank_accuracy", "Relevance rank accuracy", "RRA", "grounding", _rank_accuracy, minor=1,
+    Metric("relevance_rank_accuracy", "Relevance rank accuracy", "RRA", "grounding", _rank_accuracy, minor=1, pair_column=True,
            doc="of the |R| highest-ranked cells (quantised map, ties shared), the share inside the region"),
     Metric("map_auroc", "Map-vs-region pixel AUROC", "pxAUROC", "grounding", _map_auroc, pairs=_not_whole_grid,
-           minor=1, doc="Mann-Whitney AUROC of region cells against the others on the quantised map"),
+           minor=1, pair_column=True, doc="Mann-Whitney AUROC of region cells against the others on the quantised map"),
     Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
-           _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1,
+           _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
            doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
 ):
     register(_m)
