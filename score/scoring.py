@@ -201,13 +201,14 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     dtype = count_dtype((H, W))
     out = GroundingCounts(np.empty((K, N_THRESHOLDS), dtype), np.empty((K, N_THRESHOLDS), dtype),
                           np.empty(K, bool), np.empty(K, np.int32), np.empty(K, np.float64), np.empty(K, np.int32),
-                          np.empty(K, bool))
+                          np.empty(K, bool) if hasattr(gt_ds, "orig_size") else None)
     tol = float(pointing_tolerance)
     if not (np.isfinite(tol) and tol >= 0.0):
         raise ValueError(f"the pointing tolerance must be a finite distance >= 0 (pixels); got {pointing_tolerance!r}.")
     # original pixels per grid cell (height, width) of each kept pair's case
+    # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
     cell = (np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]] / np.array([H, W], dtype=np.float64)
-            if K else np.ones((0, 2)))
+            if K and out.hit_tolerant is not None else np.ones((K, 2)))
     cell = np.ascontiguousarray(cell)
     masks_arr = gt_ds.region_mask
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
@@ -236,7 +237,8 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         block = np.ascontiguousarray(block, dtype=bool)
         local = np.ascontiguousarray(keep[p0:p1] - c0)
         count_pairs_into(np.ascontiguousarray(maps[p0 - m0:p1 - m0], dtype=np.float32), block, local, plan,
-                         GroundingCounts(*(a[p0:p1] for a in out)), cell=cell[p0:p1], tolerance=tol)
+                         GroundingCounts(*(None if a is None else a[p0:p1] for a in out)), cell=cell[p0:p1],
+                         tolerance=tol)
         # a kept region is empty when its |R| is 0; the regions of unsupported classes are checked here
         empty = local[out.region_pixels[p0:p1] == 0]
         other = np.setdiff1d(np.arange(c1 - c0), local, assume_unique=True)
@@ -279,7 +281,8 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
         region_pixels=out.region_pixels[order], hit=out.hit[order], b=_take_rows_inplace(out.b, order),
         br=_take_rows_inplace(out.br, order), grid=(H, W),
-        extra={ENERGY_COLUMN: out.energy[order], TOLERANT_COLUMN: out.hit_tolerant[order]},
+        extra={ENERGY_COLUMN: out.energy[order],
+               **({} if out.hit_tolerant is None else {TOLERANT_COLUMN: out.hit_tolerant[order]})},
     )
 
 
