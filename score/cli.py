@@ -137,11 +137,15 @@ def _check_kinds(submissions, gt_path: Path) -> None:
                    "a flat scores.json. Repeatable.")
 @click.option("--images", "images_path", type=click.Path(path_type=Path), default=None,
               help="images.zarr: with several submissions, the report gets map-over-image overlays.")
+@click.option("--pointing-tolerance", "pointing_tolerance", default=15.0, show_default=True,
+              type=click.FloatRange(min=0.0), metavar="PX",
+              help="Tolerant pointing game: a hit when the first maximum lies within PX original pixels of the "
+                   "region (Zhang et al. 2018).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  quiet, as_json, max_memory, timeout):
+                  pointing_tolerance, quiet, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -193,7 +197,8 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
     folders = NameTable(reserved=(*_REPORT_ENTRIES, MARKER))
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
-    score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names}
+    score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
+                "pointing_tolerance": pointing_tolerance}
     with PublishedDir(out_dir) as work:
         summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
                      for sub, stem, d in zip(submissions, stems, subdirs)]

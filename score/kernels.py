@@ -55,6 +55,7 @@ __all__ = [
     "threshold_bins",
     "grounding_counts",
     "count_pairs_into",
+    "tolerant_hits",
     "weighted_auroc_ap",
     "rank_order",
 ]
@@ -81,12 +82,18 @@ class ResizePlan(NamedTuple):
 
 
 class GroundingCounts(NamedTuple):
-    """Per-pair results of :func:`grounding_counts` for P pairs and T = 101 thresholds."""
+    """Per-pair results of :func:`grounding_counts` for P pairs and T = 101 thresholds.
+
+    The last three are optional for :func:`count_pairs_into` (None: not wanted, computed into scratch).
+    """
 
     b: np.ndarray  # (P, T) int32: |B_tau_k|
     br: np.ndarray  # (P, T) int32: |B_tau_k ∩ R|
     hit: np.ndarray  # (P,) bool: pointing-game hit
     region_pixels: np.ndarray  # (P,) int32: |R|
+    energy: np.ndarray | None = None  # (P,) float64: energy-based pointing game, sum(M~ in R) / sum(M~)
+    argmax: np.ndarray | None = None  # (P,) int32: flat index of the first maximum of the resized map
+    hit_tolerant: np.ndarray | None = None  # (P,) bool: tolerant pointing-game hit (see tolerant_hits)
 
 
 # ---------------------------------------------------------------------------------------------- plans
@@ -256,14 +263,18 @@ def _scatter(kb, hist):
 
 
 @numba.njit(cache=True, nogil=True)
-def _bin_row(row, mrow, mn, rng, taus, hist, kb):
-    """Add one row (raw resized values) to ``hist`` (_LANES * 2T,): bin 2k + [pixel in R] for k = k(v)."""
+def _bin_row(row, mrow, mn, rng, taus, hist, kb, e_all, e_in):
+    """Add one row (raw resized values) to ``hist`` (_LANES * 2T,): bin 2k + [pixel in R] for k = k(v).
+    Also adds each pixel's ``v - min`` to ``e_all`` (W,) and, inside R, to ``e_in`` (W,): the map's mass."""
     T = taus.shape[0]
     W = row.shape[0]
     inv = 100.0 / rng
     near = 0
     for ow in range(W):  # vectorises: the fast guess and the key for the whole row
-        y = (row[ow] - mn) * inv
+        d = row[ow] - mn
+        e_all[ow] += d
+        e_in[ow] += d if mrow[ow] else 0.0
+        y = d * inv
         g = np.int32(y + _NEAR)
         near += g - np.int32(y - _NEAR)
         kb[ow] = 2 * g + (1 if mrow[ow] else 0) + (ow % _LANES) * (2 * T)
@@ -303,16 +314,30 @@ def _constant_map(mask, hist):
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_one(buf, mn, mx, mask, taus, hist, kb, b_row, br_row):
-    """Bin a resized map held in ``buf`` once; write counts into b_row / br_row (T,); return |R|."""
+def _energy_share(e_all, e_in):
+    """sum(e_in) / sum(e_all) of the per-column mass sums; 0 for a map without mass (a constant map)."""
+    s_all = 0.0
+    s_in = 0.0
+    for ow in range(e_all.shape[0]):
+        s_all += e_all[ow]
+        s_in += e_in[ow]
+    return s_in / s_all if s_all > 0.0 else 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_one(buf, mn, mx, mask, taus, hist, kb, e_all, e_in, b_row, br_row):
+    """Bin a resized map held in ``buf`` once; write counts into b_row / br_row (T,); return
+    (|R|, energy share)."""
     hist[:] = 0
+    e_all[:] = 0.0
+    e_in[:] = 0.0
     rng = mx - mn
     if rng == 0.0:
         _constant_map(mask, hist)
     else:
         for oh in range(buf.shape[0]):
-            _bin_row(buf[oh], mask[oh], mn, rng, taus, hist, kb)
-    return _finish_counts(hist, b_row, br_row)
+            _bin_row(buf[oh], mask[oh], mn, rng, taus, hist, kb, e_all, e_in)
+    return _finish_counts(hist, b_row, br_row), _energy_share(e_all, e_in)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -394,7 +419,7 @@ def _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx):
 
 @numba.njit(cache=True, nogil=True)
 def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi, lane, hist, kb,
-                    b_row, br_row):
+                    e_all, e_in, b_row, br_row):
     """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
     each output row is computed (2 multiplies and an add per pixel) as it is binned, never stored.
 
@@ -402,7 +427,8 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
     that can hold them. The one full pass computes each row, bins it with 32-bit keys (``lane`` (W,)
     holds each column's histogram copy offset; the float64 -> int32 conversions vectorise on AVX2, int64
     ones need AVX-512) and finds the first argmax among the pixels the exact path visits (the maximum is
-    always among them). Returns (|R|, flat index of the first maximum).
+    always among them). The same pass adds each pixel's ``v - min`` to the per-column mass sums ``e_all``
+    and, inside R, ``e_in`` ((W,) scratch). Returns (|R|, flat index of the first maximum, energy share).
     """
     H = mask.shape[0]
     W = mask.shape[1]
@@ -412,7 +438,9 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
     rng = mx - mn
     if rng == 0.0:
         _constant_map(mask, hist)
-        return _finish_counts(hist, b_row, br_row), 0
+        return _finish_counts(hist, b_row, br_row), 0, 0.0
+    e_all[:] = 0.0
+    e_in[:] = 0.0
     inv = 100.0 / rng
     arg = -1
     for oh in range(H):
@@ -424,7 +452,10 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
         near = False
         for ow in range(W):  # vectorises: the fast guess and the key, as in _bin_row
             v = ta[ow] * wa + tb[ow] * wb
-            y = (v - mn) * inv
+            d = v - mn
+            e_all[ow] += d
+            e_in[ow] += d if mrow[ow] else 0.0
+            y = d * inv
             g = np.int32(y + _NEAR)
             near |= g != np.int32(y - _NEAR)
             kb[ow] = 2 * g + np.int32(mrow[ow]) + lane[ow]
@@ -442,7 +473,7 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
             for ow in range(W):
                 if arg < 0 and tmp[row_idx[0, oh], ow] * row_w[0, oh] + tmp[row_idx[1, oh], ow] * row_w[1, oh] == mx:
                     arg = oh * W + ow
-    return _finish_counts(hist, b_row, br_row), arg
+    return _finish_counts(hist, b_row, br_row), arg, _energy_share(e_all, e_in)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -454,29 +485,33 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
     br = np.empty((P, T), dtype=np.int32)
     hit = np.empty(P, dtype=np.bool_)
     n_r = np.empty(P, dtype=np.int32)
+    energy = np.empty(P, dtype=np.float64)
+    arg = np.empty(P, dtype=np.int32)
     # one scratch set per chunk of pairs (in _chunk_counts), not per pair
     for c in numba.prange(n_chunks):
         lo = c * P // n_chunks
         hi = (c + 1) * P // n_chunks
         _chunk_counts(maps[lo:hi], masks, np.arange(lo, hi), area, row_idx, row_w, col_idx, col_w, taus,
-                      b[lo:hi], br[lo:hi], hit[lo:hi], n_r[lo:hi])
-    return b, br, hit, n_r
+                      b[lo:hi], br[lo:hi], hit[lo:hi], n_r[lo:hi], energy[lo:hi], arg[lo:hi])
+    return b, br, hit, n_r, energy, arg
 
 
 @numba.njit(cache=True, nogil=True)
-def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
+def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r, energy, arg):
     """Serial counts for P pairs whose regions sit in one decoded chunk: maps (P, h, w) float32, masks
-    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r (P,)."""
+    (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r, energy and
+    arg (the first maximum's flat index) (P,)."""
     if area:
-        _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r)
+        _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r, energy, arg)
     else:
-        _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r)
+        _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r, energy,
+                               arg)
 
 
 # The scorer calls the two paths below directly (count_pairs_into picks one in Python), so a run compiles
 # only the path its maps need: one kernel fewer to compile on a first run.
 @numba.njit(cache=True, nogil=True)
-def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r):
+def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r, energy, arg):
     """:func:`_chunk_counts` for a bilinear plan.
 
     Serial and ``nogil`` on purpose: the scorer runs one call per region chunk on each of several Python
@@ -498,15 +533,18 @@ def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, t
     lane = np.empty(W, dtype=np.int32)
     for ow in range(W):
         lane[ow] = (ow % _LANES) * (2 * T)
+    e_all = np.empty(W, dtype=np.float64)
+    e_in = np.empty(W, dtype=np.float64)
     for p in range(P):
         m = masks[local[p]]
-        n_r[p], arg = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi,
-                                      lane, hist, kb, b[p], br[p])
-        hit[p] = m[arg // W, arg % W]
+        n_r[p], a, energy[p] = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G,
+                                               lo, hi, lane, hist, kb, e_all, e_in, b[p], br[p])
+        arg[p] = a
+        hit[p] = m[a // W, a % W]
 
 
 @numba.njit(cache=True, nogil=True)
-def _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r):
+def _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r, energy, arg):
     """:func:`_chunk_counts` for an area (downsampling) plan; serial and ``nogil`` as the bilinear one."""
     P = maps.shape[0]
     h = maps.shape[1]
@@ -518,11 +556,58 @@ def _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n
     kb = np.empty(W, dtype=np.int32)
     buf = np.empty((H, W), dtype=np.float64)
     no_w = np.empty((2, 0), dtype=np.float64)  # area pooling uses no weights
+    e_all = np.empty(W, dtype=np.float64)
+    e_in = np.empty(W, dtype=np.float64)
     for p in range(P):
         m = masks[local[p]]
-        mn, mx, arg = _resize_into(maps[p], True, row_idx, no_w, col_idx, no_w, tmp, buf)
-        n_r[p] = _count_one(buf, mn, mx, m, taus, hist, kb, b[p], br[p])
-        hit[p] = m[arg // W, arg % W]
+        mn, mx, a = _resize_into(maps[p], True, row_idx, no_w, col_idx, no_w, tmp, buf)
+        n_r[p], energy[p] = _count_one(buf, mn, mx, m, taus, hist, kb, e_all, e_in, b[p], br[p])
+        arg[p] = a
+        hit[p] = m[a // W, a % W]
+
+
+@numba.njit(cache=True, nogil=True)
+def _tolerant_hits(masks, local, arg, cell, tol, out):
+    """out[p] = some cell u of region ``masks[local[p]]`` has d(u)^2 <= tol^2, with d(u)^2 = dy^2 + dx^2,
+    dy = (row(u) - row(a)) * cell[p, 0], dx likewise with columns and cell[p, 1], a = arg[p] (the first
+    maximum); in original pixels when ``cell`` holds the original pixels per grid cell.
+
+    Only the window of rows with dy^2 <= tol^2 and columns with dx^2 <= tol^2 around the maximum is read:
+    a cell outside it has d^2 >= dy^2 > tol^2 (or dx^2), so the result is that of a full scan.
+    """
+    H = masks.shape[1]
+    W = masks.shape[2]
+    tol2 = tol * tol
+    for p in range(local.shape[0]):
+        m = masks[local[p]]
+        ra = arg[p] // W
+        ca = arg[p] % W
+        sy = cell[p, 0]
+        sx = cell[p, 1]
+        r0 = ra
+        while r0 > 0 and ((r0 - 1 - ra) * sy) * ((r0 - 1 - ra) * sy) <= tol2:
+            r0 -= 1
+        r1 = ra
+        while r1 < H - 1 and ((r1 + 1 - ra) * sy) * ((r1 + 1 - ra) * sy) <= tol2:
+            r1 += 1
+        c0 = ca
+        while c0 > 0 and ((c0 - 1 - ca) * sx) * ((c0 - 1 - ca) * sx) <= tol2:
+            c0 -= 1
+        c1 = ca
+        while c1 < W - 1 and ((c1 + 1 - ca) * sx) * ((c1 + 1 - ca) * sx) <= tol2:
+            c1 += 1
+        hit = False
+        for r in range(r0, r1 + 1):
+            dy = (r - ra) * sy
+            for c in range(c0, c1 + 1):
+                if m[r, c]:
+                    dx = (c - ca) * sx
+                    if dy * dy + dx * dx <= tol2:
+                        hit = True
+                        break
+            if hit:
+                break
+        out[p] = hit
 
 
 @numba.njit(cache=True)
@@ -646,7 +731,8 @@ def threshold_bins(values) -> np.ndarray:
     return _bins(v, THRESHOLDS)
 
 
-def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCounts:
+def grounding_counts(maps, masks, *, n_chunks: int | None = None, tolerance: float | None = None,
+                     cell=None) -> GroundingCounts:
     """Pointing-game hits and per-threshold counts for P (map, region) pairs, in one pass per map.
 
     Parameters
@@ -657,12 +743,19 @@ def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCo
         Regions on the evaluation grid.
     n_chunks : int, optional
         Work items for the parallel loop (default: 4 per Numba thread).
+    tolerance : float, optional
+        Also compute the tolerant pointing game at this distance (see :func:`tolerant_hits`); else
+        ``hit_tolerant`` is None.
+    cell : array of shape (P, 2) or (2,), optional
+        (height, width) of one grid cell in the unit of ``tolerance`` (default 1: grid cells).
 
     Returns
     -------
     GroundingCounts
         ``b[p, k] = |B_tau_k|``, ``br[p, k] = |B_tau_k ∩ R|`` (int32, non-increasing in k; the scorer stores them as uint16 on grids of up to 65,535 cells, see counts.count_dtype),
-        ``hit[p]`` and ``region_pixels[p] = |R|``. A constant map gives ``b[p, 0] = H*W`` and 0 elsewhere.
+        ``hit[p]``, ``region_pixels[p] = |R|``, ``energy[p]`` (the share of the normalised map's mass inside
+        R, 0 for a constant map), ``argmax[p]`` and ``hit_tolerant[p]`` (when ``tolerance`` is given). A
+        constant map gives ``b[p, 0] = H*W`` and 0 elsewhere.
     """
     src = _as_map_stack(maps, "maps")
     reg = np.asarray(masks)
@@ -679,31 +772,70 @@ def grounding_counts(maps, masks, *, n_chunks: int | None = None) -> GroundingCo
     if n_chunks is None:
         n_chunks = 4 * numba.get_num_threads()
     n_chunks = max(1, min(int(n_chunks), P))
+    cell = _cell_sizes(cell, P)
     if P == 0:
         T = N_THRESHOLDS
-        return GroundingCounts(np.zeros((0, T), np.int32), np.zeros((0, T), np.int32),
-                               np.zeros(0, bool), np.zeros(0, np.int32))
-    b, br, hit, n_r = _grounding_counts(src, reg, plan.area, plan.row_idx, plan.row_w, plan.col_idx,
-                                        plan.col_w, THRESHOLDS, n_chunks)
-    return GroundingCounts(b, br, hit, n_r)
+        return GroundingCounts(np.zeros((0, T), np.int32), np.zeros((0, T), np.int32), np.zeros(0, bool),
+                               np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int32),
+                               None if tolerance is None else np.zeros(0, bool))
+    b, br, hit, n_r, energy, arg = _grounding_counts(src, reg, plan.area, plan.row_idx, plan.row_w, plan.col_idx,
+                                                     plan.col_w, THRESHOLDS, n_chunks)
+    hit_tol = None
+    if tolerance is not None:
+        hit_tol = tolerant_hits(reg, np.arange(P, dtype=np.int64), arg, cell, tolerance)
+    return GroundingCounts(b, br, hit, n_r, energy, arg, hit_tol)
+
+
+def _cell_sizes(cell, P: int) -> np.ndarray:
+    """``cell`` as a C-contiguous (P, 2) float64 array of positive sizes (default: 1 x 1)."""
+    c = np.ones((P, 2)) if cell is None else np.asarray(cell, dtype=np.float64)
+    c = np.ascontiguousarray(np.broadcast_to(c, (P, 2)) if c.shape == (2,) else c)
+    if c.shape != (P, 2) or not (np.isfinite(c).all() and (c > 0).all()):
+        raise ValueError(f"`cell` must be positive finite (height, width) sizes, shape (2,) or ({P}, 2); "
+                         f"got shape {c.shape}.")
+    return c
+
+
+def tolerant_hits(masks, local, argmax, cell, tolerance: float) -> np.ndarray:
+    """Tolerant pointing game: is some region cell within ``tolerance`` of the first maximum? (P,) bool.
+
+    The distance between grid cells (r, c) and (r', c') is the Euclidean distance of their centres,
+    ``sqrt(((r - r') * cell_h)^2 + ((c - c') * cell_w)^2)``, compared as a square: hit when
+    ``dy * dy + dx * dx <= tolerance * tolerance`` in float64 for some cell of the region. Tolerance 0 is
+    the plain pointing game. ``masks`` (n, H, W) bool, ``local`` (P,) int64 rows of ``masks``, ``argmax``
+    (P,) flat indices, ``cell`` (P, 2) float64 cell sizes in the unit of ``tolerance``.
+    """
+    tol = float(tolerance)
+    if not (np.isfinite(tol) and tol >= 0.0):
+        raise ValueError(f"the pointing tolerance must be a finite distance >= 0; got {tolerance!r}.")
+    out = np.empty(np.shape(local)[0], dtype=bool)
+    _tolerant_hits(masks, local, np.asarray(argmax), cell, tol, out)
+    return out
 
 
 def count_pairs_into(maps: np.ndarray, masks: np.ndarray, local: np.ndarray, plan: ResizePlan,
-                     out: GroundingCounts) -> None:
+                     out: GroundingCounts, *, cell: np.ndarray | None = None, tolerance: float | None = None) -> None:
     """Like :func:`grounding_counts`, serially, for pairs whose regions are rows ``local`` of ``masks``.
 
     For the scorer's worker threads (it releases the GIL). ``maps`` (P, h, w) C-contiguous float32,
     ``masks`` (n, H, W) C-contiguous bool, ``local`` (P,) int64 in [0, n), ``plan`` from
-    :func:`resize_plan` (h, w) -> (H, W), and ``out`` four preallocated C-contiguous arrays
-    (b, br (P, 101) int32; hit (P,) bool; region_pixels (P,) int32), filled in place. Inputs are trusted:
-    the caller guarantees dtypes and shapes (no copies are made).
+    :func:`resize_plan` (h, w) -> (H, W), and ``out`` preallocated C-contiguous arrays
+    (b, br (P, 101) int32; hit (P,) bool; region_pixels (P,) int32; optionally energy (P,) float64,
+    argmax (P,) int32, hit_tolerant (P,) bool), filled in place. ``hit_tolerant`` is filled when given,
+    from ``cell`` (P, 2) float64 and ``tolerance`` (see :func:`tolerant_hits`). Inputs are trusted: the
+    caller guarantees dtypes and shapes (no copies are made).
     """
+    P = local.shape[0]
+    energy = out.energy if out.energy is not None else np.empty(P, np.float64)
+    arg = out.argmax if out.argmax is not None else np.empty(P, np.int32)
     if plan.area:
         _chunk_counts_area(maps, masks, local, plan.row_idx, plan.col_idx, THRESHOLDS, out.b, out.br, out.hit,
-                           out.region_pixels)
+                           out.region_pixels, energy, arg)
     else:
         _chunk_counts_bilinear(maps, masks, local, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, THRESHOLDS,
-                               out.b, out.br, out.hit, out.region_pixels)
+                               out.b, out.br, out.hit, out.region_pixels, energy, arg)
+    if out.hit_tolerant is not None:
+        _tolerant_hits(masks, local, arg, cell, float(tolerance), out.hit_tolerant)
 
 
 def rank_order(y_true, p, columns=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

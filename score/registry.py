@@ -384,3 +384,55 @@ for _i, (_size, _lo, _hi) in enumerate(LESION_SIZES):
                         "grounding", b.values, curve=b.curve, threshold=_rule, pairs=_sel, stratum=_size,
                         base=_base, warn=False, minor=1))
 del _m, _i, _size, _lo, _hi, _sel, _span, _base, _title, _rule, b
+
+
+# ------------------------------------------------------------------- localisation beyond the paper
+def _extra_present(name: str) -> Callable[[PairView], np.ndarray]:
+    # counts saved before schema minor 1 have no such column: the metric is then null, never wrong
+    def pairs(v: PairView) -> np.ndarray:
+        return np.full(v.n_pairs, name in v.extra)
+
+    pairs.__name__ = f"has_{name}"
+    return pairs
+
+
+def _extra(name: str, dtype) -> Callable[[PairView], np.ndarray]:
+    def values(v: PairView) -> np.ndarray:
+        col = v.extra.get(name)
+        return np.zeros(v.n_pairs, dtype) if col is None else col
+
+    values.__name__ = f"extra_{name}"
+    return values
+
+
+def _rank_accuracy(v: PairView) -> np.ndarray:
+    return _loc.rank_accuracy_from_counts(v.b, v.br, v.region_pixels)
+
+
+def _map_auroc(v: PairView) -> np.ndarray:
+    # undefined (whole-grid) pairs are left out by _not_whole_grid; 0 keeps them out of weighted sums too
+    # (NaN x weight 0 would be NaN)
+    return np.nan_to_num(_loc.map_auroc_from_counts(v.b, v.br, v.region_pixels), nan=0.0)
+
+
+def _not_whole_grid(v: PairView) -> np.ndarray:
+    # the map AUROC needs a cell outside the region
+    return v.region_pixels < int(v.grid[0]) * int(v.grid[1])
+
+
+from . import localisation as _loc  # noqa: E402  (pure functions; no import cycle)
+
+for _m in (
+    Metric("energy_pointing_game", "Energy-based pointing game", "Energy", "grounding",
+           _extra(_loc.ENERGY_COLUMN, np.float64), pairs=_extra_present(_loc.ENERGY_COLUMN), minor=1, pair_column=True,
+           doc="share of the normalised map's mass inside the region"),
+    Metric("relevance_rank_accuracy", "Relevance rank accuracy", "RRA", "grounding", _rank_accuracy, minor=1, pair_column=True,
+           doc="of the |R| highest-ranked cells (quantised map, ties shared), the share inside the region"),
+    Metric("map_auroc", "Map-vs-region pixel AUROC", "pxAUROC", "grounding", _map_auroc, pairs=_not_whole_grid,
+           minor=1, pair_column=True, doc="Mann-Whitney AUROC of region cells against the others on the quantised map"),
+    Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
+           _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
+           doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
+):
+    register(_m)
+del _m

@@ -35,6 +35,7 @@ from .bootstrap import bootstrap_replicates, overall_replicates, percentile_inte
 from ._allocator import release_freed_memory
 from .counts import DatasetCounts, count_dtype
 from .grounding import UndefinedMetricWarning, best_threshold, class_means, threshold_index
+from .localisation import DEFAULT_POINTING_TOLERANCE, ENERGY_COLUMN, TOLERANT_COLUMN
 from .kernels import N_THRESHOLDS, THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
 from .recognition import probabilities, recognition_sums
 
@@ -141,8 +142,13 @@ def _region_chunks(n_regions: int, step: int, keep: np.ndarray, batch: int) -> l
 def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_cols: np.ndarray | None = None,
                   progress: Progress | None = None, mask_chunk: int | None = None,
                   timings: dict[str, float] | None = None, region_problems: list | None = None,
-                  where: str | None = None, workers: int | None = None) -> DatasetCounts:
+                  where: str | None = None, workers: int | None = None,
+                  pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE) -> DatasetCounts:
     """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
+
+    The same pass fills two per-pair columns of ``extra`` (see :mod:`xbench.score.localisation`): the
+    energy share and the tolerant pointing-game hit at ``pointing_tolerance`` original pixels (each case's
+    ``orig_size`` over the grid gives its cell size).
 
     Every region_mask chunk is decoded exactly once, on one of ``workers`` threads that then counts the
     chunk's pairs with the serial ``nogil`` kernel (:func:`xbench.score.kernels.count_pairs_into`): decoding
@@ -195,7 +201,16 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     H, W = (int(s) for s in gt_ds.grid)
     dtype = count_dtype((H, W))
     out = GroundingCounts(np.empty((K, N_THRESHOLDS), dtype), np.empty((K, N_THRESHOLDS), dtype),
-                          np.empty(K, bool), np.empty(K, np.int32))
+                          np.empty(K, bool), np.empty(K, np.int32), np.empty(K, np.float64), np.empty(K, np.int32),
+                          np.empty(K, bool) if hasattr(gt_ds, "orig_size") else None)
+    tol = float(pointing_tolerance)
+    if not (np.isfinite(tol) and tol >= 0.0):
+        raise ValueError(f"the pointing tolerance must be a finite distance >= 0 (pixels); got {pointing_tolerance!r}.")
+    # original pixels per grid cell (height, width) of each kept pair's case
+    # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
+    cell = (np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]] / np.array([H, W], dtype=np.float64)
+            if K and out.hit_tolerant is not None else np.ones((K, 2)))
+    cell = np.ascontiguousarray(cell)
     masks_arr = gt_ds.region_mask
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
     sal = sub_ds.saliency
@@ -223,7 +238,8 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         block = np.ascontiguousarray(block, dtype=bool)
         local = np.ascontiguousarray(keep[p0:p1] - c0)
         count_pairs_into(np.ascontiguousarray(maps[p0 - m0:p1 - m0], dtype=np.float32), block, local, plan,
-                         GroundingCounts(out.b[p0:p1], out.br[p0:p1], out.hit[p0:p1], out.region_pixels[p0:p1]))
+                         GroundingCounts(*(None if a is None else a[p0:p1] for a in out)), cell=cell[p0:p1],
+                         tolerance=tol)
         # a kept region is empty when its |R| is 0; the regions of unsupported classes are checked here
         empty = local[out.region_pixels[p0:p1] == 0]
         other = np.setdiff1d(np.arange(c1 - c0), local, assume_unique=True)
@@ -266,6 +282,8 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
         region_pixels=out.region_pixels[order], hit=out.hit[order], b=_take_rows_inplace(out.b, order),
         br=_take_rows_inplace(out.br, order), grid=(H, W),
+        extra={ENERGY_COLUMN: out.energy[order],
+               **({} if out.hit_tolerant is None else {TOLERANT_COLUMN: out.hit_tolerant[order]})},
     )
 
 
@@ -664,7 +682,8 @@ def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, di
 def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: int = 1000,
                      seed: int = 0, thresholds: Thresholds | str | os.PathLike | None = None,
                      datasets: Sequence[str] | None = None, progress: Progress | None = None,
-                     validate: bool = True, on_total: Callable[[int], None] | None = None) -> ScoreResult:
+                     validate: bool = True, on_total: Callable[[int], None] | None = None,
+                     pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE) -> ScoreResult:
     """Score one submission store against a ground-truth store.
 
     Parameters
@@ -685,6 +704,8 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         ``on_total(n_pairs)`` once, then ``progress(n)`` as positive pairs are done (for a progress bar).
     validate : bool
         Validate both stores first (default; turn off only for stores validated moments ago).
+    pointing_tolerance : float
+        Tolerance of the tolerant pointing game in original pixels (default 15, Zhang et al. 2018).
 
     Raises
     ------
@@ -741,7 +762,8 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         case_rows, class_cols = align(sub.datasets[name], gt.datasets[name])
         counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
                                      class_cols=class_cols, progress=progress, timings=timings,
-                                     region_problems=region_problems, where=f"{gt_path}/{name}")
+                                     region_problems=region_problems, where=f"{gt_path}/{name}",
+                                     pointing_tolerance=pointing_tolerance)
         release_freed_memory()
     for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
         region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
@@ -760,5 +782,6 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                             "level": 0.95, "resampling": "cases within each dataset"},
               "thresholds": "transferred" if thresholds is not None else "searched per class (0.00..1.00, step 0.01)",
               "datasets": names,
+              "pointing_tolerance_px": float(pointing_tolerance),
               "inputs": {"submission": _shown(submission_path), "gt": _shown(gt_path)}}
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings)

@@ -46,8 +46,10 @@ def compile_job(job: str) -> None:
     masks = np.zeros((P, *grid), bool)
     masks[:, 0, 0] = True
     out = K.GroundingCounts(np.empty((P, K.N_THRESHOLDS), dtype), np.empty((P, K.N_THRESHOLDS), dtype),
-                            np.empty(P, bool), np.empty(P, np.int32))
-    K.count_pairs_into(maps, masks, np.arange(P, dtype=np.int64), K.resize_plan(shape, grid), out)
+                            np.empty(P, bool), np.empty(P, np.int32), np.empty(P), np.empty(P, np.int32),
+                            np.empty(P, bool))  # the scorer's full set, so the tolerant kernel compiles too
+    K.count_pairs_into(maps, masks, np.arange(P, dtype=np.int64), K.resize_plan(shape, grid), out,
+                       cell=np.ones((P, 2)), tolerance=15.0)
 
 
 def _child(job: str) -> list[str]:
