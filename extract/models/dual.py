@@ -99,8 +99,9 @@ class DualEncoderAdapter(ModelAdapter):
             self._text_map = F.normalize(pos - neg, dim=-1)
         else:
             self._text_map = pos
-        if "empty_prompt" in self.map_method.needs:  # e.g. CLIP Surgery's redundancy for one class
-            self._text_empty = self._embed([""])[0]
+        self._text_empty = None
+        if "empty_prompt" in self.map_method.needs and len(self.classes) == 1:
+            self._text_empty = self._embed([""])[0]  # CLIP Surgery's redundant feature for a single class
 
     def image_transform(self, dataset: str | None = None) -> DualEncoderTransform | None:
         """open_clip's own transform on originals (squash and square crop); None otherwise."""
