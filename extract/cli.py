@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads: set 
 
 import click
 
+from xbench.extract.saliency import method_names
 from xbench.schemas._cli import RESUME_HINT, UserError, command, progress, require_kind, warn
 
 EXAMPLES = """
@@ -126,7 +127,8 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 @click.option("--model", "model", metavar="NAME_OR_CONFIG", help="Registered model name, a YAML/TOML/JSON model config, or module:attr.")
 @click.option("--images", type=click.Path(exists=True, file_okay=True, dir_okay=True), help="images.zarr made by xbench-prepare.")
 @click.option("--out", type=click.Path(), help="submission.zarr to write (resumed when it exists with the same spec).")
-@click.option("--method", default=None, help="Saliency method: similarity (default), maskclip, gradcam; cross-attention models: their own.")
+@click.option("--method", default=None, help=f"Map method for dual encoders: {', '.join(method_names())} (default similarity; "
+              "docs/extract.md lists what each needs); cross-attention models use their own.")
 @click.option("--datasets", default=None, help="Comma-separated dataset keys to extract (default: all in the images store).")
 @click.option("--batch-size", default=32, show_default=True, type=int, help="Images per forward pass.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: this rank's GPU, else CPU).")

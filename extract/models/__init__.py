@@ -38,7 +38,7 @@ Config keys (all optional unless the factory needs them; unknown keys are passed
 ``preprocess``    ``{resize: squash|crop|pad, size: 224, mean: [..], std: [..], interpolation: bicubic}``;
                   ``squash`` (default) covers the whole image; ``crop`` is CLIP's own centre crop,
                   ``pad`` a letterbox; maps are always returned on the whole image.
-``method``        saliency method: ``similarity`` (default), ``maskclip``, ``gradcam`` for dual
+``method``        map method (``xbench.extract.saliency.METHODS``): ``similarity`` (default), ``maskclip``, ``gradcam``, ``rollout``, ``chefer``, ``clip_surgery``, ``gem`` for dual
                   encoders; ``cross-attention`` for the query-decoder models.
 ``map_size``      [h, w] of the written maps (default: the model's patch grid).
 ``map_text``      ``positive`` | ``contrast``: which text the maps use in the pair style.

@@ -9,8 +9,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..saliency import METHODS, VisionTower
+from ..saliency import METHODS
+from ..saliency._tower import VisionTower, capabilities
 from .base import AdapterOutput, ModelAdapter
+from .errors import ModelConfigError
 from .geometry import RESIZE_MODES, frame_boxes, model_input, undo_box
 from .pixels import PIL_FILTERS, DualEncoderTransform
 from .prompts import ClassPrompts, build_prompts
@@ -38,6 +40,12 @@ class DualEncoderAdapter(ModelAdapter):
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"unknown saliency method {method!r}; available: {', '.join(METHODS.names())}")
+        self.map_method = METHODS.get(method)
+        missing = self.map_method.missing(capabilities(tower) | {"empty_prompt"})
+        if missing:
+            ok = [m for m in METHODS.names() if not METHODS.get(m).missing(capabilities(tower) | {"empty_prompt"})]
+            raise ModelConfigError(f"method {method!r} is not available for {name} ({type(tower).__name__}): it needs "
+                                   f"{'; '.join(missing)}. Methods for this model: {', '.join(ok)}")
         if map_text not in MAP_TEXT:
             raise ValueError(f"map_text must be one of {MAP_TEXT}, got {map_text!r}")
         resize = preprocess.get("resize", "squash")
@@ -63,7 +71,7 @@ class DualEncoderAdapter(ModelAdapter):
         self.info = dict(info or {})
         self.device = torch.device("cpu")
         self.prompts: ClassPrompts | None = None
-        self._text_pos = self._text_neg = self._text_map = None
+        self._text_pos = self._text_neg = self._text_map = self._text_empty = None
 
     # -- ModelAdapter -------------------------------------------------------------------------
     @property
@@ -74,7 +82,7 @@ class DualEncoderAdapter(ModelAdapter):
         self.device = torch.device(device)
         for m in self.modules:
             m.to(self.device)
-        for attr in ("_text_pos", "_text_neg", "_text_map"):
+        for attr in ("_text_pos", "_text_neg", "_text_map", "_text_empty"):
             t = getattr(self, attr)
             if t is not None:
                 setattr(self, attr, t.to(self.device))
@@ -91,6 +99,9 @@ class DualEncoderAdapter(ModelAdapter):
             self._text_map = F.normalize(pos - neg, dim=-1)
         else:
             self._text_map = pos
+        self._text_empty = None
+        if "empty_prompt" in self.map_method.needs and len(self.classes) == 1:
+            self._text_empty = self._embed([""])[0]  # CLIP Surgery's redundant feature for a single class
 
     def image_transform(self, dataset: str | None = None) -> DualEncoderTransform | None:
         """open_clip's own transform on originals (squash and square crop); None otherwise."""
@@ -105,7 +116,8 @@ class DualEncoderAdapter(ModelAdapter):
         else:  # inputs the runner prepared from the originals with self.host
             boxes = self.host.boxes(orig_size.cpu())
             pixels = images.to(self.device)
-        image, maps = METHODS.get(self.method)(self.tower, pixels, self._text_map)
+        extra = {"empty_text": self._text_empty} if "empty_prompt" in self.map_method.needs else {}
+        image, maps = self.map_method(self.tower, pixels, self._text_map, **extra)
         img = F.normalize(image.float(), dim=-1)
         logits = self.logit_scale * (img @ self._text_pos.T)
         if self._text_neg is not None:
@@ -120,9 +132,8 @@ class DualEncoderAdapter(ModelAdapter):
         out = {
             "adapter": type(self).__name__,
             "method": self.method,
-            "layers": {"similarity": "last block, final norm + projection",
-                       "maskclip": "last block value path (attention replaced), final norm + projection",
-                       "gradcam": "tokens entering the last block; target cos(image, text)"}[self.method],
+            "layers": self.map_method.description,
+            "method_reference": self.map_method.reference,
             "preprocess": {"size": list(self.input_size), "resize": self.resize,
                            "interpolation": self.interpolation,
                            "mean": self.mean.flatten().tolist(), "std": self.std.flatten().tolist()},

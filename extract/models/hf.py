@@ -35,6 +35,32 @@ def _layer(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
+class _HFBlock:
+    """:class:`~xbench.extract.saliency._tower.AttentionBlock` view of a transformers CLIP/SigLIP encoder layer."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        self.l, a = layer, layer.self_attn
+        self.heads = int(a.num_heads)
+        self.scale = float(a.scale)
+
+    def norm1(self, x):
+        return self.l.layer_norm1(x)
+
+    def qkv(self, h):
+        from ..saliency._tower import split_heads
+
+        a = self.l.self_attn
+        return tuple(split_heads(p(h), self.heads) for p in (a.q_proj, a.k_proj, a.v_proj))
+
+    def attn_out(self, o, h):
+        from ..saliency._tower import merge_heads
+
+        return self.l.self_attn.out_proj(merge_heads(o))
+
+    def mlp_out(self, x):
+        return self.l.mlp(self.l.layer_norm2(x))
+
+
 class HFCLIPTower:
     """transformers CLIPVisionTransformer + visual_projection split at the last encoder layer."""
 
@@ -43,6 +69,14 @@ class HFCLIPTower:
         c = model.config.vision_config
         self.grid = (c.image_size // c.patch_size,) * 2
         self.n_prefix = 1
+        self.capabilities = frozenset({"gradients", "value_path", "class_token", "blocks"})
+
+    def embed(self, pixels):
+        return self.vm.pre_layrnorm(self.vm.embeddings(pixels))
+
+    @property
+    def blocks(self):
+        return [_HFBlock(layer) for layer in self.vm.encoder.layers]
 
     def tokens_before_last(self, pixels):
         x = self.vm.pre_layrnorm(self.vm.embeddings(pixels))
@@ -75,6 +109,11 @@ class HFSiglipTower(HFCLIPTower):
         c = model.config.vision_config
         self.grid = (c.image_size // c.patch_size,) * 2
         self.n_prefix = 0
+        # no class token: the attention-pooling head mixes all tokens (no rollout/relevance row)
+        self.capabilities = frozenset({"gradients", "value_path", "blocks"})
+
+    def embed(self, pixels):
+        return self.vm.embeddings(pixels)
 
     def tokens_before_last(self, pixels):
         x = self.vm.embeddings(pixels)

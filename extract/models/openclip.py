@@ -46,6 +46,65 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 
 # -- vision towers ------------------------------------------------------------------------------
+class _MHABlock:
+    """:class:`~xbench.extract.saliency._tower.AttentionBlock` view of an open_clip residual block."""
+
+    def __init__(self, blk: nn.Module) -> None:
+        if not isinstance(getattr(blk, "attn", None), nn.MultiheadAttention):
+            raise ModelConfigError("attention-based map methods need standard attention blocks (nn.MultiheadAttention)")
+        self.b, self.heads = blk, blk.attn.num_heads
+        self.scale = (blk.attn.embed_dim // self.heads) ** -0.5
+
+    def norm1(self, x):
+        return self.b.ln_1(x)
+
+    def qkv(self, h):
+        from ..saliency._tower import split_heads
+
+        t = F.linear(h, self.b.attn.in_proj_weight, self.b.attn.in_proj_bias)
+        return tuple(split_heads(u, self.heads) for u in t.chunk(3, dim=-1))
+
+    def attn_out(self, o, h):
+        from ..saliency._tower import merge_heads
+
+        return self.b.ls_1(self.b.attn.out_proj(merge_heads(o)))
+
+    def mlp_out(self, x):
+        return self.b.ls_2(self.b.mlp(self.b.ln_2(x)))
+
+
+class _TimmBlock:
+    """:class:`~xbench.extract.saliency._tower.AttentionBlock` view of a timm ViT block."""
+
+    def __init__(self, blk: nn.Module) -> None:
+        self.b, a = blk, blk.attn
+        if not hasattr(a, "qkv") or not hasattr(blk, "norm1"):
+            raise ModelConfigError(f"timm block {type(blk).__name__} has no fused qkv attention")
+        self.heads, self.scale = a.num_heads, float(a.scale)
+
+    def norm1(self, x):
+        return self.b.norm1(x)
+
+    def qkv(self, h):
+        from ..saliency._tower import split_heads
+
+        a = self.b.attn
+        q, k, v = (split_heads(u, self.heads) for u in a.qkv(h).chunk(3, dim=-1))
+        return a.q_norm(q), a.k_norm(k), v
+
+    def attn_out(self, o, h):
+        from ..saliency._tower import merge_heads
+
+        a = self.b.attn
+        o = a.norm(merge_heads(o)) if hasattr(a, "norm") else merge_heads(o)
+        if getattr(a, "gate", None) is not None:
+            o = o * a.gate(h).sigmoid()
+        return self.b.ls1(a.proj(o))
+
+    def mlp_out(self, x):
+        return self.b.ls2(self.b.mlp(self.b.norm2(x)))
+
+
 class OpenCLIPViTTower:
     """open_clip ``VisionTransformer`` split at its last residual block."""
 
@@ -56,6 +115,14 @@ class OpenCLIPViTTower:
         self.grid = tuple(int(g) for g in visual.grid_size)
         self.n_prefix = 1
         self.batch_first = getattr(visual.transformer, "batch_first", True)
+        self.capabilities = frozenset({"gradients", "value_path", "class_token", "blocks"})
+
+    def embed(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.v._embeds(pixels)
+
+    @property
+    def blocks(self) -> list:
+        return [_MHABlock(b) for b in self.v.transformer.resblocks]
 
     def _run(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if self.batch_first:
@@ -100,11 +167,23 @@ class TimmViTTower:
         self.visual, self.trunk = visual, trunk
         self.grid = tuple(int(g) for g in trunk.patch_embed.grid_size)
         self.n_prefix = int(getattr(trunk, "num_prefix_tokens", 1))
+        caps = {"gradients", "value_path", "blocks"}
+        # rollout/relevance read the class token's row: only when the trunk pools by that token
+        if getattr(trunk, "global_pool", "token") == "token" and getattr(trunk, "cls_token", None) is not None:
+            caps.add("class_token")
+        self.capabilities = frozenset(caps)
+
+    def embed(self, pixels: torch.Tensor) -> torch.Tensor:
+        t = self.trunk
+        return t.norm_pre(t.patch_drop(t._pos_embed(t.patch_embed(pixels))))
+
+    @property
+    def blocks(self) -> list:
+        return [_TimmBlock(b) for b in self.trunk.blocks]
 
     def tokens_before_last(self, pixels: torch.Tensor) -> torch.Tensor:
-        t = self.trunk
-        x = t.norm_pre(t.patch_drop(t._pos_embed(t.patch_embed(pixels))))
-        for blk in t.blocks[:-1]:
+        x = self.embed(pixels)
+        for blk in self.trunk.blocks[:-1]:
             x = blk(x)
         return x
 

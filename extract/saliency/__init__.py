@@ -1,101 +1,77 @@
-"""Saliency for dual encoders (CLIP family): patch-text similarity, MaskCLIP and Grad-CAM.
+"""Map methods for dual encoders (CLIP family) as plug-ins: one module per method in this package.
 
-All three work on a :class:`VisionTower`, a thin view of a ViT image encoder split at its last
-block, so one implementation serves open_clip, timm (BiomedCLIP) and transformers towers:
+Each public module here (a name without a leading underscore) defines ``METHOD``, a
+:class:`MapMethod` carrying its function, a one-line description (provenance, model cards,
+``--help``), its reference and its needs (what the vision tower must expose). Modules are found
+by listing the package, so adding a method is one file (plus its test) and listing the names
+imports neither torch nor the methods.
 
-* ``similarity``: the raw patch-text similarity. Patch tokens after the last block, final norm and
-  projection, L2-normalised, dotted with the normalised text embedding: cos(patch, text) in
-  [-1, 1] on the patch grid.
-* ``maskclip`` (Zhou et al., ECCV'22): the same, but the patch tokens come from the last block
-  with its attention replaced by the value path (``x + out_proj(v(ln_1(x)))`` then the MLP), which
-  keeps each token local; scores still come from the unmodified forward pass.
-* ``gradcam``: Grad-CAM with target cos(image embedding, text embedding) and the tokens entering
-  the last block as activations: weights = mean gradient over patch tokens, map = ReLU of the
-  weighted sum. One backward pass per class.
-
-Every method returns ``(image_embedding (B, E), maps (B, C, h, w))``; maps are raw (not
-normalised) and on the model frame's patch grid; undoing crop/padding is the adapter's job.
+Every method works on a :class:`~xbench.extract.saliency._tower.VisionTower` (see that module
+for the interface adapters implement) and returns ``(image_embedding (B, E), maps (B, C, h, w))``;
+maps are raw (not normalised) and on the model frame's patch grid, row 0 = top; undoing
+crop/padding is the adapter's job.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
-
-import torch
-import torch.nn.functional as F
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..registry import Registry
 
-
-class VisionTower(Protocol):
-    """A ViT image tower split at its last block. Token tensors are (B, L, D) with the
-    ``n_prefix`` prefix tokens (class/register tokens) first, then h*w patch tokens row-major."""
-
-    grid: tuple[int, int]
-    n_prefix: int
-
-    def tokens_before_last(self, pixels: torch.Tensor) -> torch.Tensor: ...
-
-    def last_block(self, x: torch.Tensor) -> torch.Tensor: ...
-
-    def last_block_value(self, x: torch.Tensor) -> torch.Tensor: ...
-
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, D) output of the last block -> (B, E) image embedding (not normalised)."""
-
-    def patches(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, D) output of a last block -> (B, h*w, E) projected patch tokens."""
+#: What a method may need from a tower (or its adapter), with the words an error message uses.
+NEEDS = {
+    "gradients": "gradients through the image tower",
+    "value_path": "the value path of the last block (last_block_value)",
+    "blocks": "per-block attention views of every block (embed + blocks)",
+    "class_token": "a class token that pools the image",
+    "empty_prompt": "the embedding of the empty prompt",
+}
 
 
-SaliencyFn = Callable[[VisionTower, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
-METHODS: Registry[SaliencyFn] = Registry("saliency method")
+@dataclass(frozen=True)
+class MapMethod:
+    """A registered map method. ``run(tower, pixels, text, **extra)``; ``text`` (C, E) normalised."""
+
+    name: str
+    run: Callable[..., Any]
+    description: str
+    reference: str
+    needs: frozenset = field(default_factory=frozenset)
+    class_agnostic: bool = False  # the same map for every class
+
+    def __post_init__(self) -> None:
+        unknown = set(self.needs) - set(NEEDS)
+        if unknown:
+            raise ValueError(f"method {self.name!r}: unknown needs {sorted(unknown)}; known: {sorted(NEEDS)}")
+
+    def __call__(self, tower, pixels, text, **extra):
+        return self.run(tower, pixels, text, **extra)
+
+    def missing(self, capabilities) -> list[str]:
+        """The needs ``capabilities`` lacks, in words (empty when the method is supported)."""
+        return [NEEDS[n] for n in sorted(self.needs) if n not in capabilities]
 
 
-def _to_grid(sim: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """(B, N, C) -> (B, C, h, w)."""
-    B, N, C = sim.shape
-    h, w = grid
-    if N != h * w:
-        raise ValueError(f"tower gave {N} patch tokens, expected {h}x{w}={h * w}")
-    return sim.transpose(1, 2).reshape(B, C, h, w)
+METHODS: Registry[MapMethod] = Registry("saliency method")
+for _info in pkgutil.iter_modules(__path__):
+    if not _info.name.startswith("_"):
+        METHODS.register(_info.name, f"{__name__}.{_info.name}:METHOD")
 
 
-def patch_text_similarity(patches: torch.Tensor, text: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """cos(patch, text): patches (B, N, E), text (C, E) already L2-normalised -> (B, C, h, w) float32."""
-    p = F.normalize(patches.float(), dim=-1)
-    return _to_grid(p @ text.float().T, grid)
+def method_names() -> list[str]:
+    """Registered method names (no import of torch or of any method)."""
+    return METHODS.names()
 
 
-@METHODS.decorator("similarity")
-def similarity(tower: VisionTower, pixels: torch.Tensor, text: torch.Tensor):
-    """Raw patch-text similarity of the last layer. text: (C, E) normalised."""
-    y = tower.last_block(tower.tokens_before_last(pixels))
-    return tower.pool(y), patch_text_similarity(tower.patches(y), text, tower.grid)
+def __getattr__(name: str):  # the tower interface and helpers import torch: load on first use
+    if name in ("VisionTower", "AttentionBlock", "capabilities", "patch_text_similarity"):
+        from . import _tower
+
+        return getattr(_tower, name)
+    if name in ("similarity", "maskclip", "gradcam"):
+        return METHODS.get(name)
+    raise AttributeError(name)
 
 
-@METHODS.decorator("maskclip")
-def maskclip(tower: VisionTower, pixels: torch.Tensor, text: torch.Tensor):
-    """MaskCLIP value-path patch tokens; the image embedding is from the normal last block."""
-    x = tower.tokens_before_last(pixels)
-    image = tower.pool(tower.last_block(x))
-    return image, patch_text_similarity(tower.patches(tower.last_block_value(x)), text, tower.grid)
-
-
-@METHODS.decorator("gradcam")
-def gradcam(tower: VisionTower, pixels: torch.Tensor, text: torch.Tensor):
-    """Grad-CAM on cos(image, text) w.r.t. the tokens entering the last block (B, C, h, w) >= 0."""
-    with torch.enable_grad():
-        x = tower.tokens_before_last(pixels).detach().requires_grad_(True)
-        image = tower.pool(tower.last_block(x))
-        cos = F.normalize(image.float(), dim=-1) @ text.float().T  # (B, C)
-        acts = x[:, tower.n_prefix:].detach().float()  # (B, N, D)
-        cams = []
-        for c in range(cos.shape[1]):
-            # cases are independent, so the gradient of the batch sum is each case's own gradient
-            (g,) = torch.autograd.grad(cos[:, c].sum(), x, retain_graph=c + 1 < cos.shape[1])
-            weights = g[:, tower.n_prefix:].float().mean(dim=1, keepdim=True)  # (B, 1, D)
-            cams.append(F.relu((acts * weights).sum(-1)))  # (B, N)
-    maps = _to_grid(torch.stack(cams, dim=-1), tower.grid)
-    return image.detach(), maps
-
-
-__all__ = ["METHODS", "VisionTower", "gradcam", "maskclip", "patch_text_similarity", "similarity"]
+__all__ = ["METHODS", "NEEDS", "MapMethod", "method_names"]

@@ -12,6 +12,9 @@ from xbench.extract import models as M
 from xbench.extract.models import WeightsNotFoundError, create_adapter
 from xbench.extract.models.base import ModelAdapter
 from xbench.extract.models.prompts import build_prompts
+from xbench.extract.saliency import METHODS
+
+METHOD_NAMES = METHODS.names()  # every registered method, not a hard-coded list
 
 CLASSES = ["Pneumonia", "Pleural effusion", "Madeupitis"]
 
@@ -24,7 +27,7 @@ def _images(n=3, s=64, seed=0):
 SIZES = torch.tensor([[64, 64], [200, 100], [90, 160]])
 
 
-@pytest.mark.parametrize("method", ["similarity", "maskclip", "gradcam"])
+@pytest.mark.parametrize("method", METHOD_NAMES)
 @pytest.mark.parametrize("resize", ["squash", "crop", "pad"])
 def test_open_clip_shapes(tiny_open_clip, method, resize):
     a = create_adapter("open_clip", model=f"local-dir:{tiny_open_clip}", weights="random", method=method,
@@ -87,8 +90,12 @@ def test_open_clip_deterministic(tiny_open_clip):
 
 
 @pytest.mark.parametrize("kind", ["clip", "siglip"])
-@pytest.mark.parametrize("method", ["similarity", "maskclip", "gradcam"])
+@pytest.mark.parametrize("method", METHOD_NAMES)
 def test_transformers_shapes_and_scores(tiny_hf, kind, method):
+    if kind == "siglip" and "class_token" in METHODS.get(method).needs:
+        with pytest.raises(M.ModelConfigError, match=f"method '{method}' is not available for .*HFSiglipTower.*class token"):
+            create_adapter("transformers", model=str(tiny_hf[kind]), method=method)
+        return
     a = create_adapter("transformers", model=str(tiny_hf[kind]), method=method)
     a.set_classes(CLASSES)
     out = a(_images(s=48), SIZES)
@@ -236,7 +243,7 @@ def test_center_prior_peaks_in_centre():
     assert int(m.argmax()) == 12 and m[2, 2] == 1.0 and torch.allclose(m, m.flip(0)) and torch.allclose(m, m.T)
 
 
-@pytest.mark.parametrize("method", ["similarity", "maskclip", "gradcam"])
+@pytest.mark.parametrize("method", METHOD_NAMES)
 def test_biomedclip_shaped_timm_tower(tiny_biomedclip, method):
     from xbench.extract.models.geometry import frame_boxes
 
@@ -244,8 +251,9 @@ def test_biomedclip_shaped_timm_tower(tiny_biomedclip, method):
     if method == "similarity":  # the BiomedCLIP offline gotcha: the text config names a hub id
         with pytest.raises(WeightsNotFoundError, match="BiomedNLP-BiomedBERT-base-uncased-abstract"):
             create_adapter("biomedclip", model=m, weights="random")
-    a = create_adapter("biomedclip", model=m, weights="random", text_encoder=str(tiny_biomedclip["text_encoder"]),
-                       method=method, preprocess={"resize": "crop"})
+    kw = dict(model=m, weights="random", text_encoder=str(tiny_biomedclip["text_encoder"]), method=method,
+              preprocess={"resize": "crop"})
+    a = create_adapter("biomedclip", **kw)
     a.set_classes(CLASSES)
     imgs = _images()
     out = a(imgs, SIZES)
@@ -255,6 +263,12 @@ def test_biomedclip_shaped_timm_tower(tiny_biomedclip, method):
     with torch.no_grad():
         img = F.normalize(model.encode_image(a._pixels(imgs, frame_boxes(SIZES, "crop", 64))), dim=-1)
     assert torch.allclose(out.scores, a.logit_scale * img @ a._text_pos.T, atol=1e-5)
+    if method == "similarity":  # the timm per-block views reproduce the trunk's own blocks
+        from xbench.extract.saliency._tower import run_blocks
+
+        px = a._pixels(imgs, frame_boxes(SIZES, "crop", 64))
+        with torch.no_grad():
+            assert torch.allclose(run_blocks(a.tower, px)[0], a.tower.last_block(a.tower.tokens_before_last(px)), atol=1e-5)
 
 
 def test_dog_sigmas_are_fractions_of_the_frame_side():
