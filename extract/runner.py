@@ -12,6 +12,8 @@ after writing n blocks (used by the resume test; never set it otherwise).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import platform
 import signal
@@ -29,6 +31,7 @@ from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, rea
 from . import distributed
 from .models import create_adapter
 from .pipeline import PRECISIONS, BlockWriter, InputRing, compute_block
+from .writer_process import ProcessStore
 
 
 @dataclass
@@ -49,6 +52,7 @@ class ExtractOptions:
     overwrite: bool = False
     quiet: bool = False
     limit: int | None = None  # only the first N cases of each dataset (smoke tests)
+    writer: str = "thread"  # blocks written on a background thread, or "process" (extract/writer_process.py)
 
 
 class ExtractError(RuntimeError):
@@ -152,6 +156,8 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         raise ExtractError(f"{opts.images} has no dataset {', '.join(map(repr, unknown))}; it has {', '.join(sorted(store.datasets))}")
     if opts.batch_size < 1:
         raise ExtractError("--batch-size must be at least 1")
+    if opts.writer not in ("thread", "process"):
+        raise ExtractError(f"writer must be thread or process, got {opts.writer!r}")
 
     adapter = create_adapter(opts.model, **opts.overrides)
     config = adapter.config
@@ -210,7 +216,11 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             os.kill(os.getpid(), signal.SIGKILL)
 
     copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # input copies overlap compute
-    with BlockWriter(writer.write_block, on_written) as block_writer:  # writes behind the compute (extract/pipeline.py)
+    sink = ProcessStore(functools.partial(SubmissionWriter.open, opts.out)) if opts.writer == "process" else writer
+    # blocks are written behind the compute (extract/pipeline.py); a writer process stops after the BlockWriter
+    with contextlib.ExitStack() as stack, BlockWriter(sink.write_block, on_written) as block_writer:
+        if sink is not writer:
+            stack.enter_context(sink)
         for name in names:
             todo = distributed.broadcast(writer.blocks_todo(name) if info.is_main else None)
             mine = distributed.shard(todo, info.rank, info.world_size)
