@@ -12,8 +12,14 @@ blocks of ``--cases-per-block``) and measures, after a warm-up batch:
   synchronised once at the end: the most the device can do (an upper bound for the loops);
 * ``plain``: the loop before extract/pipeline.py: read blocks with a DataLoader, ``.cpu()`` after every
   micro-batch, write each block on the main thread;
-* ``pipeline``: the runner's loop now: outputs kept on the device, one pinned non-blocking copy per
-  block, blocks written on a background thread (extract/pipeline.py).
+* ``pipeline``: the runner's loop now: blocks read by the workers straight into a ring of shared
+  (on CUDA page-locked) buffers, copied to the device once per block on a side stream, outputs kept
+  on the device, one pinned non-blocking copy back per block, blocks written on a background thread
+  (extract/pipeline.py);
+* optional (``--loops``): ``pipeline-noring`` (the same, read through the DataLoader's own tensors:
+  the runner before the ring), ``pipeline-nowrite`` (blocks dropped instead of written) and
+  ``pipeline-memory`` (blocks read and pinned before the timer starts, no ring) split what reading
+  and writing cost the loop.
 
 Each loop reads the store with ``--workers`` DataLoader processes and writes a real submission store.
 Reported: images/s, host time per block (the loop's wall time outside the model calls, per block:
@@ -144,12 +150,17 @@ def plain_loop(adapter, loader, writer, batch: int, device, precision: str) -> N
 
 
 def pipeline_loop(adapter, loader, writer, batch: int, device, precision: str) -> None:
-    """The runner's loop (extract/runner.py): compute_block + BlockWriter."""
+    """The runner's loop (extract/runner.py): blocks read into the input ring, compute_block with a
+    side-stream copy, BlockWriter. ``loader.ring`` is the ring (see measure)."""
     from xbench.extract.pipeline import BlockWriter, compute_block
 
+    ring = loader.ring
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     with BlockWriter(writer.write_block) as w:
-        for b, images, sizes in loader:
-            w.submit(DATASET, int(b), compute_block(adapter, images, sizes, batch, device, precision))
+        for b, item, sizes in loader:
+            pending = compute_block(adapter, ring.view(item, sizes.shape[0]), sizes, batch, device, precision, stream)
+            ring.consumed(item, pending.input_event)
+            w.submit(DATASET, int(b), pending)
 
 
 class _NoStore:
@@ -163,14 +174,20 @@ def pipeline_nowrite_loop(adapter, loader, writer, batch: int, device, precision
     pipeline_loop(adapter, loader, _NoStore(), batch, device, precision)
 
 
-def pipeline_memory_loop(adapter, loader, writer, batch: int, device, precision: str) -> None:
-    """``pipeline`` fed from blocks already in pinned memory (what reading costs the loop); the blocks
-    are loaded before the timer starts (see measure)."""
-    pipeline_loop(adapter, loader, writer, batch, device, precision)
+def pipeline_noring_loop(adapter, loader, writer, batch: int, device, precision: str) -> None:
+    """compute_block + BlockWriter fed by the DataLoader's own tensors (a shared-memory segment per block,
+    pinned by its pin thread): the runner before the input ring. As ``pipeline-memory`` it is fed
+    from blocks already in pinned memory, loaded before the timer starts (what reading costs the loop)."""
+    from xbench.extract.pipeline import BlockWriter, compute_block
+
+    with BlockWriter(writer.write_block) as w:
+        for b, images, sizes in loader:
+            w.submit(DATASET, int(b), compute_block(adapter, images, sizes, batch, device, precision))
 
 
 LOOPS = {"plain": plain_loop, "pipeline": pipeline_loop, "pipeline-nowrite": pipeline_nowrite_loop,
-         "pipeline-memory": pipeline_memory_loop}
+         "pipeline-noring": pipeline_noring_loop, "pipeline-memory": pipeline_noring_loop}
+RING_LOOPS = ("pipeline", "pipeline-nowrite")  # read through the runner's input ring
 
 
 class _TimedIter:
@@ -215,7 +232,8 @@ def measure(adapter, images_path: Path, work: Path, *, batch: int, cpb: int, dev
     from torch.utils.data import DataLoader
 
     from xbench.extract.pipeline import autocast
-    from xbench.extract.runner import _Blocks
+    from xbench.extract.pipeline import InputRing
+    from xbench.extract.runner import _Blocks, ring_slots
     from xbench.schemas import DatasetSpec, SubmissionWriter, read_images
 
     ds = read_images(images_path).datasets[DATASET]
@@ -252,16 +270,24 @@ def measure(adapter, images_path: Path, work: Path, *, batch: int, cpb: int, dev
     for name in loops:
         writer = SubmissionWriter.create(work / f"{name}.zarr", model="bench", method=str(adapter.method), provenance={},
                                          datasets={DATASET: spec}, cases_per_block=cpb, map_dtype="float16", overwrite=True)
-        loader = DataLoader(_Blocks(str(images_path), DATASET, blocks), batch_size=None, shuffle=False,
-                            num_workers=workers, pin_memory=device.type == "cuda")
+        reader = _Blocks(str(images_path), DATASET, blocks)
+        ring = None
+        if name in RING_LOOPS:
+            shape, dtype = reader.case_layout()
+            ring = reader.ring = InputRing(ring_slots(workers), cpb, shape, dtype, device, shared=workers > 0)
+        loader = DataLoader(reader, batch_size=None, shuffle=False, num_workers=workers,
+                            pin_memory=device.type == "cuda" and ring is None)
         if name == "pipeline-memory":
             loader = list(loader)  # read and pinned before the timer starts
         timed, feed = _Timed(adapter), _TimedIter(loader)
+        feed.ring = ring
         t = time.perf_counter()
         with UtilSampler(device) as util:
             LOOPS[name](timed, feed, writer, batch, device, precision)
             _sync(device)
         seconds = time.perf_counter() - t
+        if ring is not None:
+            ring.close()
         res[name] = {"images_per_second": round(n / seconds, 1),
                      "host_ms_per_block": round(1000 * (seconds - timed.seconds) / len(blocks), 1),
                      "loader_wait_ms_per_block": round(1000 * feed.seconds / len(blocks), 1),

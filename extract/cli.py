@@ -136,6 +136,9 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 @click.option("--workers", default=2, show_default=True, type=int, help="DataLoader worker processes reading images.zarr.")
 @click.option("--cases-per-block", default=None, type=int, help="Rows per written block (default max(64, batch size)).")
 @click.option("--map-dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
+@click.option("--writer", "writer", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
+              help="Write blocks on a background thread, or in a separate process (keeps zarr's encoding off "
+                   "the GIL of the loop that feeds the GPU).")
 @click.option("--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="Override a model config key (dots for nesting: preprocess.resize=crop). Repeatable.")
 @click.option("--nproc-per-node", default=None, type=int, help="Launch this many local ranks through torch.distributed.run.")
 @click.option("--overwrite", is_flag=True, help="Delete an existing store written with a different spec.")
@@ -146,7 +149,7 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.option("--list-models", is_flag=True, help="List registered model names and exit.")
 def main(model, images, out, method, datasets, batch_size, device, precision, workers, cases_per_block,
-         map_dtype, model_options, nproc_per_node, overwrite, limit, quiet, as_json, list_models):
+         map_dtype, writer, model_options, nproc_per_node, overwrite, limit, quiet, as_json, list_models):
     """Extract per-class scores and whole-image saliency maps from a vision-language model.
 
     Reads images.zarr, applies the model's own preprocessing, and writes a submission.zarr that
@@ -182,7 +185,7 @@ def main(model, images, out, method, datasets, batch_size, device, precision, wo
                           datasets=[d.strip() for d in datasets.split(",") if d.strip()] if datasets else None,
                           batch_size=batch_size, device=device, precision=precision, workers=workers,
                           cases_per_block=cases_per_block, map_dtype=map_dtype, overwrite=overwrite, quiet=quiet,
-                          limit=limit)
+                          limit=limit, writer=writer)
     rank = int(os.environ.get("RANK", 0))
     callback, close = _bar_callback(not quiet and not as_json and rank == 0)
     try:

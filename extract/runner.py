@@ -12,6 +12,8 @@ after writing n blocks (used by the resume test; never set it otherwise).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import platform
 import signal
@@ -28,7 +30,8 @@ from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, rea
 
 from . import distributed
 from .models import create_adapter
-from .pipeline import PRECISIONS, BlockWriter, compute_block
+from .pipeline import PRECISIONS, BlockWriter, InputRing, compute_block
+from .writer_process import ProcessStore
 
 
 @dataclass
@@ -49,6 +52,7 @@ class ExtractOptions:
     overwrite: bool = False
     quiet: bool = False
     limit: int | None = None  # only the first N cases of each dataset (smoke tests)
+    writer: str = "thread"  # blocks written on a background thread, or "process" (extract/writer_process.py)
 
 
 class ExtractError(RuntimeError):
@@ -61,31 +65,56 @@ class _Blocks(Dataset):
     With an adapter's host-side ``transform`` (:class:`~.models.pixels.ImageTransform`) each case
     goes through it here, in the DataLoader workers: the original image when ``originals`` (the
     store keeps them and the transform wants them), else the stored S x S image; ``images`` is
-    then the stack of its outputs.
+    then the stack of its outputs. With an :class:`~.pipeline.InputRing` the images are written
+    into the ring's slot for the item instead, and the item is (block, item, orig_size).
     """
 
     def __init__(self, images_path: str, dataset: str, blocks: Sequence[tuple[int, int, int]],
-                 transform=None, originals: bool = False) -> None:
+                 transform=None, originals: bool = False, ring: InputRing | None = None) -> None:
         self.images_path, self.dataset, self.blocks = str(images_path), dataset, list(blocks)
-        self.transform, self.originals = transform, bool(originals)
+        self.transform, self.originals, self.ring = transform, bool(originals), ring
         self._ds = None
 
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def __getitem__(self, i: int):
+    def _open(self):
         if self._ds is None:  # opened lazily so that each worker has its own handle
             self._ds = read_images(self.images_path).datasets[self.dataset]
-        b, start, stop = self.blocks[i]
-        sizes = np.asarray(self._ds.orig_size[start:stop], dtype=np.int64)
+        return self._ds
+
+    def case_layout(self) -> tuple[tuple[int, ...], torch.dtype]:
+        """Shape and dtype of one case's input (the first case of the first block, prepared once)."""
+        _, start, _ = self.blocks[0]
+        x = self._inputs(start, start + 1, np.asarray(self._open().orig_size[start:start + 1], dtype=np.int64))
+        self._ds = None  # the workers open their own
+        return tuple(x.shape[1:]), x.dtype
+
+    def _inputs(self, start: int, stop: int, sizes: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows start:stop as the adapter gets them, written into ``out`` when given."""
+        ds = self._open()
         if self.transform is None:
-            img = torch.from_numpy(np.ascontiguousarray(self._ds.image[start:stop]))
-        elif self.originals:  # one case at a time: originals can be large
-            img = torch.stack([self.transform(self._ds.original(r), sizes[r - start]) for r in range(start, stop)])
-        else:
-            stored = np.asarray(self._ds.image[start:stop])
-            img = torch.stack([self.transform(stored[k], sizes[k]) for k in range(stop - start)])
-        return b, img, torch.from_numpy(sizes)
+            stored = np.asarray(ds.image[start:stop])
+            if out is None:
+                return torch.from_numpy(np.ascontiguousarray(stored))
+            out.numpy()[...] = stored
+            return out
+        stored = None if self.originals else np.asarray(ds.image[start:stop])
+        cases = (self.transform(ds.original(r) if self.originals else stored[r - start], sizes[r - start])
+                 for r in range(start, stop))  # one case at a time: originals can be large
+        if out is None:
+            return torch.stack(list(cases))
+        for k, case in enumerate(cases):
+            out[k].copy_(case)
+        return out
+
+    def __getitem__(self, i: int):
+        b, start, stop = self.blocks[i]
+        sizes = np.asarray(self._open().orig_size[start:stop], dtype=np.int64)
+        if self.ring is None:
+            return b, self._inputs(start, stop, sizes), torch.from_numpy(sizes)
+        self._inputs(start, stop, sizes, self.ring.slot_for(i)[:stop - start])
+        return b, i, torch.from_numpy(sizes)
 
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
@@ -127,6 +156,8 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         raise ExtractError(f"{opts.images} has no dataset {', '.join(map(repr, unknown))}; it has {', '.join(sorted(store.datasets))}")
     if opts.batch_size < 1:
         raise ExtractError("--batch-size must be at least 1")
+    if opts.writer not in ("thread", "process"):
+        raise ExtractError(f"writer must be thread or process, got {opts.writer!r}")
 
     adapter = create_adapter(opts.model, **opts.overrides)
     config = adapter.config
@@ -184,7 +215,12 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         if kill_after and count["written"] >= kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    with BlockWriter(writer.write_block, on_written) as block_writer:  # writes behind the compute (extract/pipeline.py)
+    copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # input copies overlap compute
+    sink = ProcessStore(functools.partial(SubmissionWriter.open, opts.out)) if opts.writer == "process" else writer
+    # blocks are written behind the compute (extract/pipeline.py); a writer process stops after the BlockWriter
+    with contextlib.ExitStack() as stack, BlockWriter(sink.write_block, on_written) as block_writer:
+        if sink is not writer:
+            stack.enter_context(sink)
         for name in names:
             todo = distributed.broadcast(writer.blocks_todo(name) if info.is_main else None)
             mine = distributed.shard(todo, info.rank, info.world_size)
@@ -197,12 +233,17 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             adapter.dataset = name
             adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
             blocks = [(b, *writer.block_rows(name, b)) for b in mine]
-            loader = DataLoader(_Blocks(opts.images, name, blocks, pixels[name]["transform"],
-                                        pixels[name]["source"] == "original"),
-                                batch_size=None, shuffle=False, num_workers=opts.workers,
-                                pin_memory=device.type == "cuda", persistent_workers=False)
-            for b, images, sizes in loader:
-                block_writer.submit(name, int(b), compute_block(adapter, images, sizes, opts.batch_size, device, precision))
+            reader = _Blocks(opts.images, name, blocks, pixels[name]["transform"], pixels[name]["source"] == "original")
+            shape, dtype = reader.case_layout()
+            with InputRing(ring_slots(opts.workers), max(b1 - b0 for _, b0, b1 in blocks), shape, dtype, device,
+                           shared=opts.workers > 0) as reader.ring:
+                loader = DataLoader(reader, batch_size=None, shuffle=False, num_workers=opts.workers,
+                                    persistent_workers=False)
+                for b, item, sizes in loader:
+                    pending = compute_block(adapter, reader.ring.view(item, sizes.shape[0]), sizes, opts.batch_size,
+                                            device, precision, copy_stream)
+                    reader.ring.consumed(item, pending.input_event)
+                    block_writer.submit(name, int(b), pending)
     written = count["written"]
 
     distributed.barrier()
@@ -216,6 +257,12 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             "precision": precision, "rank": info.rank, "world_size": info.world_size,
             "blocks_written": written, "datasets": summary, "seconds": round(seconds, 3),
             "cases": cases}
+
+
+def ring_slots(workers: int) -> int:
+    """Input ring slots: enough for every block the DataLoader prefetches (2 per worker) plus the one
+    being copied and the one being read, so the readers rarely wait for a slot."""
+    return 2 * max(workers, 1) + 2
 
 
 def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:

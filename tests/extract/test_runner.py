@@ -68,13 +68,14 @@ def _cli(*args, env=None, timeout=120):
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
-def test_resume_after_sigkill_gives_identical_store(phantom_images, tmp_path):
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_resume_after_sigkill_gives_identical_store(phantom_images, tmp_path, writer):
     images = str(phantom_images / "images.zarr")
     ref = tmp_path / "ref.zarr"
     _run(images, ref, "random", batch_size=3, cases_per_block=4)
     out = tmp_path / "killed.zarr"
     args = ["--model", "random", "--images", images, "--out", str(out), "--batch-size", "3",
-            "--cases-per-block", "4", "--workers", "0", "--quiet", "--json"]
+            "--cases-per-block", "4", "--workers", "0", "--writer", writer, "--quiet", "--json"]
     first = _cli(*args, env={"XBENCH_EXTRACT_KILL_AFTER_BLOCKS": "2"})
     assert first.returncode == -9, first.stderr  # really SIGKILLed, mid-run
     assert validate_submission(out) != []  # an unfinished store is not a valid submission
@@ -147,3 +148,29 @@ def test_out_inside_or_equal_to_the_images_store_is_refused(phantom_images, tmp_
         with pytest.raises(ExtractError, match="images store"):
             _run(images, out, "random")
     assert store_sha256(images) == before
+
+
+def test_writer_process_gives_the_same_store_and_resumes(phantom_images, tmp_path):
+    images = phantom_images / "images.zarr"
+    ref, out = tmp_path / "thread.zarr", tmp_path / "process.zarr"
+    _run(images, ref, "dog", batch_size=3, cases_per_block=4)
+    summary = _run(images, out, "dog", batch_size=3, cases_per_block=4, writer="process", workers=1)
+    assert summary["blocks_written"] == 5
+    assert validate_submission(out, phantom_images / "gt.zarr") == []
+    _same_store(ref, out)
+    assert _run(images, out, "dog", batch_size=3, cases_per_block=4, writer="process")["blocks_written"] == 0
+
+
+def test_writer_process_error_reaches_the_caller(tmp_path):
+    import functools
+
+    from xbench.extract.pipeline import BlockWriter, PendingBlock
+    from xbench.extract.writer_process import ProcessStore
+    from xbench.schemas import SubmissionWriter
+
+    torch = pytest.importorskip("torch")
+    pending = PendingBlock(torch.zeros(2, 1), torch.zeros(2, 1, 2, 2))
+    with ProcessStore(functools.partial(SubmissionWriter.open, tmp_path / "missing.zarr")) as sink:
+        with pytest.raises(RuntimeError, match="writer process: .*missing.zarr"):
+            with BlockWriter(sink.write_block) as w:
+                w.submit("phantom", 0, pending)
