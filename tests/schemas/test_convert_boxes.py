@@ -309,3 +309,13 @@ def test_output_may_not_go_into_the_source_folder_nor_exist(tmp_path, stores, ca
     code, _, err = run(capsys, *args, "--out", tmp_path / "a.zarr")
     assert code == 2 and "already exists" in err
     assert not math.isnan(float(read_submission(tmp_path / "a.zarr").datasets["phantom"].scores[0, 1]))
+
+
+def test_the_report_labels_boxes(tmp_path):
+    from xbench.score.report import load_result
+
+    d = tmp_path / "scores"
+    d.mkdir()
+    (d / "metrics.json").write_text(json.dumps({"xbench": {"schema": 1, "submission": {"model": "detr", "method": "boxes"}},
+                                                "datasets": {}}))
+    assert load_result(d).name == "detr (boxes)"
