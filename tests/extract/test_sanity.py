@@ -120,3 +120,21 @@ def test_cli_writes_its_outputs_atomically(phantom_images, tmp_path):
     bad = CliRunner().invoke(cli.main, ["sanity", "--model", "no-such-model", "--images",
                                         str(phantom_images / "images.zarr"), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "Traceback" not in bad.output and not (tmp_path / "x").exists()
+
+
+def test_report_shows_the_sanity_verdict(tmp_path):
+    from xbench.score.report import read_sanity, sanity_markdown
+
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "sanity.json").write_text(json.dumps({"model": "clip-tiny", "method": "similarity", "mode": "cascading",
+                                               "steps": [{"spearman_abs": 1.0, "ssim": 1.0},
+                                                         {"spearman_abs": 0.2, "ssim": 0.1}],
+                                               "depends_on_weights": True, "verdict": "x"}))
+    checks = read_sanity([d])
+    assert checks[0]["spearman_abs"] == 0.2
+    assert "| clip-tiny | similarity | cascading | 0.200 | 0.100 | yes |" in sanity_markdown(checks)
+    from xbench.score.report import ReportInputError
+
+    with pytest.raises(ReportInputError):
+        read_sanity([tmp_path / "none"])
