@@ -192,14 +192,15 @@ def randomise(group: list, seed: int, position: int) -> None:
 
 
 # -- the test -------------------------------------------------------------------------------------------------
-def _maps(adapter, batches) -> list[np.ndarray]:
+def _maps(adapter, batches, classes: dict, device) -> list[np.ndarray]:
+    """Maps of every batch, (n, C, h, w) float32 each, through the extraction's own compute step."""
     from .pipeline import compute_block
 
     out = []
     for name, images, sizes in batches:
         adapter.dataset = name
-        adapter.set_classes(adapter._sanity_classes[name])
-        block = compute_block(adapter, images, sizes, batch_size=max(1, images.shape[0]), device=adapter._sanity_device,
+        adapter.set_classes(classes[name])  # text embeddings: computed with the text side, never randomised
+        block = compute_block(adapter, images, sizes, batch_size=max(1, images.shape[0]), device=device,
                               precision="fp32")
         out.append(block.result()[1].copy())
     return out
@@ -217,17 +218,16 @@ def run_sanity(adapter, images_path, *, limit: int = 8, seed: int = 0, mode: str
     store = read_images(images_path)
     device = torch.device(device or "cpu")
     adapter.to(device)
-    adapter._sanity_device = device
-    adapter._sanity_classes = {n: tuple(ds.classes) for n, ds in store.datasets.items()}
+    classes = {n: tuple(ds.classes) for n, ds in store.datasets.items()}
     batches = []
     for name, ds in sorted(store.datasets.items()):
         n = min(limit, len(ds.case_id))
         batches.append((name, torch.from_numpy(np.ascontiguousarray(ds.image[:n])),
                         torch.from_numpy(np.asarray(ds.orig_size[:n], np.int64))))
-    original = _maps(adapter, batches)
+    original = _maps(adapter, batches, classes, device)
     first = batches[0]
     adapter.dataset = first[0]
-    adapter.set_classes(adapter._sanity_classes[first[0]])
+    adapter.set_classes(classes[first[0]])
     groups = layer_groups(adapter, first[1].to(device), first[2])
     saved = [[p.detach().clone() for p in g] for _, g in groups]
 
@@ -244,7 +244,7 @@ def run_sanity(adapter, images_path, *, limit: int = 8, seed: int = 0, mode: str
             if mode == "independent":
                 restore()
             randomise(groups[g][1], seed, g)
-            now = _maps(adapter, batches)
+            now = _maps(adapter, batches, classes, device)
             sims = [compare(a, b) for a, b in zip(original, now)]
             n = sum(s["n_pairs"] for s in sims)
             row = {"step": k, "layer": groups[g][0], "n_parameters": int(sum(p.numel() for p in groups[g][1]))}
