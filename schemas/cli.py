@@ -88,29 +88,63 @@ def _with_gt(store: Path, gt_path: Path) -> list[Problem]:
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="The submission.zarr to write (must not exist).")
 @click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path), help="Also validate the result against this ground truth before renaming it into place.")
 @click.option("--cases-per-block", default=64, show_default=True, help="Rows per stored chunk.")
-@click.option("--map-dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
+@click.option("--map-dtype", type=click.Choice(["float16", "float32"]), default=None,
+              help="Dtype of the stored maps [default: float16; float32 for boxes and points, whose maps are exact sums "
+                   "of scores].")
+@click.option("--images", "images", type=click.Path(exists=True, path_type=Path),
+              help="Boxes and points (a .json SOURCE): the images.zarr giving each case's original size and the "
+                   "case list; required for them.")
+@click.option("--mapping", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Boxes and points: a .json or .toml file naming categories (or free-text findings) -> XBench "
+                   "findings, and the model.")
+@click.option("--coco-images", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="COCO results: a COCO dataset JSON whose images' file names are the case ids (default: "
+                   "image_id is the case id).")
+@click.option("--dataset", help="COCO results: the dataset they are of (default: the images store's only one).")
+@click.option("--grid", default=64, show_default=True, type=click.IntRange(1, 1024),
+              help="Boxes and points: cells per side of the written maps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: int, map_dtype: str, quiet: bool,
-                as_json: bool) -> None:
-    """Build a submission.zarr from SOURCE: one HDF5 file, or a folder of per-case .npz files.
+def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: int, map_dtype: str,
+                images: Path | None, mapping: Path | None, coco_images: Path | None, dataset: str | None, grid: int,
+                quiet: bool, as_json: bool) -> None:
+    """Build a submission.zarr from SOURCE: one HDF5 file, a folder of per-case .npz files, or boxes
+    and points in a .json file (COCO results, or a marks JSON; needs --images).
 
-    The layouts are described in the README ("Converting existing outputs"). The store is
-    written under a temporary name and renamed to OUT only once it is complete and valid.
+    The layouts are described in the README ("Converting existing outputs") and docs/convert.md
+    (boxes and points, and the rule that turns them into maps). The store is written under a
+    temporary name and renamed to OUT only once it is complete and valid.
 
     \b
     Examples:
       xbench-convert outputs.h5 --out submission.zarr
       xbench-convert npz_outputs/ --out submission.zarr --gt gt.zarr
+      xbench-convert detections.json --images images.zarr --mapping categories.toml --out boxes.zarr
     """
     from .convert import convert_hdf5, convert_npz_dir, count_cases
+    from .convert_boxes import convert_marks, is_marks_source
 
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
-    convert = convert_npz_dir if source.is_dir() else convert_hdf5
-    bar = progress(count_cases(source), desc="convert", unit="case", enabled=not (quiet or as_json))
+    marks = is_marks_source(source)
+    given = [o for o, v in (("--images", images), ("--mapping", mapping), ("--coco-images", coco_images),
+                            ("--dataset", dataset)) if v is not None]
+    if marks and images is None:
+        raise UserError(f"{source}: boxes and points need --images images.zarr (each case's original size)")
+    if not marks and given:
+        raise UserError(f"{', '.join(given)}: only for boxes and points (a .json SOURCE); {source} is not one")
+    if images is not None:
+        _require(images, "images", "--images")
+    map_dtype = map_dtype or ("float32" if marks else "float16")
+    bar = progress(None if marks else count_cases(source), desc="convert", unit="case", enabled=not (quiet or as_json))
     try:
-        convert(source, out, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update, gt=gt_path)
+        if marks:
+            convert_marks(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
+                          grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
+                          total=bar.set_total, gt=gt_path)
+        else:
+            convert = convert_npz_dir if source.is_dir() else convert_hdf5
+            convert(source, out, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update, gt=gt_path)
     finally:
         bar.close()
     if as_json:

@@ -180,6 +180,26 @@ def _npz_folder(sandbox: Path) -> None:
             for i, case in enumerate(ds.case_id):
                 np.savez(sandbox / "npz_outputs" / name / f"{case}.npz", scores=ds.scores[i], saliency=sal[i])
     (sandbox / "npz_outputs" / "meta.json").write_text(json.dumps(meta))
+    _marks_files(sandbox)
+
+
+def _marks_files(sandbox: Path) -> None:
+    """docs/convert.md's inputs on the phantom: a COCO results file, its categories.toml and a marks JSON."""
+    import json
+
+    from xbench.schemas import read_images
+
+    ds = read_images(sandbox / "images.zarr").datasets["phantom"]
+    ids = [str(c) for c in ds.case_id]
+    results = [{"image_id": c, "category_id": 4 + k % 2, "bbox": [10.0 + k, 20.0, 30.0, 25.5], "score": 0.5 + k / 50}
+               for k, c in enumerate(ids)] + [{"image_id": ids[0], "category_id": 9, "bbox": [0, 0, 5, 5], "score": 0.1}]
+    (sandbox / "detections.json").write_text(json.dumps(results))
+    (sandbox / "categories.toml").write_text('model = "my-detector"\n[categories]\n4 = "Nodule"\n'
+                                             '5 = "Pleural effusion"\n9 = ""\n')
+    answers = {"model": "my-mllm", "coordinates": "normalised", "unsupported": ["Pneumothorax"],
+               "datasets": {"phantom": {ids[1]: {"nodule": {"points": [[0.41, 0.33, 0.8]]},
+                                                  "Pleural effusion": {"boxes": [[0.05, 0.6, 0.3, 0.3]], "score": 0.7}}}}}
+    (sandbox / "answers.json").write_text(json.dumps(answers))
 
 
 @pytest.mark.slow

@@ -147,7 +147,7 @@ def _resolve_inputs(results, images, gt, submissions):
 
 def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None, n_boot: int = 1000,
                  seed: int = 0, size_bins: str = "fixed", overlays: bool = True, progress: bool = False,
-                 title: str = "XBench report") -> Path:
+                 title: str = "XBench report", sanity=()) -> Path:
     """Build the report for several score outputs into ``out_dir``; returns the index.html path.
 
     result_dirs: score output directories (each with metrics.json; pairs.parquet and pair_counts.npz
@@ -155,7 +155,9 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     images / gt: images.zarr and gt.zarr paths for the overlays (default: the paths the scorer
     recorded); submissions: {model name or result directory name: submission store path}.
     n_boot: bootstrap resamples for intervals the scorer did not write and for the paired gaps
-    (0 disables both). Raises ReportInputError (one message per problem) for unusable inputs.
+    (0 disables both). sanity: ``xbench sanity`` output folders (each with sanity.json): a table says, per
+    model, whether its maps depend on the weights. Raises ReportInputError (one message per problem) for
+    unusable inputs.
     """
     from tqdm import tqdm
 
@@ -215,6 +217,9 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         md += ["## Are the gaps real? (paired bootstrap, neighbours in the pointing-game ranking)", ""] + gap_md
         body = "".join(s.split("\n", 1)[1] if k else s for k, s in enumerate(gap_rows_all))
         files["tables"].append(str(_write_text(out / "comparisons.csv", body).relative_to(out)))
+    checks = read_sanity(sanity)
+    if checks:
+        md += [sanity_markdown(checks)]
     files["tables"].append(str(_write_text(out / "leaderboard.md", "\n".join(md)).relative_to(out)))
     files["tables"].append(str(_write_text(out / "per_class.md", "\n".join(
         [f"# {md_cell(title)}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
@@ -246,6 +251,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot)
+    if checks:  # one more section, before the page ends
+        page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)
     manifest = {
         "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],
@@ -257,6 +264,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         "n_boot": n_boot,
         "seed": seed,
         "skipped": skipped,
+        "sanity": checks,
     }
     _write_text(out / "report.json", json.dumps(manifest, indent=1, default=str))
     _remove_stale(out, previous, {f for group in files.values() for f in group})
@@ -294,3 +302,48 @@ def _remove_stale(out: Path, previous: set[str], current: set[str]) -> None:
             continue  # a manifest that points outside the report folder is not ours to act on
         path.unlink()
 
+
+
+# -- xbench sanity outputs -------------------------------------------------------------------------------------
+def read_sanity(folders) -> list[dict]:
+    """Per ``xbench sanity`` folder: model, method, mode, the last step's similarities and the verdict."""
+    checks, problems = [], []
+    for folder in folders or ():
+        path = Path(folder) / "sanity.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            last = data["steps"][-1]
+            checks.append({"model": str(data["model"]), "method": str(data.get("method")), "mode": str(data["mode"]),
+                           "spearman_abs": last.get("spearman_abs"), "ssim": last.get("ssim"),
+                           "depends_on_weights": bool(data["depends_on_weights"]), "verdict": str(data["verdict"])})
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+            problems.append(f"{path}: not an xbench sanity output ({type(err).__name__}: {err})")
+    if problems:
+        raise ReportInputError(problems)
+    return checks
+
+
+def _sanity_rows(checks):
+    f = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    return [(c["model"], c["method"], c["mode"], f(c["spearman_abs"]), f(c["ssim"]),
+             "yes" if c["depends_on_weights"] else "NO") for c in checks]
+
+
+def sanity_markdown(checks) -> str:
+    from xbench.score.tables import md_cell
+
+    lines = ["## Do the maps depend on the weights? (xbench sanity, Adebayo et al. 2018)", "",
+             "Similarity of the maps to the original ones once the weights are re-initialised (last step).", "",
+             "| Model | Method | Mode | abs(Spearman) | SSIM | Depends on the weights |", "|---|---|---|---:|---:|---|"]
+    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in _sanity_rows(checks)]
+    return "\n".join(lines) + "\n"
+
+
+def sanity_html(checks) -> str:
+    from html import escape
+
+    head = "".join(f"<th>{h}</th>" for h in ("Model", "Method", "Mode", "|Spearman|", "SSIM", "Depends on the weights"))
+    rows = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in _sanity_rows(checks))
+    return (f"<section><h2>Do the maps depend on the weights?</h2><p>xbench sanity (model randomisation test, "
+            f"Adebayo et al. 2018): similarity to the original maps after re-initialising the weights.</p>"
+            f"<table><tr>{head}</tr>{rows}</table></section>\n")

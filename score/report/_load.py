@@ -22,6 +22,10 @@ __all__ = [
 ]
 
 
+#: submission methods of xbench-convert's boxes and points (schemas/convert_boxes.py): labelled on the leaderboard
+MARK_METHODS = ("boxes", "points")
+
+
 class ReportInputError(ValueError):
     """A score output cannot be used; ``problems`` lists one message per problem."""
 
@@ -121,6 +125,8 @@ def load_result(path: str | Path, *, name: str | None = None) -> Result:
     if name is None:
         attrs = metrics.get("xbench", {}).get("submission", {}) or {}
         name = str(attrs.get("model") or path.name)
+        if attrs.get("method") in MARK_METHODS:  # converted boxes/points, not maps: the leaderboard says so
+            name = f"{name} ({attrs['method']})"
     return Result(name=name, path=path, metrics=metrics, pairs=pairs, counts=counts, case_ids=case_ids)
 
 

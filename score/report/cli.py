@@ -45,11 +45,14 @@ def _parse_submissions(values) -> dict:
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bootstrap resamples.")
 @click.option("--size-bins", type=click.Choice(["fixed", "tercile"]), default="fixed", show_default=True,
               help="Lesion-size bins: fixed fractions of the image (<1%, 1-5%, >=5%) or terciles.")
+@click.option("--sanity", "sanity", multiple=True, type=click.Path(path_type=Path),
+              help="An `xbench sanity` output folder: the report says whether that model's maps depend on its weights; "
+                   "repeatable.")
 @click.option("--no-overlays", is_flag=True, help="Skip the map-over-image figures.")
 @click.option("--title", default="XBench report", show_default=True, help="Page title.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report manifest (report.json) to stdout.")
-def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bins, no_overlays, title, quiet,
+def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bins, sanity, no_overlays, title, quiet,
            as_json):
     """Build the leaderboard, figures and HTML page from earlier xbench-score outputs.
 
@@ -68,6 +71,7 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
     subs = _parse_submissions(submissions)
     inputs = {f"the result folder {p}": p for p in result_dirs}
     inputs.update({"the images store": images, "the ground truth": gt})
+    inputs.update({f"the sanity folder {p}": p for p in sanity})
     inputs.update({f"the submission {k}": v for k, v in subs.items()})
     # the report may go beside the score folders it reads (xbench-score's own layout): they are carried over
     held = tuple(f"the result folder {p}" for p in result_dirs)
@@ -78,7 +82,7 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
         with PublishedDir(out_dir, keep=tuple(result_dirs)) as work:  # built beside, swapped in whole: never half a report
             build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
                          seed=seed, size_bins=size_bins, overlays=not no_overlays,
-                         progress=not quiet and not as_json and sys.stderr.isatty(), title=title)
+                         progress=not quiet and not as_json and sys.stderr.isatty(), title=title, sanity=sanity)
             write_marker(work, "xbench report")
         index = Path(out_dir) / "index.html"
     except ReportInputError as err:

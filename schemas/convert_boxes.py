@@ -1,0 +1,519 @@
+"""Box and point outputs -> submission.zarr: detectors and text-output models on the same leaderboard.
+
+Two sources are read (docs/convert.md has a worked example of each; the rule is in docs/contract.md,
+"Converting boxes and points"):
+
+* **COCO results** (what detectors write): a JSON list of ``{"image_id", "category_id", "bbox": [x, y,
+  w, h], "score"}``, coordinates in original pixels. ``image_id`` is the case id itself, unless a COCO
+  dataset JSON (``--coco-images``: its ``images`` list of ``{"id", "file_name"}``) is given: then the
+  case id is the file name without its folders (as is, or without its extension). Category ids map to
+  findings through the mapping file, or through the category names of ``--coco-images`` when they are
+  the findings' names. All results are of one dataset (``--dataset``, or the images store's only one).
+* **Marks JSON** (what text-output models emit)::
+
+      {"model": "maira-2", "coordinates": "pixels" | "normalised",
+       "unsupported": ["<finding>", ...],
+       "datasets": {"<dataset>": {"<case_id>": {"<finding>": {
+           "boxes": [[x, y, w, h], [x, y, w, h, score], ...],
+           "points": [[x, y], [x, y, score], ...],
+           "score": p}}}}}
+
+  every key but ``datasets`` optional; ``normalised`` coordinates are fractions of the width (x) and
+  height (y). A finding name maps through the mapping file, or is the finding's own name (any case).
+
+The mapping file (``.json`` or ``.toml``): ``model = "name"`` and a table ``categories`` of COCO
+category id or name, or free-text finding -> XBench finding (``""`` drops that category's marks).
+
+The rule (pure functions :func:`mark_map` and :func:`finding_score`): every case of the images store's
+dataset gets, per finding, a ``grid`` x ``grid`` map (default 64 x 64, row 0 = top) over its original
+frame. A box is clipped to the image and adds its score to every cell whose centre lies inside it
+(half-open, ``x <= cx < x + w``, as the ground truth is rasterised); a box no cell centre falls inside
+adds it to the cell holding the clipped box's centre instead. A point adds its score to the one cell
+holding it. Overlapping marks sum. A mark without a score counts 1. The finding's score (a probability)
+is its explicit ``score``, else the highest score of its marks, else 0; a finding with no mark has a
+constant 0 map. Findings no category maps to (COCO), or listed in ``unsupported`` (marks JSON), are
+declared unsupported. Bad input is refused, one problem a line: an unknown category or finding, an
+image id not in the images store, a non-finite or negative-sized box, a box wholly outside the image, a
+point outside it, a score outside [0, 1].
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import InvalidStoreError, Problem
+from .submission import DatasetSpec
+
+DEFAULT_GRID = 64
+#: problems listed one a line before the rest are summed up (a file of 10^5 bad boxes stays readable)
+MAX_LISTED = 20
+COORDINATES = ("pixels", "normalised")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One box ``(x, y, w, h)`` or point ``(x, y)`` in original pixels, with its score."""
+
+    coords: tuple[float, ...]
+    score: float
+
+    @property
+    def is_box(self) -> bool:
+        return len(self.coords) == 4
+
+
+@dataclass
+class Finding:
+    """What the source says about one case and finding: its marks and an optional explicit score."""
+
+    marks: list[Mark]
+    score: float | None = None
+
+
+# -- the rule -------------------------------------------------------------------------------------------
+def _centres(n_cells: int, n_native: int) -> np.ndarray:
+    """Cell centres along one axis in native coordinates (the ground truth's rule, extract/datasets/rasterise.py)."""
+    return (np.arange(n_cells, dtype=np.float64) + 0.5) * (n_native / n_cells)
+
+
+def _cell(v: float, n_native: int, n_cells: int) -> int:
+    """The cell holding native coordinate ``v``, clipped to the grid (a point on the far edge is in the last cell)."""
+    return min(max(int(math.floor(v * n_cells / n_native)), 0), n_cells - 1)
+
+
+def mark_map(marks: list[Mark], orig_size: tuple[int, int], grid: int = DEFAULT_GRID) -> np.ndarray:
+    """The (grid, grid) float64 map of one case and finding (the rule in the module docstring).
+
+    Marks must have been checked (:func:`mark_problem`): boxes lie at least partly inside the image.
+    """
+    h0, w0 = (int(v) for v in orig_size)
+    cy, cx = _centres(grid, h0), _centres(grid, w0)
+    out = np.zeros((grid, grid), np.float64)
+    for m in marks:
+        if not m.is_box:
+            out[_cell(m.coords[1], h0, grid), _cell(m.coords[0], w0, grid)] += m.score
+            continue
+        x, y, w, h = m.coords
+        x0, x1 = max(x, 0.0), min(x + w, float(w0))
+        y0, y1 = max(y, 0.0), min(y + h, float(h0))
+        rows, cols = (cy >= y0) & (cy < y1), (cx >= x0) & (cx < x1)
+        if rows.any() and cols.any():
+            out[np.ix_(rows, cols)] += m.score
+        else:  # smaller than a cell, slipping between centres: never lost (the ground truth's per-lesion rule)
+            out[_cell((y0 + y1) / 2, h0, grid), _cell((x0 + x1) / 2, w0, grid)] += m.score
+    return out
+
+
+def finding_score(finding: Finding | None) -> float:
+    """Explicit score, else the highest mark score, else 0."""
+    if finding is None:
+        return 0.0
+    if finding.score is not None:
+        return finding.score
+    return max((m.score for m in finding.marks), default=0.0)
+
+
+def mark_problem(coords: tuple[float, ...], score: float, orig_size: tuple[int, int]) -> str | None:
+    """Why a mark (already in pixels) cannot be used, or None."""
+    h0, w0 = (int(v) for v in orig_size)
+    if not all(math.isfinite(v) for v in (*coords, score)):
+        return "has a non-finite value"
+    if not 0.0 <= score <= 1.0:
+        return f"score {score:g} is outside [0, 1]"
+    if len(coords) == 4:
+        x, y, w, h = coords
+        if w <= 0 or h <= 0:
+            return f"box [{x:g}, {y:g}, {w:g}, {h:g}] has a width or height that is not positive"
+        if x >= w0 or y >= h0 or x + w <= 0 or y + h <= 0:
+            return f"box [{x:g}, {y:g}, {w:g}, {h:g}] lies wholly outside the {w0}x{h0} image (width x height)"
+        return None
+    x, y = coords
+    if not (0 <= x <= w0 and 0 <= y <= h0):
+        return f"point [{x:g}, {y:g}] lies outside the {w0}x{h0} image (width x height)"
+    return None
+
+
+# -- reading --------------------------------------------------------------------------------------------
+class _Problems(list):
+    """Problems, listed up to MAX_LISTED and then counted."""
+
+    def add(self, where: str, message: str) -> None:
+        self.append(Problem(where, message))
+
+    def raise_if_any(self) -> None:
+        if not self:
+            return
+        shown = list(self[:MAX_LISTED])
+        if len(self) > MAX_LISTED:
+            shown.append(Problem("", f"... and {len(self) - MAX_LISTED} more problem(s) like these"))
+        raise InvalidStoreError(shown)
+
+
+def _load_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidStoreError(Problem(str(path), f"cannot read the {what} ({exc})")) from None
+    except json.JSONDecodeError as exc:
+        raise InvalidStoreError(Problem(str(path), f"the {what} is not valid JSON ({exc})")) from None
+
+
+def read_mapping(path: Path | None) -> dict:
+    """The mapping file: {"model": str | None, "categories": {str: str}} (empty when no file)."""
+    if path is None:
+        return {"model": None, "categories": {}}
+    path = Path(path)
+    if path.suffix.lower() == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidStoreError(Problem(str(path), f"not a readable TOML mapping file ({exc})")) from None
+    else:
+        data = _load_json(path, "mapping file")
+    problems = _Problems()
+    if not isinstance(data, dict):
+        raise InvalidStoreError(Problem(str(path), "must be an object with a 'categories' table"))
+    unknown = sorted(set(data) - {"model", "categories"})
+    if unknown:
+        problems.add(str(path), f"unknown key(s) {', '.join(unknown)} (expected model, categories)")
+    cats = data.get("categories", {})
+    if not isinstance(cats, dict):
+        problems.add(f"{path}: categories", "must be a table of category or finding -> XBench finding")
+        cats = {}
+    for k, v in cats.items():
+        if not isinstance(v, str):
+            problems.add(f"{path}: categories.{k}", f"must be a finding name or \"\" (drop), got {v!r}")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        problems.add(f"{path}: model", "must be a string")
+    problems.raise_if_any()
+    return {"model": model, "categories": {str(k): v for k, v in cats.items()}}
+
+
+def _resolve_name(name: str, mapping: dict[str, str], classes: tuple[str, ...]) -> str | None:
+    """XBench finding for a category or free-text name: the mapping first, else the finding's own name (any
+    case); "" = dropped (returned as ""); None = unknown."""
+    if name in mapping:
+        return mapping[name]
+    lower = {c.lower(): c for c in classes}
+    return lower.get(name.strip().lower())
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _numbers(v, sizes: tuple[int, ...]) -> tuple[float, ...] | None:
+    if not isinstance(v, (list, tuple)) or len(v) not in sizes:
+        return None
+    out = tuple(_number(x) for x in v)
+    return None if any(x is None for x in out) else out
+
+
+@dataclass
+class Parsed:
+    """A source read and checked: per dataset, case id -> finding -> Finding, plus what the submission says."""
+
+    model: str
+    method: str
+    findings: dict[str, dict[str, dict[str, Finding]]]
+    unsupported: dict[str, list[str]]
+    info: dict
+
+
+def _case_lookup(case_ids) -> dict[str, int]:
+    return {str(c): i for i, c in enumerate(case_ids)}
+
+
+def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_images: Path | None) -> Parsed:
+    """Read a COCO results file against the images store ``images`` (an ImagesStore)."""
+    problems = _Problems()
+    results = _load_json(src, "COCO results file")
+    if not isinstance(results, list):
+        raise InvalidStoreError(Problem(str(src), "a COCO results file is a JSON list of {image_id, category_id, "
+                                                  "bbox, score}"))
+    name = _pick_dataset(images, dataset, src)
+    ds = images.datasets[name]
+    classes = tuple(ds.classes)
+    cases = _case_lookup(ds.case_id)
+    id_to_case, cat_names = _coco_images(coco_images, cases) if coco_images else (None, {})
+    cat_map = dict(mapping["categories"])
+    findings: dict[str, dict[str, Finding]] = {}
+    used: set[str] = set()
+    unknown_cats: dict[str, int] = {}
+    for k, r in enumerate(results):
+        where = f"{src}: result {k}"
+        if not isinstance(r, dict):
+            problems.add(where, "is not an object")
+            continue
+        missing = [key for key in ("image_id", "category_id", "bbox", "score") if key not in r]
+        if missing:
+            problems.add(where, f"lacks {', '.join(missing)}")
+            continue
+        image_id = str(r["image_id"])
+        case = id_to_case.get(image_id) if id_to_case is not None else image_id
+        if case is None:
+            problems.add(where, f"image_id {image_id} is not in --coco-images")
+            continue
+        if case not in cases:
+            problems.add(where, f"image_id {image_id} (case {case!r}) is not in the images store's {name}")
+            continue
+        cat = str(r["category_id"])
+        finding = _resolve_name(cat, cat_map, classes)
+        if finding is None and cat in cat_names:
+            finding = _resolve_name(cat_names[cat], cat_map, classes)
+        if finding is None:
+            unknown_cats[cat] = unknown_cats.get(cat, 0) + 1
+            continue
+        if finding == "":
+            continue
+        if finding not in classes:
+            problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name} "
+                                f"({', '.join(classes)})")
+            continue
+        box, score = _numbers(r["bbox"], (4,)), _number(r["score"])
+        if box is None or score is None:
+            problems.add(where, "bbox must be [x, y, w, h] (numbers) and score a number")
+            continue
+        why = mark_problem(box, score, tuple(ds.orig_size[cases[case]]))
+        if why:
+            problems.add(where, why)
+            continue
+        findings.setdefault(case, {}).setdefault(finding, Finding([])).marks.append(Mark(box, score))
+        used.add(finding)
+    for cat, n in sorted(unknown_cats.items()):
+        shown = f"{cat} ({cat_names[cat]})" if cat in cat_names else cat
+        problems.add(str(src), f"category {shown} ({n} result(s)) maps to no finding of {name}; name it in the "
+                               "mapping file's categories (\"\" to drop it)")
+    problems.raise_if_any()
+    # the findings a detector can name: every category the mapping (or --coco-images) sends somewhere
+    named = {f for f in cat_map.values() if f} | {f for c in cat_names.values() if (f := _resolve_name(c, cat_map, classes))}
+    named |= used
+    unsupported = [c for c in classes if c not in named]
+    if len(unsupported) == len(classes):
+        raise InvalidStoreError(Problem(str(src), f"names none of the findings of {name}; give a mapping file"))
+    info = {"format": "coco-results", "coco_images": Path(coco_images).name if coco_images else None}
+    return Parsed(mapping["model"] or src.stem, "boxes", {name: findings}, {name: unsupported}, info)
+
+
+def _pick_dataset(images, dataset: str | None, src: Path) -> str:
+    if dataset is None:
+        if len(images.datasets) != 1:
+            raise InvalidStoreError(Problem(str(src), "COCO results are of one dataset; name it with --dataset "
+                                                      f"(the images store has {', '.join(sorted(images.datasets))})"))
+        return next(iter(images.datasets))
+    if dataset not in images.datasets:
+        raise InvalidStoreError(Problem("--dataset", f"{dataset!r} is not in the images store (it has "
+                                                     f"{', '.join(sorted(images.datasets))})"))
+    return dataset
+
+
+def _coco_images(path: Path, cases: dict[str, int]) -> tuple[dict[str, str], dict[str, str]]:
+    """image id -> case id (the file name, or its stem, that is a case id) and category id -> name."""
+    data = _load_json(Path(path), "COCO images file")
+    problems = _Problems()
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise InvalidStoreError(Problem(str(path), "a COCO dataset JSON has an 'images' list of {id, file_name}"))
+    ids: dict[str, str] = {}
+    for k, im in enumerate(data["images"]):
+        if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str):
+            problems.add(f"{path}: images[{k}]", "needs id and file_name")
+            continue
+        base = im["file_name"].replace("\\", "/").rsplit("/", 1)[-1]
+        stem = base.rsplit(".", 1)[0] if "." in base else base
+        case = base if base in cases else stem if stem in cases else None
+        if case is None:
+            problems.add(f"{path}: images[{k}]", f"file_name {im['file_name']!r} names no case of the images store")
+            continue
+        ids[str(im["id"])] = case
+    cats = {str(c["id"]): str(c["name"]) for c in data.get("categories", []) or []
+            if isinstance(c, dict) and "id" in c and "name" in c}
+    problems.raise_if_any()
+    return ids, cats
+
+
+def read_marks(src: Path, images, *, mapping: dict) -> Parsed:
+    """Read a marks JSON (the layout in the module docstring) against the images store."""
+    data = _load_json(src, "marks JSON")
+    problems = _Problems()
+    if not isinstance(data, dict) or not isinstance(data.get("datasets"), dict):
+        raise InvalidStoreError(Problem(str(src), 'a marks JSON is an object {"datasets": {"<dataset>": {"<case_id>": '
+                                                  '{"<finding>": {"boxes": [...], "points": [...], "score": p}}}}}'))
+    unknown = sorted(set(data) - {"model", "coordinates", "unsupported", "datasets"})
+    if unknown:
+        problems.add(str(src), f"unknown key(s) {', '.join(unknown)} (expected model, coordinates, unsupported, datasets)")
+    coordinates = data.get("coordinates", "pixels")
+    if coordinates not in COORDINATES:
+        raise InvalidStoreError(Problem(f"{src}: coordinates", f"must be 'pixels' or 'normalised', got {coordinates!r}"))
+    said_unsupported = data.get("unsupported", [])
+    if not isinstance(said_unsupported, list) or not all(isinstance(u, str) for u in said_unsupported):
+        problems.add(f"{src}: unsupported", "must be a list of finding names")
+        said_unsupported = []
+    findings: dict[str, dict[str, dict[str, Finding]]] = {}
+    unsupported: dict[str, list[str]] = {}
+    n_boxes = n_points = 0
+    for name, per_case in data["datasets"].items():
+        if name not in images.datasets:
+            problems.add(f"{src}: {name}", f"is not a dataset of the images store ({', '.join(sorted(images.datasets))})")
+            continue
+        if not isinstance(per_case, dict):
+            problems.add(f"{src}: {name}", "must map case ids to findings")
+            continue
+        ds = images.datasets[name]
+        classes, cases = tuple(ds.classes), _case_lookup(ds.case_id)
+        found = findings.setdefault(name, {})
+        for case, per_finding in per_case.items():
+            where = f"{src}: {name}/{case}"
+            if case not in cases:
+                problems.add(where, f"case {case!r} is not in the images store's {name}")
+                continue
+            if not isinstance(per_finding, dict):
+                problems.add(where, "must map finding names to {boxes, points, score}")
+                continue
+            size = tuple(int(v) for v in ds.orig_size[cases[case]])
+            for label, entry in per_finding.items():
+                f = _read_finding(entry, f"{where}/{label}", size, coordinates, problems)
+                finding = _resolve_name(label, mapping["categories"], classes)
+                if finding is None or (finding and finding not in classes):
+                    problems.add(f"{where}/{label}", f"names no finding of {name} ({', '.join(classes)}); "
+                                                     "map it in the mapping file's categories")
+                    continue
+                if f is None or finding == "":
+                    continue
+                n_boxes += sum(m.is_box for m in f.marks)
+                n_points += sum(not m.is_box for m in f.marks)
+                have = found.setdefault(case, {}).get(finding)
+                if have is None:
+                    found[case][finding] = f
+                else:  # two labels mapped to one finding: their marks pool, the higher explicit score wins
+                    have.marks += f.marks
+                    have.score = f.score if have.score is None else max(have.score, f.score or 0.0)
+        resolved = [_resolve_name(u, mapping["categories"], classes) for u in said_unsupported]
+        unsupported[name] = [c for c in classes if c in resolved]
+    if not findings and not problems:
+        problems.add(str(src), "names no dataset")
+    problems.raise_if_any()
+    info = {"format": "marks-json", "coordinates": coordinates, "boxes": n_boxes, "points": n_points}
+    method = "points" if n_points and not n_boxes else "boxes"
+    return Parsed(str(data.get("model") or mapping["model"] or src.stem), method, findings, unsupported, info)
+
+
+def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, problems: _Problems) -> Finding | None:
+    if not isinstance(entry, dict):
+        problems.add(where, "must be an object {boxes, points, score}")
+        return None
+    extra = sorted(set(entry) - {"boxes", "points", "score"})
+    if extra:
+        problems.add(where, f"unknown key(s) {', '.join(extra)} (expected boxes, points, score)")
+        return None
+    h0, w0 = size
+    marks, ok = [], True
+    for kind, n in (("boxes", 4), ("points", 2)):
+        items = entry.get(kind, [])
+        if not isinstance(items, list):
+            problems.add(f"{where}/{kind}", "must be a list")
+            ok = False
+            continue
+        for k, item in enumerate(items):
+            v = _numbers(item, (n, n + 1))
+            if v is None:
+                problems.add(f"{where}/{kind}[{k}]", f"must be {n} numbers and an optional score")
+                ok = False
+                continue
+            coords, score = v[:n], (v[n] if len(v) > n else 1.0)
+            if coordinates == "normalised":
+                if not all(0.0 <= c <= 1.0 for c in coords):
+                    problems.add(f"{where}/{kind}[{k}]", "normalised coordinates must lie in [0, 1]")
+                    ok = False
+                    continue
+                coords = tuple(c * (w0 if i % 2 == 0 else h0) for i, c in enumerate(coords))
+            why = mark_problem(coords, score, size)
+            if why:
+                problems.add(f"{where}/{kind}[{k}]", why)
+                ok = False
+                continue
+            marks.append(Mark(coords, score))
+    score = entry.get("score")
+    if score is not None:
+        s = _number(score)
+        if s is None or not math.isfinite(s) or not 0.0 <= s <= 1.0:
+            problems.add(f"{where}/score", f"must be a probability in [0, 1], got {score!r}")
+            return None
+        score = s
+    return Finding(marks, score) if ok else None
+
+
+# -- writing --------------------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def is_marks_source(src: Path) -> bool:
+    """Whether ``xbench-convert`` reads ``src`` as boxes or points (a .json file)."""
+    return Path(src).is_file() and Path(src).suffix.lower() == ".json"
+
+
+def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mapping: str | Path | None = None,
+                  coco_images: str | Path | None = None, dataset: str | None = None, grid: int = DEFAULT_GRID,
+                  cases_per_block: int = 64, map_dtype: str = "float32",
+                  progress: Callable[[int], None] | None = None, total: Callable[[int], None] | None = None,
+                  gt=None) -> Path:
+    """Convert a COCO results file (a JSON list) or a marks JSON (an object) into a submission store.
+
+    ``total`` is told the number of cases once the source is read (for a progress bar).
+    """
+    from .convert import _refuse_out_in_inputs, _write
+    from .images import read_images
+
+    src = Path(src)
+    _refuse_out_in_inputs(out, src, gt)
+    if not 1 <= grid <= 1024:
+        raise InvalidStoreError(Problem("--grid", f"must be 1..1024 cells per side, got {grid}"))
+    store = read_images(images)
+    maps = read_mapping(Path(mapping) if mapping else None)
+    first = src.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
+    if first == "[":
+        parsed = read_coco(src, store, dataset=dataset, mapping=maps, coco_images=Path(coco_images) if coco_images else None)
+    else:
+        if coco_images or dataset:
+            raise InvalidStoreError(Problem(str(src), "--coco-images and --dataset are for COCO results (a JSON list); "
+                                                      "a marks JSON names its datasets itself"))
+        parsed = read_marks(src, store, mapping=maps)
+    specs = {name: DatasetSpec(case_ids=[str(c) for c in store.datasets[name].case_id],
+                               classes=tuple(store.datasets[name].classes), map_shape=(grid, grid),
+                               score_kind="probability", unsupported=tuple(parsed.unsupported.get(name, ())))
+             for name in sorted(parsed.findings)}
+    if total:
+        total(sum(len(s.case_ids) for s in specs.values()))
+
+    def blocks(name: str, start: int, stop: int):
+        ds, spec = store.datasets[name], specs[name]
+        per_case = parsed.findings[name]
+        scores = np.zeros((stop - start, len(spec.classes)), np.float32)
+        out_maps = np.zeros((stop - start, len(spec.classes), grid, grid), np.float32)
+        for i, case in enumerate(spec.case_ids[start:stop]):
+            size = tuple(int(v) for v in ds.orig_size[start + i])
+            for j, cls in enumerate(spec.classes):
+                f = per_case.get(case, {}).get(cls)
+                scores[i, j] = finding_score(f)
+                if f is not None and f.marks:
+                    out_maps[i, j] = mark_map(f.marks, size, grid)
+        return scores, out_maps
+
+    provenance = {"source": {**parsed.info, "file": src.name, "sha256": _sha256(src)},
+                  "mapping": {"file": Path(mapping).name, "sha256": _sha256(Path(mapping))} if mapping else None,
+                  "images": Path(images).name,
+                  "map_rule": {"grid": [grid, grid], "rule": "docs/contract.md, Converting boxes and points"}}
+    return _write(out, parsed.model, parsed.method, provenance, specs, blocks, cases_per_block, map_dtype, progress, gt)
