@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from .dual import DualEncoderAdapter
-from .errors import WeightsNotFoundError
 from .pixels import ImageTransform
 
 #: ``zero_shot.py:379``: a grey mean / std on the 0-255 scale, the same for the three channels
@@ -113,14 +112,10 @@ class CheXzeroAdapter(DualEncoderAdapter):
 def build(config: Mapping[str, Any]) -> CheXzeroAdapter:
     """Registry factory ``chexzero``: ``weights`` = a CheXzero ``.pt`` state dict (or ``random``)."""
     from .openclip import load_model, vision_tower
-    from .presets import _with
+    from .presets import _with, chexzero_preflight
 
     cfg = _with(CHEXZERO_DEFAULTS, config)
-    if not cfg.get("weights"):
-        raise WeightsNotFoundError(
-            "CheXzero weights", "a checkpoint file such as best_64_5e-05_original_22000_0.864.pt",
-            "Download the checkpoints linked from the rajpurkarlab/CheXzero README (Google Drive) and pass "
-            "--model-option weights=/path/to/checkpoint.pt.")
+    chexzero_preflight(cfg)
     model, tokenizer, res = load_model(cfg)
     transform = CheXzeroTransform()
 

@@ -122,3 +122,16 @@ def test_phrase_text_is_encoded_without_template(checkpoint):
     got = ad.encode_text(phrases)
     ref = checkpoint[1].encode_text(open_clip.tokenizer.SimpleTokenizer(context_length=77)(phrases))
     torch.testing.assert_close(got, ref)
+
+
+def test_cli_without_weights_fails_before_torch(tmp_path):
+    """`xbench-extract --model chexzero` with no weights: exit 2, one line, torch never imported."""
+    import subprocess
+    import sys
+
+    argv = ["--model", "chexzero", "--images", str(tmp_path), "--out", str(tmp_path / "c.zarr")]
+    code = ("import sys\nfrom xbench.extract.cli import main\ntry:\n    main(%r)\nexcept SystemExit as e:\n"
+            "    print('exit', e.code, 'torch' in sys.modules)\n" % argv)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "exit 2 False", out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "CheXzero weights" in out.stderr
