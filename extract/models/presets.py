@@ -72,8 +72,19 @@ def clip_preflight(config: Mapping[str, Any]) -> None:
         "--model-option weights=/path/to/ViT-B-16.pt.")
 
 
+def chexzero_preflight(config: Mapping[str, Any]) -> None:
+    """CheXzero has no default weights: say so before torch is imported (the path itself is checked by the CLI)."""
+    from .errors import WeightsNotFoundError
+
+    if not config.get("weights"):
+        raise WeightsNotFoundError(
+            "CheXzero weights", "a checkpoint file such as best_64_5e-05_original_22000_0.864.pt",
+            "Download the checkpoints linked from the rajpurkarlab/CheXzero README (Google Drive) and pass "
+            "--model-option weights=/path/to/checkpoint.pt.")
+
+
 #: Checks a preset can make without torch, by registry name; run by xbench-extract before loading anything.
-PREFLIGHTS = {"clip": clip_preflight}
+PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight}
 
 
 def biomedclip(config: Mapping[str, Any]):
