@@ -338,3 +338,52 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
                                for k in PHRASE_KEYS},
                    "datasets": section}
     return section, counts
+
+
+# --------------------------------------------------------------------------------------------- report
+def phrase_rows(results) -> list[dict]:
+    """One row per (model, dataset, category or "all categories") of the metrics.json "phrases" sections
+    of score results (objects with ``name`` and ``metrics``): CNR and pointing game beside IoU/Dice."""
+    rows = []
+    for r in results:
+        section = (r.metrics.get("phrases") or {}).get("datasets", {})
+        for d, entry in sorted(section.items()):
+            scopes = [("all categories", entry.get("summary", {}), entry.get("n_phrases"))]
+            scopes += [(c, e, e.get("n_phrases")) for c, e in sorted((entry.get("categories") or {}).items())]
+            for scope, vals, n in scopes:
+                rows.append({"model": r.name, "dataset": d, "category": scope, "n_phrases": n,
+                             **{k: vals.get(k) for k in PHRASE_KEYS},
+                             "note": entry.get("reason", "") if entry.get("unsupported") else ""})
+    return rows
+
+
+def phrase_markdown(rows: list[dict]) -> str:
+    """The phrase-grounding table of the leaderboard (Markdown; fractions as %, CNR as a ratio)."""
+    from .tables import md_cell
+
+    def cell(k, v):
+        if v is None:
+            return "n/a"
+        return f"{v:.2f}" if k.startswith("cnr") else f"{100 * v:.1f}"
+
+    head = ["model", "dataset", "category", "phrases", "CNR", "CNR (signed)", "pointing game", "IoU@0.5",
+            "IoU best", "Dice@0.5", "Dice best"]
+    keys = ["cnr", "cnr_signed", "pointing_game", "iou_fixed", "iou_best", "dice_fixed", "dice_best"]
+    out = ["## Phrase grounding (per category; CNR = |mu_in - mu_out| / sqrt(var_in + var_out))", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        out.append("| " + " | ".join([md_cell(row["model"]), md_cell(row["dataset"]), md_cell(row["category"]),
+                                      str(row["n_phrases"])] + [cell(k, row[k]) for k in keys]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def phrase_csv(rows: list[dict]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "category", "n_phrases", *PHRASE_KEYS, "note"])
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()

@@ -41,6 +41,18 @@ def test_phrase_rows_extract_validate_and_score(phrase_stores, tmp_path, model):
     m = score_submission(sub, phrase_stores / "gt.zarr", bootstrap=10).metrics
     ph = m["phrases"]["datasets"]["phantom"]
     assert ph["n_phrases"] == len(q) and ph["summary"]["pointing_game"] is not None
+    if model == "dog":  # the report shows phrase grounding beside the class tables
+        from xbench.score.outputs import write_outputs
+        from xbench.score.report import build_report
+        from xbench.score.scoring import score_submission as score
+
+        res_dir = tmp_path / "res"
+        write_outputs(score(sub, phrase_stores / "gt.zarr", bootstrap=10), res_dir)
+        build_report(tmp_path / "report", [res_dir], n_boot=0, overlays=False)
+        md = (tmp_path / "report" / "leaderboard.md").read_text()
+        assert "## Phrase grounding" in md and "Pleural effusion" in md.split("## Phrase grounding")[1]
+        csv_text = (tmp_path / "report" / "phrases.csv").read_text()
+        assert csv_text.splitlines()[0].startswith("model,dataset,category,n_phrases,pointing_game")
 
 
 def test_dual_encoder_phrase_map_is_the_map_of_that_text(phrase_stores):
