@@ -30,16 +30,14 @@ import numpy as np
 
 from ._io import CaseProblems, check_box, check_options, load_raster, parse_float
 from .base import Box, CaseRecord, DatasetReader, Phrase, ReaderError
+from .vocabulary import UnknownLabelError, canonical, classes_for
 
 LAYOUT = """  MS_CXR_Local_Alignment_v1.1.0.csv (or _v1.0.0.csv)
   files/pXX/pXXXXXXXX/sXXXXXXXX/<dicom_id>.jpg   (MIMIC-CXR-JPG; or --option images=DIR)"""
 CSV_NAMES = ("MS_CXR_Local_Alignment_v1.1.0.csv", "MS_CXR_Local_Alignment_v1.0.0.csv")
-#: MS-CXR category_name -> canonical class (extract/datasets/findings.toml)
-CATEGORIES = {
-    "Atelectasis": "Atelectasis", "Cardiomegaly": "Cardiomegaly", "Consolidation": "Consolidation",
-    "Edema": "Edema", "Lung Opacity": "Lung opacity", "Pleural Effusion": "Pleural effusion",
-    "Pneumonia": "Pneumonia", "Pneumothorax": "Pneumothorax",
-}
+#: MS-CXR's category_name values (their canonical classes: extract/datasets/findings.toml)
+CATEGORIES = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Lung Opacity", "Pleural Effusion",
+              "Pneumonia", "Pneumothorax")
 COLUMNS = ("dicom_id", "category_name", "label_text", "path", "x", "y", "w", "h", "image_width", "image_height")
 
 
@@ -47,7 +45,7 @@ class MSCXRReader(DatasetReader):
     """Reads the MS-CXR local-alignment CSV and the MIMIC-CXR-JPG images it points at."""
 
     key = "ms_cxr"
-    classes = tuple(CATEGORIES.values())
+    classes = classes_for("ms_cxr")
     splits = ("test", "val", "train", "all")
 
     def __init__(self, root, split=None, **options) -> None:
@@ -91,8 +89,8 @@ class MSCXRReader(DatasetReader):
                 bad.add(where, "empty dicom_id", None)
                 continue
             try:
-                cat = CATEGORIES[(row["category_name"] or "").strip()]
-            except KeyError:
+                cat = canonical(self.key, (row["category_name"] or "").strip())
+            except (UnknownLabelError, KeyError):
                 bad.add(where, f"unknown category_name {row['category_name']!r} (MS-CXR has {', '.join(CATEGORIES)})", cid)
                 continue
             text = " ".join((row.get("label_text") or "").split())
