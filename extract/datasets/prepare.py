@@ -274,7 +274,7 @@ def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
         "region_row": np.array(rows, dtype=np.int32),
         "region_col": np.array(cols, dtype=np.int32),
         "region_bits": np.packbits(mask_arr.reshape(len(mask_arr), -1), axis=1),
-        "phrase_bits": np.packbits(phrase_arr.reshape(len(phrase_arr), -1), axis=1),
+        "phrase_bits": np.packbits(phrase_arr.reshape(len(phrase_arr), grid[0] * grid[1]), axis=1),
         "failed_row": np.array(failed_rows, dtype=np.int32),
         "failed_reason": np.array(failed_reason, dtype=str),
         "counts": np.array([sum(r.n_fallback for r in results), sum(r.n_clipped for r in results)], dtype=np.int64),
