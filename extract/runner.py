@@ -30,7 +30,7 @@ from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, rea
 
 from . import distributed
 from .models import create_adapter
-from .pipeline import PRECISIONS, BlockWriter, InputRing, compute_block
+from .pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
 from .writer_process import ProcessStore
 
 
@@ -176,7 +176,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         pixels[name] = input_pixels(adapter, name, ds.has_originals)
         adapter.set_classes(ds.classes)
         specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
-                                  tuple(adapter.unsupported))
+                                  tuple(adapter.unsupported), **_phrase_spec(ds, adapter, opts.limit))
         adapter_prov = adapter.provenance()
         prompts[name] = adapter_prov.pop("prompts", None)
     model_name = str(config.get("name") or opts.model)
@@ -244,6 +244,9 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
                                             device, precision, copy_stream)
                     reader.ring.consumed(item, pending.input_event)
                     block_writer.submit(name, int(b), pending)
+    for name in names:  # phrase rows, after the class blocks (their own ledger; resumable the same way)
+        if specs[name].query_ids and not specs[name].phrases_unsupported:
+            _phrase_pass(opts, writer, adapter, name, store.datasets[name], pixels[name], device, precision, info)
     written = count["written"]
 
     distributed.barrier()
@@ -263,6 +266,39 @@ def ring_slots(workers: int) -> int:
     """Input ring slots: enough for every block the DataLoader prefetches (2 per worker) plus the one
     being copied and the one being read, so the readers rarely wait for a slot."""
     return 2 * max(workers, 1) + 2
+
+
+def _phrase_spec(ds, adapter, limit: int | None) -> dict:
+    """The phrase-row part of a dataset's DatasetSpec: the query ids (of the first ``limit`` cases) and,
+    for a model that takes no free text, the reason it writes none."""
+    q = ds.queries
+    if q is None:
+        return {}
+    keep = q.case < (limit if limit is not None else len(ds.case_id))
+    ids = [str(x) for x in q.id[keep]]
+    if not ids:
+        return {}
+    return {"query_ids": ids,
+            "phrases_unsupported": None if getattr(adapter, "supports_phrases", False) else adapter.phrase_reason}
+
+
+def _phrase_pass(opts, writer, adapter, name, ds, pixels, device, precision, info) -> None:
+    """Write the phrase-row blocks of ``name`` still to do: per block, the images its phrases point at
+    (a contiguous run of cases: phrases are listed in case order) and the adapter's phrase outputs."""
+    todo = distributed.broadcast(writer.query_blocks_todo(name) if info.is_main else None)
+    adapter.dataset = name
+    adapter.set_classes(ds.classes)
+    q = ds.queries
+    for b in distributed.shard(todo, info.rank, info.world_size):
+        s, e = writer.query_block_rows(name, b)
+        cases = q.case[s:e]
+        c0, c1 = int(cases.min()), int(cases.max()) + 1
+        _, images, sizes = _Blocks(opts.images, name, [(b, c0, c1)], pixels["transform"],
+                                   pixels["source"] == "original")[0]
+        with autocast(device, precision):
+            scores, maps = adapter.phrase_outputs(images.to(device), sizes, [str(t) for t in q.text[s:e]],
+                                                  torch.as_tensor(cases - c0, dtype=torch.long))
+        writer.write_query_block(name, b, scores.float().cpu().numpy(), maps.float().cpu().numpy())
 
 
 def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:

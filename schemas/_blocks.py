@@ -47,9 +47,9 @@ def block_rows(n_rows: int, cases_per_block: int, block: int) -> tuple[int, int]
     return start, min(start + cases_per_block, n_rows)
 
 
-def create_ledger(group: zarr.Group, n_rows: int, cases_per_block: int) -> None:
+def create_ledger(group: zarr.Group, n_rows: int, cases_per_block: int, name: str = LEDGER) -> None:
     group.create_array(
-        LEDGER,
+        name,
         shape=(n_blocks(n_rows, cases_per_block),),
         chunks=(1,),
         dtype="bool",
@@ -58,24 +58,24 @@ def create_ledger(group: zarr.Group, n_rows: int, cases_per_block: int) -> None:
     )
 
 
-def blocks_todo(group: zarr.Group) -> list[int]:
-    if LEDGER not in group:
+def blocks_todo(group: zarr.Group, name: str = LEDGER) -> list[int]:
+    if name not in group:
         return []
-    done = np.asarray(group[LEDGER][:])
+    done = np.asarray(group[name][:])
     return [int(b) for b in np.flatnonzero(~done)]
 
 
-def mark_done(group: zarr.Group, block: int) -> None:
-    writable(group, LEDGER)[block] = True
+def mark_done(group: zarr.Group, block: int, name: str = LEDGER) -> None:
+    writable(group, name)[block] = True
 
 
 def is_incomplete(group: zarr.Group) -> bool:
     return LEDGER in group
 
 
-def drop_ledger(group: zarr.Group) -> None:
-    if LEDGER in group:
-        del group[LEDGER]
+def drop_ledger(group: zarr.Group, name: str = LEDGER) -> None:
+    if name in group:
+        del group[name]
 
 
 def create_beside(target, build) -> None:

@@ -9,6 +9,9 @@ Layout (contract §gt.zarr)::
         region_index  (K, 2)     int32 (case row, class column), one row per pair with a region
         region_mask   (K, H, W)  bool  (row 0 = top of the image)
         orig_size     (N, 2)     int32 (height, width)
+      optional, root xbench.schema_minor >= 2, all or none (phrase rows, schemas/queries.py):
+        query_id (Q,) str, query_case (Q,) int64, query_category (Q,) str,
+        query_mask (Q, H, W) bool (the union of the phrase's boxes; never empty)
 
 A dataset group is written whole by :func:`write_ground_truth` into a temporary folder and moved
 into place, so a reader never sees half a ground truth and preparing one dataset again replaces
@@ -48,6 +51,7 @@ from .store import (
     stored_problems,
 )
 from .budget import is_int
+from .queries import GT_ARRAYS, QUERY_CHUNK, Queries, declare_minor, read_queries, require, root_minor, validate_query_arrays, write_query_arrays
 
 REGION_CHUNK = 256
 
@@ -63,6 +67,8 @@ class GroundTruthDataset:
     region_mask: zarr.Array
     orig_size: np.ndarray
     attrs: dict = field(default_factory=dict)
+    queries: Queries | None = None  # phrase rows (no text: it is public in images.zarr)
+    query_mask: zarr.Array | None = None  # (Q, H, W) bool
 
 
 @dataclass
@@ -88,11 +94,14 @@ def write_ground_truth(
     orig_size: np.ndarray,
     grid: tuple[int, int] = (224, 224),
     attrs: Mapping | None = None,
+    queries: Queries | None = None,
+    query_mask: np.ndarray | None = None,
 ) -> None:
     """Write (or replace) one dataset group of a ground-truth store, atomically.
 
     The arrays are checked against the contract before anything is written; a violation raises
-    :class:`InvalidStoreError` listing every problem.
+    :class:`InvalidStoreError` listing every problem. ``queries`` and ``query_mask`` (Q, H, W): the
+    dataset's phrase rows and their regions (both or neither).
     """
     path = Path(path)
     case_ids = np.asarray(case_ids, dtype=str)
@@ -102,9 +111,16 @@ def write_ground_truth(
     orig_size = np.asarray(orig_size)
     h, w = grid
     problems = _check_gt_arrays(dataset, case_ids, list(classes), labels, region_index, region_mask, orig_size, (h, w))
+    if (queries is None) != (query_mask is None):
+        problems.append(Problem(f"ground truth {dataset}", "phrase rows need both queries and query_mask"))
+    elif queries is not None:
+        query_mask = np.asarray(query_mask, dtype=bool)
+        problems += _check_query_masks(dataset, queries, query_mask, len(case_ids), list(classes), (h, w))
     if problems:
         raise InvalidStoreError(problems)
-    ensure_root(path, "ground-truth")
+    root = ensure_root(path, "ground-truth")
+    if queries is not None:  # before the group appears, as for the originals of an images store
+        declare_minor(root, "ground-truth")
     # Built beside the store, not inside it, so a crash never leaves a stray group in it.
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
     try:
@@ -123,6 +139,11 @@ def write_ground_truth(
         )
         if k:
             masks[:] = region_mask.astype(bool)
+        if queries is not None:
+            write_query_arrays(g, queries, with_text=False)
+            qm = g.create_array("query_mask", shape=(len(queries), h, w), dtype="bool", chunks=(QUERY_CHUNK, h, w),
+                                fill_value=False, dimension_names=("query", "y", "x"), config=cfg)
+            qm[:] = query_mask
         atomic_replace_dir(tmp, path / dataset)
     finally:
         if tmp.exists():
@@ -150,6 +171,20 @@ def _check_gt_arrays(dataset, case_ids, classes, labels, region_index, region_ma
     if k and not p:
         p += _check_regions(where, region_index, labels, lambda: region_mask)
     return p
+
+
+def _check_query_masks(dataset, queries, query_mask, n, classes, grid) -> list[Problem]:
+    where = f"ground truth {dataset}"
+    try:
+        require(queries, n, classes, where)
+    except InvalidStoreError as exc:
+        return exc.problems
+    if query_mask.shape != (len(queries), *grid):
+        return [Problem(where, f"query_mask has shape {query_mask.shape}; expected {(len(queries), *grid)}")]
+    empty = ~query_mask.reshape(len(queries), -1).any(axis=1)
+    if empty.any():
+        return [Problem(where, f"query_mask row {int(np.argmax(empty))} is empty; every phrase needs a region")]
+    return []
 
 
 def _check_regions(where, region_index, labels, masks_reader) -> list[Problem]:
@@ -182,6 +217,8 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
             region_mask=g["region_mask"],
             orig_size=np.asarray(g["orig_size"][...]),
             attrs=dict(g.attrs),
+            queries=read_queries(g, with_text=False),
+            query_mask=g["query_mask"] if "query_mask" in g else None,
         )
     return GroundTruth(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
@@ -198,7 +235,40 @@ def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -
     group, groups, problems = open_for_validation(path, "ground-truth")
     for name, g in groups.items():
         problems += _validate_gt_dataset(g, f"{where}/{name}", scan_masks=scan_masks)
+        problems += _validate_gt_queries(g, f"{where}/{name}", root_minor(group), scan_masks=scan_masks)
     return problems
+
+
+def _validate_gt_queries(g: zarr.Group, where: str, minor: int, *, scan_masks: bool) -> list[Problem]:
+    """The phrase rows of a ground-truth group: ids, cases, categories, and one non-empty mask per row."""
+    p: list[Problem] = []
+    classes, grid = g.attrs.get("classes"), g.attrs.get("grid")
+    n = g["case_id"].shape[0] if "case_id" in g and isinstance(g["case_id"], zarr.Array) else None
+    if not (isinstance(classes, list) and isinstance(grid, list) and len(grid) == 2 and n is not None):
+        return p  # the group's own checks report these
+    q = validate_query_arrays(g, where, "ground-truth", GT_ARRAYS, n, classes, minor, p)
+    if q is None:
+        return p
+    masks = g["query_mask"]
+    if not check_array(masks, f"{where}/query_mask", shape=(len(q), *grid), dtypes=("bool",), problems=p):
+        return p
+    gone = missing_chunks(masks)
+    if gone:
+        return p + [Problem(f"{where}/query_mask", describe_missing(masks, gone))]
+    p += stored_problems(masks, f"{where}/query_mask", trusted=True)
+    if scan_masks and not p:
+        for start, stop in iter_row_blocks(masks):
+            block = read_rows(masks, start, stop, f"{where}/query_mask", p)
+            empty = None if block is None else ~block.reshape(block.shape[0], -1).any(axis=1)
+            if empty is not None and empty.any():
+                p.append(empty_query_problem(where, start + int(np.argmax(empty))))
+                break
+    return p
+
+
+def empty_query_problem(where: str, row: int) -> Problem:
+    """The problem for phrase row ``row`` of the dataset at ``where`` covering no grid cell."""
+    return Problem(f"{where}/query_mask", f"phrase region {row} is empty; every phrase must cover at least one grid cell")
 
 
 def empty_region_problem(where: str, region: int) -> Problem:

@@ -11,6 +11,8 @@ Layout (contract §images.zarr)::
         orig_offset (N,)      int64  (start of case i in orig_pixels)
         orig_pixels (P,)      uint8  (every case at its original resolution, row-major, one after
                                       the other: case i is orig_pixels[orig_offset[i]:][:h*w])
+      optional, schema_minor >= 2, all or none (phrase rows, schemas/queries.py):
+        query_id (Q,) str, query_case (Q,) int64, query_text (Q,) str, query_category (Q,) str
 
 The originals are one flat buffer with offsets because Zarr v3 has no ragged arrays (its
 variable-length bytes type has no v3 specification). The buffer is written in case order, so
@@ -34,6 +36,7 @@ import zarr
 from . import _blocks
 from .errors import InvalidStoreError, Problem
 from .paths import store_path, work_dir
+from .queries import IMAGES_ARRAYS, Queries, declare_minor, read_queries, require, validate_query_arrays, write_query_arrays
 from .store import (
     MAX_CASES,
     MAX_IMAGE_SIDE,
@@ -64,6 +67,7 @@ class ImagesDataset:
     attrs: dict = field(default_factory=dict)
     orig_offset: np.ndarray | None = None
     orig_pixels: zarr.Array | None = None
+    queries: Queries | None = None  # phrase rows (free-text queries), with their text
 
     @property
     def has_originals(self) -> bool:
@@ -106,6 +110,7 @@ class ImagesWriter:
         cases_per_block: int = 32,
         attrs: Mapping | None = None,
         keep_original: bool = False,
+        queries: Queries | None = None,
     ) -> None:
         self.path = Path(path)
         self.dataset = dataset
@@ -115,10 +120,16 @@ class ImagesWriter:
         if not 1 <= image_size <= MAX_IMAGE_SIDE:
             raise InvalidStoreError(Problem(f"images {dataset}", f"image_size must be in 1..{MAX_IMAGE_SIDE}"))
         self.n = len(case_ids)
+        if queries is not None:
+            if queries.text is None:
+                raise InvalidStoreError(Problem(f"images {dataset}", "phrase rows of an images store need their text"))
+            require(queries, self.n, list(classes), f"images {dataset}")
         self.cases_per_block = cases_per_block
         spec = _blocks.spec_digest(
             {"case_ids": _blocks.strings_digest(case_ids), "classes": list(classes), "size": image_size,
-             "cpb": cases_per_block, "attrs": dict(attrs or {}), "originals": bool(keep_original)}
+             "cpb": cases_per_block, "attrs": dict(attrs or {}), "originals": bool(keep_original),
+             **({"queries": _blocks.spec_digest({k: _blocks.strings_digest(getattr(queries, k))
+                                                 for k in ("id", "case", "category", "text")})} if queries is not None else {})}
         )
         self.keep_original = bool(keep_original)
         root = ensure_root(self.path, "images")
@@ -141,8 +152,12 @@ class ImagesWriter:
                 _blocks.create_row_array(g, "orig_offset", shape=(self.n,), cases_per_block=cases_per_block, dtype="int64", fill_value=-1, dims=("case",))
                 g.create_array("orig_pixels", shape=(0,), chunks=(ORIGINAL_CHUNK,), dtype="uint8", fill_value=0,
                                dimension_names=("pixel",), config={"write_empty_chunks": True})
+            if queries is not None:
+                write_query_arrays(g, queries, with_text=True)
             _blocks.create_ledger(g, self.n, cases_per_block)
 
+        if queries is not None:  # likewise for phrase rows
+            declare_minor(root, "images")
         if keep:  # before the group appears: a store holding originals always declares the minor version
             root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(SCHEMA_MINOR, _minor(root))}
         # Built beside the store (a hidden folder inside it would read as a stray group) and renamed in whole:
@@ -257,6 +272,7 @@ def read_images(path: str | os.PathLike) -> ImagesStore:
             attrs=dict(g.attrs),
             orig_offset=np.asarray(g["orig_offset"][...]) if "orig_pixels" in g and "orig_offset" in g else None,
             orig_pixels=g["orig_pixels"] if "orig_pixels" in g and "orig_offset" in g else None,
+            queries=read_queries(g, with_text=True),
         )
     return ImagesStore(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
@@ -290,6 +306,8 @@ def validate_images(path: str | os.PathLike) -> list[Problem]:
             ok = False
         if not ok:
             continue
+        validate_query_arrays(g, w, "images", IMAGES_ARRAYS, n, classes if isinstance(classes, list) else (),
+                              _minor(group), problems)
         originals = _originals_arrays(g, w, n, _minor(group), problems)
         for k, arr in {**arrays, **(originals or {})}.items():
             gone = missing_chunks(arr)

@@ -46,6 +46,7 @@ DATASET_KEYS = (
     "chexlocalize",
     "chestxray14",
     "vindr_cxr",
+    "ms_cxr",
     "phantom",
 )
 KINDS = ("images", "ground-truth", "submission")

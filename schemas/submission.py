@@ -7,6 +7,11 @@ Layout (contract §submission.zarr)::
         case_id   (N,)        string
         scores    (N, C)      float32
         saliency  (N, C, h, w) float16 | float32   (whole original image, row 0 = top)
+      optional, root xbench.schema_minor >= 1 (phrase rows, schemas/queries.py), all or none:
+        query_id        (Q,)          string
+        query_scores    (Q,)          float32   (the model's image-text similarity; not scored)
+        query_saliency  (Q, 1, h, w)  float16 | float32
+      or the dataset attribute phrases_unsupported = "<reason>" (a model that cannot take free text)
 
 :class:`SubmissionWriter` writes it block by block (resumable, several processes at once);
 :func:`validate_submission` checks a submission made by any tool; :func:`read_submission` opens
@@ -25,6 +30,7 @@ import zarr
 from . import _blocks
 from .errors import InvalidStoreError, Problem
 from .paths import store_path
+from .queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, declare_minor, root_minor, validate_query_arrays
 from .store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -60,6 +66,8 @@ class DatasetSpec:
     map_shape: tuple[int, int]
     score_kind: str = "logit"
     unsupported: Sequence[str] = ()
+    query_ids: Sequence[str] = ()  # phrase rows to write (in images.zarr order), if any
+    phrases_unsupported: str | None = None  # why the model writes no phrase rows (it has some)
 
     def check(self, name: str) -> None:
         problems = []
@@ -76,6 +84,8 @@ class DatasetSpec:
             problems.append(Problem(where, "classes must be a non-empty list of unique names"))
         if set(self.unsupported) - set(self.classes):
             problems.append(Problem(where, f"unsupported names classes that are not listed: {sorted(set(self.unsupported) - set(self.classes))}"))
+        if len(set(self.query_ids)) != len(self.query_ids):
+            problems.append(Problem(where, "query ids repeat"))
         h, w = self.map_shape
         if not (1 <= h <= MAX_MAP_SIDE and 1 <= w <= MAX_MAP_SIDE):
             problems.append(Problem(where, f"map_shape {self.map_shape} outside 1..{MAX_MAP_SIDE} per side"))
@@ -93,6 +103,9 @@ class SubmissionDataset:
     scores: np.ndarray
     saliency: zarr.Array
     attrs: dict = field(default_factory=dict)
+    query_id: np.ndarray | None = None  # phrase rows, when written
+    query_scores: np.ndarray | None = None
+    query_saliency: zarr.Array | None = None
 
 
 @dataclass
@@ -161,6 +174,8 @@ class SubmissionWriter:
                         "map_shape": list(s.map_shape),
                         "score_kind": s.score_kind,
                         "unsupported": sorted(s.unsupported),
+                        **({"queries": _blocks.strings_digest(s.query_ids), "phrases_unsupported": s.phrases_unsupported}
+                           if len(s.query_ids) else {}),
                     }
                     for name, s in sorted(datasets.items())
                 },
@@ -207,6 +222,18 @@ class SubmissionWriter:
                 g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
             )
             _blocks.create_ledger(g, n, cases_per_block)
+            if len(spec.query_ids) and spec.phrases_unsupported:
+                g.attrs[UNSUPPORTED_ATTR] = str(spec.phrases_unsupported)
+            elif len(spec.query_ids):
+                q = len(spec.query_ids)
+                a = g.create_array("query_id", shape=(q,), dtype=str, chunks=(q,), dimension_names=("query",))
+                a[:] = np.asarray(spec.query_ids, dtype=str)
+                _blocks.create_row_array(g, "query_scores", shape=(q,), cases_per_block=cases_per_block, dtype="float32",
+                                         fill_value=np.nan, dims=("query",))
+                _blocks.create_row_array(g, "query_saliency", shape=(q, 1, h, w), cases_per_block=cases_per_block,
+                                         dtype=map_dtype, fill_value=np.nan, dims=("query", "map", "y", "x"))
+                _blocks.create_ledger(g, q, cases_per_block, name=QUERY_LEDGER)
+                meta["xbench"]["schema_minor"] = max(QUERY_MINOR["submission"], meta["xbench"].get("schema_minor", 0))
         root.attrs.update(meta)
 
     @classmethod
@@ -260,12 +287,43 @@ class SubmissionWriter:
         sal[start:stop] = saliency.astype(sal.dtype)
         _blocks.mark_done(g, block)
 
+    # -- phrase rows (one block = cases_per_block query rows, its own ledger) --------------------
+    def query_ids(self, dataset: str) -> np.ndarray:
+        g = self._dataset(dataset)
+        return read_strings(g["query_id"]) if "query_id" in g else np.zeros(0, dtype=str)
+
+    def query_blocks_todo(self, dataset: str) -> list[int]:
+        return _blocks.blocks_todo(self._dataset(dataset), name=QUERY_LEDGER)
+
+    def query_block_rows(self, dataset: str, block: int) -> tuple[int, int]:
+        g = self._dataset(dataset)
+        return _blocks.block_rows(g["query_id"].shape[0], g["query_scores"].chunks[0], block)
+
+    def write_query_block(self, dataset: str, block: int, scores: np.ndarray, saliency: np.ndarray) -> None:
+        """Write phrase rows ``query_block_rows(dataset, block)``: scores (n,), maps (n, h, w) or (n, 1, h, w)."""
+        g = self._dataset(dataset)
+        start, stop = self.query_block_rows(dataset, block)
+        n = stop - start
+        sal = _blocks.writable(g, "query_saliency")
+        scores = np.asarray(scores, dtype=np.float32).reshape(-1)
+        saliency = np.asarray(saliency).reshape(saliency.shape[0], 1, *saliency.shape[-2:]) if np.ndim(saliency) >= 3 else np.asarray(saliency)
+        if scores.shape != (n,) or saliency.shape != (n, *sal.shape[1:]):
+            raise InvalidStoreError(Problem(f"{dataset}/query_saliency", f"query block {block} needs {n} scores and maps of shape "
+                                                                         f"{(n, *sal.shape[1:])}, got {scores.shape} and {saliency.shape}"))
+        if not (np.isfinite(scores).all() and np.isfinite(saliency).all()):
+            raise InvalidStoreError(Problem(dataset, f"query block {block} holds non-finite scores or map values"))
+        _blocks.writable(g, "query_scores")[start:stop] = scores
+        sal[start:stop] = saliency.astype(sal.dtype)
+        _blocks.mark_done(g, block, name=QUERY_LEDGER)
+
     def is_complete(self) -> bool:
-        return all(not _blocks.is_incomplete(self._group[name]) for name in self.datasets())
+        return all(not _blocks.is_incomplete(self._group[name]) and QUERY_LEDGER not in self._group[name]
+                   for name in self.datasets())
 
     def finish(self) -> None:
         """Check every block is written, drop the ledgers and consolidate metadata."""
         left = {name: self.blocks_todo(name) for name in self.datasets()}
+        left.update({f"{name}/query": self.query_blocks_todo(name) for name in self.datasets()})
         left = {k: v for k, v in left.items() if v}
         if left:
             raise InvalidStoreError(
@@ -273,6 +331,7 @@ class SubmissionWriter:
             )
         for name in self.datasets():
             _blocks.drop_ledger(self._group[name])
+            _blocks.drop_ledger(self._group[name], name=QUERY_LEDGER)
         meta = dict(self._group.attrs["xbench"])
         meta["complete"] = True
         self._group.attrs["xbench"] = meta
@@ -294,6 +353,9 @@ def read_submission(path: str | os.PathLike) -> Submission:
             scores=np.asarray(g["scores"][...], dtype=np.float32),
             saliency=g["saliency"],
             attrs=dict(g.attrs),
+            query_id=read_strings(g["query_id"]) if "query_id" in g else None,
+            query_scores=np.asarray(g["query_scores"][...], dtype=np.float32) if "query_scores" in g else None,
+            query_saliency=g["query_saliency"] if "query_saliency" in g else None,
         )
     return Submission(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
@@ -330,6 +392,51 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
         names = [n for n in names if n in gt_obj.datasets]
     for name in names:
         problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None)
+        problems += _validate_queries(groups[name], f"{where}/{name}", root_minor(group),
+                                      gt_obj.datasets[name] if gt_obj else None)
+    return problems
+
+
+def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds) -> list[Problem]:
+    """Phrase rows of a submission group: ids, finite scores and maps, every phrase of the ground truth."""
+    problems: list[Problem] = []
+    if QUERY_LEDGER in g:
+        problems.append(Problem(where, "the writer did not finish this dataset's phrase rows (a query ledger is still present); resume the run"))
+    reason = g.attrs.get(UNSUPPORTED_ATTR)
+    if reason is not None and not isinstance(reason, str):
+        problems.append(Problem(where, f"attribute '{UNSUPPORTED_ATTR}' must be a string (the reason)"))
+    q = validate_query_arrays(g, where, "submission", SUBMISSION_ARRAYS, None, None, minor, problems)
+    gt_q = getattr(gt_ds, "queries", None)
+    if q is None:
+        if gt_q is not None and reason is None and not any(SUBMISSION_ARRAYS[0] in p.where or "phrase" in p.message for p in problems):
+            problems.append(Problem(where, f"the ground truth has {len(gt_q)} phrase rows but the submission has no "
+                                           f"query arrays (nor the attribute '{UNSUPPORTED_ATTR}')"))
+        return problems
+    n = len(q)
+    scores, sal = g["query_scores"], g["query_saliency"]
+    ok = check_array(scores, f"{where}/query_scores", shape=(n,), dtypes=("float32",), problems=problems, whole=True)
+    ok &= check_array(sal, f"{where}/query_saliency", shape=(n, 1, None, None), dtypes=MAP_DTYPES, problems=problems)
+    if ok and not all(1 <= s <= MAX_MAP_SIDE for s in sal.shape[2:]):
+        problems.append(Problem(f"{where}/query_saliency", f"map size {sal.shape[2]}x{sal.shape[3]} is outside the limit of 1..{MAX_MAP_SIDE} per side"))
+        ok = False
+    if not ok:
+        return problems
+    for arr, label in ((scores, "query_scores"), (sal, "query_saliency")):
+        gone = missing_chunks(arr)
+        if gone:
+            problems.append(Problem(f"{where}/{label}", describe_missing(arr, gone)))
+            ok = False
+        unsafe = stored_problems(arr, f"{where}/{label}")
+        problems += unsafe
+        ok &= not unsafe
+    if not ok:
+        return problems
+    _scan_scores(scores, where, "logit", problems, label="query_scores")
+    _scan_saliency(sal, where, problems, label="query_saliency")
+    if gt_q is not None:
+        missing = sorted(set(gt_q.id.tolist()) - set(q.id.tolist()))
+        if missing:
+            problems.append(Problem(f"{where}/query_id", f"{len(missing)} phrase row(s) of the ground truth are missing, e.g. {', '.join(map(repr, missing[:3]))}"))
     return problems
 
 
@@ -415,9 +522,9 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
     return problems
 
 
-def _scan_scores(scores: zarr.Array, where: str, score_kind, problems: list[Problem]) -> None:
+def _scan_scores(scores: zarr.Array, where: str, score_kind, problems: list[Problem], label: str = "scores") -> None:
     bad_rows, out_of_range = [], []
-    for start, block in scan_row_groups(scores, f"{where}/scores", problems):
+    for start, block in scan_row_groups(scores, f"{where}/{label}", problems):
         finite = np.isfinite(block)
         if not finite.all():
             bad_rows.append(start + int(np.argwhere(~finite)[0][0]))
@@ -426,20 +533,29 @@ def _scan_scores(scores: zarr.Array, where: str, score_kind, problems: list[Prob
             if not inside.all():
                 out_of_range.append(start + int(np.argwhere(~inside)[0][0]))
     if bad_rows:
-        problems.append(Problem(f"{where}/scores", f"non-finite score(s) (NaN or inf), first at row {min(bad_rows)}"))
+        problems.append(Problem(f"{where}/{label}", f"non-finite score(s) (NaN or inf), first at row {min(bad_rows)}"))
     if out_of_range:
         problems.append(Problem(f"{where}/scores", f"probability outside [0, 1], first at row {min(out_of_range)} (score_kind is 'probability'; use 'logit' for unbounded scores)"))
 
 
-def _scan_saliency(saliency: zarr.Array, where: str, problems: list[Problem]) -> None:
+def _scan_saliency(saliency: zarr.Array, where: str, problems: list[Problem], label: str = "saliency") -> None:
     first_bad = None
-    for start, block in scan_row_groups(saliency, f"{where}/saliency", problems):
+    for start, block in scan_row_groups(saliency, f"{where}/{label}", problems):
         finite = np.isfinite(block).reshape(block.shape[0], -1).all(axis=1)
         if not finite.all():
             bad = start + int(np.argmin(finite))
             first_bad = bad if first_bad is None else min(first_bad, bad)
     if first_bad is not None:
-        problems.append(Problem(f"{where}/saliency", f"non-finite map value(s) (NaN or inf), first in case row {first_bad}"))
+        problems.append(Problem(f"{where}/{label}", f"non-finite map value(s) (NaN or inf), first in {'query' if label != 'saliency' else 'case'} row {first_bad}"))
+
+
+def align_queries(sub_ds: SubmissionDataset, gt_ds) -> np.ndarray:
+    """Row of the submission's phrase arrays for each phrase row of the ground truth (by id), int64 (Q_gt,)."""
+    row_of = {qid: i for i, qid in enumerate(sub_ds.query_id.tolist())}
+    try:
+        return np.fromiter((row_of[q] for q in gt_ds.queries.id.tolist()), dtype=np.int64, count=len(gt_ds.queries))
+    except KeyError as exc:
+        raise InvalidStoreError(Problem(sub_ds.name, f"phrase row {exc.args[0]!r} of the ground truth is missing from the submission")) from None
 
 
 def align(sub_ds: SubmissionDataset, gt_ds) -> tuple[np.ndarray, np.ndarray]:

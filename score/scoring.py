@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 UNSUPPORTED_REASON = "listed as unsupported by the submission"
+#: metrics.json minor version that adds the "phrases" section (contract §Versions)
+PHRASES_METRICS_MINOR = 2
 
 #: Positive maps gathered at once (raw size, before resizing); 14 x 14 float16 maps of a full benchmark
 #: take ~10 MB, so this only bites for very large maps.
@@ -767,11 +769,18 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         release_freed_memory()
     for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
         region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
+    # phrase rows (free-text queries), scored apart from the classes (score/phrases.py)
+    from .phrases import score_phrases
+
+    phrases, _ = score_phrases(sub, gt, names, bootstrap=bootstrap, seed=seed, where=str(gt_path),
+                               region_problems=region_problems, timings=timings)
     if region_problems:
         # nothing has been written yet; list every problem of the ground truth, as its validator does
         raise InvalidStoreError(validate_ground_truth(gt_path) or region_problems)
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
                                             timings=timings)
+    if phrases:  # only then: metrics.json of a store without phrase rows is unchanged
+        metrics["phrases"] = phrases
     release_freed_memory()
     t0 = time.perf_counter()
     gt_sha256 = gt.sha256
@@ -784,4 +793,6 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
               "datasets": names,
               "pointing_tolerance_px": float(pointing_tolerance),
               "inputs": {"submission": _shown(submission_path), "gt": _shown(gt_path)}}
+    if phrases:
+        header["schema_minor"] = max(PHRASES_METRICS_MINOR, int(header.get("schema_minor", 0)))
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings)

@@ -17,6 +17,7 @@ for _key, _target in {
     "chexlocalize": "xbench.extract.datasets.chexlocalize:CheXlocalizeReader",
     "chestxray14": "xbench.extract.datasets.chestxray14:ChestXray14Reader",
     "vindr_cxr": "xbench.extract.datasets.vindr:VinDrCXRReader",
+    "ms_cxr": "xbench.extract.datasets.ms_cxr:MSCXRReader",
     "phantom": "xbench.extract.datasets.phantom:PhantomReader",
 }.items():
     DATASETS.register(_key, _target)

@@ -49,6 +49,16 @@ class Mask:
 Shape = Union[Box, Polygon, Mask]
 
 
+@dataclass(frozen=True)
+class Phrase:
+    """A free-text query about the image (e.g. an MS-CXR sentence): its text, its category (a class of
+    the dataset) and the shapes whose union is its region. It becomes one phrase row of the stores."""
+
+    text: str
+    category: str
+    shapes: tuple
+
+
 @dataclass
 class CaseRecord:
     """One image of a dataset with its annotations, before any resizing.
@@ -66,6 +76,7 @@ class CaseRecord:
     regions: dict[str, list[Shape]] = field(default_factory=dict)
     orig_size: tuple[int, int] | None = None
     source: str = ""
+    phrases: list[Phrase] = field(default_factory=list)  # phrase rows of this image, in order
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,11 @@ Labels are 0/1 for every class (no -1). A label-1 finding always has a non-empty
 are drawn, in which order, or on how many workers: the same seed gives byte-identical images.
 
 ``size`` is the native (square) image size in pixels, 64 or more; 256 by default.
+
+``phrases`` (default false): each present finding also becomes a phrase row (contract §Phrase rows)
+whose text names the finding and its side, e.g. "left pneumothorax", from the case's own parameters
+(no extra random draw, so images and labels are the same with or without phrases), and whose region is
+the finding's region: the whole phrase-grounding path runs offline.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import CaseRecord, DatasetReader, Mask, ReaderError
+from .base import CaseRecord, DatasetReader, Mask, Phrase, ReaderError
 
 __all__ = ["PHANTOM_CLASSES", "PREVALENCE", "PhantomCase", "PhantomReader", "render_image", "render_finding"]
 
@@ -306,6 +311,22 @@ def render_image(case: PhantomCase, size: int) -> np.ndarray:
     return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
 
+_SIDE = ("right", "left")  # side 0 is the patient's right lung (image left)
+
+
+def phrase_text(case: PhantomCase, finding: str) -> str:
+    """The phrase of a present finding, as a radiologist might write it."""
+    if finding == "Cardiomegaly":
+        return "enlarged cardiac silhouette"
+    if finding == "Pleural effusion":
+        return f"{_SIDE[case.effusion_side]} pleural effusion"
+    if finding == "Consolidation":
+        return f"consolidation in the {_SIDE[case.consolidation_side]} lung"
+    if finding == "Nodule":
+        return f"small nodule in the {_SIDE[case.nodule_side]} lung"
+    return f"{_SIDE[case.pneumothorax_side]} pneumothorax"
+
+
 class PhantomReader(DatasetReader):
     """The built-in synthetic dataset; needs no files (``root`` is ignored and may be None).
 
@@ -326,7 +347,14 @@ class PhantomReader(DatasetReader):
         n_cases: int | str = 200,
         seed: int | str = 0,
         size: int | str = 256,
+        phrases: bool | str = False,
     ) -> None:
+        from ._io import option_bool
+
+        try:
+            phrases = option_bool("phantom", "phrases", phrases)
+        except ValueError as exc:
+            raise ReaderError(str(exc)) from None
         try:
             n_cases, seed, size = int(n_cases), int(seed), int(size)
         except (TypeError, ValueError):
@@ -334,10 +362,11 @@ class PhantomReader(DatasetReader):
         if n_cases < 1 or size < 64 or seed < 0:
             raise ReaderError(f"phantom needs n_cases >= 1, size >= 64 and seed >= 0; got {n_cases}, {size}, {seed}")
         super().__init__(root if root is not None else ".", split, n_cases=n_cases, seed=seed, size=size)
-        self.n_cases, self.seed, self.size = n_cases, seed, size
+        self.n_cases, self.seed, self.size, self.phrases = n_cases, seed, size, phrases
 
     def describe(self) -> dict:
-        return {"split": self.split, "n_cases": self.n_cases, "seed": self.seed, "size": self.size}
+        out = {"split": self.split, "n_cases": self.n_cases, "seed": self.seed, "size": self.size}
+        return {**out, "phrases": True} if self.phrases else out  # unchanged attributes without phrases
 
     def records(self) -> Sequence[CaseRecord]:
         out = []
@@ -353,6 +382,8 @@ class PhantomReader(DatasetReader):
                     },
                     orig_size=(self.size, self.size),
                     source=f"phantom(seed={self.seed}, split={self.split}) case {i}",
+                    phrases=[Phrase(phrase_text(case, c), c, (Mask(functools.partial(render_finding, case, self.size, c)),))
+                             for c in case.findings] if self.phrases else [],
                 )
             )
         return out

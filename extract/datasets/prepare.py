@@ -143,6 +143,11 @@ def _annotation_problem(rec: CaseRecord, classes: Sequence[str], grounding: set[
             return f"unknown label {cls!r} (this dataset's classes: {', '.join(classes)})"
         if val not in (-1, 0, 1):
             return f"label {cls!r} has value {val!r}; expected 1, 0 or -1"
+    for k, ph in enumerate(rec.phrases):
+        if ph.category not in classes:
+            return f"phrase {k} has unknown category {ph.category!r}"
+        if not ph.shapes or not ph.text.strip():
+            return f"phrase {k} has no text or no shapes"
     for cls, shapes in rec.regions.items():
         if cls not in classes:
             return f"region for unknown class {cls!r}"
@@ -191,6 +196,7 @@ class _CaseResult:
     n_fallback: int = 0
     n_clipped: int = 0
     failure: str | None = None
+    phrases: list[np.ndarray] = field(default_factory=list)  # grid mask of each phrase of the record
 
 
 def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size, keep: bool = False) -> _CaseResult:
@@ -217,7 +223,19 @@ def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size, k
         n_fallback += raster.fallback
         regions.append((classes.index(cls), raster.mask))
     regions.sort(key=lambda r: r[0])
-    return _CaseResult(resize_image(image, size), orig, image if keep else None, labels, regions, n_fallback, n_clipped)
+    phrases = []
+    for k, ph in enumerate(rec.phrases):  # each phrase's region is the union of its own boxes
+        try:
+            raster = rasterise_region(list(ph.shapes), orig, grid)
+        except Exception as exc:
+            return _CaseResult(None, orig, None, labels, [], failure=f"phrase {k}: malformed region ({type(exc).__name__}: {exc})")
+        if raster is None:
+            return _CaseResult(None, orig, None, labels, [], failure=f"phrase {k}: the region has no area inside the {orig[1]}x{orig[0]} image")
+        n_clipped += sum(1 for s in ph.shapes if isinstance(s, Box) and clip_box(s, orig) != s)
+        n_fallback += raster.fallback
+        phrases.append(raster.mask)
+    return _CaseResult(resize_image(image, size), orig, image if keep else None, labels, regions, n_fallback, n_clipped,
+                       phrases=phrases)
 
 
 def _process_block(task: tuple[int, int, int]) -> tuple[int, dict]:
@@ -235,7 +253,7 @@ def _process_block(task: tuple[int, int, int]) -> tuple[int, dict]:
 def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
     n = len(results)
     images = np.zeros((n, size, size), dtype=np.uint8)
-    rows, cols, masks, failed_rows, failed_reason = [], [], [], [], []
+    rows, cols, masks, failed_rows, failed_reason, phrase_masks = [], [], [], [], [], []
     for k, res in enumerate(results):
         if res.failure is not None:
             failed_rows.append(start + k)
@@ -246,7 +264,9 @@ def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
             rows.append(start + k)
             cols.append(col)
             masks.append(m)
+        phrase_masks += res.phrases
     mask_arr = np.stack(masks) if masks else np.zeros((0, *grid), dtype=bool)
+    phrase_arr = np.stack(phrase_masks) if phrase_masks else np.zeros((0, *grid), dtype=bool)
     return {
         "images": images,
         "orig_size": np.array([r.orig_size if r.failure is None else (1, 1) for r in results], dtype=np.int32).reshape(n, 2),
@@ -254,6 +274,7 @@ def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
         "region_row": np.array(rows, dtype=np.int32),
         "region_col": np.array(cols, dtype=np.int32),
         "region_bits": np.packbits(mask_arr.reshape(len(mask_arr), -1), axis=1),
+        "phrase_bits": np.packbits(phrase_arr.reshape(len(phrase_arr), grid[0] * grid[1]), axis=1),
         "failed_row": np.array(failed_rows, dtype=np.int32),
         "failed_reason": np.array(failed_reason, dtype=str),
         "counts": np.array([sum(r.n_fallback for r in results), sum(r.n_clipped for r in results)], dtype=np.int64),
@@ -344,6 +365,7 @@ def prepare_dataset(
     reader problems, every case skipped, too many skipped).
     """
     from xbench.schemas import ImagesWriter, read_images, write_ground_truth
+    from xbench.schemas.queries import Queries
 
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -386,6 +408,9 @@ def prepare_dataset(
             "rasterisation": RASTERISATION, **base_attrs}  # blocks rasterised by another rule are not resumed
     if keep_original:  # only then, so that the plans of earlier runs stay resumable
         plan["originals"] = True
+    queries = _queries(kept, classes)
+    if queries is not None:  # likewise: only datasets with phrase rows
+        plan["phrases"] = [f"{c}:{t}" for c, t in zip(queries.category.tolist(), queries.text.tolist())]
     work = out / WORK_DIR / reader.key
     out.mkdir(parents=True, exist_ok=True)
     images_path, gt_path = out / "images.zarr", out / "gt.zarr"
@@ -398,7 +423,7 @@ def prepare_dataset(
     if not (work / "stage1.done").exists():
         writer = ImagesWriter(images_path, reader.key, case_ids=case_ids, classes=classes, image_size=image_size,
                               cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped},
-                              keep_original=keep_original)
+                              keep_original=keep_original, queries=queries)
         n_blocks = writer.n_blocks
         todo = sorted(set(writer.blocks_todo()) | {b for b in range(n_blocks) if not _block_file(work, b).exists()})
         summary.n_resumed_blocks = n_blocks - len(todo)
@@ -440,18 +465,26 @@ def prepare_dataset(
     region_mask = np.unpackbits(bits, axis=1, count=hw).astype(bool).reshape(-1, *grid)
     survivors = [cid for cid, g in zip(case_ids, good) if g]
     attrs = {**base_attrs, "skipped": summary.skipped}
+    # phrase rows of the surviving cases (a failed case wrote no phrase masks)
+    q_survivors = q_mask = None
+    if queries is not None:
+        q_survivors = queries.subset(good[queries.case], new_row)
+        q_bits = np.concatenate([p["phrase_bits"] for p in parts])
+        q_mask = np.unpackbits(q_bits, axis=1, count=hw).astype(bool).reshape(-1, *grid)
 
     if writer is not None:
         writer.finish()
         (work / "stage1.done").write_text("")
     if failed:
         _rewrite_without(images_path, reader.key, work, good, survivors, classes, image_size, cases_per_block, attrs,
-                         ImagesWriter, read_images, keep_original)
+                         ImagesWriter, read_images, keep_original, q_survivors)
 
     write_ground_truth(
         gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
         region_index=np.stack([new_row[region_row], region_col], axis=1).astype(np.int32).reshape(-1, 2),
         region_mask=region_mask, orig_size=orig_size[good], grid=grid, attrs={**attrs, "rasterisation": RASTERISATION},
+        queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
+        query_mask=q_mask,
     )
     shutil.rmtree(work)
     _remove_if_empty(out / WORK_DIR)
@@ -462,7 +495,7 @@ def prepare_dataset(
 
 
 def _rewrite_without(images_path, key, work, good, survivors, classes, image_size, cpb, attrs, ImagesWriter, read_images,
-                     keep_original=False):
+                     keep_original=False, queries=None):
     """Write the images group again without the failed rows (rare: an image failed to decode).
 
     The good rows (and their originals) are first copied to side files, so the complete first group
@@ -496,7 +529,7 @@ def _rewrite_without(images_path, key, work, good, survivors, classes, image_siz
     arr = np.load(staged, mmap_mode="r")
     orig = np.load(work / "survivors_orig.npy")
     writer = ImagesWriter(images_path, key, case_ids=survivors, classes=classes, image_size=image_size,
-                          cases_per_block=cpb, attrs=attrs, keep_original=keep_original)
+                          cases_per_block=cpb, attrs=attrs, keep_original=keep_original, queries=queries)
     starts = np.concatenate([[0], np.cumsum(orig[:, 0].astype(np.int64) * orig[:, 1])])
     flat = np.load(work / "survivors_pixels.npy", mmap_mode="r") if keep_original else None
     for b in writer.blocks_todo():
@@ -504,6 +537,17 @@ def _rewrite_without(images_path, key, work, good, survivors, classes, image_siz
         originals = None if flat is None else [np.asarray(flat[starts[r]:starts[r + 1]]).reshape(orig[r]) for r in range(a, z)]
         writer.write_block(b, np.asarray(arr[a:z]), orig[a:z], originals)
     writer.finish()
+
+
+def _queries(records: Sequence[CaseRecord], classes: Sequence[str]):
+    """The phrase rows of ``records`` (ids ``<case id>#<k>``, k the phrase's index in its record), or None."""
+    from xbench.schemas.queries import Queries
+
+    rows = [(r, k, ph) for r, rec in enumerate(records) for k, ph in enumerate(rec.phrases)]
+    if not rows:
+        return None
+    return Queries.of([f"{records[r].case_id}#{k}" for r, k, _ in rows], [r for r, _, _ in rows],
+                      [ph.category for _, _, ph in rows], [ph.text for _, _, ph in rows])
 
 
 def _check_fraction(summary: PrepareSummary, max_fraction: float) -> None:

@@ -40,6 +40,10 @@ class ModelAdapter(abc.ABC):
     score_kind: str = "logit"
     method: str = "similarity"
     dataset: str | None = None  # see __init__
+    #: phrase rows (free-text queries, contract §Phrase rows): adapters that encode free text set this and
+    #: implement :meth:`phrase_outputs`; the others are recorded as ``phrases_unsupported`` with this reason
+    supports_phrases: bool = False
+    phrase_reason: str = "the model's published pipeline takes no free text (fixed entity vocabulary)"
 
     def __init__(self) -> None:
         self.classes: tuple[str, ...] = ()
@@ -76,6 +80,12 @@ class ModelAdapter(abc.ABC):
         if transform is None or images.dtype != torch.uint8:
             return images
         return transform.batch(images, orig_size)
+
+    def phrase_outputs(self, images: torch.Tensor, orig_size: torch.Tensor, texts: Sequence[str],
+                       rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One score (Q,) and one whole-image map (Q, h, w) per phrase: phrase q is ``texts[q]`` about image
+        ``rows[q]`` of the batch (images and orig_size as for ``__call__``)."""
+        raise NotImplementedError(self.phrase_reason)
 
     def provenance(self) -> dict:
         """Everything needed to reproduce the run: weights, prompts, layers, preprocessing."""

@@ -62,6 +62,19 @@ class _Baseline(ModelAdapter):
     def set_classes(self, classes: Sequence[str]) -> None:
         self.classes = tuple(classes)
 
+    supports_phrases = True
+
+    def phrase_outputs(self, images, orig_size, texts, rows):
+        """Baselines read no text: every phrase of an image gets the image's own (single-class) map and score."""
+        saved = self.classes
+        self.classes = ("phrase",)
+        try:
+            out = self(images, orig_size)
+        finally:
+            self.classes = saved
+        rows = torch.as_tensor(rows, dtype=torch.long, device=out.maps.device)
+        return out.scores[rows, 0], out.maps[rows, 0]
+
     def to(self, device, dtype=None):
         self.device = torch.device(device)
         return self

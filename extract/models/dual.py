@@ -31,6 +31,7 @@ class DualEncoderAdapter(ModelAdapter):
     """
 
     score_kind = "logit"
+    supports_phrases = True
 
     def __init__(self, *, name: str, tower: VisionTower, encode_text: Callable[[list[str]], torch.Tensor],
                  modules: Sequence[torch.nn.Module], logit_scale: float, logit_bias: float | None = None,
@@ -127,6 +128,25 @@ class DualEncoderAdapter(ModelAdapter):
             scores = logits + (self.logit_bias or 0.0)
         maps = undo_box(maps.float(), boxes, self.map_shape)
         return AdapterOutput(scores.float(), maps)
+
+    def phrase_outputs(self, images: torch.Tensor, orig_size: torch.Tensor, texts, rows):
+        """Phrase rows: each text through the text tower as written (its own tokenisation, no prompt
+        template), the map by the adapter's method for that text, the score cos(image, text)."""
+        if images.dtype == torch.uint8:
+            boxes = frame_boxes(orig_size, self.resize, images.shape[-1])
+            pixels = self._pixels(images, boxes)
+        else:
+            boxes = self.host.boxes(orig_size.cpu())
+            pixels = images.to(self.device)
+        with torch.no_grad():
+            text = self._embed(list(texts))  # (Q, E), normalised
+        image, maps = METHODS.get(self.method)(self.tower, pixels, text)  # maps (B, Q, h, w)
+        rows = torch.as_tensor(rows, dtype=torch.long, device=maps.device)
+        cols = torch.arange(rows.shape[0], device=maps.device)
+        img = F.normalize(image.float(), dim=-1)
+        scores = (img[rows] * text.to(img.device)).sum(-1)
+        maps = undo_box(maps.float(), boxes, self.map_shape)
+        return scores.float(), maps[rows, cols]
 
     def provenance(self) -> dict:
         out = {

@@ -205,6 +205,12 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
+    from xbench.score.phrases import phrase_csv, phrase_markdown, phrase_rows
+
+    p_rows = phrase_rows(results)  # phrase grounding beside the class tables (score/phrases.py)
+    if p_rows:
+        md.append(phrase_markdown(p_rows))
+        files["tables"].append(str(_write_text(out / "phrases.csv", phrase_csv(p_rows)).relative_to(out)))
     gap_md = []
     gap_rows_all = []
     for g in gaps:

@@ -20,7 +20,8 @@ def test_class_counts_match_the_papers_datasets():
     # XBench paper: RSNA 1, SIIM 1, COVID 1, Det10 10, CheXlocalize 13, NIH 8; VinDr has 22 local labels.
     counts = {k: len(v.classes_for(k)) for k in v.dataset_keys()}
     assert counts == {"rsna_pneumonia": 1, "siim_acr": 1, "covid_rural": 1, "chestx_det10": 10,
-                      "chexlocalize": 13, "chestxray14": 8, "vindr_cxr": 22, "phantom": 5}
+                      "chexlocalize": 13, "chestxray14": 8, "vindr_cxr": 22, "phantom": 5,
+                      "ms_cxr": 8}
 
 
 def test_phantom_uses_exactly_the_agreed_names():

@@ -1,0 +1,253 @@
+"""Phrase grounding: CNR against a brute-force reference, and phrase rows scored end to end.
+
+The oracles are written from the contract's text: the resize is score_reference.resize (no code shared
+with xbench.score), CNR is numpy's mean/var(ddof=0) on it, and the per-category metrics and the
+image-level bootstrap are recomputed phrase by phrase.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from score_reference import pair_values, resize
+from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, validate_ground_truth, validate_submission, write_ground_truth
+from xbench.schemas.queries import Queries
+from xbench.score.phrases import cnr_of_pairs
+from xbench.score.scoring import score_submission
+
+
+def ref_cnr(raw, region):
+    """Signed CNR by the contract's words (NaN where undefined)."""
+    m = resize(raw, region.shape)
+    if region.all() or not region.any():
+        return np.nan
+    if m.max() == m.min():
+        return 0.0
+    a, b = m[region], m[~region]
+    den = np.sqrt(a.var() + b.var())
+    return np.nan if den == 0 else (a.mean() - b.mean()) / den
+
+
+def _close(a, b):
+    return (np.isnan(a) and np.isnan(b)) or abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+@pytest.mark.parametrize("map_shape", [(7, 5), (3, 3), (24, 20), (12, 16)])
+def test_cnr_matches_brute_force_on_random_and_edge_cases(map_shape):
+    rng = np.random.default_rng(sum(map_shape))
+    grid = (12, 16)
+    maps, masks = [], []
+    for k in range(12):
+        maps.append(rng.standard_normal(map_shape))
+        m = np.zeros(grid, bool)
+        y, x = rng.integers(0, 10), rng.integers(0, 14)
+        m[y:y + rng.integers(1, 5), x:x + rng.integers(1, 5)] = True
+        masks.append(m)
+    one = np.zeros(grid, bool)
+    one[3, 4] = True
+    edge = [
+        (np.full(map_shape, 2.5), masks[0]),             # constant map: 0
+        (rng.standard_normal(map_shape), np.ones(grid, bool)),  # region covers the whole grid: undefined
+        (rng.standard_normal(map_shape), one),            # one cell inside: var_in = 0
+        (-maps[0], masks[0]),                              # inverted map: the signed value flips
+    ]
+    for m, r in edge:
+        maps.append(m)
+        masks.append(r)
+    maps = np.stack(maps).astype(np.float32)
+    masks = np.stack(masks)
+    got = cnr_of_pairs(maps, masks)
+    want = np.array([ref_cnr(m.astype(np.float64), r) for m, r in zip(maps, masks)])
+    assert all(_close(g, w) for g, w in zip(got, want)), (got, want)
+    assert got[12] == 0.0 and np.isnan(got[13]) and np.isfinite(got[14])
+    assert got[15] == pytest.approx(-got[0], rel=1e-12)
+
+
+def test_cnr_step_map_matching_the_region_is_undefined_and_local_rows_pick_regions():
+    # a map equal to the region at the grid's own size: both variances 0, means differ -> undefined
+    region = np.zeros((6, 6), bool)
+    region[1:3, 2:5] = True
+    got = cnr_of_pairs(region[None].astype(np.float32), region[None])
+    assert np.isnan(got[0]) and np.isnan(ref_cnr(region.astype(float), region))
+    rng = np.random.default_rng(0)
+    masks = rng.random((3, 6, 6)) < 0.3
+    maps = rng.standard_normal((5, 4, 4)).astype(np.float32)
+    local = np.array([2, 0, 0, 1, 2])
+    got = cnr_of_pairs(maps, masks, local)
+    assert all(_close(g, ref_cnr(m.astype(float), masks[r])) for g, m, r in zip(got, maps, local))
+    with pytest.raises(ValueError):
+        cnr_of_pairs(maps, masks, np.array([0, 1, 2, 3, 4]))
+
+
+# ---------------------------------------------------------------------------------- stores with phrases
+CATS = ["Atelectasis", "Edema", "Pneumothorax"]
+GRID = (10, 12)
+
+
+def make_phrase_stores(tmp_path, *, seed=0, n=9, map_shape=(5, 6), unsupported=None):
+    """A gt with class regions and phrase rows (several per image, some images none), and a submission."""
+    rng = np.random.default_rng(seed)
+    ids = [f"img-{i:02d}" for i in range(n)]
+    labels = np.full((n, len(CATS)), -1, np.int8)
+    qcase, qcat, qmask = [], [], []
+    for i in range(n):
+        for _ in range(int(rng.integers(0, 4))):
+            c = int(rng.integers(len(CATS)))
+            m = np.zeros(GRID, bool)
+            y, x = rng.integers(0, 8), rng.integers(0, 10)
+            m[y:y + rng.integers(1, 4), x:x + rng.integers(1, 5)] = True
+            qcase.append(i)
+            qcat.append(CATS[c])
+            qmask.append(m)
+    qmask = np.stack(qmask)
+    qmask[0] = True  # a phrase whose region covers the whole grid: CNR undefined
+    q = Queries.of([f"{ids[c]}#{k}" for k, c in enumerate(qcase)], qcase, qcat)
+    # class regions: union of the phrases of that category (labels 1 there, -1 elsewhere)
+    pairs, masks = {}, {}
+    for k, (c, cat) in enumerate(zip(qcase, qcat)):
+        key = (c, CATS.index(cat))
+        masks[key] = masks.get(key, np.zeros(GRID, bool)) | qmask[k]
+        labels[key] = 1
+    keys = sorted(masks)
+    gt = tmp_path / "gt.zarr"
+    write_ground_truth(gt, "ms_cxr", case_ids=ids, classes=CATS, labels=labels,
+                       region_index=np.array(keys, np.int32).reshape(-1, 2),
+                       region_mask=np.stack([masks[k] for k in keys]), orig_size=np.full((n, 2), 100), grid=GRID,
+                       queries=q, query_mask=qmask)
+    Q = len(q)
+    qmaps = rng.standard_normal((Q, *map_shape)).astype(np.float32)
+    qmaps[1] = 1.5  # constant map
+    qscores = rng.standard_normal(Q).astype(np.float32)
+    order = rng.permutation(Q)  # the submission lists its phrase rows in any order
+    sub = tmp_path / "sub.zarr"
+    spec = DatasetSpec(ids[::-1], CATS, map_shape, "logit", (), query_ids=list(q.id[order]),
+                       phrases_unsupported=unsupported)
+    w = SubmissionWriter.create(sub, model="m", method="similarity", provenance={}, datasets={"ms_cxr": spec},
+                                cases_per_block=4, map_dtype="float32")
+    for b in w.blocks_todo("ms_cxr"):
+        s, e = w.block_rows("ms_cxr", b)
+        w.write_block("ms_cxr", b, rng.standard_normal((e - s, 3)), rng.standard_normal((e - s, 3, *map_shape)))
+    for b in w.query_blocks_todo("ms_cxr"):
+        s, e = w.query_block_rows("ms_cxr", b)
+        w.write_query_block("ms_cxr", b, qscores[order[s:e]], qmaps[order[s:e]])
+    w.finish()
+    return gt, sub, q, qmask, qmaps
+
+
+def reference_phrases(q, qmask, qmaps):
+    """Per phrase: category, image, hit, dice/iou curves, CNR, by brute force."""
+    rows = []
+    for k in range(len(q)):
+        hit, dice, iou = pair_values(qmaps[k].astype(np.float64), qmask[k])
+        rows.append(dict(cat=str(q.category[k]), image=int(q.case[k]), hit=float(hit), dice=np.array(dice),
+                         iou=np.array(iou), cnr=ref_cnr(qmaps[k].astype(np.float64), qmask[k])))
+    return rows
+
+
+def category_values(rows):
+    out = {}
+    for cat in CATS:
+        rs = [r for r in rows if r["cat"] == cat]
+        if not rs:
+            continue
+        dm = np.mean([r["dice"] for r in rs], axis=0)
+        im = np.mean([r["iou"] for r in rs], axis=0)
+        cnr = [abs(r["cnr"]) for r in rs if not np.isnan(r["cnr"])]
+        signed = [r["cnr"] for r in rs if not np.isnan(r["cnr"])]
+        out[cat] = {"pointing_game": np.mean([r["hit"] for r in rs]), "dice_fixed": dm[50], "iou_fixed": im[50],
+                    "dice_best": dm.max(), "iou_best": im.max(), "tau_dice": int(np.argmax(dm)) / 100,
+                    "tau_iou": int(np.argmax(im)) / 100, "cnr": np.mean(cnr) if cnr else None,
+                    "cnr_signed": np.mean(signed) if signed else None, "n_phrases": len(rs)}
+    return out
+
+
+def test_phrase_rows_score_as_the_brute_force_reference(tmp_path):
+    gt, sub, q, qmask, qmaps = make_phrase_stores(tmp_path)
+    assert validate_ground_truth(gt) == [] and validate_submission(sub, gt) == []
+    res = score_submission(sub, gt, bootstrap=0)
+    ph = res.metrics["phrases"]["datasets"]["ms_cxr"]
+    assert res.metrics["xbench"]["schema_minor"] == 2
+    rows = reference_phrases(q, qmask, qmaps)
+    want = category_values(rows)
+    assert ph["n_phrases"] == len(q) and ph["n_images"] == len(set(q.case.tolist()))
+    assert ph["n_cnr_undefined"] == sum(np.isnan(r["cnr"]) for r in rows) >= 1
+    for cat, w in want.items():
+        got = ph["categories"][cat]
+        for k, v in w.items():
+            assert got[k] == pytest.approx(v, rel=1e-12, abs=1e-12), (cat, k)
+    for k in ("pointing_game", "dice_best", "cnr"):
+        assert ph["summary"][k] == pytest.approx(np.mean([w[k] for w in want.values()]), rel=1e-12)
+    defined = [abs(r["cnr"]) for r in rows if not np.isnan(r["cnr"])]
+    assert ph["all_phrases"]["cnr"] == pytest.approx(np.mean(defined), rel=1e-12)
+    assert ph["all_phrases"]["pointing_game"] == pytest.approx(np.mean([r["hit"] for r in rows]))
+    # the class-level tables are unaffected: MS-CXR classes carry their union regions
+    assert res.metrics["datasets"]["ms_cxr"]["classes"]["Edema"]["auroc"] is None
+    json.dumps(res.metrics, allow_nan=False)
+
+
+def test_phrase_bootstrap_resamples_images(tmp_path):
+    gt, sub, q, qmask, qmaps = make_phrase_stores(tmp_path, seed=3)
+    B, seed = 60, 7
+    res = score_submission(sub, gt, bootstrap=B, seed=seed)
+    ph = res.metrics["phrases"]["datasets"]["ms_cxr"]
+    rows = reference_phrases(q, qmask, qmaps)
+    n = 9
+    draws = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=B)
+    reps = {cat: {"pointing_game": [], "dice_best": [], "cnr": []} for cat in CATS}
+    for d in draws:
+        sample = [r for i in range(n) for _ in range(d[i]) for r in rows if r["image"] == i]
+        vals = category_values(sample)
+        for cat in CATS:
+            for k in reps[cat]:
+                v = vals.get(cat, {}).get(k)
+                reps[cat][k].append(np.nan if v is None else v)
+    for cat in CATS:
+        for k, v in reps[cat].items():
+            v = np.array(v)
+            v = v[~np.isnan(v)]
+            want = np.percentile(v, [2.5, 97.5])
+            assert ph["categories"][cat]["ci95"][k] == pytest.approx(list(want), rel=1e-9), (cat, k)
+
+
+def test_unsupported_phrases_are_null_with_the_reason(tmp_path):
+    gt, sub, *_ = make_phrase_stores(tmp_path, unsupported="cross-attention model: no free text")
+    assert validate_submission(sub, gt) == []
+    ph = score_submission(sub, gt, bootstrap=0).metrics["phrases"]["datasets"]["ms_cxr"]
+    assert ph["unsupported"] and "free text" in ph["reason"] and ph["summary"]["cnr"] is None
+
+
+def test_store_without_phrases_has_no_phrase_keys(tmp_path):
+    from score_stores import make_gt, make_submission
+
+    gt = make_gt(tmp_path / "gt.zarr")
+    make_submission(tmp_path / "sub.zarr", gt)
+    m = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=20).metrics
+    assert "phrases" not in m and "schema_minor" not in m["xbench"]
+
+
+def test_phrase_row_problems_are_reported(tmp_path):
+    import zarr
+
+    gt, sub, q, qmask, _ = make_phrase_stores(tmp_path)
+    # a submission lacking the phrase arrays while the ground truth has phrase rows
+    g = zarr.open_group(str(sub / "ms_cxr"), mode="r+")
+    del g["query_scores"]
+    probs = validate_submission(sub, gt)
+    assert any("query_scores" in str(p) and "missing" in str(p) for p in probs)
+    # writer-side checks: a category outside the classes, cases out of order, an empty phrase region
+    bad = [Queries.of(["a", "b"], [0, 1], ["Edema", "Nodule"]), Queries.of(["a", "b"], [1, 0], ["Edema", "Edema"])]
+    for qq in bad:
+        with pytest.raises(InvalidStoreError):
+            write_ground_truth(tmp_path / "g2.zarr", "ms_cxr", case_ids=["x", "y"], classes=CATS,
+                               labels=np.full((2, 3), -1), region_index=np.zeros((0, 2)), region_mask=np.zeros((0, *GRID)),
+                               orig_size=np.full((2, 2), 9), grid=GRID, queries=qq, query_mask=np.ones((2, *GRID), bool))
+    with pytest.raises(InvalidStoreError, match="empty"):
+        write_ground_truth(tmp_path / "g3.zarr", "ms_cxr", case_ids=["x"], classes=CATS, labels=np.full((1, 3), -1),
+                           region_index=np.zeros((0, 2)), region_mask=np.zeros((0, *GRID)), orig_size=np.full((1, 2), 9),
+                           grid=GRID, queries=Queries.of(["a"], [0], ["Edema"]), query_mask=np.zeros((1, *GRID), bool))
+    # a store whose root does not declare the minor version
+    root = zarr.open_group(str(gt), mode="r+")
+    root.attrs["xbench"] = {k: v for k, v in root.attrs["xbench"].items() if k != "schema_minor"}
+    assert any("schema_minor" in str(p) for p in validate_ground_truth(gt))
