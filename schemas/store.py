@@ -26,7 +26,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore, ZipStore
 
-from . import budget
+from . import budget, catalog
 from .budget import is_int
 from .errors import InvalidStoreError, Problem, StoreNotFoundError
 from .paths import is_remote
@@ -38,16 +38,7 @@ SCHEMA_VERSION = 1
 #: Minor versions add optional arrays only, so every store of schema 1 stays valid. 1: images
 #: stores may keep the original-resolution images (``orig_offset``/``orig_pixels``).
 SCHEMA_MINOR = 1
-DATASET_KEYS = (
-    "rsna_pneumonia",
-    "siim_acr",
-    "covid_rural",
-    "chestx_det10",
-    "chexlocalize",
-    "chestxray14",
-    "vindr_cxr",
-    "phantom",
-)
+DATASET_KEYS = catalog.keys()  # schemas/datasets.toml: the one list of dataset keys
 KINDS = ("images", "ground-truth", "submission")
 
 #: Limits that bound validation cost; documented in schemas/README.md.
