@@ -11,7 +11,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.buffer.cpu import as_numpy_array_wrapper
 from zarr.core.sync import sync
 
-__all__ = ["array_location", "as_numpy_array_wrapper", "get_buffer", "list_keys", "register_codec_class",
+__all__ = ["array_location", "as_numpy_array_wrapper", "get_buffer", "list_keys", "list_prefix", "register_codec_class",
            "shard_index_size", "shard_index_table", "store_tag", "tag_store"]
 
 
@@ -24,6 +24,14 @@ def list_keys(store) -> list[str]:
     """Every key of ``store``, sorted; zip files' folder entries (``a/``, which hold no data) left out."""
     async def _keys() -> list[str]:
         return sorted([k async for k in store.list() if not k.endswith("/")])
+
+    return sync(_keys())
+
+
+def list_prefix(store, prefix: str) -> set[str]:
+    """Every key of ``store`` under ``prefix``."""
+    async def _keys() -> set[str]:
+        return {k async for k in store.list_prefix(prefix)}
 
     return sync(_keys())
 

@@ -329,12 +329,9 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
         return []
     prefix = f"{arr.path}/" if arr.path else ""
 
-    async def _list() -> set[str]:
-        return {key async for key in arr.store.list_prefix(prefix)}
-
     # A store opened for validation was listed once, whole, by budget.inspect_store: no second listing.
     inventory = _zarr.store_tag(arr.store)
-    stored = inventory.sizes if inventory is not None else sync(_list())
+    stored = inventory.sizes if inventory is not None else _zarr.list_prefix(arr.store, prefix)
     missing = []
     for coords in np.ndindex(*grid):
         key = prefix + meta.encode_chunk_key(coords)  # type: ignore[union-attr]

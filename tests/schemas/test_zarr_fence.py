@@ -105,6 +105,7 @@ def test_the_fenced_helpers_work_on_a_store(tmp_path):
     arr[:] = np.arange(4, dtype=np.int16)
     store, path = _zarr.array_location(arr)
     assert path == "a" and "a/c/1" in _zarr.list_keys(store)
+    assert _zarr.list_prefix(store, "a/c/") == {"a/c/0", "a/c/1"}
     assert _zarr.get_buffer(store, "a/c/1").to_bytes() == np.array([2, 3], np.int16).tobytes()
     assert _zarr.get_buffer(store, "a/c/9") is None
     _zarr.tag_store(store, {"sizes": 1})
