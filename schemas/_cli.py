@@ -52,7 +52,7 @@ INPUT_ERRORS = (
     "xbench.extract.registry:UnknownNameError",
     "xbench.extract.datasets.base:ReaderError",
     "xbench.extract.datasets.prepare:PrepareError",
-    "xbench.extract.datasets.vocabulary:VocabularyError",
+    "xbench.schemas.vocabulary:VocabularyError",
     "xbench.score.report._load:ReportInputError",
     "builtins:MemoryError",  # under --max-memory an allocation the budget's checks let through: the input is too big
 )

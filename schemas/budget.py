@@ -36,9 +36,10 @@ from pathlib import Path
 import numpy as np
 from numcodecs import Blosc, Zstd
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
-from zarr.core.buffer.cpu import as_numpy_array_wrapper
 
+from . import _zarr
 from ._cli import DEFAULT_TIMEOUT
+from ._zarr import as_numpy_array_wrapper
 from .errors import Problem
 
 MiB = 2**20
@@ -405,28 +406,24 @@ def stored_chunk_problems(arr, where: str, inventory: Inventory | None, lim: Lim
 def _shard_index_problems(arr, where: str, keys: list[str], inventory: Inventory) -> list[Problem]:
     """Every shard's index must list each inner chunk that overlaps the array, inside the shard: an empty
     entry would read as the fill value, exactly like a chunk that was never written."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
     codec = next(c for n, c in _codec_names(arr.metadata.codecs) if n == "sharding_indexed")
     outer = tuple(int(c) for c in arr.metadata.chunk_grid.chunk_shape)
     inner = tuple(int(c) for c in codec.chunk_shape)
     per_shard = tuple(o // i for o, i in zip(outer, inner))
-    index_size = codec._shard_index_size(per_shard)
-    store, prefix = arr.store_path.store, f"{arr.path}/" if arr.path else ""
+    index_size = _zarr.shard_index_size(codec, per_shard)
+    store, prefix = _zarr.array_location(arr)[0], f"{arr.path}/" if arr.path else ""
     coords_of = {prefix + arr.metadata.encode_chunk_key(tuple(int(c) for c in xs)): xs
                  for xs in np.ndindex(*(math.ceil(s / o) for s, o in zip(arr.shape, outer)))}
     for key in keys:
         size = inventory.sizes[key]
         if size < index_size:
             return [Problem(where, f"shard {key} is shorter ({size} bytes) than its index ({index_size} bytes)")]
-        raw = sync(store.get(key, prototype=default_buffer_prototype())).to_bytes()
+        raw = _zarr.get_buffer(store, key).to_bytes()
         index_bytes = raw[:index_size] if getattr(codec.index_location, "value", "end") == "start" else raw[-index_size:]
         try:
-            index = sync(codec._decode_shard_index(default_buffer_prototype().buffer.from_bytes(index_bytes), per_shard))
+            table = _zarr.shard_index_table(codec, index_bytes, per_shard)
         except Exception as exc:  # noqa: BLE001 - a corrupt index is a problem of the store, reported
             return [Problem(where, f"shard {key} has an unreadable index ({type(exc).__name__}: {exc})")]
-        table = index.offsets_and_lengths
         # Inner chunks wholly past the array's end (in the last shard along an axis) are never written.
         inside = np.ones(per_shard, bool)
         for axis, (shard, o, i, n) in enumerate(zip(coords_of[key], outer, inner, arr.shape)):
@@ -560,12 +557,8 @@ def install_bounded_decoders() -> None:
     Zarr resolves a codec name to a class through its config when it parses an array's metadata, so this
     must run before any store is opened; :mod:`xbench.schemas.store` calls it on import.
     """
-    import zarr
-    from zarr.registry import fully_qualified_name, register_codec
-
     for name, cls in (("zstd", BoundedZstdCodec), ("gzip", BoundedGzipCodec), ("blosc", BoundedBloscCodec)):
-        register_codec(name, cls)
-        zarr.config.set({f"codecs.{name}": fully_qualified_name(cls)})
+        _zarr.register_codec_class(name, cls)
 
 
 # -- the whole process: --max-memory and --timeout ---------------------------------------------------------

@@ -22,11 +22,9 @@ from typing import Any, Iterator
 import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, ZstdCodec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import LocalStore, ZipStore
 
-from . import budget
+from . import _zarr, budget, catalog
 from .budget import is_int
 from .errors import InvalidStoreError, Problem, StoreNotFoundError
 from .paths import is_remote
@@ -38,17 +36,7 @@ SCHEMA_VERSION = 1
 #: Minor versions add optional arrays only, so every store of schema 1 stays valid. 1: images
 #: stores may keep the original-resolution images (``orig_offset``/``orig_pixels``).
 SCHEMA_MINOR = 1
-DATASET_KEYS = (
-    "rsna_pneumonia",
-    "siim_acr",
-    "covid_rural",
-    "chestx_det10",
-    "chexlocalize",
-    "chestxray14",
-    "vindr_cxr",
-    "ms_cxr",
-    "phantom",
-)
+DATASET_KEYS = catalog.keys()  # schemas/datasets.toml: the one list of dataset keys
 KINDS = ("images", "ground-truth", "submission")
 
 #: Limits that bound validation cost; documented in schemas/README.md.
@@ -220,7 +208,7 @@ def open_for_validation(path: str | os.PathLike, kind: str) -> tuple[zarr.Group 
         group = open_store_group(path)
     except (InvalidStoreError, FileNotFoundError) as exc:
         return None, {}, getattr(exc, "problems", [Problem("", str(exc))])
-    group.store._xbench_inventory = inventory
+    _zarr.tag_store(group.store, inventory)
     problems = check_root(group, kind, where)
     groups, more = dataset_groups(group, where)
     return group, groups, problems + more
@@ -295,7 +283,7 @@ def stored_problems(arr: zarr.Array, where: str, *, trusted: bool = False) -> li
     lim = budget.limits()
     if trusted:
         lim = dataclasses.replace(lim, max_ratio=2**62)
-    return budget.stored_chunk_problems(arr, where, getattr(arr.store, "_xbench_inventory", None), lim)
+    return budget.stored_chunk_problems(arr, where, _zarr.store_tag(arr.store), lim)
 
 
 def check_strings(values: np.ndarray, where: str, what: str, problems: list[Problem]) -> None:
@@ -341,12 +329,9 @@ def missing_chunks(arr: zarr.Array) -> list[tuple[int, ...]]:
         return []
     prefix = f"{arr.path}/" if arr.path else ""
 
-    async def _list() -> set[str]:
-        return {key async for key in arr.store.list_prefix(prefix)}
-
     # A store opened for validation was listed once, whole, by budget.inspect_store: no second listing.
-    inventory = getattr(arr.store, "_xbench_inventory", None)
-    stored = inventory.sizes if inventory is not None else sync(_list())
+    inventory = _zarr.store_tag(arr.store)
+    stored = inventory.sizes if inventory is not None else _zarr.list_prefix(arr.store, prefix)
     missing = []
     for coords in np.ndindex(*grid):
         key = prefix + meta.encode_chunk_key(coords)  # type: ignore[union-attr]
@@ -446,8 +431,8 @@ def _decode_row_chunk_into(arr: zarr.Array, start: int, stop: int, out: np.ndarr
     if out.shape != chunk or out.dtype != arr.dtype or not out.flags.c_contiguous:
         return None
     key = meta.encode_chunk_key((start // n,) + (0,) * (arr.ndim - 1))
-    path = arr.store_path.path
-    stored = sync(arr.store_path.store.get(f"{path}/{key}" if path else key, prototype=default_buffer_prototype()))
+    store, path = _zarr.array_location(arr)
+    stored = _zarr.get_buffer(store, f"{path}/{key}" if path else key)
     if stored is None:  # never written: Zarr would return the fill value (validation reports the gap)
         out[...] = arr.fill_value
     else:
@@ -471,14 +456,9 @@ def store_sha256(path: str | os.PathLike) -> str:
     group = open_store_group(path)
     store = group.store
 
-    async def _keys() -> list[str]:
-        # Zip files may list folder entries ("a/"); they hold no data and a directory store has none.
-        return sorted([k async for k in store.list() if not k.endswith("/")])
-
     digest = hashlib.sha256()
-    proto = zarr.core.buffer.default_buffer_prototype()
-    for key in sync(_keys()):
-        buf = sync(store.get(key, prototype=proto))
+    for key in _zarr.list_keys(store):
+        buf = _zarr.get_buffer(store, key)
         data = b"" if buf is None else buf.to_bytes()
         digest.update(key.encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from . import registry as R
+from xbench.schemas import catalog
 
 __all__ = ["DATASET_TITLES", "csv_cell", "dataset_order", "grounding_table", "md_cell", "pointing_table",
            "recognition_table", "to_markdown", "write_table", "write_tables"]
@@ -47,17 +48,9 @@ def csv_cell(text):
         return text
     return "'" + text if text.startswith(_FORMULA_START) else text
 
-#: Column titles and order of the paper's Table 1 (phantom last; unknown keys after it, sorted).
-DATASET_TITLES = {
-    "covid_rural": "COVID-19",
-    "rsna_pneumonia": "Pneumonia",
-    "siim_acr": "Pneumothorax",
-    "chestx_det10": "CheXDet-10",
-    "chexlocalize": "CheXlocalize",
-    "vindr_cxr": "VinDR-CXR",
-    "chestxray14": "ChestX-ray14",
-    "phantom": "Phantom",
-}
+#: Column titles and order of the paper's Table 1 (phantom last; unknown keys after it, sorted), from the
+#: dataset catalog (schemas/datasets.toml).
+DATASET_TITLES = catalog.titles()
 
 
 def _pct(v) -> float:

@@ -4,7 +4,6 @@ Nothing here knows a dataset's format; each reader module does.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .._json import read_json as _read_json
 from .base import Box, ReaderError
 
 __all__ = [
@@ -57,15 +57,9 @@ def require_file(path: Path, what: str, layout: str) -> Path:
 
 
 def read_json(path: Path, kind: type, expected: str):
-    """The JSON document in ``path``, which must be a ``kind`` (list, dict); else ReaderError, saying
-    ``expected`` (what the document should be) when it parses but has the wrong shape."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReaderError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(doc, kind):
-        raise ReaderError(f"{path}: expected {expected}")
-    return doc
+    """The JSON document in ``path``, which must be a ``kind`` (list, dict); else one ReaderError line
+    (:func:`xbench.extract._json.read_json`), saying ``expected`` when it parses but has the wrong shape."""
+    return _read_json(path, kind=kind, expected=expected, error=ReaderError)
 
 
 def find_first(candidates: Iterable[Path]) -> Path | None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._io import CaseProblems, check_box, check_options, index_files, load_raster, read_json, require_file
 from .base import Box, CaseRecord, DatasetReader
-from .vocabulary import UnknownLabelError, canonical, classes_for
+from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for
 
 LAYOUT = """  train.json, test.json
   train_data/<file_name>.png, test_data/<file_name>.png   (the unzipped image archives)"""

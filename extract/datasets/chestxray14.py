@@ -28,7 +28,7 @@ import numpy as np
 
 from ._io import CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
 from .base import Box, CaseRecord, DatasetReader, ReaderError
-from .vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
+from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
 LAYOUT = """  BBox_List_2017.csv
   Data_Entry_2017_v2020.csv or Data_Entry_2017.csv   (only for negatives)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ._io import CaseProblems, check_options, find_first, load_raster, read_json
 from .base import CaseRecord, DatasetReader, Mask, ReaderError
-from .vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
+from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
 
 LAYOUT = """  CheXpert/<split>_labels.csv, CheXpert/<split>/<patient>/<study>/<view>.jpg
   CheXlocalize/gt_segmentations_<split>.json"""

@@ -28,7 +28,7 @@ import numpy as np
 
 from ._io import CaseProblems, ImageReadError, check_box, check_options, check_points, index_files, load_raster
 from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
-from .vocabulary import UnknownLabelError, canonical, classes_for, is_ignored
+from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_ignored
 
 LAYOUT = """  covid_rural_annot/jpgs/<stem>.jpg
   covid_rural_annot/jpgs/jsons/<stem>.json   (LabelMe polygons)"""

@@ -23,7 +23,7 @@ import numpy as np
 from ._io import CaseProblems, check_box, check_options, index_files, parse_float, require_file
 from .base import Box, CaseRecord, DatasetReader, ReaderError
 from .dicom import read_dicom
-from .vocabulary import canonical, classes_for
+from xbench.schemas.vocabulary import canonical, classes_for
 
 LAYOUT = """  stage_2_train_labels.csv          (patientId,x,y,width,height,Target)
   stage_2_train_images/<patientId>.dcm"""

@@ -28,7 +28,7 @@ import numpy as np
 from ._io import CaseProblems, check_options, index_files
 from .base import CaseRecord, DatasetReader, Mask, ReaderError
 from .dicom import read_dicom
-from .vocabulary import canonical, classes_for
+from xbench.schemas.vocabulary import canonical, classes_for
 
 LAYOUT = """  stage_2_train.csv  (ImageId,EncodedPixels)  or  train-rle.csv  (ImageId, EncodedPixels)
   dicom-images-train/<StudyUID>/<SeriesUID>/<ImageId>.dcm   (any *.dcm below the root is found)"""

@@ -31,7 +31,7 @@ from ._io import (CaseProblems, ImageReadError, check_box, check_options, index_
                   require_file)
 from .base import Box, CaseRecord, DatasetReader, ReaderError
 from .dicom import read_dicom, read_dicom_size
-from .vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
+from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
 LAYOUT = """  annotations/annotations_test.csv, annotations/annotations_train.csv
   test/<image_id>.dicom, train/<image_id>.dicom"""

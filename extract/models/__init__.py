@@ -34,7 +34,7 @@ Config keys (all optional unless the factory needs them; unknown keys are passed
                   PubMedBERT, Bio_ClinicalBERT for MedKLIP/MAVL, Med-KEBERT for KAD, ...
 ``prompts``       ``{style: single|pair, positive: "There is {}", negative: "There is no {}",
                   classes: {<class>: [pos, neg]}, vocabulary: true}``; text comes from the finding
-                  vocabulary (xbench.extract.datasets.vocabulary) unless overridden.
+                  vocabulary (xbench.schemas.vocabulary) unless overridden.
 ``preprocess``    ``{resize: squash|crop|pad, size: 224, mean: [..], std: [..], interpolation: bicubic}``;
                   ``squash`` (default) covers the whole image; ``crop`` is CLIP's own centre crop,
                   ``pad`` a letterbox; maps are always returned on the whole image.

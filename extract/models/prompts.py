@@ -9,9 +9,8 @@ Two styles (config key ``prompts.style``):
   equivalent logit l_pos - l_neg (sigmoid of it is exactly that softmax), so ``score_kind`` stays
   "logit" and no precision is lost near 0 or 1.
 
-Text comes from :mod:`xbench.extract.datasets.vocabulary` when it is importable (its
-``prompts(name)`` gives the positive and negative text of a canonical finding); otherwise the
-class name itself and ``"No <class>"``. A config may override the templates
+Text comes from :mod:`xbench.schemas.vocabulary` (its ``prompts(name)`` gives the positive and
+negative text of a canonical finding) when it knows the name; otherwise the class name itself and ``"No <class>"``. A config may override the templates
 (``positive: "There is {}"``, ``negative: "There is no {}"``, where ``{}`` is the finding's text)
 or give per-class text (``classes: {Pneumonia: ["...", "..."]}``).
 """
@@ -47,15 +46,10 @@ class ClassPrompts:
 
 def vocabulary_text(name: str) -> tuple[str, str] | None:
     """(positive, negative) text for a canonical finding from the vocabulary module, or None."""
+    from xbench.schemas import vocabulary  # schemas, not extract.datasets: models never import the readers
+
     try:
-        from ..datasets import vocabulary  # written by the readers engineer; optional here
-    except Exception:
-        return None
-    fn = getattr(vocabulary, "prompts", None)
-    if fn is None:
-        return None
-    try:
-        got = fn(name)
+        got = vocabulary.prompts(name)
     except Exception:
         return None
     return _as_pair(got)

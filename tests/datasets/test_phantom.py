@@ -111,7 +111,7 @@ def test_string_options_are_accepted():
 
 
 def test_classes_agree_with_the_vocabulary():
-    vocabulary = pytest.importorskip("xbench.extract.datasets.vocabulary")
+    vocabulary = pytest.importorskip("xbench.schemas.vocabulary")
     assert vocabulary.classes_for("phantom") == PHANTOM_CLASSES
     assert set(vocabulary.grounding_classes_for("phantom")) == set(PhantomReader.grounding_classes)
 

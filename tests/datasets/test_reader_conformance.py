@@ -11,7 +11,7 @@ from fixtures import (write_chexlocalize, write_covid, write_det10, write_nih, w
 
 from xbench.extract.datasets import DATASETS, Box, DatasetReader, Mask, Polygon
 from xbench.extract.datasets._io import check_box, check_points, edge_tolerance, read_json
-from xbench.extract.datasets.vocabulary import classes_for
+from xbench.schemas.vocabulary import classes_for
 
 WRITERS = {
     "rsna_pneumonia": write_rsna,

@@ -6,7 +6,7 @@ import tomllib
 import pytest
 
 from xbench.extract.datasets import DATASETS
-from xbench.extract.datasets import vocabulary as v
+from xbench.schemas import vocabulary as v
 from xbench.schemas import DATASET_KEYS
 
 

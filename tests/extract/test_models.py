@@ -118,7 +118,7 @@ def test_prompts_vocabulary_and_fallback():
     p = build_prompts(["Pleural effusion", "Madeupitis"], {"style": "pair"})
     assert p.positive[1] == "Madeupitis" and p.negative[1] == "No Madeupitis"
     try:
-        from xbench.extract.datasets.vocabulary import prompts
+        from xbench.schemas.vocabulary import prompts
 
         want = prompts("Pleural effusion")
         assert p.positive[0] == want.positive[0] and p.negative[0] == want.negative[0]

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from xbench.extract.datasets import vocabulary  # noqa: E402
+from xbench.schemas import vocabulary  # noqa: E402
 from xbench.extract.models import presets  # noqa: E402
 from xbench.extract.models.crossattn import carzero, common, devide, kad  # noqa: E402
 from xbench.extract.models.prompts import _published, build_prompts, model_prompts  # noqa: E402

@@ -28,7 +28,6 @@ them: ``tokenizer_config.json`` (``do_lower_case``, ``strip_accents``,
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from ..._json import read_json
 
 # Written into every cache's meta; bump VERSION when any step above changes ids or masks.
 NAME = "xbench-bert-cls-only"
@@ -219,12 +220,7 @@ class ClsOnlyBertTokenizer:
             f = d / name
             if not f.is_file():
                 continue
-            try:
-                data = json.loads(f.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"text encoder {f} is not valid JSON ({exc})") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"text encoder {f} must hold a JSON object")
+            data = read_json(f, what="text encoder")
             options.update({k: data[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
                             if k in data})
             specials.update({role: _special_name(data.get(f"{role}_token")) for role in SPECIAL_ROLES

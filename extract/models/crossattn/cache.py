@@ -47,6 +47,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..._json import read_json
 from . import bert_tokenize
 from .bert_tokenize import ClsOnlyBertTokenizer
 from .entities import ENTITIES
@@ -70,16 +71,7 @@ class QueryCache:
 
 
 def _read_json_object(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{what}: file not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" ({exc.msg} at line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise ValueError(f"{what}: {path} is not valid JSON{where}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what}: {path} must hold a JSON object keyed by entity name")
-    return data
+    return read_json(path, what=what, expected="a JSON object keyed by entity name")
 
 
 def _is_text(value) -> bool:

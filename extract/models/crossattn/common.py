@@ -446,13 +446,13 @@ def zero_unsupported(scores: torch.Tensor, maps: torch.Tensor, classes: Sequence
 
 def finding_text(name: str, table: Mapping[str, str | None]) -> str:
     """Text naming a finding: the packaged ``[prompts]`` entry, else the vocabulary's first
-    positive prompt (extract/datasets/findings.toml), else the name itself."""
+    positive prompt (schemas/findings.toml), else the name itself."""
     key = canonical_key(name)
     if table.get(key):
         return str(table[key])
-    try:
-        from ...datasets import vocabulary
+    from xbench.schemas import vocabulary
 
+    try:
         return vocabulary.prompts(name).positive[0]
     except Exception:  # noqa: BLE001 - unknown names and a missing vocabulary both fall back
         return name
