@@ -206,11 +206,13 @@ def test_streamed_pairs_parquet_equals_the_in_memory_table(tmp_path, max_rows):
 def test_streamed_pairs_parquet_of_nothing_has_the_columns(tmp_path):
     import pandas as pd
 
-    from xbench.score.scoring import PAIR_COLUMNS, write_pairs_parquet
+    from xbench.score.scoring import PAIR_COLUMNS, pair_table_columns, write_pairs_parquet
 
     write_pairs_parquet(tmp_path / "p.parquet", {}, {})
     got = pd.read_parquet(tmp_path / "p.parquet")
-    assert list(got.columns) == PAIR_COLUMNS and len(got) == 0
+    # the contract's columns first, then one per metric registered since (schema minor 1 and later)
+    assert list(got.columns) == pair_table_columns() and len(got) == 0
+    assert list(got.columns)[:len(PAIR_COLUMNS)] == PAIR_COLUMNS
 
 
 def test_in_place_dice_and_iou_round_like_the_formulas():

@@ -224,7 +224,7 @@ def test_store_without_phrases_has_no_phrase_keys(tmp_path):
     gt = make_gt(tmp_path / "gt.zarr")
     make_submission(tmp_path / "sub.zarr", gt)
     m = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=20).metrics
-    assert "phrases" not in m and "schema_minor" not in m["xbench"]
+    assert "phrases" not in m and m["xbench"].get("schema_minor", 0) < 2  # minor 2 is the phrases' own
 
 
 def test_phrase_row_problems_are_reported(tmp_path):
