@@ -33,7 +33,6 @@ import io
 import json
 import math
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path

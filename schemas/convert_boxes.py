@@ -38,7 +38,6 @@ point outside it, a score outside [0, 1].
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import InvalidStoreError, Problem
+from .store import file_sha256
 from .submission import DatasetSpec
 
 DEFAULT_GRID = 64
@@ -452,14 +452,6 @@ def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, pr
 
 
 # -- writing --------------------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def is_marks_source(src: Path) -> bool:
     """Whether ``xbench-convert`` reads ``src`` as boxes or points (a .json file)."""
     return Path(src).is_file() and Path(src).suffix.lower() == ".json"
@@ -512,8 +504,8 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
                     out_maps[i, j] = mark_map(f.marks, size, grid)
         return scores, out_maps
 
-    provenance = {"source": {**parsed.info, "file": src.name, "sha256": _sha256(src)},
-                  "mapping": {"file": Path(mapping).name, "sha256": _sha256(Path(mapping))} if mapping else None,
+    provenance = {"source": {**parsed.info, "file": src.name, "sha256": file_sha256(src)},
+                  "mapping": {"file": Path(mapping).name, "sha256": file_sha256(Path(mapping))} if mapping else None,
                   "images": Path(images).name,
                   "map_rule": {"grid": [grid, grid], "rule": "docs/contract.md, Converting boxes and points"}}
     return _write(out, parsed.model, parsed.method, provenance, specs, blocks, cases_per_block, map_dtype, progress, gt)

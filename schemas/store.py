@@ -447,6 +447,15 @@ def _decode_row_chunk_into(arr: zarr.Array, start: int, stop: int, out: np.ndarr
     return out[: stop - start]
 
 
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """sha256 of one file's bytes, read in ``chunk``-byte pieces (weights, sources, suite inputs)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def store_sha256(path: str | os.PathLike) -> str:
     """Content hash of a store: sha256 over its sorted keys and their bytes.
 

@@ -30,7 +30,7 @@ import zarr
 from . import _blocks
 from .errors import InvalidStoreError, Problem
 from .paths import store_path
-from .queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, declare_minor, root_minor, validate_query_arrays
+from .queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, root_minor, validate_query_arrays
 from .store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -421,15 +421,7 @@ def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds) -> list[Prob
         ok = False
     if not ok:
         return problems
-    for arr, label in ((scores, "query_scores"), (sal, "query_saliency")):
-        gone = missing_chunks(arr)
-        if gone:
-            problems.append(Problem(f"{where}/{label}", describe_missing(arr, gone)))
-            ok = False
-        unsafe = stored_problems(arr, f"{where}/{label}")
-        problems += unsafe
-        ok &= not unsafe
-    if not ok:
+    if not _chunks_present_and_safe(((scores, "query_scores"), (sal, "query_saliency")), where, problems):
         return problems
     _scan_scores(scores, where, "logit", problems, label="query_scores")
     _scan_saliency(sal, where, problems, label="query_saliency")
@@ -438,6 +430,20 @@ def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds) -> list[Prob
         if missing:
             problems.append(Problem(f"{where}/query_id", f"{len(missing)} phrase row(s) of the ground truth are missing, e.g. {', '.join(map(repr, missing[:3]))}"))
     return problems
+
+
+def _chunks_present_and_safe(arrays, where: str, problems: list[Problem]) -> bool:
+    """Metadata-level checks of stored chunks: none missing, none unsafe to decode; problems appended."""
+    ok = True
+    for arr, label in arrays:
+        gone = missing_chunks(arr)
+        if gone:
+            problems.append(Problem(f"{where}/{label}", describe_missing(arr, gone)))
+            ok = False
+        unsafe = stored_problems(arr, f"{where}/{label}")
+        problems += unsafe
+        ok &= not unsafe
+    return ok
 
 
 def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
@@ -484,15 +490,7 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
             ok = False
     if not ok or classes is None:
         return problems
-    for arr, label in ((case_id, "case_id"), (scores, "scores"), (saliency, "saliency")):
-        gone = missing_chunks(arr)
-        if gone:
-            problems.append(Problem(f"{where}/{label}", describe_missing(arr, gone)))
-            ok = False
-        unsafe = stored_problems(arr, f"{where}/{label}")
-        problems += unsafe
-        ok &= not unsafe
-    if not ok:
+    if not _chunks_present_and_safe(((case_id, "case_id"), (scores, "scores"), (saliency, "saliency")), where, problems):
         return problems
 
     # Data, one stored chunk at a time.

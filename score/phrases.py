@@ -30,7 +30,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Mapping
 
 import numpy as np
 

@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 import click
 
 from xbench.schemas._cli import RESUME_HINT, UserError, command
+from xbench.schemas.store import file_sha256
 
 __all__ = ["Suite", "SuiteError", "Step", "load_suite", "parse_suite", "plan_steps", "run_suite", "run",
            "tree_digest", "DigestCache", "extract_argv"]
@@ -308,14 +309,6 @@ def load_suite(path: str | os.PathLike) -> Suite:
 
 
 # ----------------------------------------------------------------------------------------- digests
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class DigestCache:
     """sha256 of files, remembered by (path, size, mtime_ns): unchanged files are not read again."""
 
@@ -334,7 +327,7 @@ class DigestCache:
         hit = self.entries.get(key)
         if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             return hit[2]
-        digest = _sha256_file(path)
+        digest = file_sha256(path)
         self.entries[key] = [st.st_size, st.st_mtime_ns, digest]
         return digest
 

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 import pickle
@@ -25,6 +24,8 @@ from typing import Iterable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from xbench.schemas.store import file_sha256  # noqa: F401  (the adapters import it from here)
 
 from ..errors import ModelConfigError, WeightsNotFoundError
 
@@ -302,14 +303,6 @@ def load_official_state_dict(
         raise CheckpointMismatchError("\n".join(problems))
     module.load_state_dict(kept, strict=True)
     return {"loaded": len(kept), "dropped": sorted(dropped)}
-
-
-def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
