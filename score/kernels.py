@@ -418,8 +418,19 @@ def _run_column_extremes(tmp, row_idx, row_w, starts, g, ow, mn, mx):
 
 
 @numba.njit(cache=True, nogil=True)
+def _rows_with_region(mask, row_has):
+    """row_has[oh] = number of region cells in row oh (an integer sum, which vectorises)."""
+    for oh in range(mask.shape[0]):
+        mrow = mask[oh]
+        n = np.int32(0)
+        for ow in range(mask.shape[1]):
+            n += np.int32(mrow[ow])
+        row_has[oh] = n
+
+
+@numba.njit(cache=True, nogil=True)
 def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G, lo, hi, lane, hist, kb,
-                    e_all, e_in, b_row, br_row):
+                    e_all, e_in, row_has, b_row, br_row):
     """Bilinear path without a full-size buffer: the (h, W) width-interpolated map ``tmp`` stays in L1 and
     each output row is computed (2 multiplies and an add per pixel) as it is binned, never stored.
 
@@ -443,6 +454,7 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
     e_in[:] = 0.0
     inv = 100.0 / rng
     arg = -1
+    _rows_with_region(mask, row_has)
     for oh in range(H):
         ta = tmp[row_idx[0, oh]]
         tb = tmp[row_idx[1, oh]]
@@ -450,15 +462,26 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
         wb = row_w[1, oh]
         mrow = mask[oh]
         near = False
-        for ow in range(W):  # vectorises: the fast guess and the key, as in _bin_row
-            v = ta[ow] * wa + tb[ow] * wb
-            d = v - mn
-            e_all[ow] += d
-            e_in[ow] += d if mrow[ow] else 0.0
-            y = d * inv
-            g = np.int32(y + _NEAR)
-            near |= g != np.int32(y - _NEAR)
-            kb[ow] = 2 * g + np.int32(mrow[ow]) + lane[ow]
+        # Two copies of one loop (both vectorise; the fast guess and the key, as in _bin_row): only rows that
+        # hold region cells add to the mass inside R. Elsewhere the sums would only gain exact zeros.
+        if row_has[oh]:
+            for ow in range(W):
+                v = ta[ow] * wa + tb[ow] * wb
+                d = v - mn
+                e_all[ow] += d
+                e_in[ow] += d * np.float64(mrow[ow])  # d * 1 or d * 0: exact, and branch-free
+                y = d * inv
+                g = np.int32(y + _NEAR)
+                near |= g != np.int32(y - _NEAR)
+                kb[ow] = 2 * g + np.int32(mrow[ow]) + lane[ow]
+        else:
+            for ow in range(W):
+                d = ta[ow] * wa + tb[ow] * wb - mn
+                e_all[ow] += d
+                y = d * inv
+                g = np.int32(y + _NEAR)
+                near |= g != np.int32(y - _NEAR)
+                kb[ow] = 2 * g + lane[ow]  # no region cell in this row
         if near:
             for ow in range(W):
                 v = ta[ow] * wa + tb[ow] * wb
@@ -535,10 +558,11 @@ def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, t
         lane[ow] = (ow % _LANES) * (2 * T)
     e_all = np.empty(W, dtype=np.float64)
     e_in = np.empty(W, dtype=np.float64)
+    row_has = np.empty(H, dtype=np.int32)
     for p in range(P):
         m = masks[local[p]]
         n_r[p], a, energy[p] = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G,
-                                               lo, hi, lane, hist, kb, e_all, e_in, b[p], br[p])
+                                               lo, hi, lane, hist, kb, e_all, e_in, row_has, b[p], br[p])
         arg[p] = a
         hit[p] = m[a // W, a % W]
 
