@@ -54,9 +54,9 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
     Each entry: {"a", "b", "rows": [ComparisonRow for the overall GAP_METRICS]}; pairs lacking
     per-pair data or scored against different ground truths are reported with "skipped".
     """
-    from .tables import value_of
+    from xbench.score.tables import value_of
 
-    ranked = sorted(results, key=lambda r: -(value_of(r, "overall", "pointing_game") or -1.0))
+    ranked = sorted(results, key=lambda r: -(value_of(r.metrics, "overall", "pointing_game") or -1.0))
     gaps = []
     cache: dict = {}  # each model's replicates are computed once, though it meets two neighbours
     for a, b in zip(ranked, ranked[1:]):
@@ -105,9 +105,7 @@ def format_p(p: float | None) -> str:
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
-    from xbench.score.tables import DATASET_TITLES, md_cell
-
-    from .tables import METRIC_TITLES
+    from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
@@ -163,7 +161,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     from . import figures as F
     from .html import render_html
-    from .tables import extra_tables, grounding_fixed_table, grounding_table, per_class_table, recognition_table
+    from xbench.score.tables import dataset_order, extra_tables, grounding_table, md_cell, per_class_table, recognition_table
 
     out = Path(out_dir)
     results = load_results([Path(p) for p in result_dirs])
@@ -183,10 +181,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                 skipped.append(f"{r.name}: no pair_counts.npz, so no intervals above class level")
     steps.update(1)
 
-    main_tables = [grounding_table(results, computed), grounding_fixed_table(results, computed),
+    main_tables = [grounding_table(results, computed), grounding_table(results, computed, best=False),
                    recognition_table(results, computed)] + extra_tables(results, computed)
-    from .tables import dataset_order
-
     per_class = [per_class_table(results, d, m, computed) for d in dataset_order(results) for m in PER_CLASS_METRICS]
     gaps = adjacent_gaps(results, n_boot=n_boot, seed=seed) if n_boot > 0 and len(results) > 1 else []
     steps.update(1)
@@ -201,8 +197,6 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised
         name = names["per_class"].name(t.key)
         files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
-    from xbench.score.tables import md_cell
-
     md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
     from xbench.score.phrases import phrase_csv, phrase_markdown, phrase_rows

@@ -21,10 +21,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from xbench.score import registry as R
-from xbench.score.tables import DATASET_TITLES
+from xbench.score.tables import DATASET_TITLES, dataset_order, value_of
 
 from ._load import Result
-from .tables import dataset_order, value_of
 
 __all__ = [
     "SIZE_EDGES",
@@ -84,7 +83,7 @@ def linear_fit(x, y) -> dict | None:
 
 def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
     """Fig. 3: overall AUROC (x) vs overall pointing game (y), percent, with fitted line and R²."""
-    pts = [(r.name, _pct(value_of(r, "overall", "auroc")), _pct(value_of(r, "overall", "pointing_game")))
+    pts = [(r.name, _pct(value_of(r.metrics, "overall", "auroc")), _pct(value_of(r.metrics, "overall", "pointing_game")))
            for r in results]
     pts = [p for p in pts if p[1] is not None and p[2] is not None]
     fig = Figure(figsize=(5.2, 4.2))
@@ -112,8 +111,8 @@ def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
 def dice_fixed_vs_best(results: list[Result], stem: Path) -> dict:
     """Fig. 4: overall Dice at tau = 0.5 and at the best tau per model, with ΔDice = best - fixed."""
     names = [r.name for r in results]
-    fixed = [_pct(value_of(r, "overall", "dice_fixed")) for r in results]
-    best = [_pct(value_of(r, "overall", "dice_best")) for r in results]
+    fixed = [_pct(value_of(r.metrics, "overall", "dice_fixed")) for r in results]
+    best = [_pct(value_of(r.metrics, "overall", "dice_best")) for r in results]
     fig = Figure(figsize=(max(4.5, 1.0 + 0.9 * len(names)), 4.0))
     ax = fig.add_subplot()
     x = np.arange(len(names))
@@ -148,7 +147,7 @@ def pointing_heatmap(results: list[Result], stem: Path) -> dict:
     M = np.full((len(results), len(cols)), np.nan)
     for i, r in enumerate(results):
         for j, (d, c) in enumerate(cols):
-            v = value_of(r, d, "pointing_game", c)
+            v = value_of(r.metrics, d, "pointing_game", c)
             if v is not None:
                 M[i, j] = 100 * v
     fig = Figure(figsize=(max(4.5, 1.8 + 0.42 * len(cols)), max(2.5, 1.2 + 0.45 * len(results))))

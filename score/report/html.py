@@ -57,7 +57,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 def _gaps_html(gaps) -> str:
     from . import format_p
-    from .tables import METRIC_TITLES
+    from xbench.score.tables import METRIC_TITLES
 
     rows = []
     for g in gaps:

@@ -13,7 +13,7 @@ import pytest
 
 from score_stores import make_gt, make_submission, run_score_cli
 from xbench.schemas.store import store_sha256
-from xbench.score.tables import csv_cell, md_cell, to_markdown, write_table
+from xbench.score.tables import Cell, Table, csv_cell, md_cell, write_table
 
 
 run = run_score_cli
@@ -80,6 +80,13 @@ HOSTILE = ["<script>alert(1)</script>", "a | b", "x\n| evil | row |", "=cmd|' /C
            "\tTAB", "$\\frac{a}{$", "**bold** [link](http://x)"]
 
 
+def _hostile_table(value, headers, index="Method"):
+    """A table whose row labels are HOSTILE and whose column headers are ``headers`` (class-style columns)."""
+    t = Table("t", "t", [(h, h, "pointing_game") for h in headers], metric_in_header=False, index=(index,))
+    t.rows = {h: [Cell(value) for _ in headers] for h in HOSTILE}
+    return t
+
+
 def _md_rows(text):
     return [ln for ln in text.splitlines() if ln.startswith("|")]
 
@@ -90,8 +97,7 @@ def _md_cells(line):
 
 
 def test_markdown_cells_are_literal():
-    df = pd.DataFrame({h: [0.5] * len(HOSTILE) for h in HOSTILE[:3]}, index=pd.Index(HOSTILE, name="Method"))
-    text = to_markdown(df)
+    text = _hostile_table(0.005, HOSTILE[:3]).to_markdown(heading=False)
     rows = _md_rows(text)
     assert len(rows) == 2 + len(HOSTILE)  # no extra row
     assert all(len(_md_cells(r)) == 4 for r in rows)  # no extra column
@@ -101,8 +107,7 @@ def test_markdown_cells_are_literal():
 
 
 def test_csv_cells_that_a_spreadsheet_would_evaluate_are_neutralised(tmp_path):
-    df = pd.DataFrame({h: [-0.5] * len(HOSTILE) for h in HOSTILE}, index=pd.Index(HOSTILE, name="=Method"))
-    write_table(df, tmp_path, "t")
+    write_table(_hostile_table(-0.005, HOSTILE, index="=Method"), tmp_path, "t")
     cells = list(csv.reader(io.StringIO((tmp_path / "t.csv").read_text())))
     texts = cells[0] + [row[0] for row in cells[1:]]
     assert not [c for c in texts if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
