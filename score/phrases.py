@@ -43,6 +43,9 @@ __all__ = ["PHRASE_KEYS", "PhraseCounts", "cnr_of_pairs", "phrase_counts", "phra
 PHRASE_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best", "cnr", "cnr_signed")
 #: keys of the pooled mean over every phrase (no searched threshold: that is chosen per category)
 POOLED_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "cnr", "cnr_signed")
+#: the phrase table's metric columns, (key, header), in the order of leaderboard.md and index.html
+PHRASE_COLUMNS = (("cnr", "CNR"), ("cnr_signed", "CNR (signed)"), ("pointing_game", "pointing game"),
+                  ("iou_fixed", "IoU@0.5"), ("iou_best", "IoU best"), ("dice_fixed", "Dice@0.5"), ("dice_best", "Dice best"))
 
 
 # ---------------------------------------------------------------------------------------------- CNR
@@ -342,7 +345,8 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
 # --------------------------------------------------------------------------------------------- report
 def phrase_rows(results) -> list[dict]:
     """One row per (model, dataset, category or "all categories") of the metrics.json "phrases" sections
-    of score results (objects with ``name`` and ``metrics``): CNR and pointing game beside IoU/Dice."""
+    of score results (objects with ``name`` and ``metrics``): CNR and pointing game beside IoU/Dice, and the
+    95 % intervals (``ci95``, {key: [lo, hi]}; empty without a bootstrap)."""
     rows = []
     for r in results:
         section = (r.metrics.get("phrases") or {}).get("datasets", {})
@@ -352,6 +356,7 @@ def phrase_rows(results) -> list[dict]:
             for scope, vals, n in scopes:
                 rows.append({"model": r.name, "dataset": d, "category": scope, "n_phrases": n,
                              **{k: vals.get(k) for k in PHRASE_KEYS},
+                             "ci95": dict((entry if scope == "all categories" else vals).get("ci95") or {}),
                              "note": entry.get("reason", "") if entry.get("unsupported") else ""})
     return rows
 
@@ -365,9 +370,8 @@ def phrase_markdown(rows: list[dict]) -> str:
             return "n/a"
         return f"{v:.2f}" if k.startswith("cnr") else f"{100 * v:.1f}"
 
-    head = ["model", "dataset", "category", "phrases", "CNR", "CNR (signed)", "pointing game", "IoU@0.5",
-            "IoU best", "Dice@0.5", "Dice best"]
-    keys = ["cnr", "cnr_signed", "pointing_game", "iou_fixed", "iou_best", "dice_fixed", "dice_best"]
+    head = ["model", "dataset", "category", "phrases"] + [t for _, t in PHRASE_COLUMNS]
+    keys = [k for k, _ in PHRASE_COLUMNS]
     out = ["## Phrase grounding (per category; CNR = |mu_in - mu_out| / sqrt(var_in + var_out))", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -381,7 +385,8 @@ def phrase_csv(rows: list[dict]) -> str:
     import io
 
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "category", "n_phrases", *PHRASE_KEYS, "note"])
+    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "category", "n_phrases", *PHRASE_KEYS, "note"],
+                       extrasaction="ignore")  # the intervals are the report's (index.html), not this file's
     w.writeheader()
     for row in rows:
         w.writerow({k: ("" if v is None else v) for k, v in row.items()})

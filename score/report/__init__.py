@@ -161,7 +161,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     from . import figures as F
     from .html import render_html
-    from xbench.score.tables import dataset_order, extra_tables, grounding_table, md_cell, per_class_table, recognition_table
+    from xbench.score.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
+                                     phrase_table, recognition_table)
 
     out = Path(out_dir)
     results = load_results([Path(p) for p in result_dirs])
@@ -250,7 +251,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     steps.update(1)
 
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
-                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot)
+                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
+                       phrases=phrase_table(results))
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)

@@ -91,8 +91,9 @@ def _resamples_note(results, n_boot) -> str:
 
 
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
-                n_boot=None) -> str:
-    """The whole page as a string (UTF-8, HTML5)."""
+                n_boot=None, phrases=None) -> str:
+    """The whole page as a string (UTF-8, HTML5). ``phrases``: the phrase-grounding table
+    (:func:`xbench.score.tables.phrase_table`), shown after the leaderboard when given."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gt = {r.gt_sha256 for r in results if r.gt_sha256}
     parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -106,11 +107,14 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              '<p class="meta">Downloads: <a href="leaderboard.md">leaderboard.md</a> · '
              '<a href="leaderboard.csv">leaderboard.csv</a> · <a href="grounding_fixed.csv">grounding_fixed.csv</a>'
              ' · <a href="recognition.csv">recognition.csv</a> · <a href="per_class.md">per_class.md</a>'
+             + (' · <a href="phrases.csv">phrases.csv</a>' if "phrases.csv" in files["tables"] else "")
              + (' · <a href="comparisons.csv">comparisons.csv</a>' if "comparisons.csv" in files["tables"] else "")
              + ' · <a href="report.json">report.json</a></p>']
     parts.append("<h2>Leaderboard</h2>")
     for t in main_tables:
         parts.append(f"<h3>{_e(t.title)}</h3><div class=\"scroll\">{t.to_html()}</div>")
+    if phrases is not None:
+        parts.append(f"<h2>{_e(phrases.title)}</h2><div class=\"scroll\">{phrases.to_html()}</div>")
     gap_html = _gaps_html(gaps)
     if gap_html:
         parts.append("<h2>Are the gaps real?</h2>")
