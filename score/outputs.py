@@ -101,7 +101,7 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     write_pairs_parquet(folder / "pairs.parquet", result.counts, result.per_pair)
     save_pair_counts(folder / "pair_counts.npz", result.counts)
     paths += [folder / "pairs.parquet", folder / "pair_counts.npz"]
-    from .tables import write_tables  # pandas: imported only when writing
+    from .tables import write_tables
 
     paths += write_tables({label: metrics}, folder)
     if "codabench" in formats:

@@ -8,7 +8,7 @@ import sys
 
 def test_scorer_modules_do_not_import_pandas_or_pyarrow():
     code = ("import sys\n"
-            "import xbench.score.cli, xbench.score.scoring, xbench.score.outputs, xbench.score.bootstrap\n"
+            "import xbench.score.cli, xbench.score.scoring, xbench.score.outputs, xbench.score.bootstrap, xbench.score.tables\n"
             "import xbench.score.warm\n"
             "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -22,3 +22,15 @@ def test_building_a_table_still_imports_pandas():
             "print(type(t).__module__.split('.')[0], 'pandas' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["pandas", "True"]
+
+
+def test_writing_the_tables_needs_no_pandas(tmp_path):
+    code = ("import sys\n"
+            "from xbench.score.tables import write_tables\n"
+            "m = {'overall': {'pointing_game': 0.5}, 'datasets': {'phantom': {'summary': {'pointing_game': 0.5}}}}\n"
+            f"paths = write_tables({{'A': m}}, {str(tmp_path)!r})\n"
+            "assert all(__import__(\"os\").path.getsize(p) > 0 for p in paths)\n"
+            "print(len(paths), 'pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    n, pandas = out.stdout.split()
+    assert int(n) >= 4 and pandas == "False"
