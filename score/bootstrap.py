@@ -16,6 +16,8 @@ intervals of classes with fewer than ~20 positive pairs as indicative only.
 Seeding: :func:`bootstrap_replicates` draws every dataset's resamples from one
 ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as the scorer does for metrics.json, so
 the report's intervals and paired comparisons use exactly the scorer's resamples for the same n and seed.
+The datasets are then computed on Numba's thread count of threads (``NUMBA_NUM_THREADS``), each from a copy of
+the generator taken where its draws start, so the replicates are bit for bit those of a serial loop.
 
 Paired comparisons: :func:`paired_bootstrap` (or :func:`bootstrap_replicates` of both submissions, then
 :func:`paired_differences`) applies one set of case resamples per dataset to both submissions, so the
