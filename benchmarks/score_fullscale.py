@@ -521,7 +521,7 @@ def main() -> None:
               f"xbench grounding stage / in-process floor = {grounding / r['floor_s']:.2f}x;  "
               f"xbench-score warm / in-process floor = {r['warm_s'] / r['floor_s']:.2f}x")
         print("where the time goes (in-process, warm; *_thread_s are summed over threads and overlap the wall "
-              "time of grounding_pass):")
+              "time of grounding_pass; bootstrap runs on threads beside metrics, and its wall time includes it):")
         for k, v in sorted(st.items(), key=lambda kv: -kv[1]):
             print(f"    {k:22s} {v:7.3f} s")
     if len(results) > 1:

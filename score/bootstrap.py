@@ -16,6 +16,8 @@ intervals of classes with fewer than ~20 positive pairs as indicative only.
 Seeding: :func:`bootstrap_replicates` draws every dataset's resamples from one
 ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as the scorer does for metrics.json, so
 the report's intervals and paired comparisons use exactly the scorer's resamples for the same n and seed.
+The datasets are then computed on Numba's thread count of threads (``NUMBA_NUM_THREADS``), each from a copy of
+the generator taken where its draws start, so the replicates are bit for bit those of a serial loop.
 
 Paired comparisons: :func:`paired_bootstrap` (or :func:`bootstrap_replicates` of both submissions, then
 :func:`paired_differences`) applies one set of case resamples per dataset to both submissions, so the
@@ -25,6 +27,7 @@ come from :func:`identity_replicates` (every case drawn once), which equal the m
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
@@ -81,13 +84,7 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
     blocks default to at most ~1 M weights (8 MB) so memory does not grow with the number of resamples.
     Only the yielded block stays alive while the caller works on it (the int64 draws are dropped first).
     """
-    if n_resamples < 0 or n_cases < 0:
-        raise ValueError(f"n_resamples and n_cases must be >= 0; got {n_resamples} and {n_cases}.")
-    if chunk is None:
-        chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, 1)))
-    done = 0
-    while done < n_resamples:
-        b = min(chunk, n_resamples - done)
+    for b in _block_sizes(n_cases, n_resamples, chunk):
         w = np.zeros((b, n_cases))
         if n_cases:
             draws = rng.integers(0, n_cases, size=(b, n_cases))
@@ -95,7 +92,22 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
                 w[r] = np.bincount(draws[r], minlength=n_cases)
             del draws
         yield w
-        done += b
+
+
+def _block_sizes(n_cases: int, n_resamples: int, chunk: int | None = None) -> list[int]:
+    """Resamples per block of :func:`resample_weights` (checked arguments)."""
+    if n_resamples < 0 or n_cases < 0:
+        raise ValueError(f"n_resamples and n_cases must be >= 0; got {n_resamples} and {n_cases}.")
+    if chunk is None:
+        chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, 1)))
+    return [min(chunk, n_resamples - done) for done in range(0, n_resamples, chunk)]
+
+
+def _skip_resamples(n_cases: int, n_resamples: int, rng: np.random.Generator) -> None:
+    """Advance ``rng`` exactly as :func:`resample_weights` consumes it, without building the weights."""
+    if n_cases:
+        for b in _block_sizes(n_cases, n_resamples):
+            rng.integers(0, n_cases, size=(b, n_cases))
 
 
 @contextmanager
@@ -377,26 +389,23 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
         if m.kind == "dataset":
             summary[key] = m.values(dc, w_cases, cache)
         elif classes:
-            stack = np.stack([s[key] for s in classes.values()])
-            with np.errstate(invalid="ignore"), _quiet_nanmean():
-                summary[key] = np.nanmean(stack, axis=0)
+            summary[key] = _nanmean_rows(np.stack([s[key] for s in classes.values()]))
         else:
             summary[key] = np.full(B, np.nan)
     return classes, summary
 
 
-class _quiet_nanmean:
-    """Silence numpy's "Mean of empty slice" for all-NaN columns (they are expected: undefined resamples)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._cm = warnings.catch_warnings()
-        self._cm.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        return self._cm.__exit__(*exc)
+def _nanmean_rows(stack: np.ndarray) -> np.ndarray:
+    """``numpy.nanmean(stack, axis=0)`` with numpy's own steps (NaN set to 0, sum, divide by the count), so the
+    same bits, but NaN without a "Mean of empty slice" warning for all-NaN columns (they are expected:
+    undefined resamples). No ``warnings.catch_warnings``: it swaps process-wide state, and the bootstrap runs
+    on several threads."""
+    stack = np.asarray(stack, dtype=np.float64)
+    mask = np.isnan(stack)
+    cnt = np.sum(~mask, axis=0, dtype=np.intp)
+    tot = np.sum(np.where(mask, 0.0, stack), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.divide(tot, cnt, out=tot, casting="unsafe")
 
 
 def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> list[float] | None:
@@ -463,17 +472,47 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
     {dataset: Replicates} with (n_resamples,) float64 arrays.
     """
     rng = np.random.default_rng(seed)
-    out: dict[str, Replicates] = {}
+    names = sorted(counts)
+
+    def one(name: str, gen: np.random.Generator) -> Replicates:
+        dc = counts[name]
+        cache: dict = {}  # per dataset, dropped with this call
+        t = (taus or {}).get(name)
+        blocks = [Replicates(*dataset_replicates(dc, w, taus=t, per_pair=cache))
+                  for w in resample_weights(dc.n_cases, n_resamples, gen)]
+        return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=t))])
+
+    workers = min(_workers(), len(names))
     with serial_blas():
-        for name in sorted(counts):
-            dc = counts[name]
-            cache: dict = {}  # per dataset, dropped before the next one
-            t = (taus or {}).get(name)
-            blocks = [Replicates(*dataset_replicates(dc, w, taus=t, per_pair=cache))
-                      for w in resample_weights(dc.n_cases, n_resamples, rng)]
-            del cache
-            out[name] = _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=t))])
-    return out
+        if workers <= 1:
+            return {name: one(name, rng) for name in names}
+        # Datasets are independent given where their draws start in the one stream: each gets a copy of the
+        # generator at that point (the stream is then skipped past its draws), so the replicates are those of
+        # the serial loop, bit for bit, whichever thread computes them. Largest first, so the threads finish
+        # together. Matrix products (BLAS, one thread each) and the rank kernel release the GIL.
+        from concurrent.futures import ThreadPoolExecutor
+
+        gens = {}
+        for name in names:
+            gens[name] = copy.deepcopy(rng)
+            _skip_resamples(counts[name].n_cases, n_resamples, rng)
+        with ThreadPoolExecutor(workers) as pool:
+            futures = {name: pool.submit(one, name, gens.pop(name))
+                       for name in sorted(names, key=lambda n: -_bootstrap_cost(counts[n]))}
+            return {name: futures[name].result() for name in names}
+
+
+def _workers() -> int:
+    """Threads for the bootstrap: Numba's thread count (``NUMBA_NUM_THREADS``, default all cores)."""
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def _bootstrap_cost(dc: DatasetCounts) -> float:
+    """A rough relative cost of one dataset's bootstrap (per-pair curve products plus per-class
+    recognition work), only to start the largest datasets first."""
+    return dc.b.shape[0] + 0.25 * dc.labels.size
 
 
 def identity_replicates(counts: Mapping[str, DatasetCounts], *,
@@ -494,8 +533,7 @@ def overall_replicates(per_dataset: Mapping[str, Replicates]) -> dict[str, np.nd
     keys = next(iter(per_dataset.values())).summary
     out = {}
     for key in keys:
-        with np.errstate(invalid="ignore"), _quiet_nanmean():
-            out[key] = np.nanmean(np.stack([r.summary[key] for r in per_dataset.values()]), axis=0)
+        out[key] = _nanmean_rows(np.stack([r.summary[key] for r in per_dataset.values()]))
     return out
 
 

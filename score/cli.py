@@ -217,9 +217,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
 def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
-    from .outputs import write_into
+    from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
 
+    prefetch_writers()  # pandas and pyarrow load while scoring runs, not after it
     t0 = time.perf_counter()
     bar = progress(desc=stem, unit="pair", enabled=show)
     with warnings.catch_warnings(record=True) as caught:

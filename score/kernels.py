@@ -650,7 +650,9 @@ def _bins(values, taus):
     return out
 
 
-@numba.njit(cache=True)  # serial on purpose: a parallel loop here fights BLAS's threads in the matmuls
+# serial on purpose (a parallel loop here fights BLAS's threads in the matmuls); nogil: the bootstrap runs
+# datasets on several threads
+@numba.njit(cache=True, nogil=True)
 def _ranked_replicates(wt, order, pos, group_end):
     """Weighted AUROC and AP per resample, one pass over the pairs sorted by p descending.
 

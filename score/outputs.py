@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from xbench.schemas.paths import PublishedDir, check_output, write_marker
 from .counts import save_pair_counts
 from .scoring import write_pairs_parquet
 
-__all__ = ["FORMATS", "flat_scores", "write_into", "write_outputs"]
+__all__ = ["FORMATS", "flat_scores", "prefetch_writers", "write_into", "write_outputs"]
 
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
@@ -55,6 +56,25 @@ def flat_scores(metrics: dict) -> dict[str, float]:
     for d, ds in metrics.get("datasets", {}).items():
         out.update({f"{d}_{k}": v for k, v in ds.get("summary", {}).items() if isinstance(v, (int, float))})
     return out
+
+
+def prefetch_writers() -> threading.Thread:
+    """Import pandas and pyarrow (what writing the tables and pairs.parquet needs, 0.5-1 s of one core) on a
+    daemon thread, for a caller that is about to score and then write: the import then overlaps scoring,
+    whose counting and bootstrap threads leave the interpreter lock free most of the time, instead of
+    delaying the writing. Scoring itself still never needs them. A failed import is left to the writer,
+    which imports them again and reports it."""
+
+    def run():
+        try:
+            import pandas  # noqa: F401
+            import pyarrow.parquet  # noqa: F401
+        except Exception:  # pragma: no cover - the writer's own import raises it
+            pass
+
+    t = threading.Thread(target=run, name="xbench-prefetch-writers", daemon=True)
+    t.start()
+    return t
 
 
 def write_outputs(result, out_dir: str | os.PathLike, *, formats: Iterable[str] = ("xbench",),

@@ -471,14 +471,33 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     {dataset: {class column: per-pair arrays}} for :func:`pairs_table`.
     """
     timings = timings if timings is not None else {}
+    # first, so that unusable thresholds fail before any work
+    class_taus = {name: _class_taus(counts[name], thresholds) for name in sorted(counts)}
+    with ThreadPoolExecutor(1) as pool:
+        # the resamples need no point estimate: they run (on their own threads) while the point metrics are
+        # computed here, and fill the cores that one dataset's bootstrap leaves idle at the end
+        t_boot = time.perf_counter()
+        reps = (pool.submit(bootstrap_replicates, counts, n_resamples=bootstrap, seed=seed,
+                            taus=class_taus if thresholds is not None else None)
+                if bootstrap > 0 and counts else None)
+        metrics, per_pair_all = _point_metrics(counts, class_taus, timings)
+        if reps is not None:
+            _add_intervals(metrics, reps.result(), level)
+            reps = None  # the future held the replicates
+            release_freed_memory()
+            timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t_boot
+    return metrics, per_pair_all
+
+
+def _point_metrics(counts: Mapping[str, DatasetCounts], class_taus: dict, timings: dict) -> tuple[dict, dict]:
+    """The point estimates of :func:`metrics_from_counts`: (metrics without intervals, per-pair values)."""
     datasets: dict = {}
     per_pair_all: dict = {}
-    class_taus: dict = {}
     class_keys, summary_keys = R.class_keys(), R.summary_keys()
     for name in sorted(counts):
         dc = counts[name]
         t0 = time.perf_counter()
-        taus = class_taus[name] = _class_taus(dc, thresholds)
+        taus = class_taus[name]
         classes: dict = {}
         per_pair_all[name] = {}
         for c, cname in enumerate(dc.classes):
@@ -505,23 +524,20 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         datasets[name] = {"n_cases": dc.n_cases, "grid": [int(g) for g in dc.grid], "summary": summary,
                           "classes": classes}
     overall = {k: _mean_defined(d["summary"][k] for d in datasets.values()) for k in R.overall_keys()}
-    metrics = {"overall": overall, "datasets": datasets}
-    if bootstrap > 0 and counts:
-        # the one resampling path (xbench.score.bootstrap), shared with the report and paired comparisons
-        t0 = time.perf_counter()
-        reps = bootstrap_replicates(counts, n_resamples=bootstrap, seed=seed,
-                                    taus=class_taus if thresholds is not None else None)
-        for name, rep in reps.items():
-            ds_classes = datasets[name]["classes"]
-            for cname, stats in rep.classes.items():
-                ds_classes[cname]["ci95"] = percentile_intervals(stats, level)
-            # after "classes" in metrics.json, as before
-            datasets[name]["ci95"] = percentile_intervals(rep.summary, level)
-        metrics["ci95"] = percentile_intervals(overall_replicates(reps), level)
-        del reps
-        release_freed_memory()
-        timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - t0
-    return metrics, per_pair_all
+    return {"overall": overall, "datasets": datasets}, per_pair_all
+
+
+def _add_intervals(metrics: dict, reps: Mapping, level: float) -> None:
+    """Add the ``ci95`` entries of the bootstrap replicates ``reps`` (the one resampling path,
+    :mod:`xbench.score.bootstrap`, shared with the report and paired comparisons) to ``metrics``."""
+    datasets = metrics["datasets"]
+    for name, rep in reps.items():
+        ds_classes = datasets[name]["classes"]
+        for cname, stats in rep.classes.items():
+            ds_classes[cname]["ci95"] = percentile_intervals(stats, level)
+        # after "classes" in metrics.json, as before
+        datasets[name]["ci95"] = percentile_intervals(rep.summary, level)
+    metrics["ci95"] = percentile_intervals(overall_replicates(reps), level)
 
 
 _PAIR_BASE = ["dataset", "case_id", "class", "label", "probability", "predicted", "has_region", "region_pixels", "hit"]

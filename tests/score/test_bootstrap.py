@@ -200,3 +200,63 @@ def test_count_rows_are_reordered_in_place_like_fancy_indexing():
         np.testing.assert_array_equal(a, expect)
     a = np.arange(12, dtype=np.int32).reshape(4, 3)
     assert _take_rows_inplace(a, slice(None)) is a
+
+
+def _serial_reference(counts, n_resamples, seed):
+    """The serial definition: one generator consumed dataset after dataset in sorted order."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in sorted(counts):
+        blocks = [BS.Replicates(*BS.dataset_replicates(counts[name], w, per_pair={}))
+                  for w in BS.resample_weights(counts[name].n_cases, n_resamples, rng)]
+        out[name] = BS._concat(blocks)
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_bootstrap_on_threads_equals_the_serial_loop_bit_for_bit(monkeypatch, workers):
+    # datasets of different sizes (one larger than a resample block's weight budget, so it takes several
+    # blocks), run on `workers` threads in another order than the sorted one
+    monkeypatch.setattr(BS, "_workers", lambda: workers)
+    monkeypatch.setattr(BS, "_BLOCK_WEIGHTS", 400)
+    counts = {name: DatasetCounts(**{**_dataset(s, n=n).__dict__, "name": name})
+              for name, s, n in (("b_small", 1, 9), ("a_mid", 2, 37), ("c_big", 3, 120), ("d_one", 4, 1))}
+    got = BS.bootstrap_replicates(counts, n_resamples=45, seed=11)
+    want = _serial_reference(counts, 45, 11)
+    assert list(got) == sorted(counts)
+    for name in counts:
+        for c, stats in want[name].classes.items():
+            assert list(got[name].classes[c]) == list(stats)
+            for k, v in stats.items():
+                np.testing.assert_array_equal(got[name].classes[c][k], v, err_msg=f"{name}/{c}/{k}")
+        for k, v in want[name].summary.items():
+            np.testing.assert_array_equal(got[name].summary[k], v, err_msg=f"{name}/{k}")
+
+
+def test_skip_resamples_advances_the_generator_like_the_draws():
+    for n, b in ((0, 5), (1, 7), (13, 300), (5000, 130)):
+        a, c = np.random.default_rng(3), np.random.default_rng(3)
+        for _ in BS.resample_weights(n, b, a):
+            pass
+        BS._skip_resamples(n, b, c)
+        assert a.integers(0, 1 << 30) == c.integers(0, 1 << 30)
+
+
+def test_nanmean_rows_is_numpys_nanmean_without_warnings_or_filter_changes():
+    import warnings
+
+    rng = np.random.default_rng(0)
+    stack = rng.random((5, 200)) * 1e3
+    stack[rng.random(stack.shape) < 0.4] = np.nan
+    stack[:, :7] = np.nan  # all-NaN columns: NaN, silently
+    filters = list(warnings.filters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = np.nanmean(stack, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = BS._nanmean_rows(stack)
+    np.testing.assert_array_equal(got, want)  # bit for bit, NaN where numpy gives NaN
+    assert np.array_equal(np.isnan(got), np.isnan(stack).all(axis=0)) and np.isnan(got[:7]).all()
+    assert BS._nanmean_rows(np.zeros((0, 3))).shape == (3,) and np.isnan(BS._nanmean_rows(np.zeros((0, 3)))).all()
+    assert warnings.filters == filters

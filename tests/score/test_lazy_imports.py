@@ -34,3 +34,15 @@ def test_writing_the_tables_needs_no_pandas(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     n, pandas = out.stdout.split()
     assert int(n) >= 4 and pandas == "False"
+
+
+def test_prefetch_writers_imports_them_on_a_thread_only_when_called():
+    code = ("import sys, threading\n"
+            "from xbench.score.outputs import prefetch_writers\n"
+            "before = sorted(m for m in ('pandas', 'pyarrow.parquet') if m in sys.modules)\n"
+            "t = prefetch_writers()\n"
+            "assert t is not threading.current_thread() and t.daemon\n"
+            "t.join()\n"
+            "print(before, sorted(m for m in ('pandas', 'pyarrow.parquet') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] ['pandas', 'pyarrow.parquet']"
