@@ -6,7 +6,11 @@ ground truth in which the "cases" are the phrase rows, the classes are the categ
 one region (its ``query_mask``), and a view of the submission whose single map column is
 ``query_saliency``. Pointing game, Dice and IoU at the fixed and at the searched threshold (searched
 per category, as per class) come from those counts. The contrast-to-noise ratio comes from a small
-kernel of its own over the same resized maps (:func:`cnr_of_pairs`).
+kernel of its own over the same resized maps (:func:`cnr_of_pairs`), stored as the counts' per-row
+column ``registry.CNR_COLUMN``. Every metric is an entry of the metric registry with the phrase scope
+(:mod:`xbench.score.registry`): this module only runs the per-row pass, then takes each registered
+metric's point estimate (the class code's, per category) and its bootstrap form (a weighted mean per
+resample) from its definition.
 
 CNR (contract §Phrase grounding). On the raw map resized to the region grid (M, float64, the
 contract's step 1), with R the phrase's region and O the other grid cells:
