@@ -295,9 +295,11 @@ def _phrase_pass(opts, writer, adapter, name, ds, pixels, device, precision, inf
         c0, c1 = int(cases.min()), int(cases.max()) + 1
         _, images, sizes = _Blocks(opts.images, name, [(b, c0, c1)], pixels["transform"],
                                    pixels["source"] == "original")[0]
+        # a model whose queries attend to each other (KAD) puts a phrase in its category's slot: it asks for them
+        kw = {"categories": [str(c) for c in q.category[s:e]]} if getattr(adapter, "phrase_categories", False) else {}
         with autocast(device, precision):
             scores, maps = adapter.phrase_outputs(images.to(device), sizes, [str(t) for t in q.text[s:e]],
-                                                  torch.as_tensor(cases - c0, dtype=torch.long))
+                                                  torch.as_tensor(cases - c0, dtype=torch.long), **kw)
         writer.write_query_block(name, b, scores.float().cpu().numpy(), maps.float().cpu().numpy())
 
 

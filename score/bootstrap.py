@@ -615,7 +615,8 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
                      taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                      taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                      per_class: bool = True, cache: dict | None = None,
-                     names: tuple[str, str] | None = None) -> pd.DataFrame:
+                     names: tuple[str, str] | None = None,
+                     phrases_a: Mapping | None = None, phrases_b: Mapping | None = None) -> pd.DataFrame:
     """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth: the one paired bootstrap
     of XBench (the report's comparisons call it too).
 
@@ -633,6 +634,10 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     per_class : also compare every class, not only the dataset and overall means.
     cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
         submission's replicates are computed once however many comparisons it takes part in.
+    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.counts.load_phrase_counts`):
+        the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
+        metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
+        "phrases/<dataset>", see :func:`xbench.score.phrases.paired_phrase_rows`).
 
     Returns
     -------
@@ -650,4 +655,13 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     name_a, name_b = names if names is not None else (None, None)
     reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)
     reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, n_resamples, seed, cache, name_b)
-    return paired_differences(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class)
+    table = paired_differences(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class)
+    if not (phrases_a and phrases_b and set(phrases_a) & set(phrases_b)):
+        return table
+    from .phrases import paired_phrase_rows
+
+    rows = paired_phrase_rows(phrases_a, phrases_b, n_resamples=n_resamples, seed=seed, level=level,
+                              per_category=per_class, cache=cache, names=names)
+    import pandas as pd
+
+    return pd.DataFrame(table.to_dict("records") + rows, columns=PAIRED_COLUMNS)

@@ -23,6 +23,17 @@ by column index because class names may contain ``/``)::
     <d>.grid                (2,) int64        evaluation grid (H, W)
     <d>.extra.<name>        (P,) any          optional extra per-pair columns (DatasetCounts.extra), in the
                                               pair order; absent in files written before they existed
+
+Phrase rows (:class:`PhraseCounts`, metrics.json "phrases"), only for datasets whose ground truth has
+them and whose submission scored them; a file without ``phrase_datasets`` (every file written before
+phrase counts were saved) has none::
+
+    phrase_datasets         (D',) str         dataset keys with phrase counts, in order
+    <d>.phrases.<field>     as above          the phrase rows' DatasetCounts: categories as classes, phrase
+                                              rows as cases (case_id = query ids), one pair per row; its
+                                              extra.cnr holds each row's signed CNR (NaN = undefined)
+    <d>.phrases.image       (P,) int64        image row (dataset case) of each pair: resampling is by image
+    <d>.phrases.n_images    () int64          images of the dataset (the resampled units)
 """
 
 from __future__ import annotations
@@ -36,7 +47,8 @@ import numpy as np
 
 from .kernels import THRESHOLDS
 
-__all__ = ["DatasetCounts", "count_dtype", "save_pair_counts", "load_pair_counts"]
+__all__ = ["DatasetCounts", "PhraseCounts", "count_dtype", "save_pair_counts", "load_pair_counts",
+           "load_phrase_counts"]
 
 _FIELDS = ("classes", "supported", "case_id", "labels", "prob", "pair_case", "pair_class", "region_pixels",
            "hit", "b", "br", "grid")
@@ -89,15 +101,68 @@ class DatasetCounts:
                 and np.array_equal(self.region_pixels, other.region_pixels))
 
 
-def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts]) -> None:
-    """Write ``counts`` to an ``.npz`` file at ``path`` (uncompressed: it is written on every run)."""
+@dataclass(frozen=True)
+class PhraseCounts:
+    """Counts of the phrase rows of one dataset (metrics.json "phrases").
+
+    ``counts``: a :class:`DatasetCounts` whose "cases" are the phrase rows (``case_id`` = query ids) and
+    whose classes are the categories; its pair arrays run by category, then phrase row, and its
+    ``extra[CNR_COLUMN]`` holds each pair's signed CNR. ``image`` (P,): the dataset case row (image) of each
+    pair; ``n_images``: the dataset's images, the units a bootstrap resamples.
+    """
+
+    counts: DatasetCounts
+    image: np.ndarray
+    n_images: int
+
+    @property
+    def name(self) -> str:
+        return self.counts.name
+
+    @property
+    def cnr(self) -> np.ndarray:
+        """Signed CNR of each pair (NaN where undefined), in pair order."""
+        from .registry import CNR_COLUMN
+
+        return self.counts.extra[CNR_COLUMN]
+
+    def same_ground_truth(self, other: "PhraseCounts") -> bool:
+        """True when both were scored against the same phrase rows, categories, images and regions."""
+        return (self.counts.same_ground_truth(other.counts) and self.n_images == other.n_images
+                and np.array_equal(self.image, other.image))
+
+
+def _put(arrays: dict, prefix: str, dc: DatasetCounts) -> None:
+    for f in _FIELDS:
+        value = getattr(dc, f)
+        arrays[f"{prefix}.{f}"] = np.array(value, dtype=str) if f == "classes" else np.asarray(value)
+    for key, value in (dc.extra or {}).items():
+        arrays[f"{prefix}.extra.{key}"] = np.asarray(value)
+
+
+def _get(z, prefix: str, name: str) -> DatasetCounts:
+    kw = {f: z[f"{prefix}.{f}"] for f in _FIELDS}
+    kw["classes"] = tuple(str(c) for c in kw["classes"])
+    kw["grid"] = tuple(int(x) for x in kw["grid"])
+    start = f"{prefix}.extra."
+    # dataset keys never contain ".", so the prefix names this dataset's (or its phrases') extra columns only
+    kw["extra"] = {k[len(start):]: z[k] for k in z.files if k.startswith(start)}
+    return DatasetCounts(name=name, **kw)
+
+
+def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts],
+                     phrases: Mapping[str, PhraseCounts] | None = None) -> None:
+    """Write ``counts`` (and the phrase counts ``phrases``, when any) to an ``.npz`` file at ``path``
+    (uncompressed: it is written on every run)."""
     arrays: dict[str, np.ndarray] = {"datasets": np.array(list(counts), dtype=str), "thresholds": THRESHOLDS}
     for name, dc in counts.items():
-        for f in _FIELDS:
-            value = getattr(dc, f)
-            arrays[f"{name}.{f}"] = np.array(value, dtype=str) if f == "classes" else np.asarray(value)
-        for key, value in (dc.extra or {}).items():
-            arrays[f"{name}.extra.{key}"] = np.asarray(value)
+        _put(arrays, name, dc)
+    if phrases:  # only then: a file without phrase rows keeps the layout it always had
+        arrays["phrase_datasets"] = np.array(list(phrases), dtype=str)
+        for name, pc in phrases.items():
+            _put(arrays, f"{name}.phrases", pc.counts)
+            arrays[f"{name}.phrases.image"] = np.asarray(pc.image, dtype=np.int64)
+            arrays[f"{name}.phrases.n_images"] = np.asarray(int(pc.n_images), dtype=np.int64)
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
 
@@ -108,14 +173,19 @@ def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no pair_counts.npz here; run `xbench-score` with --out first.")
     with np.load(path, allow_pickle=False) as z:
-        names = [str(n) for n in z["datasets"]]
-        out = {}
-        for name in names:
-            kw = {f: z[f"{name}.{f}"] for f in _FIELDS}
-            kw["classes"] = tuple(str(c) for c in kw["classes"])
-            kw["grid"] = tuple(int(x) for x in kw["grid"])
-            prefix = f"{name}.extra."
-            # dataset keys never contain ".", so the prefix names this dataset's extra columns only
-            kw["extra"] = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
-            out[name] = DatasetCounts(name=name, **kw)
-    return out
+        return {name: _get(z, name, name) for name in (str(n) for n in z["datasets"])}
+
+
+def load_phrase_counts(path: str | os.PathLike) -> dict[str, PhraseCounts]:
+    """The phrase counts of a ``pair_counts.npz`` ({dataset: PhraseCounts}); {} for a file without phrase
+    rows (one written before they were saved, or of a ground truth without any)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no pair_counts.npz here; run `xbench-score` with --out first.")
+    with np.load(path, allow_pickle=False) as z:
+        if "phrase_datasets" not in z.files:
+            return {}
+        return {name: PhraseCounts(counts=_get(z, f"{name}.phrases", name),
+                                   image=np.asarray(z[f"{name}.phrases.image"], np.int64),
+                                   n_images=int(z[f"{name}.phrases.n_images"]))
+                for name in (str(n) for n in z["phrase_datasets"])}

@@ -6,7 +6,11 @@ ground truth in which the "cases" are the phrase rows, the classes are the categ
 one region (its ``query_mask``), and a view of the submission whose single map column is
 ``query_saliency``. Pointing game, Dice and IoU at the fixed and at the searched threshold (searched
 per category, as per class) come from those counts. The contrast-to-noise ratio comes from a small
-kernel of its own over the same resized maps (:func:`cnr_of_pairs`).
+kernel of its own over the same resized maps (:func:`cnr_of_pairs`), stored as the counts' per-row
+column ``registry.CNR_COLUMN``. Every metric is an entry of the metric registry with the phrase scope
+(:mod:`xbench.score.registry`): this module only runs the per-row pass, then takes each registered
+metric's point estimate (the class code's, per category) and its bootstrap form (a weighted mean per
+resample) from its definition.
 
 CNR (contract §Phrase grounding). On the raw map resized to the region grid (M, float64, the
 contract's step 1), with R the phrase's region and O the other grid cells:
@@ -28,24 +32,18 @@ again in each resample, per category.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 
-from .counts import DatasetCounts
-from .grounding import FIXED_THRESHOLD_INDEX, best_threshold, class_mean_curves, dice_from_counts, iou_from_counts
+from . import registry as R
+from .counts import DatasetCounts, PhraseCounts
 from .kernels import THRESHOLDS, _resize_into, numba, resize_plan
 
-__all__ = ["PHRASE_KEYS", "PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_metrics", "score_phrases"]
-
-#: per-category and summary keys of metrics.json "phrases"
-PHRASE_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best", "cnr", "cnr_signed")
-#: keys of the pooled mean over every phrase (no searched threshold: that is chosen per category)
-POOLED_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "cnr", "cnr_signed")
-#: the phrase table's metric columns, (key, header), in the order of leaderboard.md and index.html
-PHRASE_COLUMNS = (("cnr", "CNR"), ("cnr_signed", "CNR (signed)"), ("pointing_game", "pointing game"),
-                  ("iou_fixed", "IoU@0.5"), ("iou_best", "IoU best"), ("dice_fixed", "Dice@0.5"), ("dice_best", "Dice best"))
+__all__ = ["PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_points", "phrase_replicates", "phrase_metrics",
+           "score_phrases", "phrase_columns", "paired_phrase_rows", "phrase_ground_truth_problems", "PHRASE_SCOPE", "ALL_PHRASES"]
 
 
 # ---------------------------------------------------------------------------------------------- CNR
@@ -124,25 +122,6 @@ def cnr_of_pairs(maps, masks, local=None) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------- counting
-@dataclass(frozen=True)
-class PhraseCounts:
-    """Counts of the phrase rows of one dataset.
-
-    ``counts``: a :class:`DatasetCounts` whose "cases" are the phrase rows (``case_id`` = query ids) and
-    whose classes are the categories; its pair arrays run by category, then phrase row. ``image`` (P,):
-    the dataset case row (image) of each pair, ``cnr`` (P,): its signed CNR, both in pair order.
-    """
-
-    counts: DatasetCounts
-    image: np.ndarray
-    cnr: np.ndarray
-    n_images: int
-
-    @property
-    def name(self) -> str:
-        return self.counts.name
-
-
 def _views(sub_ds, gt_ds):
     """The ground truth and submission seen as a dataset of phrase rows (see the module doc)."""
     q = gt_ds.queries
@@ -190,102 +169,167 @@ def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: 
 
             raise InvalidStoreError(problems)
         region_problems.extend(problems)
+    dc = replace(dc, extra={**dc.extra, R.CNR_COLUMN: cnr_rows[dc.pair_case]})
     return PhraseCounts(counts=dc, image=np.asarray(gt_ds.queries.case, np.int64)[dc.pair_case],
-                        cnr=cnr_rows[dc.pair_case], n_images=int(np.asarray(gt_ds.case_id).shape[0]))
+                        n_images=int(np.asarray(gt_ds.case_id).shape[0]))
 
 
 # -------------------------------------------------------------------------------------------- metrics
-def _pair_values(pc: PhraseCounts, idx: np.ndarray, kd: int | None = None, ki: int | None = None) -> dict:
-    """Per-pair values (P_idx,) of the pooled keys, float64 (NaN where undefined)."""
-    dc = pc.counts
-    r = dc.region_pixels[idx]
-    k = FIXED_THRESHOLD_INDEX
-    out = {"pointing_game": dc.hit[idx].astype(np.float64),
-           "dice_fixed": dice_from_counts(dc.b[idx, k:k + 1], dc.br[idx, k:k + 1], r)[:, 0],
-           "iou_fixed": iou_from_counts(dc.b[idx, k:k + 1], dc.br[idx, k:k + 1], r)[:, 0],
-           "cnr": np.abs(pc.cnr[idx]), "cnr_signed": pc.cnr[idx]}
-    return out
-
-
 def _mean(v: np.ndarray) -> float | None:
     v = v[~np.isnan(v)]
     return float(v.mean()) if v.size else None
 
 
 def _category_point(pc: PhraseCounts, c: int) -> dict:
+    """A category's metrics.json entry: its counts, every phrase metric of the registry (the class code's
+    point estimates, :func:`xbench.score.scoring.class_grounding_point`), the chosen thresholds after the
+    curve metrics, and the phrases whose CNR is undefined."""
+    from .scoring import class_grounding_point
+
     dc = pc.counts
     idx = dc.class_pairs(c)
+    keys = R.phrase_keys()
     entry: dict = {"n_phrases": int(idx.size), "n_images": int(np.unique(pc.image[idx]).size)}
+    taus = dict.fromkeys(t.tau_key for t in (m.threshold for m in R.metrics("grounding", scope="phrase"))
+                         if isinstance(t, R.Best))
     if not idx.size:
-        entry.update({k: None for k in PHRASE_KEYS})
-        entry.update({"tau_dice": None, "tau_iou": None, "n_cnr_undefined": 0})
+        entry.update({k: None for k in keys})
+        entry.update({k: None for k in taus})
+        entry["n_cnr_undefined"] = 0
         return entry
-    dmeans, imeans = class_mean_curves(dc.b, dc.br, dc.region_pixels, rows=idx)
-    kd, ki = best_threshold(dmeans), best_threshold(imeans)
-    vals = _pair_values(pc, idx)
-    entry.update({
-        "pointing_game": float(vals["pointing_game"].mean()),
-        "dice_fixed": float(dmeans[FIXED_THRESHOLD_INDEX]), "iou_fixed": float(imeans[FIXED_THRESHOLD_INDEX]),
-        "dice_best": float(dmeans[kd]), "iou_best": float(imeans[ki]),
-        "tau_dice": float(THRESHOLDS[kd]), "tau_iou": float(THRESHOLDS[ki]),
-        "cnr": _mean(vals["cnr"]), "cnr_signed": _mean(vals["cnr_signed"]),
-        "n_cnr_undefined": int(np.isnan(vals["cnr"]).sum()),
-    })
+    values, chosen, _ = class_grounding_point(dc, idx, scope="phrase")
+    last_curve = max((i for i, m in enumerate(R.metrics(scope="phrase")) if m.curve), default=-1)
+    for i, k in enumerate(keys):  # the chosen thresholds follow the curve metrics, as in a class entry
+        entry[k] = values[k]
+        if i == last_curve:
+            entry.update({t: float(THRESHOLDS[chosen[t]]) for t in taus})
+    if last_curve < 0:
+        entry.update({t: float(THRESHOLDS[chosen[t]]) for t in taus})
+    entry["n_cnr_undefined"] = int(np.isnan(pc.cnr[idx]).sum())
     return entry
 
 
-def _weighted(w: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Row-weighted means of ``v`` (P,) or (P, T) under weights ``w`` (B, P), NaN values left out; NaN
-    where a row has no weight on a defined value."""
-    defined = ~np.isnan(v) if v.ndim == 1 else np.ones(v.shape[0], bool)
-    wd = w * defined
+def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
+    """Weighted means of ``v`` (P,) or (P, T) over the rows ``sel`` (all when None) under weights ``w``
+    (B, P); NaN where a resample put no weight on a selected row."""
+    wd = w * (np.ones(v.shape[0], bool) if sel is None else sel)
     tot = wd.sum(axis=1)
-    num = wd @ np.where(np.isnan(v), 0.0, v) if v.ndim == 1 else wd @ v
     with np.errstate(invalid="ignore", divide="ignore"):
-        return num / (tot if v.ndim == 1 else tot[:, None])
+        return (wd @ v) / (tot if v.ndim == 1 else tot[:, None])
 
 
-def _replicates(pc: PhraseCounts, n_resamples: int, rng: np.random.Generator, chunk: int = 250) -> dict:
-    """Bootstrap replicates, (B,) float64 each: per category (PHRASE_KEYS), summary, pooled.
+class _Scope:
+    """The registry's phrase metrics on some pair rows ``idx`` (a category, or every phrase): per-row values
+    read once, then the weighted means of each block of resamples (:meth:`replicates`).
 
-    Each resample draws the dataset's images with replacement; a phrase enters with the multiplicity of
-    its image. Best thresholds are chosen again per category in each resample.
+    Form of each metric on a resample with weights w over the rows: the w-weighted mean of its per-row
+    values over the rows its ``pairs`` selects; a curve metric's mean curve at its threshold: a fixed index,
+    the first maximum of each resample's curve (:class:`~xbench.score.registry.Best`), or per row the value at
+    the index another metric chose in the same resample (:class:`~xbench.score.registry.ChosenBy`). A fixed
+    threshold reads the whole mean curve when a searched metric of the scope computes it anyway, else its
+    own column only."""
+
+    def __init__(self, dc: DatasetCounts, idx: np.ndarray, ms: list):
+        self.idx, self.ms = idx, ms
+        view = R.PairView(dc, idx)
+        full = {(m.values, m.pairs) for m in ms if R.searched(m)}
+        self.sel = {m.pairs: None if m.pairs is None else np.asarray(m.pairs(view), bool) for m in ms}
+        self.vals: dict = {}
+        for m in ms:
+            src = (m.values, m.pairs)
+            if not m.curve:
+                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
+            elif src in full or isinstance(m.threshold, R.ChosenBy):
+                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
+            else:
+                k = int(m.threshold)
+                self.vals.setdefault((m.values, m.pairs, k), np.asarray(m.values(view.columns(slice(k, k + 1))),
+                                                                        np.float64)[:, 0])
+
+    def replicates(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """(B,) replicates of every metric of the scope for row weights ``w`` (B, P_all)."""
+        w = w[:, self.idx]
+        means: dict = {}
+        out: dict[str, np.ndarray] = {}
+        ks: dict[str, np.ndarray] = {}
+        for m in self.ms:
+            src, sel = (m.values, m.pairs), self.sel[m.pairs]
+            if not m.curve:
+                out[m.key] = _weighted(w, self.vals[src], sel)
+            elif isinstance(m.threshold, R.ChosenBy):
+                k = ks[m.threshold.key]  # the value of each row at the tau its resample chose
+                at = np.take(self.vals[src], k, axis=1).T  # (B, P)
+                wd = w * (np.ones(w.shape[1], bool) if sel is None else sel)
+                tot = wd.sum(axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[m.key] = (wd * at).sum(axis=1) / tot
+            elif src in self.vals:
+                if src not in means:
+                    means[src] = _weighted(w, self.vals[src], sel)
+                if isinstance(m.threshold, R.Best):
+                    k = np.argmax(np.nan_to_num(means[src], nan=-np.inf), axis=1)  # first maximum
+                    ks[m.key] = k
+                    out[m.key] = means[src][np.arange(k.size), k]  # NaN where the category was not drawn
+                else:
+                    out[m.key] = means[src][:, int(m.threshold)]
+            else:
+                out[m.key] = _weighted(w, self.vals[(m.values, m.pairs, int(m.threshold))], sel)
+        return out
+
+
+def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int = 250) -> dict:
+    """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
+    {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
+
+    Each resample draws the dataset's images with replacement from ``numpy.random.default_rng(seed)``; a
+    phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
+    resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
     """
+    rng = np.random.default_rng(seed)
     dc = pc.counts
     n = pc.n_images
+    ms = R.metrics("grounding", scope="phrase")
+    pooled_ms = [m for m in ms if not R.searched(m)]
     cats = [c for c in range(len(dc.classes)) if dc.class_pairs(c).size]
-    per_cat = {dc.classes[c]: {k: [] for k in PHRASE_KEYS} for c in cats}
-    pooled = {k: [] for k in POOLED_KEYS}
-    all_idx = np.arange(dc.pair_case.size)
-    all_vals = _pair_values(pc, all_idx)
-    curves = {}
-    for c in cats:
-        idx = dc.class_pairs(c)
-        r = dc.region_pixels[idx]
-        curves[c] = (idx, dice_from_counts(dc.b[idx], dc.br[idx], r), iou_from_counts(dc.b[idx], dc.br[idx], r))
+    scopes = {dc.classes[c]: _Scope(dc, dc.class_pairs(c), ms) for c in cats}
+    everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
+    per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
+    pooled: dict = {m.key: [] for m in pooled_ms}
     for b0 in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - b0)
         draws = rng.multinomial(n, np.full(n, 1.0 / n), size=b).astype(np.float64)  # (b, N) image counts
         w_all = draws[:, pc.image]
-        for k in POOLED_KEYS:
-            pooled[k].append(_weighted(w_all, all_vals[k]))
-        for c in cats:
-            idx, dice, iou = curves[c]
-            w = w_all[:, idx]
-            dm, im = _weighted(w, dice), _weighted(w, iou)
-            stats = per_cat[dc.classes[c]]
-            for k in ("pointing_game", "cnr", "cnr_signed"):
-                stats[k].append(_weighted(w, all_vals[k][idx]))
-            stats["dice_fixed"].append(dm[:, FIXED_THRESHOLD_INDEX])
-            stats["iou_fixed"].append(im[:, FIXED_THRESHOLD_INDEX])
-            stats["dice_best"].append(dm.max(axis=1))  # NaN rows (category not drawn) stay NaN
-            stats["iou_best"].append(im.max(axis=1))
-    per_cat = {c: {k: np.concatenate(v) for k, v in s.items()} for c, s in per_cat.items()}
+        for k, v in everything.replicates(w_all).items():
+            pooled[k].append(v)
+        for name, sc in scopes.items():
+            for k, v in sc.replicates(w_all).items():
+                per_cat[name][k].append(v)
+    empty = np.zeros(0)
+    per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
     with warnings.catch_warnings():  # a resample may draw no phrase of any category: all-NaN is NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        summary = {k: np.nanmean(np.stack([per_cat[c][k] for c in per_cat]), axis=0) if per_cat
-                   else np.full(n_resamples, np.nan) for k in PHRASE_KEYS}
-    return {"categories": per_cat, "summary": summary, "pooled": {k: np.concatenate(v) for k, v in pooled.items()}}
+        summary = {m.key: np.nanmean(np.stack([per_cat[c][m.key] for c in per_cat]), axis=0) if per_cat
+                   else np.full(n_resamples, np.nan) for m in ms}
+    return {"categories": per_cat, "summary": summary,
+            "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
+
+
+def phrase_points(pc: PhraseCounts) -> dict:
+    """Point estimates: {"categories": {category: entry}, "summary": {key: value}, "pooled": {key: value}}
+    (values float or None), as metrics.json reports them."""
+    from .scoring import class_grounding_point
+
+    dc = pc.counts
+    categories = {name: _category_point(pc, c) for c, name in enumerate(dc.classes)}
+    defined = [e for e in categories.values() if e["n_phrases"]]
+    summary = {k: _mean(np.array([np.nan if e[k] is None else e[k] for e in defined], dtype=np.float64))
+               for k in R.phrase_keys()}
+    pooled_keys = R.pooled_keys()
+    pooled = dict.fromkeys(pooled_keys)
+    if dc.pair_case.size:
+        values, _, _ = class_grounding_point(dc, np.arange(dc.pair_case.size), scope="phrase")
+        pooled = {k: values[k] for k in pooled_keys}
+    return {"categories": categories, "summary": summary, "pooled": pooled}
 
 
 def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
@@ -294,17 +338,13 @@ def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, le
     from .bootstrap import percentile_interval
 
     dc = pc.counts
-    categories = {name: _category_point(pc, c) for c, name in enumerate(dc.classes)}
-    defined = [e for e in categories.values() if e["n_phrases"]]
-    summary = {k: _mean(np.array([np.nan if e[k] is None else e[k] for e in defined], dtype=np.float64))
-               for k in PHRASE_KEYS}
-    vals = _pair_values(pc, np.arange(dc.pair_case.size))
-    pooled = {k: _mean(vals[k]) for k in POOLED_KEYS}
+    points = phrase_points(pc)
+    categories = points["categories"]
     entry = {"n_phrases": int(dc.pair_case.size), "n_images": int(np.unique(pc.image).size),
-             "n_cnr_undefined": int(np.isnan(pc.cnr).sum()), "summary": summary, "all_phrases": pooled,
-             "categories": categories}
+             "n_cnr_undefined": int(np.isnan(pc.cnr).sum()), "summary": points["summary"],
+             "all_phrases": points["pooled"], "categories": categories}
     if bootstrap > 0 and dc.pair_case.size:
-        reps = _replicates(pc, bootstrap, np.random.default_rng(seed))
+        reps = phrase_replicates(pc, bootstrap, seed)
         for name, stats in reps["categories"].items():
             categories[name]["ci95"] = {k: percentile_interval(v, level) for k, v in stats.items()}
         entry["ci95"] = {k: percentile_interval(v, level) for k, v in reps["summary"].items()}
@@ -329,7 +369,7 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
         if reason is not None or sub_ds.query_id is None:
             section[name] = {"n_phrases": len(gt_ds.queries), "unsupported": True,
                              "reason": str(reason or "the submission has no phrase rows"),
-                             "summary": {k: None for k in PHRASE_KEYS}}
+                             "summary": {k: None for k in R.phrase_keys()}}
             continue
         pc = counts[name] = phrase_counts(sub_ds, gt_ds, region_problems=region_problems,
                                           where=f"{where}/{name}" if where else name, timings=timings)
@@ -337,9 +377,81 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
     if section:
         section = {"overall": {k: _mean(np.array([np.nan if d["summary"][k] is None else d["summary"][k]
                                                   for d in section.values()], dtype=np.float64))
-                               for k in PHRASE_KEYS},
+                               for k in R.phrase_keys()},
                    "datasets": section}
     return section, counts
+
+
+# ----------------------------------------------------------------------------------- paired comparisons
+#: ``dataset`` of a paired-comparison row of the phrase metrics: "phrases" (the mean over datasets, as
+#: metrics.json "phrases.overall") or "phrases/<dataset>" (dataset keys never contain "/")
+PHRASE_SCOPE = "phrases"
+#: ``class`` of a paired-comparison row of the mean over every phrase of a dataset ("all_phrases")
+ALL_PHRASES = "all phrases"
+
+
+def phrase_ground_truth_problems(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts]) -> list[str]:
+    """One message per dataset both hold whose phrase rows were scored against different ground truth."""
+    return [f"{name}: the two submissions' phrase rows were scored against different ground truth (phrases, "
+            "categories, images or regions differ); a paired bootstrap needs the same."
+            for name in sorted(set(a) & set(b)) if not a[name].same_ground_truth(b[name])]
+
+
+def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
+    """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
+    key = (name, pc.name, "phrases", n_resamples, seed)
+    if cache is not None and name is not None and key in cache:
+        return cache[key]
+    found = (phrase_replicates(pc, n_resamples, seed), phrase_points(pc))
+    if cache is not None and name is not None:
+        cache[key] = found
+    return found
+
+
+def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
+                       seed: int, level: float = 0.95, per_category: bool = True, cache: dict | None = None,
+                       names: tuple[str, str] | None = None) -> list[dict]:
+    """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
+    :data:`xbench.score.bootstrap.PAIRED_COLUMNS`.
+
+    Both submissions get the resamples of their own metrics.json phrase intervals (:func:`phrase_replicates`:
+    images drawn with replacement from ``default_rng(seed)`` per dataset, every phrase of a drawn image with
+    it), so each resample compares the two on the same images. Point values are the metrics.json values
+    (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
+    dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
+    :data:`ALL_PHRASES`) and, with ``per_category``, each category.
+    """
+    from .bootstrap import _difference
+
+    problems = phrase_ground_truth_problems(a, b)
+    if problems:
+        raise ValueError("\n".join(problems))
+    shared = sorted(set(a) & set(b))
+    name_a, name_b = names if names is not None else (None, None)
+    got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))
+           for d in shared}
+    keys = R.phrase_keys()
+    rows: list[dict] = []
+    if shared:
+        with warnings.catch_warnings():  # all-NaN columns are expected (undefined in some resamples)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            over = [{k: np.nanmean(np.stack([got[d][i][0]["summary"][k] for d in shared]), axis=0) for k in keys}
+                    for i in (0, 1)]
+        pts = [{k: _mean(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
+                                   for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
+        rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
+    for d in shared:
+        (ra, pa), (rb, pb) = got[d]
+        scope = f"{PHRASE_SCOPE}/{d}"
+        rows += [_difference(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
+                             level) for k in keys]
+        rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
+                             rb["pooled"][k], level) for k in ra["pooled"]]
+        if per_category:
+            rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
+                                 rb["categories"][c][k], level)
+                     for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
+    return rows
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -355,28 +467,40 @@ def phrase_rows(results) -> list[dict]:
             scopes += [(c, e, e.get("n_phrases")) for c, e in sorted((entry.get("categories") or {}).items())]
             for scope, vals, n in scopes:
                 rows.append({"model": r.name, "dataset": d, "category": scope, "n_phrases": n,
-                             **{k: vals.get(k) for k in PHRASE_KEYS},
+                             **{k: vals.get(k) for k in R.phrase_keys()},
                              "ci95": dict((entry if scope == "all categories" else vals).get("ci95") or {}),
                              "note": entry.get("reason", "") if entry.get("unsupported") else ""})
     return rows
 
 
+def _table_metrics() -> list:
+    """The phrase metrics as the table shows them: the ratios (CNR) first, then the shares, registry order."""
+    ms = R.metrics(scope="phrase")
+    return [m for m in ms if m.fmt == "number"] + [m for m in ms if m.fmt != "number"]
+
+
+def phrase_columns() -> list[tuple[str, str]]:
+    """(metrics.json key, column title) of the phrase table, in the order of leaderboard.md and index.html."""
+    return [(m.key, m.short) for m in _table_metrics()]
+
+
 def phrase_markdown(rows: list[dict]) -> str:
-    """The phrase-grounding table of the leaderboard (Markdown; fractions as %, CNR as a ratio)."""
+    """The phrase-grounding table of the leaderboard (Markdown; fractions as %, ratios such as CNR as is)."""
     from .tables import md_cell
 
-    def cell(k, v):
+    ms = _table_metrics()
+
+    def cell(m, v):
         if v is None:
             return "n/a"
-        return f"{v:.2f}" if k.startswith("cnr") else f"{100 * v:.1f}"
+        return f"{v:.2f}" if m.fmt == "number" else f"{100 * v:.1f}"
 
-    head = ["model", "dataset", "category", "phrases"] + [t for _, t in PHRASE_COLUMNS]
-    keys = [k for k, _ in PHRASE_COLUMNS]
+    head = ["model", "dataset", "category", "phrases"] + [m.short for m in ms]
     out = ["## Phrase grounding (per category; CNR = |mu_in - mu_out| / sqrt(var_in + var_out))", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         out.append("| " + " | ".join([md_cell(row["model"]), md_cell(row["dataset"]), md_cell(row["category"]),
-                                      str(row["n_phrases"])] + [cell(k, row[k]) for k in keys]) + " |")
+                                      str(row["n_phrases"])] + [cell(m, row.get(m.key)) for m in ms]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -385,7 +509,7 @@ def phrase_csv(rows: list[dict]) -> str:
     import io
 
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "category", "n_phrases", *PHRASE_KEYS, "note"],
+    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "category", "n_phrases", *R.phrase_keys(), "note"],
                        extrasaction="ignore")  # the intervals are the report's (index.html), not this file's
     w.writeheader()
     for row in rows:

@@ -26,6 +26,16 @@ Three kinds:
 
 The built-in metrics are the contract's (``pointing_game`` ... ``hamming_accuracy``, schema minor 0) and
 grounding by lesion size (schema minor 1, see :data:`LESION_SIZES`).
+
+Scopes. A metric says which rows it is computed on (``scopes``): ``"class"`` (the positive pairs of a
+finding class: metrics.json "datasets") or ``"phrase"`` (the phrase rows of a category: metrics.json
+"phrases", :mod:`xbench.score.phrases`, whose counts are a DatasetCounts with the categories as classes).
+:func:`metrics` and every helper built on it return the class scope unless asked, so class-level code
+never meets a phrase-only metric (CNR) and the phrase pass only the metrics the contract defines on
+phrases. Pointing game, Dice and IoU are defined once and carry both scopes. On phrase rows a
+metric's point estimate is the mean over the rows its ``pairs`` selects (per category; the "all
+phrases" mean only for metrics without a searched threshold, :func:`pooled_keys`) and its bootstrap form
+the weighted mean with image-resampling weights.
 """
 
 from __future__ import annotations
@@ -61,6 +71,11 @@ __all__ = [
     "pair_columns",
     "table_metrics",
     "lesion_size",
+    "SCOPES",
+    "phrase_keys",
+    "pooled_keys",
+    "searched",
+    "CNR_COLUMN",
 ]
 
 
@@ -147,6 +162,9 @@ class RecognitionSums:
 
 
 Kind = Literal["grounding", "recognition", "dataset"]
+Scope = Literal["class", "phrase"]
+#: the row sets a metric can be computed on (see the module docstring)
+SCOPES: tuple[str, ...] = ("class", "phrase")
 
 
 @dataclass(frozen=True)
@@ -160,7 +178,8 @@ class Metric:
     ``short``); stratum/base: for a metric restricted to one lesion-size
     stratum, the stratum name and the unrestricted metric's key (tables group them); warn: warn when the
     class has no positive pair (strata stay quiet: most classes lack some size); minor: the metrics.json
-    schema minor version that added it.
+    schema minor version that added it (in its scope's section); scopes: the row sets it is computed on,
+    ``"class"`` and/or ``"phrase"`` (module docstring).
     """
 
     key: str
@@ -181,9 +200,15 @@ class Metric:
     base: str | None = None
     warn: bool = True
     minor: int = 0
+    scopes: tuple[str, ...] = ("class",)
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
+        if not self.scopes or any(s not in SCOPES for s in self.scopes):
+            raise ValueError(f"{self.key}: scopes must be a non-empty subset of {SCOPES}; got {self.scopes!r}.")
+        if "phrase" in self.scopes and self.kind != "grounding":
+            raise ValueError(f"{self.key}: phrase rows have no recognition labels; only grounding metrics take "
+                             "the phrase scope.")
         if self.kind == "grounding" and self.curve and self.threshold is None:
             raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
         if self.kind == "grounding" and not self.curve and self.threshold is not None:
@@ -203,6 +228,8 @@ def register(m: Metric) -> Metric:
         ref = REGISTRY.get(m.threshold.key)
         if ref is None or not isinstance(ref.threshold, Best):
             raise ValueError(f"{m.key}: ChosenBy({m.threshold.key!r}) must name a registered Best metric.")
+        if not set(m.scopes) <= set(ref.scopes):  # the threshold must be chosen on the same rows
+            raise ValueError(f"{m.key}: ChosenBy({m.threshold.key!r}) must name a metric of its scopes {m.scopes}.")
     REGISTRY[m.key] = m
     return m
 
@@ -224,9 +251,27 @@ def metric(key: str) -> Metric:
     return REGISTRY[key]
 
 
-def metrics(kind: Kind | None = None) -> list[Metric]:
-    """Registered metrics of ``kind`` (all when None), in registration order."""
-    return [m for m in REGISTRY.values() if kind is None or m.kind == kind]
+def metrics(kind: Kind | None = None, scope: Scope | None = "class") -> list[Metric]:
+    """Registered metrics of ``kind`` (all kinds when None) computed on ``scope`` rows (the class scope
+    unless asked; every scope when None), in registration order."""
+    return [m for m in REGISTRY.values()
+            if (kind is None or m.kind == kind) and (scope is None or scope in m.scopes)]
+
+
+def searched(m: Metric) -> bool:
+    """True for a metric at a threshold chosen on the data (:class:`Best` or :class:`ChosenBy`)."""
+    return isinstance(m.threshold, (Best, ChosenBy))
+
+
+def phrase_keys() -> tuple[str, ...]:
+    """Keys of a phrase category, a dataset's phrase summary and the overall phrase means."""
+    return tuple(m.key for m in metrics(scope="phrase"))
+
+
+def pooled_keys() -> tuple[str, ...]:
+    """Keys of the mean over every phrase row of a dataset ("all_phrases"): the phrase metrics without a
+    searched threshold (a threshold is searched per category, as per class)."""
+    return tuple(m.key for m in metrics(scope="phrase") if not searched(m))
 
 
 def class_keys() -> tuple[str, ...]:
@@ -322,18 +367,19 @@ def _hamming(dc, w: np.ndarray, cache: dict | None = None) -> np.ndarray:
 
 
 BEST_DICE, BEST_IOU = Best("tau_dice"), Best("tau_iou")
+_BOTH = ("class", "phrase")  # the contract defines these on finding classes and on phrase rows alike
 
 for _m in (
-    Metric("pointing_game", "Pointing game", "Point", "grounding", _hit,
+    Metric("pointing_game", "Pointing game", "Point", "grounding", _hit, scopes=_BOTH,
            doc="share of positive pairs whose first maximum lies in the region"),
     Metric("dice_fixed", "Dice at tau = 0.5", "Dice@0.5", "grounding", _dice, curve=True,
-           threshold=FIXED_THRESHOLD_INDEX, pair_column=True),
+           threshold=FIXED_THRESHOLD_INDEX, pair_column=True, scopes=_BOTH),
     Metric("iou_fixed", "IoU at tau = 0.5", "IoU@0.5", "grounding", _iou, curve=True,
-           threshold=FIXED_THRESHOLD_INDEX, pair_column=True),
+           threshold=FIXED_THRESHOLD_INDEX, pair_column=True, scopes=_BOTH),
     Metric("dice_best", "Dice at the best tau", "Dice", "grounding", _dice, curve=True, threshold=BEST_DICE,
-           pair_column=True),
+           pair_column=True, scopes=_BOTH),
     Metric("iou_best", "IoU at the best tau", "IoU", "grounding", _iou, curve=True, threshold=BEST_IOU,
-           pair_column=True),
+           pair_column=True, scopes=_BOTH),
     Metric("auroc", "AUROC", "AUROC", "recognition", _auroc),
     Metric("auprc", "AUPRC (average precision)", "AUPRC", "recognition", _auprc),
     Metric("f1", "F1 of the positive class", "F1", "recognition", _f1),
@@ -433,6 +479,42 @@ for _m in (
     Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
            _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
            doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
+):
+    register(_m)
+del _m
+
+
+# ------------------------------------------------------------------------------------- phrase rows
+#: The per-row column of the phrase counts (``DatasetCounts.extra``) holding the signed CNR of each
+#: phrase row, NaN where CNR is undefined (:func:`xbench.score.phrases.cnr_of_pairs`).
+CNR_COLUMN = "cnr"
+
+
+def _cnr_defined(v: PairView) -> np.ndarray:
+    # undefined CNR (region covers the grid; zero variances with different means) is left out of means
+    col = v.extra.get(CNR_COLUMN)
+    return np.zeros(v.n_pairs, bool) if col is None else ~np.isnan(col)
+
+
+def _cnr_values(signed: bool) -> Callable[[PairView], np.ndarray]:
+    def values(v: PairView) -> np.ndarray:
+        col = v.extra.get(CNR_COLUMN)
+        if col is None:
+            return np.zeros(v.n_pairs)
+        # 0 where undefined keeps those rows out of weighted sums too (NaN x weight 0 would be NaN)
+        return np.nan_to_num(np.asarray(col, np.float64) if signed else np.abs(col), nan=0.0)
+
+    values.__name__ = "cnr_signed" if signed else "cnr"
+    return values
+
+
+for _m in (
+    Metric("cnr", "Contrast-to-noise ratio", "CNR", "grounding", _cnr_values(False), pairs=_cnr_defined,
+           fmt="number", minor=2, scopes=("phrase",),
+           doc="|mu_in - mu_out| / sqrt(var_in + var_out) of the map resized to the grid (contract §Phrase grounding)"),
+    Metric("cnr_signed", "Contrast-to-noise ratio, signed", "CNR±", "grounding", _cnr_values(True),
+           pairs=_cnr_defined, fmt="number", minor=2, scopes=("phrase",),
+           doc="(mu_in - mu_out) / sqrt(var_in + var_out): negative when the map is lower inside the region"),
 ):
     register(_m)
 del _m

@@ -73,13 +73,15 @@ class ScoreResult:
 
     ``metrics``: the ``metrics.json`` dict; ``counts``: {dataset: DatasetCounts}; ``per_pair``: each
     class's per-pair Dice/IoU at the fixed and chosen thresholds ({dataset: {class column: arrays}});
-    ``timings``: seconds per stage. :attr:`pairs` builds the pairs table from them.
+    ``timings``: seconds per stage; ``phrase_counts``: {dataset: PhraseCounts} of the datasets whose phrase
+    rows were scored (saved beside ``counts`` for paired comparisons). :attr:`pairs` builds the pairs table.
     """
 
     metrics: dict
     counts: dict[str, DatasetCounts]
     per_pair: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    phrase_counts: dict = field(default_factory=dict)
 
     @property
     def pairs(self) -> pd.DataFrame:
@@ -345,9 +347,10 @@ def _mean(v: np.ndarray) -> float | None:
     return float(np.mean(v))
 
 
-def class_grounding_point(dc: DatasetCounts, idx: np.ndarray, taus: Mapping[str, int] | None = None
-                          ) -> tuple[dict, dict, dict]:
-    """Point estimates of every registered grounding metric for the positive pairs ``idx`` of one class.
+def class_grounding_point(dc: DatasetCounts, idx: np.ndarray, taus: Mapping[str, int] | None = None, *,
+                          scope: str = "class") -> tuple[dict, dict, dict]:
+    """Point estimates of every registered grounding metric of ``scope`` for the positive pairs ``idx`` of
+    one class (or the phrase rows ``idx`` of a category, ``scope="phrase"``).
 
     Returns (values {key: float or None}, chosen {tau key: index}, per_pair {key: (P,) values, NaN for
     pairs a metric does not select} of the metrics with a pairs-table column). Metrics sharing ``values``
@@ -368,7 +371,7 @@ def class_grounding_point(dc: DatasetCounts, idx: np.ndarray, taus: Mapping[str,
     chosen: dict[str, int] = {}
     by_key: dict[str, int] = {}  # threshold index each curve metric used
     per_pair: dict = {}
-    for m in R.metrics("grounding"):
+    for m in R.metrics("grounding", scope=scope):
         sel = sel_of(m)
         if not m.curve:
             v = np.asarray(m.values(view))
@@ -788,7 +791,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     # phrase rows (free-text queries), scored apart from the classes (score/phrases.py)
     from .phrases import score_phrases
 
-    phrases, _ = score_phrases(sub, gt, names, bootstrap=bootstrap, seed=seed, where=str(gt_path),
+    phrases, phrase_counts = score_phrases(sub, gt, names, bootstrap=bootstrap, seed=seed, where=str(gt_path),
                                region_problems=region_problems, timings=timings)
     if region_problems:
         # nothing has been written yet; list every problem of the ground truth, as its validator does
@@ -811,4 +814,5 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
               "inputs": {"submission": _shown(submission_path), "gt": _shown(gt_path)}}
     if phrases:
         header["schema_minor"] = max(PHRASES_METRICS_MINOR, int(header.get("schema_minor", 0)))
-    return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings)
+    return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
+                       phrase_counts=phrase_counts)

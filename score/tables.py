@@ -486,7 +486,7 @@ def phrase_table(results) -> Table | None:
     categories first, with the columns and rows of leaderboard.md's phrase table (:func:`xbench.score.phrases.
     phrase_rows`) and their 95 % intervals; None when no result has phrase rows. No marks: rows are different
     categories, not rivals."""
-    from .phrases import PHRASE_COLUMNS, phrase_rows
+    from .phrases import phrase_columns, phrase_rows
 
     rows = phrase_rows(list(results.values()) if isinstance(results, Mapping) else results)
     if not rows:
@@ -495,12 +495,13 @@ def phrase_table(results) -> Table | None:
     caption = ("Per category, and the mean over categories (all categories); CNR = |mu_in - mu_out| / "
                "sqrt(var_in + var_out) on the map resized to the grid, a ratio; the others in percent; 95% "
                "bootstrap interval over images below." + (" Not scored: " + "; ".join(notes) + "." if notes else ""))
-    t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, k) for k, _ in PHRASE_COLUMNS],
-              caption=caption, index=("Model", "Dataset", "Category", "Phrases"), labels=dict(PHRASE_COLUMNS))
+    columns = phrase_columns()
+    t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, k) for k, _ in columns],
+              caption=caption, index=("Model", "Dataset", "Category", "Phrases"), labels=dict(columns))
     for r in rows:
         label = (r["model"], DATASET_TITLES.get(r["dataset"], r["dataset"]), r["category"],
                  "" if r["n_phrases"] is None else str(r["n_phrases"]))
-        t.rows[label] = [Cell(r[k], tuple(r["ci95"][k]) if r["ci95"].get(k) else None) for k, _ in PHRASE_COLUMNS]
+        t.rows[label] = [Cell(r[k], tuple(r["ci95"][k]) if r["ci95"].get(k) else None) for k, _ in columns]
     return t
 
 

@@ -44,6 +44,9 @@ class ModelAdapter(abc.ABC):
     #: implement :meth:`phrase_outputs`; the others are recorded as ``phrases_unsupported`` with this reason
     supports_phrases: bool = False
     phrase_reason: str = "the model's published pipeline takes no free text (fixed entity vocabulary)"
+    #: True when :meth:`phrase_outputs` also takes ``categories`` (each phrase's category, a class name): the
+    #: runner then passes them (KAD: a phrase takes its category's query slot)
+    phrase_categories: bool = False
 
     def __init__(self) -> None:
         self.classes: tuple[str, ...] = ()

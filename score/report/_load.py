@@ -19,6 +19,7 @@ __all__ = [
     "load_result",
     "load_results",
     "read_pair_counts",
+    "read_phrase_counts",
 ]
 
 
@@ -50,6 +51,8 @@ class Result:
     pairs: object = None
     counts: dict | None = None
     case_ids: dict = field(default_factory=dict)
+    #: {dataset: xbench.score.counts.PhraseCounts} from pair_counts.npz ({} when it holds no phrase rows)
+    phrase_counts: dict = field(default_factory=dict)
 
     @property
     def datasets(self) -> list[str]:
@@ -89,6 +92,16 @@ def read_pair_counts(path: Path) -> dict:
         raise ReportInputError([f"{path}: not a readable pair_counts.npz ({err})"]) from None
 
 
+def read_phrase_counts(path: Path) -> dict:
+    """The phrase counts of pair_counts.npz ({dataset: PhraseCounts}; {} in a file without phrase rows)."""
+    from xbench.score.counts import load_phrase_counts
+
+    try:
+        return load_phrase_counts(path)
+    except (KeyError, ValueError, OSError) as err:
+        raise ReportInputError([f"{path}: not a readable pair_counts.npz ({err})"]) from None
+
+
 def load_result(path: str | Path, *, name: str | None = None) -> Result:
     """Load one score output directory. Raises ReportInputError (one message per problem)."""
     path = Path(path)
@@ -114,10 +127,11 @@ def load_result(path: str | Path, *, name: str | None = None) -> Result:
         import pandas as pd
 
         pairs = pd.read_parquet(ppath)
-    counts, case_ids = None, {}
+    counts, case_ids, phrase_counts = None, {}, {}
     cpath = path / "pair_counts.npz"
     if cpath.is_file():
         counts = read_pair_counts(cpath)
+        phrase_counts = read_phrase_counts(cpath)
         case_ids = {d: np.asarray(dc.case_id, dtype=str) for d, dc in counts.items()}
     if pairs is not None:
         for d, sub in pairs.groupby("dataset", sort=False):
@@ -127,7 +141,8 @@ def load_result(path: str | Path, *, name: str | None = None) -> Result:
         name = str(attrs.get("model") or path.name)
         if attrs.get("method") in MARK_METHODS:  # converted boxes/points, not maps: the leaderboard says so
             name = f"{name} ({attrs['method']})"
-    return Result(name=name, path=path, metrics=metrics, pairs=pairs, counts=counts, case_ids=case_ids)
+    return Result(name=name, path=path, metrics=metrics, pairs=pairs, counts=counts, case_ids=case_ids,
+                  phrase_counts=phrase_counts)
 
 
 def load_results(paths) -> list[Result]:

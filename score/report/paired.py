@@ -89,7 +89,10 @@ def _pairing_problems(a: Result, b: Result) -> list[str]:
         if r.counts is None or any(d not in r.counts for d in r.datasets):
             problems.append(f"{r.path}: needs pair_counts.npz with every dataset for a paired comparison")
     if not problems:
-        problems = [f"{a.path} vs {b.path}: {p}" for p in BS.ground_truth_problems(a.counts, b.counts)]
+        from xbench.score.phrases import phrase_ground_truth_problems
+
+        problems = [f"{a.path} vs {b.path}: {p}" for p in BS.ground_truth_problems(a.counts, b.counts)
+                    + phrase_ground_truth_problems(a.phrase_counts, b.phrase_counts)]
     return problems
 
 
@@ -105,7 +108,10 @@ def _name(x) -> str | None:
 def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
     """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
-    (and class): :func:`xbench.score.bootstrap.paired_bootstrap` on the two results' pair counts.
+    (and class): :func:`xbench.score.bootstrap.paired_bootstrap` on the two results' pair counts; then the
+    phrase metrics of the datasets whose phrase rows both scored (``scope`` "phrases" for the mean over
+    datasets, "phrases/<dataset>" per dataset; ``cls`` None for the summary, "all phrases", or a category),
+    resampled by image as for their metrics.json phrase intervals.
 
     Both results must come from the same ground truth (same gt_sha256 when recorded, same datasets, cases,
     labels and regions). Point values are the engine's identity resample (equal to the metrics.json
@@ -120,11 +126,25 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     datasets = sorted(a.datasets)
     table = BS.paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
                                 n_resamples=n_boot, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
-                                per_class=per_class, cache=cache, names=(str(a.path), str(b.path)))
+                                per_class=per_class, cache=cache, names=(str(a.path), str(b.path)),
+                                phrases_a=a.phrase_counts, phrases_b=b.phrase_counts)
     # only metrics both metrics.json files report: a result scored before a metric was registered does not
     # grow comparisons of it (its metrics.json has no value to compare with)
     known = set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))
+    known_phrases = set(_phrase_overall(a)) & set(_phrase_overall(b))
     return [ComparisonRow(_name(r["dataset"]) or "overall", _name(r["class"]), r["metric"],
                           _opt(r["a"]), _opt(r["b"]), _opt(r["diff"]), _opt(r["diff_lo"]), _opt(r["diff_hi"]),
                           _opt(r["p_value"]), int(r["n_valid"]))
-            for r in table.to_dict("records") if r["metric"] in known]
+            for r in table.to_dict("records")
+            if r["metric"] in (known_phrases if _is_phrase(r["dataset"]) else known)]
+
+
+def _phrase_overall(r: Result) -> dict:
+    return (r.metrics.get("phrases") or {}).get("overall") or {}
+
+
+def _is_phrase(dataset) -> bool:
+    """A row of the phrase metrics ("phrases" or "phrases/<dataset>"; dataset keys contain no "/")."""
+    from xbench.score.phrases import PHRASE_SCOPE
+
+    return isinstance(dataset, str) and (dataset == PHRASE_SCOPE or dataset.startswith(PHRASE_SCOPE + "/"))

@@ -86,8 +86,10 @@ CATS = ["Atelectasis", "Edema", "Pneumothorax"]
 GRID = (10, 12)
 
 
-def make_phrase_stores(tmp_path, *, seed=0, n=9, map_shape=(5, 6), unsupported=None):
-    """A gt with class regions and phrase rows (several per image, some images none), and a submission."""
+def make_phrase_stores(tmp_path, *, seed=0, n=9, map_shape=(5, 6), unsupported=None, maps_seed=None):
+    """A gt with class regions and phrase rows (several per image, some images none), and a submission
+    (its maps and scores from ``maps_seed`` when given: another model on the same ground truth)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     ids = [f"img-{i:02d}" for i in range(n)]
     labels = np.full((n, len(CATS)), -1, np.int8)
@@ -117,6 +119,8 @@ def make_phrase_stores(tmp_path, *, seed=0, n=9, map_shape=(5, 6), unsupported=N
                        region_mask=np.stack([masks[k] for k in keys]), orig_size=np.full((n, 2), 100), grid=GRID,
                        queries=q, query_mask=qmask)
     Q = len(q)
+    if maps_seed is not None:
+        rng = np.random.default_rng(maps_seed)
     qmaps = rng.standard_normal((Q, *map_shape)).astype(np.float32)
     qmaps[1] = 1.5  # constant map
     qscores = rng.standard_normal(Q).astype(np.float32)
@@ -251,3 +255,147 @@ def test_phrase_row_problems_are_reported(tmp_path):
     root = zarr.open_group(str(gt), mode="r+")
     root.attrs["xbench"] = {k: v for k, v in root.attrs["xbench"].items() if k != "schema_minor"}
     assert any("schema_minor" in str(p) for p in validate_ground_truth(gt))
+
+
+# ------------------------------------------------------------------ phrase metrics through the registry
+def _explicit_resamples(rows, n, B, seed):
+    """The image resamples of the phrase bootstrap written out: each resample's phrase rows, an image's
+    phrases repeated as often as it was drawn."""
+    draws = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=B)
+    return [[r for i in range(n) for _ in range(d[i]) for r in rows if r["image"] == i] for d in draws]
+
+
+def test_a_new_phrase_metric_is_one_registered_definition(tmp_path):
+    from xbench.score import registry as R
+    from xbench.score.phrases import phrase_markdown, phrase_rows
+
+    def positive(v):  # share of phrases whose map is brighter inside the region than outside
+        return v.extra[R.CNR_COLUMN] > 0
+
+    def defined(v):
+        return ~np.isnan(v.extra[R.CNR_COLUMN])
+
+    gt, sub, q, qmask, qmaps = make_phrase_stores(tmp_path, seed=5)
+    rows = reference_phrases(q, qmask, qmaps)
+    B, seed = 40, 3
+    new = R.Metric("cnr_positive", "Share of phrases with positive contrast", "CNR>0", "grounding", positive,
+                   pairs=defined, scopes=("phrase",), minor=2)
+    with R.registered(new):
+        assert "cnr_positive" in R.phrase_keys() and "cnr_positive" in R.pooled_keys()
+        assert "cnr_positive" not in R.class_keys() + R.summary_keys()  # class paths never see it
+        m = score_submission(sub, gt, bootstrap=B, seed=seed).metrics
+        text = phrase_markdown(phrase_rows([type("R", (), {"name": "m", "metrics": m})]))
+    assert "cnr_positive" not in R.REGISTRY
+    ph = m["phrases"]["datasets"]["ms_cxr"]
+
+    def share(rs):
+        vals = [r["cnr"] > 0 for r in rs if not np.isnan(r["cnr"])]
+        return np.mean(vals) if vals else np.nan
+
+    for cat in CATS:
+        rs = [r for r in rows if r["cat"] == cat]
+        assert ph["categories"][cat]["cnr_positive"] == pytest.approx(share(rs), rel=1e-12)
+    assert ph["all_phrases"]["cnr_positive"] == pytest.approx(share(rows), rel=1e-12)
+    assert m["phrases"]["overall"]["cnr_positive"] == ph["summary"]["cnr_positive"]
+    # its interval: the same image resamples, recomputed phrase by phrase
+    samples = _explicit_resamples(rows, 9, B, seed)
+    for cat in CATS:
+        reps = np.array([share([r for r in s if r["cat"] == cat]) for s in samples])
+        want = np.percentile(reps[~np.isnan(reps)], [2.5, 97.5])
+        assert ph["categories"][cat]["ci95"]["cnr_positive"] == pytest.approx(list(want), rel=1e-9)
+    reps = np.array([share(s) for s in samples])
+    assert ph["all_phrases"]["ci95"]["cnr_positive"] == pytest.approx(list(np.percentile(reps, [2.5, 97.5])), rel=1e-9)
+    assert "CNR>0" in text
+    # ... and nothing of it reaches the class-level sections
+    assert all("cnr_positive" not in e for e in m["datasets"]["ms_cxr"]["classes"].values())
+
+
+def test_phrase_scope_keeps_class_and_phrase_metrics_apart():
+    from xbench.score import registry as R
+
+    assert R.phrase_keys() == ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best", "cnr", "cnr_signed")
+    assert R.pooled_keys() == ("pointing_game", "dice_fixed", "iou_fixed", "cnr", "cnr_signed")
+    for k in ("cnr", "cnr_signed"):
+        assert k not in R.class_keys() and k not in R.summary_keys() and k not in R.pair_columns()
+        assert R.metric(k).fmt == "number" and R.metric(k).minor == 2
+    # one definition for both scopes: the phrase pointing game is the class one
+    assert R.metric("pointing_game").scopes == ("class", "phrase")
+    assert max(m.minor for m in R.metrics()) < 2  # class metrics.json stays at its minor
+    assert {m.key for m in R.metrics(scope=None)} == set(R.REGISTRY)
+    with pytest.raises(ValueError, match="only grounding"):
+        R.Metric("x", "x", "x", "recognition", lambda s: s.tp, scopes=("phrase",))
+    with pytest.raises(ValueError, match="scopes"):
+        R.Metric("x", "x", "x", "grounding", lambda v: v.hit, scopes=("case",))
+    only_class = R.Metric("d_class", "d", "d", "grounding", R.metric("dice_best").values, curve=True,
+                          threshold=R.Best("tau_x"))
+    with R.registered(only_class):
+        with pytest.raises(ValueError, match="scopes"):
+            R.register(R.Metric("d_phrase", "d", "d", "grounding", R.metric("dice_best").values, curve=True,
+                                threshold=R.ChosenBy("d_class"), scopes=("phrase",)))
+
+
+def test_pair_counts_keep_phrase_rows_and_old_files_load(tmp_path):
+    from xbench.score.counts import load_pair_counts, load_phrase_counts, save_pair_counts
+
+    gt, sub, q, *_ = make_phrase_stores(tmp_path)
+    res = score_submission(sub, gt, bootstrap=0)
+    pc = res.phrase_counts["ms_cxr"]
+    save_pair_counts(tmp_path / "pc.npz", res.counts, res.phrase_counts)
+    back = load_phrase_counts(tmp_path / "pc.npz")["ms_cxr"]
+    assert back.same_ground_truth(pc) and back.n_images == 9
+    assert np.array_equal(back.cnr, pc.cnr, equal_nan=True) and np.array_equal(back.counts.b, pc.counts.b)
+    assert np.array_equal(back.image, np.asarray(q.case)[pc.counts.pair_case])
+    assert set(load_pair_counts(tmp_path / "pc.npz")) == {"ms_cxr"}  # the class counts read as before
+    save_pair_counts(tmp_path / "old.npz", res.counts)  # the layout of files written before phrase rows
+    assert load_phrase_counts(tmp_path / "old.npz") == {}
+    with np.load(tmp_path / "old.npz") as z:
+        assert not any("phrase" in k for k in z.files)
+
+
+def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
+    from xbench.score import bootstrap as BS
+    from xbench.score.outputs import write_outputs
+    from xbench.score.report import load_result
+    from xbench.score.report.paired import compare_results
+
+    gt, sub_a, q, qmask, maps_a = make_phrase_stores(tmp_path / "a", seed=2)
+    _, sub_b, _, _, maps_b = make_phrase_stores(tmp_path / "b", seed=2, maps_seed=11)
+    B, seed = 50, 4
+    ra, rb = (score_submission(s, gt, bootstrap=B, seed=seed) for s in (sub_a, sub_b))
+    table = BS.paired_bootstrap(ra.counts, rb.counts, n_resamples=B, seed=seed,
+                                phrases_a=ra.phrase_counts, phrases_b=rb.phrase_counts)
+    ph = table[table["dataset"].astype(str).str.startswith("phrases")]
+    rows_a, rows_b = reference_phrases(q, qmask, maps_a), reference_phrases(q, qmask, maps_b)
+    sa, sb = _explicit_resamples(rows_a, 9, B, seed), _explicit_resamples(rows_b, 9, B, seed)
+    checked = 0
+    for cat in CATS:
+        va = [category_values(x).get(cat, {}) for x in sa]
+        vb = [category_values(x).get(cat, {}) for x in sb]
+        for k in ("pointing_game", "dice_best", "iou_fixed", "cnr", "cnr_signed"):
+            d = np.array([np.nan if a.get(k) is None or b.get(k) is None else a[k] - b[k] for a, b in zip(va, vb)])
+            d = d[~np.isnan(d)]
+            row = ph[(ph["dataset"] == "phrases/ms_cxr") & (ph["class"] == cat) & (ph["metric"] == k)].iloc[0]
+            assert [row["diff_lo"], row["diff_hi"]] == pytest.approx(list(np.percentile(d, [2.5, 97.5])), rel=1e-9, abs=1e-12)
+            assert row["n_valid"] == d.size
+            cat_a = ra.metrics["phrases"]["datasets"]["ms_cxr"]["categories"][cat]
+            cat_b = rb.metrics["phrases"]["datasets"]["ms_cxr"]["categories"][cat]
+            assert row["a"] == cat_a[k] and row["diff"] == pytest.approx(cat_a[k] - cat_b[k], rel=1e-12)
+            checked += 1
+    assert checked == 15
+    # the mean over every phrase, resampled the same way
+    pooled = ph[(ph["class"] == "all phrases") & (ph["metric"] == "cnr")].iloc[0]
+    d = np.array([np.mean([abs(r["cnr"]) for r in x if not np.isnan(r["cnr"])])
+                  - np.mean([abs(r["cnr"]) for r in y if not np.isnan(r["cnr"])]) for x, y in zip(sa, sb)])
+    assert [pooled["diff_lo"], pooled["diff_hi"]] == pytest.approx(list(np.percentile(d, [2.5, 97.5])), rel=1e-9)
+    # each side's own replicates are those of its metrics.json interval
+    summ = ph[(ph["dataset"] == "phrases/ms_cxr") & ph["class"].isna() & (ph["metric"] == "pointing_game")].iloc[0]
+    assert summ["a"] == ra.metrics["phrases"]["datasets"]["ms_cxr"]["summary"]["pointing_game"]
+    # through the files: pair_counts.npz keeps the phrase rows and the report compares them
+    write_outputs(ra, tmp_path / "out_a")
+    write_outputs(rb, tmp_path / "out_b")
+    rows = compare_results(load_result(tmp_path / "out_a"), load_result(tmp_path / "out_b"), n_boot=B, seed=seed)
+    got = {(r.scope, r.cls, r.metric): r for r in rows}
+    assert ("phrases/ms_cxr", "Edema", "cnr") in got and ("phrases", None, "cnr") in got
+    want = ph[(ph["dataset"] == "phrases/ms_cxr") & (ph["class"] == "Edema") & (ph["metric"] == "cnr")].iloc[0]
+    assert got[("phrases/ms_cxr", "Edema", "cnr")].ci_lo == want["diff_lo"]
+    assert not any(r.scope == "overall" and r.metric == "cnr" for r in rows)  # class rows keep their keys

@@ -337,6 +337,7 @@ def uncrop_maps(maps: torch.Tensor, orig_size: torch.Tensor, *, scale: int, crop
 class CARZeroAdapter(ModelAdapter):
     score_kind = "logit"
     method = "cross-attention"
+    supports_phrases = True  # free text, as upstream's get_grounding_map takes (see phrase_outputs)
 
     def __init__(self, net: CARZeroNet, tokenizer, *, layers: Sequence[int], map_size: tuple[int, int],
                  config: Mapping, prompt_model: str, word_num: int, last_n_layers: int, scale: int, crop: int,
@@ -367,17 +368,12 @@ class CARZeroAdapter(ModelAdapter):
         self.classes = tuple(classes)
         self.prompt_info = prompt_texts(self.classes, self.config, self.prompt_model, self.dataset)
         self.prompts, self.unsupported = self.prompt_info.texts, self.prompt_info.unsupported
-        cleaned = [clean_prompt(p) for p in self.prompts]
-        empty = [p for p, c in zip(self.prompts, cleaned) if not c]
+        empty = [p for p in self.prompts if not clean_prompt(p)]
         if empty:
             raise AdapterConfigError(
                 f"CARZero's text cleaning drops one-word sentences, leaving nothing of prompts {empty}; "
                 "use prompts of two or more words (prompts.positive, e.g. 'there is {}')")
-        tok = self.tokenizer(cleaned, return_tensors="pt", truncation=True, padding="max_length",
-                             max_length=self.word_num)
-        tok = {k: v.to(self.device) for k, v in tok.items()}
-        words, sentence = encode_text(self.net.text_encoder.model, tok, self.id_to_word, self.last_n_layers)
-        self.text_words, self.text_sentence = words.to(self.dtype), sentence.to(self.dtype)
+        self.text_words, self.text_sentence = self.encode(self.prompts)
 
     def image_transform(self, dataset: str | None = None) -> CARZeroTransform:
         """``process_img`` (see :class:`CARZeroTransform`); CARZero never equalises ("auto" is off)."""
@@ -390,19 +386,48 @@ class CARZeroAdapter(ModelAdapter):
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor) -> AdapterOutput:
         if self.text_words is None:
             raise RuntimeError("call set_classes() before extracting")
+        scores, maps = self._outputs(images, orig_size, self.text_words, self.text_sentence)
+        zero_unsupported(scores, maps, self.classes, self.unsupported)
+        return AdapterOutput(scores=scores, maps=maps)
+
+    def _outputs(self, images: torch.Tensor, orig_size: torch.Tensor, words: torch.Tensor, sentence: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores (B, Q) and whole-image maps (B, Q, h, w) of every image against every text (``words``
+        (Q, L, D) and ``sentence`` (Q, D) from :func:`encode_text`)."""
         orig_size = orig_size.cpu()
         x = self.preprocess(images, orig_size)
         img_g, img_l = self.net.img_encoder.model(x)  # (B, D), (B, N, D)
         fusion = self.net.fusion_module
-        i2t, attn = fusion(torch.cat([img_g.unsqueeze(1), img_l], dim=1), self.text_sentence)  # (B, C, 1)
-        t2i, _ = fusion(torch.cat([self.text_sentence.unsqueeze(1), self.text_words], dim=1), img_g)  # (C, B, 1)
+        i2t, attn = fusion(torch.cat([img_g.unsqueeze(1), img_l], dim=1), sentence)  # (B, Q, 1)
+        t2i, _ = fusion(torch.cat([sentence.unsqueeze(1), words], dim=1), img_g)  # (Q, B, 1)
         scores = (i2t.squeeze(-1) + t2i.squeeze(-1).transpose(0, 1)).float() / 2
         patches = select_layers([a[:, :, 1:] for a in attn], self.layers).float()
         g = math.isqrt(patches.shape[-1])
         maps = uncrop_maps(patches.reshape(*patches.shape[:2], g, g), orig_size, scale=self.scale,
                            crop=self.crop, patch=self.patch, out_size=self.map_size)
-        zero_unsupported(scores, maps, self.classes, self.unsupported)
-        return AdapterOutput(scores=scores, maps=maps)
+        return scores, maps
+
+    def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(words (Q, L, D), sentence (Q, D)) of ``texts`` cleaned and tokenised as upstream's ``process_text``."""
+        tok = self.tokenizer([clean_prompt(t) for t in texts], return_tensors="pt", truncation=True,
+                             padding="max_length", max_length=self.word_num)
+        tok = {k: v.to(self.device) for k, v in tok.items()}
+        words, sentence = encode_text(self.net.text_encoder.model, tok, self.id_to_word, self.last_n_layers)
+        return words.to(self.dtype), sentence.to(self.dtype)
+
+    @torch.no_grad()
+    def phrase_outputs(self, images: torch.Tensor, orig_size: torch.Tensor, texts: Sequence[str], rows: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Phrase rows: each text through upstream's ``process_text`` (cleaning, tokenizer, no template; the
+        text ``get_grounding_map`` takes, ``CARZero.py:863-905``) and the class path's fusion. CARZero's
+        decoder runs no self-attention among queries, so a phrase's outputs do not depend on other queries,
+        and a phrase whose text is a class prompt gives exactly the class's. A phrase of one word cleans to
+        nothing, as upstream, and is encoded as the empty text (a class prompt like that is refused)."""
+        words, sentence = self.encode(texts)
+        scores, maps = self._outputs(images, orig_size, words, sentence)
+        rows = torch.as_tensor(rows, dtype=torch.long, device=scores.device)
+        cols = torch.arange(rows.shape[0], device=scores.device)
+        return scores[rows, cols], maps[rows.to(maps.device), cols.to(maps.device)]
 
     def provenance(self) -> dict:
         return {**self._provenance, "prompts": self.prompt_info.to_dict(self.classes) if self.prompt_info else {},

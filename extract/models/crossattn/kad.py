@@ -118,8 +118,14 @@ class KADFusion(nn.Module):
         self.mlp_head = head if head is not None else nn.Sequential(nn.Linear(embed_dim, class_num))
 
     def forward(self, image_features: torch.Tensor, text_features: torch.Tensor):
+        return self.forward_sets(image_features, text_features.unsqueeze(0).expand(image_features.shape[0], -1, -1))
+
+    def forward_sets(self, image_features: torch.Tensor, query_sets: torch.Tensor):
+        """Each image with its own query set: image_features (B, T, D), query_sets (B, Q, D) ->
+        (logits (B, Q, class_num), attentions list of (B, Q, T)). ``forward`` is the case of one set shared
+        by every image (upstream's only use)."""
         memory = self.decoder_norm(image_features.transpose(0, 1))
-        queries = self.decoder_norm(text_features.unsqueeze(1).expand(-1, image_features.shape[0], -1))
+        queries = self.decoder_norm(query_sets.transpose(0, 1))
         out, attentions = self.decoder(queries, memory)
         return self.mlp_head(self.dropout_feas(out).transpose(0, 1)), attentions
 
@@ -159,14 +165,18 @@ class TextQueryAdapter(ModelAdapter):
         return (self.grid, self.grid)
 
     @torch.no_grad()
+    def encode(self, texts: Sequence[str]) -> torch.Tensor:
+        """Text features (Q, D) of ``texts``: the tokenizer padded to ``max_length``, then the text tower."""
+        tok = self.tokenizer(list(texts), add_special_tokens=True, padding="max_length", truncation=True,
+                             max_length=self.max_length, return_tensors="pt")
+        return self.text_encoder.encode_text(tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device))
+
+    @torch.no_grad()
     def set_classes(self, classes: Sequence[str]) -> None:
         self.classes = tuple(classes)
         self.prompt_info = prompt_texts(self.classes, self.config, self.prompt_model, self.dataset)
         self.prompts, self.unsupported = self.prompt_info.texts, self.prompt_info.unsupported
-        tok = self.tokenizer(list(self.prompts), add_special_tokens=True, padding="max_length", truncation=True,
-                             max_length=self.max_length, return_tensors="pt")
-        self.text_features = self.text_encoder.encode_text(
-            tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)).to(self.dtype)
+        self.text_features = self.encode(self.prompts).to(self.dtype)
 
     def image_transform(self, dataset: str | None = None) -> PILResize:
         """The official test transform (PIL ``Resize([S, S])``, ``ToTensor``, ``Normalize``); no
@@ -207,6 +217,45 @@ class TextQueryAdapter(ModelAdapter):
         return self
 
 
+class KADAdapter(TextQueryAdapter):
+    """KAD, which also grounds free-text phrases (contract §Phrase rows).
+
+    KAD's decoder runs self-attention among its queries, so a query's output depends on the queries beside
+    it. A phrase therefore takes its category's slot in the dataset's query set (the class prompts of
+    :meth:`set_classes`, the other classes unchanged): its score and map come from the same decoder, the
+    same last-layer cross-attention and the same context as the class's, and a phrase whose text is the
+    class prompt gives exactly the class's outputs. The phrase is tokenised as the class prompts are (the
+    Med-KEBERT tokenizer, lower case, padded to ``max_length``), with no template: KAD's own scripts feed
+    bare finding text (``A3_CLIP/plot_visualize_512.py:23-26,78-79``).
+    """
+
+    supports_phrases = True
+    #: the runner passes each phrase's category (:meth:`phrase_outputs` needs the slot it takes)
+    phrase_categories = True
+
+    @torch.no_grad()
+    def phrase_outputs(self, images: torch.Tensor, orig_size: torch.Tensor, texts: Sequence[str], rows: torch.Tensor,
+                       categories: Sequence[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.text_features is None:
+            raise RuntimeError("call set_classes() before extracting")
+        if categories is None or len(categories) != len(texts):
+            raise ValueError("KAD phrase rows need each phrase's category (the query slot it takes)")
+        missing = sorted({c for c in categories if c not in self.classes})
+        if missing:
+            raise ValueError(f"phrase categories {missing} are not among the classes {list(self.classes)}")
+        q = len(texts)
+        slot = torch.as_tensor([self.classes.index(c) for c in categories], dtype=torch.long, device=self.device)
+        sets = self.text_features.unsqueeze(0).repeat(q, 1, 1)  # (Q, C, D): the class set of each phrase ...
+        at = torch.arange(q, device=self.device)
+        sets[at, slot] = self.encode(texts).to(sets.dtype)  # ... with the phrase in its category's slot
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        feats = self.image_encoder(self.preprocess(images, orig_size))
+        logits, attentions = self.fusion.forward_sets(feats[rows], sets)
+        scores = torch.softmax(logits.float(), dim=-1)[at, slot, 1]
+        maps = tokens_to_grid(select_layers(attentions, self.layers).float())[at, slot]
+        return scores, maps
+
+
 def build_modules(config: Mapping):
     """The three KAD modules, random weights; ``options.arch`` shrinks them for tests."""
     arch = arch_from(config, DEFAULT_ARCH)
@@ -245,7 +294,7 @@ def load_kad_checkpoint(config: Mapping, image, text, fusion) -> dict:
     return info
 
 
-def build(config: Mapping) -> TextQueryAdapter:
+def build(config: Mapping) -> KADAdapter:
     """Build the KAD adapter.
 
     Config keys: ``weights`` (KAD-512 or KAD-1024 checkpoint), ``text_encoder`` (local Med-KEBERT
@@ -262,7 +311,7 @@ def build(config: Mapping) -> TextQueryAdapter:
             "preprocess": f"PIL Resize([{image_size}, {image_size}]) bicubic, ImageNet mean/std; equalize {equalize_setting(config)}",
             "score": "softmax over the 2-way mlp_head, index 1", "arch": arch,
             "text_encoder": str(config.get("text_encoder"))}
-    return TextQueryAdapter(image, text, fusion, tokenizer, image_size=image_size,
+    return KADAdapter(image, text, fusion, tokenizer, image_size=image_size,
                             grid=resnet_grid(image_size, stages), layers=layers_from(config, 1),
                             config=config, prompt_model="kad", max_length=int(option(config, "max_length", 256)),
                             interpolation="bicubic", device=pick_device(config), provenance=prov,
