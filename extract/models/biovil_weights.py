@@ -24,9 +24,9 @@ class Variant:
 
 VARIANTS = {
     "biovil": Variant("microsoft/BiomedVLP-CXR-BERT-specialized", "v1.1", "biovil_image_resnet50_proj_size_128.pt",
-                      480, "BioViL (ResNet-50 + CXR-BERT-specialized)"),
+                      480, "BioViL"),
     "biovil_t": Variant("microsoft/BiomedVLP-BioViL-T", "v1.0", "biovil_t_image_model_proj_size_128.pt",
-                        448, "BioViL-T (ResNet-50 + temporal head, single-image path + BioViL-T BERT)"),
+                        448, "BioViL-T"),
 }
 
 def _hub_file(repo: str, revision: str, name: str) -> Path | None:

@@ -271,3 +271,18 @@ def test_side_by_side_with_hi_ml_multimodal(files, tmp_path):
     nan = np.isnan(up)
     assert nan.any() and np.abs(mine[0].numpy()[~nan] - up[~nan]).max() <= 1e-5
     assert abs(float(score[0]) - eng.get_similarity_score_from_raw_data(path, "small left pneumothorax")) <= 1e-5
+
+
+def test_cli_without_weights_fails_before_torch(tmp_path):
+    """`xbench-extract --model biovil_t` with nothing cached: exit 2, one line, torch never imported."""
+    import os
+    import subprocess
+    import sys
+
+    argv = ["--model", "biovil_t", "--images", str(tmp_path), "--out", str(tmp_path / "b.zarr")]
+    code = ("import sys\nfrom xbench.extract.cli import main\ntry:\n    main(%r)\nexcept SystemExit as e:\n"
+            "    print('exit', e.code, 'torch' in sys.modules)\n" % argv)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "empty-cache"), "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.strip().splitlines()[-1] == "exit 2 False", out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "BioViL-T image weights" in out.stderr
