@@ -246,7 +246,7 @@ def load_image_model(path: Path) -> BioViLImageModel:
     state = {k: v for k, v in state.items() if not k.startswith(BioViLImageModel.IGNORED)}
     model = BioViLImageModel(state)
     _load_strict(model, state, f"BioViL image weights {path}")
-    return model.eval()
+    return model.eval().requires_grad_(False)
 
 
 def _load_strict(module: nn.Module, state: Mapping[str, torch.Tensor], what: str) -> None:
@@ -333,7 +333,7 @@ def load_text_model(folder: Path):
     state = {k: v for k, v in state.items() if k.startswith(("bert.", "cls_projection_head."))
              and not k.endswith("embeddings.position_ids")}
     _load_strict(model, state, f"CXR-BERT weights in {folder}")
-    return BertTokenizer.from_pretrained(str(folder)), model.eval()
+    return BertTokenizer.from_pretrained(str(folder)), model.eval().requires_grad_(False)
 
 
 def _read_weights(folder: Path) -> dict:
@@ -402,7 +402,8 @@ class BioViLAdapter(DualEncoderAdapter):
         rows = torch.as_tensor(rows, dtype=torch.long, device=maps.device)
         cols = torch.arange(rows.shape[0], device=maps.device)
         scores = (img[rows] * text.to(img.device)).sum(-1)
-        return scores.float(), maps[rows, cols].float()
+        # detached: a gradient method's maps carry the graph, and the runner copies them to numpy
+        return scores.detach().float(), maps[rows, cols].detach().float()
 
 
 def _build(variant: str, config: Mapping[str, Any]) -> BioViLAdapter:

@@ -286,3 +286,23 @@ def test_cli_without_weights_fails_before_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.stdout.strip().splitlines()[-1] == "exit 2 False", out.stdout + out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "BioViL-T image weights" in out.stderr
+
+
+def test_extract_validate_and_score_with_phrase_rows(files, tmp_path):
+    """xbench's runner end to end on the phantom's phrase variant: class and phrase maps, valid, scored."""
+    from xbench.extract.datasets.phantom import PhantomReader
+    from xbench.extract.datasets.prepare import prepare_dataset
+    from xbench.extract.runner import ExtractOptions, run_extraction
+    from xbench.schemas import validate_submission
+    from xbench.score.scoring import score_submission
+
+    prepare_dataset(PhantomReader(n_cases=3, size=64, phrases="true"), tmp_path, grid=(16, 16), image_size=64,
+                    workers=1, progress=False, cases_per_block=4)
+    sub = tmp_path / "biovil.zarr"
+    run_extraction(ExtractOptions(model="biovil", images=tmp_path / "images.zarr", out=sub, workers=0, quiet=True,
+                                  batch_size=4, cases_per_block=4, device="cpu",
+                                  overrides={"weights": str(files["biovil"]), "text_encoder": str(files["text"]),
+                                             "resize": 192, "crop": 160}))
+    assert validate_submission(sub, tmp_path / "gt.zarr") == []
+    m = score_submission(sub, tmp_path / "gt.zarr", bootstrap=5).metrics
+    assert m["phrases"]["datasets"]["phantom"]["n_phrases"] >= 1
