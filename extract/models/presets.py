@@ -72,6 +72,12 @@ def clip_preflight(config: Mapping[str, Any]) -> None:
         "--model-option weights=/path/to/ViT-B-16.pt.")
 
 
+def _biovil_preflight(name: str):
+    from .biovil_weights import preflight  # torch-free
+
+    return preflight(name)
+
+
 def chexzero_preflight(config: Mapping[str, Any]) -> None:
     """CheXzero has no default weights: say so before torch is imported (the path itself is checked by the CLI)."""
     from .errors import WeightsNotFoundError
@@ -85,6 +91,7 @@ def chexzero_preflight(config: Mapping[str, Any]) -> None:
 
 #: Checks a preset can make without torch, by registry name; run by xbench-extract before loading anything.
 PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight}
+PREFLIGHTS.update({name: _biovil_preflight(name) for name in ("biovil", "biovil_t")})
 
 
 def biomedclip(config: Mapping[str, Any]):
