@@ -195,9 +195,9 @@ def attention_map(words: torch.Tensor, regions: torch.Tensor, m: int) -> torch.T
 class GLoRIAImageEncoder(nn.Module):
     """``vision_model.ImageEncoder`` for ResNet-50: -> global (B, E), local (B, E, 19, 19) embeddings."""
 
-    def __init__(self, embed_dim: int) -> None:
+    def __init__(self, embed_dim: int, layers: Sequence[int] = (3, 4, 6, 3)) -> None:
         super().__init__()
-        self.model = resnet_trunk()
+        self.model = resnet_trunk(layers)  # fewer blocks per stage only for tests (same widths, same grid)
         self.model.fc = nn.Identity()
         self.global_embedder = nn.Linear(2048, embed_dim)
         self.local_embedder = nn.Conv2d(1024, embed_dim, kernel_size=1, stride=1, padding=0, bias=False)
@@ -218,10 +218,10 @@ class _TextEncoder(nn.Module):
 
 
 class GLoRIANet(nn.Module):
-    def __init__(self, bert: nn.Module) -> None:
+    def __init__(self, bert: nn.Module, resnet_layers: Sequence[int] = (3, 4, 6, 3)) -> None:
         super().__init__()
         self.text_encoder = _TextEncoder(bert)
-        self.img_encoder = GLoRIAImageEncoder(int(bert.config.hidden_size))
+        self.img_encoder = GLoRIAImageEncoder(int(bert.config.hidden_size), resnet_layers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,7 +409,8 @@ def build(config: Mapping) -> GLoRIAAdapter:
     ``.safetensors`` converted from it), ``random`` for tests; ``text_encoder``: a local
     Bio_ClinicalBERT folder (config.json + tokenizer files; its weights come from the checkpoint);
     ``map_size`` (default the 19 x 19 grid); ``prompts`` (registry format); options
-    ``n_prompts`` (5), ``trust_checkpoint``, ``hash_weights``.
+    ``n_prompts`` (5), ``trust_checkpoint``, ``hash_weights``, ``resnet_layers`` ([3, 4, 6, 3] = ResNet-50;
+    smaller block counts keep the widths and the 19 x 19 grid: offline tests only).
     """
     from .presets import gloria_preflight
 
@@ -417,7 +418,10 @@ def build(config: Mapping) -> GLoRIAAdapter:
     require_opencv()
     text_dir = config.get("text_encoder") or option(config, "text_encoder")
     bert = build_bert_from_config(text_dir, output_hidden_states=True)
-    net = GLoRIANet(bert)
+    layers = [int(v) for v in option(config, "resnet_layers", (3, 4, 6, 3))]
+    if len(layers) != 4 or min(layers) < 1:
+        raise AdapterConfigError(f"options.resnet_layers must be 4 positive block counts, got {layers}")
+    net = GLoRIANet(bert, layers)
     if wants_random_weights(config):
         info = {"weights": None, "note": "random initialisation (weights: random)"}
     else:
@@ -430,6 +434,7 @@ def build(config: Mapping) -> GLoRIAAdapter:
             info["weights_sha256"] = file_sha256(path)
     tokenizer = load_tokenizer(text_dir)
     prov = {"model": "gloria", "source": "github.com/marshuang80/gloria", **info, "text_encoder": str(text_dir),
+            "resnet_layers": layers,
             "preprocess": GLoRIATransform().describe(),
             "score": "max over the class's prompts of (global cosine + local similarity) / 2 (gloria.py:184-275), "
                      "before upstream's per-class standardisation over the evaluated images",

@@ -29,12 +29,13 @@ from xbench.extract.models.gloria import (  # noqa: E402
 
 CLASSES = ("Atelectasis", "Pleural effusion", "Pneumothorax")
 SHAPES = [(120, 90), (64, 150)]
+TINY = {"resnet_layers": [1, 1, 1, 1]}  # ResNet-50's widths and 19 x 19 grid, one block per stage (fast on CPU)
 
 
 @pytest.fixture(scope="module")
 def adapter(tiny_bert):
     torch.manual_seed(5)
-    ad = create_adapter("gloria", weights="random", text_encoder=str(tiny_bert), device="cpu")
+    ad = create_adapter("gloria", weights="random", text_encoder=str(tiny_bert), device="cpu", options=TINY)
     with torch.no_grad():  # BN statistics away from (0, 1) so that the test is not degenerate
         for name, b in ad.net.named_buffers():
             if name.endswith("running_var"):
@@ -206,9 +207,9 @@ def test_released_checkpoint_layout(adapter, tiny_bert, tmp_path, images):
     path = tmp_path / "chexpert_resnet50.ckpt"
     torch.save({"hyper_parameters": argparse.Namespace(phase="pretrain"), "state_dict": sd}, path)
     with pytest.raises(AdapterConfigError, match="trust_checkpoint"):
-        create_adapter("gloria", weights=str(path), text_encoder=str(tiny_bert), device="cpu")
+        create_adapter("gloria", weights=str(path), text_encoder=str(tiny_bert), device="cpu", options=TINY)
     other = create_adapter("gloria", weights=str(path), text_encoder=str(tiny_bert), device="cpu",
-                           options={"trust_checkpoint": True})
+                           options={**TINY, "trust_checkpoint": True})
     assert other.provenance()["dropped_keys"] == ["text_encoder.model.embeddings.position_ids"]
     adapter.set_classes(CLASSES)
     other.set_classes(CLASSES)
@@ -220,7 +221,8 @@ def test_released_checkpoint_layout(adapter, tiny_bert, tmp_path, images):
     bad.pop("gloria.img_encoder.local_embedder.weight")
     torch.save({"state_dict": bad}, tmp_path / "bad.ckpt")
     with pytest.raises(AdapterConfigError, match="missing keys"):
-        create_adapter("gloria", weights=str(tmp_path / "bad.ckpt"), text_encoder=str(tiny_bert), device="cpu")
+        create_adapter("gloria", weights=str(tmp_path / "bad.ckpt"), text_encoder=str(tiny_bert), device="cpu",
+                       options=TINY)
 
 
 def test_phrases_match_a_single_prompt_class(adapter, images):
