@@ -247,3 +247,29 @@ def test_cli_without_weights_fails_before_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "exit 2 False", out.stdout + out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "GLoRIA weights" in out.stderr
+
+
+@pytest.mark.slow
+def test_extraction_with_phrase_rows_validates_and_scores(tmp_path, tiny_bert):
+    """xbench-extract's runner on the phantom's phrase variant: class rows and phrase rows, valid, scored."""
+    from xbench.extract.datasets.phantom import PhantomReader
+    from xbench.extract.datasets.prepare import prepare_dataset
+    from xbench.extract.runner import ExtractOptions, run_extraction
+    from xbench.schemas import read_images, read_submission, validate_submission
+    from xbench.score.scoring import score_submission
+
+    stores = tmp_path / "stores"
+    prepare_dataset(PhantomReader(n_cases=4, size=64, phrases="true"), stores, grid=(16, 16), image_size=64,
+                    workers=1, progress=False, cases_per_block=4)
+    sub = tmp_path / "gloria.zarr"
+    cfg = {"weights": "random", "text_encoder": str(tiny_bert), "options": TINY}
+    run_extraction(ExtractOptions(model="gloria", images=stores / "images.zarr", out=sub, overrides=cfg, workers=0,
+                                  quiet=True, batch_size=4, cases_per_block=4, device="cpu"))
+    assert validate_submission(sub, stores / "gt.zarr") == []
+    got = read_submission(sub)
+    assert got.attrs["method"] == "gloria-attention"
+    ds = got.datasets["phantom"]
+    assert ds.query_id.tolist() == read_images(stores / "images.zarr").datasets["phantom"].queries.id.tolist()
+    assert np.isfinite(np.asarray(ds.saliency[:])).all()
+    m = score_submission(sub, stores / "gt.zarr", bootstrap=5).metrics
+    assert m["phrases"]["datasets"]["phantom"]["n_phrases"] == len(ds.query_id)
