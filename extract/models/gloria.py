@@ -372,6 +372,8 @@ class GLoRIAAdapter(ModelAdapter):
 
     @torch.no_grad()
     def phrase_outputs(self, images, orig_size, texts, rows):
+        if len(texts) == 0:
+            return torch.zeros(0), torch.zeros(0, *self.map_size)
         glob, regions, boxes = self._features(images, orig_size)
         enc = self.encode_texts(list(texts))
         rows = torch.as_tensor(rows, dtype=torch.long).tolist()

@@ -235,6 +235,8 @@ def test_phrases_match_a_single_prompt_class(adapter, images):
     assert scores[0].item() == pytest.approx(cls.scores[1, 0].item(), abs=1e-6)
     torch.testing.assert_close(maps[0], cls.maps[1, 0])
     assert not torch.allclose(maps[0], maps[1])
+    s0, m0 = adapter.phrase_outputs(x, osz, [], torch.zeros(0, dtype=torch.long))
+    assert s0.shape == (0,) and m0.shape == (0, 19, 19)
 
 
 def test_cli_without_weights_fails_before_torch(tmp_path):
