@@ -89,8 +89,24 @@ def chexzero_preflight(config: Mapping[str, Any]) -> None:
             "--model-option weights=/path/to/checkpoint.pt.")
 
 
+def gloria_preflight(config: Mapping[str, Any]) -> None:
+    """GLoRIA needs its checkpoint and a local Bio_ClinicalBERT folder: say so before torch is imported."""
+    from .errors import WeightsNotFoundError
+
+    if not config.get("weights"):
+        raise WeightsNotFoundError(
+            "GLoRIA weights", "the checkpoint chexpert_resnet50.ckpt",
+            "Download it from the link in the marshuang80/gloria README and pass --model-option "
+            "weights=/path/to/chexpert_resnet50.ckpt --model-option options.trust_checkpoint=true.")
+    if not (config.get("text_encoder") or (config.get("options") or {}).get("text_encoder")):
+        raise WeightsNotFoundError(
+            "GLoRIA text encoder", "a local emilyalsentzer/Bio_ClinicalBERT folder (config.json, vocab.txt)",
+            "Download it on a networked machine (huggingface-cli download emilyalsentzer/Bio_ClinicalBERT) and "
+            "pass --model-option text_encoder=/path/to/Bio_ClinicalBERT.")
+
+
 #: Checks a preset can make without torch, by registry name; run by xbench-extract before loading anything.
-PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight}
+PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight, "gloria": gloria_preflight}
 PREFLIGHTS.update({name: _biovil_preflight(name) for name in ("biovil", "biovil_t")})
 
 
