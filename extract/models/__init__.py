@@ -3,7 +3,7 @@
 ``create_adapter(name_or_config_path, **overrides)`` is the one entry point. It accepts
 
 * a registered name (``xbench-extract --list-models``): ``clip``, ``biomedclip``, ``open_clip``,
-  ``chexzero``, ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
+  ``chexzero``, ``medclip``, ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
   ``medklip``/``kad``/``mavl``/``carzero``/``devide``, and names from the ``xbench.models``
   entry point group of installed packages;
 * a config file (``.yaml``/``.yml``, ``.toml`` or ``.json``);
@@ -80,6 +80,7 @@ for _name, _target in {
     "biomedclip": "xbench.extract.models.presets:biomedclip",
     "clip-tiny": "xbench.extract.models.presets:clip_tiny",
     "chexzero": "xbench.extract.models.chexzero:build",
+    "medclip": "xbench.extract.models.medclip:build",
     "transformers": "xbench.extract.models.hf:build",
     "random": "xbench.extract.models.baselines:build_random",
     "center": "xbench.extract.models.baselines:build_center",
