@@ -225,3 +225,16 @@ def test_phrases_are_encoded_one_at_a_time(tiny_bert):
     padded = torch.nn.functional.normalize(ad.encode_batch([long, "pneumothorax"])[1], dim=-1)
     alone = ad._embed(["pneumothorax"])[0]
     assert (padded - alone).abs().max() > 1e-4
+
+
+def test_cli_without_weights_fails_before_torch(tmp_path):
+    """`xbench-extract --model medclip` with no weights: exit 2, one line, torch never imported."""
+    import subprocess
+    import sys
+
+    argv = ["--model", "medclip", "--images", str(tmp_path), "--out", str(tmp_path / "m.zarr")]
+    code = ("import sys\nfrom xbench.extract.cli import main\ntry:\n    main(%r)\nexcept SystemExit as e:\n"
+            "    print('exit', e.code, 'torch' in sys.modules)\n" % argv)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "exit 2 False", out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "MedCLIP weights" in out.stderr
