@@ -480,7 +480,7 @@ def build(config: Mapping[str, Any]) -> MedCLIPAdapter:
     else:
         weights = str(_weights_file(str(cfg["weights"])))
         loaded = load_weights(net, Path(weights))
-    net.eval()
+    net.eval().requires_grad_(False)  # frozen: maps leave the runner as numpy; Grad-CAM asks for its own gradients
     tokenizer = load_tokenizer(_resolve_text_encoder(cfg))
     interp = str(option(cfg, "interpolation", "bicubic"))
     transform = MedCLIPTransform(filter=interp)
