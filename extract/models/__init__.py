@@ -3,7 +3,7 @@
 ``create_adapter(name_or_config_path, **overrides)`` is the one entry point. It accepts
 
 * a registered name (``xbench-extract --list-models``): ``clip``, ``biomedclip``, ``open_clip``,
-  ``chexzero``, ``biovil``, ``biovil_t``, ``gloria``, ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
+  ``chexzero``, ``biovil``, ``biovil_t``, ``gloria``, ``medclip``, ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
   ``medklip``/``kad``/``mavl``/``carzero``/``devide``, and names from the ``xbench.models``
   entry point group of installed packages;
 * a config file (``.yaml``/``.yml``, ``.toml`` or ``.json``);
@@ -83,6 +83,7 @@ for _name, _target in {
     "biovil": "xbench.extract.models.biovil:build_biovil",
     "biovil_t": "xbench.extract.models.biovil:build_biovil_t",
     "gloria": "xbench.extract.models.gloria:build",
+    "medclip": "xbench.extract.models.medclip:build",
     "transformers": "xbench.extract.models.hf:build",
     "random": "xbench.extract.models.baselines:build_random",
     "center": "xbench.extract.models.baselines:build_center",

@@ -105,8 +105,20 @@ def gloria_preflight(config: Mapping[str, Any]) -> None:
             "pass --model-option text_encoder=/path/to/Bio_ClinicalBERT.")
 
 
+def medclip_preflight(config: Mapping[str, Any]) -> None:
+    """MedCLIP has no default weights: say so before torch is imported."""
+    from .errors import WeightsNotFoundError
+
+    if not config.get("weights"):
+        raise WeightsNotFoundError(
+            "MedCLIP weights", "a folder holding pytorch_model.bin (medclip-vit-pretrained or medclip-resnet-pretrained)",
+            "Download the zip linked from RyanWangZf/MedCLIP medclip/medclip_vit_weight.txt (or _resnet_), unzip it, "
+            "and pass --model-option weights=/path/to/folder.")
+
+
 #: Checks a preset can make without torch, by registry name; run by xbench-extract before loading anything.
-PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight, "gloria": gloria_preflight}
+PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight, "gloria": gloria_preflight,
+              "medclip": medclip_preflight}
 PREFLIGHTS.update({name: _biovil_preflight(name) for name in ("biovil", "biovil_t")})
 
 
