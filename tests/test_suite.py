@@ -5,6 +5,7 @@ import copy
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -341,25 +342,30 @@ def test_demo_suite_is_what_xbench_demo_runs():
     S.parse_suite(data, ROOT / "suites")
 
 
-def _paper_roots(base: Path) -> tuple[Path, Path]:
-    """Every paper dataset laid out as its data card says (the reader fixtures), and empty weight files."""
+def _paper_roots(base: Path, suite: str = "paper") -> tuple[Path, Path]:
+    """Every dataset of ``suites/<suite>.yaml`` laid out as its data card says (the reader fixtures), and empty
+    weight files and folders where the suite names them."""
     sys.path.insert(0, str(ROOT / "tests" / "datasets"))
     try:
         import fixtures as F
+        from test_reader_ms_cxr import write_ms_cxr
     finally:
         sys.path.pop(0)
     data = base / "data"
-    for key, write in (("rsna_pneumonia", F.write_rsna), ("siim_acr", F.write_siim), ("covid_rural", F.write_covid),
-                       ("chestx_det10", F.write_det10), ("chexlocalize", F.write_chexlocalize),
-                       ("chestxray14", F.write_nih), ("vindr_cxr", F.write_vindr)):
-        write(data / key)
+    writers = {"rsna_pneumonia": F.write_rsna, "siim_acr": F.write_siim, "covid_rural": F.write_covid,
+               "chestx_det10": F.write_det10, "chexlocalize": F.write_chexlocalize, "chestxray14": F.write_nih,
+               "vindr_cxr": F.write_vindr, "ms_cxr": write_ms_cxr}
+    spec = yaml.safe_load((ROOT / "suites" / f"{suite}.yaml").read_text())
+    for key in spec["datasets"]:
+        writers[key](data / key)
     # the CheXlocalize fixture writes the val split; the paper suite reads test, laid out the same way
     cx = data / "chexlocalize"
-    (cx / "CheXpert" / "val_labels.csv").rename(cx / "CheXpert" / "test_labels.csv")
-    (cx / "CheXpert" / "val").rename(cx / "CheXpert" / "test")
-    (cx / "CheXlocalize" / "gt_segmentations_val.json").rename(cx / "CheXlocalize" / "gt_segmentations_test.json")
+    if cx.exists():
+        (cx / "CheXpert" / "val_labels.csv").rename(cx / "CheXpert" / "test_labels.csv")
+        (cx / "CheXpert" / "val").rename(cx / "CheXpert" / "test")
+        (cx / "CheXlocalize" / "gt_segmentations_val.json").rename(cx / "CheXlocalize" / "gt_segmentations_test.json")
     weights = base / "weights"
-    for m in yaml.safe_load((ROOT / "suites" / "paper.yaml").read_text())["models"]:
+    for m in spec["models"]:
         for key, value in m["options"].items():
             if isinstance(value, str) and "$XBENCH_WEIGHTS" in value:
                 p = Path(value.removeprefix("local-dir:").replace("$XBENCH_WEIGHTS", str(weights)))
@@ -395,6 +401,29 @@ def test_paper_suite_validates_against_roots_laid_out_as_the_data_cards_say(tmp_
     shutil.rmtree(data / "vindr_cxr")
     res = _invoke(ROOT / "suites" / "paper.yaml", "--dry-run")
     assert res.exit_code == 2 and "datasets.vindr_cxr.root" in res.output and "Traceback" not in res.output
+
+
+def test_reference_suite_validates_against_roots_laid_out_as_the_data_cards_say(tmp_path, monkeypatch):
+    """suites/reference.yaml (MS-CXR phrases + CheXlocalize; BioViL, BioViL-T, CheXzero, MedCLIP, GLoRIA) plans
+    every step against roots laid out as the data cards say, and names a missing weight folder in one line."""
+    data, weights = _paper_roots(tmp_path, "reference")
+    monkeypatch.setenv("XBENCH_DATA", str(data))
+    monkeypatch.setenv("XBENCH_WEIGHTS", str(weights))
+    monkeypatch.chdir(tmp_path)
+    res = _invoke(ROOT / "suites" / "reference.yaml", "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output)
+    assert info["problems"] == []
+    assert set(info["datasets"]) == {"ms_cxr", "chexlocalize"} and all(d["cases"] > 0 for d in info["datasets"].values())
+    ids = [r["step"] for r in info["steps"]]
+    # biovil and biovil_t x (similarity, gradcam), chexzero and medclip x 3 methods, gloria's own map: 11 keys
+    assert len(ids) == 2 + 2 * 11 + 1 and ids[-1] == "report"
+    assert {"extract/biovil-similarity", "extract/medclip-gradcam", "extract/gloria"} <= set(ids)
+    assert not (tmp_path / "xbench-reference-out").exists()
+    shutil.rmtree(weights / "BiomedVLP-BioViL-T")
+    res = _invoke(ROOT / "suites" / "reference.yaml", "--dry-run")
+    assert res.exit_code == 2 and "models.biovil_t-similarity.weights: " in res.output
+    assert "BiomedVLP-BioViL-T: not found" in res.output and "models.biovil-similarity" not in res.output
 
 
 def test_editing_a_model_config_or_its_weights_reruns_its_extraction(tmp_path):

@@ -6,6 +6,7 @@ import json
 import shutil
 from html.parser import HTMLParser
 
+from xbench.score.phrases import phrase_columns
 from xbench.score.report import build_report
 
 HOSTILE = "<b>Nodule</b> & mass"
@@ -87,9 +88,10 @@ def test_index_html_has_the_phrase_table_with_intervals(result_dirs, tmp_path):
     p = _Rows()
     p.feed(page)
     head, *rows = p.rows
-    cols = ["cnr", "cnr_signed", "pointing_game", "iou_fixed", "iou_best", "dice_fixed", "dice_best"]
-    assert head == ["Model", "Dataset", "Category", "Phrases", "CNR", "CNR (signed)", "pointing game", "IoU@0.5",
-                    "IoU best", "Dice@0.5", "Dice best"]
+    cols = ["cnr", "cnr_signed", "pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best"]
+    assert [k for k, _ in phrase_columns()] == cols  # the registry's phrase metrics, ratios first
+    assert head == ["Model", "Dataset", "Category", "Phrases", "CNR", "CNR±", "Point", "Dice@0.5", "IoU@0.5",
+                    "Dice", "IoU"]
     by = {tuple(r[:3]): r for r in rows}
     assert list(by) == [("strong", "Phantom", "all categories"), ("strong", "Phantom", HOSTILE),
                         ("strong", "Phantom", "disc"), ("weak", "Phantom", "all categories")]
