@@ -299,11 +299,18 @@ def _peak_rss_kb():
 """
 
 _CHILD = _PEAK_RSS + """
-import sys, json, atexit
+import sys, json
 out = sys.argv[1]
-atexit.register(lambda: open(out, "w").write(json.dumps({"maxrss_kb": _peak_rss_kb()})))
+from xbench.schemas._cli import exit_fast
 from xbench.score.cli import main
-main(sys.argv[2:])
+
+def run():
+    try:
+        main(sys.argv[2:])
+    finally:
+        open(out, "w").write(json.dumps({"maxrss_kb": _peak_rss_kb()}))
+
+exit_fast(run)  # leaves as the xbench-score program does: no interpreter teardown after the outputs
 """
 
 
