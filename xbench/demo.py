@@ -82,7 +82,7 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     timings["total"] = time.perf_counter() - t0
     summary = {"n_cases": n_cases, "models": list(data["models"]), "n_boot": n_boot,
                "timings_s": {k: round(v, 2) for k, v in timings.items()}, "report": str(result.report),
-               "steps": result.steps}
+               "steps": result.steps, "leaderboard": result.leaderboard}
     (Path(out_dir) / "demo.json").write_text(json.dumps(summary, indent=1))
     return result.report
 
@@ -122,6 +122,9 @@ def demo(out_dir, n_cases, quick, models, quiet, as_json):
         click.echo((Path(out_dir) / "demo.json").read_text())
         return
     if not quiet:
+        from xbench.suite import format_leaderboard
+
         info = json.loads((Path(out_dir) / "demo.json").read_text())
+        click.echo(format_leaderboard(info["leaderboard"]))  # the ranked table, as `xbench run` prints it
         click.echo(f"demo finished in {info['timings_s']['total']:.0f} s")
     click.echo(f"report: {index.resolve()}")

@@ -30,6 +30,13 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     assert manifest["skipped"] == []
     info = json.loads((out / "demo.json").read_text())
     assert info["n_cases"] == 24 and set(info["timings_s"]) >= {"prepare", "report", "total"}
+    # without --quiet the ranked leaderboard comes first (a second run: everything is done, nothing reruns)
+    res = CliRunner().invoke(demo, ["--out", str(out), "--quick"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    board = [ln.split() for ln in lines if ln.split() and ln.split()[0].isdigit()]
+    assert sorted(r[1] for r in board) == ["center", "clip-tiny", "dog", "random"]
+    assert [r[0] for r in board] == ["1", "2", "3", "4"] and lines[-1].startswith("report: ")
 
 
 def test_dog_beats_random_on_phantom(tmp_path):
