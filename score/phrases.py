@@ -31,7 +31,6 @@ again in each resample, per category.
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from types import SimpleNamespace
@@ -285,6 +284,8 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
     resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
     """
+    from .bootstrap import _nanmean_rows
+
     rng = np.random.default_rng(seed)
     dc = pc.counts
     n = pc.n_images
@@ -306,10 +307,9 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
                 per_cat[name][k].append(v)
     empty = np.zeros(0)
     per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
-    with warnings.catch_warnings():  # a resample may draw no phrase of any category: all-NaN is NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        summary = {m.key: np.nanmean(np.stack([per_cat[c][m.key] for c in per_cat]), axis=0) if per_cat
-                   else np.full(n_resamples, np.nan) for m in ms}
+    # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
+    summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
+               else np.full(n_resamples, np.nan) for m in ms}
     return {"categories": per_cat, "summary": summary,
             "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
 
@@ -421,7 +421,7 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
     dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
     :data:`ALL_PHRASES`) and, with ``per_category``, each category.
     """
-    from .bootstrap import _difference
+    from .bootstrap import _difference, _nanmean_rows
 
     problems = phrase_ground_truth_problems(a, b)
     if problems:
@@ -433,10 +433,9 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
     keys = R.phrase_keys()
     rows: list[dict] = []
     if shared:
-        with warnings.catch_warnings():  # all-NaN columns are expected (undefined in some resamples)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            over = [{k: np.nanmean(np.stack([got[d][i][0]["summary"][k] for d in shared]), axis=0) for k in keys}
-                    for i in (0, 1)]
+        # all-NaN columns are expected (undefined in some resamples)
+        over = [{k: _nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
+                for i in (0, 1)]
         pts = [{k: _mean(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
                                    for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
         rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]

@@ -92,13 +92,9 @@ class _Titles(dict):
 
 METRIC_TITLES = _Titles()
 
-#: Formats of keys that are not (yet) registered metrics: the phrase table's CNR is a ratio, not a fraction.
-_FORMATS = {"cnr": "number", "cnr_signed": "number"}
-
-
 def _fmt_of(key: str) -> str:
-    m = R.REGISTRY.get(key)
-    return m.fmt if m is not None else _FORMATS.get(key, "percent")
+    m = R.REGISTRY.get(key)  # CNR is a registered phrase metric (fmt "number"); an unknown key is a share
+    return m.fmt if m is not None else "percent"
 
 
 def _higher_is_better(key: str) -> bool:

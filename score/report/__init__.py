@@ -96,14 +96,6 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
     return buf.getvalue()
 
 
-def _scale(metric: str) -> int:
-    """Percentage points for shares; ratios (a "number" metric such as the phrases' CNR) as they are."""
-    from xbench.score import registry as R
-
-    m = R.REGISTRY.get(metric)
-    return 1 if m is not None and m.fmt == "number" else 100
-
-
 def format_p(p: float | None) -> str:
     """A bootstrap p-value for people: "< 0.001" below the resolution worth printing, else 3 decimals."""
     if p is None:
@@ -113,7 +105,7 @@ def format_p(p: float | None) -> str:
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
-    from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell
+    from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
@@ -121,17 +113,16 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
              "* = 95% interval excludes 0.", "",
              "| Scope | Class | Metric | A | B | A − B | 95% CI | p |", "|---|---|---|---:|---:|---:|---|---:|"]
 
-    def pct(x, f=100):
-        return "–" if x is None else f"{f * x:.2f}"
+    for r in rows:  # percentage points for shares, ratios (fmt "number": the phrases' CNR) as they are
+        def shown(x, sign=""):
+            return "–" if x is None else f"{shown_value(r.metric, x):{sign}.2f}"
 
-    for r in rows:
-        f = _scale(r.metric)
-        ci = "–" if r.ci_lo is None else f"{f * r.ci_lo:+.2f} to {f * r.ci_hi:+.2f}"
-        d = "–" if r.diff is None else f"{f * r.diff:+.2f}" + ("*" if r.significant else "")
+        ci = "–" if r.ci_lo is None else f"{shown(r.ci_lo, '+')} to {shown(r.ci_hi, '+')}"
+        d = "–" if r.diff is None else shown(r.diff, "+") + ("*" if r.significant else "")
         scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
         p = format_p(r.p_value)
-        lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | {pct(r.a, f)} | "
-                     f"{pct(r.b, f)} | {d} | {ci} | {p} |")
+        lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | "
+                     f"{shown(r.a)} | {shown(r.b)} | {d} | {ci} | {p} |")
     return "\n".join(lines) + "\n"
 
 
