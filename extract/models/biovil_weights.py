@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import WeightsNotFoundError
+from .hub import cached_file
 
 
 @dataclass(frozen=True)
@@ -30,15 +31,8 @@ VARIANTS = {
 }
 
 def _hub_file(repo: str, revision: str, name: str) -> Path | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    for rev in (revision, None):
-        got = try_to_load_from_cache(repo, name, revision=rev)
-        if isinstance(got, str):
-            return Path(got)
-    return None
+    """The file at the pinned ``revision`` in the offline cache, else at whatever revision the cache holds."""
+    return cached_file(repo, name, revision) or cached_file(repo, name)
 
 
 def resolve_weights(variant: str, config: Mapping[str, Any]) -> tuple[Path, Path]:

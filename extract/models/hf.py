@@ -137,15 +137,11 @@ def _folder(model: str) -> Path:
     p = Path(model).expanduser()
     if p.is_dir():
         return p
-    from huggingface_hub import snapshot_download
+    from .hub import snapshot
 
-    try:
-        return Path(snapshot_download(model, local_files_only=True))
-    except Exception:
-        raise WeightsNotFoundError(
-            f"transformers model {model!r}", "a local folder or an offline-cached hub id",
-            f"Download it on a networked machine: `huggingface-cli download {model} --local-dir DIR`, "
-            "then set model: DIR.") from None
+    return snapshot(model, f"transformers model {model!r}",
+                    f"Download it on a networked machine: `huggingface-cli download {model} --local-dir DIR`, "
+                    "then set model: DIR.", needed="a local folder or an offline-cached hub id")
 
 
 def load_model(config: Mapping[str, Any]):

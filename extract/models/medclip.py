@@ -410,15 +410,12 @@ def _resolve_text_encoder(cfg: Mapping[str, Any]) -> Path:
     """The Bio_ClinicalBERT folder (config.json + tokenizer files): ``text_encoder`` or the offline hub cache."""
     path = cfg.get("text_encoder")
     if not path:
-        try:
-            from huggingface_hub import snapshot_download
+        from .hub import snapshot
 
-            path = snapshot_download(BIO_CLINICALBERT, local_files_only=True)
-        except Exception:  # noqa: BLE001 - any miss in the offline cache means "not there"
-            raise WeightsNotFoundError(
-                "MedCLIP text encoder (Bio_ClinicalBERT config + tokenizer)", f"hub id {BIO_CLINICALBERT!r}",
-                f"Download it on a networked machine (`huggingface-cli download {BIO_CLINICALBERT}`) or pass "
-                "--model-option text_encoder=/path/to/Bio_ClinicalBERT.") from None
+        path = snapshot(BIO_CLINICALBERT, "MedCLIP text encoder (Bio_ClinicalBERT config + tokenizer)",
+                        f"Download it on a networked machine (`huggingface-cli download {BIO_CLINICALBERT}`) or "
+                        "pass --model-option text_encoder=/path/to/Bio_ClinicalBERT.",
+                        needed=f"hub id {BIO_CLINICALBERT!r}")
     p = Path(str(path)).expanduser()
     if not (p / "config.json").is_file():
         raise WeightsNotFoundError("MedCLIP text encoder", str(p / "config.json"),

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from .dual import DualEncoderAdapter
 from .errors import ModelConfigError, WeightsNotFoundError
+from .hub import cached_file, snapshot
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -221,23 +222,14 @@ def vision_tower(model: nn.Module):
 
 
 # -- resolving config, weights and tokenizer offline ----------------------------------------------
-def _hub_snapshot(repo: str, what: str, how: str) -> Path:
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo, local_files_only=True))
-    except Exception:
-        raise WeightsNotFoundError(what, f"hub id {repo!r} (not in the offline Hugging Face cache)", how) from None
-
-
 def _model_dir(model: str) -> Path | None:
     if model.startswith("local-dir:"):
         return Path(model[len("local-dir:"):]).expanduser()
     if model.startswith("hf-hub:"):
         repo = model[len("hf-hub:"):]
-        return _hub_snapshot(repo, f"open_clip model {model}",
-                             f"Download it on a networked machine: `huggingface-cli download {repo} "
-                             "--local-dir DIR`, then use model: local-dir:DIR.")
+        return snapshot(repo, f"open_clip model {model}",
+                        f"Download it on a networked machine: `huggingface-cli download {repo} "
+                        "--local-dir DIR`, then use model: local-dir:DIR.")
     p = Path(model).expanduser()
     return p if p.is_dir() else None
 
@@ -317,15 +309,13 @@ def _cached_pretrained(name: str, tag: str, pcfg: Mapping[str, Any]) -> str:
     """Path of a pretrained tag's file in the offline caches (HF cache, then open_clip's URL cache)."""
     hub = pcfg.get("hf_hub", "")
     if hub:
-        from huggingface_hub import try_to_load_from_cache
-
         parts = hub.strip("/").split("/")
         repo = "/".join(parts[:2])
         names = ["/".join(parts[2:])] if len(parts) > 2 else ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
         for fname in names:
-            got = try_to_load_from_cache(repo, fname)
-            if isinstance(got, str):
-                return got
+            got = cached_file(repo, fname)
+            if got is not None:
+                return str(got)
     url = pcfg.get("url", "")
     if url:
         cached = Path(os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
@@ -352,7 +342,7 @@ def _text_encoder_dir(text_cfg: dict, config: Mapping[str, Any], model: str) -> 
         return str(path)
     if Path(hf_name).is_dir():
         return hf_name
-    return str(_hub_snapshot(
+    return str(snapshot(
         hf_name, f"text encoder config for {model}",
         f"Download it on a networked machine: `huggingface-cli download {hf_name} config.json vocab.txt "
         "tokenizer_config.json --local-dir DIR`, then set text_encoder: DIR."))
@@ -396,8 +386,8 @@ def load_model(config: Mapping[str, Any]):
         tok_src = text_cfg.get("hf_tokenizer_name") or text_dir
     if tok_src:
         if not Path(str(tok_src)).is_dir():
-            tok_src = str(_hub_snapshot(str(tok_src), f"tokenizer for {model_name}",
-                                        f"Download `{tok_src}` tokenizer files and set text_encoder: DIR."))
+            tok_src = str(snapshot(str(tok_src), f"tokenizer for {model_name}",
+                                   f"Download `{tok_src}` tokenizer files and set text_encoder: DIR."))
         tokenizer = HFTokenizer(str(tok_src), context_length=ctx, **text_cfg.get("tokenizer_kwargs", {}))
     else:
         if int(text_cfg.get("vocab_size", 49408)) != 49408:
