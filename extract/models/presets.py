@@ -4,7 +4,7 @@ Each is a registry factory ``(config) -> ModelAdapter``; user keys override the 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .prompts import preset_prompts
 
@@ -78,42 +78,43 @@ def _biovil_preflight(name: str):
     return preflight(name)
 
 
-def chexzero_preflight(config: Mapping[str, Any]) -> None:
-    """CheXzero has no default weights: say so before torch is imported (the path itself is checked by the CLI)."""
-    from .errors import WeightsNotFoundError
+def _weights_given(what: str, needed: str, how: str) -> Callable[[Mapping[str, Any]], None]:
+    """The preflight of a model without default weights: ``weights`` must be given, said before torch is
+    imported (the path itself is checked by the CLI, then by the adapter)."""
 
-    if not config.get("weights"):
-        raise WeightsNotFoundError(
-            "CheXzero weights", "a checkpoint file such as best_64_5e-05_original_22000_0.864.pt",
-            "Download the checkpoints linked from the rajpurkarlab/CheXzero README (Google Drive) and pass "
-            "--model-option weights=/path/to/checkpoint.pt.")
+    def check(config: Mapping[str, Any]) -> None:
+        if not config.get("weights"):
+            from .errors import WeightsNotFoundError
+
+            raise WeightsNotFoundError(what, needed, how)
+
+    return check
+
+
+chexzero_preflight = _weights_given(
+    "CheXzero weights", "a checkpoint file such as best_64_5e-05_original_22000_0.864.pt",
+    "Download the checkpoints linked from the rajpurkarlab/CheXzero README (Google Drive) and pass "
+    "--model-option weights=/path/to/checkpoint.pt.")
+medclip_preflight = _weights_given(
+    "MedCLIP weights", "a folder holding pytorch_model.bin (medclip-vit-pretrained or medclip-resnet-pretrained)",
+    "Download the zip linked from RyanWangZf/MedCLIP medclip/medclip_vit_weight.txt (or _resnet_), unzip it, "
+    "and pass --model-option weights=/path/to/folder.")
+_gloria_weights = _weights_given(
+    "GLoRIA weights", "the checkpoint chexpert_resnet50.ckpt",
+    "Download it from the link in the marshuang80/gloria README and pass --model-option "
+    "weights=/path/to/chexpert_resnet50.ckpt --model-option options.trust_checkpoint=true.")
 
 
 def gloria_preflight(config: Mapping[str, Any]) -> None:
     """GLoRIA needs its checkpoint and a local Bio_ClinicalBERT folder: say so before torch is imported."""
     from .errors import WeightsNotFoundError
 
-    if not config.get("weights"):
-        raise WeightsNotFoundError(
-            "GLoRIA weights", "the checkpoint chexpert_resnet50.ckpt",
-            "Download it from the link in the marshuang80/gloria README and pass --model-option "
-            "weights=/path/to/chexpert_resnet50.ckpt --model-option options.trust_checkpoint=true.")
+    _gloria_weights(config)
     if not (config.get("text_encoder") or (config.get("options") or {}).get("text_encoder")):
         raise WeightsNotFoundError(
             "GLoRIA text encoder", "a local emilyalsentzer/Bio_ClinicalBERT folder (config.json, vocab.txt)",
             "Download it on a networked machine (huggingface-cli download emilyalsentzer/Bio_ClinicalBERT) and "
             "pass --model-option text_encoder=/path/to/Bio_ClinicalBERT.")
-
-
-def medclip_preflight(config: Mapping[str, Any]) -> None:
-    """MedCLIP has no default weights: say so before torch is imported."""
-    from .errors import WeightsNotFoundError
-
-    if not config.get("weights"):
-        raise WeightsNotFoundError(
-            "MedCLIP weights", "a folder holding pytorch_model.bin (medclip-vit-pretrained or medclip-resnet-pretrained)",
-            "Download the zip linked from RyanWangZf/MedCLIP medclip/medclip_vit_weight.txt (or _resnet_), unzip it, "
-            "and pass --model-option weights=/path/to/folder.")
 
 
 #: Checks a preset can make without torch, by registry name; run by xbench-extract before loading anything.

@@ -312,7 +312,7 @@ def build(config: Mapping) -> KADAdapter:
             "score": "softmax over the 2-way mlp_head, index 1", "arch": arch,
             "text_encoder": str(config.get("text_encoder"))}
     return KADAdapter(image, text, fusion, tokenizer, image_size=image_size,
-                            grid=resnet_grid(image_size, stages), layers=layers_from(config, 1),
-                            config=config, prompt_model="kad", max_length=int(option(config, "max_length", 256)),
-                            interpolation="bicubic", device=pick_device(config), provenance=prov,
-                            equalize=equalize_setting(config))
+                      grid=resnet_grid(image_size, stages), layers=layers_from(config, 1),
+                      config=config, prompt_model="kad", max_length=int(option(config, "max_length", 256)),
+                      interpolation="bicubic", device=pick_device(config), provenance=prov,
+                      equalize=equalize_setting(config))
