@@ -130,7 +130,12 @@ def serial_blas() -> Iterator[None]:
 
 
 def _first_max_rows(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    k = np.argmax(means, axis=1)  # first maximum = smallest tau on ties
+    """Each row's first maximum (the smallest tau on ties) and its index; a row with a NaN (a resample that
+    drew none of the pairs: all NaN) counts NaN as -1, i.e. index 0 for an all-NaN row."""
+    nan = np.isnan(means)
+    if nan.any():
+        means = np.where(nan, -1.0, means)
+    k = np.argmax(means, axis=1)
     return means[np.arange(means.shape[0]), k], k
 
 
@@ -140,91 +145,122 @@ def _inverse(den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, 1.0 / np.where(den > 0, den, 1.0), np.nan)
 
 
-class _Chunk:
-    """The per-pair arrays of one chunk of a class's pairs that the registered grounding metrics read:
-    ``value(fn)`` (P,) or (P, T) float64 and ``selected(fn)`` (P,) float64 0/1. ``kept`` (the class cache's
-    dict of this chunk) holds the curves that fit the cache budget and keeps every (P,) array from block to
-    block; a curve beyond the budget is recomputed for each block of resamples and dropped after it."""
+class _Plan(NamedTuple):
+    """Where each registered grounding metric's weighted sums sit, the same for every class of a run.
 
-    def __init__(self, dc: DatasetCounts, rows: np.ndarray, kept: dict):
-        self.view = R.PairView(dc, rows)
-        self.kept = kept
-        self.local: dict = {}
+    ``columns``: the per-pair (P,) columns of a chunk's ``vec`` matrix, first one per distinct (values, pairs)
+    source of a non-curve metric (values times the 0/1 selection), then one per distinct pair selection (the
+    0/1 selection, the denominators); ``curves``: the distinct (values, pairs) sources of curve metrics, each
+    a block of T rows of a chunk's transposed curve matrix; ``chosen``: {(values, chosen-by key): [pairs
+    function, ...]} for the :class:`~xbench.score.registry.ChosenBy` metrics, read from the raw curve block
+    ``(values, None)``."""
 
-    def value(self, fn) -> np.ndarray:
-        if fn in self.kept:
-            return self.kept[fn]
-        if fn not in self.local:
-            v = np.asarray(fn(self.view))
-            v = v.astype(np.float64) if v.dtype != np.float64 else v
-            (self.kept if v.ndim == 1 else self.local)[fn] = v
-            return v
-        return self.local[fn]
-
-    def selected(self, fn) -> np.ndarray | None:
-        if fn is None:
-            return None
-        key = ("pairs", fn)
-        if key not in self.kept:
-            self.kept[key] = np.asarray(fn(self.view), dtype=bool).astype(np.float64)
-        return self.kept[key]
+    metrics: tuple
+    sources: tuple
+    dens: tuple
+    curves: tuple
+    chosen: dict
 
 
-def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
-    """Weighted sum over pairs, (B,) or (B, T); pairs outside ``sel`` count 0."""
-    if sel is None:
-        return w @ v
-    return w @ (v * (sel if v.ndim == 1 else sel[:, None]))
+def _plan() -> _Plan:
+    ms = tuple(R.metrics("grounding"))
+    direct = [m for m in ms if not isinstance(m.threshold, R.ChosenBy)]
+    chosen: dict = {}
+    for m in ms:
+        if isinstance(m.threshold, R.ChosenBy):
+            chosen.setdefault((m.values, m.threshold.key), [])
+            if m.pairs not in chosen[(m.values, m.threshold.key)]:
+                chosen[(m.values, m.threshold.key)].append(m.pairs)
+    curves = list(dict.fromkeys((m.values, m.pairs) for m in direct if m.curve))
+    curves += [src for src in dict.fromkeys((values, None) for values, _ in chosen) if src not in curves]
+    return _Plan(ms, tuple(dict.fromkeys((m.values, m.pairs) for m in direct if not m.curve)),
+                 tuple(dict.fromkeys(m.pairs for m in ms)), tuple(curves), chosen)
 
 
-def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int,
+def _selection(view: R.PairView, fn, memo: dict) -> np.ndarray | None:
+    """The 0/1 float64 selection ``fn`` of a chunk's pairs (None: every pair)."""
+    if fn is None:
+        return None
+    if fn not in memo:
+        memo[fn] = np.asarray(fn(view), dtype=bool).astype(np.float64)
+    return memo[fn]
+
+
+def _chunk_vectors(dc: DatasetCounts, rows: np.ndarray, plan: _Plan) -> dict:
+    """A chunk's per-pair columns (P, K) float64 (``vec``, see :class:`_Plan`) and the chosen-by selections
+    (P, m) float64, one matrix per (values, chosen-by key)."""
+    view, memo = R.PairView(dc, rows), {}
+    cols = []
+    for values, pairs in plan.sources:
+        v = np.asarray(values(view), dtype=np.float64)
+        sel = _selection(view, pairs, memo)
+        cols.append(v if sel is None else v * sel)
+    for fn in plan.dens:
+        sel = _selection(view, fn, memo)
+        cols.append(np.ones(rows.size) if sel is None else sel)
+    ones = np.ones(rows.size)
+    chosen = {key: np.stack([ones if fn is None else _selection(view, fn, memo) for fn in fns], axis=1)
+              for key, fns in plan.chosen.items()}
+    vec = np.stack(cols, axis=1) if cols else np.zeros((rows.size, 0))
+    return {"vec": vec, "chosen": chosen}
+
+
+def _chunk_curves(dc: DatasetCounts, rows: np.ndarray, plan: _Plan) -> np.ndarray:
+    """A chunk's curve sources, transposed and stacked: (len(plan.curves) * T, P) float64, C order, so that
+    both the weighted sums (``w @ ct.T``) and each resample's row at its chosen tau (``ct[k]``) read it
+    without a copy."""
+    view, memo = R.PairView(dc, rows), {}
+    raw: dict = {}
+    blocks = []
+    for values, pairs in plan.curves:
+        if values not in raw:
+            raw[values] = np.asarray(values(view), dtype=np.float64)
+        sel = _selection(view, pairs, memo)
+        blocks.append((raw[values] if sel is None else raw[values] * sel[:, None]).T)
+    return np.ascontiguousarray(np.concatenate(blocks, axis=0)) if blocks else np.zeros((0, rows.size))
+
+
+def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, plan: _Plan,
                      taus: Mapping[str, int] | None) -> dict[str, np.ndarray]:
     """Every registered grounding metric of one class on each resample, (B,) float64 (NaN where a resample
     drew none of the pairs a metric selects).
 
-    The class's pairs are taken ``step`` (:data:`PAIR_CHUNK`) at a time. Pass 1 sums, per distinct
-    (values, pairs) source, the weighted per-pair values (a (B, T) matrix product for a curve) and the
-    weighted pair counts; fixed-threshold and :class:`~xbench.score.registry.Best` metrics are read from
-    those sums (Best: the first maximum of each resample's class-mean curve, ties to the smallest tau, or
-    the transferred index). Pass 2, only for :class:`~xbench.score.registry.ChosenBy` metrics, sums each
-    pair's value at the tau its resample chose, (B, P) work instead of another (B, P) x (P, T) product.
-    Curves of a chunk come from the dataset's cache when they fit its budget (see :func:`_class_cache`) and
-    are recomputed otherwise. A class of one chunk (every class at the paper's scale) gives exactly the
-    one-product numbers; with several chunks the sums differ in the last bits only.
+    The class's pairs are taken a chunk (:data:`PAIR_CHUNK` pairs) at a time. Pass 1 takes two matrix products
+    per chunk: the resample weights of its pairs (B, P) times the chunk's per-pair columns (every non-curve
+    source and every pair selection, see :class:`_Plan`) and times its stacked curves (B, sources x T).
+    Fixed-threshold and :class:`~xbench.score.registry.Best` metrics are read from those sums (Best: the
+    first maximum of each resample's class-mean curve, ties to the smallest tau, or the transferred index).
+    Pass 2, only for :class:`~xbench.score.registry.ChosenBy` metrics, takes each pair's value at the tau its
+    resample chose (a row gather of the transposed curves) times the weights, times the chosen-by
+    selections: (B, P) work instead of another (B, P) x (P, T) product. Curves of a chunk come from the
+    dataset's cache when they fit its budget (see :func:`_class_cache`) and are recomputed otherwise. Only
+    the order of the sums differs from summing each metric on its own (last bits).
     """
-    idx, pc = cc["idx"], cc["pair_case"]
-    ms = R.metrics("grounding")
-    direct = [m for m in ms if not isinstance(m.threshold, R.ChosenBy)]
-    chosen_by = [m for m in ms if isinstance(m.threshold, R.ChosenBy)]
-    sources = list(dict.fromkeys((m.values, m.pairs) for m in direct))
-    dens = list(dict.fromkeys(m.pairs for m in ms))
-    num: dict = {}
-    den: dict = {}
-    chunks = []
-    for s in range(0, idx.size, step):
-        e = min(idx.size, s + step)
-        ch = _Chunk(dc, idx[s:e], cc["curves"].setdefault(s, {}))
+    idx, pc, step = cc["idx"], cc["pair_case"], cc["step"]
+    T = dc.b.shape[1]
+    spans = [(s, min(idx.size, s + step)) for s in range(0, idx.size, step)]
+
+    def curves(s: int, e: int) -> np.ndarray:
+        ct = cc["chunks"][s].get("ct")
+        return _chunk_curves(dc, idx[s:e], plan) if ct is None else ct
+
+    vec_sum = curve_sum = w = None
+    for s, e in spans:
         w = w_cases[:, pc[s:e]]
-        for src in sources:
-            part = _weighted(w, ch.value(src[0]), ch.selected(src[1]))
-            if src in num:
-                num[src] += part
-            else:
-                num[src] = part
-        for fn in dens:
-            sel = ch.selected(fn)
-            part = w.sum(axis=1) if sel is None else w @ sel
-            if fn in den:
-                den[fn] += part
-            else:
-                den[fn] = part
-        ch.local.clear()  # a curve beyond the cache budget: memory holds one chunk's at a time
-        if chosen_by:
-            chunks.append((s, e, ch))
-    inv = {fn: _inverse(d) for fn, d in den.items()}
+        part_v, part_c = w @ cc["chunks"][s]["vec"], w @ curves(s, e).T
+        vec_sum = part_v if vec_sum is None else vec_sum + part_v
+        curve_sum = part_c if curve_sum is None else curve_sum + part_c
+    nv = len(plan.sources)
+    num = {src: vec_sum[:, j] for j, src in enumerate(plan.sources)}
+    num.update({src: curve_sum[:, j * T:(j + 1) * T] for j, src in enumerate(plan.curves)})
+    den = {fn: vec_sum[:, nv + j] for j, fn in enumerate(plan.dens)}
+    inverses = _inverse(vec_sum[:, nv:])
+    inv = {fn: inverses[:, j] for j, fn in enumerate(plan.dens)}
     out: dict[str, np.ndarray] = {}
     ks: dict[str, np.ndarray] = {}
-    for m in direct:
+    for m in plan.metrics:
+        if isinstance(m.threshold, R.ChosenBy):
+            continue
         total, i = num[(m.values, m.pairs)], inv[m.pairs]
         if not m.curve:
             out[m.key] = total * i
@@ -234,7 +270,7 @@ def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int
         rule = m.threshold
         if isinstance(rule, R.Best):
             if taus is None or taus.get(rule.tau_key) is None:
-                val, k = _first_max_rows(np.nan_to_num(means, nan=-1.0))
+                val, k = _first_max_rows(means)
             else:
                 k = np.full(means.shape[0], int(taus[rule.tau_key]))
                 val = means[:, k[0]] if means.shape[0] else np.zeros(0)
@@ -242,54 +278,51 @@ def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, step: int
             ks[m.key] = k
         else:
             out[m.key] = means[:, int(rule)]
-    if chosen_by:
+    if plan.chosen:
         gathered: dict = {}
-        for s, e, ch in chunks:
-            w = w_cases[:, pc[s:e]]
-            local: dict = {}
-            for m in chosen_by:
-                key = (m.values, m.threshold.key)
-                if key not in local:  # w * v[p, k_b]: each resample's weights times the values at its tau
-                    local[key] = np.take(ch.value(m.values), ks[m.threshold.key], axis=1).T
-                    local[key] *= w
-                sel = ch.selected(m.pairs)
-                part = local[key].sum(axis=1) if sel is None else local[key] @ sel
-                gathered[m.key] = gathered[m.key] + part if m.key in gathered else part
-            ch.local.clear()
-        for m in chosen_by:
-            out[m.key] = gathered[m.key] * inv[m.pairs]
-    return {m.key: out[m.key] for m in ms}
-
-
-def _pair_curves(dc: DatasetCounts, rows: np.ndarray) -> dict:
-    """The curve metrics' per-pair (P, T) float64 values of some pairs, {values function: matrix}."""
-    view = R.PairView(dc, rows)
-    fns = dict.fromkeys(m.values for m in R.metrics("grounding") if m.curve)
-    return {fn: np.asarray(fn(view), dtype=np.float64) for fn in fns}
+        for s, e in spans:
+            if len(spans) > 1:  # else the one chunk's weights are still those of pass 1
+                w = w_cases[:, pc[s:e]]
+            ct = curves(s, e)
+            for (values, key), fns in plan.chosen.items():
+                at = ct[plan.curves.index((values, None)) * T + ks[key]]  # (B, P): each pair at its resample's tau
+                at *= w
+                part = at @ cc["chunks"][s]["chosen"][(values, key)]
+                for j, fn in enumerate(fns):
+                    g = (values, key, fn)
+                    gathered[g] = part[:, j] if g not in gathered else gathered[g] + part[:, j]
+        for m in plan.metrics:
+            if isinstance(m.threshold, R.ChosenBy):
+                out[m.key] = gathered[(m.values, m.threshold.key, m.pairs)] * inv[m.pairs]
+    return {m.key: out[m.key] for m in plan.metrics}
 
 
 _INDICATORS = ("tp", "fp", "fn", "correct", "labelled")
 
 
-def _recognition_vectors(y, p, n_cases: int, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-case indicators (N, 5) int8 (:data:`_INDICATORS`) and rank order of one class's labelled cases ``rows``.
+def _indicators(labels: np.ndarray, prob: np.ndarray) -> np.ndarray:
+    """Per-case indicators (N, C, 5) int8 (:data:`_INDICATORS`) of classes' columns ``labels`` (1/0/-1) and
+    ``prob``; all 0 where a case is not labelled.
 
-    int8, not float64: they stay cached for every class of the dataset while its resamples are drawn, and
-    their weighted sums are integers, exact whichever way the product is computed.
+    int8, not float64: they stay cached while a dataset's resamples are drawn, and their weighted sums are
+    integers, exact whichever way the product is computed.
     """
-    pos = np.asarray(y) == 1
-    y_hat = np.asarray(p) >= 0.5
-    ind = np.zeros((n_cases, len(_INDICATORS)), dtype=np.int8)
-    ind[rows] = np.stack([y_hat & pos, y_hat & ~pos, ~y_hat & pos, y_hat == pos, np.ones_like(pos)], axis=1)
-    return {"indicators": ind, "rank": rank_order(pos, p, rows)}
+    lab, pos, y_hat = labels != -1, labels == 1, prob >= 0.5
+    return np.stack([y_hat & pos, y_hat & ~pos & lab, ~y_hat & pos, (y_hat == pos) & lab, lab],
+                    axis=-1).astype(np.int8)
 
 
-def _recognition_from_vectors(w: np.ndarray, vec: dict, wt: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Every registered recognition metric of one class on each resample, from its cached vectors."""
-    auroc, ap = _ranked_replicates(np.ascontiguousarray(w.T) if wt is None else wt, *vec["rank"])
-    tp, fp, fn, correct, total = (w @ vec["indicators"].astype(np.float64)).T
-    sums = R.RecognitionSums(tp=tp, fp=fp, fn=fn, correct=correct, total=total, auroc=auroc, auprc=ap)
-    return {m.key: m.values(sums) for m in R.metrics("recognition")}
+def _recognition_from_sums(wt: np.ndarray, ranks: list[tuple], sums: np.ndarray) -> dict[str, np.ndarray]:
+    """Every registered recognition metric of C classes on each resample, (B, C) each, from the weights (N, B),
+    each class's rank order and the weighted indicator sums (B, C, 5). (The registry's recognition metrics
+    are elementwise, so all classes go through them at once.)"""
+    B, C = sums.shape[:2]
+    auroc, ap = np.empty((B, C)), np.empty((B, C))
+    for j, rank in enumerate(ranks):
+        auroc[:, j], ap[:, j] = _ranked_replicates(wt, *rank)
+    tp, fp, fn, correct, total = np.moveaxis(sums, 2, 0)
+    s = R.RecognitionSums(tp=tp, fp=fp, fn=fn, correct=correct, total=total, auroc=auroc, auprc=ap)
+    return {m.key: np.asarray(m.values(s), dtype=np.float64).reshape(B, C) for m in R.metrics("recognition")}
 
 
 def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
@@ -309,30 +342,34 @@ def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[
     labelled case.
     """
     w = np.ascontiguousarray(w, dtype=np.float64)
+    y, p = np.asarray(y), np.asarray(p, dtype=np.float64)
     n = w.shape[1]
-    return _recognition_from_vectors(w, _recognition_vectors(y, p, n, np.arange(n)))
+    sums = w @ _indicators(y[:, None], p[:, None])[:, 0].astype(np.float64)
+    out = _recognition_from_sums(np.ascontiguousarray(w.T), [rank_order(y == 1, p, np.arange(n))], sums[:, None])
+    return {k: v[:, 0] for k, v in out.items()}
 
 
-def _class_cache(dc: DatasetCounts, c: int, cache: dict) -> dict:
+def _class_cache(dc: DatasetCounts, c: int, cache: dict, plan: _Plan) -> dict:
     """Everything a resample needs about class column ``c``, computed once per dataset.
 
-    The class's curve matrices (Dice and IoU: 1.6 KB per pair) are kept chunk by chunk while the dataset's
-    cache holds less than ``cache["budget"]`` bytes of them; :func:`_class_grounding` recomputes the rest.
+    Per chunk of the class's pairs: its per-pair columns (:func:`_chunk_vectors`) and, while the dataset's
+    cache holds less than ``cache["budget"]`` bytes of them, its curves (Dice and IoU: 1.6 KB per pair,
+    :func:`_chunk_curves`); :func:`_class_grounding` recomputes the curves of the other chunks.
     """
     out: dict = {}
     idx = dc.class_pairs(c)
     if idx.size:
         step = cache["pair_chunk"]
-        n_curves = len(dict.fromkeys(m.values for m in R.metrics("grounding") if m.curve))
-        out.update(idx=idx, pair_case=dc.pair_case[idx], curves={})
+        out.update(idx=idx, pair_case=dc.pair_case[idx], step=step, chunks={})
         for s in range(0, idx.size, step):
-            size = n_curves * 8 * min(step, idx.size - s) * dc.b.shape[1]
-            if cache["bytes"] + size > cache["budget"]:
-                break
-            out["curves"][s] = _pair_curves(dc, idx[s:s + step])
-            cache["bytes"] += size
+            rows = idx[s:s + step]
+            out["chunks"][s] = chunk = _chunk_vectors(dc, rows, plan)
+            size = len(plan.curves) * 8 * rows.size * dc.b.shape[1]
+            if cache["bytes"] + size <= cache["budget"]:
+                chunk["ct"] = _chunk_curves(dc, rows, plan)
+                cache["bytes"] += size
     rows = np.flatnonzero(dc.labels[:, c] != -1)
-    out["recognition"] = _recognition_vectors(dc.labels[rows, c], dc.prob[rows, c], dc.n_cases, rows)
+    out["rank"] = rank_order(dc.labels[rows, c] == 1, dc.prob[rows, c], rows)
     return out
 
 
@@ -350,8 +387,8 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
         {class: (dice index, iou index)} to use fixed (transferred) thresholds instead of re-choosing.
     per_pair : dict, optional
         A dict kept between blocks of the same dataset, caching the per-class Dice/IoU matrices (up to
-        ``CURVE_CACHE_BYTES``), indicator vectors and rank orders so each block only does the weighted
-        sums. Preset ``"pair_chunk"`` or ``"budget"`` in it to override :data:`PAIR_CHUNK` and
+        ``CURVE_CACHE_BYTES``), per-pair columns, indicators and rank orders so each block only does the
+        weighted sums. Preset ``"pair_chunk"`` or ``"budget"`` in it to override :data:`PAIR_CHUNK` and
         :data:`CURVE_CACHE_BYTES`.
 
     Returns
@@ -364,35 +401,45 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
     cache.setdefault("pair_chunk", PAIR_CHUNK)
     cache.setdefault("budget", CURVE_CACHE_BYTES)
     cache.setdefault("bytes", 0)
+    if "plan" not in cache:
+        cache["plan"] = _plan()
+    plan = cache["plan"]
     w_cases = np.ascontiguousarray(w_cases, dtype=np.float64)
     B = w_cases.shape[0]
     w_t = np.ascontiguousarray(w_cases.T)  # (N, B), shared by every class's rank kernel
-    grounding = [m.key for m in R.metrics("grounding")]
-    classes: dict[str, dict[str, np.ndarray]] = {}
-    for c, name in enumerate(dc.classes):
-        if not dc.supported[c]:
-            continue
+    supported = [c for c in range(len(dc.classes)) if dc.supported[c]]
+    if "indicators" not in cache:
+        cache["indicators"] = _indicators(dc.labels[:, supported], dc.prob[:, supported]).reshape(dc.n_cases, -1)
+    # every class's weighted indicator sums in one product (B, 5 per class): integers, exact in any order
+    indicator_sums = (w_cases @ cache["indicators"].astype(np.float64)).reshape(B, len(supported), 5)
+    for c in supported:
         if c not in cache:
-            cache[c] = _class_cache(dc, c, cache)
-        cc = cache[c]
+            cache[c] = _class_cache(dc, c, cache, plan)
+    recognition = _recognition_from_sums(w_t, [cache[c]["rank"] for c in supported], indicator_sums)
+    grounding = [m.key for m in plan.metrics]
+    classes: dict[str, dict[str, np.ndarray]] = {}
+    for j, c in enumerate(supported):
+        name, cc = dc.classes[c], cache[c]
         stats: dict[str, np.ndarray] = {}
         if "idx" in cc:
             t = (taus or {}).get(name)
-            stats.update(_class_grounding(w_cases, dc, cc, cache["pair_chunk"], None if t is None else R.tau_map(t)))
+            stats.update(_class_grounding(w_cases, dc, cc, plan, None if t is None else R.tau_map(t)))
         else:
             stats.update({k: np.full(B, np.nan) for k in grounding})
-        stats.update(_recognition_from_vectors(w_cases, cc["recognition"], w_t))
+        stats.update({k: v[:, j] for k, v in recognition.items()})
         classes[name] = stats
     summary: dict[str, np.ndarray] = {}
-    for key in R.summary_keys():
-        m = R.metric(key)
-        if m.kind == "dataset":
-            summary[key] = m.values(dc, w_cases, cache)
-        elif classes:
-            summary[key] = _nanmean_rows(np.stack([s[key] for s in classes.values()]))
-        else:
+    keys = R.summary_keys()
+    means = [k for k in keys if R.metric(k).kind != "dataset"]
+    if classes and means:  # every class-mean key at once: (keys, classes, B), the mean over classes
+        stacked = _nanmean_rows(np.stack([np.stack([s[k] for s in classes.values()]) for k in means], axis=1))
+        summary.update(zip(means, stacked))
+    for key in keys:
+        if R.metric(key).kind == "dataset":
+            summary[key] = R.metric(key).values(dc, w_cases, cache)
+        elif key not in summary:
             summary[key] = np.full(B, np.nan)
-    return classes, summary
+    return classes, {k: summary[k] for k in keys}
 
 
 def _nanmean_rows(stack: np.ndarray) -> np.ndarray:
@@ -450,6 +497,29 @@ def _concat(blocks: list[Replicates]) -> Replicates:
     return Replicates(classes, {k: np.concatenate([b.summary[k] for b in blocks]) for k in first.summary})
 
 
+def _resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) -> dict[str, np.random.Generator]:
+    """Each dataset's generator, positioned where its draws start in the one ``numpy.random.default_rng(seed)``
+    stream consumed in sorted dataset order (see :func:`bootstrap_replicates`): a dataset's resamples depend
+    only on the case counts of the datasets before it, so each can be drawn on its own, in any order or
+    thread, and still be those of the serial loop bit for bit."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in sorted(n_cases):
+        out[name] = copy.deepcopy(rng)
+        _skip_resamples(int(n_cases[name]), n_resamples, rng)
+    return out
+
+
+def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Generator, *,
+                      taus: Mapping[str, tuple[int, int]] | None = None) -> Replicates:
+    """One dataset's replicates (:func:`dataset_replicates` block by block) from its generator ``rng``
+    (:func:`_resample_streams`); consumes ``rng``. Run it inside :func:`serial_blas`."""
+    cache: dict = {}  # per dataset, dropped with this call
+    blocks = [Replicates(*dataset_replicates(dc, w, taus=taus, per_pair=cache))
+              for w in resample_weights(dc.n_cases, n_resamples, rng)]
+    return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=taus))])
+
+
 def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: int, seed: int,
                          taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None) -> dict[str, Replicates]:
     """Every class and dataset statistic on each of ``n_resamples`` case resamples, per dataset.
@@ -471,34 +541,24 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
     -------
     {dataset: Replicates} with (n_resamples,) float64 arrays.
     """
-    rng = np.random.default_rng(seed)
     names = sorted(counts)
+    gens = _resample_streams({name: counts[name].n_cases for name in names}, n_resamples, seed)
 
-    def one(name: str, gen: np.random.Generator) -> Replicates:
-        dc = counts[name]
-        cache: dict = {}  # per dataset, dropped with this call
-        t = (taus or {}).get(name)
-        blocks = [Replicates(*dataset_replicates(dc, w, taus=t, per_pair=cache))
-                  for w in resample_weights(dc.n_cases, n_resamples, gen)]
-        return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=t))])
+    def one(name: str) -> Replicates:
+        return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name))
 
     workers = min(_workers(), len(names))
     with serial_blas():
         if workers <= 1:
-            return {name: one(name, rng) for name in names}
-        # Datasets are independent given where their draws start in the one stream: each gets a copy of the
-        # generator at that point (the stream is then skipped past its draws), so the replicates are those of
-        # the serial loop, bit for bit, whichever thread computes them. Largest first, so the threads finish
-        # together. Matrix products (BLAS, one thread each) and the rank kernel release the GIL.
+            return {name: one(name) for name in names}
+        # Datasets are independent given where their draws start in the one stream (_resample_streams), so the
+        # replicates are those of the serial loop, bit for bit, whichever thread computes them. Largest first,
+        # so the threads finish together. Matrix products (BLAS, one thread each) and the rank kernel release
+        # the GIL.
         from concurrent.futures import ThreadPoolExecutor
 
-        gens = {}
-        for name in names:
-            gens[name] = copy.deepcopy(rng)
-            _skip_resamples(counts[name].n_cases, n_resamples, rng)
         with ThreadPoolExecutor(workers) as pool:
-            futures = {name: pool.submit(one, name, gens.pop(name))
-                       for name in sorted(names, key=lambda n: -_bootstrap_cost(counts[n]))}
+            futures = {name: pool.submit(one, name) for name in sorted(names, key=lambda n: -_bootstrap_cost(counts[n]))}
             return {name: futures[name].result() for name in names}
 
 

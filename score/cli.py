@@ -220,7 +220,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
 
-    prefetch_writers()  # pandas and pyarrow load while scoring runs, not after it
+    prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
     t0 = time.perf_counter()
     bar = progress(desc=stem, unit="pair", enabled=show)
     with warnings.catch_warnings(record=True) as caught:

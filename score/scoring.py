@@ -50,7 +50,6 @@ __all__ = [
     "metrics_from_counts",
     "pairs_table",
     "pair_table_columns",
-    "iter_pairs_tables",
     "write_pairs_parquet",
     "thresholds_from_metrics",
 ]
@@ -621,12 +620,91 @@ def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapp
     return _frame(data)
 
 
-def iter_pairs_tables(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapping[int, dict]], *,
-                      max_rows: int = 1 << 16):
-    """The rows of :func:`pairs_table` in the same order, as DataFrames of about ``max_rows`` rows each
-    (whole cases), each with its own categories."""
-    import pandas as pd
+#: pandas' type names of the pairs table's non-label columns, for the file's pandas metadata (see
+#: :func:`_pandas_metadata`); "boolean" is pandas' nullable bool, so ``hit`` (empty without a region) reads back
+#: as one.
+_PANDAS_TYPES = {"label": ("int8", "int8"), "probability": ("float64", "float64"), "predicted": ("bool", "bool"),
+                 "has_region": ("bool", "bool"), "region_pixels": ("int64", "int64"), "hit": ("bool", "boolean")}
 
+
+def _pandas_metadata(first_categories: Mapping[str, int]) -> bytes:
+    """The ``pandas`` schema metadata pyarrow's ``Table.from_pandas`` writes for :func:`pairs_table`'s
+    frames (no index; the label columns categorical, with the category counts of the first row group, as
+    from_pandas records them), so ``pandas.read_parquet`` restores the same dtypes; built here so that writing
+    needs no pandas import (0.3-0.5 s of one core)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import pyarrow as pa
+
+    cols = []
+    for name in pair_table_columns():
+        if name in first_categories:
+            n = int(first_categories[name])
+            codes = "int8" if n < 127 else "int16" if n < 32767 else "int32" if n < 2**31 - 1 else "int64"  # pandas' codes
+            cols.append({"name": name, "field_name": name, "pandas_type": "categorical", "numpy_type": codes,
+                         "metadata": {"num_categories": n, "ordered": False}})
+        else:
+            pandas_type, numpy_type = _PANDAS_TYPES.get(name, ("float64", "float64"))
+            cols.append({"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
+                         "metadata": None})
+    try:
+        pandas_version = version("pandas")
+    except PackageNotFoundError:  # pragma: no cover - pandas is a dependency of the scorer
+        pandas_version = "2.0.0"
+    meta = {"index_columns": [], "column_indexes": [], "columns": cols, "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": pandas_version}
+    return json.dumps(meta).encode()
+
+
+def _pairs_schema(first_categories: Mapping[str, int]):
+    import pyarrow as pa
+
+    label = pa.dictionary(pa.int32(), pa.string())
+    return pa.schema([("dataset", label), ("case_id", label), ("class", label), ("label", pa.int8()),
+                      ("probability", pa.float64()), ("predicted", pa.bool_()), ("has_region", pa.bool_()),
+                      ("region_pixels", pa.int64()), ("hit", pa.bool_()),
+                      *[(k, pa.float64()) for k in R.pair_columns()]],
+                     metadata={b"pandas": _pandas_metadata(first_categories)})
+
+
+def _arrow_numbers(values: np.ndarray, type_):
+    """A pyarrow array of a 1-D numeric numpy array, wrapping its buffer. (``pyarrow.array`` would import
+    pandas to check whether it was handed a pandas object: 0.3-0.5 s the scorer does not need.)"""
+    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(type_, values.size, [None, pa.py_buffer(values)])
+
+
+def _arrow_bools(values: np.ndarray, valid: np.ndarray | None = None):
+    """A pyarrow bool array (bit-packed, least significant bit first), null where ``valid`` is False."""
+    import pyarrow as pa
+
+    values = np.asarray(values, dtype=bool)
+    bits = pa.py_buffer(np.packbits(values, bitorder="little"))
+    if valid is None:
+        return pa.Array.from_buffers(pa.bool_(), values.size, [None, bits])
+    valid = np.asarray(valid, dtype=bool)
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), values.size, [mask, bits], null_count=int(values.size - valid.sum()))
+
+
+def _arrow_strings(strings) -> object:
+    """A pyarrow string array of Python strings (UTF-8 bytes and int32 offsets)."""
+    import pyarrow as pa
+
+    encoded = [str(x).encode("utf-8") for x in strings]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
+def _iter_pairs_arrow(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapping[int, dict]], max_rows: int):
+    """The rows of :func:`pairs_table`, in the same order, as pyarrow columns of about ``max_rows`` rows at a
+    time (whole cases; each batch with its own categories): ({column: array}, {label column: categories})."""
+    import pyarrow as pa
+
+    types = {"label": pa.int8(), "region_pixels": pa.int64()}
     for name in sorted(counts):
         dc = counts[name]
         ds = _DatasetPairs(dc, per_pair.get(name, {}))
@@ -634,10 +712,19 @@ def iter_pairs_tables(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str
         for lo in range(0, max(dc.n_cases, 1), per_case):
             hi = min(dc.n_cases, lo + per_case)
             r, c, data = ds.rows(lo, hi)
-            data["dataset"] = pd.Categorical.from_codes(np.zeros(r.size, np.int8), categories=[name])
-            data["case_id"] = pd.Categorical.from_codes(r - lo, categories=np.asarray(dc.case_id[lo:hi], dtype=str))
-            data["class"] = pd.Categorical.from_codes(c, categories=list(dc.classes))
-            yield _frame(data)
+            labels = {"dataset": (np.zeros(r.size, np.int32), [name]),
+                      "case_id": (r - lo, np.asarray(dc.case_id[lo:hi], dtype=str).tolist()),
+                      "class": (c, list(dc.classes))}
+            cols = {k: pa.DictionaryArray.from_arrays(_arrow_numbers(codes, pa.int32()), _arrow_strings(cats))
+                    for k, (codes, cats) in labels.items()}
+            for k, v in data.items():
+                if k == "hit":
+                    cols[k] = _arrow_bools(v, valid=data["has_region"])
+                elif np.asarray(v).dtype == bool:
+                    cols[k] = _arrow_bools(v)
+                else:
+                    cols[k] = _arrow_numbers(v, types.get(k, pa.float64()))
+            yield cols, {k: len(cats) for k, (_, cats) in labels.items()}
 
 
 def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCounts],
@@ -645,28 +732,23 @@ def write_pairs_parquet(path: str | os.PathLike, counts: Mapping[str, DatasetCou
     """Write :func:`pairs_table` to a Parquet file one row group of ~``max_rows`` rows at a time.
 
     Memory holds one row group, not the table (about 80 B per labelled pair: ~55 MB at 10x the paper's
-    scale). ``dataset``, ``case_id`` and ``class`` are dictionary columns, read back as categoricals.
+    scale). ``dataset``, ``case_id`` and ``class`` are dictionary columns, read back as categoricals, and
+    ``pandas.read_parquet`` gives the dtypes of :func:`pairs_table` (the file carries pandas' metadata).
+    Written with pyarrow alone: no pandas import.
     """
-    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    label = pa.dictionary(pa.int32(), pa.string())
-    schema = pa.schema([("dataset", label), ("case_id", label), ("class", label), ("label", pa.int8()),
-                        ("probability", pa.float64()), ("predicted", pa.bool_()), ("has_region", pa.bool_()),
-                        ("region_pixels", pa.int64()), ("hit", pa.bool_()),
-                        *[(k, pa.float64()) for k in R.pair_columns()]])
-    writer = None
+    writer = schema = None
     try:
-        for frame in iter_pairs_tables(counts, per_pair, max_rows=max_rows):
-            table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+        for cols, categories in _iter_pairs_arrow(counts, per_pair, max_rows):
             if writer is None:
-                writer = pq.ParquetWriter(str(path), table.schema)
-            writer.write_table(table)
+                schema = _pairs_schema(categories)
+                writer = pq.ParquetWriter(str(path), schema)
+            writer.write_table(pa.Table.from_arrays([cols[k] for k in schema.names], schema=schema))
         if writer is None:  # no dataset: an empty table with the columns
-            types = ["int8", "float64", "bool", "bool", "int64", "boolean"] + ["float64"] * len(R.pair_columns())
-            pq.write_table(pa.Table.from_pandas(pd.DataFrame(columns=pair_table_columns()).astype(
-                dict(zip(pair_table_columns()[3:], types))), preserve_index=False), str(path))
+            schema = _pairs_schema({"dataset": 0, "case_id": 0, "class": 0})
+            pq.write_table(schema.empty_table(), str(path))
     finally:
         if writer is not None:
             writer.close()
