@@ -53,10 +53,25 @@ def test_non_finite_score(tmp_path, value):
     assert "scores: non-finite score(s) (NaN or inf), first at row 5" in messages(handmade_submission(tmp_path / "s.zarr", scores=scores))
 
 
-def test_non_finite_map_value(tmp_path):
-    maps = np.zeros((N, 3, 14, 14), np.float32)
-    maps[7, 2, 3, 3] = np.nan
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_map_value(tmp_path, dtype, value):
+    maps = np.zeros((N, 3, 14, 14), dtype)
+    maps[7, 2, 3, 3] = value
+    maps[9, 0, 13, 13] = value
     assert "saliency: non-finite map value(s) (NaN or inf), first in case row 7" in messages(handmade_submission(tmp_path / "s.zarr", saliency=maps))
+
+
+def test_finite_rows_of_float16_maps_agree_with_isfinite_on_every_bit_pattern():
+    from xbench.schemas.submission import _finite_rows
+
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16)  # all 65,536 values, NaN payloads and -0 included
+    np.testing.assert_array_equal(_finite_rows(every.reshape(-1, 1)), np.isfinite(every))
+    rows = np.zeros((3, 4, 5), np.float16)
+    rows[1, 3, 4] = np.float16(65504.0)  # the largest finite float16
+    rows[2, 0, 0] = np.float16(np.inf)
+    np.testing.assert_array_equal(_finite_rows(rows), [True, True, False])
+    np.testing.assert_array_equal(_finite_rows(rows.astype(np.float32)), [True, True, False])
 
 
 def test_probability_outside_unit_interval(tmp_path):
