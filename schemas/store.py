@@ -462,15 +462,29 @@ def store_sha256(path: str | os.PathLike) -> str:
     The same content gives the same hash whether the store is a directory or a zip file, so a
     score can name exactly which ground truth it was computed against.
     """
-    group = open_store_group(path)
-    store = group.store
-
     digest = hashlib.sha256()
-    for key in _zarr.list_keys(store):
-        buf = _zarr.get_buffer(store, key)
-        data = b"" if buf is None else buf.to_bytes()
+    for key, data in _store_items(path):
         digest.update(key.encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()
+
+
+def _store_items(path: str | os.PathLike) -> Iterator[tuple[str, bytes]]:
+    """(key, stored bytes) of every key of a store, in key order.
+
+    A local directory is read with plain file reads, listed as Zarr's LocalStore lists it (every file under
+    the root, its path relative to the root as the key): one read per file instead of one request through
+    Zarr's event loop per key (~1 ms each; a prepared ground truth has a hundred keys and more).
+    """
+    if not is_remote(path) and not is_zip(path) and Path(path).is_dir():
+        root = Path(path)
+        files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*") if p.is_file())
+        for key, p in files:
+            yield key, p.read_bytes()
+        return
+    store = open_store_group(path).store
+    for key in _zarr.list_keys(store):
+        buf = _zarr.get_buffer(store, key)
+        yield key, b"" if buf is None else buf.to_bytes()
 
 
 def consolidate(path: str | os.PathLike) -> None:

@@ -113,6 +113,21 @@ def test_zip_store_reads_and_validates(gt_path, sub_path, tmp_path):
     assert store_sha256(zpath) == store_sha256(sub_path)
 
 
+def test_store_hash_of_a_directory_reads_what_zarr_lists(gt_path, sub_path):
+    """The directory fast path (plain file reads) hashes exactly the keys and bytes Zarr's store gives."""
+    import hashlib
+
+    from xbench.schemas import _zarr
+    from xbench.schemas.store import open_store_group
+
+    for path in (gt_path, sub_path):
+        store = open_store_group(path).store
+        digest = hashlib.sha256()
+        for key in _zarr.list_keys(store):
+            digest.update(key.encode() + b"\0" + hashlib.sha256(_zarr.get_buffer(store, key).to_bytes()).digest())
+        assert store_sha256(path) == digest.hexdigest()
+
+
 def test_zip_store_is_read_only(tmp_path):
     with pytest.raises(InvalidStoreError, match="read-only"):
         SubmissionWriter.open(tmp_path / "x.zarr.zip")
