@@ -148,12 +148,12 @@ def _inverse(den: np.ndarray) -> np.ndarray:
 class _Plan(NamedTuple):
     """Where each registered grounding metric's weighted sums sit, the same for every class of a run.
 
-    ``columns``: the per-pair (P,) columns of a chunk's ``vec`` matrix, first one per distinct (values, pairs)
-    source of a non-curve metric (values times the 0/1 selection), then one per distinct pair selection (the
-    0/1 selection, the denominators); ``curves``: the distinct (values, pairs) sources of curve metrics, each
-    a block of T rows of a chunk's transposed curve matrix; ``chosen``: {(values, chosen-by key): [pairs
-    function, ...]} for the :class:`~xbench.score.registry.ChosenBy` metrics, read from the raw curve block
-    ``(values, None)``."""
+    ``metrics``: the registered grounding metrics. A chunk's per-pair matrix ``vec`` (P, K) has one column per
+    ``sources`` entry, the distinct (values, pairs) sources of non-curve metrics (values times the 0/1
+    selection), then one per ``dens`` entry, the distinct pair selections (0/1; their weighted sums are the
+    denominators). ``curves``: the distinct (values, pairs) sources of curve metrics, each a block of T rows
+    of a chunk's transposed curve matrix. ``chosen``: {(values, chosen-by key): [pairs function, ...]} for
+    the :class:`~xbench.score.registry.ChosenBy` metrics, read from the raw curve block ``(values, None)``."""
 
     metrics: tuple
     sources: tuple
