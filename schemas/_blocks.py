@@ -4,7 +4,8 @@ A dataset group being written holds a ledger array ``_blocks_done`` (one bool pe
 ``cases_per_block`` rows, one chunk per block). A block's data chunks are written first and its
 ledger entry last, so a writer killed at any moment leaves at worst a block that is written
 again. Blocks are whole chunks of every row-chunked array, so processes writing different blocks
-never touch the same stored object (zarr's LocalStore writes each object atomically).
+never touch the same stored object (zarr's LocalStore writes each object atomically: to a temporary
+file, then renamed; a writer killed in between leaves that file, which ``ImagesWriter.finish`` removes).
 ``finish`` removes the ledger: a group that still has one is incomplete.
 
 Creation itself (root attributes, arrays, ledger) happens in a hidden folder beside the store and is

@@ -7,12 +7,15 @@ and nowhere else (tests/schemas/test_zarr_fence.py checks). A new Zarr minor ver
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.buffer.cpu import as_numpy_array_wrapper
 from zarr.core.sync import sync
 
 __all__ = ["array_location", "as_numpy_array_wrapper", "get_buffer", "list_keys", "list_prefix", "register_codec_class",
-           "shard_index_size", "shard_index_table", "store_tag", "tag_store"]
+           "remove_partial_writes", "shard_index_size", "shard_index_table", "store_tag", "tag_store"]
 
 
 def get_buffer(store, key: str):
@@ -34,6 +37,22 @@ def list_prefix(store, prefix: str) -> set[str]:
         return {k async for k in store.list_prefix(prefix)}
 
     return sync(_keys())
+
+
+# LocalStore writes each object to ``<key>.<32 hex digits>.partial`` and renames it into place; it removes that
+# file when the write raises, but a process killed in between leaves it, and it then reads as one more key.
+_PARTIAL = re.compile(r"\.[0-9a-f]{32}\.partial$")
+
+
+def remove_partial_writes(folder) -> list[Path]:
+    """Remove the temporary files that writes killed half-way left under ``folder`` (a LocalStore folder).
+
+    Only safe where no other process can be writing under ``folder`` at the same time. Returns the paths removed.
+    """
+    found = [p for p in Path(folder).rglob("*.partial") if _PARTIAL.search(p.name) and p.is_file()]
+    for p in found:
+        p.unlink(missing_ok=True)
+    return found
 
 
 def array_location(arr) -> tuple[object, str]:

@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import zarr
 
-from . import _blocks
+from . import _blocks, _zarr
 from .errors import InvalidStoreError, Problem
 from .paths import store_path, work_dir
 from .queries import IMAGES_ARRAYS, Queries, declare_minor, read_queries, require, validate_query_arrays, write_query_arrays
@@ -237,6 +237,10 @@ class ImagesWriter:
         left = self.blocks_todo()
         if left:
             raise InvalidStoreError(Problem(f"{self.path}/{self.dataset}", f"{len(left)} block(s) not written yet (first: block {left[0]}); run again to resume"))
+        # a writer killed during a chunk write left zarr's temporary file beside the chunk; writing the block
+        # again did not replace it, and it would stay in the store as one more key. Every block is written
+        # now, so no writer of this group is left to own one.
+        _zarr.remove_partial_writes(self.path / self.dataset)
         if attrs:
             self._group.attrs.update(dict(attrs))
         if self.keep_original:

@@ -486,6 +486,9 @@ def prepare_dataset(
         queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
         query_mask=q_mask,
     )
+    # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
+    # stage1.done whose side files are partly gone
+    (work / "plan.sha256").unlink()
     shutil.rmtree(work)
     _remove_if_empty(out / WORK_DIR)
     summary.n_written = len(survivors)

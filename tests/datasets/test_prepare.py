@@ -287,6 +287,55 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path):
         assert store_sha256(tmp_path / "ref" / store) == store_sha256(tmp_path / "run" / store)
 
 
+def _phantom_24():
+    return PhantomReader(n_cases=24, seed=2, size=64)  # three blocks of 8
+
+
+def test_resume_after_a_kill_inside_a_chunk_write(tmp_path, monkeypatch):
+    # killed between zarr's write of block 1's image chunk to its temporary file and the rename: the
+    # temporary file stays in the store (zarr removes it only when the write raises an Exception)
+    replace = os.replace
+
+    def killed_at_the_rename(src, dst):
+        if Path(dst).parts[-6:] == ("phantom", "image", "c", "1", "0", "0"):
+            raise _Crash
+        return replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", killed_at_the_rename)
+        with pytest.raises(_Crash):
+            prepare_dataset(_phantom_24(), tmp_path / "run", workers=1, **SMALL)
+    assert len(list((tmp_path / "run" / "images.zarr").rglob("*.partial"))) == 1
+    summary = prepare_dataset(_phantom_24(), tmp_path / "run", workers=1, **SMALL)
+    assert summary.n_resumed_blocks == 1  # block 1 has its side file but no ledger entry: written again
+    prepare_dataset(_phantom_24(), tmp_path / "ref", workers=1, **SMALL)
+    for store in ("images.zarr", "gt.zarr"):
+        assert store_sha256(tmp_path / "ref" / store) == store_sha256(tmp_path / "run" / store)
+
+
+def test_resume_after_a_kill_while_removing_the_side_files(tmp_path, monkeypatch):
+    import shutil
+
+    rmtree = shutil.rmtree
+
+    def killed_half_way(path, *args, **kwargs):
+        path = Path(path)
+        if path.parent.name == WORK_DIR:  # the side folder goes in some order; block 0 first here
+            (path / "block-00000.npz").unlink()
+            raise _Crash
+        return rmtree(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(shutil, "rmtree", killed_half_way)
+        with pytest.raises(_Crash):
+            prepare_dataset(_phantom_24(), tmp_path / "run", workers=1, **SMALL)
+    prepare_dataset(_phantom_24(), tmp_path / "run", workers=1, **SMALL)
+    prepare_dataset(_phantom_24(), tmp_path / "ref", workers=1, **SMALL)
+    for store in ("images.zarr", "gt.zarr"):
+        assert store_sha256(tmp_path / "ref" / store) == store_sha256(tmp_path / "run" / store)
+    assert not (tmp_path / "run" / WORK_DIR).exists()
+
+
 def test_changed_options_start_again(tmp_path):
     cases = [good_case(i) for i in range(20)]
     with pytest.raises(_Crash):
