@@ -488,7 +488,7 @@ def prepare_dataset(
     )
     # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
     # stage1.done whose side files are partly gone
-    (work / "plan.sha256").unlink()
+    (work / "plan.sha256").unlink(missing_ok=True)
     shutil.rmtree(work)
     _remove_if_empty(out / WORK_DIR)
     summary.n_written = len(survivors)
