@@ -620,11 +620,23 @@ def pairs_table(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str, Mapp
     return _frame(data)
 
 
-#: pandas' type names of the pairs table's non-label columns, for the file's pandas metadata (see
-#: :func:`_pandas_metadata`); "boolean" is pandas' nullable bool, so ``hit`` (empty without a region) reads back
-#: as one.
-_PANDAS_TYPES = {"label": ("int8", "int8"), "probability": ("float64", "float64"), "predicted": ("bool", "bool"),
-                 "has_region": ("bool", "bool"), "region_pixels": ("int64", "int64"), "hit": ("bool", "boolean")}
+#: NumPy dtypes of the pairs table's non-label columns (a registered metric's column is float64), read by the
+#: Parquet schema, the pandas metadata and the column builder alike; "boolean" is pandas' nullable bool (bool
+#: with nulls in Arrow), so ``hit`` (empty without a region) reads back as one.
+_PAIR_DTYPES = {"label": "int8", "probability": "float64", "predicted": "bool", "has_region": "bool",
+                "region_pixels": "int64", "hit": "boolean"}
+#: The label columns, stored as dictionaries (int32 codes) and read back as categoricals.
+_LABEL_COLUMNS = ("dataset", "case_id", "class")
+
+
+def _pair_dtype(column: str) -> str:
+    return _PAIR_DTYPES.get(column, "float64")
+
+
+def _arrow_type(dtype: str):
+    import pyarrow as pa
+
+    return pa.bool_() if dtype == "boolean" else pa.from_numpy_dtype(np.dtype(dtype))
 
 
 def _pandas_metadata(first_categories: Mapping[str, int]) -> bytes:
@@ -638,15 +650,15 @@ def _pandas_metadata(first_categories: Mapping[str, int]) -> bytes:
 
     cols = []
     for name in pair_table_columns():
-        if name in first_categories:
+        if name in _LABEL_COLUMNS:
             n = int(first_categories[name])
             codes = "int8" if n < 127 else "int16" if n < 32767 else "int32" if n < 2**31 - 1 else "int64"  # pandas' codes
             cols.append({"name": name, "field_name": name, "pandas_type": "categorical", "numpy_type": codes,
                          "metadata": {"num_categories": n, "ordered": False}})
         else:
-            pandas_type, numpy_type = _PANDAS_TYPES.get(name, ("float64", "float64"))
-            cols.append({"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
-                         "metadata": None})
+            dtype = _pair_dtype(name)
+            cols.append({"name": name, "field_name": name, "pandas_type": "bool" if dtype == "boolean" else dtype,
+                         "numpy_type": dtype, "metadata": None})
     try:
         pandas_version = version("pandas")
     except PackageNotFoundError:  # pragma: no cover - pandas is a dependency of the scorer
@@ -660,20 +672,17 @@ def _pairs_schema(first_categories: Mapping[str, int]):
     import pyarrow as pa
 
     label = pa.dictionary(pa.int32(), pa.string())
-    return pa.schema([("dataset", label), ("case_id", label), ("class", label), ("label", pa.int8()),
-                      ("probability", pa.float64()), ("predicted", pa.bool_()), ("has_region", pa.bool_()),
-                      ("region_pixels", pa.int64()), ("hit", pa.bool_()),
-                      *[(k, pa.float64()) for k in R.pair_columns()]],
-                     metadata={b"pandas": _pandas_metadata(first_categories)})
+    fields = [(k, label if k in _LABEL_COLUMNS else _arrow_type(_pair_dtype(k))) for k in pair_table_columns()]
+    return pa.schema(fields, metadata={b"pandas": _pandas_metadata(first_categories)})
 
 
-def _arrow_numbers(values: np.ndarray, type_):
+def _arrow_numbers(values: np.ndarray, dtype: str):
     """A pyarrow array of a 1-D numeric numpy array, wrapping its buffer. (``pyarrow.array`` would import
     pandas to check whether it was handed a pandas object: 0.3-0.5 s the scorer does not need.)"""
-    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
+    values = np.ascontiguousarray(values, dtype=dtype)
     import pyarrow as pa
 
-    return pa.Array.from_buffers(type_, values.size, [None, pa.py_buffer(values)])
+    return pa.Array.from_buffers(_arrow_type(dtype), values.size, [None, pa.py_buffer(values)])
 
 
 def _arrow_bools(values: np.ndarray, valid: np.ndarray | None = None):
@@ -704,7 +713,6 @@ def _iter_pairs_arrow(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str
     time (whole cases; each batch with its own categories): ({column: array}, {label column: categories})."""
     import pyarrow as pa
 
-    types = {"label": pa.int8(), "region_pixels": pa.int64()}
     for name in sorted(counts):
         dc = counts[name]
         ds = _DatasetPairs(dc, per_pair.get(name, {}))
@@ -715,15 +723,16 @@ def _iter_pairs_arrow(counts: Mapping[str, DatasetCounts], per_pair: Mapping[str
             labels = {"dataset": (np.zeros(r.size, np.int32), [name]),
                       "case_id": (r - lo, np.asarray(dc.case_id[lo:hi], dtype=str).tolist()),
                       "class": (c, list(dc.classes))}
-            cols = {k: pa.DictionaryArray.from_arrays(_arrow_numbers(codes, pa.int32()), _arrow_strings(cats))
+            cols = {k: pa.DictionaryArray.from_arrays(_arrow_numbers(codes, "int32"), _arrow_strings(cats))
                     for k, (codes, cats) in labels.items()}
             for k, v in data.items():
-                if k == "hit":
+                dtype = _pair_dtype(k)
+                if dtype == "boolean":  # null where the pair has no region
                     cols[k] = _arrow_bools(v, valid=data["has_region"])
-                elif np.asarray(v).dtype == bool:
+                elif dtype == "bool":
                     cols[k] = _arrow_bools(v)
                 else:
-                    cols[k] = _arrow_numbers(v, types.get(k, pa.float64()))
+                    cols[k] = _arrow_numbers(v, dtype)
             yield cols, {k: len(cats) for k, (_, cats) in labels.items()}
 
 
