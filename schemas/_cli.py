@@ -233,6 +233,15 @@ class Command(click.Command):
         except KeyboardInterrupt:
             raise Interrupted(self.on_interrupt) from None
 
+    def run_program(self, argv: list[str] | None, prog_name: str) -> None:
+        """A console entry point that has nothing left to do once its outputs are published: with ``argv``
+        (a caller passing arguments) the ordinary ``main``, whose ``SystemExit`` the caller sees; run as a
+        program (``argv`` None) it leaves through :func:`exit_fast`, without the interpreter's teardown."""
+        if argv is not None:
+            self.main(argv, prog_name=prog_name)
+            return
+        exit_fast(lambda: self.main(None, prog_name=prog_name))
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:  # a caller (tests, the umbrella) handles errors itself
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)

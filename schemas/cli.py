@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, exit_fast, progress, store_kind,
+from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
                    store_kind_problem)
 from .errors import Problem
 
@@ -154,10 +154,7 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
 
 
 def validate_main(argv: list[str] | None = None) -> None:
-    if argv is not None:
-        validate_cmd.main(argv, prog_name="xbench-validate")
-        return
-    exit_fast(lambda: validate_cmd.main(None, prog_name="xbench-validate"))  # no teardown: nothing left to write
+    validate_cmd.run_program(argv, "xbench-validate")  # no teardown when run as a program: nothing left to write
 
 
 def convert_main(argv: list[str] | None = None) -> None:

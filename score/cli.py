@@ -273,12 +273,7 @@ def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, b
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: exits with the contract's status, never a traceback (see xbench.schemas._cli).
     Run as a program (``argv`` None) it skips the interpreter's teardown once the outputs are published."""
-    if argv is not None:
-        score_command.main(argv, prog_name="xbench-score")
-        return
-    from xbench.schemas._cli import exit_fast
-
-    exit_fast(lambda: score_command.main(None, prog_name="xbench-score"))
+    score_command.run_program(argv, "xbench-score")
 
 
 if __name__ == "__main__":  # pragma: no cover
