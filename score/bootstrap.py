@@ -503,17 +503,20 @@ def _resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) -
     only on the case counts of the datasets before it, so each can be drawn on its own, in any order or
     thread, and still be those of the serial loop bit for bit."""
     rng = np.random.default_rng(seed)
+    names = sorted(n_cases)
     out = {}
-    for name in sorted(n_cases):
+    for i, name in enumerate(names):
         out[name] = copy.deepcopy(rng)
-        _skip_resamples(int(n_cases[name]), n_resamples, rng)
+        if i + 1 < len(names):  # the draws are skipped (made and dropped) only where another dataset follows
+            _skip_resamples(int(n_cases[name]), n_resamples, rng)
     return out
 
 
 def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Generator, *,
                       taus: Mapping[str, tuple[int, int]] | None = None) -> Replicates:
-    """One dataset's replicates (:func:`dataset_replicates` block by block) from its generator ``rng``
-    (:func:`_resample_streams`); consumes ``rng``. Run it inside :func:`serial_blas`."""
+    """One dataset's replicates (:func:`dataset_replicates` block by block) from ``rng`` positioned where the
+    dataset's draws start (the one generator in order, or :func:`_resample_streams`); consumes ``rng``. Run it
+    inside :func:`serial_blas`."""
     cache: dict = {}  # per dataset, dropped with this call
     blocks = [Replicates(*dataset_replicates(dc, w, taus=taus, per_pair=cache))
               for w in resample_weights(dc.n_cases, n_resamples, rng)]
@@ -542,20 +545,22 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
     {dataset: Replicates} with (n_resamples,) float64 arrays.
     """
     names = sorted(counts)
-    gens = _resample_streams({name: counts[name].n_cases for name in names}, n_resamples, seed)
-
-    def one(name: str) -> Replicates:
-        return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name))
-
     workers = min(_workers(), len(names))
     with serial_blas():
-        if workers <= 1:
-            return {name: one(name) for name in names}
+        if workers <= 1:  # one generator consumed in order: nothing to position, nothing drawn twice
+            rng = np.random.default_rng(seed)
+            return {name: _dataset_bootstrap(counts[name], n_resamples, rng, taus=(taus or {}).get(name))
+                    for name in names}
         # Datasets are independent given where their draws start in the one stream (_resample_streams), so the
         # replicates are those of the serial loop, bit for bit, whichever thread computes them. Largest first,
         # so the threads finish together. Matrix products (BLAS, one thread each) and the rank kernel release
         # the GIL.
         from concurrent.futures import ThreadPoolExecutor
+
+        gens = _resample_streams({name: counts[name].n_cases for name in names}, n_resamples, seed)
+
+        def one(name: str) -> Replicates:
+            return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name))
 
         with ThreadPoolExecutor(workers) as pool:
             futures = {name: pool.submit(one, name) for name in sorted(names, key=lambda n: -_bootstrap_cost(counts[n]))}
