@@ -9,14 +9,9 @@ import difflib
 import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
+from ..schemas.errors import UnknownNameError  # noqa: F401 - raised here, defined with the other input errors
+
 T = TypeVar("T")
-
-
-class UnknownNameError(KeyError):
-    """Raised for a name that is not registered; the message lists close matches."""
-
-    def __str__(self) -> str:  # KeyError quotes its argument; show the sentence as written
-        return str(self.args[0])
 
 
 class Registry(Generic[T]):

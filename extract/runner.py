@@ -12,6 +12,8 @@ after writing n blocks (used by the resume test; never set it otherwise).
 """
 from __future__ import annotations
 
+from ..schemas.errors import InputError
+
 import contextlib
 import functools
 import os
@@ -55,7 +57,7 @@ class ExtractOptions:
     writer: str = "thread"  # blocks written on a background thread, or "process" (extract/writer_process.py)
 
 
-class ExtractError(RuntimeError):
+class ExtractError(InputError, RuntimeError):
     """A problem with the inputs that the CLI reports as one line (no traceback)."""
 
 

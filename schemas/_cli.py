@@ -27,6 +27,8 @@ from typing import Callable, Iterable, NoReturn, Sequence
 import click
 from click.utils import _detect_program_name
 
+from .errors import InputError, escape_text
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_INVALID = 2
@@ -39,23 +41,6 @@ EXTRA_HINT = "needs the extract extra: pip install 'xbench[extract]'"
 #: Top-level modules that only the extract extra installs: an ImportError naming one of them is a missing extra.
 EXTRA_MODULES = frozenset({"torch", "torchvision", "open_clip", "transformers", "timm", "pydicom", "pylibjpeg",
                            "pycocotools", "PIL", "yaml", "safetensors", "huggingface_hub", "tokenizers"})
-
-#: Exception classes that mean "the input is wrong" (exit 2), as "module:Class". They are looked up in
-#: sys.modules only: an exception of a class whose module was never imported cannot have been raised,
-#: so nothing is imported to classify an error. The one registry for every command.
-INPUT_ERRORS = (
-    "xbench.schemas.errors:XBenchError",
-    "xbench.schemas.paths:UnsafeOutputError",
-    "xbench.extract.runner:ExtractError",
-    "xbench.extract.models.errors:ModelConfigError",
-    "xbench.extract.models.errors:WeightsNotFoundError",
-    "xbench.extract.registry:UnknownNameError",
-    "xbench.extract.datasets.base:ReaderError",
-    "xbench.extract.datasets.prepare:PrepareError",
-    "xbench.schemas.vocabulary:VocabularyError",
-    "xbench.score.report._load:ReportInputError",
-    "builtins:MemoryError",  # under --max-memory an allocation the budget's checks let through: the input is too big
-)
 
 #: Built-in errors that come from a path the user named (a missing file, a folder for a file ...).
 _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
@@ -95,26 +80,26 @@ class _Failure:
         self.code, self.problems, self.summary, self.data = code, problems, summary, data or {}
 
 
-def _resolve(spec: str):
-    module, _, name = spec.partition(":")
-    mod = sys.modules.get(module)
-    return getattr(mod, name, None) if mod is not None else None
-
-
 def is_input_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of the registered invalid-input errors (or a path the user named is wrong)."""
-    if isinstance(exc, _PATH_ERRORS):
-        return True
-    classes = tuple(c for c in map(_resolve, INPUT_ERRORS) if isinstance(c, type))
-    return bool(classes) and isinstance(exc, classes)
+    """Whether ``exc`` means "the input is wrong" (exit 2).
+
+    Every deliberate input error derives from :class:`~xbench.schemas.errors.InputError`; besides those,
+    a path the user named that is missing or of the wrong kind, and a ``MemoryError`` (under
+    ``--max-memory`` an allocation the budget's checks let through: the input is too big).
+    """
+    return isinstance(exc, (InputError, MemoryError, *_PATH_ERRORS))
 
 
 def _lines(exc: BaseException) -> list[str]:
     problems = getattr(exc, "problems", None)
     if problems:
         lines = [str(p) for p in problems]
-        head = str(exc).strip().splitlines()[:1]  # an error may carry a message of its own besides the problems
-        return head + lines if head and head[0] not in lines else lines
+        if isinstance(exc, InputError):  # a headline of its own, or the problems alone
+            head = [exc.headline] if exc.headline and exc.headline not in lines else []
+        else:
+            head = str(exc).strip().splitlines()[:1]
+            head = head if head and head[0] not in lines else []
+        return head + lines
     if isinstance(exc, KeyError) and exc.args:  # str(KeyError) adds quotes around the message
         text = str(exc.args[0])
     elif isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
@@ -158,10 +143,10 @@ def report_failure(prog: str, failure: _Failure, *, as_json: bool) -> None:
                  "problems": failure.problems}
         click.echo(json.dumps({**shape, **failure.data}, indent=2))
     tag = "" if failure.code == EXIT_INTERRUPTED else "error: "
-    for line in failure.problems:
-        click.echo(f"{prog}: {tag}{line}", err=True)
+    for line in failure.problems:  # a problem is one line by construction; text from data stays inside it
+        click.echo(f"{prog}: {tag}{escape_text(line)}", err=True)
     if failure.summary:
-        click.echo(f"{prog}: {failure.summary}", err=True)
+        click.echo(f"{prog}: {escape_text(failure.summary)}", err=True)
 
 
 def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, prog: str) -> NoReturn:
@@ -361,7 +346,7 @@ def progress(total: int | None = None, *, desc: str, unit: str, enabled: bool = 
 
 def warn(prog: str, message: str) -> None:
     """A warning line on stderr (shown even with --quiet: it says an option had no effect)."""
-    click.echo(f"{prog}: warning: {message}", err=True)
+    click.echo(f"{prog}: warning: {escape_text(message)}", err=True)
 
 
 # -- store kinds ----------------------------------------------------------------------------------

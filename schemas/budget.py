@@ -40,7 +40,7 @@ from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 from . import _zarr
 from ._cli import DEFAULT_TIMEOUT
 from ._zarr import as_numpy_array_wrapper
-from .errors import Problem
+from .errors import InputLimitError, Problem
 
 MiB = 2**20
 GiB = 2**30
@@ -455,7 +455,7 @@ def _decoded_bound(chunk_spec) -> tuple[int, str]:
     return n * dt.itemsize + _SLACK, f"chunk shape {tuple(chunk_spec.shape)} of {dt}"
 
 
-class DecodeLimitError(ValueError):
+class DecodeLimitError(InputLimitError, ValueError):
     """A chunk would decode to more than its declared size."""
 
 

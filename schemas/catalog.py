@@ -13,6 +13,8 @@ tests/schemas/test_catalog.py). Pure Python (tomllib): importing it loads neithe
 """
 from __future__ import annotations
 
+from .errors import InputError
+
 import functools
 import tomllib
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ __all__ = ["CatalogError", "Dataset", "card_path", "entry", "keys", "paper_keys"
 _FIELDS = ("name", "title", "annotation", "access", "paper")
 
 
-class CatalogError(ValueError):
+class CatalogError(InputError, ValueError):
     """datasets.toml is inconsistent (a missing field, a key missing from table_order, ...)."""
 
 

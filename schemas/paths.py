@@ -18,6 +18,8 @@ and keeps the mapping (``{original: file name}``) that the outputs record.
 """
 from __future__ import annotations
 
+from .errors import InputError
+
 import hashlib
 import os
 import re
@@ -102,12 +104,11 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-class UnsafeOutputError(ValueError):
+class UnsafeOutputError(InputError, ValueError):
     """An output folder that may not be written; ``problems`` holds one line per reason."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = list(problems)
+        super().__init__(problems, "; ".join(problems))
 
 
 def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None]) -> None:

@@ -14,6 +14,8 @@ source that the readers, the extractors (prompt text) and the data cards all use
 """
 from __future__ import annotations
 
+from .errors import InputError
+
 import functools
 import tomllib
 from dataclasses import dataclass
@@ -39,15 +41,15 @@ __all__ = [
 ]
 
 
-class VocabularyError(ValueError):
+class VocabularyError(InputError, ValueError):
     """findings.toml is inconsistent (a class without a definition, a dangling mapping, ...)."""
 
 
-class UnknownLabelError(KeyError):
+class UnknownLabelError(InputError, KeyError):
     """A native label (or dataset, or canonical name) that the vocabulary does not know."""
 
     def __str__(self) -> str:
-        return str(self.args[0])
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ participant. Submissions are only ever read: a zip is opened as a store, never e
 """
 from __future__ import annotations
 
+from .schemas.errors import InputError
+
 import contextlib
 import io
 import json
@@ -53,7 +55,7 @@ sys.exit(codabench_main(sys.argv[1], sys.argv[2], program=os.path.dirname(os.pat
 """
 
 
-class PlatformError(Exception):
+class PlatformError(InputError):
     """A reason to fail that the participant should read (the last stderr line)."""
 
 

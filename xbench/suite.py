@@ -32,6 +32,8 @@ a smoke test never replaces a full run's results.
 """
 from __future__ import annotations
 
+from .schemas.errors import InputError
+
 import copy
 import fnmatch
 import hashlib
@@ -72,12 +74,8 @@ MODEL_PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")  # as xbench.extract.models (not imported: it is light, but lives behind the extra)
 
 
-class SuiteError(Exception):
+class SuiteError(InputError):
     """Bad suite or bad input: every problem on its own line (the command exits with status 2)."""
-
-    def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 # ------------------------------------------------------------------------------------------- the suite

@@ -4,6 +4,8 @@ Nothing here knows a dataset's format; each reader module does.
 """
 from __future__ import annotations
 
+from ...schemas.errors import InputError
+
 import math
 import os
 from pathlib import Path
@@ -41,7 +43,7 @@ def edge_tolerance(size: int) -> float:
     return max(EDGE_TOLERANCE_PX, EDGE_TOLERANCE_FRACTION * size)
 
 
-class ImageReadError(ValueError):
+class ImageReadError(InputError, ValueError):
     """An image that exists in the annotations but cannot be decoded.
 
     Raised by ``DatasetReader.load_image``; the pipeline reports it against the record's

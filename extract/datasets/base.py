@@ -11,6 +11,8 @@ pixel (row r, col c) covering [c, c+1) x [r, r+1). A box is (x0, y0, x1, y1) wit
 """
 from __future__ import annotations
 
+from ...schemas.errors import InputError
+
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,7 +139,7 @@ class DatasetReader(abc.ABC):
         return {"split": self.split, **{k: v for k, v in self.options.items()}}
 
 
-class ReaderError(Exception):
+class ReaderError(InputError):
     """A problem that makes the dataset unreadable as a whole (missing annotation file, ...)."""
 
 

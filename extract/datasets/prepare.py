@@ -49,6 +49,8 @@ Workers are forked (``multiprocessing`` "fork" context), so readers need not be 
 """
 from __future__ import annotations
 
+from ...schemas.errors import InputError
+
 import hashlib
 import json
 import multiprocessing
@@ -77,12 +79,11 @@ RESAMPLING = "PIL Image.resize, Resampling.BILINEAR (antialiased triangle filter
 WORK_DIR = ".xbench-prepare"
 
 
-class PrepareError(Exception):
+class PrepareError(InputError):
     """Bad input that stops the run (exit status 2). ``problems`` holds one line per problem."""
 
     def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.problems = list(problems)
+        super().__init__(list(problems), message)
 
 
 class TooManySkippedError(PrepareError):

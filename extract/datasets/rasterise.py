@@ -38,6 +38,8 @@ All functions are pure; nothing here reads files.
 """
 from __future__ import annotations
 
+from ...schemas.errors import InputError
+
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -65,7 +67,7 @@ __all__ = [
 RASTERISATION = "per-lesion"
 
 
-class ShapeError(ValueError):
+class ShapeError(InputError, ValueError):
     """A shape that cannot be rasterised: non-finite coordinates, a mask of the wrong size, ..."""
 
 

@@ -1,12 +1,14 @@
 """Errors raised while building a model adapter; the CLI prints them as one line each."""
 from __future__ import annotations
 
+from ...schemas.errors import InputError
 
-class ModelConfigError(ValueError):
+
+class ModelConfigError(InputError, ValueError):
     """A model config (file or keyword overrides) is invalid; the message names the key."""
 
 
-class WeightsNotFoundError(FileNotFoundError):
+class WeightsNotFoundError(InputError, FileNotFoundError):
     """Weights (or a tokenizer / text config) a model needs are not available offline.
 
     The message names what is missing (file path or hub id) and how to get it.
@@ -14,7 +16,7 @@ class WeightsNotFoundError(FileNotFoundError):
 
     def __init__(self, what: str, needed: str, how: str) -> None:
         self.what, self.needed, self.how = what, needed, how
-        super().__init__(f"{what}: {needed} not found. {how}")
+        InputError.__init__(self, f"{what}: {needed} not found. {how}")
 
     def __str__(self) -> str:
         return self.args[0]

@@ -7,6 +7,8 @@ per-pair files are skipped, with the reason recorded, when those files are absen
 """
 from __future__ import annotations
 
+from ...schemas.errors import InputError
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +29,8 @@ __all__ = [
 MARK_METHODS = ("boxes", "points")
 
 
-class ReportInputError(ValueError):
+class ReportInputError(InputError, ValueError):
     """A score output cannot be used; ``problems`` lists one message per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 @dataclass
