@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from ...schemas.errors import InputError
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -334,6 +335,56 @@ def _open_work_dir(work: Path, digest: str) -> bool:
     return True
 
 
+
+class _DeferredInterrupt:
+    """Ctrl-C that waits for the end of a write to the stores (the parent process only).
+
+    Zarr writes a block from its own event-loop thread while the caller waits; a KeyboardInterrupt raised
+    in the caller during that wait leaves the loop's tasks running, and the interpreter's exit then closes
+    the loop and its executor under them ("Task was destroyed but it is pending", "cannot schedule new
+    futures after shutdown" on stderr). Inside :meth:`critical` a SIGINT is only remembered and raised
+    when the write is complete; elsewhere (waiting for the workers, reading annotations) it is raised at
+    once. Installed only in the main thread, and only over Python's own Ctrl-C handler.
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending = False
+        self._previous = None
+
+    def _handler(self, signum, frame) -> None:
+        if self.depth:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "_DeferredInterrupt":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    @contextlib.contextmanager
+    def critical(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if not self.depth and self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
 # ----------------------------------------------------------------------------------------------
 # the driver
 
@@ -365,12 +416,18 @@ def prepare_dataset(
     Returns the :class:`PrepareSummary`. Raises :class:`PrepareError` for bad input (fatal
     reader problems, every case skipped, too many skipped).
     """
+    with _DeferredInterrupt() as guard:  # Ctrl-C never lands inside a write to the stores
+        return _prepare(reader, Path(out_dir), (int(grid[0]), int(grid[1])), image_size, workers, cases_per_block,
+                        max_skip_fraction, progress, keep_original, guard)
+
+
+def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size: int, workers: int | None,
+             cases_per_block: int, max_skip_fraction: float, progress: bool, keep_original: bool,
+             guard: _DeferredInterrupt) -> PrepareSummary:
     from xbench.schemas import ImagesWriter, read_images, write_ground_truth
     from xbench.schemas.queries import Queries
 
     t0 = time.perf_counter()
-    out = Path(out_dir)
-    grid = (int(grid[0]), int(grid[1]))
     classes = list(reader.classes)
     grounding = set(reader.grounding_classes if reader.grounding_classes is not None else classes)
     summary = PrepareSummary(reader.key, reader.split, images=str(out / "images.zarr"), gt=str(out / "gt.zarr"))
@@ -422,23 +479,27 @@ def prepare_dataset(
 
     writer = None
     if not (work / "stage1.done").exists():
-        writer = ImagesWriter(images_path, reader.key, case_ids=case_ids, classes=classes, image_size=image_size,
-                              cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped},
-                              keep_original=keep_original, queries=queries)
+        with guard.critical():
+            writer = ImagesWriter(images_path, reader.key, case_ids=case_ids, classes=classes, image_size=image_size,
+                                  cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped},
+                                  keep_original=keep_original, queries=queries)
         n_blocks = writer.n_blocks
         todo = sorted(set(writer.blocks_todo()) | {b for b in range(n_blocks) if not _block_file(work, b).exists()})
         summary.n_resumed_blocks = n_blocks - len(todo)
         tasks = [(b, *writer.block_rows(b)) for b in todo]
         _JOB.update(reader=reader, records=kept, classes=classes, grid=grid, size=image_size, keep=keep_original)
         bar = _progress_bar(progress, len(kept), sum(b - a for _, a, b in tasks), reader.key)
+        blocks = _run_blocks(tasks, workers or _n_cores(), ordered=keep_original)
         try:
-            for block, res in _run_blocks(tasks, workers or _n_cores(), ordered=keep_original):
-                images, originals = res.pop("images"), res.pop("originals", None)
-                _atomic_savez(_block_file(work, block), res)  # side file first, then the image block
-                writer.write_block(block, images, res["orig_size"], originals)
+            for block, res in blocks:  # Ctrl-C while waiting for a worker stops at once
+                with guard.critical():  # a block's writes are never cut half-way (see _DeferredInterrupt)
+                    images, originals = res.pop("images"), res.pop("originals", None)
+                    _atomic_savez(_block_file(work, block), res)  # side file first, then the image block
+                    writer.write_block(block, images, res["orig_size"], originals)
                 if bar is not None:
                     bar.update(len(images))
         finally:
+            blocks.close()  # the pool is stopped here, whatever ended the loop
             _JOB.clear()
             if bar is not None:
                 bar.close()
@@ -473,20 +534,24 @@ def prepare_dataset(
         q_bits = np.concatenate([p["phrase_bits"] for p in parts])
         q_mask = np.unpackbits(q_bits, axis=1, count=hw).astype(bool).reshape(-1, *grid)
 
-    if writer is not None:
-        writer.finish()
-        (work / "stage1.done").write_text("")
+    with guard.critical():
+        if writer is not None:
+            writer.finish()
+            (work / "stage1.done").write_text("")
     if failed:
-        _rewrite_without(images_path, reader.key, work, good, survivors, classes, image_size, cases_per_block, attrs,
-                         ImagesWriter, read_images, keep_original, q_survivors)
+        with guard.critical():  # one block at a time would do; the rewrite is rare and short
+            _rewrite_without(images_path, reader.key, work, good, survivors, classes, image_size, cases_per_block,
+                             attrs, ImagesWriter, read_images, keep_original, q_survivors)
 
-    write_ground_truth(
-        gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
-        region_index=np.stack([new_row[region_row], region_col], axis=1).astype(np.int32).reshape(-1, 2),
-        region_mask=region_mask, orig_size=orig_size[good], grid=grid, attrs={**attrs, "rasterisation": RASTERISATION},
-        queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
-        query_mask=q_mask,
-    )
+    with guard.critical():
+        write_ground_truth(
+            gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
+            region_index=np.stack([new_row[region_row], region_col], axis=1).astype(np.int32).reshape(-1, 2),
+            region_mask=region_mask, orig_size=orig_size[good], grid=grid,
+            attrs={**attrs, "rasterisation": RASTERISATION},
+            queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
+            query_mask=q_mask,
+        )
     # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
     # stage1.done whose side files are partly gone
     (work / "plan.sha256").unlink(missing_ok=True)

@@ -444,3 +444,45 @@ def test_cli_too_many_skipped_exit_2(tmp_path, monkeypatch):
     assert "error: chestx_det10: 5 of 10 case(s) skipped" in lines[0]  # after the command name
     assert any("fake.csv row 40: annotation names image 'ghost.png'" in line for line in lines)
     assert "Traceback" not in res.output
+
+
+# ----------------------------------------------------------------------------------------------
+# Ctrl-C
+
+
+def _prepare_cmd(out: Path) -> list[str]:
+    exe = Path(sys.executable).with_name("xbench-prepare")
+    return [str(exe), "phantom", "--out", str(out), "--n-cases", "192", "--workers", "2", "--cases-per-block", "16",
+            "--image-size", "1024", "--grid", "32"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_is_exit_130_and_one_resume_line(tmp_path):
+    """SIGINT while the workers decode, while the parent writes a block (zarr's event loop busy), and in
+    between: exit 130 with the resume line alone on stderr (no asyncio or executor noise), every time."""
+    out = tmp_path / "run"
+    work = out / WORK_DIR / "phantom"
+    allowed = {"xbench-prepare: interrupted; run the same command again to resume"}
+    # (wait for this many side files, then this many seconds): early, mid-run, right after a block lands
+    moments = [(0, 0.0), (1, 0.0), (2, 0.01), (3, 0.0), (4, 0.02), (5, 0.0), (6, 0.0), (8, 0.0)]
+    for n_blocks, extra in moments:
+        proc = subprocess.Popen(_prepare_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while n_blocks and len(list(work.glob("block-*.npz"))) < n_blocks and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.001)
+        if not n_blocks:  # after the start-up, once the workers exist
+            while not work.is_dir() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.005)
+        time.sleep(extra)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode == 0:  # finished before the signal: nothing to check at this moment
+            break
+        lines = [ln for ln in err.splitlines() if not ln.startswith("prepare phantom:")]  # progress lines
+        assert proc.returncode == 130, err
+        assert set(lines) == allowed and len(lines) == 1, err
+    done = subprocess.run(_prepare_cmd(out) + ["--quiet"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert not (out / WORK_DIR).exists()
