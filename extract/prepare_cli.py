@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import RESUME_HINT, UserError, command
+from xbench.schemas.errors import InputError
 
 from .datasets import DATASETS
 
@@ -129,9 +130,7 @@ def main(dataset, root, out_dir, split, grid, image_size, keep_original, workers
 
     try:
         reader = reader_cls(root, split, **opts)
-    except TypeError as exc:
-        _fail(f"bad option for {dataset}: {exc}")
-    except ValueError as exc:
+    except InputError as exc:  # an unknown split or option, a bad option value (ReaderOptionError)
         _fail(str(exc))
     try:
         summary = prepare_dataset(

@@ -255,8 +255,11 @@ def budget_options(command):
                              "before decoding, and the run stops with exit 2 beyond it.")(command)
 
 
-def apply_budget(prog: str, max_memory: str, timeout: float) -> None:
-    """Set the process's limits from the flags and start the watchdog, stopped when the command ends."""
+def apply_budget(prog: str, max_memory: str, timeout: float):
+    """Set the process's limits from the flags and start the watchdog, stopped when the command ends.
+
+    Returns the watchdog: a command whose later work is bounded otherwise may end the watch sooner
+    (``xbench run`` stops it once its checks pass and the steps, with their own limits, begin)."""
     from xbench.schemas import budget
 
     try:
@@ -265,6 +268,7 @@ def apply_budget(prog: str, max_memory: str, timeout: float) -> None:
         raise click.BadParameter(str(exc), param_hint="--max-memory") from None
     dog = budget.Watchdog(prog, budget.set_limits(max_memory=size, timeout=timeout))
     click.get_current_context().call_on_close(dog.stop)
+    return dog
 
 
 # -- output ---------------------------------------------------------------------------------------

@@ -58,13 +58,13 @@ def test_every_problem_of_a_bad_suite_is_listed(tmp_path):
             "extract": {"batch_size": 0, "colour": "red"}, "score": {"bootstrap": -1}}
     with pytest.raises(S.SuiteError) as err:
         S.parse_suite(data, tmp_path, source="s.yaml")
-    text = "\n".join(err.value.problems)
+    text = "\n".join(map(str, err.value.problems))
     for needle in ("unknown top-level key(s) nme", "datasets.nosuch: unknown dataset", "datasets.siim_acr.root: required",
                    "datasets.phantom.split: must be a string", "datasets.phantom.grid", "models[2]: needs `model:`",
                    "models[3]: unknown key(s) bogus", "two entries are named 'dog'", "extract: unknown key(s) colour",
                    "extract.batch_size: must be an integer >= 1", "score.bootstrap: must be an integer >= 0"):
         assert needle in text, needle
-    assert all(line.startswith("s.yaml: ") for line in err.value.problems)
+    assert all(str(line).startswith("s.yaml: ") for line in err.value.problems)
 
 
 def test_bad_suite_exits_2_one_line_per_problem_no_traceback(tmp_path):
@@ -469,3 +469,130 @@ def test_a_second_run_on_the_same_folder_is_refused_while_the_first_holds_it(tmp
         assert not (out / S.RUN_RECORD).exists()
     lock = S._lock(out)  # released: taken at once
     lock.close()
+
+
+# ------------------------------------------------------------------ every problem at once, hostile suites
+def _measured(argv: list, timeout: float = 60) -> tuple[int, str, float, float]:
+    """(exit code, stderr, seconds, peak resident MiB) of one command in its own process."""
+    import time
+
+    exe = Path(sys.executable).with_name(str(argv[0]))
+    t0 = time.monotonic()
+    with open(os.devnull, "w") as null, __import__("tempfile").TemporaryFile("w+") as err:
+        proc = subprocess.Popen([str(exe), *map(str, argv[1:])], stdout=null, stderr=err, text=True)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            proc.returncode = 0  # reaped above
+        seconds = time.monotonic() - t0
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), err.read(), seconds, usage.ru_maxrss / 1024
+
+
+def test_paper_dry_run_in_an_empty_environment_names_the_unset_variables(tmp_path, monkeypatch):
+    monkeypatch.delenv("XBENCH_DATA", raising=False)
+    monkeypatch.delenv("XBENCH_WEIGHTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    res = _invoke(ROOT / "suites" / "paper.yaml", "--dry-run")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("xbench run: error: ")]
+    assert len(errors) == 2, errors  # one line per variable, naming where it is used
+    assert "$XBENCH_DATA is not set (used by datasets.rsna_pneumonia.root" in errors[0]
+    assert "$XBENCH_WEIGHTS is not set (used by models.clip-similarity.weights" in errors[1]
+    assert "export XBENCH_WEIGHTS=" in errors[1]
+    assert "no such folder" not in res.stderr and "not found" not in res.stderr
+    assert not (tmp_path / "xbench-paper-out").exists()
+
+
+def test_paper_dry_run_checks_the_weights_while_the_roots_are_missing(tmp_path, monkeypatch):
+    """The roots do not exist yet and some weights are missing: one dry run lists both, each once."""
+    _, weights = _paper_roots(tmp_path)
+    (weights / "kad" / "KAD_512.pt").unlink()
+    shutil.rmtree(weights / "Med-KEBERT")
+    monkeypatch.setenv("XBENCH_DATA", str(tmp_path / "not-there"))
+    monkeypatch.setenv("XBENCH_WEIGHTS", str(weights))
+    monkeypatch.chdir(tmp_path)
+    res = _invoke(ROOT / "suites" / "paper.yaml", "--dry-run")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    errors = [ln.removeprefix("xbench run: error: ") for ln in res.stderr.splitlines()]
+    roots = [ln for ln in errors if ".root: " in ln]
+    assert len(roots) == 7 and all("no such folder" in ln and "$" not in ln for ln in roots)
+    assert f"models.kad.weights: {weights}/kad/KAD_512.pt: not found" in errors
+    assert f"models.kad.text_encoder: {weights}/Med-KEBERT: not found" in errors
+    assert f"models.devide.text_encoder: {weights}/Med-KEBERT: not found" in errors
+    assert len(errors) == 7 + 3
+    # a real run refuses on the same variables and roots before any step, and writes nothing
+    monkeypatch.delenv("XBENCH_DATA")
+    res = _invoke(ROOT / "suites" / "paper.yaml", "--only", "prepare")
+    assert res.exit_code == 2 and "$XBENCH_DATA is not set" in res.stderr and "XBENCH_WEIGHTS" not in res.stderr
+    assert not (tmp_path / "xbench-paper-out").exists()
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    text = 'a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for i in range(1, levels):
+        text += f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n"
+    return text
+
+
+@pytest.mark.parametrize("kind", ["alias bomb", "duplicate key", "deep", "not utf-8", "fifo", "huge integer",
+                                  "model config bomb"])
+def test_hostile_suite_is_refused_in_one_line_within_budget(tmp_path, kind):
+    """`xbench run --dry-run` on a hostile suite (or a hostile model config it names): exit 2, one line,
+    well within 60 s and 1 GiB (the alias bomb used to take 2.1 GiB before the value was turned to text)."""
+    suite = tmp_path / "suite.yaml"
+    good = "datasets: {phantom: {options: {n_cases: 2}}}\nmodels: [dog]\n"
+    expected = {"alias bomb": "aliases are not allowed", "duplicate key": "is given twice",
+                "deep": "nests more than", "not utf-8": "is not UTF-8", "fifo": "not a regular file",
+                "huge integer": "has an integer of", "model config bomb": "aliases are not allowed"}[kind]
+    if kind == "alias bomb":
+        suite.write_text(_alias_bomb() + good + "title: *a8\n")
+    elif kind == "duplicate key":
+        suite.write_text(good + "models: [random]\n")
+    elif kind == "deep":
+        suite.write_text(good + "title: " + "[" * 5000 + "]" * 5000 + "\n")
+    elif kind == "not utf-8":
+        suite.write_bytes(good.encode() + b"title: caf\xe9\n")
+    elif kind == "fifo":
+        os.mkfifo(suite)
+    elif kind == "huge integer":
+        suite.write_text(good + "seed: " + "9" * 5000 + "\n")
+    else:
+        (tmp_path / "m.yaml").write_text(_alias_bomb() + "adapter: dog\nname: *a8\n")
+        suite.write_text("datasets: {phantom: {options: {n_cases: 2}}}\nmodels: [{model: m.yaml}]\n")
+    rc, err, seconds, rss = _measured(["xbench", "run", suite, "--dry-run", "--out", tmp_path / "out",
+                                       "--max-memory", "1GiB", "--timeout", "60"])
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1 and expected in lines[0] and lines[0].startswith("xbench run: error: "), lines
+    assert seconds < 60 and rss < 1024, (seconds, rss)
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_budget_flags_bound_the_checks_and_are_documented(tmp_path):
+    suite = _write(tmp_path, _phantom_suite())
+    res = _invoke(suite, "--dry-run", "--max-memory", "lots")
+    assert res.exit_code == 2 and "--max-memory" in res.stderr
+    res = _invoke("--help")
+    assert "--max-memory" in res.output and "--timeout" in res.output and "bound the checks" in res.output
+    from xbench.schemas import budget
+
+    try:
+        res = _invoke(suite, "--dry-run", "--out", tmp_path / "o", "--max-memory", "1GiB", "--timeout", "60")
+        assert res.exit_code == 0, res.output
+        assert budget.limits().max_memory == budget.parse_size("1GiB")  # a dry run is checks only
+    finally:
+        budget.set_limits(budget.Limits())
+
+
+def test_unknown_reader_option_in_a_suite_is_said_in_the_suites_terms(tmp_path):
+    data = _phantom_suite()
+    data["datasets"]["phantom"]["options"]["sise"] = 64
+    data["datasets"]["phantom"]["split"] = "tset"
+    res = _invoke(_write(tmp_path, data), "--dry-run", "--out", tmp_path / "o")
+    assert res.exit_code == 2
+    assert "datasets.phantom.split: unknown split 'tset'; choose one of test, val" in res.stderr
+    data["datasets"]["phantom"]["split"] = "test"
+    res = _invoke(_write(tmp_path, data), "--dry-run", "--out", tmp_path / "o")
+    assert "datasets.phantom.options: unknown option 'sise' for phantom; did you mean 'size'?" in res.stderr
+    assert "__init__" not in res.stderr and "keyword argument" not in res.stderr

@@ -39,6 +39,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -48,7 +49,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import click
 
-from xbench.schemas._cli import RESUME_HINT, UserError, command
+from xbench.schemas._cli import RESUME_HINT, UserError, apply_budget, budget_options, command
 from xbench.schemas.store import file_sha256
 
 __all__ = ["Suite", "SuiteError", "Step", "load_suite", "parse_suite", "plan_steps", "run_suite", "run",
@@ -288,17 +289,15 @@ def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "
 
 
 def read_suite_file(path: str | os.PathLike) -> dict:
-    """The suite file parsed as YAML (one line on failure)."""
-    import yaml
+    """The suite file parsed as YAML through the bounded reader (:func:`xbench.schemas.inputs.load_yaml`: a
+    regular file of at most 4 MiB, strict UTF-8, no aliases, no key given twice, nesting and node count
+    capped before a value is built); one line on failure."""
+    from xbench.schemas import inputs
 
-    p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise SuiteError(f"{p}: cannot read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise SuiteError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
-    return data
+        return inputs.load_yaml(path, where=str(path), limits=inputs.CONFIG)
+    except InputError as e:
+        raise SuiteError(e.problems) from None
 
 
 def load_suite(path: str | os.PathLike) -> Suite:
@@ -476,14 +475,26 @@ def _input_digests(step: Step, done: Mapping[str, dict]) -> dict | None:
     return out
 
 
+def model_config(model: str, overrides: Mapping) -> dict:
+    """The resolved model config as the extraction will see it. A config file is first read through the
+    bounded reader (:func:`xbench.schemas.inputs.load_config`: size, depth, aliases, duplicate keys), so a
+    hostile file is refused in one line before anything else parses it. Raises InputError subclasses."""
+    from xbench.extract.models import load_config
+    from xbench.schemas import inputs
+
+    if Path(model).suffix in CONFIG_SUFFIXES and Path(model).is_file():
+        data = inputs.load_config(model, where=str(model), limits=inputs.CONFIG)
+        if not isinstance(data, Mapping):
+            raise SuiteError(f"{model}: a model config must be a mapping of keys, got {type(data).__name__}")
+    return load_config(model, **copy.deepcopy(dict(overrides)))
+
+
 def model_digest(model: str, overrides: Mapping, cache: DigestCache) -> dict:
     """The model declaration as the extraction sees it: the resolved config (a config file's contents, not
     its name) and the content digest of every local file or folder it names (weights, text encoders)."""
-    from xbench.extract.models import ModelConfigError, load_config
-
     try:
-        config = load_config(model, **copy.deepcopy(dict(overrides)))
-    except ModelConfigError as e:  # reported by the dry run's checks, or by the extraction itself
+        config = model_config(model, overrides)
+    except InputError as e:  # reported by the dry run's checks, or by the extraction itself
         return {"error": str(e)}
     files = {key: tree_digest(path, cache) for key, path in config_paths(config).items() if path.exists()}
     return {"config": config, "files": files}
@@ -498,6 +509,58 @@ def config_paths(config: Mapping) -> dict[str, Path]:
         if isinstance(value, str) and not value.startswith("hf-hub:") and ("/" in value or "\\" in value):
             out[key] = Path(os.path.expanduser(os.path.expandvars(value.removeprefix("local-dir:"))))
     return out
+
+
+# ------------------------------------------------------------------------------ environment variables
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def unset_names(text: object) -> list[str]:
+    """The ``$NAME`` / ``${NAME}`` references in ``text`` that the environment does not set (or sets empty).
+
+    ``os.path.expandvars`` leaves such a reference in place, so a root written ``$XBENCH_DATA/rsna`` would
+    otherwise become the folder ``<suite folder>/$XBENCH_DATA/rsna``, and the message would blame the folder."""
+    if not isinstance(text, str) or "$" not in text:
+        return []
+    names = [a or b for a, b in _VAR.findall(text)]
+    return list(dict.fromkeys(n for n in names if not os.environ.get(n)))
+
+
+def _unset_in(value: Any, where: str, acc: dict[str, list[str]]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _unset_in(v, f"{where}.{k}", acc)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _unset_in(v, f"{where}[{i}]", acc)
+    else:
+        for name in unset_names(value):
+            if where not in acc.setdefault(name, []):
+                acc[name].append(where)
+
+
+def unset_variables(suite: Suite, models: Sequence[ModelEntry] | None = None) -> dict[str, list[str]]:
+    """{variable: [where it is used]} for every unset environment variable the suite's paths name: dataset
+    roots, ``out``, model config files and model options (``models``: those to check; default all)."""
+    acc: dict[str, list[str]] = {}
+    _unset_in(str(suite.out), "out", acc)
+    for d in suite.datasets:
+        _unset_in(d.root, f"datasets.{d.key}.root", acc)
+    for m in suite.models if models is None else models:
+        _unset_in(m.model, f"models.{m.key}.model", acc)
+        for k, v in m.options.items():
+            _unset_in(v, f"models.{m.key}.{k}", acc)
+    return acc
+
+
+def unset_lines(unset: Mapping[str, Sequence[str]], source: str) -> list[str]:
+    """One problem line per unset variable, naming where it is used (the first few)."""
+    lines = []
+    for name, wheres in unset.items():
+        shown = ", ".join(wheres[:3]) + (f" and {len(wheres) - 3} more" if len(wheres) > 3 else "")
+        lines.append(f"${name} is not set (used by {shown}); set it, e.g. export {name}=/path/to/folder, "
+                     f"or write the paths out in {source}")
+    return lines
 
 
 def _output_digest(step: Step, run_dir: Path, cache: DigestCache) -> dict | str | None:
@@ -569,16 +632,19 @@ class _Limited:
 
 def make_reader(entry: DatasetEntry, limit: int | None = None):
     """The dataset's reader as the suite declares it (wrapped by ``--limit``)."""
-    from xbench.extract.datasets import DATASETS, ReaderError
+    from xbench.extract.datasets import DATASETS, ReaderOptionError
 
     cls = DATASETS.get(entry.key)
     if entry.root is not None and not Path(entry.root).is_dir():
         raise SuiteError(f"datasets.{entry.key}.root: {entry.root}: no such folder (see data_cards/{entry.key}.md)")
+    splits = tuple(getattr(cls, "splits", ()))
+    if entry.split is not None and splits and entry.split not in splits:
+        raise SuiteError(f"datasets.{entry.key}.split: unknown split {entry.split!r}; choose one of {', '.join(splits)}")
     try:
         reader = cls(entry.root, entry.split, **entry.options)
-    except TypeError as e:
+    except ReaderOptionError as e:  # an unknown option or a bad option value: said in the suite's terms
         raise SuiteError(f"datasets.{entry.key}.options: {e}") from None
-    except (ValueError, ReaderError) as e:
+    except InputError as e:
         raise SuiteError(f"datasets.{entry.key}: {e}") from None
     return _Limited(reader, limit) if limit else reader
 
@@ -718,41 +784,58 @@ EXECUTORS: dict[str, Callable[[Step, Context, bool], None]] = {
 
 
 # ---------------------------------------------------------------------------------------- dry run
-def check_inputs(suite: Suite, limit: int | None = None) -> tuple[list[str], dict[str, dict]]:
+def check_inputs(suite: Suite, limit: int | None = None, *, skip: Sequence[str] = (),
+                 unset: dict[str, list[str]] | None = None) -> tuple[list[str], dict[str, dict]]:
     """What a dry run checks without writing anything: every dataset's native files parse (annotations
     only, no pixels), every model config loads and the local files it names exist.
 
+    ``skip``: dataset keys not to read (a root that is missing or names an unset variable: already a
+    problem). ``unset``: the {variable: [where]} of unset environment variables, to which the variables
+    met inside model config files are added; a path naming one is not looked for (the variable is the
+    problem). Every model is checked whatever the datasets' state, so one dry run lists every problem.
+
     Returns (problems, one line each; {dataset: {split, cases, problems}} for the datasets that parsed).
     """
-    from xbench.extract.datasets import ReaderError
-    from xbench.extract.models import ModelConfigError, load_config, resolve_factory
-    from xbench.extract.registry import UnknownNameError
+    from xbench.extract.models import resolve_factory
 
+    unset = {} if unset is None else unset
     problems: list[str] = []
     found: dict[str, dict] = {}
     for d in suite.datasets:
+        if d.key in skip:
+            continue
         try:
             reader = make_reader(d, limit)
             n = len(reader.records())
         except SuiteError as e:
-            problems += e.problems
+            problems += [str(p) for p in e.problems]
             continue
-        except ReaderError as e:
-            problems.append(f"datasets.{d.key}: {' '.join(str(e).split())}")
+        except InputError as e:  # ReaderError, or a file refused by the bounded readers
+            problems += [f"datasets.{d.key}: {' '.join(str(p).split())}" for p in e.problems or [e]]
             continue
         problems += [f"datasets.{d.key}: {p}" for p in reader.problems if getattr(p, "fatal", False)]
         if n == 0:
             problems.append(f"datasets.{d.key}: no case found under {d.root}")
         found[d.key] = {"split": reader.split, "cases": n, "problems": len(reader.problems)}
     for m in suite.models:
+        if any(f"models.{m.key}.model" in w for w in unset.values()):
+            continue  # the config file's path names an unset variable
         try:
-            config = load_config(m.model, **m.options)
+            config = model_config(m.model, m.options)
             resolve_factory(str(config["adapter"]))
-        except (ModelConfigError, UnknownNameError) as e:
-            problems.append(f"models.{m.key}: {e}")
+        except InputError as e:  # ModelConfigError, UnknownNameError, a config refused by the bounded reader
+            problems += [f"models.{m.key}: {line}" for line in ([str(p) for p in e.problems] or [str(e)])]
             continue
-        problems += [f"models.{m.key}.{key}: {path}: not found" for key, path in config_paths(config).items()
-                     if not path.exists()]
+        for key, path in config_paths(config).items():
+            names = unset_names(config.get(key))
+            if names:
+                for name in names:
+                    where = f"models.{m.key}.{key}"
+                    if where not in unset.setdefault(name, []):
+                        unset[name].append(where)
+                continue
+            if not path.exists():
+                problems.append(f"models.{m.key}.{key}: {path}: not found")
     return problems, found
 
 
@@ -802,10 +885,13 @@ def format_leaderboard(rows: Sequence[dict]) -> str:
 
 
 def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int | None = None, dry_run: bool = False,
-              only: Sequence[str] = (), progress: bool = True, say: Callable[[str], None] | None = None) -> RunResult:
+              only: Sequence[str] = (), progress: bool = True, say: Callable[[str], None] | None = None,
+              before_steps: Callable[[], None] | None = None) -> RunResult:
     """Run (or resume, or plan with ``dry_run``) a suite; returns the steps' states and the leaderboard.
 
     Raises :class:`SuiteError` for bad input (nothing of the failing step is recorded as done).
+    ``before_steps``: called once the checks have passed, just before the first step runs (``xbench run``
+    ends its ``--max-memory``/``--timeout`` watch there: the steps run under their own limits).
     """
     say = say or (lambda msg: None)
     if limit is not None and limit < 1:
@@ -819,17 +905,25 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     record = _read_record(record_path)
     cache = DigestCache(run_dir / WORK_DIR / "digests.json")
     roots = _roots(suite)
+    # a dry run checks every model; a run, the models whose extraction it is asked to run
+    checked = suite.models if dry_run else [m for m in suite.models if f"extract/{m.key}" in chosen]
+    unset = unset_variables(suite, checked)
+    named_unset = {w for ws in unset.values() for w in ws}
+    absent = [d.key for d in suite.datasets if d.root is not None and roots[d.key] is None]
     missing = [f"datasets.{d.key}.root: {d.root}: no such folder (see data_cards/{d.key}.md)"
-               for d in suite.datasets if d.root is not None and roots[d.key] is None]
+               for d in suite.datasets if d.key in absent and f"datasets.{d.key}.root" not in named_unset]
     states = evaluate(steps, record, run_dir, cache, roots)
 
     if dry_run:
-        problems, found = (missing, {}) if missing else check_inputs(suite, limit)
+        problems, found = check_inputs(suite, limit, skip=absent, unset=unset)
+        problems = unset_lines(unset, suite.source) + missing + problems
         rows = [{"step": s.id, "status": states[s.id].status, "reason": states[s.id].reason,
                  "selected": s.id in chosen} for s in steps]
         return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), True, problems, found)
-    if missing:
-        raise SuiteError(missing)
+    if unset or missing:
+        raise SuiteError(unset_lines(unset, suite.source) + missing)
+    if before_steps is not None:
+        before_steps()
     blocked = [f"--only: {s.id} needs {', '.join(d for d in s.deps if states.get(d) and states[d].status != 'skip' and d not in chosen)} "
                "first (run without --only, or select those steps too)"
                for s in steps if s.id in chosen and any(states[d].status != "skip" and d not in chosen for d in s.deps)]
@@ -933,6 +1027,14 @@ def _print_plan(result: RunResult, suite: Suite) -> None:
         click.echo(f"  {r['step']:<{width}}  {r['status']:<6}  {r['reason']}{mark}")
 
 
+def _end_budget(watch) -> None:
+    """The checks passed: stop the --max-memory/--timeout watch and give the steps the default limits."""
+    from xbench.schemas import budget
+
+    watch.stop()
+    budget.set_limits(budget.Limits())
+
+
 @command("run", on_interrupt=RESUME_HINT)
 @click.argument("suite_file", metavar="SUITE.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -943,7 +1045,8 @@ def _print_plan(result: RunResult, suite: Suite) -> None:
               help="Run only these steps: prepare, extract/clip, score/*, report ... (repeatable; globs allowed).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the leaderboard and the report path.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def run(suite_file, out, limit, dry_run, only, quiet, as_json):
+@budget_options
+def run(suite_file, out, limit, dry_run, only, quiet, as_json, max_memory, timeout):
     """Run a whole benchmark from one suite file: prepare -> extract -> score -> report.
 
     Steps already done with the same inputs and options (by content hash) are skipped; an
@@ -956,12 +1059,18 @@ def run(suite_file, out, limit, dry_run, only, quiet, as_json):
       xbench run suites/paper.yaml --dry-run
       xbench run suites/paper.yaml --limit 5
       xbench run suites/paper.yaml --only extract/carzero --only score/carzero
+
+    --max-memory and --timeout bound the checks: reading the suite and the model configs it names, and
+    (with --dry-run) every dataset's annotation files. Once the checks pass, the steps run under their
+    own limits (an extraction loads models of several GiB and a full preparation takes hours).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    watch = apply_budget("xbench run", max_memory, timeout)
     say = (lambda msg: None) if quiet or as_json else (lambda msg: click.echo(msg, err=True))
     try:
         suite = load_suite(suite_file)
-        result = run_suite(suite, out=out, limit=limit, dry_run=dry_run, only=only, progress=not (quiet or as_json), say=say)
+        result = run_suite(suite, out=out, limit=limit, dry_run=dry_run, only=only, progress=not (quiet or as_json),
+                           say=say, before_steps=lambda: _end_budget(watch))
     except SuiteError as e:  # invalid input: exit 2, one line per problem (the CLI layer prints them)
         raise UserError(e.problems) from None
     if as_json:

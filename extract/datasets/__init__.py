@@ -6,7 +6,7 @@ datasets never imports pydicom or pycocotools.
 from __future__ import annotations
 
 from ..registry import Registry
-from .base import Box, CaseRecord, DatasetReader, Mask, Polygon, ReaderError, ReadProblem
+from .base import Box, CaseRecord, DatasetReader, Mask, Polygon, ReaderError, ReaderOptionError, ReadProblem
 
 DATASETS: Registry[type[DatasetReader]] = Registry("dataset")
 for _key, _target in {
@@ -22,4 +22,4 @@ for _key, _target in {
 }.items():
     DATASETS.register(_key, _target)
 
-__all__ = ["DATASETS", "Box", "CaseRecord", "DatasetReader", "Mask", "Polygon", "ReaderError", "ReadProblem"]
+__all__ = ["DATASETS", "Box", "CaseRecord", "DatasetReader", "Mask", "Polygon", "ReaderError", "ReaderOptionError", "ReadProblem"]

@@ -173,11 +173,26 @@ def load_raster(path: Path) -> np.ndarray:
 
 
 def check_options(reader: str, options: dict, allowed: dict[str, str]) -> None:
-    """Raise ValueError for an option name the reader does not know; ``allowed`` maps name -> help."""
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        known = "; ".join(f"{k}: {v}" for k, v in allowed.items()) or "none"
-        raise ValueError(f"{reader}: unknown option(s) {', '.join(unknown)}. Options: {known}")
+    """Refuse (:class:`ReaderOptionError`, one line) an option name the reader does not know, in the user's
+    terms: ``unknown option 'sise' for phantom; did you mean 'size'? options: n_cases, seed, size``.
+    ``allowed`` maps name -> help (shown when the reader has few options)."""
+    import difflib
+
+    from .base import ReaderOptionError
+
+    unknown = sorted(map(str, set(options) - set(allowed)))
+    if not unknown:
+        return
+    name = unknown[0]
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if not allowed:
+        known = f"{reader} takes no options"
+    else:
+        sep = "; " if any(allowed.values()) else ", "
+        known = "options: " + sep.join(f"{k} ({v})" if v else k for k, v in allowed.items())
+    more = f" (and {len(unknown) - 1} more unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+    raise ReaderOptionError(f"unknown option {name!r} for {reader}{hint}{' ' if hint else '; '}{known}{more}")
 
 
 class CaseProblems:
@@ -212,4 +227,6 @@ def option_bool(reader: str, name: str, value) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
-    raise ValueError(f"{reader}: option {name} must be true or false; got {value!r}")
+    from .base import ReaderOptionError
+
+    raise ReaderOptionError(f"{reader}: option {name} must be true or false; got {value!r}")

@@ -116,7 +116,7 @@ class DatasetReader(abc.ABC):
         self.root = Path(root)
         self.split = split or self.splits[0]
         if self.split not in self.splits:
-            raise ValueError(
+            raise ReaderOptionError(
                 f"unknown split {self.split!r} for dataset {self.key!r}; choose one of {', '.join(self.splits)}"
             )
         self.options = options
@@ -141,6 +141,11 @@ class DatasetReader(abc.ABC):
 
 class ReaderError(InputError):
     """A problem that makes the dataset unreadable as a whole (missing annotation file, ...)."""
+
+
+class ReaderOptionError(ReaderError, ValueError):
+    """An unknown split, an unknown reader option or a bad option value (exit 2, one line). Also a
+    ValueError, as these were before they shared the InputError base."""
 
 
 def iter_problems(problems: Sequence[ReadProblem]) -> Iterator[str]:

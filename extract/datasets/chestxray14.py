@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
-from .base import Box, CaseRecord, DatasetReader, ReaderError
+from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
 LAYOUT = """  BBox_List_2017.csv
@@ -171,4 +171,4 @@ def _parse_negatives(value) -> bool | int:
             return False
         if v.isdigit():
             return int(v)
-    raise ValueError(f"chestxray14: negatives must be true, false or a count >= 0; got {value!r}")
+    raise ReaderOptionError(f"chestxray14: negatives must be true, false or a count >= 0; got {value!r}")

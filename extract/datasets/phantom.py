@@ -51,6 +51,8 @@ PREVALENCE: dict[str, float] = {
     "Pneumothorax": 0.20,
 }
 _SPLITS = ("test", "val")
+MAX_CASES = 1_000_000  # a typo of a few zeros must not start a week-long run or fill the disk
+MAX_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -348,9 +350,11 @@ class PhantomReader(DatasetReader):
         seed: int | str = 0,
         size: int | str = 256,
         phrases: bool | str = False,
+        **unknown,
     ) -> None:
-        from ._io import option_bool
+        from ._io import check_options, option_bool
 
+        check_options("phantom", unknown, {"n_cases": "", "seed": "", "size": "", "phrases": ""})
         try:
             phrases = option_bool("phantom", "phrases", phrases)
         except ValueError as exc:
@@ -359,8 +363,9 @@ class PhantomReader(DatasetReader):
             n_cases, seed, size = int(n_cases), int(seed), int(size)
         except (TypeError, ValueError):
             raise ReaderError(f"phantom options n_cases, seed and size must be integers; got {n_cases!r}, {seed!r}, {size!r}") from None
-        if n_cases < 1 or size < 64 or seed < 0:
-            raise ReaderError(f"phantom needs n_cases >= 1, size >= 64 and seed >= 0; got {n_cases}, {size}, {seed}")
+        if not (1 <= n_cases <= MAX_CASES and 64 <= size <= MAX_SIZE and seed >= 0):
+            raise ReaderError(f"phantom needs 1 <= n_cases <= {MAX_CASES:,}, 64 <= size <= {MAX_SIZE} and seed >= 0; "
+                              f"got {n_cases}, {size}, {seed}")
         super().__init__(root if root is not None else ".", split, n_cases=n_cases, seed=seed, size=size)
         self.n_cases, self.seed, self.size, self.phrases = n_cases, seed, size, phrases
 

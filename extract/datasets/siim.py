@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import CaseProblems, check_options, index_files
-from .base import CaseRecord, DatasetReader, Mask, ReaderError
+from .base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
 from .dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
 
@@ -86,7 +86,7 @@ class SIIMACRReader(DatasetReader):
         super().__init__(root, split, **options)
         check_options(self.key, options, {"csv": f"RLE file name, one of {', '.join(CSV_NAMES)} (default: first present)"})
         if options.get("csv") not in (None, *CSV_NAMES):
-            raise ValueError(f"siim_acr: csv must be one of {', '.join(CSV_NAMES)}; got {options['csv']!r}")
+            raise ReaderOptionError(f"siim_acr: csv must be one of {', '.join(CSV_NAMES)}; got {options['csv']!r}")
 
     def _csv_path(self) -> Path:
         names = (self.options["csv"],) if self.options.get("csv") else CSV_NAMES

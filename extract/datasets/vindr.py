@@ -29,7 +29,7 @@ import numpy as np
 
 from ._io import (CaseProblems, ImageReadError, check_box, check_options, index_files, option_bool, parse_float,
                   require_file)
-from .base import Box, CaseRecord, DatasetReader, ReaderError
+from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from .dicom import read_dicom, read_dicom_size
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
@@ -57,11 +57,11 @@ class VinDrCXRReader(DatasetReader):
         self.options.setdefault("voi", "header")
         reader = options.get("reader", "union")
         if not isinstance(reader, str) or not (reader == "union" or (reader[:1] == "R" and reader[1:].isdigit())):
-            raise ValueError(f"vindr_cxr: reader must be 'union' or a rad_id like 'R8'; got {reader!r}")
+            raise ReaderOptionError(f"vindr_cxr: reader must be 'union' or a rad_id like 'R8'; got {reader!r}")
         if options.get("voi", "header") not in ("header", "minmax"):
-            raise ValueError(f"vindr_cxr: voi must be 'header' or 'minmax'; got {options['voi']!r}")
+            raise ReaderOptionError(f"vindr_cxr: voi must be 'header' or 'minmax'; got {options['voi']!r}")
         if reader != "union" and self.split != "train":
-            raise ValueError("vindr_cxr: a single reader can only be chosen on the train split (test is a consensus)")
+            raise ReaderOptionError("vindr_cxr: a single reader can only be chosen on the train split (test is a consensus)")
 
     def records(self) -> list[CaseRecord]:
         self.problems.clear()  # records() may be called again; report each problem once
