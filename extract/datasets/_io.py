@@ -51,6 +51,137 @@ class ImageReadError(InputError, ValueError):
     """
 
 
+# -- bounded reading of annotation files (contract §"Untrusted input") -----------------------------------
+MiB = 2**20
+#: the largest annotation file read (the biggest real one, VinDr-CXR's train CSV, is about 10 MiB)
+MAX_ANNOTATION_BYTES = 256 * MiB
+#: rows of one CSV file (NIH's Data_Entry has 112,120; VinDr's train annotations about 68,000)
+MAX_CSV_ROWS = 5_000_000
+#: characters of one CSV field (Python's csv default; a SIIM RLE of a 1024x1024 mask stays far below)
+MAX_CSV_FIELD = 131_072
+#: pixels of one decoded image, checked from the header before decoding (a CXR is at most ~4,300 x 4,300;
+#: a PNG or DICOM that declares more is a decompression bomb or not a radiograph)
+MAX_IMAGE_PIXELS = 40_000_000
+#: bytes of one DICOM file (a 16-bit 4,300 x 4,300 uncompressed image is 37 MiB)
+MAX_DICOM_BYTES = 512 * MiB
+
+
+class AnnotationFileError(ReaderError, ValueError):
+    """An annotation file that cannot be read as the format it should be (one line: file, row, what)."""
+
+
+def is_inside(path: str | os.PathLike, roots) -> bool:
+    """Whether ``path``, every link resolved, lies inside one of ``roots`` (links resolved too)."""
+    real = os.path.realpath(path)
+    for root in roots:
+        base = os.path.realpath(root)
+        if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
+            return True
+    return False
+
+
+def check_inside(path: str | os.PathLike, roots, what: str = "file") -> None:
+    """Refuse (:class:`ReaderError`) a file reached through a link that leads outside the folders given:
+    nothing is read outside the given source."""
+    if roots and not is_inside(path, roots):
+        raise ReaderError(f"{path}: this {what} is a link to {os.path.realpath(path)}, outside the dataset root "
+                          f"{', '.join(str(r) for r in roots)}; nothing is read outside the given folders "
+                          "(give the real folder as the root)")
+
+
+def read_annotation_bytes(path: Path, roots=(), *, max_bytes: int = MAX_ANNOTATION_BYTES) -> bytes:
+    """The bytes of an annotation file: inside ``roots`` (links resolved), a regular file (a FIFO would block
+    forever), at most ``max_bytes``; :class:`ReaderError` with one line otherwise."""
+    from xbench.schemas import inputs
+
+    check_inside(path, roots, "annotation file")
+    try:
+        return inputs.read_bytes(path, max_bytes=max_bytes, where=str(path))
+    except InputError as exc:
+        raise AnnotationFileError(exc.problems) from None
+
+
+def read_annotation_text(path: Path, roots=(), *, max_bytes: int = MAX_ANNOTATION_BYTES) -> str:
+    """An annotation file as strict UTF-8 text (a BOM dropped), bounded as :func:`read_annotation_bytes`."""
+    from xbench.schemas import inputs
+
+    data = read_annotation_bytes(path, roots, max_bytes=max_bytes)
+    try:
+        return inputs.decode_text(data, str(path))
+    except InputError as exc:
+        raise AnnotationFileError(exc.problems) from None
+
+
+def load_annotation_json(path: Path, roots=(), *, where: str | None = None):
+    """A JSON annotation file through :func:`xbench.schemas.inputs.load_json` (size, depth, element count,
+    integer digits, NaN tokens and duplicate keys refused), inside ``roots``; :class:`AnnotationFileError`."""
+    from xbench.schemas import inputs
+
+    check_inside(path, roots, "annotation file")
+    try:
+        return inputs.load_json(path, where=where or str(path),
+                                limits=inputs.with_limits(inputs.DEFAULT, max_bytes=MAX_ANNOTATION_BYTES))
+    except InputError as exc:
+        raise AnnotationFileError(exc.problems) from None
+
+
+class CSVFile:
+    """A CSV annotation file read within bounds: the file as :func:`read_annotation_text`, then rows whose
+    syntax errors, over-long fields and excess rows are one :class:`AnnotationFileError` line naming the file
+    and the row (``csv`` raises bare ``_csv.Error`` otherwise).
+
+    ``rows()`` yields lists of fields, ``dicts()`` mappings by the header (as ``csv.DictReader``); ``line_num``
+    is the line of the last row read (for messages).
+    """
+
+    def __init__(self, path: Path, roots=(), *, max_rows: int = MAX_CSV_ROWS) -> None:
+        import csv
+        import io
+
+        self.path, self.max_rows = Path(path), max_rows
+        self._text = io.StringIO(read_annotation_text(self.path, roots), newline="")
+        self._reader = csv.reader(self._text)
+        self.line_num = 0
+
+    def _next(self):
+        import csv
+
+        previous = csv.field_size_limit(MAX_CSV_FIELD)
+        try:
+            row = next(self._reader)
+        except csv.Error as exc:
+            raise AnnotationFileError(f"{self.path}: row {self._reader.line_num}: not a valid CSV row ({exc})") from None
+        finally:
+            csv.field_size_limit(previous)
+        self.line_num = self._reader.line_num
+        return row
+
+    def header(self) -> list[str]:
+        try:
+            return self._next()
+        except StopIteration:
+            return []
+
+    def rows(self):
+        n = 0
+        while True:
+            try:
+                row = self._next()
+            except StopIteration:
+                return
+            n += 1
+            if n > self.max_rows:
+                raise AnnotationFileError(f"{self.path}: more than {self.max_rows:,} rows; the limit for one file")
+            yield row
+
+    def dicts(self, fieldnames):
+        """Rows as {column: value} (a missing cell is None, as csv.DictReader; extra cells are dropped)."""
+        for row in self.rows():
+            if not row:
+                continue
+            yield {k: (row[i] if i < len(row) else None) for i, k in enumerate(fieldnames)}
+
+
 def require_file(path: Path, what: str, layout: str) -> Path:
     """Return ``path`` if it is a file, else raise ReaderError naming it and the expected layout."""
     if not path.is_file():
@@ -58,10 +189,12 @@ def require_file(path: Path, what: str, layout: str) -> Path:
     return path
 
 
-def read_json(path: Path, kind: type, expected: str):
+def read_json(path: Path, kind: type, expected: str, roots=()):
     """The JSON document in ``path``, which must be a ``kind`` (list, dict); else one ReaderError line
-    (:func:`xbench.extract._json.read_json`), saying ``expected`` when it parses but has the wrong shape."""
-    return _read_json(path, kind=kind, expected=expected, error=ReaderError)
+    (:func:`xbench.extract._json.read_json`, bounded by :mod:`xbench.schemas.inputs`), saying ``expected``
+    when it parses but has the wrong shape. ``roots``: the folders it must lie inside (links resolved)."""
+    check_inside(path, roots, "annotation file")
+    return _read_json(path, kind=kind, expected=expected, error=AnnotationFileError)
 
 
 def find_first(candidates: Iterable[Path]) -> Path | None:
@@ -152,24 +285,63 @@ def load_raster(path: Path) -> np.ndarray:
     """Decode a PNG/JPEG file to (H, W) uint8 grayscale, brighter = denser.
 
     Colour and alpha images are converted to luminance (Pillow's ITU-R 601 'L' conversion; alpha
-    is dropped). 16-bit grayscale is scaled by 255/65535. Raises ImageReadError for a missing or
-    undecodable file.
+    is dropped). 16-bit grayscale is scaled by 255/65535. Raises ImageReadError for a missing,
+    undecodable, oversized file or one that is not a regular file, and for an image that declares
+    more than :data:`MAX_IMAGE_PIXELS` pixels (checked from its header, before decoding).
     """
+    from xbench.schemas import inputs
+
+    try:
+        data = inputs.read_bytes(path, max_bytes=MAX_ANNOTATION_BYTES, where=str(path))
+    except InputError as exc:
+        message = str(exc.problems[0].message) if exc.problems else str(exc)
+        if message == "no such file":
+            raise ImageReadError(f"{path}: image file is missing") from None
+        raise ImageReadError(f"{path}: {message}") from None
+    return decode_raster(data, str(path))
+
+
+def decode_raster(data: bytes, where: str) -> np.ndarray:
+    """PNG/JPEG bytes -> (H, W) uint8 as :func:`load_raster`; the pixel count is checked before decoding."""
+    import io
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
-            im.load()
-            if im.mode in ("I;16", "I;16B", "I;16L", "I"):
-                arr = np.asarray(im, dtype=np.float64)
-                return np.clip(np.rint(arr * (255.0 / 65535.0)), 0, 255).astype(np.uint8)
-            if im.mode != "L":
-                im = im.convert("L")
-            return np.asarray(im, dtype=np.uint8).copy()
-    except FileNotFoundError:
-        raise ImageReadError(f"{path}: image file is missing") from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise ImageReadError(f"{path}: cannot decode image ({e})") from None
+        with warnings.catch_warnings():
+            # our own cap below is the bound; Pillow's warning (past ~89 Mpx) would only be noise on stderr
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                check_pixels(im.size[1], im.size[0], 1, where)
+                im.load()
+                if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+                    arr = np.asarray(im, dtype=np.float64)
+                    return np.clip(np.rint(arr * (255.0 / 65535.0)), 0, 255).astype(np.uint8)
+                if im.mode != "L":
+                    im = im.convert("L")
+                return np.asarray(im, dtype=np.uint8).copy()
+    except ImageReadError:
+        raise
+    except Image.DecompressionBombError as e:
+        raise ImageReadError(f"{where}: the image declares too many pixels ({e})") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:  # SyntaxError: Pillow's "not a PNG"
+        raise ImageReadError(f"{where}: cannot decode image ({e})") from None
+
+
+class ImageTooLargeError(ImageReadError):
+    """An image whose header declares more than MAX_IMAGE_PIXELS pixels: refused before decoding."""
+
+
+def check_pixels(rows: int, cols: int, frames: int, where: str, limit: int | None = None) -> None:
+    """Refuse (:class:`ImageTooLargeError`) an image declaring more pixels than ``limit`` (default
+    :data:`MAX_IMAGE_PIXELS`) over all its frames, before anything is decoded (a decompression bomb)."""
+    limit = MAX_IMAGE_PIXELS if limit is None else limit
+    n = int(rows) * int(cols) * max(int(frames), 1)
+    if n > limit or rows <= 0 or cols <= 0:
+        raise ImageTooLargeError(f"{where}: the image declares {int(cols)} x {int(rows)}"
+                                 + (f" x {int(frames)} frames or samples" if frames > 1 else "")
+                                 + f" pixels; the limit is {limit:,} pixels (a decompression bomb, or not a radiograph)")
 
 
 def check_options(reader: str, options: dict, allowed: dict[str, str]) -> None:

@@ -134,6 +134,11 @@ class DatasetReader(abc.ABC):
     def load_image(self, record: CaseRecord) -> np.ndarray:
         """Decode the image: (height, width) uint8, brighter = denser, at native resolution."""
 
+    def source_roots(self) -> list[Path]:
+        """The folders (and files) the user gave as this dataset's source: every file read must lie inside
+        one of them once links are resolved (a link in the root that leads elsewhere is refused)."""
+        return [self.root]
+
     def describe(self) -> dict:
         """Reader options that change the ground truth, recorded in the store's attributes."""
         return {"split": self.split, **{k: v for k, v in self.options.items()}}

@@ -43,7 +43,7 @@ class ChestXDet10Reader(DatasetReader):
     def records(self) -> list[CaseRecord]:
         self.problems.clear()  # records() may be called again; report each problem once
         json_path = require_file(self.root / f"{self.split}.json", f"ChestX-Det10 {self.split} annotations", LAYOUT)
-        items = read_json(json_path, list, "a JSON list of {file_name, syms, boxes} items")
+        items = read_json(json_path, list, "a JSON list of {file_name, syms, boxes} items", self.source_roots())
         # The split's own folder first, so a name present in both archives resolves to this split.
         index = index_files([self.root / f"{self.split}_data"], (".png",))
         for stem, p in index_files([self.root], (".png",)).items():

@@ -21,12 +21,11 @@ Skipped with a problem: a short row, non-numeric or outside-the-image box, unkno
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
+from ._io import CSVFile, CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
 from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
@@ -58,33 +57,32 @@ class ChestXray14Reader(DatasetReader):
         bad = CaseProblems(self.problems)
         regions: dict[str, dict[str, list[Box]]] = {}
         first_row: dict[str, str] = {}
-        with open(bbox_path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            next(reader, None)  # 'Image Index,Finding Label,Bbox [x,y,w,h],,,' : read by position
-            for row in reader:
-                where = f"{bbox_path.name}:row {reader.line_num}"
-                fields = [v.strip() for v in row]
-                while fields and not fields[-1]:
-                    fields.pop()
-                if not fields:
-                    continue
-                image = Path(fields[0]).stem
-                if len(fields) < 6 or not image:
-                    bad.add(where, f"expected 6 fields (image, label, x, y, w, h), got {len(fields)}", image or None)
-                    continue
-                first_row.setdefault(image, where)
-                try:
-                    cls = canonical(self.key, fields[1])
-                except UnknownLabelError:
-                    bad.add(where, f"unknown finding label {fields[1]!r}", image)
-                    continue
-                try:
-                    x, y, w, h = (parse_float(v) for v in fields[2:6])
-                    box = check_box(Box(x, y, x + w, y + h), *SIZE)
-                except ValueError as e:
-                    bad.add(where, f"bad box {fields[2:6]}: {e}", image)
-                    continue
-                regions.setdefault(image, {}).setdefault(cls, []).append(box)
+        reader = CSVFile(bbox_path, self.source_roots())
+        reader.header()  # 'Image Index,Finding Label,Bbox [x,y,w,h],,,' : read by position
+        for row in reader.rows():
+            where = f"{bbox_path.name}:row {reader.line_num}"
+            fields = [v.strip() for v in row]
+            while fields and not fields[-1]:
+                fields.pop()
+            if not fields:
+                continue
+            image = Path(fields[0]).stem
+            if len(fields) < 6 or not image:
+                bad.add(where, f"expected 6 fields (image, label, x, y, w, h), got {len(fields)}", image or None)
+                continue
+            first_row.setdefault(image, where)
+            try:
+                cls = canonical(self.key, fields[1])
+            except UnknownLabelError:
+                bad.add(where, f"unknown finding label {fields[1]!r}", image)
+                continue
+            try:
+                x, y, w, h = (parse_float(v) for v in fields[2:6])
+                box = check_box(Box(x, y, x + w, y + h), *SIZE)
+            except ValueError as e:
+                bad.add(where, f"bad box {fields[2:6]}: {e}", image)
+                continue
+            regions.setdefault(image, {}).setdefault(cls, []).append(box)
 
         negatives = self.options["negatives"]
         entry = self._data_entry() if negatives is True or negatives > 0 else {}
@@ -116,25 +114,24 @@ class ChestXray14Reader(DatasetReader):
             raise ReaderError(f"negatives need {' or '.join(str(self.root / n) for n in DATA_ENTRY_NAMES)}\n"
                               f"expected layout under --root:\n{LAYOUT}")
         out: dict[str, tuple[set[str], str, bool]] = {}
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = [h.strip() for h in next(reader, [])]
-            try:
-                i_img, i_lab = header.index("Image Index"), header.index("Finding Labels")
-            except ValueError:
-                raise ReaderError(f"{path}: header lacks 'Image Index' / 'Finding Labels': {header[:4]}") from None
-            for row in reader:
-                if len(row) <= max(i_img, i_lab):
-                    continue
-                names = [n.strip() for n in row[i_lab].split("|") if n.strip()]
-                listed = set()
-                for n in names:
-                    try:
-                        listed.add(canonical(self.key, n))
-                    except UnknownLabelError:
-                        pass  # one of the 6 Data_Entry findings without boxes; not a class here
-                no_finding = len(names) == 1 and is_no_finding(self.key, names[0])
-                out[Path(row[i_img].strip()).stem] = (listed, f"{path.name}:row {reader.line_num}", no_finding)
+        reader = CSVFile(path, self.source_roots())
+        header = [h.strip() for h in reader.header()]
+        try:
+            i_img, i_lab = header.index("Image Index"), header.index("Finding Labels")
+        except ValueError:
+            raise ReaderError(f"{path}: header lacks 'Image Index' / 'Finding Labels': {header[:4]}") from None
+        for row in reader.rows():
+            if len(row) <= max(i_img, i_lab):
+                continue
+            names = [n.strip() for n in row[i_lab].split("|") if n.strip()]
+            listed = set()
+            for n in names:
+                try:
+                    listed.add(canonical(self.key, n))
+                except UnknownLabelError:
+                    pass  # one of the 6 Data_Entry findings without boxes; not a class here
+            no_finding = len(names) == 1 and is_no_finding(self.key, names[0])
+            out[Path(row[i_img].strip()).stem] = (listed, f"{path.name}:row {reader.line_num}", no_finding)
         return out
 
     def _negatives(self, entry, taken: set[str], images: dict[str, Path], count) -> list[CaseRecord]:

@@ -25,12 +25,11 @@ a malformed RLE, masks of one CXR with different sizes, a bad label value, no JP
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from ._io import CaseProblems, check_options, find_first, load_raster, read_json
+from ._io import MAX_IMAGE_PIXELS, CSVFile, CaseProblems, check_options, find_first, load_raster, read_json
 from .base import CaseRecord, DatasetReader, Mask, ReaderError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
 
@@ -87,6 +86,8 @@ def rle_area(rle: dict) -> tuple[tuple[int, int], int]:
     if any(r < 0 for r in runs):
         raise ValueError("RLE has a negative run length")
     h, w = size
+    if h * w > MAX_IMAGE_PIXELS:  # pycocotools would allocate h * w bytes before anything else
+        raise ValueError(f"RLE size {w}x{h} exceeds {MAX_IMAGE_PIXELS:,} pixels")
     if sum(runs) != h * w:
         raise ValueError(f"RLE runs cover {sum(runs)} pixels, not {h}x{w}={h * w}")
     return (h, w), sum(runs[1::2])
@@ -138,7 +139,7 @@ class CheXlocalizeReader(DatasetReader):
             image_dir = self.root / self.split
         bad = CaseProblems(self.problems)
         cases = self._read_csv(csv_path, image_dir, bad)
-        segs = read_json(seg_path, dict, "an object keyed by cxr_id")
+        segs = read_json(seg_path, dict, "an object keyed by cxr_id", self.source_roots())
         for cxr_id, tasks in segs.items():
             where = f"{seg_path.name}:{cxr_id}"
             if cxr_id not in cases:
@@ -160,39 +161,37 @@ class CheXlocalizeReader(DatasetReader):
 
     def _read_csv(self, csv_path: Path, image_dir: Path, bad: CaseProblems) -> dict[str, CaseRecord]:
         cases: dict[str, CaseRecord] = {}
-        with open(csv_path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            fields = [h.strip() for h in reader.fieldnames or ()]
-            reader.fieldnames = fields
-            path_col = next((c for c in ("Path", "Study") if c in fields), None)
-            columns = {}
-            for cls in self.classes:
-                col = next((n for n in native_labels(self.key, cls) if n in fields), None)
-                if col is None:
-                    raise ReaderError(f"{csv_path}: no column for {cls!r} "
-                                      f"(expected one of {native_labels(self.key, cls)})")
-                columns[cls] = col
-            if path_col is None:
-                raise ReaderError(f"{csv_path}: no 'Path' column")
-            for row in reader:
-                where = f"{csv_path.name}:row {reader.line_num}"
-                parts = PurePosixPath((row[path_col] or "").strip().replace("\\", "/")).parts
-                if len(parts) < 3:
-                    bad.add(where, f"Path {row[path_col]!r} is not <patient>/<study>/<view>.jpg", None)
-                    continue
-                patient, study, view = parts[-3], parts[-2], parts[-1]
-                cxr_id = f"{patient}_{study}_{PurePosixPath(view).stem}"
-                if cxr_id in cases:
-                    bad.add(where, f"{cxr_id} is listed more than once", cxr_id)
-                    continue
-                labels = {}
-                for cls, col in columns.items():
-                    value = (row[col] or "").strip()
-                    if value not in _LABEL_VALUES:
-                        bad.add(where, f"column {col!r} has value {value!r}; expected 1.0, 0.0, -1.0 or empty", cxr_id)
-                        break
-                    labels[cls] = _LABEL_VALUES[value]
-                cases[cxr_id] = CaseRecord(cxr_id, image_dir / patient / study / view, labels, {}, None, where)
+        reader = CSVFile(csv_path, self.source_roots())
+        fields = [h.strip() for h in reader.header()]
+        path_col = next((c for c in ("Path", "Study") if c in fields), None)
+        columns = {}
+        for cls in self.classes:
+            col = next((n for n in native_labels(self.key, cls) if n in fields), None)
+            if col is None:
+                raise ReaderError(f"{csv_path}: no column for {cls!r} "
+                                  f"(expected one of {native_labels(self.key, cls)})")
+            columns[cls] = col
+        if path_col is None:
+            raise ReaderError(f"{csv_path}: no 'Path' column")
+        for row in reader.dicts(fields):
+            where = f"{csv_path.name}:row {reader.line_num}"
+            parts = PurePosixPath((row[path_col] or "").strip().replace("\\", "/")).parts
+            if len(parts) < 3:
+                bad.add(where, f"Path {row[path_col]!r} is not <patient>/<study>/<view>.jpg", None)
+                continue
+            patient, study, view = parts[-3], parts[-2], parts[-1]
+            cxr_id = f"{patient}_{study}_{PurePosixPath(view).stem}"
+            if cxr_id in cases:
+                bad.add(where, f"{cxr_id} is listed more than once", cxr_id)
+                continue
+            labels = {}
+            for cls, col in columns.items():
+                value = (row[col] or "").strip()
+                if value not in _LABEL_VALUES:
+                    bad.add(where, f"column {col!r} has value {value!r}; expected 1.0, 0.0, -1.0 or empty", cxr_id)
+                    break
+                labels[cls] = _LABEL_VALUES[value]
+            cases[cxr_id] = CaseRecord(cxr_id, image_dir / patient / study / view, labels, {}, None, where)
         return cases
 
     def _add_regions(self, record: CaseRecord, tasks) -> None:

@@ -20,13 +20,13 @@ outside the image, no image at all.
 from __future__ import annotations
 
 import base64
-import io
-import json
+import binascii
 from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, ImageReadError, check_box, check_options, check_points, index_files, load_raster
+from ._io import (MAX_IMAGE_PIXELS, AnnotationFileError, CaseProblems, ImageReadError, check_box, check_options,
+                  check_points, decode_raster, index_files, load_annotation_json, load_raster)
 from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_ignored
 
@@ -66,12 +66,14 @@ class CovidRuralReader(DatasetReader):
             case_id = path.stem
             where = f"{json_dir.name}/{path.name}"
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
-                h, w = int(doc["imageHeight"]), int(doc["imageWidth"])
-                if h <= 0 or w <= 0:
-                    raise ValueError(f"image size {h}x{w} is not positive")
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
-                bad.add(where, f"not a LabelMe file with imageHeight/imageWidth ({type(e).__name__}: {e})", case_id)
+                doc = load_annotation_json(path, self.source_roots(), where=where)
+            except AnnotationFileError as e:  # not JSON, too deep, a key twice, not a regular file ...
+                bad.add(where, "; ".join(p.message for p in e.problems), case_id)
+                continue
+            try:
+                h, w = _size(doc)
+            except ValueError as e:
+                bad.add(where, f"not a LabelMe file with imageHeight/imageWidth ({e})", case_id)
                 continue
             shapes = doc.get("shapes")
             if not isinstance(shapes, list):
@@ -91,7 +93,7 @@ class CovidRuralReader(DatasetReader):
             if case_id in images:
                 ref: object = images[case_id]
             elif isinstance(doc.get("imageData"), str) and doc["imageData"]:
-                ref = ("labelme", path)
+                ref = ("labelme", path, tuple(str(r) for r in self.source_roots()))
             else:
                 bad.add(where, f"no image {case_id}.jpg in {json_dir.parent} and no embedded imageData", case_id)
                 continue
@@ -124,17 +126,31 @@ class CovidRuralReader(DatasetReader):
     def load_image(self, record: CaseRecord) -> np.ndarray:
         ref = record.image_ref
         if isinstance(ref, tuple) and ref[0] == "labelme":
-            return _embedded_image(Path(ref[1]))
+            return _embedded_image(Path(ref[1]), ref[2] if len(ref) > 2 else ())
         return load_raster(Path(ref))
 
 
-def _embedded_image(json_path: Path) -> np.ndarray:
-    """Decode LabelMe's base64 ``imageData`` to (H, W) uint8."""
-    from PIL import Image
+def _size(doc) -> tuple[int, int]:
+    """(imageHeight, imageWidth) of a LabelMe document: positive integers, at most MAX_IMAGE_PIXELS together."""
+    if not isinstance(doc, dict):
+        raise ValueError("the document is not a JSON object")
+    h, w = doc.get("imageHeight"), doc.get("imageWidth")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (h, w)):
+        raise ValueError(f"imageHeight/imageWidth must be integers, got {h!r:.40}, {w!r:.40}")
+    if h <= 0 or w <= 0 or h * w > MAX_IMAGE_PIXELS:
+        raise ValueError(f"image size {w}x{h} is not positive or exceeds {MAX_IMAGE_PIXELS:,} pixels")
+    return h, w
 
+
+def _embedded_image(json_path: Path, roots=()) -> np.ndarray:
+    """Decode LabelMe's base64 ``imageData`` to (H, W) uint8: the JSON read by the bounded reader, the
+    base64 checked strictly, the image's pixel count checked before it is decoded."""
+    doc = load_annotation_json(json_path, roots)
+    data = doc.get("imageData") if isinstance(doc, dict) else None
+    if not isinstance(data, str) or not data:
+        raise ImageReadError(f"{json_path}: no embedded imageData")
     try:
-        data = base64.b64decode(json.loads(json_path.read_text(encoding="utf-8"))["imageData"])
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("L"), dtype=np.uint8).copy()
-    except Exception as e:
-        raise ImageReadError(f"{json_path}: cannot decode the embedded imageData ({e})") from None
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ImageReadError(f"{json_path}: the embedded imageData is not base64 ({e})") from None
+    return decode_raster(raw, f"{json_path} (embedded imageData)")

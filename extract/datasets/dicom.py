@@ -23,11 +23,12 @@ denser. The display policy, in order:
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
-from ._io import ImageReadError
+from ._io import MAX_DICOM_BYTES, ImageReadError, check_pixels
 
 __all__ = ["ImageReadError", "read_dicom", "read_dicom_size", "to_uint8"]
 
@@ -36,10 +37,29 @@ _VOI_POLICIES = ("header", "minmax")
 _ITEM_TAG = b"\xfe\xff\x00\xe0"
 
 
+def _check_file(path: Path) -> None:
+    """A regular file of at most MAX_DICOM_BYTES (pydicom would block forever on a FIFO, and read a huge
+    file whole); checked from the file's metadata, without reading it."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ImageReadError(f"{path}: DICOM file is missing") from None
+    except OSError as e:
+        raise ImageReadError(f"{path}: cannot read DICOM ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ImageReadError(f"{path}: not a regular file (a pipe, socket, device or folder)")
+    if st.st_size > MAX_DICOM_BYTES:
+        raise ImageReadError(f"{path}: the file is {st.st_size / 2**20:.0f} MiB; the limit for one DICOM is "
+                             f"{MAX_DICOM_BYTES / 2**20:.0f} MiB")
+
+
 def _dcmread(path: Path, **kwargs):
     import pydicom
     from pydicom.errors import InvalidDicomError
 
+    _check_file(path)
     try:
         try:
             return pydicom.dcmread(path, **kwargs)
@@ -101,9 +121,18 @@ def to_uint8(ds, *, source: str = "<dataset>", voi: str = "header") -> np.ndarra
     from pydicom.pixels import apply_modality_lut
 
     if voi not in _VOI_POLICIES:
-        raise ValueError(f"voi must be one of {_VOI_POLICIES}; got {voi!r}")
+        from .base import ReaderOptionError
+
+        raise ReaderOptionError(f"voi must be one of {_VOI_POLICIES}; got {voi!r}")
     if "PixelData" not in ds:
         raise ImageReadError(f"{source}: no PixelData element (header-only file)")
+    try:  # every frame and sample is decoded at once: the header's counts bound the work before it starts
+        rows, cols = int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)
+        frames = int(ds.get("NumberOfFrames", 1) or 1)
+        samples = int(ds.get("SamplesPerPixel", 1) or 1)
+    except (TypeError, ValueError):
+        raise ImageReadError(f"{source}: Rows, Columns, NumberOfFrames or SamplesPerPixel is not a number") from None
+    check_pixels(rows, cols, frames * max(samples, 1), source)
     try:
         arr = ds.pixel_array
     except Exception as e:

@@ -23,12 +23,11 @@ the image, rows of one image disagreeing on its size or path, a missing image fi
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, check_box, check_options, load_raster, parse_float
+from ._io import CSVFile, CaseProblems, check_box, check_options, load_raster, parse_float
 from .base import Box, CaseRecord, DatasetReader, Phrase, ReaderError
 from .vocabulary import UnknownLabelError, canonical, classes_for
 
@@ -54,6 +53,10 @@ class MSCXRReader(DatasetReader):
                                           "csv": "the local-alignment CSV (default: the newest under --root)"})
         self.images = Path(options.get("images") or self.root)
 
+    def source_roots(self) -> list[Path]:
+        given = [self.root, self.images]
+        return given + [Path(self.options["csv"])] if self.options.get("csv") else given
+
     def _csv(self) -> Path:
         if self.options.get("csv"):
             p = Path(self.options["csv"])
@@ -68,19 +71,18 @@ class MSCXRReader(DatasetReader):
     def records(self) -> list[CaseRecord]:
         self.problems.clear()
         path = self._csv()
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                raise ReaderError(f"{path.name}: missing column(s) {', '.join(missing)}")
-            has_split = "split" in header
-            if not has_split and self.split != "all":
-                raise ReaderError(f"{path.name} has no split column (MS-CXR v1.0.0); use --split all")
-            rows = list(reader)
+        reader = CSVFile(path, self.source_roots())
+        header = [h.strip() for h in reader.header()]
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise ReaderError(f"{path.name}: missing column(s) {', '.join(missing)}")
+        has_split = "split" in header
+        if not has_split and self.split != "all":
+            raise ReaderError(f"{path.name} has no split column (MS-CXR v1.0.0); use --split all")
+        rows = [(reader.line_num, row) for row in reader.dicts(header)]
         bad = CaseProblems(self.problems)
         cases: dict[str, dict] = {}
-        for i, row in enumerate(rows, start=2):  # line numbers: the header is line 1
+        for i, row in rows:  # i: the row's line in the file
             where = f"{path.name}:{i}"
             if has_split and self.split != "all" and (row.get("split") or "").strip() != self.split:
                 continue

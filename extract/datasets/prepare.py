@@ -64,6 +64,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from ._io import is_inside
 from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
 from .rasterise import RASTERISATION, ShapeError, clip_box, rasterise_region
 
@@ -203,6 +204,10 @@ class _CaseResult:
 
 def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size, keep: bool = False) -> _CaseResult:
     labels = np.array([rec.labels.get(c, -1) for c in classes], dtype=np.int8)
+    if isinstance(rec.image_ref, (str, os.PathLike)) and not is_inside(rec.image_ref, reader.source_roots()):
+        return _CaseResult(None, (1, 1), None, labels, [], failure=(
+            f"the image {rec.image_ref} is a link to {os.path.realpath(rec.image_ref)}, outside the dataset root; "
+            "nothing is read outside the given folders"))
     try:
         image = reader.load_image(rec)
     except Exception as exc:  # one unreadable image must not stop the others
@@ -434,8 +439,9 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
 
     try:
         records = list(reader.records())
-    except ReaderError as exc:
-        raise PrepareError(f"{reader.key}: {exc}") from None
+    except InputError as exc:  # ReaderError, or an annotation file refused by the bounded readers
+        lines = [ln for p in (exc.problems or [exc]) for ln in str(p).splitlines() if ln.strip()] or [str(exc)]
+        raise PrepareError(f"{reader.key}: {lines[0]}", lines[1:]) from None
     fatal = [p for p in reader.problems if p.fatal]
     if fatal:
         raise PrepareError(f"{reader.key}: {len(fatal)} fatal problem(s) in the native files", [str(p) for p in fatal])

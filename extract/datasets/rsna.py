@@ -15,12 +15,11 @@ a patient mixing Target 0 and 1, a box outside the image, no DICOM for the patie
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, check_box, check_options, index_files, parse_float, require_file
+from ._io import CSVFile, CaseProblems, check_box, check_options, index_files, parse_float, require_file
 from .base import Box, CaseRecord, DatasetReader, ReaderError
 from .dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
@@ -53,28 +52,28 @@ class RSNAPneumoniaReader(DatasetReader):
         targets: dict[str, set[int]] = {}
         boxes: dict[str, list[Box]] = {}
         first_row: dict[str, str] = {}
-        with open(csv_path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
-            if missing:
-                raise ReaderError(f"{csv_path}: missing column(s) {', '.join(missing)}; expected header {','.join(_COLUMNS)}")
-            for row in reader:
-                where = f"{csv_path.name}:row {reader.line_num}"
-                pid = (row["patientId"] or "").strip()
-                if not pid:
-                    bad.add(where, "empty patientId", None)
-                    continue
-                first_row.setdefault(pid, where)
-                targets.setdefault(pid, set())
-                boxes.setdefault(pid, [])
-                try:
-                    target, box = _parse_row(row)
-                except ValueError as e:
-                    bad.add(where, str(e), pid)
-                    continue
-                targets[pid].add(target)
-                if box is not None:
-                    boxes[pid].append(box)
+        reader = CSVFile(csv_path, self.source_roots())
+        header = reader.header()
+        missing = [c for c in _COLUMNS if c not in header]
+        if missing:
+            raise ReaderError(f"{csv_path}: missing column(s) {', '.join(missing)}; expected header {','.join(_COLUMNS)}")
+        for row in reader.dicts(header):
+            where = f"{csv_path.name}:row {reader.line_num}"
+            pid = (row["patientId"] or "").strip()
+            if not pid:
+                bad.add(where, "empty patientId", None)
+                continue
+            first_row.setdefault(pid, where)
+            targets.setdefault(pid, set())
+            boxes.setdefault(pid, [])
+            try:
+                target, box = _parse_row(row)
+            except ValueError as e:
+                bad.add(where, str(e), pid)
+                continue
+            targets[pid].add(target)
+            if box is not None:
+                boxes[pid].append(box)
 
         out: list[CaseRecord] = []
         for pid, where in first_row.items():

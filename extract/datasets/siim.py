@@ -20,12 +20,11 @@ past the end of the image), an image mixing ``-1`` and masks, a row without Imag
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, check_options, index_files
+from ._io import CSVFile, CaseProblems, check_options, index_files
 from .base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
 from .dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
@@ -108,30 +107,29 @@ class SIIMACRReader(DatasetReader):
         runs: dict[str, list[np.ndarray]] = {}
         negative: dict[str, bool] = {}
         first_row: dict[str, str] = {}
-        with open(csv_path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = [h.strip() for h in next(reader, [])]
-            if header[:2] != ["ImageId", "EncodedPixels"]:
-                raise ReaderError(f"{csv_path}: header {header!r}; expected 'ImageId,EncodedPixels' "
-                                  "(a space after the comma is accepted)")
-            for row in reader:
-                where = f"{csv_path.name}:row {reader.line_num}"
-                if not row or not "".join(row).strip():
-                    continue
-                image_id = row[0].strip()
-                if not image_id or len(row) < 2:
-                    bad.add(where, "row needs ImageId and EncodedPixels", image_id or None)
-                    continue
-                first_row.setdefault(image_id, where)
-                try:
-                    r = parse_rle(row[1])
-                except ValueError as e:
-                    bad.add(where, str(e), image_id)
-                    continue
-                if r is None:
-                    negative[image_id] = True
-                else:
-                    runs.setdefault(image_id, []).append(r)
+        reader = CSVFile(csv_path, self.source_roots())
+        header = [h.strip() for h in reader.header()]
+        if header[:2] != ["ImageId", "EncodedPixels"]:
+            raise ReaderError(f"{csv_path}: header {header!r}; expected 'ImageId,EncodedPixels' "
+                              "(a space after the comma is accepted)")
+        for row in reader.rows():
+            where = f"{csv_path.name}:row {reader.line_num}"
+            if not row or not "".join(row).strip():
+                continue
+            image_id = row[0].strip()
+            if not image_id or len(row) < 2:
+                bad.add(where, "row needs ImageId and EncodedPixels", image_id or None)
+                continue
+            first_row.setdefault(image_id, where)
+            try:
+                r = parse_rle(row[1])
+            except ValueError as e:
+                bad.add(where, str(e), image_id)
+                continue
+            if r is None:
+                negative[image_id] = True
+            else:
+                runs.setdefault(image_id, []).append(r)
 
         out: list[CaseRecord] = []
         for image_id, where in first_row.items():

@@ -22,12 +22,11 @@ outside-the-image box, no DICOM, an unreadable DICOM header.
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 
-from ._io import (CaseProblems, ImageReadError, check_box, check_options, index_files, option_bool, parse_float,
+from ._io import (CSVFile, CaseProblems, ImageReadError, check_box, check_options, index_files, option_bool, parse_float,
                   require_file)
 from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from .dicom import read_dicom, read_dicom_size
@@ -74,43 +73,41 @@ class VinDrCXRReader(DatasetReader):
         bad = CaseProblems(self.problems)
         regions: dict[str, dict[str, list[tuple[Box, str]]]] = {}
         first_row: dict[str, str] = {}
-        with open(csv_path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            fields = [h.strip() for h in reader.fieldnames or ()]
-            reader.fieldnames = fields
-            missing = [c for c in _REQUIRED if c not in fields]
-            if missing:
-                raise ReaderError(f"{csv_path}: missing column(s) {', '.join(missing)}; header is {','.join(fields)}")
-            if only != "union" and "rad_id" not in fields:
-                raise ReaderError(f"{csv_path}: reader={only!r} needs a rad_id column")
-            for row in reader:
-                where = f"{csv_path.name}:row {reader.line_num}"
-                image = (row["image_id"] or "").strip()
-                if not image:
-                    bad.add(where, "empty image_id", None)
-                    continue
-                if only != "union" and (row.get("rad_id") or "").strip() != only:
-                    continue
-                first_row.setdefault(image, where)
-                regions.setdefault(image, {})
-                name = (row["class_name"] or "").strip()
-                coords = [(row[k] or "").strip() for k in ("x_min", "y_min", "x_max", "y_max")]
-                if is_no_finding(self.key, name):
-                    continue
-                try:
-                    cls = canonical(self.key, name)
-                except UnknownLabelError:
-                    bad.add(where, f"unknown class_name {name!r}", image)
-                    continue
-                if not all(coords):
-                    bad.add(where, f"{name} row without coordinates", image)
-                    continue
-                try:
-                    box = check_box(Box(*(parse_float(v) for v in coords)), None, None)
-                except ValueError as e:
-                    bad.add(where, f"bad box {coords}: {e}", image)
-                    continue
-                regions[image].setdefault(cls, []).append((box, where))
+        reader = CSVFile(csv_path, self.source_roots())
+        fields = [h.strip() for h in reader.header()]
+        missing = [c for c in _REQUIRED if c not in fields]
+        if missing:
+            raise ReaderError(f"{csv_path}: missing column(s) {', '.join(missing)}; header is {','.join(fields)}")
+        if only != "union" and "rad_id" not in fields:
+            raise ReaderError(f"{csv_path}: reader={only!r} needs a rad_id column")
+        for row in reader.dicts(fields):
+            where = f"{csv_path.name}:row {reader.line_num}"
+            image = (row["image_id"] or "").strip()
+            if not image:
+                bad.add(where, "empty image_id", None)
+                continue
+            if only != "union" and (row.get("rad_id") or "").strip() != only:
+                continue
+            first_row.setdefault(image, where)
+            regions.setdefault(image, {})
+            name = (row["class_name"] or "").strip()
+            coords = [(row[k] or "").strip() for k in ("x_min", "y_min", "x_max", "y_max")]
+            if is_no_finding(self.key, name):
+                continue
+            try:
+                cls = canonical(self.key, name)
+            except UnknownLabelError:
+                bad.add(where, f"unknown class_name {name!r}", image)
+                continue
+            if not all(coords):
+                bad.add(where, f"{name} row without coordinates", image)
+                continue
+            try:
+                box = check_box(Box(*(parse_float(v) for v in coords)), None, None)
+            except ValueError as e:
+                bad.add(where, f"bad box {coords}: {e}", image)
+                continue
+            regions[image].setdefault(cls, []).append((box, where))
 
         out: list[CaseRecord] = []
         for image, where in first_row.items():

@@ -97,7 +97,7 @@ def test_cardiomegaly_widens_the_heart():
 def test_bad_options_are_reader_errors():
     with pytest.raises(ReaderError, match="integers"):
         PhantomReader(n_cases="many")
-    with pytest.raises(ReaderError, match="size >= 64"):
+    with pytest.raises(ReaderError, match="64 <= size <= 4096"):
         PhantomReader(size=16)
     with pytest.raises(ValueError, match="unknown split"):
         PhantomReader(split="train")

@@ -229,7 +229,7 @@ def test_fatal_problems_stop_the_run(tmp_path):
     fatal = ReadProblem("labels.csv", "header is not 'Image Index,Finding Label,...'", fatal=True)
     with pytest.raises(PrepareError) as info:
         prepare_dataset(FakeReader(problems=[fatal]), tmp_path, **SMALL)
-    assert info.value.problems == ["labels.csv: header is not 'Image Index,Finding Label,...'"]
+    assert [str(p) for p in info.value.problems] == ["labels.csv: header is not 'Image Index,Finding Label,...'"]
     assert not (tmp_path / "gt.zarr").exists()
 
 
@@ -418,7 +418,9 @@ def test_cli_list_and_errors(tmp_path):
         (["phantom", "--out", str(tmp_path), "--split", "train"], "unknown split 'train'"),
         (["phantom", "--out", str(tmp_path), "--option", "size=big"], "must be integers"),
         (["phantom", "--out", str(tmp_path), "--option", "nokey"], "not KEY=VALUE"),
-        (["phantom", "--out", str(tmp_path), "--option", "colour=red"], "bad option for phantom"),
+        (["phantom", "--out", str(tmp_path), "--option", "colour=red"], "unknown option 'colour' for phantom; options: n_cases, seed, size, phrases"),
+        (["phantom", "--out", str(tmp_path), "--option", "sise=128"], "unknown option 'sise' for phantom; did you mean 'size'?"),
+        (["siim_acr", "--root", str(tmp_path), "--out", str(tmp_path), "--option", "cvs=x"], "did you mean 'csv'?"),
         (["siim_acr", "--root", str(tmp_path), "--out", str(tmp_path), "--seed", "3"], "phantom only"),
     ]
     for args, message in cases:

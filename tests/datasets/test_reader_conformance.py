@@ -119,9 +119,9 @@ def test_read_json_names_the_file_and_what_was_expected(tmp_path):
         read_json(good, dict, "an object keyed by cxr_id")
     broken = tmp_path / "b.json"
     broken.write_text('{"cut": ', encoding="utf-8")
-    with pytest.raises(ReaderError, match=r"b\.json: not valid JSON"):
+    with pytest.raises(ReaderError, match=r"b\.json: is not valid JSON"):
         read_json(broken, dict, "an object")
     latin = tmp_path / "c.json"
     latin.write_bytes(b'["\xe9"]')
-    with pytest.raises(ReaderError, match=r"c\.json: not valid JSON"):
+    with pytest.raises(ReaderError, match=r"c\.json: is not UTF-8"):
         read_json(latin, list, "a list")

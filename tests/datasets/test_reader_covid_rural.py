@@ -47,7 +47,7 @@ def test_bad_files(tmp_path):
     assert "at least 3 points" in got["BAD-twopoints"][1]
     assert "(90.0, 5.0) lies outside the 80x60 image" in got["BAD-outside"][1]
     assert "no embedded imageData" in got["BAD-noimage"][1]
-    assert got["BAD-notjson"][0] == "jsons/BAD-notjson.json" and "JSONDecodeError" in got["BAD-notjson"][1]
+    assert got["BAD-notjson"][0] == "jsons/BAD-notjson.json" and "is not valid JSON" in got["BAD-notjson"][1]
     assert len(reader.problems) == 5
 
 
