@@ -184,6 +184,8 @@ class CSVFile:
 
 def require_file(path: Path, what: str, layout: str) -> Path:
     """Return ``path`` if it is a file, else raise ReaderError naming it and the expected layout."""
+    if path.exists() and not path.is_file():  # a FIFO, socket, device or folder: not "missing"
+        raise ReaderError(f"{path}: the {what} is not a regular file (a pipe, socket, device or folder); give a file")
     if not path.is_file():
         raise ReaderError(f"{what} not found: expected {path}\nexpected layout under --root:\n{layout}")
     return path
@@ -198,9 +200,10 @@ def read_json(path: Path, kind: type, expected: str, roots=()):
 
 
 def find_first(candidates: Iterable[Path]) -> Path | None:
-    """The first existing file among ``candidates`` (in order), or None."""
+    """The first existing file among ``candidates`` (in order), or None. Something else by that name (a FIFO,
+    a folder) is returned as it is, so that the bounded reader refuses it in the user's terms."""
     for p in candidates:
-        if p.is_file():
+        if p.exists() and not p.is_dir():
             return p
     return None
 
@@ -323,8 +326,9 @@ def decode_raster(data: bytes, where: str) -> np.ndarray:
                 return np.asarray(im, dtype=np.uint8).copy()
     except ImageReadError:
         raise
-    except Image.DecompressionBombError as e:
-        raise ImageReadError(f"{where}: the image declares too many pixels ({e})") from None
+    except Image.DecompressionBombError:  # Pillow's own guard fired first (past ~179 Mpx)
+        raise ImageTooLargeError(f"{where}: the image declares more pixels than Pillow decodes; the limit is "
+                                 f"{MAX_IMAGE_PIXELS:,} pixels (a decompression bomb, or not a radiograph)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:  # SyntaxError: Pillow's "not a PNG"
         raise ImageReadError(f"{where}: cannot decode image ({e})") from None
 

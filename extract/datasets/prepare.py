@@ -211,7 +211,8 @@ def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size, k
     try:
         image = reader.load_image(rec)
     except Exception as exc:  # one unreadable image must not stop the others
-        return _CaseResult(None, (1, 1), None, labels, [], failure=f"cannot read image ({type(exc).__name__}: {exc})")
+        why = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"  # ours say it in words
+        return _CaseResult(None, (1, 1), None, labels, [], failure=f"cannot read image ({why})")
     image = np.asarray(image)
     if image.ndim != 2 or image.dtype != np.uint8 or image.size == 0:
         return _CaseResult(None, (1, 1), None, labels, [], failure=f"reader gave a {image.dtype} image of shape {image.shape}; expected 2-D uint8")
