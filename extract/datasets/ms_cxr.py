@@ -60,11 +60,11 @@ class MSCXRReader(DatasetReader):
     def _csv(self) -> Path:
         if self.options.get("csv"):
             p = Path(self.options["csv"])
-            if not p.is_file():
+            if not p.exists() or p.is_dir():
                 raise ReaderError(f"no MS-CXR CSV at {p}")
             return p
         for name in CSV_NAMES:
-            if (self.root / name).is_file():
+            if (self.root / name).exists() and not (self.root / name).is_dir():  # a FIFO: refused when read
                 return self.root / name
         raise ReaderError(f"no MS-CXR CSV ({' or '.join(CSV_NAMES)}) under {self.root}; expected layout:\n{LAYOUT}")
 

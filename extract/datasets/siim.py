@@ -90,7 +90,7 @@ class SIIMACRReader(DatasetReader):
     def _csv_path(self) -> Path:
         names = (self.options["csv"],) if self.options.get("csv") else CSV_NAMES
         for name in names:
-            if (self.root / name).is_file():
+            if (self.root / name).exists() and not (self.root / name).is_dir():  # a FIFO: refused when read
                 return self.root / name
         raise ReaderError(f"SIIM RLE file not found: expected {' or '.join(str(self.root / n) for n in names)}\n"
                           f"expected layout under --root:\n{LAYOUT}")
