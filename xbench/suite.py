@@ -547,11 +547,14 @@ def _unset_in(value: Any, where: str, acc: dict[str, list[str]]) -> None:
                 acc[name].append(where)
 
 
-def unset_variables(suite: Suite, models: Sequence[ModelEntry] | None = None) -> dict[str, list[str]]:
+def unset_variables(suite: Suite, models: Sequence[ModelEntry] | None = None, *,
+                    check_out: bool = True) -> dict[str, list[str]]:
     """{variable: [where it is used]} for every unset environment variable the suite's paths name: dataset
-    roots, ``out``, model config files and model options (``models``: those to check; default all)."""
+    roots, ``out`` (unless ``--out`` replaces it), model config files and model options (``models``: those
+    to check; default all)."""
     acc: dict[str, list[str]] = {}
-    _unset_in(str(suite.out), "out", acc)
+    if check_out:
+        _unset_in(str(suite.out), "out", acc)
     for d in suite.datasets:
         _unset_in(d.root, f"datasets.{d.key}.root", acc)
     for m in suite.models if models is None else models:
@@ -915,14 +918,13 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     roots = _roots(suite)
     # a dry run checks every model; a run, the models whose extraction it is asked to run
     checked = suite.models if dry_run else [m for m in suite.models if f"extract/{m.key}" in chosen]
-    unset = unset_variables(suite, checked)
+    unset = unset_variables(suite, checked, check_out=out is None)
     named_unset = {w for ws in unset.values() for w in ws}
     absent = [d.key for d in suite.datasets if d.root is not None and roots[d.key] is None]
     missing = [f"datasets.{d.key}.root: {d.root}: no such folder (see data_cards/{d.key}.md)"
                for d in suite.datasets if d.key in absent and f"datasets.{d.key}.root" not in named_unset]
-    states = evaluate(steps, record, run_dir, cache, roots)
-
     if dry_run:
+        states = evaluate(steps, record, run_dir, cache, roots)
         problems, found = check_inputs(suite, limit, skip=absent, unset=unset)
         problems = unset_lines(unset, suite.source) + missing + problems
         rows = [{"step": s.id, "status": states[s.id].status, "reason": states[s.id].reason,
@@ -930,8 +932,9 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
         return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), True, problems, found)
     if unset or missing:
         raise SuiteError(unset_lines(unset, suite.source) + missing)
-    if before_steps is not None:
+    if before_steps is not None:  # before the outputs' digests: hashing a large earlier run is not a check
         before_steps()
+    states = evaluate(steps, record, run_dir, cache, roots)
     blocked = [f"--only: {s.id} needs {', '.join(d for d in s.deps if states.get(d) and states[d].status != 'skip' and d not in chosen)} "
                "first (run without --only, or select those steps too)"
                for s in steps if s.id in chosen and any(states[d].status != "skip" and d not in chosen for d in s.deps)]
