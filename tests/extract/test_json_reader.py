@@ -12,10 +12,14 @@ class MyError(Exception):
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, r"^side: .*x\.json: file not found$"),
-    (b"{\"a\": 1,\n  oops}", r"^side: .*x\.json: not valid JSON \(Expecting property name enclosed in double quotes "
+    (None, r"^side: .*x\.json: no such file$"),
+    (b"{\"a\": 1,\n  oops}", r"^side: .*x\.json: is not valid JSON \(Expecting property name enclosed in double quotes "
                              r"at line 2, column 3\)$"),
-    (b"\xff\xfe{}", r"^side: .*x\.json: not valid JSON \(not UTF-8 text at byte 0\)$"),
+    (b"\xff\xfe{}", r"^side: .*x\.json: is not UTF-8 text \(invalid byte at offset 0\)$"),
+    (b'{"a": 1, "a": 2}', r"^side: .*x\.json: has the key 'a' twice in one object$"),
+    (b"[NaN]", r"^side: .*x\.json: has the token NaN"),
+    (b"[" * 100_000 + b"]" * 100_000, r"^side: .*x\.json: nests 100000 levels deep"),
+    (b"[" + b"9" * 5000 + b"]", r"^side: .*x\.json: has an integer of 5000 digits"),
     (b"[1, 2]", r"^side: .*x\.json: expected an object of things$"),
 ])
 def test_each_failure_is_one_line_in_the_callers_class(tmp_path, content, message):
@@ -27,8 +31,16 @@ def test_each_failure_is_one_line_in_the_callers_class(tmp_path, content, messag
     assert "\n" not in str(err.value)
 
 
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "f.json")
+    with pytest.raises(ValueError, match="is not a regular file"):
+        read_json(tmp_path / "f.json")
+
+
 def test_a_folder_is_named_as_such(tmp_path):
-    with pytest.raises(ValueError, match="a folder, not a JSON file"):
+    with pytest.raises(ValueError, match="is a folder, not a file"):
         read_json(tmp_path)
 
 
@@ -45,9 +57,9 @@ def test_readers_and_models_use_it(tmp_path):
     from xbench.extract.models.crossattn.cache import _read_json_object
 
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ReaderError, match=r"bad\.json: not valid JSON \(.* at line 1, column 2\)$"):
+    with pytest.raises(ReaderError, match=r"bad\.json: is not valid JSON \(.* at line 1, column 2\)$"):
         reader_json(tmp_path / "bad.json", dict, "an object")
-    with pytest.raises(ValueError, match=r"^descriptions: .*bad\.json: not valid JSON"):
+    with pytest.raises(ValueError, match=r"^descriptions: .*bad\.json: is not valid JSON"):
         _read_json_object(tmp_path / "bad.json", "descriptions")
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ValueError, match=r"list\.json: expected a JSON object keyed by entity name$"):
