@@ -596,3 +596,10 @@ def test_unknown_reader_option_in_a_suite_is_said_in_the_suites_terms(tmp_path):
     res = _invoke(_write(tmp_path, data), "--dry-run", "--out", tmp_path / "o")
     assert "datasets.phantom.options: unknown option 'sise' for phantom; did you mean 'size'?" in res.stderr
     assert "__init__" not in res.stderr and "keyword argument" not in res.stderr
+
+
+def test_run_timeout_stops_the_checks_with_exit_2(tmp_path):
+    suite = _write(tmp_path, _phantom_suite())
+    rc, err, seconds, _ = _measured(["xbench", "run", suite, "--dry-run", "--out", tmp_path / "o", "--timeout", "0.05"])
+    assert rc == 2 and "the time budget of 0.05 s ran out (--timeout)" in err and "Traceback" not in err, err
+    assert seconds < 30 and not (tmp_path / "o").exists()
