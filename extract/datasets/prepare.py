@@ -65,7 +65,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ._io import is_inside
-from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
+from .base import Box, CaseRecord, DatasetReader, Polygon
 from .rasterise import RASTERISATION, ShapeError, clip_box, rasterise_region
 
 __all__ = [
