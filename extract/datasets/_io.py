@@ -4,7 +4,7 @@ Nothing here knows a dataset's format; each reader module does.
 """
 from __future__ import annotations
 
-from ...schemas.errors import InputError
+from ...schemas.errors import InputError, InputLimitError
 
 import math
 import os
@@ -333,7 +333,7 @@ def decode_raster(data: bytes, where: str) -> np.ndarray:
         raise ImageReadError(f"{where}: cannot decode image ({e})") from None
 
 
-class ImageTooLargeError(ImageReadError):
+class ImageTooLargeError(ImageReadError, InputLimitError):
     """An image whose header declares more than MAX_IMAGE_PIXELS pixels: refused before decoding."""
 
 
