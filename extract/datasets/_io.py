@@ -297,7 +297,7 @@ def load_raster(path: Path) -> np.ndarray:
     try:
         data = inputs.read_bytes(path, max_bytes=MAX_ANNOTATION_BYTES, where=str(path))
     except InputError as exc:
-        message = str(exc.problems[0].message) if exc.problems else str(exc)
+        message = getattr(exc.problems[0], "message", str(exc.problems[0])) if exc.problems else str(exc)
         if message == "no such file":
             raise ImageReadError(f"{path}: image file is missing") from None
         raise ImageReadError(f"{path}: {message}") from None

@@ -68,7 +68,7 @@ class CovidRuralReader(DatasetReader):
             try:
                 doc = load_annotation_json(path, self.source_roots(), where=where)
             except AnnotationFileError as e:  # not JSON, too deep, a key twice, not a regular file ...
-                bad.add(where, "; ".join(p.message for p in e.problems), case_id)
+                bad.add(where, "; ".join(getattr(p, "message", str(p)) for p in e.problems), case_id)
                 continue
             try:
                 h, w = _size(doc)
