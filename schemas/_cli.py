@@ -272,6 +272,7 @@ class _Lines:
     """Progress for a log file or a pipe: a line at most every ``interval`` seconds, and one at the end."""
 
     def __init__(self, total: int | None, desc: str, unit: str, interval: float, stream, initial: int = 0) -> None:
+        desc = escape_text(desc)  # a description may name a dataset group or a file from the input
         self.total, self.desc, self.unit, self.interval, self.stream = total, desc, unit, interval, stream
         self.n = initial
         self._last = time.monotonic()
@@ -303,7 +304,7 @@ class _Bar:
     def __init__(self, total: int | None, desc: str, unit: str, stream, initial: int = 0) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, desc=desc, unit=unit, file=stream, leave=False, dynamic_ncols=True,
+        self._bar = tqdm(total=total, desc=escape_text(desc), unit=unit, file=stream, leave=False, dynamic_ncols=True,
                          initial=initial)
 
     def update(self, n: int = 1) -> None:
