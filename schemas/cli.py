@@ -37,7 +37,7 @@ def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quie
     Examples:
       xbench-validate submission.zarr
       xbench-validate submission.zarr.zip --gt gt.zarr --json
-      xbench-validate https://example.org/team/submission.zarr --timeout 600
+      xbench-validate http://127.0.0.1:8000/submission.zarr --gt gt.zarr --timeout 600
     """
     from .ground_truth import validate_ground_truth
     from .images import validate_images

@@ -32,10 +32,12 @@ from urllib.parse import quote, unquote, urljoin
 
 from . import _zarr, budget
 from .budget import Inventory, Limits, MiB
-from .errors import InvalidStoreError, Problem, StoreNotFoundError
+from .errors import InputError, InvalidStoreError, Problem, StoreNotFoundError
 
-#: Seconds one request may take, from its start to the last byte of its answer.
-REMOTE_TIMEOUT = float(os.environ.get("XBENCH_REMOTE_TIMEOUT", "60"))
+#: Seconds one request may take, from its start to the last byte of its answer; None: ``$XBENCH_REMOTE_TIMEOUT``,
+#: else 60.
+REMOTE_TIMEOUT: float | None = None
+DEFAULT_REMOTE_TIMEOUT = 60.0
 SCHEMES = ("https://", "http://", "s3://")
 #: Requests in flight at once while listing and sizing a store.
 CONCURRENCY = 16
@@ -73,7 +75,18 @@ def is_supported(url: str) -> bool:
 
 
 def request_timeout() -> float:
-    return REMOTE_TIMEOUT
+    if REMOTE_TIMEOUT is not None:
+        return REMOTE_TIMEOUT
+    text = os.environ.get("XBENCH_REMOTE_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_REMOTE_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"$XBENCH_REMOTE_TIMEOUT is {text[:40]!r}; give a positive number of seconds (default 60)")
+    return value
 
 
 # -- one run: its deadline and its snapshots -----------------------------------------------------------------
@@ -120,10 +133,10 @@ async def _bounded(make, where: str):
         which = "--timeout" if limit < request_timeout() else "$XBENCH_REMOTE_TIMEOUT"
         raise _problem(where, f"no complete answer within {limit:g} s ({which}); the server is too slow or stalled") \
             from None
-    except (InvalidStoreError, _Limit):
+    except (InputError, _Limit):
         raise
     except Exception as exc:  # noqa: BLE001 - refused connection, TLS, DNS, reset: the server's problem, in a line
-        raise _problem(where, f"cannot be read ({type(exc).__name__}: {exc or 'connection failed'})") from None
+        raise _problem(where, f"cannot be read ({type(exc).__name__}: {str(exc) or 'connection failed'})") from None
 
 
 # -- HTTP ------------------------------------------------------------------------------------------------------
@@ -566,7 +579,7 @@ def snapshot(url: str) -> Snapshot:
         snap, problems = _run_inspection(url, run.lim)
         if problems:
             raise InvalidStoreError(problems)
-    except InvalidStoreError as exc:
+    except InputError as exc:
         run.failures[url] = exc
         raise
     run.snapshots[url] = snap
@@ -574,10 +587,11 @@ def snapshot(url: str) -> Snapshot:
 
 
 def _run_inspection(url: str, lim: Limits, sized: dict | None = None) -> tuple[Snapshot, list[Problem]]:
-    try:
-        snap, problems = _zarr.run_sync(_inspect(url, lim, sized=sized))
+    try:  # before any request: a missing extra is named as such, not as a server that cannot be read
+        __import__("s3fs" if url.startswith("s3://") else "aiohttp")
     except ImportError as exc:
         raise _extra_missing(url, exc) from None
+    snap, problems = _zarr.run_sync(_inspect(url, lim, sized=sized))
     return snap, problems or _file_problems(snap, lim)
 
 
@@ -592,7 +606,7 @@ def inspect_remote(url: str, lim: Limits | None = None) -> tuple[Inventory | Non
             raise run.failures[url]
         first = run.snapshots.get(url)
         snap, problems = _run_inspection(url, lim or run.lim, first.sizes if first else None)
-    except InvalidStoreError as exc:
+    except InputError as exc:
         return None, exc.problems
     if not problems and first is not None:
         problems = _changes(first, snap)

@@ -12,7 +12,7 @@ import functools
 import http.server
 import json
 import os
-import shutil
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from schema_stores import make_gt, write_submission
+from xbench.schemas import InvalidStoreError
 from test_hostile import run_all
 
 pytest.importorskip("aiohttp", reason="the remote extra (aiohttp) is not installed")
@@ -71,6 +72,8 @@ class Hostile(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self):
         name, _, rest = self.path.lstrip("/").partition("/")
+        if name == "broken.zarr":
+            return self._send(500, {"Content-Length": "0"})
         if name == "moved.zarr":
             return self._send(302, {"Location": f"{self.other}/sub.zarr/{rest}", "Content-Length": "0"})
         if name == "drip.zarr" and rest == "zarr.json":
@@ -135,6 +138,7 @@ BEHAVIOURS = {
     "million-entries": ("huge.zarr", "holds more than 200000 files and folders"),
     "redirect-to-another-port": ("moved.zarr", "HTTP 302 (a redirect to http://127.0.0.1:"),
     "not-found": ("missing.zarr", "not found (HTTP 404)"),
+    "server-error": ("broken.zarr", "the server answered HTTP 500 (Internal Server Error)"),
     "changing-metadata": ("changing.zarr", "changed between two reads"),
     "no-folder-pages": ("nolist.zarr", "the server gives no folder listing"),
 }
@@ -226,3 +230,75 @@ def test_a_folder_without_zarr_json_is_named_in_the_users_terms(tmp_path, capsys
     err = capsys.readouterr().err
     assert exc.value.code == 2
     assert "holds no zarr.json at its top" in err and "LocalStore" not in err and "file://" not in err
+
+
+def test_the_documented_url_example_runs_against_a_served_store(tmp_path):
+    """docs/score.md's and xbench-validate --help's URL example, with the port of a server started here."""
+    from xbench.schemas.cli import validate_cmd
+
+    root = Path(__file__).resolve().parents[2]
+    doc = next(line for line in (root / "docs" / "score.md").read_text().splitlines() if "127.0.0.1:8000" in line)
+    assert doc.strip() in (validate_cmd.help or "")
+    gt = make_gt(tmp_path)
+    served = tmp_path / "srv"
+    served.mkdir()
+    write_submission(served / "submission.zarr")
+    with serve(served) as base:
+        argv = doc.split()[1:]
+        argv = [a.replace("http://127.0.0.1:8000", base).replace("gt.zarr", str(gt)) if a != "--gt" else a
+                for a in argv]
+        res = run_all([{"argv": ["validate", *argv]}], tmp_path)[0]
+    assert res["rc"] == 0 and "valid submission store" in res["stdout"], res["stderr"][-2000:]
+
+
+@pytest.mark.parametrize(("href", "entry"), [
+    ("f1", "f1"), ("c/", "c/"), ("zarr.json", "zarr.json"), ("/base/a.zarr/c/", "c/"), ("a%20b", "a b"),
+    ("http://127.0.0.1:1/base/a.zarr/x", "x"),
+    ("../", None), ("./", None), ("/", None), ("?C=N;O=D", None), ("#top", None), ("c/0", None),
+    ("http://elsewhere/base/a.zarr/x", None), ("%2e%2e/", None), ("a%2Fb", None), ("/other/", None),
+])
+def test_a_folder_page_lists_only_what_lies_directly_in_the_folder(href, entry):
+    from xbench.schemas.remote import page_entry
+
+    assert page_entry("http://127.0.0.1:1/base/a.zarr/", href) == entry
+
+
+def test_urls_other_than_http_and_s3_and_a_missing_extra_are_one_line_each(monkeypatch):
+    from xbench.schemas import InvalidStoreError
+    from xbench.schemas.store import open_store_group
+
+    with pytest.raises(InvalidStoreError, match=r"ftp:// URLs are not read"):
+        open_store_group("ftp://127.0.0.1/a.zarr")
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # as if the remote extra were not installed
+    with pytest.raises(InvalidStoreError, match=r"needs the 'remote' extra: pip install 'xbench\[remote\]'"):
+        open_store_group("http://127.0.0.1:9/never-contacted.zarr")
+
+
+def test_a_listing_is_cut_at_the_file_cap_and_a_chunk_longer_than_listed_is_refused(tmp_path):
+    """In-process, with small limits: the listing stops at max_files; a chunk the server lengthens after the
+    store was inspected is refused when read (the snapshot's size is the cap), not decoded."""
+    from xbench.schemas import budget
+    from xbench.schemas.remote import inspect_remote
+    from xbench.schemas.store import open_store_group
+
+    served = tmp_path / "srv"
+    served.mkdir()
+    write_submission(served / "sub.zarr")
+    with serve(served) as base:
+        inventory, problems = inspect_remote(f"{base}/sub.zarr", budget.Limits(max_files=5))
+        assert inventory is None and [str(p) for p in problems] == [
+            f"{base}/sub.zarr: holds more than 5 files and folders; the limit is 5"]
+        group = open_store_group(f"{base}/sub.zarr")
+        chunk = served / "sub.zarr" / "phantom" / "scores" / "c" / "0" / "0"
+        chunk.write_bytes(chunk.read_bytes() + b"\0" * 100)
+        with pytest.raises(InvalidStoreError, match=r"sends more than the \d+ bytes it listed"):
+            group["phantom/scores"][...]
+
+
+def test_a_bad_request_timeout_setting_is_one_line(monkeypatch):
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.store import open_store_group
+
+    monkeypatch.setenv("XBENCH_REMOTE_TIMEOUT", "soon")
+    with pytest.raises(InputError, match=r"\$XBENCH_REMOTE_TIMEOUT is 'soon'; give a positive number of seconds"):
+        open_store_group("http://127.0.0.1:9/never-contacted.zarr")
