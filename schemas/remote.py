@@ -98,10 +98,13 @@ class _Run:
     lim: Limits | None = None
     deadline: float = math.inf
     snapshots: dict = field(default_factory=dict)
-    failures: dict = field(default_factory=dict)  # url -> problems: a store refused once is not read again
+    # url -> (when, the error): a store refused is not read again for FAILURE_MEMORY seconds (xbench-validate asks
+    # for its kind and then validates it: one wait for a stalled server, not two), then it is tried afresh
+    failures: dict = field(default_factory=dict)
 
 
 _run = _Run()
+FAILURE_MEMORY = 60.0
 _clients: list = []  # open aiohttp sessions and S3 clients: closed when the run ends or the process exits
 
 
@@ -131,7 +134,7 @@ async def _bounded(make, where: str):
         return await asyncio.wait_for(make(), limit)
     except asyncio.TimeoutError:
         which = "--timeout" if limit < request_timeout() else "$XBENCH_REMOTE_TIMEOUT"
-        raise _problem(where, f"no complete answer within {limit:g} s ({which}); the server is too slow or stalled") \
+        raise _problem(where, f"no complete answer within {limit:.3g} s ({which}); the server is too slow or stalled") \
             from None
     except (InputError, _Limit):
         raise
@@ -573,17 +576,34 @@ def snapshot(url: str) -> Snapshot:
     run = _current()
     if url in run.snapshots:
         return run.snapshots[url]
-    if url in run.failures:
-        raise run.failures[url]
+    _raise_recent_failure(run, url)
     try:
         snap, problems = _run_inspection(url, run.lim)
         if problems:
             raise InvalidStoreError(problems)
     except InputError as exc:
-        run.failures[url] = exc
+        run.failures[url] = (time.monotonic(), exc)
         raise
     run.snapshots[url] = snap
     return snap
+
+
+def _raise_recent_failure(run: _Run, url: str) -> None:
+    when, error = run.failures.get(url, (-math.inf, None))
+    if time.monotonic() - when < FAILURE_MEMORY:
+        raise error
+
+
+def forget(url: str | None = None) -> None:
+    """Drop what this run remembers of ``url`` (every URL when None): the next read inspects it afresh. The
+    command-line tools never need this (each command is a run); a long-lived process that reads a store again
+    after it was replaced does."""
+    run = _current()
+    for table in (run.snapshots, run.failures):
+        if url is None:
+            table.clear()
+        else:
+            table.pop(str(url).rstrip("/"), None)
 
 
 def _run_inspection(url: str, lim: Limits, sized: dict | None = None) -> tuple[Snapshot, list[Problem]]:
@@ -602,8 +622,7 @@ def inspect_remote(url: str, lim: Limits | None = None) -> tuple[Inventory | Non
     try:
         _check_scheme(url)
         run = _current()
-        if url in run.failures:
-            raise run.failures[url]
+        _raise_recent_failure(run, url)
         first = run.snapshots.get(url)
         snap, problems = _run_inspection(url, lim or run.lim, first.sizes if first else None)
     except InputError as exc:

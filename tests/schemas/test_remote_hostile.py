@@ -272,6 +272,9 @@ def test_urls_other_than_http_and_s3_and_a_missing_extra_are_one_line_each(monke
     monkeypatch.setitem(sys.modules, "aiohttp", None)  # as if the remote extra were not installed
     with pytest.raises(InvalidStoreError, match=r"needs the 'remote' extra: pip install 'xbench\[remote\]'"):
         open_store_group("http://127.0.0.1:9/never-contacted.zarr")
+    from xbench.schemas.remote import forget
+
+    forget("http://127.0.0.1:9/never-contacted.zarr")  # a refusal is remembered for a minute unless forgotten
 
 
 def test_a_listing_is_cut_at_the_file_cap_and_a_chunk_longer_than_listed_is_refused(tmp_path):
@@ -301,4 +304,4 @@ def test_a_bad_request_timeout_setting_is_one_line(monkeypatch):
 
     monkeypatch.setenv("XBENCH_REMOTE_TIMEOUT", "soon")
     with pytest.raises(InputError, match=r"\$XBENCH_REMOTE_TIMEOUT is 'soon'; give a positive number of seconds"):
-        open_store_group("http://127.0.0.1:9/never-contacted.zarr")
+        open_store_group("http://127.0.0.1:9/also-never-contacted.zarr")
