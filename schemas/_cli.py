@@ -396,10 +396,13 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
     accepts a submission whose extraction has not finished (the one a resumed extraction writes into).
     Kinds: images, ground-truth, submission (the root attribute ``xbench.kind``).
     """
-    path = Path(path)
-    if not path.exists():
+    from xbench.schemas.paths import is_remote
+
+    remote = is_remote(path)
+    path = str(path) if remote else Path(path)  # a URL stays a string: Path would fold its "//"
+    if not remote and not path.exists():
         return f"{path}: no such file or folder ({role})"
-    if str(path).endswith(".zip") and path.is_file():
+    if not remote and str(path).endswith(".zip") and path.is_file():
         inner = _zip_folder(path)
         if inner is not None:
             return (f"{path}: the zip holds the folder {inner}/ instead of the store's contents; zip the contents: "
@@ -411,7 +414,7 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
                     "run the same xbench-extract command again to complete it")
         return None
     if kind is None:
-        if path.is_dir() and (path / "metrics.json").is_file():
+        if not remote and path.is_dir() and (path / "metrics.json").is_file():
             return f"{path}: this is a folder of scores (xbench-score output), not a store; {role} needs {_KIND_FILES[expected]}"
         return None  # not an XBench store at all: the validators list what is wrong
     what = {"images": "an images store", "ground-truth": "a ground-truth store", "submission": "a submission store"}[kind]

@@ -15,31 +15,38 @@ from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, co
 from .errors import Problem
 
 @command()
-@click.argument("store", type=click.Path(path_type=Path))
-@click.option("--gt", "gt_path", type=click.Path(path_type=Path), help="Ground-truth store: also check every case and class of it is present.")
+@click.argument("store", type=click.Path(path_type=str))
+@click.option("--gt", "gt_path", type=click.Path(path_type=str),
+              help="Ground-truth store (a folder, a .zarr.zip or a URL): also check every case and class of it is present.")
 @click.option("--kind", type=click.Choice(["auto", "submission", "images", "ground-truth"]), default="auto", show_default=True,
               help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when valid.")
 @budget_options
-def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
+def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
                  timeout: float) -> None:
-    """Check STORE (a .zarr directory or .zarr.zip) against the XBench contract.
+    """Check STORE (a .zarr directory, a .zarr.zip, or an https://, http:// or s3:// URL of a .zarr folder)
+    against the XBench contract.
 
     Every problem is printed on its own line on stderr and the exit code is 2; a valid store
     exits 0. Files and metadata are checked before any data is read, and no chunk may decode to
-    more than it declares, so a broken, huge or hostile store is rejected quickly.
+    more than it declares, so a broken, huge or hostile store is rejected quickly. A URL is read as
+    xbench-score reads it: the same limits, plus a deadline on every request.
 
     \b
     Examples:
       xbench-validate submission.zarr
       xbench-validate submission.zarr.zip --gt gt.zarr --json
+      xbench-validate http://127.0.0.1:8000/submission.zarr --gt gt.zarr --timeout 600
     """
     from .ground_truth import validate_ground_truth
     from .images import validate_images
+    from .paths import store_path
     from .submission import validate_submission
 
     apply_budget("xbench-validate", max_memory, timeout)
+    store = store_path(store)  # a URL stays a string: Path would fold its "//"
+    gt_path = None if gt_path is None else store_path(gt_path)
     if kind == "auto":
         kind = store_kind(store)[0] or "submission"
     # a store of another kind, a zipped folder, an unfinished extraction: one line saying so, not every
@@ -67,13 +74,13 @@ def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, qu
         click.echo(f"{store}: valid {kind} store")
 
 
-def _require(path: Path, kind: str, role: str) -> None:
+def _require(path: Path | str, kind: str, role: str) -> None:
     problem = store_kind_problem(path, kind, role)
     if problem:
         raise UserError(problem, data={"valid": False})
 
 
-def _with_gt(store: Path, gt_path: Path) -> list[Problem]:
+def _with_gt(store: Path | str, gt_path: Path | str) -> list[Problem]:
     from .ground_truth import validate_ground_truth
     from .submission import validate_submission
 

@@ -31,6 +31,7 @@ from . import _blocks
 from .errors import InvalidStoreError, Problem
 from .paths import store_path
 from .queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, root_minor, validate_query_arrays
+from .remote import RemoteReadError
 from .store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -496,6 +497,8 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
     # Data, one stored chunk at a time.
     try:
         ids = read_strings(case_id)
+    except RemoteReadError:  # the server failed or broke a limit: its own line, not a corrupt array
+        raise
     except Exception as exc:
         problems.append(Problem(f"{where}/case_id", f"unreadable ({type(exc).__name__}: {exc})"))
         return problems
