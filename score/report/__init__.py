@@ -66,7 +66,7 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
         try:
             rows = compare_results(a, b, n_boot=n_boot, seed=seed, per_class=False, cache=cache)
         except ReportInputError as err:
-            gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(err.problems)})
+            gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(map(str, err.problems))})
             continue
         gaps.append({"a": a.name, "b": b.name,
                      "rows": [r for r in rows if r.scope == "overall" and r.metric in GAP_METRICS]})

@@ -227,7 +227,8 @@ def test_every_deliberate_error_is_an_input_error():
         assert issubclass(cls, InputError), cls
     assert issubclass(WeightsNotFoundError, InputError)
     assert str(WeightsNotFoundError("model", "x.pt", "download it")) == "model: x.pt not found. download it"
-    assert PrepareError("msg", ["a", "b"]).problems[1].message == "b"
+    assert PrepareError("msg", ["a", "b"]).problems == ["a", "b"]
+    assert InvalidStoreError("x").problems[0].message == "x"
 
 
 def test_cli_classifies_by_type_and_escapes(capsys):
