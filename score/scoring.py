@@ -1038,6 +1038,9 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     partial = {d: (n_in[d], n_of[d]) for d in scored if n_in[d] < n_of[d]}
     if thresholds is not None and not isinstance(thresholds, Mapping):
         thresholds = thresholds_from_metrics(thresholds)
+    if thresholds is not None:  # unusable thresholds fail here, before any map is read
+        for name in scored:
+            _class_taus(_classes_with_pairs(sub.datasets[name], gt.datasets[name], aligned[name][0]), thresholds)
     timings["open"] = time.perf_counter() - t0
     if on_total is not None:
         on_total(int(sum(_pairs_present(gt.datasets[d], aligned[d][0]) for d in scored)))
@@ -1088,6 +1091,18 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         metrics = _with_partial(metrics, partial, sum(n_in.values()), sum(n_of.values()), not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
                        phrase_counts=phrase_counts, notes=undefined_notes(undefined))
+
+
+def _classes_with_pairs(sub_ds, gt_ds, case_rows: np.ndarray):
+    """What :func:`_class_taus` reads of a dataset's counts (name, classes, supported, pair_class), from the
+    stores before counting: the supported classes' regions of the cases present."""
+    from types import SimpleNamespace
+
+    unsupported = set(getattr(sub_ds, "unsupported", ()))
+    supported = np.array([c not in unsupported for c in gt_ds.classes], dtype=bool)
+    ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
+    kept = ri[(case_rows[ri[:, 0]] >= 0) & supported[ri[:, 1]]] if ri.size else ri
+    return SimpleNamespace(name=gt_ds.name, classes=tuple(gt_ds.classes), supported=supported, pair_class=kept[:, 1])
 
 
 def _pairs_present(gt_ds, case_rows: np.ndarray) -> int:
