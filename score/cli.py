@@ -101,13 +101,17 @@ def _load_thresholds(path: Path):
     return thresholds_from_metrics(_thresholds_path(path))  # a ThresholdsError is an input error: exit 2
 
 
-def _missing_hint(coverage: dict[str, tuple[int, int]]) -> str:
-    """The last line of a refusal for missing cases: how to score the cases present on purpose."""
+def _missing_hint(coverage: dict[str, tuple[int, int]], only_missing: bool = True) -> str:
+    """The last line of a refusal for missing cases: how to score the cases present on purpose
+    (``only_missing``: no other problem was found)."""
     if len(coverage) == 1:
         (present, of), = coverage.values()
-        return f"nothing was written; pass --allow-missing to score the {present} of {of} cases present"
-    each = ", ".join(f"{_stem(s)}: {present} of {of}" for s, (present, of) in coverage.items())
-    return f"nothing was written; pass --allow-missing to score the cases present ({each})"
+        what = f"the {present} of {of} cases present"
+    else:
+        what = "the cases present (" + ", ".join(f"{_stem(s)}: {present} of {of}" for s, (present, of) in coverage.items()) + ")"
+    if only_missing:
+        return f"nothing was written; pass --allow-missing to score {what}"
+    return f"{_NOTHING_WRITTEN}; once the others are fixed, --allow-missing scores {what}"
 
 
 def _partial_line(metrics: dict) -> str | None:
@@ -231,7 +235,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     try:
         gt = check_inputs(submissions, gt_path, datasets=names, allow_missing=allow_missing)
     except MissingCasesError as exc:
-        raise UserError(exc.problems, _missing_hint(exc.coverage)) from None
+        from xbench.schemas.submission import MissingCases
+
+        only = all(isinstance(p, MissingCases) for p in exc.problems)
+        raise UserError(exc.problems, _missing_hint(exc.coverage, only)) from None
     except InvalidStoreError as exc:
         raise UserError(exc.problems, _NOTHING_WRITTEN) from None
 
@@ -311,10 +318,24 @@ def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, b
         for p in work.iterdir():
             if p.name not in keep:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
-        message = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
-        click.echo(f"xbench-score: scores written, but the report failed: {message}", err=True)
+        click.echo(f"xbench-score: scores written, but the report failed: {_report_failure(exc)}", err=True)
         return False
     return True
+
+
+def _report_failure(exc: BaseException) -> str:
+    """One escaped line for a report that failed: an input problem as the report words it (the results cannot
+    be compared ...), anything else as what it is, a bug ("unexpected TypeError: ... --debug"), never a bare
+    internal message that reads as if the input were wrong. ``--debug`` (or XBENCH_DEBUG) adds the traceback."""
+    import os
+    import traceback
+
+    from xbench.schemas._cli import classify
+
+    failure = classify(exc)
+    if failure.code != 2 and ("--debug" in sys.argv or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")):
+        traceback.print_exception(exc)
+    return escape_text("; ".join(failure.problems[:3]) if failure.code == 2 else failure.problems[0])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -208,3 +208,17 @@ def test_a_full_run_with_allow_missing_is_the_full_run(smoke, tmp_path, capsys):
         if f.name != "xbench-output.json":
             assert f.read_bytes() == (tmp_path / "allow" / f.name).read_bytes(), f.name
     assert '"partial"' not in (tmp_path / "plain" / "metrics.json").read_text()
+
+
+def test_missing_cases_beside_other_problems_are_hinted_after_them(smoke, tmp_path, capsys):
+    import zarr
+
+    d, gt, keep = smoke
+    subset_submission(d / "full.zarr", tmp_path / "bad.zarr", keep)
+    g = zarr.open_group(str(tmp_path / "bad.zarr"), mode="r+")
+    g["phantom"].attrs["score_kind"] = "odds"
+    code, _, err = run_score_cli([tmp_path / "bad.zarr", "--gt", d / "gt.zarr", "--out", tmp_path / "r"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and any("score_kind" in ln for ln in lines)
+    assert lines[-1] == ("xbench-score: invalid input (problems above); nothing was written; once the others are "
+                         "fixed, --allow-missing scores the 18 of 23 cases present")
