@@ -843,6 +843,8 @@ def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, di
         from xbench.schemas.inputs import load_json
 
         where = str(source)
+        if not os.path.lexists(source):
+            raise ThresholdsError(f"{source}: no such metrics.json (for --thresholds-from)")
         try:
             data = load_json(source, where=f"{source} (--thresholds-from)")
         except InputError as exc:
