@@ -404,6 +404,7 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     names = [n for n in groups if datasets is None or n in datasets]
     if gt_obj is not None:
         names = [n for n in names if n in gt_obj.datasets]
+    any_present = False
     for name in names:
         seen: dict = {}
         problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None,
@@ -411,6 +412,10 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
         problems += _validate_queries(groups[name], f"{where}/{name}", root_minor(group),
                                       gt_obj.datasets[name] if gt_obj else None,
                                       cases=seen.get("present") if allow_missing else None)
+        any_present |= bool(np.any(seen.get("present", True)))
+    if gt_obj is not None and allow_missing and not any_present and not problems:
+        problems.append(Problem(where, f"holds none of the ground truth's cases (of {', '.join(wanted) or 'no dataset'}); "
+                                       "there is nothing to score"))
     return problems
 
 

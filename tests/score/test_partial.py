@@ -102,7 +102,7 @@ def test_a_dataset_without_any_case_is_not_scored_and_said_so(smoke, tmp_path):
     assert m["partial"]["cases"] == 4 and m["partial"]["of"] == 23
     assert "not scored (no case in the submission): chexlocalize" in m["partial"]["note"]
     # --datasets chexlocalize then leaves nothing to score: refused, not an empty metrics.json
-    with pytest.raises(InvalidStoreError, match="holds no case of the ground truth in chexlocalize"):
+    with pytest.raises(InvalidStoreError, match="holds none of the ground truth.s cases \\(of chexlocalize\\)"):
         score_submission(tmp_path / "one.zarr", d / "gt.zarr", bootstrap=0, allow_missing=True,
                          datasets=["chexlocalize"])
 
@@ -222,3 +222,13 @@ def test_missing_cases_beside_other_problems_are_hinted_after_them(smoke, tmp_pa
     assert code == 2 and any("score_kind" in ln for ln in lines)
     assert lines[-1] == ("xbench-score: invalid input (problems above); nothing was written; once the others are "
                          "fixed, --allow-missing scores the 18 of 23 cases present")
+
+
+def test_nothing_to_score_is_refused_before_anything_is_written(smoke, tmp_path, capsys):
+    d, gt, _ = smoke
+    subset_submission(d / "full.zarr", tmp_path / "one.zarr", {"phantom": gt["phantom"].case_ids[:4]})
+    code, _, err = run_score_cli([tmp_path / "one.zarr", "--gt", d / "gt.zarr", "--out", tmp_path / "r",
+                                  "--datasets", "chexlocalize", "--allow-missing"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and "holds none of the ground truth's cases (of chexlocalize); there is nothing to score" in lines[0]
+    assert not (tmp_path / "r").exists()
