@@ -953,8 +953,9 @@ def _with_partial(metrics: dict, partial: Mapping[str, tuple[int, int]], cases: 
         out[k] = datasets if k == "datasets" else v
     phrases = out.get("phrases", {}).get("datasets", {})
     for d in list(phrases):
-        if d in partial and not phrases[d].get("unsupported"):
-            phrases[d] = insert(phrases[d], "partial", "n_images", {"cases": partial[d][0], "of": partial[d][1]})
+        if d in partial:
+            after = "n_images" if "n_images" in phrases[d] else "n_phrases"
+            phrases[d] = insert(phrases[d], "partial", after, {"cases": partial[d][0], "of": partial[d][1]})
     return out
 
 

@@ -134,8 +134,11 @@ def subset_submission(src, dst, keep: dict, *, seed=0):
         q_rows = []
         if d.query_id is not None:
             q_rows = [k for k, qid in enumerate(d.query_id.tolist()) if qid.split("#")[0] in set(keep[name])]
+        reason = d.attrs.get("phrases_unsupported")
+        # a model without free text: the writer records the reason when it is told of phrase rows (ids not stored)
+        qids = ["unsupported"] if reason else [str(d.query_id[k]) for k in q_rows]
         specs[name] = DatasetSpec([ids[r] for r in rows], d.classes, tuple(d.saliency.shape[2:]), d.score_kind,
-                                  d.unsupported, query_ids=[str(d.query_id[k]) for k in q_rows])
+                                  d.unsupported, query_ids=qids, phrases_unsupported=reason)
         data[name] = (d.scores[rows], np.asarray(d.saliency[...])[rows],
                       None if not q_rows else (d.query_scores[q_rows], np.asarray(d.query_saliency[...])[q_rows]))
     w = SubmissionWriter.create(dst, model=s.attrs.get("model", "m"), method=s.attrs.get("method", "x"),

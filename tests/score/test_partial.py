@@ -232,3 +232,14 @@ def test_nothing_to_score_is_refused_before_anything_is_written(smoke, tmp_path,
     lines = err.strip().splitlines()
     assert code == 2 and "holds none of the ground truth's cases (of chexlocalize); there is nothing to score" in lines[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_unsupported_phrases_of_a_partial_run_count_the_images_present(tmp_path):
+    from test_phrases import make_phrase_stores
+
+    gt, sub, q, _, _ = make_phrase_stores(tmp_path / "s", seed=4, n=10, unsupported="no text encoder")
+    ids = [f"img-{i:02d}" for i in range(10)]
+    subset_submission(sub, tmp_path / "smoke.zarr", {"ms_cxr": ids[:5]})
+    entry = score_submission(tmp_path / "smoke.zarr", gt, bootstrap=0, allow_missing=True).metrics["phrases"]["datasets"]["ms_cxr"]
+    assert entry["unsupported"] is True and entry["n_phrases"] == int(np.count_nonzero(q.case < 5))
+    assert list(entry)[:2] == ["n_phrases", "partial"] and entry["partial"] == {"cases": 5, "of": 10}
