@@ -107,7 +107,9 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     formats = tuple(formats)
     bad = [f for f in formats if f not in FORMATS]
     if bad:
-        raise ValueError(f"unknown output format(s) {bad}; choose from {', '.join(FORMATS)}.")
+        from .errors import ScoreInputError
+
+        raise ScoreInputError(f"unknown output format(s) {', '.join(map(str, bad))}; choose from {', '.join(FORMATS)}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     metrics = _jsonable(result.metrics)

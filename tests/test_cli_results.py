@@ -26,6 +26,13 @@ def test_ranked_table_orders_by_pointing_game_and_prints_percent():
     assert body[3][2:] == ["-"] * len(RANK_COLUMNS)
 
 
+def test_ranked_table_keeps_each_model_on_its_line():
+    # model names come from submissions: a newline or an escape sequence in one cannot forge a row
+    lines = ranked_table([("evil\n 1  forged", {"pointing_game": 0.5}), ("x\x1b[2J", {"pointing_game": 0.1})]).splitlines()
+    assert len(lines) == 4
+    assert "evil\\n 1  forged" in lines[2] and "x\\x1b[2J" in lines[3]
+
+
 @pytest.mark.parametrize("p,shown", [(None, "–"), (0.0, "< 0.001"), (0.000999, "< 0.001"), (0.001, "0.001"),
                                      (0.0456, "0.046"), (1.0, "1.000")])
 def test_p_values(p, shown):
