@@ -16,12 +16,14 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 color:#1d1d1f;padding:0 1em;line-height:1.4}
 h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .meta{color:#555;font-size:.9em}
-.scroll{overflow-x:auto;margin:.8em 0}
-table.lb{border-collapse:collapse;font-size:.8em;white-space:nowrap}
-table.lb th,table.lb td{border:1px solid #ddd;padding:3px 6px;text-align:right}
-table.lb thead th{background:#f3f4f6;text-align:center}
-table.lb th.model{text-align:left;background:#fafafa}
-table.lb caption{caption-side:bottom;text-align:left;color:#555;padding-top:4px;font-size:.95em}
+.scroll{overflow:auto;display:inline-block;max-width:100%;max-height:85vh;margin:.8em 0;border:1px solid #e5e7eb;vertical-align:top}
+table.lb{border-collapse:separate;border-spacing:0;font-size:.8em;white-space:nowrap}
+table.lb th,table.lb td{border-right:1px solid #ddd;border-bottom:1px solid #ddd;padding:3px 6px;text-align:right}
+table.lb thead th{background:#f3f4f6;text-align:center;position:sticky;top:0;z-index:2}
+table.lb thead tr:nth-child(2) th{top:1.75em}
+table.lb th.model{text-align:left;background:#fafafa;position:sticky;left:0;z-index:1}
+table.lb thead th.model{z-index:3}
+table.lb caption{caption-side:bottom;text-align:left;color:#555;padding:4px 6px;font-size:.95em;white-space:normal}
 .ci{color:#777;font-size:.85em}.na{color:#aaa}
 .sig{color:#0a7d27;font-weight:600}.ns{color:#888}
 figure{margin:1em 0;display:inline-block;vertical-align:top;max-width:100%}
@@ -38,7 +40,7 @@ FIGURE_CAPTIONS = {
                           "ΔDice = best − fixed (a calibration gap).",
     "pointing_heatmap": "Pointing game per class and model (grey: no positive pair).",
     "region_size": "Pointing game and best-threshold Dice by lesion size (region area as a fraction of the "
-                   "image), pooled over all positive pairs.",
+                   "image).",
 }
 
 
@@ -56,7 +58,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
-    from . import format_p
+    from . import format_p, p_note
     from xbench.score.tables import METRIC_TITLES
 
     rows = []
@@ -71,13 +73,17 @@ def _gaps_html(gaps) -> str:
             verdict = "real" if r.significant else "within noise"
             rows.append(f"<tr><th class=\"model\">{_e(g['a'])} vs {_e(g['b'])}</th>"
                         f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{100 * r.diff:+.2f}</td>"
-                        f"<td>{ci}</td><td>{_e(format_p(r.p_value))}</td><td class=\"{cls}\">{verdict}</td></tr>")
+                        f"<td>{ci}</td><td>{_e(format_p(r.p_value, r.p_floor))}</td>"
+                        f"<td>{_e(format_p(r.p_holm, r.p_floor))}</td><td class=\"{cls}\">{verdict}</td></tr>")
     if not rows:
         return ""
+    shown = [r for g in gaps for r in g.get("rows", []) if r.diff is not None]
     return ('<div class="scroll"><table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
-            "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>Gap</th></tr></thead><tbody>" + "".join(rows)
+            "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>Gap</th></tr></thead><tbody>"
+            + "".join(rows)
             + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
-              "datasets. A gap is called real when its 95% interval excludes 0.</caption></table></div>")
+              "datasets. A gap is called real when its 95% interval excludes 0. " + _e(p_note(shown))
+            + "</caption></table></div>")
 
 
 def _resamples_note(results, n_boot) -> str:
@@ -91,7 +97,7 @@ def _resamples_note(results, n_boot) -> str:
 
 
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
-                n_boot=None, phrases=None) -> str:
+                n_boot=None, phrases=None, overlay_captions=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``phrases``: the phrase-grounding table
     (:func:`xbench.score.tables.phrase_table`), shown after the leaderboard when given."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -131,6 +137,14 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
         if key == "region_size":
             lo, hi = info["edges"]
             cap += f" Bins: small < {100 * lo:.3g}%, medium {100 * lo:.3g}–{100 * hi:.3g}%, large ≥ {100 * hi:.3g}% ({info['bins']})."
+            if info.get("quantity") == "mean over classes":
+                cap += (" Each bar is the number of the \"Grounding by lesion size\" table: the mean over the classes "
+                        "with such a region, then over datasets, with its 95% interval.")
+            else:
+                cap += (" Each bar is pooled over the positive pairs of the bin (not the table's mean over classes), "
+                        "with a 95% percentile bootstrap over cases.")
+        if key == "dice_fixed_vs_best" and info.get("intervals"):
+            cap += " Error bars: 95% intervals, as in the tables."
         parts.append(_fig(png, cap))
     if overlay_files:
         parts.append("<h2>Best and worst cases</h2><p>Saliency (jet, normalised) over the image; "
@@ -138,7 +152,8 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
                      "best-threshold Dice.</p>")
         for p in overlay_files:
             if p.endswith(".png"):
-                parts.append(_fig(p, Path(p).stem.replace("overlay_", ""), svg=False))
+                caption = (overlay_captions or {}).get(Path(p).name) or Path(p).stem.replace("overlay_", "")
+                parts.append(_fig(p, caption, svg=False))
     parts.append("<h2>Per-class tables</h2>")
     for t in per_class:
         parts.append(f"<details><summary>{_e(t.title)}</summary><div class=\"scroll\">{t.to_html()}</div></details>")
