@@ -221,7 +221,7 @@ def _counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> li
         problems.append(f"{w}.classes repeats a name")
     start = f"{prefix}.extra."
     for k in z:
-        if k.startswith(start) and "." not in k[len(start):]:
+        if k.startswith(start):
             v = z[k]
             if v.dtype.kind not in "biuf" or v.shape != dims["P"]:
                 problems.append(f"{w}.extra.{k[len(start):]} must be numeric with one value per pair")
@@ -251,8 +251,8 @@ def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
     phrase_names = [str(n) for n in phrase_names] if phrase_names is not None else []
     problems = []
     for group in (names, phrase_names):
-        if len(set(group)) != len(group) or any(not n or "." in n for n in group):
-            problems.append(f"{where}: dataset names must be unique, non-empty and without '.'")
+        if len(set(group)) != len(group) or any(not n for n in group):
+            problems.append(f"{where}: dataset names must be unique and non-empty")
     if problems:
         raise InputError(problems)
     for name in names:

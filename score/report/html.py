@@ -24,6 +24,7 @@ table.lb thead tr:nth-child(2) th{top:1.75em}
 table.lb th.model{text-align:left;background:#fafafa;position:sticky;left:0;z-index:1}
 table.lb thead th.model{z-index:3}
 table.lb caption{caption-side:bottom;text-align:left;color:#555;padding:4px 6px;font-size:.95em;white-space:normal}
+p.caption{color:#555;font-size:.8em;margin:-.4em 0 1em;max-width:1000px}
 .ci{color:#777;font-size:.85em}.na{color:#aaa}
 .sig{color:#0a7d27;font-weight:600}.ns{color:#888}
 figure{margin:1em 0;display:inline-block;vertical-align:top;max-width:100%}
@@ -31,6 +32,7 @@ figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555;max-width:560px}
 details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 ul.skipped{color:#8a5300;font-size:.9em}
+.partial{border-left:4px solid #c2410c;background:#fff7ed;padding:.3em .8em;margin:1em 0}
 """
 
 FIGURE_CAPTIONS = {
@@ -46,6 +48,20 @@ FIGURE_CAPTIONS = {
 
 def _e(s) -> str:
     return html.escape(str(s), quote=True)
+
+
+def _box(table_html: str) -> str:
+    """A table in a box of its own that scrolls (sideways and down, the header row and model column kept in view),
+    its caption moved below the box as a paragraph: inside a table a caption is as wide as the table, so a wide
+    table's caption would scroll out of view with its last columns."""
+    import re
+
+    m = re.search(r"<caption>(.*?)</caption>", table_html, flags=re.S)
+    caption = ""
+    if m:
+        table_html = table_html[:m.start()] + table_html[m.end():]
+        caption = f'<p class="caption">{m.group(1)}</p>'
+    return f'<div class="scroll">{table_html}</div>{caption}'
 
 
 def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
@@ -78,12 +94,12 @@ def _gaps_html(gaps) -> str:
     if not rows:
         return ""
     shown = [r for g in gaps for r in g.get("rows", []) if r.diff is not None]
-    return ('<div class="scroll"><table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
-            "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>Gap</th></tr></thead><tbody>"
-            + "".join(rows)
-            + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
-              "datasets. A gap is called real when its 95% interval excludes 0. " + _e(p_note(shown))
-            + "</caption></table></div>")
+    return _box('<table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
+                "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>Gap</th></tr></thead><tbody>"
+                + "".join(rows)
+                + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
+                  "datasets. A gap is called real when its 95% interval excludes 0. " + _e(p_note(shown))
+                + "</caption></table>")
 
 
 def _resamples_note(results, n_boot) -> str:
@@ -94,6 +110,24 @@ def _resamples_note(results, n_boot) -> str:
     if n_boot:
         parts.append(f"intervals computed here and paired gaps: {n_boot} resamples")
     return ("Bootstrap: " + "; ".join(parts) + ". ") if parts else "No bootstrap intervals. "
+
+
+def _partial_html(results) -> str:
+    """A warning for results scored on a subset of the ground truth's cases (metrics.json ``partial``): their
+    numbers are not comparable with a full run's, so the page says so above every table."""
+    items = []
+    for r in results:
+        whole = r.partial()
+        if whole is None:
+            continue
+        per = [f"{d}: {p['cases']} of {p['of']}" for d in r.datasets if (p := r.partial(d)) is not None]
+        items.append(f"<li><b>{_e(r.name)}</b>: partial: {whole['cases']} of {whole['of']} cases"
+                     + (f" ({_e('; '.join(per))})" if len(per) > 1 else "") + "</li>")
+    if not items:
+        return ""
+    return ('<div class="partial"><p>Scored on a subset of the ground truth\'s cases (xbench-score --allow-missing): '
+            "these models' numbers cover only the cases present and are not comparable with a full run.</p><ul>"
+            + "".join(items) + "</ul></div>")
 
 
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
@@ -116,11 +150,14 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              + (' · <a href="phrases.csv">phrases.csv</a>' if "phrases.csv" in files["tables"] else "")
              + (' · <a href="comparisons.csv">comparisons.csv</a>' if "comparisons.csv" in files["tables"] else "")
              + ' · <a href="report.json">report.json</a></p>']
+    partial = _partial_html(results)
+    if partial:
+        parts.append(partial)
     parts.append("<h2>Leaderboard</h2>")
     for t in main_tables:
-        parts.append(f"<h3>{_e(t.title)}</h3><div class=\"scroll\">{t.to_html()}</div>")
+        parts.append(f"<h3>{_e(t.title)}</h3>{_box(t.to_html())}")
     if phrases is not None:
-        parts.append(f"<h2>{_e(phrases.title)}</h2><div class=\"scroll\">{phrases.to_html()}</div>")
+        parts.append(f"<h2>{_e(phrases.title)}</h2>{_box(phrases.to_html())}")
     gap_html = _gaps_html(gaps)
     if gap_html:
         parts.append("<h2>Are the gaps real?</h2>")
@@ -156,7 +193,7 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
                 parts.append(_fig(p, caption, svg=False))
     parts.append("<h2>Per-class tables</h2>")
     for t in per_class:
-        parts.append(f"<details><summary>{_e(t.title)}</summary><div class=\"scroll\">{t.to_html()}</div></details>")
+        parts.append(f"<details><summary>{_e(t.title)}</summary>{_box(t.to_html())}</details>")
     if skipped:
         parts.append("<h2>Not shown</h2><ul class=\"skipped\">" + "".join(f"<li>{_e(s)}</li>" for s in skipped)
                      + "</ul>")

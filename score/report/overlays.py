@@ -81,8 +81,10 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
     sub_row = {str(c): i for i, c in enumerate(sub_ds.case_id)}
     region_of = {(int(i), int(c)): k for k, (i, c) in enumerate(np.asarray(gt_ds.region_index))}
     classes = [c for c in gt_ds.classes if c not in sub_ds.unsupported][:MAX_CLASSES]
-    picks = [(c, *pick_cases(result.pairs, dataset, c)) for c in classes]
-    picks = [p for p in picks if p[1] is not None]
+    picks = [(c, *pick_cases(result.pairs, dataset, c)) for c in classes if c in sub_ds.classes]
+    # pairs.parquet comes from outside: a case the stores do not hold is left out, never looked up
+    held = lambda row: all(str(row["case_id"]) in rows for rows in (img_row, gt_row, sub_row))  # noqa: E731
+    picks = [p for p in picks if p[1] is not None and held(p[1]) and held(p[2])]
     if not picks:
         return {"files": [], "skipped": f"{dataset}: no positive pairs"}
     # sized so that the 10 pt panel titles (three short lines: class and which, case id, verdict) fit a 3.5 in panel
@@ -134,12 +136,30 @@ def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_pat
     if images_path is None or gt_path is None:
         return {"files": [], "skipped": ["overlays need --images and --gt (or paths recorded by the scorer)"],
                 "captions": {}}
+    from xbench.schemas.paths import is_remote
+
+    from .show import store_problems
+
+    def unsafe(path, kind) -> str | None:
+        """The stores may be named by a metrics.json from outside: held to the scorer's budget before reading."""
+        if is_remote(path):
+            return None
+        problems = store_problems(path, kind)
+        return f"overlays: {path} is not a usable {kind} store ({problems[0]})" if problems else None
+
+    why = unsafe(images_path, "images") or unsafe(gt_path, "ground-truth")
+    if why:
+        return {"files": [], "skipped": [why], "captions": {}}
     images = read_images(images_path)
     gt = read_ground_truth(gt_path)
     for r in results:
         sub_path = submissions.get(r.name)
         if sub_path is None or r.pairs is None:
             skipped.append(f"{r.name}: no submission path or pairs.parquet")
+            continue
+        why = unsafe(sub_path, "submission")
+        if why:
+            skipped.append(f"{r.name}: {why}")
             continue
         sub = read_submission(sub_path)
         for d in r.datasets:

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from xbench.schemas.errors import escape_text
 
-__all__ = ["TERMINAL_COLUMNS", "leaderboard_text"]
+__all__ = ["TERMINAL_COLUMNS", "format_cell", "leaderboard_text"]
 
 #: (metrics.json key, header): the paper's grounding numbers, then recognition
 TERMINAL_COLUMNS = (("pointing_game", "pointing"), ("dice_best", "dice*"), ("iou_best", "iou*"),
                     ("dice_fixed", "dice@.5"), ("auroc", "auroc"))
 
 
-def _cell(value, ci) -> str:
+def format_cell(value, ci) -> str:
+    """One value in percent with 2 decimals (as the tables) and its interval: "41.43 [30.21, 53.80]"."""
     if value is None:
         return "-"
-    text = f"{100 * value:.1f}"
-    if ci is None or ci[0] is None or ci[1] is None:
+    text = f"{100 * value:.2f}"
+    if not ci or ci[0] is None or ci[1] is None:
         return f"{text} [–]"
-    return f"{text} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    return f"{text} [{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]"
 
 
 def leaderboard_text(results, computed: dict | None = None) -> str:
@@ -40,7 +41,9 @@ def leaderboard_text(results, computed: dict | None = None) -> str:
     rows = []
     for r in sorted(results, key=key):
         comp = (computed or {}).get(r.name)
-        rows.append((escape_text(r.name), [_cell(value_of(r.metrics, "overall", k),
+        part = r.partial() if hasattr(r, "partial") else None
+        label = r.name + (f" (partial: {part['cases']} of {part['of']} cases)" if part else "")
+        rows.append((escape_text(label), [format_cell(value_of(r.metrics, "overall", k),
                                                  ci_of(r.metrics, "overall", k, computed=comp))
                                            for k, _ in TERMINAL_COLUMNS]))
     width = max([len("model")] + [len(n) for n, _ in rows])
