@@ -21,8 +21,9 @@ table.lb{border-collapse:separate;border-spacing:0;font-size:.8em;white-space:no
 table.lb th,table.lb td{border-right:1px solid #ddd;border-bottom:1px solid #ddd;padding:3px 6px;text-align:right}
 table.lb thead th{background:#f3f4f6;text-align:center;position:sticky;top:0;z-index:2}
 table.lb thead tr:nth-child(2) th{top:1.75em}
-table.lb th.model{text-align:left;background:#fafafa;position:sticky;left:0;z-index:1}
-table.lb thead th.model{z-index:3}
+table.lb th.model{text-align:left;background:#fafafa}
+table.lb tr>th:first-child{position:sticky;left:0;z-index:1;background:#fafafa}
+table.lb thead tr>th:first-child{z-index:3;background:#f3f4f6}
 table.lb caption{caption-side:bottom;text-align:left;color:#555;padding:4px 6px;font-size:.95em;white-space:normal}
 p.caption{color:#555;font-size:.8em;margin:-.4em 0 1em;max-width:1000px}
 .ci{color:#777;font-size:.85em}.na{color:#aaa}
