@@ -89,7 +89,7 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
 
     from xbench.schemas import read_ground_truth, read_images, read_submission
 
-    from .figures import save_figure
+    from .figures import plain, save_figure
     from .overlays import draw_panel
 
     from xbench.schemas.errors import InputError
@@ -132,7 +132,7 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
     fig.colorbar(artist, ax=ax, shrink=0.8, label="saliency (min-max normalised)")
     verdict = "no region" if mask is None else ("pointing game: hit" if hit else "pointing game: miss")
     model = sub.attrs.get("model", Path(str(submission)).name)
-    ax.set_title(f"{model} · {dataset} · {case_id}\n{cls} (label {label}) · {verdict}", fontsize=9)
+    ax.set_title(plain(f"{model} · {dataset} · {case_id}\n{cls} (label {label}) · {verdict}"), fontsize=10)
     out = Path(out)
     stem = out.with_suffix("") if out.suffix.lower() == ".png" else out
     files = save_figure(fig, stem, dpi=120, formats=("png",))
