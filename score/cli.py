@@ -18,6 +18,8 @@ import click
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
 from xbench.schemas.errors import escape_text
 
+from .ranking import TERMINAL_COLUMNS, format_cell
+
 __all__ = ["main", "score_command"]
 
 _NOTHING_WRITTEN = "invalid input (problems above); nothing was written"
@@ -60,28 +62,33 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
     return names or None
 
 
-#: the ranked terminal table's columns: (metrics.json key, header); ranked by the first
-RANK_COLUMNS = (("pointing_game", "pointing"), ("dice_best", "dice*"), ("iou_best", "iou*"),
-                ("dice_fixed", "dice@.5"), ("iou_fixed", "iou@.5"), ("auroc", "auroc"), ("auprc", "auprc"),
-                ("f1", "f1"), ("accuracy", "acc"))
+#: the ranked terminal table's columns: (metrics.json key, header); ranked by the first. The same columns and
+#: cells as ``xbench report``'s leaderboard.txt (score/report/terminal.py), so both terminals agree.
+RANK_COLUMNS = TERMINAL_COLUMNS
 
 
-def ranked_table(rows: list[tuple[str, dict]]) -> str:
-    """Models ranked by overall pointing game, one line each, in percent (COCOeval ``summarize`` style).
+def ranked_table(rows: list[tuple]) -> str:
+    """Models ranked by overall pointing game, one line each, in percent with the 95 % interval beside each
+    value (COCOeval ``summarize`` style).
 
-    ``rows``: (name, the metrics.json "overall" dict). Missing values print as "-" and rank last.
+    ``rows``: (name, the metrics.json "overall" dict[, {key: (low, high)}]). Missing values print as "-" and
+    rank last; a value without an interval (``--bootstrap 0``) as "41.43 [–]".
     """
     def key(row):
         v = row[1].get(RANK_COLUMNS[0][0])
         return (v is None, -(v or 0.0), row[0])
 
-    rows = [(escape_text(n), ov) for n, ov in rows]  # model names come from submissions: one line each
-    width = max([len("model")] + [len(n) for n, _ in rows])
-    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"{h:>9}" for _, h in RANK_COLUMNS)
-    lines = ["overall (%), ranked by pointing game; * best threshold, @.5 fixed threshold", head]
-    for rank, (name, ov) in enumerate(sorted(rows, key=key), start=1):
-        cells = "".join(f"{'-':>9}" if ov.get(k) is None else f"{100 * ov[k]:>9.2f}" for k, _ in RANK_COLUMNS)
-        lines.append(f"{rank:>2}  {name:<{width}}{cells}")
+    # model names come from submissions: one line each
+    rows = [(escape_text(r[0]), r[1], (r[2] if len(r) > 2 else None) or {}) for r in rows]
+    cells = [[format_cell(ov.get(k), ci.get(k)) for k, _ in RANK_COLUMNS] for _, ov, ci in rows]
+    order = sorted(range(len(rows)), key=lambda i: key(rows[i]))
+    width = max([len("model")] + [len(n) for n, _, _ in rows])
+    widths = [max([len(h)] + [len(c[j]) for c in cells]) for j, (_, h) in enumerate(RANK_COLUMNS)]
+    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"  {h:>{w}}" for (_, h), w in zip(RANK_COLUMNS, widths))
+    lines = ["overall (%), ranked by pointing game, 95% interval in brackets; * best threshold, @.5 fixed threshold",
+             head]
+    for rank, i in enumerate(order, start=1):
+        lines.append(f"{rank:>2}  {rows[i][0]:<{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells[i], widths)))
     return "\n".join(lines)
 
 
@@ -258,7 +265,8 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
         write_marker(work, "xbench-score", {"submissions": folders.mapping})
     if len(submissions) > 1 and show:
         click.echo(ranked_table([(s["label"] + (f" (partial: {s['partial']['cases']} of {s['partial']['of']} cases)"
-                                                if s.get("partial") else ""), s["overall"]) for s in summaries]))
+                                                if s.get("partial") else ""), s["overall"], s["ci95"])
+                                 for s in summaries]))
     if reported and show:
         click.echo(f"report -> {out_dir}/")
     if as_json:
@@ -270,6 +278,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
+    from .tables import ci_of
 
     prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
     t0 = time.perf_counter()
@@ -294,6 +303,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         click.echo(f"  overall (%): {pretty}")
     summary = {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
                "overall": result.metrics["overall"],
+               "ci95": {k: ci_of(result.metrics, "overall", k) for k in result.metrics["overall"]},
                "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
                "notes": list(result.notes)}
     if partial:

@@ -8,22 +8,9 @@ no pair counts).
 from __future__ import annotations
 
 from xbench.schemas.errors import escape_text
+from xbench.score.ranking import TERMINAL_COLUMNS, format_cell
 
 __all__ = ["TERMINAL_COLUMNS", "format_cell", "leaderboard_text"]
-
-#: (metrics.json key, header): the paper's grounding numbers, then recognition
-TERMINAL_COLUMNS = (("pointing_game", "pointing"), ("dice_best", "dice*"), ("iou_best", "iou*"),
-                    ("dice_fixed", "dice@.5"), ("auroc", "auroc"))
-
-
-def format_cell(value, ci) -> str:
-    """One value in percent with 2 decimals (as the tables) and its interval: "41.43 [30.21, 53.80]"."""
-    if value is None:
-        return "-"
-    text = f"{100 * value:.2f}"
-    if not ci or ci[0] is None or ci[1] is None:
-        return f"{text} [–]"
-    return f"{text} [{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]"
 
 
 def leaderboard_text(results, computed: dict | None = None) -> str:
