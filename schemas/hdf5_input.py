@@ -199,15 +199,12 @@ class H5Source:
             return None
         if not isinstance(obj, h5py.Dataset):
             raise InputError(Problem(where, "is not a dataset"))
-        problems: list[Problem] = []
         type_problem = _type_problem(obj.id.get_type(), kind)
-        if type_problem:
-            problems.append(Problem(where, type_problem))
+        if type_problem:  # the shape of a compound or a sequence says nothing more
+            raise InputError(Problem(where, type_problem))
         if len(obj.shape or ()) not in ndim:
             dims = " or ".join(f"{n}-d" for n in ndim)
-            problems.append(Problem(where, f"must be {dims}, got shape {tuple(obj.shape or ())}"))
-        if problems:
-            raise InputError(problems)
+            raise InputError(Problem(where, f"must be {dims}, got shape {tuple(obj.shape or ())}"))
         filters, chunks = _storage_checks(obj, where, kind)
         return Checked(obj, where, kind, filters, chunks)
 
@@ -229,7 +226,7 @@ class H5Source:
                 raise InputError(Problem(at, problem))
             size = aid.get_storage_size()
             n_values = math.prod(aid.shape) if aid.shape else 1
-            declared = max(size, n_values * (aid.get_type().get_size() if not aid.get_type().is_variable_str() else 1))
+            declared = max(size, n_values * (1 if _is_vlen_str(aid.get_type()) else aid.get_type().get_size()))
             total += declared
             if declared > MAX_ATTR_BYTES or total > MAX_ATTRS_BYTES:
                 raise InputLimitError(Problem(at, f"is larger than the limit of {MAX_ATTR_BYTES >> 20} MiB per "
@@ -240,6 +237,11 @@ class H5Source:
                 raise InputError(Problem(at, f"cannot be read ({_first_line(exc)})")) from None
             out[name] = _plain(value, at)
         return out
+
+
+def _is_vlen_str(tid) -> bool:
+    h5t = _h5().h5t
+    return isinstance(tid, h5t.TypeStringID) and tid.is_variable_str()
 
 
 def _type_problem(tid, kind: str) -> str | None:
@@ -301,7 +303,7 @@ def _storage_checks(dset, where: str, kind: str):
             raise InputError(Problem(where, f"is compressed with {name}; XBench reads gzip (deflate), shuffle and "
                                             "fletcher32 only (rewrite it with compression='gzip' or none)"))
         filters.append((int(code), tuple(int(v) for v in values)))
-    vlen = kind == "string" and dset.id.get_type().is_variable_str()
+    vlen = _is_vlen_str(dset.id.get_type())
     if filters and vlen:
         raise InputError(Problem(where, "holds compressed variable-length strings; store them uncompressed or as "
                                         "fixed-length strings"))
