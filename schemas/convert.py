@@ -569,6 +569,19 @@ def terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+#: root attributes of the store that a source's own attributes may not set (they say what the store is)
+RESERVED = ("kind", "schema", "schema_minor", "version", "complete", "model", "method", "converted_by")
+
+
+def _provenance(attrs: dict) -> dict:
+    """The source's attributes as provenance: those named like the store's own attributes are kept apart."""
+    from ._blocks import SPEC_ATTR
+
+    kept = {k: v for k, v in attrs.items() if k not in (*RESERVED, SPEC_ATTR)}
+    apart = {k: v for k, v in attrs.items() if k not in kept}
+    return {"converted_by": "xbench-convert", **kept, **({"source_attributes": apart} if apart else {})}
+
+
 def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) -> Path:
     """Write ``converted`` into a hidden folder, validate it (against ``gt`` when given), rename it to ``out``."""
     from .budget import on_stop
@@ -582,8 +595,7 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
     forget = on_stop(lambda: _remove(folder))  # the watchdog's exit (--timeout, --max-memory) removes it too
     try:
         writer = SubmissionWriter.create(
-            tmp, model=converted.model, method=converted.method,
-            provenance={"converted_by": "xbench-convert", **converted.provenance},
+            tmp, model=converted.model, method=converted.method, provenance=_provenance(converted.provenance),
             datasets=converted.specs, cases_per_block=cases_per_block, map_dtype=map_dtype,
         )
         for name, spec in converted.specs.items():
