@@ -111,12 +111,15 @@ def convert_hdf5(src: str | Path, out: str | Path, *, cases_per_block: int = 64,
                  progress: ProgressFn | None = None, total: ProgressFn | None = None, gt=None,
                  require_phrases: bool = False, phrases_reason: str | None = None) -> Path:
     """Convert one HDF5 file (layout in the module docstring) into a submission store."""
-    from .hdf5_input import H5Source
+    from .hdf5_input import H5Source, _first_line
 
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)
     with H5Source(src) as h5:
-        converted = read_hdf5(h5, src, cases_per_block, require_phrases, phrases_reason)
+        try:
+            converted = read_hdf5(h5, src, cases_per_block, require_phrases, phrases_reason)
+        except (OSError, RuntimeError) as exc:  # HDF5's own word on a corrupt file (a B-tree, a heap)
+            raise InvalidStoreError(Problem(str(src), f"cannot be read as HDF5 ({_first_line(exc)})")) from None
         if total:
             total(sum(len(s.case_ids) for s in converted.specs.values()))
         return _write(out, converted, cases_per_block, map_dtype, progress, gt)

@@ -20,6 +20,13 @@ Two sources are read (docs/convert.md has a worked example of each; the rule is 
 
   every key but ``datasets`` optional; ``normalised`` coordinates are fractions of the width (x) and
   height (y). A finding name maps through the mapping file, or is the finding's own name (any case).
+  Phrase rows: ``"phrases": {"<dataset>": {"<query_id>": {"boxes", "points", "score"}}}`` or
+  ``"phrases_unsupported": "<reason>"``; a COCO result with ``query_id`` in place of ``category_id`` is a
+  box of that phrase row (its ``image_id`` must be the phrase's own image).
+
+Both are untrusted input read through :func:`xbench.schemas.inputs.load_json` under :data:`BOXES_JSON`
+(size, depth and value count capped before parsing), with at most :data:`MAX_MARKS` marks in all and
+:data:`MAX_MARKS_PER_ITEM` per case and finding or phrase row.
 
 The mapping file (``.json`` or ``.toml``): ``model = "name"`` and a table ``categories`` of COCO
 category id or name, or free-text finding -> XBench finding (``""`` drops that category's marks).
