@@ -88,6 +88,7 @@ class Converted:
     specs: dict[str, DatasetSpec]
     blocks: Callable
     phrase_blocks: Callable | None = None
+    where: str = ""  # the source, as the user named it (for problems found while writing)
 
 
 def phrase_fields(where: str, query_ids, reason, *, require: bool, default_reason: str | None = None) -> dict:
@@ -237,7 +238,7 @@ def read_hdf5(h5, src: Path, cases_per_block: int, require_phrases: bool, phrase
         return arrays[name]["query_scores"].rows(start, stop), maps.reshape(maps.shape[0], *maps.shape[-2:])
 
     return Converted(str(model), str(method), {"source": {"format": "hdf5", "file": src.name}, **root_attrs},
-                     specs, blocks, phrase_blocks)
+                     specs, blocks, phrase_blocks, str(src))
 
 
 # -- a folder of .npz files -------------------------------------------------------------------------
@@ -472,7 +473,7 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
 
     return Converted(str(meta.get("model", src.name)), str(meta.get("method", "unknown")),
                      {"source": {"format": "npz-folder", "folder": src.name}, **meta.get("provenance", {})},
-                     specs, blocks, phrase_blocks)
+                     specs, blocks, phrase_blocks, str(src))
 
 
 # -- writing ----------------------------------------------------------------------------------------
@@ -585,6 +586,24 @@ def _provenance(attrs: dict) -> dict:
     return {"converted_by": "xbench-convert", **kept, **({"source_attributes": apart} if apart else {})}
 
 
+def _stored(scores, maps, map_dtype: str, where: str, start: int, row: str) -> tuple[np.ndarray, np.ndarray]:
+    """A block as it will be stored: scores float32, maps in ``map_dtype``. A value that is not finite, or
+    that the stored dtype cannot hold (it would become inf, with a NumPy warning), is one problem line."""
+    scores, maps = np.asarray(scores), np.asarray(maps)
+    for label, values, dtype in (("scores", scores, np.dtype(np.float32)), ("maps", maps, np.dtype(map_dtype))):
+        if values.dtype.kind != "f":
+            continue
+        top = np.finfo(dtype).max
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(values) | (np.abs(values) > top)
+        if bad.any():
+            first = start + int(np.argwhere(bad)[0][0])
+            hint = "" if label == "scores" or map_dtype == "float32" else "; --map-dtype float32 holds up to 3.4e38"
+            raise InvalidStoreError(Problem(where, f"{label} hold non-finite values (NaN, inf) or values beyond {dtype.name}'s "
+                                                   f"range (±{top:.5g}), first in {row} row {first}{hint}"))
+    return scores.astype(np.float32), maps.astype(map_dtype)
+
+
 def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) -> Path:
     """Write ``converted`` into a hidden folder, validate it (against ``gt`` when given), rename it to ``out``."""
     from .budget import on_stop
@@ -602,17 +621,19 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
             datasets=converted.specs, cases_per_block=cases_per_block, map_dtype=map_dtype,
         )
         for name, spec in converted.specs.items():
+            where = f"{converted.where}: {name}" if converted.where else name
             for b in writer.blocks_todo(name):
                 start, stop = writer.block_rows(name, b)
-                scores, maps = converted.blocks(name, start, stop)
-                writer.write_block(name, b, np.asarray(scores, np.float32), np.asarray(maps))
+                scores, maps = _stored(*converted.blocks(name, start, stop), map_dtype, where, start, "case")
+                writer.write_block(name, b, scores, maps)
                 if progress:
                     progress(stop - start)
             if len(spec.query_ids) and not spec.phrases_unsupported:
                 for b in writer.query_blocks_todo(name):
                     start, stop = writer.query_block_rows(name, b)
-                    scores, maps = converted.phrase_blocks(name, start, stop)
-                    writer.write_query_block(name, b, np.asarray(scores, np.float32), np.asarray(maps))
+                    scores, maps = _stored(*converted.phrase_blocks(name, start, stop), map_dtype, where, start,
+                                           "phrase row")
+                    writer.write_query_block(name, b, scores, maps)
         writer.finish()
         problems = validate_submission(tmp, gt)
         if problems:

@@ -653,5 +653,5 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
                   "mapping": {"file": Path(mapping).name, "sha256": file_sha256(Path(mapping))} if mapping else None,
                   "images": Path(images).name,
                   "map_rule": {"grid": [grid, grid], "rule": "docs/contract.md, Converting boxes and points"}}
-    converted = Converted(parsed.model, parsed.method, provenance, specs, blocks, phrase_blocks)
+    converted = Converted(parsed.model, parsed.method, provenance, specs, blocks, phrase_blocks, str(src))
     return _write(out, converted, cases_per_block, map_dtype, progress, gt)

@@ -508,3 +508,20 @@ def test_the_controls_convert(tmp_path):
     with h5py.File(inside) as f:
         np.testing.assert_allclose(np.asarray(read_submission(tmp_path / "c.zarr").datasets["phantom"].saliency[...],
                                               np.float32), f["phantom/shared"][...].astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize("values, line", [
+    ({"scores": np.array([[1e300, 0, 0]] * 6)}, "src.h5: phantom: scores hold non-finite values (NaN, inf) or values "
+                                                 "beyond float32's range (±3.4028e+38), first in case row 0"),
+    ({"saliency": np.full((6, 3, 4, 4), 1e6)}, "src.h5: phantom: maps hold non-finite values (NaN, inf) or values "
+                                               "beyond float16's range (±65504), first in case row 0; --map-dtype "
+                                               "float32 holds up to 3.4e38"),
+])
+def test_values_the_store_cannot_hold_are_one_line_without_warnings(tmp_path, values, line):
+    """A float64 beyond the stored dtype would become inf with a NumPy RuntimeWarning on stderr: refused first."""
+    over = {k: (lambda g, k=k, v=v: g.create_dataset(k, data=v)) for k, v in values.items()}
+    src = h5_base(tmp_path / "src.h5", **over)
+    res = subprocess.run([sys.executable, "-c", "from xbench.schemas.cli import convert_main; convert_main()", "src.h5",
+                          "--out", "sub.zarr", "-q"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.splitlines() == [f"xbench-convert: error: {line}"], res.stderr
+    assert sorted(os.listdir(tmp_path)) == [src.name]
