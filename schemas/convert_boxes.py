@@ -103,23 +103,32 @@ def _cell(v: float, n_native: int, n_cells: int) -> int:
 def mark_map(marks: list[Mark], orig_size: tuple[int, int], grid: int = DEFAULT_GRID) -> np.ndarray:
     """The (grid, grid) float64 map of one case and finding (the rule in the module docstring).
 
-    Marks must have been checked (:func:`mark_problem`): boxes lie at least partly inside the image.
+    Marks must have been checked (:func:`mark_problem`): boxes lie at least partly inside the image. The
+    cells a box covers are one run of rows by one run of columns (cell centres are sorted), found for all
+    boxes at once by binary search; each box then adds its score to that slice.
     """
     h0, w0 = (int(v) for v in orig_size)
     cy, cx = _centres(grid, h0), _centres(grid, w0)
     out = np.zeros((grid, grid), np.float64)
+    boxes = []
     for m in marks:
-        if not m.is_box:
+        if m.is_box:
+            boxes.append((*m.coords, m.score))
+        else:
             out[_cell(m.coords[1], h0, grid), _cell(m.coords[0], w0, grid)] += m.score
-            continue
-        x, y, w, h = m.coords
-        x0, x1 = max(x, 0.0), min(x + w, float(w0))
-        y0, y1 = max(y, 0.0), min(y + h, float(h0))
-        rows, cols = (cy >= y0) & (cy < y1), (cx >= x0) & (cx < x1)
-        if rows.any() and cols.any():
-            out[np.ix_(rows, cols)] += m.score
+    if not boxes:
+        return out
+    b = np.asarray(boxes, np.float64)
+    x0, x1 = np.maximum(b[:, 0], 0.0), np.minimum(b[:, 0] + b[:, 2], float(w0))
+    y0, y1 = np.maximum(b[:, 1], 0.0), np.minimum(b[:, 1] + b[:, 3], float(h0))
+    # half-open: the rows whose centre cy satisfies y0 <= cy < y1 are r0 .. r1 - 1
+    r0, r1 = np.searchsorted(cy, y0, "left"), np.searchsorted(cy, y1, "left")
+    c0, c1 = np.searchsorted(cx, x0, "left"), np.searchsorted(cx, x1, "left")
+    for k in range(len(b)):
+        if r1[k] > r0[k] and c1[k] > c0[k]:
+            out[r0[k]:r1[k], c0[k]:c1[k]] += b[k, 4]
         else:  # smaller than a cell, slipping between centres: never lost (the ground truth's per-lesion rule)
-            out[_cell((y0 + y1) / 2, h0, grid), _cell((x0 + x1) / 2, w0, grid)] += m.score
+            out[_cell((y0[k] + y1[k]) / 2, h0, grid), _cell((x0[k] + x1[k]) / 2, w0, grid)] += b[k, 4]
     return out
 
 

@@ -525,3 +525,30 @@ def test_values_the_store_cannot_hold_are_one_line_without_warnings(tmp_path, va
                           "--out", "sub.zarr", "-q"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.splitlines() == [f"xbench-convert: error: {line}"], res.stderr
     assert sorted(os.listdir(tmp_path)) == [src.name]
+
+
+def test_a_source_at_the_caps_converts_within_the_budget(tmp_path):
+    """Memory is bounded by design: the largest COCO results file the value cap lets through (440,000
+    boxes, 42 MB) converts within 60 s and well under 1 GiB, and one value more is refused."""
+    from xbench.schemas import ImagesWriter
+    from xbench.schemas.convert_boxes import BOXES_JSON
+
+    ids = [f"case-{i:03d}" for i in range(100)]
+    w = ImagesWriter(tmp_path / "images.zarr", "phantom", case_ids=ids, classes=CLASSES, image_size=8, cases_per_block=100)
+    w.write_block(0, np.zeros((100, 8, 8), np.uint8), np.full((100, 2), 512, np.int32))
+    w.finish()
+    rng = np.random.default_rng(0)
+    xy, wh, score = rng.random((440_000, 2)) * 400, 10 + rng.random((440_000, 2)) * 50, rng.random(440_000)
+    results = ",".join(f'{{"image_id":"{ids[k % 100]}","category_id":"{CLASSES[k % 3]}","bbox":[{xy[k, 0]:.1f},'
+                       f'{xy[k, 1]:.1f},{wh[k, 0]:.1f},{wh[k, 1]:.1f}],"score":{score[k]:.3f}}}' for k in range(440_000))
+    values = results.count(",") + results.count("{") + results.count("[") + 1
+    assert BOXES_JSON.max_elements - 50_000 < values <= BOXES_JSON.max_elements
+    (tmp_path / "at_cap.json").write_text(f"[{results}]")
+    more = results[:results.index("}", 600_000) + 1]  # a few thousand results more: past the cap
+    assert values + more.count(",") > BOXES_JSON.max_elements
+    (tmp_path / "past_cap.json").write_text(f"[{results},{more}]")
+    jobs = [{"argv": [str(tmp_path / f"{name}.json"), "--images", str(tmp_path / "images.zarr"), "--out",
+                      str(tmp_path / f"{name}.zarr"), "-q", *BUDGET]} for name in ("at_cap", "past_cap")]
+    at_cap, past_cap = run_all(jobs, tmp_path)
+    assert at_cap["rc"] == 0 and at_cap["seconds"] < 60 and at_cap["maxrss_mib"] < 700, at_cap
+    assert past_cap["rc"] == 2 and "holds more than 4,000,000 values" in past_cap["stderr"], past_cap
