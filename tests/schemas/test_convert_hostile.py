@@ -268,6 +268,12 @@ def h5_not_utf8(d):
     return _h5(d, case_id=lambda g: g.create_dataset("case_id", data=np.array([b"\xff\xfe"] + [i.encode() for i in IDS[1:]])))
 
 
+def h5_truncated(d):
+    src = h5_base(d / "src.h5")
+    src.write_bytes(src.read_bytes()[:3000])
+    return [str(src)]
+
+
 def npz_symlink_outside(d):
     src = npz_base(d)
     np.savez(d / "outside.npz", scores=np.ones(3), saliency=np.ones((3, 4, 4)))
@@ -430,6 +436,7 @@ ATTACKS = {
     "h5_reference_attribute": (h5_reference_attribute, "attribute 'pointer': has a reference type"),
     "h5_huge_attribute": (h5_huge_attribute, "attribute 'notes': is larger than the limit"),
     "h5_not_utf8": (h5_not_utf8, "holds a string that is not UTF-8"),
+    "h5_truncated": (h5_truncated, "not a readable HDF5 file"),
     "npz_symlink_outside": (npz_symlink_outside, "case-02.npz: is a symbolic link"),
     "npz_symlink_inside": (npz_symlink_inside, "case-99.npz: is a symbolic link"),
     "npz_symlink_to_device": (npz_symlink_to_device, "case-99.npz: is a symbolic link"),
@@ -552,3 +559,23 @@ def test_a_source_at_the_caps_converts_within_the_budget(tmp_path):
     at_cap, past_cap = run_all(jobs, tmp_path)
     assert at_cap["rc"] == 0 and at_cap["seconds"] < 60 and at_cap["maxrss_mib"] < 700, at_cap
     assert past_cap["rc"] == 2 and "holds more than 4,000,000 values" in past_cap["stderr"], past_cap
+
+
+def test_source_attributes_never_rewrite_what_the_store_is(tmp_path):
+    """HDF5 root attributes are copied as provenance; ones named like the store's own (kind, schema_minor, ...)
+    are kept apart under source_attributes instead of turning the submission into an 'images' store or a
+    TypeError."""
+    src = h5_base(tmp_path / "src.h5")
+    with h5py.File(src, "a") as f:
+        f.attrs["kind"], f.attrs["schema_minor"], f.attrs["complete"] = "images", "x", 0
+        f.attrs["_xbench_writer_spec"], f.attrs["team"] = "forged", "blue"
+    res = subprocess.run([sys.executable, "-c", "from xbench.schemas.cli import convert_main; convert_main()", "src.h5",
+                          "--out", "sub.zarr", "-q"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    from xbench.schemas import read_submission, validate_submission
+
+    attrs = read_submission(tmp_path / "sub.zarr").attrs
+    assert attrs["kind"] == "submission" and attrs["complete"] is True and attrs["team"] == "blue"
+    assert attrs["source_attributes"] == {"kind": "images", "schema_minor": "x", "complete": 0,
+                                          "_xbench_writer_spec": "forged"}
+    assert validate_submission(tmp_path / "sub.zarr") == []
