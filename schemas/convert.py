@@ -37,6 +37,8 @@ import os
 import re
 import shutil
 import signal
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -553,24 +555,43 @@ def _user_terms(exc: InputError, tmp: Path, out: Path) -> InputError:
     return InvalidStoreError(problems, None if exc.headline is None else fix(exc.headline))
 
 
+_STOP = threading.Event()  # set by a SIGTERM/SIGINT during a conversion (see terminate_as_interrupt)
+
+
+def _check_stop() -> None:
+    """Raise KeyboardInterrupt when a stop was asked for: the exception a signal handler raises can land
+    inside a finaliser or a weakref callback, where Python prints and drops it; the flag is not dropped."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def terminate_as_interrupt():
-    """SIGTERM (a platform stopping the job, ``kill``) behaves as Ctrl-C: the work folder is removed on the
-    way out. Only in the main thread (elsewhere signal handlers cannot be set)."""
-    import threading
-
+    """SIGTERM (a platform stopping the job, ``kill``) and SIGINT behave as Ctrl-C: the work folder is removed
+    on the way out and nothing is published, even when the interrupt lands where Python swallows it. Only in
+    the main thread (elsewhere signal handlers cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
+        _STOP.set()
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def unraisable(info, default=sys.unraisablehook):
+        if not (_STOP.is_set() and isinstance(info.exc_value, KeyboardInterrupt)):
+            default(info)  # our own interrupt, dropped inside a finaliser, is not a traceback on stderr
+
+    _STOP.clear()
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        sys.unraisablehook = hook
+        _STOP.clear()
 
 
 #: root attributes of the store that a source's own attributes may not set (they say what the store is)
@@ -626,6 +647,7 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
                 start, stop = writer.block_rows(name, b)
                 scores, maps = _stored(*converted.blocks(name, start, stop), map_dtype, where, start, "case")
                 writer.write_block(name, b, scores, maps)
+                _check_stop()
                 if progress:
                     progress(stop - start)
             if len(spec.query_ids) and not spec.phrases_unsupported:
@@ -634,10 +656,12 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
                     scores, maps = _stored(*converted.phrase_blocks(name, start, stop), map_dtype, where, start,
                                            "phrase row")
                     writer.write_query_block(name, b, scores, maps)
+                    _check_stop()
         writer.finish()
         problems = validate_submission(tmp, gt)
         if problems:
             raise InvalidStoreError(problems)
+        _check_stop()  # the last word before publishing: a swallowed interrupt still publishes nothing
         if os.path.lexists(out):
             raise InvalidStoreError(Problem(str(out), "appeared while converting; remove it or choose another --out"))
         os.rename(tmp, out)

@@ -116,3 +116,30 @@ def test_help_shows_the_budget_flags_with_the_scorers_defaults():
     for flag, default in (("--max-memory", "2GiB"), ("--timeout", "1800")):
         assert flag in res.stdout and flag in score.stdout
         assert default in res.stdout.split(flag, 1)[1].split("--", 1)[0].replace("\n", " ")
+
+
+def test_an_interrupt_python_swallows_still_stops_the_conversion(capsys):
+    """A signal handler's KeyboardInterrupt can land inside a weakref callback or a finaliser, where Python
+    prints "Exception ignored" and carries on (it happened to the SIGTERM test above): the stop flag still
+    stops the conversion before anything is published, and no traceback reaches stderr."""
+    import gc
+    import weakref
+
+    from xbench.schemas import convert
+
+    class Obj:
+        pass
+
+    def callback(_):
+        raise KeyboardInterrupt
+
+    with convert.terminate_as_interrupt():
+        convert._STOP.set()  # what the handler does first
+        obj = Obj()
+        ref = weakref.ref(obj, callback)
+        del obj
+        gc.collect()
+        with pytest.raises(KeyboardInterrupt):
+            convert._check_stop()
+    assert ref() is None and capsys.readouterr().err == ""
+    convert._check_stop()  # the flag is cleared on the way out
