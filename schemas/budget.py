@@ -619,8 +619,28 @@ class Watchdog:
         self._thread.join()
 
 
+#: what runs before the watchdog ends the process (a command's clean-up of its hidden work folder)
+_on_stop: list = []
+
+
+def on_stop(fn):
+    """Run ``fn()`` if the watchdog stops the process; returns a function that forgets it again."""
+    _on_stop.append(fn)
+
+    def forget() -> None:
+        if fn in _on_stop:
+            _on_stop.remove(fn)
+
+    return forget
+
+
 def _stop(message: str) -> None:
     try:
+        for fn in list(_on_stop):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - leaving is what matters now
+                pass
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
     finally:

@@ -110,10 +110,8 @@ _OPEN = re.compile(r"[\[{]")
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
-def _nesting_and_count(text: str, string_re: re.Pattern) -> tuple[int, int]:
-    """(deepest bracket nesting, number of container separators and openers) outside strings, without
-    recursion: strings are cut out first, so the cost is linear and bounded by the size cap."""
-    bare = string_re.sub('""', text)
+def _deepest(bare: str) -> int:
+    """The deepest bracket nesting of ``bare`` (strings already cut out), without recursion."""
     depth = deepest = 0
     for m in _BRACKET.finditer(bare):
         if m.group() in "[{":
@@ -121,19 +119,30 @@ def _nesting_and_count(text: str, string_re: re.Pattern) -> tuple[int, int]:
             deepest = max(deepest, depth)
         else:
             depth -= 1
-    return deepest, bare.count(",") + len(_OPEN.findall(bare))
+    return deepest
+
+
+def _nesting_and_count(text: str, string_re: re.Pattern) -> tuple[int, int]:
+    """(deepest bracket nesting, number of container separators and openers) outside strings, without
+    recursion: strings are cut out first, so the cost is linear and bounded by the size cap."""
+    bare = string_re.sub('""', text)
+    return _deepest(bare), bare.count(",") + bare.count("[") + bare.count("{")
 
 
 def _check_shape(text: str, where: str, lim: TextLimits, string_re: re.Pattern) -> None:
     # A document with fewer brackets than the depth cap cannot nest past it: skip the scan.
     if text.count("[") + text.count("{") <= lim.max_depth and text.count(",") <= lim.max_elements:
         return
-    depth, elements = _nesting_and_count(text, string_re)
-    if depth > lim.max_depth:
-        raise _fail(where, f"nests {depth} levels deep; the limit is {lim.max_depth}", limit=True)
+    bare = string_re.sub('""', text)
+    # the count first: it runs at C speed, so a huge flat document is refused in a second, before the
+    # bracket walk (a Python loop over every bracket) starts
+    elements = bare.count(",") + bare.count("[") + bare.count("{")
     if elements > lim.max_elements:
         raise _fail(where, f"holds more than {lim.max_elements:,} values; the limit is {lim.max_elements:,}",
                     limit=True)
+    depth = _deepest(bare)
+    if depth > lim.max_depth:
+        raise _fail(where, f"nests {depth} levels deep; the limit is {lim.max_depth}", limit=True)
 
 
 def parse_json(data: bytes | str, where: str, limits: TextLimits = DEFAULT) -> Any:

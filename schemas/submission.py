@@ -68,7 +68,7 @@ class DatasetSpec:
     score_kind: str = "logit"
     unsupported: Sequence[str] = ()
     query_ids: Sequence[str] = ()  # phrase rows to write (in images.zarr order), if any
-    phrases_unsupported: str | None = None  # why the model writes no phrase rows (it has some)
+    phrases_unsupported: str | None = None  # why the model writes no phrase rows (recorded even without query_ids)
 
     def check(self, name: str) -> None:
         problems = []
@@ -185,7 +185,7 @@ class SubmissionWriter:
                         "score_kind": s.score_kind,
                         "unsupported": sorted(s.unsupported),
                         **({"queries": _blocks.strings_digest(s.query_ids), "phrases_unsupported": s.phrases_unsupported}
-                           if len(s.query_ids) else {}),
+                           if len(s.query_ids) or s.phrases_unsupported else {}),
                     }
                     for name, s in sorted(datasets.items())
                 },
@@ -232,7 +232,7 @@ class SubmissionWriter:
                 g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
             )
             _blocks.create_ledger(g, n, cases_per_block)
-            if len(spec.query_ids) and spec.phrases_unsupported:
+            if spec.phrases_unsupported:  # with or without the ids (a converted source may not know them)
                 g.attrs[UNSUPPORTED_ATTR] = str(spec.phrases_unsupported)
             elif len(spec.query_ids):
                 q = len(spec.query_ids)
