@@ -193,3 +193,18 @@ def test_list_models_says_what_each_needs(tmp_path):
     assert rows["kad"]["weights_required"] and rows["kad"]["methods"] == ["cross-attention"]
     assert not rows["kad"]["method_selectable"] and rows["clip"]["method_selectable"]
     assert "hub id timm/vit_base_patch16_clip_224.openai" in rows["clip"]["weights"]
+
+
+def test_original_images_are_capped_by_pixel_count():
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from xbench.extract.runner import MAX_ORIGINAL_PIXELS, ExtractError, check_original_sizes
+
+    check_original_sizes("d", np.array([[2048, 2500], [1, 1]]))
+    side = int(MAX_ORIGINAL_PIXELS ** 0.5)
+    check_original_sizes("d", np.array([[side, side]]))
+    with pytest.raises(ExtractError, match=r"case 1 has an original image of 100000 x 100000 pixels \(2 case"):
+        check_original_sizes("d", np.array([[10, 10], [100_000, 100_000], [side + 1, side]]))
+    with pytest.raises(ExtractError, match="sides of at least 1"):
+        check_original_sizes("d", np.array([[0, 10]]))
