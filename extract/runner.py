@@ -121,7 +121,10 @@ class _Blocks(Dataset):
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
     if requested:
-        dev = torch.device(requested)
+        try:
+            dev = torch.device(requested)
+        except (RuntimeError, TypeError, ValueError):
+            raise ExtractError(f"--device {str(requested)[:40]!r} is not a device; give cpu, cuda or cuda:N") from None
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ExtractError(f"--device {requested}: CUDA is not available on this machine")
         if dev.type == "cuda" and dev.index is None:

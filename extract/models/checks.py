@@ -111,7 +111,7 @@ def check_request(model: str, overrides: Mapping[str, Any], *, method: str | Non
 
     ``overrides`` come from ``--model-option``; ``method``, ``device``, ``precision`` from the CLI options
     of those names (they win over the config's keys of the same names)."""
-    from . import MODELS, load_config
+    from . import list_models, load_config
 
     problems: list[Problem] = []
     if method is not None:
@@ -120,6 +120,14 @@ def check_request(model: str, overrides: Mapping[str, Any], *, method: str | Non
         problems.append(Problem("--device", f"{device!r} is not a device; give cpu, cuda, cuda:N (or mps)"))
     config = load_config(model, **dict(overrides))  # raises for an unknown name or an unreadable file
     label = str(model)
+    adapter = config.get("adapter")
+    if not isinstance(adapter, str) or (adapter not in list_models() and ":" not in adapter):
+        close = difflib.get_close_matches(str(adapter), list_models(), n=3) if isinstance(adapter, str) else []
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        problems.append(Problem(_where("adapter", overrides, label),
+                                f"unknown adapter {str(adapter)[:80]!r}.{hint} Registered: {', '.join(list_models())}, "
+                                "or module:attr of your own factory"))
+        raise InputError(problems)
     info = catalog.info(str(config.get("adapter")))
     if info is not None:
         problems += _unknown_keys(config, info, overrides, label)

@@ -130,6 +130,8 @@ def _alias_bomb(levels: int = 12) -> str:
     ("twice.yaml", "adapter: dog\nsigma: 0.2\nsigma: 0.3\n", "given twice"),
     ("digits.json", '{"adapter": "dog", "seed": ' + "9" * 5000 + "}", "integer of 5000 digits"),
     ("text.yaml", "- just\n- a list\n", "a model config must be a mapping"),
+    ("adapter.yaml", "adapter: open_clpi\n", "unknown adapter 'open_clpi'. Did you mean: open_clip?"),
+    ("adapters.yaml", "adapter: [dog]\n", "unknown adapter"),
     ("tagged.yaml", "adapter: dog\nname: !!python/object/apply:os.system [echo pwned]\n", "not valid YAML"),
 ])
 def test_hostile_model_configs_are_refused_within_budget(images, tmp_path, name, text, fragment):

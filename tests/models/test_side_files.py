@@ -169,3 +169,16 @@ def _cli_run():
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def test_text_encoder_folder_json_is_bounded(tmp_path):
+    pytest.importorskip("transformers")
+    from xbench.extract.models.crossattn.common import build_bert_from_config, load_tokenizer
+
+    (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 32, "hidden_size": 64}')
+    with pytest.raises(InputError, match="text encoder: .*config.json: has the key 'hidden_size' twice"):
+        build_bert_from_config(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    (tmp_path / "tokenizer_config.json").write_text("[" * 1000 + "]" * 1000)
+    with pytest.raises(InputError, match="tokenizer: .*tokenizer_config.json: nests 1000 levels deep"):
+        load_tokenizer(tmp_path)

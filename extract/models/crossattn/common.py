@@ -347,6 +347,10 @@ def _local_dir(path: str | os.PathLike | None, what: str) -> Path:
     p = Path(path).expanduser()
     if not (p / "config.json").is_file():
         raise AdapterConfigError(f"{what}: {p} is not a Hugging Face model folder (no config.json)")
+    from ..files import check_model_json
+
+    for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        check_model_json(p / name, what)  # bounded before transformers parses them itself
     return p
 
 
@@ -377,6 +381,10 @@ def load_tokenizer(path: str | os.PathLike, **kwargs):
     p = Path(path).expanduser() if path else None
     if p is None or not p.is_dir():
         raise AdapterConfigError(f"tokenizer: {path} is not a local folder")
+    from ..files import check_model_json
+
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "config.json"):
+        check_model_json(p / name, "tokenizer")  # bounded before transformers parses them itself
     return AutoTokenizer.from_pretrained(str(p), local_files_only=True, **kwargs)
 
 
@@ -559,5 +567,8 @@ def option(config: Mapping, key: str, default=None):
 def pick_device(config: Mapping) -> torch.device:
     dev = config.get("device")
     if dev:
-        return torch.device(dev)
+        try:
+            return torch.device(dev)
+        except (RuntimeError, TypeError, ValueError):
+            raise AdapterConfigError(f"device: {str(dev)[:40]!r} is not a device; give cpu, cuda or cuda:N") from None
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
