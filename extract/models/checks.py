@@ -120,6 +120,7 @@ def check_request(model: str, overrides: Mapping[str, Any], *, method: str | Non
         problems.append(Problem("--device", f"{device!r} is not a device; give cpu, cuda, cuda:N (or mps)"))
     config = load_config(model, **dict(overrides))  # raises for an unknown name or an unreadable file
     label = str(model)
+    problems += _loose_yaml_trust(model)
     adapter = config.get("adapter")
     if not isinstance(adapter, str) or (adapter not in list_models() and ":" not in adapter):
         close = difflib.get_close_matches(str(adapter), list_models(), n=3) if isinstance(adapter, str) else []
@@ -144,6 +145,32 @@ def check_request(model: str, overrides: Mapping[str, Any], *, method: str | Non
     if problems:
         raise InputError(problems)
     return config
+
+
+#: YAML 1.1 spellings PyYAML reads as booleans that YAML 1.2 reads as text.
+_YAML11_ONLY = frozenset("y Y yes Yes YES n N no No NO on On ON off Off OFF".split())
+
+
+def _loose_yaml_trust(model: str) -> list[Problem]:
+    """``trust_checkpoint: yes`` (or on, no, off) in a YAML config: the loader would read a boolean, YAML 1.2
+    and most people would not; consent to run code must be written ``true``. (The file was already read
+    through the bounded reader, so this second pass over its events is bounded too.)"""
+    path = Path(model).expanduser()
+    if path.suffix.lower() not in (".yaml", ".yml") or not path.is_file():
+        return []
+    import yaml
+
+    problems, previous = [], None
+    for event in yaml.parse(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.ScalarEvent):
+            if previous == "trust_checkpoint" and event.style is None and event.value in _YAML11_ONLY:
+                problems.append(Problem(f"{model}: trust_checkpoint",
+                                        f"must be written true or false, not {event.value!r} (line "
+                                        f"{event.start_mark.line + 1}), which YAML 1.2 reads as text; {TRUST_HOW}"))
+            previous = event.value
+        else:
+            previous = None
+    return problems
 
 
 def _method_names() -> list[str]:
@@ -271,18 +298,19 @@ def _weights(config: Mapping, overrides: Mapping, label: str, info) -> list[Prob
     opts = config.get("options") if isinstance(config.get("options"), Mapping) else {}
     random_init = config.get("weights") == "random" or opts.get("random_init") is True or config.get("random_init") is True
     for key in PATH_KEYS:
-        value = config.get(key)
+        value, at = config.get(key), key
         if key in opts and not value:
-            value = opts.get(key)
+            value, at = opts.get(key), f"options.{key}"
         if not isinstance(value, str) or value in ("random", ""):
             continue
         local = value[len("local-dir:"):] if value.startswith("local-dir:") else value
         looks_like_path = (value.startswith("local-dir:") or local.startswith(("/", "~", "./", "../"))
                            or Path(local).suffix in (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz"))
-        if key == "embeddings_cache":
-            looks_like_path = True
+        if key == "embeddings_cache" or (key == "text_encoder" and info is not None
+                                         and info.kind in ("cross-attention", "word-region attention")):
+            looks_like_path = True  # these read local files only (no hub ids)
         if looks_like_path and not Path(local).expanduser().exists():
-            problems.append(Problem(_where(key, overrides, label),
+            problems.append(Problem(_where(at, overrides, label),
                                     f"{local}: no such file or folder; check the path or download the weights "
                                     "to it (extraction never downloads)"))
     check = PREFLIGHTS.get(str(config.get("adapter")))

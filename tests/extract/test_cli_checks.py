@@ -51,6 +51,8 @@ def test_a_typo_in_method_is_refused_before_torch_with_a_suggestion(images, tmp_
     (["--model", "clip-tiny", "--model-option", "map_size=[0, 3]"], "map_size: must be a positive integer"),
     (["--model", "kad", "--model-option", "weights=/nonexistent/KAD_512.pt"], "/nonexistent/KAD_512.pt: no such file"),
     (["--model", "kad"], "kad needs weights"),
+    (["--model", "kad", "--model-option", "weights=random", "--model-option", "text_encoder=Med-KEBERT"],
+     "Med-KEBERT: no such file or folder"),
     (["--model", "kad", "--model-option", "weights=random", "--model-option", "options.stagse=3"],
      "Did you mean: stages?"),
     (["--model", "biovil", "--method", "rollout"], "'rollout' is not available for biovil"),
@@ -102,6 +104,14 @@ def test_trust_checkpoint_as_a_string_in_a_config_file_is_refused(images, tmp_pa
     cfg.write_text(text)
     run = run_extract(["--model", cfg, "--images", images, "--out", tmp_path / "o.zarr"], tmp_path, no_torch=True)
     _refused(run, "trust_checkpoint: must be the boolean true or false, not the string 'false'")
+
+
+@pytest.mark.parametrize("word", ["yes", "on", "Y"])
+def test_yaml_11_booleans_do_not_give_trust(images, tmp_path, word):
+    cfg = tmp_path / "kad.yaml"
+    cfg.write_text(f"adapter: kad\nweights: random\noptions: {{trust_checkpoint: {word}}}\n")
+    run = run_extract(["--model", cfg, "--images", images, "--out", tmp_path / "o.zarr"], tmp_path, no_torch=True)
+    _refused(run, f"trust_checkpoint: must be written true or false, not '{word}' (line 3)")
 
 
 def test_unknown_config_keys_in_a_file_are_refused_with_suggestions(images, tmp_path):
