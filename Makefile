@@ -8,6 +8,11 @@ DEMO_OUT ?= demo-out
 # CPU); pyproject.toml only bounds it, so a GPU machine may bring its own build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 
+# Test workers: pytest-xdist processes (auto = one per usable core). Modules stay whole on one worker
+# (--dist loadscope), so a module's shared fixture is built once, not once per worker.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
+
 .PHONY: install demo test test-scorer-only bench clean s3rver
 
 install: $(VENV)/.installed
@@ -22,7 +27,7 @@ demo: install
 	$(BIN)/xbench demo --out $(DEMO_OUT)
 
 test: install s3rver
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 # An S3-compatible server (s3rver, from npm) for the s3:// tests, outside the package; where npm is missing
 # or unreachable the S3 test skips and everything else still runs.
@@ -38,7 +43,7 @@ test-scorer-only:
 	$(PYTHON) -m venv .venv-scorer
 	.venv-scorer/bin/python -m pip install -q --disable-pip-version-check ".[dev]"
 	.venv-scorer/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
-	cd tests && ../.venv-scorer/bin/python -m pytest -q -p no:cacheprovider schemas score test_packaging.py
+	cd tests && ../.venv-scorer/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) schemas score test_packaging.py
 
 bench: install
 	$(BIN)/python benchmarks/score_fullscale.py
