@@ -12,8 +12,7 @@ PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 # (--dist loadscope), so a module's shared fixture is built once, not once per worker.
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
-
-.PHONY: install demo test test-scorer-only bench clean s3rver
+.PHONY: install demo test test-scorer-only dist bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -37,16 +36,24 @@ s3rver:
 		npm install --silent --no-audit --no-fund --prefix .cache/s3rver s3rver@3.7.1 >/dev/null 2>&1 || \
 		echo "note: s3rver did not install; the S3 test will skip"
 
-# The scorer side alone, installed as a wheel (not editable) in its own venv, without torch.
-test-scorer-only:
+# The wheel and the sdist PyPI would get (dist/), checked with `twine check --strict`.
+dist: install
+	rm -rf dist
+	$(PIP_INSTALL) build twine
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+
+# The scorer side alone: the wheel from `make dist` installed (not editable) in its own venv, without torch.
+test-scorer-only: dist
 	rm -rf .venv-scorer
 	$(PYTHON) -m venv .venv-scorer
-	.venv-scorer/bin/python -m pip install -q --disable-pip-version-check ".[dev]"
+	.venv-scorer/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[dev]"
 	.venv-scorer/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
+	.venv-scorer/bin/python -c "import importlib.metadata as m; print('installed', m.version('xbench-cxr'))"
 	cd tests && ../.venv-scorer/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) schemas score test_packaging.py
 
 bench: install
 	$(BIN)/python benchmarks/score_fullscale.py
 
 clean:
-	rm -rf $(VENV) .venv-scorer $(DEMO_OUT) *.egg-info .cache/s3rver
+	rm -rf $(VENV) .venv-scorer $(DEMO_OUT) *.egg-info .cache/s3rver dist build

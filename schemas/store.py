@@ -119,7 +119,7 @@ def _open_remote(url: str, mode: str) -> zarr.Group:
         store = FsspecStore.from_url(url.rstrip("/"), read_only=True, storage_options=_storage_options(url))
     except ImportError as exc:
         raise InvalidStoreError(Problem(url, f"reading remote stores needs the 'remote' extra: pip install "
-                                             f"'xbench[remote]' (missing: {exc.name})")) from None
+                                             f"'xbench-cxr[remote]' (missing: {exc.name})")) from None
     except Exception as exc:  # noqa: BLE001 - an unusable URL is the user's problem, in one line
         raise InvalidStoreError(Problem(url, f"cannot open ({type(exc).__name__}: {exc})")) from None
     try:

@@ -202,7 +202,7 @@ def test_scorer_only_install_says_which_extra(ph, tmp_path, argv):
             "from xbench.cli import main\nmain(%r)" % argv)
     out = _fresh(code)
     assert out.returncode == 2, out.stderr
-    assert "needs the extract extra: pip install 'xbench[extract]'" in out.stderr and "Traceback" not in out.stderr
+    assert "needs the extract extra: pip install 'xbench-cxr[extract]'" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 

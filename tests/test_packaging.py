@@ -49,7 +49,7 @@ def test_a_subcommand_whose_extra_is_missing_says_what_to_install(monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "needs-torch", ("xbench_missing_module_for_test:cmd", "test", "extract"))
     res = CliRunner().invoke(cli.main, ["needs-torch"])
     assert res.exit_code == 2  # a usage error: this install cannot run the command
-    assert "pip install 'xbench[extract]'" in res.output and "Traceback" not in res.output
+    assert "pip install 'xbench-cxr[extract]'" in res.output and "Traceback" not in res.output
 
 
 def test_test_modules_have_unique_basenames():

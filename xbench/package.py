@@ -11,7 +11,7 @@ folder conventions:
   ``metadata.yaml`` (the command Codabench runs), ``score.py`` (calls :func:`codabench_main`) and the ground
   truth as ``gt.zarr.zip``. Codabench runs ``score.py INPUT OUTPUT``: the submission is in ``INPUT/res``, a
   ground truth in ``INPUT/ref`` (reference data) wins over the packaged one, and ``OUTPUT/scores.json`` is the
-  leaderboard file. The competition's Docker image needs ``pip install xbench`` (the scorer alone, no torch).
+  leaderboard file. The competition's Docker image needs ``pip install xbench-cxr`` (the scorer alone, no torch).
 
 On failure both exit non-zero and the last line on stderr is the reason, which is what the platforms show a
 participant. Submissions are only ever read: a zip is opened as a store, never extracted.
