@@ -12,7 +12,10 @@ PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 # (--dist loadscope), so a module's shared fixture is built once, not once per worker.
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
-.PHONY: install demo test test-scorer-only dist bench clean s3rver
+# The grand-challenge evaluation image `make container` builds (platforms/grand-challenge/build.sh).
+IMAGE ?= xbench-eval
+
+.PHONY: install demo test test-scorer-only dist container bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -51,6 +54,10 @@ test-scorer-only: dist
 	.venv-scorer/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
 	.venv-scorer/bin/python -c "import importlib.metadata as m; print('installed', m.version('xbench-cxr'))"
 	cd tests && ../.venv-scorer/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) schemas score test_packaging.py
+
+# The grand-challenge evaluation image (platforms/grand-challenge/Dockerfile); BASE=image picks the base.
+container:
+	platforms/grand-challenge/build.sh $(IMAGE)
 
 bench: install
 	$(BIN)/python benchmarks/score_fullscale.py
