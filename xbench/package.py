@@ -660,7 +660,8 @@ def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_pa
     \b
     Example:
       xbench package codabench-competition --gt-validation data/gt.zarr --gt-test gt_test.zarr \\
-          --docker-image docker.io/myteam/xbench-codabench:0.1.0 --test-start 2027-03-01 --out competition.zip
+          --docker-image docker.io/myteam/xbench-codabench:0.1.0 --validation-start 2027-01-04 \\
+          --test-start 2027-03-01 --out competition.zip
     """
     out_real = Path(os.path.realpath(out_path))
     problems = _check_gt("--gt-validation", gt_val, out_real) + _check_gt("--gt-test", gt_test, out_real)
