@@ -137,8 +137,11 @@ def software_versions() -> dict:
     """Installed versions of what shapes the numbers (read from package metadata: imports nothing)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist_name in ("xbench", "numpy", "zarr", "open_clip_torch", "transformers", "timm"):
+    from xbench import __version__
+
+    # xbench's own version from the package: its distribution is named xbench-cxr (pyproject.toml)
+    out = {"python": platform.python_version(), "torch": torch.__version__, "xbench": __version__}
+    for dist_name in ("numpy", "zarr", "open_clip_torch", "transformers", "timm"):
         try:
             out[dist_name] = version(dist_name)
         except PackageNotFoundError:

@@ -564,7 +564,7 @@ def _check_scheme(url: str) -> None:
 
 
 def _extra_missing(url: str, exc: ImportError) -> InvalidStoreError:
-    return _problem(url, f"reading remote stores needs the 'remote' extra: pip install 'xbench[remote]' "
+    return _problem(url, f"reading remote stores needs the 'remote' extra: pip install 'xbench-cxr[remote]' "
                          f"(missing: {exc.name})")
 
 

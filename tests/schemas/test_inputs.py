@@ -212,6 +212,7 @@ def test_escape_text_keeps_one_line():
 
 
 def test_every_deliberate_error_is_an_input_error():
+    pytest.importorskip("torch", reason="the extract side's errors import torch (make test-scorer-only has none)")
     from xbench.extract.datasets.base import ReaderError
     from xbench.extract.datasets.prepare import PrepareError
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
