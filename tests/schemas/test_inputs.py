@@ -70,7 +70,7 @@ def test_json_deep_is_fast():
     t = time.perf_counter()
     with pytest.raises(InputLimitError):
         inputs.parse_json(b"[" * 5_000_000, "f.json")
-    assert time.perf_counter() - t < 10
+    assert time.perf_counter() - t < 60  # the hostile-input budget
 
 
 def test_load_json_size_cap_and_special_files(tmp_path):
@@ -114,7 +114,7 @@ def test_yaml_hostile(text, words):
     t = time.perf_counter()
     with pytest.raises(InputError) as info:
         inputs.parse_yaml(text, "s.yaml")
-    assert time.perf_counter() - t < 10
+    assert time.perf_counter() - t < 60  # the hostile-input budget
     line = _one_line(info.value)
     assert line.startswith("s.yaml: ") and words in line, line
 
