@@ -8,7 +8,14 @@ DEMO_OUT ?= demo-out
 # CPU); pyproject.toml only bounds it, so a GPU machine may bring its own build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 
-.PHONY: install demo test test-scorer-only bench clean s3rver
+# Test workers: pytest-xdist processes (auto = one per usable core). Modules stay whole on one worker
+# (--dist loadscope), so a module's shared fixture is built once, not once per worker.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
+# The grand-challenge evaluation image `make container` builds (platforms/grand-challenge/build.sh).
+IMAGE ?= xbench-eval
+
+.PHONY: install demo test test-scorer-only dist container bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -22,7 +29,7 @@ demo: install
 	$(BIN)/xbench demo --out $(DEMO_OUT)
 
 test: install s3rver
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 # An S3-compatible server (s3rver, from npm) for the s3:// tests, outside the package; where npm is missing
 # or unreachable the S3 test skips and everything else still runs.
@@ -32,16 +39,28 @@ s3rver:
 		npm install --silent --no-audit --no-fund --prefix .cache/s3rver s3rver@3.7.1 >/dev/null 2>&1 || \
 		echo "note: s3rver did not install; the S3 test will skip"
 
-# The scorer side alone, installed as a wheel (not editable) in its own venv, without torch.
-test-scorer-only:
+# The wheel and the sdist PyPI would get (dist/), checked with `twine check --strict`.
+dist: install
+	rm -rf dist
+	$(PIP_INSTALL) build twine
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+
+# The scorer side alone: the wheel from `make dist` installed (not editable) in its own venv, without torch.
+test-scorer-only: dist
 	rm -rf .venv-scorer
 	$(PYTHON) -m venv .venv-scorer
-	.venv-scorer/bin/python -m pip install -q --disable-pip-version-check ".[dev]"
+	.venv-scorer/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[dev]"
 	.venv-scorer/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
-	cd tests && ../.venv-scorer/bin/python -m pytest -q -p no:cacheprovider schemas score test_packaging.py
+	.venv-scorer/bin/python -c "import importlib.metadata as m; print('installed', m.version('xbench-cxr'))"
+	cd tests && ../.venv-scorer/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) schemas score test_packaging.py
+
+# The grand-challenge evaluation image (platforms/grand-challenge/Dockerfile); BASE=image picks the base.
+container:
+	platforms/grand-challenge/build.sh $(IMAGE)
 
 bench: install
 	$(BIN)/python benchmarks/score_fullscale.py
 
 clean:
-	rm -rf $(VENV) .venv-scorer $(DEMO_OUT) *.egg-info .cache/s3rver
+	rm -rf $(VENV) .venv-scorer $(DEMO_OUT) *.egg-info .cache/s3rver dist build

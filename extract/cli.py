@@ -16,7 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads: set 
 import click
 
 from xbench.extract.saliency import method_names
-from xbench.schemas._cli import RESUME_HINT, UserError, command, progress, require_kind, warn
+from xbench.schemas._cli import RESUME_HINT, command, progress, warn
+from xbench.schemas.errors import InputError
 
 EXAMPLES = """
 \b
@@ -27,7 +28,8 @@ Examples:
   xbench-extract --model clip --model-option weights=/models/ViT-B-16.pt ...
   xbench-extract ... --nproc-per-node 4          # 4 local GPUs (re-launches via torchrun)
   torchrun --nnodes 2 --nproc-per-node 8 -m xbench.extract.cli ...   # several nodes
-  xbench-extract --list-models
+  xbench-extract --list-models              # what each model needs (weights, text encoder, nothing)
+  xbench-extract --list-methods             # the map methods, what they need, their papers
   xbench-extract --model dog --images images.zarr --out smoke.zarr --limit 8   # a smoke test
 
 A killed run is resumed by running the same command again.
@@ -35,24 +37,10 @@ A killed run is resumed by running the same command again.
 
 
 def _parse_options(items: tuple[str, ...]) -> dict:
-    """KEY=VALUE pairs (VALUE parsed as YAML: numbers, lists, true/false) into a nested dict."""
-    import yaml
+    """KEY=VALUE pairs into a nested dict (extract/models/checks.py: bounded, strict true/false)."""
+    from .models.checks import parse_model_options
 
-    out: dict = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--model-option")
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            parsed = value
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = parsed if parsed is not None else value
-    return out
+    return parse_model_options(items)
 
 
 def _bar_callback(enabled: bool):
@@ -76,29 +64,85 @@ def _bar_callback(enabled: bool):
     return update, close
 
 
+def _check(model: str, overrides: dict, method, device, precision, images: str, out: str) -> None:
+    """Every check that needs no torch, all problems at once: the model request (names, config keys and
+    values, weights paths: extract/models/checks.py) and the kinds of --images and --out.
+
+    Runs before the heavy imports (torch, open_clip, transformers: seconds) and the model load (up to a
+    minute), so a typo costs a second."""
+    from xbench.schemas._cli import store_kind_problem
+
+    from .models.checks import check_request
+
+    problems = []
+    try:
+        check_request(model, overrides, method=method, device=device, precision=precision)
+    except InputError as exc:
+        problems += exc.problems
+    images_problem = store_kind_problem(images, "images", "--images")
+    if images_problem:
+        problems.append(images_problem)
+    if Path(out).exists():  # refuse to resume into (or overwrite) a store of another kind
+        out_problem = store_kind_problem(out, "submission", "--out", unfinished_ok=True)
+        if out_problem:
+            problems.append(out_problem)
+    if problems:
+        raise InputError(problems)
+
+
 def _preflight(model: str, overrides: dict) -> None:
-    """Checks that need no torch: a model config file that parses and names paths that exist.
+    """The model request's torch-free checks alone (kept for callers such as ``xbench run --dry-run``)."""
+    from .models.checks import check_request
 
-    Runs before the heavy imports (torch, open_clip, transformers: seconds), so a wrong path fails at once.
-    A registered name's own defaults (e.g. clip's pretrained tag) are checked by its adapter later.
-    """
-    from .models import PATH_KEYS, load_config
-    from .models.presets import PREFLIGHTS
+    check_request(model, overrides)
 
-    config = load_config(model, **overrides)
-    for key in PATH_KEYS:
-        value = config.get(key)
-        if not isinstance(value, str) or value in ("random", ""):
-            continue
-        local = value[len("local-dir:"):] if value.startswith("local-dir:") else value
-        looks_like_path = value.startswith("local-dir:") or local.startswith(("/", "~", "./", "../")) \
-            or Path(local).suffix in (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
-        if looks_like_path and not Path(local).expanduser().exists():
-            raise UserError(f"{key}: {local}: no such file or folder (model {model!r}); check the path or "
-                            "download the weights to it (extraction never downloads)")
-    check = PREFLIGHTS.get(str(config.get("adapter")))
-    if check is not None:
-        check(config)
+
+def _list_methods(as_json: bool) -> None:
+    """One line per map method: what it computes, what it needs, which registered models run it, its paper."""
+    from .models import catalog
+    from .saliency import METHODS
+
+    rows = []
+    for name in METHODS.names():
+        m = METHODS.get(name)  # the method modules import torch only when a map is computed
+        needs = [catalog.NEEDS_MODELS[n] for n in sorted(m.needs) if catalog.NEEDS_MODELS.get(n)]
+        if len(needs) > 1:  # gradients are implied by the others' towers
+            needs = [catalog.NEEDS_MODELS[n] for n in sorted(m.needs) if n != "gradients" and catalog.NEEDS_MODELS.get(n)]
+        rows.append({"name": name, "description": m.description, "reference": m.reference,
+                     "needs": sorted(m.needs), "needs_text": "; ".join(needs) or "nothing beyond a dual encoder",
+                     "models": catalog.models_for_method(name), "selectable": True,
+                     "text_independent": m.class_agnostic})
+    for name, (description, reference) in catalog.OWN_METHODS.items():
+        rows.append({"name": name, "description": description, "reference": reference, "needs": [],
+                     "needs_text": "the model's own decoder (used automatically; not chosen with --method)",
+                     "models": catalog.models_for_method(name), "selectable": False, "text_independent": False})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        click.echo(f"{r['name']:<{width}}  {r['description']}. Needs: {r['needs_text']}. "
+                   f"Models: {', '.join(r['models'])}. Reference: {r['reference']}")
+
+
+def _list_models(as_json: bool) -> None:
+    """One line per registered model: what it is, what it needs (weights, text encoder, or nothing), its methods."""
+    from .models import catalog, list_models
+
+    rows = []
+    for name in list_models():
+        info = catalog.info(name)
+        rows.append(info.as_dict() if info is not None else
+                    {"name": name, "kind": "plugin", "summary": "installed by a package (entry point xbench.models)",
+                     "needs": "see the plugin's documentation", "methods": [], "method_selectable": None})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        methods = ", ".join(r["methods"]) if r.get("method_selectable") else (r["methods"] or ["its own"])[0] + " (its own)"
+        trust = "; checkpoint needs options.trust_checkpoint: true" if r.get("trust_checkpoint") else ""
+        click.echo(f"{r['name']:<{width}}  {r['kind']}: {r['summary']}. Needs {r['needs']}{trust}. Maps: {methods}")
 
 
 def _method_ignored(requested: str | None, summary: dict) -> str | None:
@@ -128,7 +172,7 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 @click.option("--images", type=click.Path(exists=True, file_okay=True, dir_okay=True), help="images.zarr made by xbench-prepare.")
 @click.option("--out", type=click.Path(), help="submission.zarr to write (resumed when it exists with the same spec).")
 @click.option("--method", default=None, help=f"Map method for dual encoders: {', '.join(method_names())} (default similarity; "
-              "docs/extract.md lists what each needs); cross-attention models use their own.")
+              "--list-methods says what each needs); cross-attention models use their own.")
 @click.option("--datasets", default=None, help="Comma-separated dataset keys to extract (default: all in the images store).")
 @click.option("--batch-size", default=32, show_default=True, type=int, help="Images per forward pass.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: this rank's GPU, else CPU).")
@@ -147,33 +191,34 @@ def _strip_nproc(argv: list[str]) -> list[str]:
                    "validated, not scored against the full ground truth).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
-@click.option("--list-models", is_flag=True, help="List registered model names and exit.")
+@click.option("--list-models", is_flag=True, help="List the registered models, what each needs (weights, a text "
+              "encoder, nothing) and its map methods, and exit (with --json: as JSON).")
+@click.option("--list-methods", is_flag=True, help="List the map methods (what each computes, the models it needs, "
+              "its reference) and exit (with --json: as JSON).")
 def main(model, images, out, method, datasets, batch_size, device, precision, workers, cases_per_block,
-         map_dtype, writer, model_options, nproc_per_node, overwrite, limit, quiet, as_json, list_models):
+         map_dtype, writer, model_options, nproc_per_node, overwrite, limit, quiet, as_json, list_models,
+         list_methods):
     """Extract per-class scores and whole-image saliency maps from a vision-language model.
 
     Reads images.zarr, applies the model's own preprocessing, and writes a submission.zarr that
     xbench-validate and xbench-score accept. Weights are read from local files or the offline
     Hugging Face cache only.
     """
-    from .models import list_models as _list
-
+    if list_methods:
+        _list_methods(as_json)
+        return
     if list_models:
-        names = _list()
-        click.echo(json.dumps(names) if as_json else "\n".join(names))
+        _list_models(as_json)
         return
     missing = [f"--{n}" for n, v in (("model", model), ("images", images), ("out", out)) if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}")
     if batch_size < 1:
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
-    require_kind(images, "images", "--images")
-    if Path(out).exists():
-        require_kind(out, "submission", "--out", unfinished_ok=True)  # refuse to resume into (or overwrite) a store of another kind
     overrides = _parse_options(model_options)
+    _check(model, overrides, method, device, precision, images, out)
     if method:
         overrides["method"] = method
-    _preflight(model, overrides)
     if nproc_per_node and nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
 

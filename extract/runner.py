@@ -121,7 +121,10 @@ class _Blocks(Dataset):
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
     if requested:
-        dev = torch.device(requested)
+        try:
+            dev = torch.device(requested)
+        except (RuntimeError, TypeError, ValueError):
+            raise ExtractError(f"--device {str(requested)[:40]!r} is not a device; give cpu, cuda or cuda:N") from None
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ExtractError(f"--device {requested}: CUDA is not available on this machine")
         if dev.type == "cuda" and dev.index is None:
@@ -134,8 +137,11 @@ def software_versions() -> dict:
     """Installed versions of what shapes the numbers (read from package metadata: imports nothing)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist_name in ("xbench", "numpy", "zarr", "open_clip_torch", "transformers", "timm"):
+    from xbench import __version__
+
+    # xbench's own version from the package: its distribution is named xbench-cxr (pyproject.toml)
+    out = {"python": platform.python_version(), "torch": torch.__version__, "xbench": __version__}
+    for dist_name in ("numpy", "zarr", "open_clip_torch", "transformers", "timm"):
         try:
             out[dist_name] = version(dist_name)
         except PackageNotFoundError:
@@ -176,6 +182,8 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         ds = store.datasets[name]
         adapter.dataset = name  # per-dataset prompt defaults (extract/models/prompts.toml)
         pixels[name] = input_pixels(adapter, name, ds.has_originals)
+        if pixels[name]["source"] == "original":
+            check_original_sizes(name, ds.orig_size[:opts.limit])
         adapter.set_classes(ds.classes)
         specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
                                   tuple(adapter.unsupported), **_phrase_spec(ds, adapter, opts.limit))
@@ -262,6 +270,26 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             "precision": precision, "rank": info.rank, "world_size": info.world_size,
             "blocks_written": written, "datasets": summary, "seconds": round(seconds, 3),
             "cases": cases}
+
+
+#: The most pixels one original image may have before a host transform decodes it (a 43 x 43 cm detector at
+#: 0.1 mm is 18.5 MP; this leaves room and keeps one case's working copies well under a gigabyte).
+MAX_ORIGINAL_PIXELS = 64 * 2**20
+
+
+def check_original_sizes(dataset: str, orig_size) -> None:
+    """Refuse, before any worker starts, a store whose original images are larger than
+    :data:`MAX_ORIGINAL_PIXELS` (or have a non-positive side): each would be decoded in full."""
+    sizes = np.asarray(orig_size, dtype=np.int64).reshape(-1, 2)
+    if not len(sizes):
+        return
+    pixels = sizes[:, 0] * sizes[:, 1]
+    bad = np.flatnonzero((sizes.min(axis=1) < 1) | (pixels > MAX_ORIGINAL_PIXELS))
+    if len(bad):
+        r = int(bad[0])
+        raise ExtractError(f"{dataset}: case {r} has an original image of {int(sizes[r, 0])} x {int(sizes[r, 1])} "
+                           f"pixels ({len(bad)} case(s) like it); the limit is {MAX_ORIGINAL_PIXELS // 2**20} MP "
+                           "and sides of at least 1")
 
 
 def ring_slots(workers: int) -> int:

@@ -36,7 +36,7 @@ EXIT_INTERRUPTED = 130
 
 RESUME_HINT = "interrupted; run the same command again to resume"
 NOT_WRITTEN_HINT = "interrupted; nothing was written"
-EXTRA_HINT = "needs the extract extra: pip install 'xbench[extract]'"
+EXTRA_HINT = "needs the extract extra: pip install 'xbench-cxr[extract]'"
 
 #: Top-level modules that only the extract extra installs: an ImportError naming one of them is a missing extra.
 EXTRA_MODULES = frozenset({"torch", "torchvision", "open_clip", "transformers", "timm", "pydicom", "pylibjpeg",
@@ -276,6 +276,7 @@ class _Lines:
     """Progress for a log file or a pipe: a line at most every ``interval`` seconds, and one at the end."""
 
     def __init__(self, total: int | None, desc: str, unit: str, interval: float, stream, initial: int = 0) -> None:
+        desc = escape_text(desc)  # a description may name a dataset group or a file from the input
         self.total, self.desc, self.unit, self.interval, self.stream = total, desc, unit, interval, stream
         self.n = initial
         self._last = time.monotonic()
@@ -307,7 +308,7 @@ class _Bar:
     def __init__(self, total: int | None, desc: str, unit: str, stream, initial: int = 0) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, desc=desc, unit=unit, file=stream, leave=False, dynamic_ncols=True,
+        self._bar = tqdm(total=total, desc=escape_text(desc), unit=unit, file=stream, leave=False, dynamic_ncols=True,
                          initial=initial)
 
     def update(self, n: int = 1) -> None:
@@ -399,10 +400,13 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
     accepts a submission whose extraction has not finished (the one a resumed extraction writes into).
     Kinds: images, ground-truth, submission (the root attribute ``xbench.kind``).
     """
-    path = Path(path)
-    if not path.exists():
+    from xbench.schemas.paths import is_remote
+
+    remote = is_remote(path)
+    path = str(path) if remote else Path(path)  # a URL stays a string: Path would fold its "//"
+    if not remote and not path.exists():
         return f"{path}: no such file or folder ({role})"
-    if str(path).endswith(".zip") and path.is_file():
+    if not remote and str(path).endswith(".zip") and path.is_file():
         inner = _zip_folder(path)
         if inner is not None:
             return (f"{path}: the zip holds the folder {inner}/ instead of the store's contents; zip the contents: "
@@ -414,7 +418,7 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
                     "run the same xbench-extract command again to complete it")
         return None
     if kind is None:
-        if path.is_dir() and (path / "metrics.json").is_file():
+        if not remote and path.is_dir() and (path / "metrics.json").is_file():
             return f"{path}: this is a folder of scores (xbench-score output), not a store; {role} needs {_KIND_FILES[expected]}"
         return None  # not an XBench store at all: the validators list what is wrong
     what = {"images": "an images store", "ground-truth": "a ground-truth store", "submission": "a submission store"}[kind]

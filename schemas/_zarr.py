@@ -10,12 +10,25 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from zarr.abc.store import Store as StoreBase
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.buffer.cpu import as_numpy_array_wrapper
 from zarr.core.sync import sync
 
-__all__ = ["array_location", "as_numpy_array_wrapper", "get_buffer", "list_keys", "list_prefix", "register_codec_class",
-           "remove_partial_writes", "shard_index_size", "shard_index_table", "store_tag", "tag_store"]
+__all__ = ["StoreBase", "array_location", "as_numpy_array_wrapper", "buffer_prototype", "get_buffer", "list_keys", "list_prefix",
+           "register_codec_class", "remove_partial_writes", "run_sync", "shard_index_size", "shard_index_table",
+           "store_tag", "tag_store"]
+
+
+def buffer_prototype():
+    """Zarr's default buffer prototype (``.buffer.from_bytes(...)`` makes a buffer a store can return)."""
+    return default_buffer_prototype()
+
+
+def run_sync(coro):
+    """Run ``coro`` on Zarr's own event loop and return its result: the remote stores' clients are made on that
+    loop (where Zarr later calls the store's methods), so every request of a run shares their connections."""
+    return sync(coro)
 
 
 def get_buffer(store, key: str):

@@ -127,6 +127,19 @@ def json_depth(text: str) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]:
     """Problems of one ``zarr.json`` read as at most ``max_json_bytes + 1`` bytes."""
     if len(raw) > lim.max_json_bytes:
@@ -141,7 +154,9 @@ def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]
     if depth > lim.max_json_depth:
         return [Problem(where, f"metadata nests {depth} levels deep; the limit is {lim.max_json_depth}")]
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:  # Zarr's parser would keep the last value without a word
+        return [Problem(where, f"metadata has the key {str(exc)[:80]!r} twice in one object")]
     except ValueError as exc:
         return [Problem(where, f"metadata is not valid JSON ({exc})")]
     if not isinstance(doc, dict):
@@ -604,8 +619,28 @@ class Watchdog:
         self._thread.join()
 
 
+#: what runs before the watchdog ends the process (a command's clean-up of its hidden work folder)
+_on_stop: list = []
+
+
+def on_stop(fn):
+    """Run ``fn()`` if the watchdog stops the process; returns a function that forgets it again."""
+    _on_stop.append(fn)
+
+    def forget() -> None:
+        if fn in _on_stop:
+            _on_stop.remove(fn)
+
+    return forget
+
+
 def _stop(message: str) -> None:
     try:
+        for fn in list(_on_stop):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - leaving is what matters now
+                pass
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
     finally:

@@ -15,31 +15,38 @@ from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, co
 from .errors import Problem
 
 @command()
-@click.argument("store", type=click.Path(path_type=Path))
-@click.option("--gt", "gt_path", type=click.Path(path_type=Path), help="Ground-truth store: also check every case and class of it is present.")
+@click.argument("store", type=click.Path(path_type=str))
+@click.option("--gt", "gt_path", type=click.Path(path_type=str),
+              help="Ground-truth store (a folder, a .zarr.zip or a URL): also check every case and class of it is present.")
 @click.option("--kind", type=click.Choice(["auto", "submission", "images", "ground-truth"]), default="auto", show_default=True,
               help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when valid.")
 @budget_options
-def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
+def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
                  timeout: float) -> None:
-    """Check STORE (a .zarr directory or .zarr.zip) against the XBench contract.
+    """Check STORE (a .zarr directory, a .zarr.zip, or an https://, http:// or s3:// URL of a .zarr folder)
+    against the XBench contract.
 
     Every problem is printed on its own line on stderr and the exit code is 2; a valid store
     exits 0. Files and metadata are checked before any data is read, and no chunk may decode to
-    more than it declares, so a broken, huge or hostile store is rejected quickly.
+    more than it declares, so a broken, huge or hostile store is rejected quickly. A URL is read as
+    xbench-score reads it: the same limits, plus a deadline on every request.
 
     \b
     Examples:
       xbench-validate submission.zarr
       xbench-validate submission.zarr.zip --gt gt.zarr --json
+      xbench-validate http://127.0.0.1:8000/submission.zarr --gt gt.zarr --timeout 600
     """
     from .ground_truth import validate_ground_truth
     from .images import validate_images
+    from .paths import store_path
     from .submission import validate_submission
 
     apply_budget("xbench-validate", max_memory, timeout)
+    store = store_path(store)  # a URL stays a string: Path would fold its "//"
+    gt_path = None if gt_path is None else store_path(gt_path)
     if kind == "auto":
         kind = store_kind(store)[0] or "submission"
     # a store of another kind, a zipped folder, an unfinished extraction: one line saying so, not every
@@ -67,13 +74,13 @@ def validate_cmd(store: Path, gt_path: Path | None, kind: str, as_json: bool, qu
         click.echo(f"{store}: valid {kind} store")
 
 
-def _require(path: Path, kind: str, role: str) -> None:
+def _require(path: Path | str, kind: str, role: str) -> None:
     problem = store_kind_problem(path, kind, role)
     if problem:
         raise UserError(problem, data={"valid": False})
 
 
-def _with_gt(store: Path, gt_path: Path) -> list[Problem]:
+def _with_gt(store: Path | str, gt_path: Path | str) -> list[Problem]:
     from .ground_truth import validate_ground_truth
     from .submission import validate_submission
 
@@ -87,13 +94,13 @@ def _with_gt(store: Path, gt_path: Path) -> list[Problem]:
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="The submission.zarr to write (must not exist).")
 @click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path), help="Also validate the result against this ground truth before renaming it into place.")
-@click.option("--cases-per-block", default=64, show_default=True, help="Rows per stored chunk.")
+@click.option("--cases-per-block", default=64, show_default=True, type=click.IntRange(1, 65536), help="Rows per stored chunk.")
 @click.option("--map-dtype", type=click.Choice(["float16", "float32"]), default=None,
               help="Dtype of the stored maps [default: float16; float32 for boxes and points, whose maps are exact sums "
                    "of scores].")
 @click.option("--images", "images", type=click.Path(exists=True, path_type=Path),
-              help="Boxes and points (a .json SOURCE): the images.zarr giving each case's original size and the "
-                   "case list; required for them.")
+              help="Boxes and points (a .json SOURCE): the images.zarr giving each case's original size, the "
+                   "case list and the phrase rows; required for them.")
 @click.option("--mapping", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Boxes and points: a .json or .toml file naming categories (or free-text findings) -> XBench "
                    "findings, and the model.")
@@ -103,17 +110,27 @@ def _with_gt(store: Path, gt_path: Path) -> list[Problem]:
 @click.option("--dataset", help="COCO results: the dataset they are of (default: the images store's only one).")
 @click.option("--grid", default=64, show_default=True, type=click.IntRange(1, 1024),
               help="Boxes and points: cells per side of the written maps.")
+@click.option("--require-phrases", is_flag=True,
+              help="Refuse a dataset whose source holds no phrase rows (by default it is written with "
+                   "phrases_unsupported, so it scores with null phrase metrics).")
+@click.option("--phrases-reason", metavar="TEXT",
+              help="The reason recorded as phrases_unsupported for a dataset whose source holds no phrase rows and "
+                   "gives no reason of its own [default: \"the converted source holds no phrase rows\"].")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@budget_options
 def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: int, map_dtype: str,
                 images: Path | None, mapping: Path | None, coco_images: Path | None, dataset: str | None, grid: int,
-                quiet: bool, as_json: bool) -> None:
+                require_phrases: bool, phrases_reason: str | None, quiet: bool, as_json: bool, max_memory: str,
+                timeout: float) -> None:
     """Build a submission.zarr from SOURCE: one HDF5 file, a folder of per-case .npz files, or boxes
     and points in a .json file (COCO results, or a marks JSON; needs --images).
 
-    The layouts are described in the README ("Converting existing outputs") and docs/convert.md
-    (boxes and points, and the rule that turns them into maps). The store is written under a
-    temporary name and renamed to OUT only once it is complete and valid.
+    The layouts, phrase rows included, are described in docs/convert.md (and the README, "Converting
+    existing outputs"). A dataset whose source holds no phrase rows is declared phrases_unsupported
+    (--require-phrases refuses it instead). Nothing outside SOURCE is read: links, external HDF5
+    storage and virtual datasets are refused. The store is written under a hidden name and renamed
+    to OUT only once it is complete and valid; Ctrl-C, SIGTERM or a refusal leaves nothing behind.
 
     \b
     Examples:
@@ -121,9 +138,10 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
       xbench-convert npz_outputs/ --out submission.zarr --gt gt.zarr
       xbench-convert detections.json --images images.zarr --mapping categories.toml --out boxes.zarr
     """
-    from .convert import convert_hdf5, convert_npz_dir, count_cases
+    from .convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
     from .convert_boxes import convert_marks, is_marks_source
 
+    apply_budget("xbench-convert", max_memory, timeout)
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
     marks = is_marks_source(source)
@@ -135,16 +153,21 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
         raise UserError(f"{', '.join(given)}: only for boxes and points (a .json SOURCE); {source} is not one")
     if images is not None:
         _require(images, "images", "--images")
+    if phrases_reason is not None and not phrases_reason.strip():
+        raise click.BadParameter("give a reason (a few words)", param_hint="--phrases-reason")
     map_dtype = map_dtype or ("float32" if marks else "float16")
-    bar = progress(None if marks else count_cases(source), desc="convert", unit="case", enabled=not (quiet or as_json))
+    bar = progress(None, desc="convert", unit="case", enabled=not (quiet or as_json))
+    phrases = {"require_phrases": require_phrases, "phrases_reason": phrases_reason}
     try:
-        if marks:
-            convert_marks(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
-                          grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
-                          total=bar.set_total, gt=gt_path)
-        else:
-            convert = convert_npz_dir if source.is_dir() else convert_hdf5
-            convert(source, out, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update, gt=gt_path)
+        with terminate_as_interrupt():
+            if marks:
+                convert_marks(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
+                              grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
+                              total=bar.set_total, gt=gt_path, **phrases)
+            else:
+                convert = convert_npz_dir if source.is_dir() else convert_hdf5
+                convert(source, out, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
+                        total=bar.set_total, gt=gt_path, **phrases)
     finally:
         bar.close()
     if as_json:

@@ -1,148 +1,484 @@
-"""Build a submission.zarr from the layouts teams already have.
+"""Build a submission.zarr from the layouts teams already have (docs/convert.md has every layout in full).
 
-Two layouts are read (documented in the README, section "Converting existing outputs"):
-
-HDF5, one file::
+HDF5, one file (read through :mod:`xbench.schemas.hdf5_input`: nothing outside the file, no filter plugin,
+bounded decoding)::
 
     /                 attrs: model, method (and any other provenance, copied as is)
     /<dataset>/       attrs: classes (list of str), score_kind ("logit"|"probability"),
-                             unsupported (optional list of str)
+                             unsupported (optional list of str), phrases_unsupported (optional str)
         case_id   (N,)          strings (bytes or str)
-        scores    (N, C)        float
-        saliency  (N, C, h, w)  float
+        scores    (N, C)        numbers
+        saliency  (N, C, h, w)  numbers
+      optional phrase rows (all three or none):
+        query_id        (Q,)          strings
+        query_scores    (Q,)          numbers
+        query_saliency  (Q, h, w)     numbers (or (Q, 1, h, w))
 
-A folder of per-case .npz files::
+A folder of per-case .npz files (regular files only: no links, pipes or devices)::
 
     DIR/meta.json     {"model": ..., "method": ..., "provenance": {...},
                        "datasets": {"<dataset>": {"classes": [...], "score_kind": "logit",
-                                                  "unsupported": []}}}
-    DIR/<dataset>/<case_id>.npz     arrays: scores (C,), saliency (C, h, w)
+                                                  "unsupported": [], "phrases_unsupported": "<reason>"}}}
+    DIR/<dataset>/<case_id>.npz             arrays: scores (C,), saliency (C, h, w)
+    DIR/<dataset>/phrases/<query_id>.npz    optional phrase rows: scores (1,), saliency (1, h, w)
 
-The output is written under a temporary name beside ``out`` and renamed only when it is complete
-and valid, so a failed conversion never leaves a half-written submission.
+A dataset whose source holds no phrase rows is written with ``phrases_unsupported`` (the source's own
+reason, else :data:`NO_PHRASES`), so it scores against a ground truth with phrase rows and its phrase
+metrics are null; ``require_phrases`` makes such a dataset an error instead.
+
+The output is built in a hidden folder beside ``out`` named after this process's id and renamed into place
+only when it is complete and valid, so a failed conversion never leaves a half-written submission; what a
+killed conversion left is removed by the next one. Every message names the user's source and ``out``,
+never the hidden folder.
 """
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
-import tempfile
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .errors import InvalidStoreError, Problem
-from .paths import clean_leftovers, is_remote
-from .submission import DatasetSpec, SubmissionWriter, validate_submission
+from .errors import InputError, InputLimitError, InvalidStoreError, Problem
+from .paths import is_remote
+from .submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
 
 ProgressFn = Callable[[int], None]
+#: the reason recorded for a dataset whose source holds no phrase rows (docs/convert.md, "Phrase rows")
+NO_PHRASES = "the converted source holds no phrase rows"
+#: problems listed one a line before the rest are counted (a folder of 10^5 bad files stays readable)
+MAX_LISTED = 20
+#: entries of one dataset folder of an npz source (a folder of millions of names is refused, not listed)
+MAX_FOLDER_ENTRIES = 1_000_000
+#: a file in every hidden work folder of xbench-convert: the next run removes such folders of dead processes
+WORK_MARKER = ".xbench-convert"
 
 
-def convert_hdf5(src: str | Path, out: str | Path, *, cases_per_block: int = 64, map_dtype: str = "float16", progress: ProgressFn | None = None, gt=None) -> Path:
+class Problems(list):
+    """Problems, listed up to :data:`MAX_LISTED` and then counted."""
+
+    def add(self, where: str, message: str) -> None:
+        self.append(Problem(where, message))
+
+    def raise_if_any(self, cls=InvalidStoreError) -> None:
+        if not self:
+            return
+        shown = list(self[:MAX_LISTED])
+        if len(self) > MAX_LISTED:
+            shown.append(Problem("", f"... and {len(self) - MAX_LISTED} more problem(s) like these"))
+        raise cls(shown)
+
+
+@dataclass
+class Converted:
+    """A source read and checked, ready to write: what the submission says and how to read its rows.
+
+    ``blocks(name, start, stop)`` -> (scores (n, C), maps (n, C, h, w)); ``phrase_blocks(name, start, stop)``
+    -> (scores (n,), maps (n, h, w)) for the rows of ``specs[name].query_ids``."""
+
+    model: str
+    method: str
+    provenance: dict
+    specs: dict[str, DatasetSpec]
+    blocks: Callable
+    phrase_blocks: Callable | None = None
+    where: str = ""  # the source, as the user named it (for problems found while writing)
+
+
+def phrase_fields(where: str, query_ids, reason, *, require: bool, default_reason: str | None = None) -> dict:
+    """The phrase part of a DatasetSpec: the source's phrase rows, its declared reason, or the default reason.
+
+    ``require`` (``--require-phrases``): a dataset without phrase rows is a problem instead of unsupported."""
+    if query_ids and reason:
+        raise InputError(Problem(where, "holds phrase rows and also declares phrases_unsupported; give one or the other"))
+    if query_ids:
+        return {"query_ids": list(query_ids)}
+    if reason:
+        return {"phrases_unsupported": str(reason)}
+    if require:
+        raise InputError(Problem(where, "holds no phrase rows (--require-phrases); add them, or leave the option out "
+                                        "to declare phrases_unsupported"))
+    return {"phrases_unsupported": default_reason or NO_PHRASES}
+
+
+# -- HDF5 -------------------------------------------------------------------------------------------
+def convert_hdf5(src: str | Path, out: str | Path, *, cases_per_block: int = 64, map_dtype: str = "float16",
+                 progress: ProgressFn | None = None, total: ProgressFn | None = None, gt=None,
+                 require_phrases: bool = False, phrases_reason: str | None = None) -> Path:
     """Convert one HDF5 file (layout in the module docstring) into a submission store."""
-    import h5py
+    from .hdf5_input import H5Source, _first_line
 
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)
+    with H5Source(src) as h5:
+        try:
+            converted = read_hdf5(h5, src, cases_per_block, require_phrases, phrases_reason)
+        except (OSError, RuntimeError) as exc:  # HDF5's own word on a corrupt file (a B-tree, a heap)
+            raise InvalidStoreError(Problem(str(src), f"cannot be read as HDF5 ({_first_line(exc)})")) from None
+        if total:
+            total(sum(len(s.case_ids) for s in converted.specs.values()))
+        return _write(out, converted, cases_per_block, map_dtype, progress, gt)
+
+
+def _strings(value, where: str, problems: Problems, *, what: str) -> list[str] | None:
+    """A list of strings from an attribute value (one string is a list of one); None and a problem otherwise."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    problems.add(where, f"attribute '{what}' must be a list of strings")
+    return None
+
+
+def read_hdf5(h5, src: Path, cases_per_block: int, require_phrases: bool, phrases_reason: str | None) -> Converted:
+    """Check the whole file (links, types, layouts, sizes, attributes) and return how to read it."""
+    from .budget import limits
+    from .store import MAX_CASES, MAX_CLASSES, MAX_MAP_SIDE
+
+    root = h5.file
+    problems = Problems()
+    specs: dict[str, DatasetSpec] = {}
+    arrays: dict[str, dict] = {}
+    names = h5.names(root, f"{src}:/")
+    for name in names:
+        where = f"{src}:/{name}"
+        try:
+            g = h5.group(root, name, where)
+            attrs = h5.attrs(g, where)
+            got = {k: h5.dataset(g, k, f"{where}/{k}", kind=kind, ndim=nd)
+                   for k, kind, nd in (("case_id", "string", (1,)), ("scores", "number", (2,)),
+                                       ("saliency", "number", (4,)), ("query_id", "string", (1,)),
+                                       ("query_scores", "number", (1,)), ("query_saliency", "number", (3, 4)))}
+        except InputError as exc:
+            problems.extend(exc.problems)
+            continue
+        missing = [k for k in ("case_id", "scores", "saliency") if got[k] is None]
+        if missing:
+            problems.add(where, f"missing dataset(s): {', '.join(missing)}")
+            continue
+        n_before = len(problems)
+        classes = _strings(attrs.get("classes", []), where, problems, what="classes")
+        unsupported = _strings(attrs.get("unsupported", []), where, problems, what="unsupported")
+        score_kind = attrs.get("score_kind", "logit")
+        if score_kind not in SCORE_KINDS:
+            problems.add(where, f"attribute 'score_kind' must be 'logit' or 'probability', got {score_kind!r}")
+        reason = attrs.get("phrases_unsupported")
+        if reason is not None and not isinstance(reason, str):
+            problems.add(where, "attribute 'phrases_unsupported' must be a string (the reason)")
+        if classes is not None and not classes:
+            problems.add(where, "attribute 'classes' is missing")
+        if len(problems) > n_before:
+            continue
+        n, c = got["case_id"].shape[0], len(classes)
+        sal = got["saliency"].shape
+        if n > MAX_CASES or c > MAX_CLASSES:
+            problems.add(where, f"declares {n:,} cases and {c:,} classes; the limits are {MAX_CASES:,} and {MAX_CLASSES:,}")
+            continue
+        if got["scores"].shape != (n, c):
+            problems.add(f"{where}/scores", f"must be (N, C) = {(n, c)} (case_id and classes), got {got['scores'].shape}")
+        if sal[:2] != (n, c):
+            problems.add(f"{where}/saliency", f"must be (N, C, h, w) with (N, C) = {(n, c)}, got {sal}")
+        if not all(1 <= s <= MAX_MAP_SIDE for s in sal[2:]):
+            problems.add(f"{where}/saliency", f"map size {sal[2]}x{sal[3]} is outside 1..{MAX_MAP_SIDE} per side")
+        if got["case_id"].dset.dtype.itemsize * n > limits().max_chunk_bytes:
+            problems.add(f"{where}/case_id", "is larger than the memory budget allows (--max-memory)")
+        row_bytes = c * sal[2] * sal[3] * 8
+        if cases_per_block * row_bytes * 3 > limits().max_memory:
+            problems.add(where, f"a block of {cases_per_block} cases needs {cases_per_block * row_bytes * 3 / 2**20:.0f} "
+                                f"MiB, more than --max-memory; lower --cases-per-block")
+        query = [k for k in ("query_id", "query_scores", "query_saliency") if got[k] is not None]
+        if query and len(query) < 3:
+            problems.add(where, f"phrase rows need query_id, query_scores and query_saliency; it has only {', '.join(query)}")
+        query_ids: list[str] = []
+        if len(query) == 3:
+            q = got["query_id"].shape[0]
+            qs = got["query_saliency"].shape
+            want = [(q, sal[2], sal[3]), (q, 1, sal[2], sal[3])]
+            if got["query_scores"].shape != (q,) or qs not in want:
+                problems.add(where, f"phrase rows must be query_scores (Q,) and query_saliency (Q, h, w) = {want[0]} "
+                                    f"(the maps' size), got {got['query_scores'].shape} and {qs}")
+            elif q == 0:
+                problems.add(f"{where}/query_id", "is empty; leave the phrase arrays out instead")
+            elif got["query_id"].dset.dtype.itemsize * q > limits().max_chunk_bytes:
+                problems.add(f"{where}/query_id", "is larger than the memory budget allows (--max-memory)")
+        if len(problems) > n_before:
+            continue
+        try:
+            ids = [str(v) for v in got["case_id"].read().tolist()]
+            if len(query) == 3:
+                query_ids = [str(v) for v in got["query_id"].read().tolist()]
+            fields = phrase_fields(where, query_ids, reason, require=require_phrases, default_reason=phrases_reason)
+        except InputError as exc:
+            problems.extend(exc.problems)
+            continue
+        specs[name] = DatasetSpec(case_ids=ids, classes=classes, map_shape=(int(sal[2]), int(sal[3])),
+                                  score_kind=score_kind, unsupported=unsupported, **fields)
+        arrays[name] = got
     try:
-        f = h5py.File(src, "r")
-    except OSError as exc:
-        raise InvalidStoreError(Problem(str(src), f"not a readable HDF5 file ({exc})")) from None
-    with f:
-        problems: list[Problem] = []
-        specs: dict[str, DatasetSpec] = {}
-        for name, g in f.items():
-            where = f"{src}:/{name}"
-            missing = [k for k in ("case_id", "scores", "saliency") if k not in g]
-            if missing:
-                problems.append(Problem(where, f"missing dataset(s): {', '.join(missing)}"))
-                continue
-            classes = [_text(c) for c in np.atleast_1d(g.attrs.get("classes", []))]
-            if not classes:
-                problems.append(Problem(where, "attribute 'classes' is missing"))
-                continue
-            sal = g["saliency"]
-            if sal.ndim != 4:
-                problems.append(Problem(f"{where}/saliency", f"must be (N, C, h, w), got shape {sal.shape}"))
-                continue
-            specs[name] = DatasetSpec(
-                case_ids=[_text(c) for c in g["case_id"][...]],
-                classes=classes,
-                map_shape=(int(sal.shape[2]), int(sal.shape[3])),
-                score_kind=_text(g.attrs.get("score_kind", "logit")),
-                unsupported=[_text(c) for c in np.atleast_1d(g.attrs.get("unsupported", []))],
-            )
-        if problems:
-            raise InvalidStoreError(problems)
-        root_attrs = {k: _jsonable(v) for k, v in f.attrs.items()}
-        model = str(root_attrs.pop("model", src.stem))
-        method = str(root_attrs.pop("method", "unknown"))
+        root_attrs = h5.attrs(root, f"{src}:/")
+    except InputError as exc:
+        problems.extend(exc.problems)
+        root_attrs = {}
+    if not specs and not problems:
+        problems.add(str(src), "holds no dataset group (one group per dataset key, see docs/convert.md)")
+    problems.raise_if_any()
+    model, method = root_attrs.pop("model", src.stem), root_attrs.pop("method", "unknown")
 
-        def blocks(name: str, start: int, stop: int):
-            g = f[name]
-            return g["scores"][start:stop], g["saliency"][start:stop]
+    def blocks(name: str, start: int, stop: int):
+        return arrays[name]["scores"].rows(start, stop), arrays[name]["saliency"].rows(start, stop)
 
-        return _write(out, model, method, root_attrs, specs, blocks, cases_per_block, map_dtype, progress, gt)
+    def phrase_blocks(name: str, start: int, stop: int):
+        maps = arrays[name]["query_saliency"].rows(start, stop)
+        return arrays[name]["query_scores"].rows(start, stop), maps.reshape(maps.shape[0], *maps.shape[-2:])
+
+    return Converted(str(model), str(method), {"source": {"format": "hdf5", "file": src.name}, **root_attrs},
+                     specs, blocks, phrase_blocks, str(src))
 
 
-def convert_npz_dir(src: str | Path, out: str | Path, *, cases_per_block: int = 64, map_dtype: str = "float16", progress: ProgressFn | None = None, gt=None) -> Path:
+# -- a folder of .npz files -------------------------------------------------------------------------
+META_KEYS = ("model", "method", "provenance", "datasets")
+DATASET_META_KEYS = ("classes", "score_kind", "unsupported", "phrases_unsupported")
+PHRASES_FOLDER = "phrases"
+
+
+def convert_npz_dir(src: str | Path, out: str | Path, *, cases_per_block: int = 64, map_dtype: str = "float16",
+                    progress: ProgressFn | None = None, total: ProgressFn | None = None, gt=None,
+                    require_phrases: bool = False, phrases_reason: str | None = None) -> Path:
     """Convert a folder of per-case .npz files (layout in the module docstring)."""
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)
-    meta_path = src / "meta.json"
+    converted = read_npz_dir(src, cases_per_block, require_phrases, phrases_reason)
+    if total:
+        total(sum(len(s.case_ids) for s in converted.specs.values()))
+    return _write(out, converted, cases_per_block, map_dtype, progress, gt)
+
+
+def _entry_problem(path: Path) -> str | None:
+    """Why ``path`` may not be read as a member of an npz source (links, pipes and devices are not), or None."""
     try:
-        meta = json.loads(meta_path.read_text())
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    import stat
+
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link; members of the folder must be regular files (copy the file in)"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a pipe, socket or device)"
+    return None
+
+
+def _listing(folder: Path, problems: Problems) -> tuple[list[Path], Path | None] | None:
+    """The .npz files of a dataset folder (sorted) and its phrases folder, each checked; None when unusable."""
+    import stat
+
+    try:
+        st = os.lstat(folder)
     except FileNotFoundError:
-        raise InvalidStoreError(Problem(str(meta_path), "missing; it names the model, the method and each dataset's classes")) from None
-    except json.JSONDecodeError as exc:
-        raise InvalidStoreError(Problem(str(meta_path), f"not valid JSON ({exc})")) from None
-    problems: list[Problem] = []
+        problems.add(str(folder), "missing: meta.json lists this dataset")
+        return None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        problems.add(str(folder), "must be a folder (not a link) holding one .npz file per case")
+        return None
+    files, phrases = [], None
+    try:
+        with os.scandir(folder) as it:
+            for k, entry in enumerate(it):
+                if k >= MAX_FOLDER_ENTRIES:
+                    raise InputLimitError(Problem(str(folder), f"holds more than {MAX_FOLDER_ENTRIES:,} entries"))
+                path = folder / entry.name
+                if entry.name == PHRASES_FOLDER:
+                    if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                        problems.add(str(path), "must be a folder (not a link) of one .npz file per phrase row")
+                    else:
+                        phrases = path
+                    continue
+                if not entry.name.endswith(".npz"):
+                    continue  # not read (a README, a .DS_Store)
+                why = _entry_problem(path)
+                if why:
+                    problems.add(str(path), why)
+                    continue
+                files.append(path)
+    except OSError as exc:
+        problems.add(str(folder), f"cannot be listed ({exc.strerror or exc})")
+        return None
+    return sorted(files), phrases
+
+
+def _read_meta(src: Path) -> dict:
+    """meta.json, bounded and type-checked, one problem a line."""
+    from .inputs import CONFIG, load_json
+
+    meta_path = src / "meta.json"
+    why = _entry_problem(meta_path) if os.path.lexists(meta_path) else None
+    if not os.path.lexists(meta_path):
+        raise InvalidStoreError(Problem(str(meta_path), "missing; it names the model, the method and each dataset's classes"))
+    if why:
+        raise InvalidStoreError(Problem(str(meta_path), why))
+    meta = load_json(meta_path, limits=CONFIG)
+    problems = Problems()
+    if not isinstance(meta, dict):
+        raise InvalidStoreError(Problem(str(meta_path), 'must be an object {"model", "method", "datasets": {...}}'))
+    unknown = sorted(set(meta) - set(META_KEYS))
+    if unknown:
+        problems.add(str(meta_path), f"unknown key(s) {', '.join(map(repr, unknown))} (expected {', '.join(META_KEYS)})")
+    for key in ("model", "method"):
+        if key in meta and not isinstance(meta[key], str):
+            problems.add(f"{meta_path}: {key}", "must be a string")
+    if not isinstance(meta.get("provenance", {}), dict):
+        problems.add(f"{meta_path}: provenance", "must be an object")
+    datasets = meta.get("datasets")
+    if not isinstance(datasets, dict) or not datasets:
+        problems.add(f"{meta_path}: datasets", "must be an object naming each dataset's classes")
+        problems.raise_if_any()
+    for name, info in datasets.items():
+        where = f"{meta_path}: datasets.{name}"
+        if not isinstance(info, dict):
+            problems.add(where, 'must be an object {"classes": [...], "score_kind": ...}')
+            continue
+        unknown = sorted(set(info) - set(DATASET_META_KEYS))
+        if unknown:
+            problems.add(where, f"unknown key(s) {', '.join(map(repr, unknown))} (expected {', '.join(DATASET_META_KEYS)})")
+        classes = info.get("classes")
+        if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+            problems.add(f"{where}.classes", "must be a non-empty list of class names")
+        if info.get("score_kind", "logit") not in SCORE_KINDS:
+            problems.add(f"{where}.score_kind", f"must be 'logit' or 'probability', got {info.get('score_kind')!r}")
+        unsupported = info.get("unsupported", [])
+        if not (isinstance(unsupported, list) and all(isinstance(u, str) for u in unsupported)):
+            problems.add(f"{where}.unsupported", "must be a list of class names")
+        reason = info.get("phrases_unsupported")
+        if reason is not None and not isinstance(reason, str):
+            problems.add(f"{where}.phrases_unsupported", "must be a string (the reason)")
+        if name in (".", "..") or "/" in name or "\\" in name or not name:
+            problems.add(where, "is not a dataset key (a folder name inside the source)")
+    problems.raise_if_any()
+    return meta
+
+
+def _npz_bound(c: int, h: int, w: int) -> int:
+    """Bytes one case's (or phrase's) file may inflate to: its arrays in float64 and a little room for extras."""
+    return (c + c * h * w) * 8 + (1 << 16)
+
+
+def _load(path: Path, problems: Problems, max_bytes: int) -> dict | None:
+    from .inputs import load_npz
+
+    try:
+        arrays = load_npz(path, max_bytes=max_bytes)
+    except InputError as exc:
+        problems.extend(exc.problems)
+        return None
+    lacking = [k for k in ("scores", "saliency") if k not in arrays]
+    if lacking:
+        problems.add(str(path), f"lacks array(s) {', '.join(map(repr, lacking))} (needs scores and saliency)")
+        return None
+    for k in ("scores", "saliency"):
+        if arrays[k].dtype.kind not in "fiu":
+            problems.add(str(path), f"array {k!r} holds {arrays[k].dtype} values; numbers are expected")
+            return None
+    return arrays
+
+
+def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases_reason: str | None) -> Converted:
+    from .budget import limits
+    from .store import MAX_MAP_SIDE
+
+    meta = _read_meta(src)
+    problems = Problems()
     specs: dict[str, DatasetSpec] = {}
     files: dict[str, list[Path]] = {}
-    for name, info in sorted(meta.get("datasets", {}).items()):
+    phrase_files: dict[str, list[Path]] = {}
+    for name, info in sorted(meta["datasets"].items()):
         folder = src / name
-        paths = sorted(folder.glob("*.npz"))
-        if not paths:
-            problems.append(Problem(str(folder), "holds no .npz files"))
+        listed = _listing(folder, problems)
+        if listed is None:
             continue
-        first = _load_npz(paths[0], problems)
+        paths, phrases = listed
+        if not paths:
+            problems.add(str(folder), "holds no .npz files")
+            continue
+        classes = list(info["classes"])
+        first = _load(paths[0], problems, min(limits().max_chunk_bytes, _npz_bound(len(classes), MAX_MAP_SIDE, MAX_MAP_SIDE)))
         if first is None:
             continue
+        shape = first["saliency"].shape
+        if len(shape) != 3 or first["scores"].shape != (len(classes),) or shape[0] != len(classes):
+            problems.add(str(paths[0]), f"expected scores ({len(classes)},) and saliency ({len(classes)}, h, w) "
+                                        f"(classes in meta.json), got {first['scores'].shape} and {shape}")
+            continue
+        if not all(1 <= s <= MAX_MAP_SIDE for s in shape[1:]):
+            problems.add(str(paths[0]), f"map size {shape[1]}x{shape[2]} is outside 1..{MAX_MAP_SIDE} per side")
+            continue
+        query_ids: list[str] = []
+        if phrases is not None:
+            more = _listing(phrases, problems)
+            if more is None:
+                continue
+            phrase_files[name] = more[0]
+            query_ids = [p.stem for p in more[0]]
+            if not query_ids:
+                problems.add(str(phrases), "holds no .npz files; remove the folder or add one file per phrase row")
+                continue
+        try:
+            fields = phrase_fields(str(folder), query_ids, info.get("phrases_unsupported"), require=require_phrases,
+                                   default_reason=phrases_reason)
+        except InputError as exc:
+            problems.extend(exc.problems)
+            continue
         files[name] = paths
-        specs[name] = DatasetSpec(
-            case_ids=[p.stem for p in paths],
-            classes=list(info.get("classes", [])),
-            map_shape=tuple(first["saliency"].shape[-2:]),
-            score_kind=info.get("score_kind", "logit"),
-            unsupported=list(info.get("unsupported", [])),
-        )
-    if not specs and not problems:
-        problems.append(Problem(str(meta_path), "lists no datasets"))
-    if problems:
-        raise InvalidStoreError(problems)
+        specs[name] = DatasetSpec(case_ids=[p.stem for p in paths], classes=classes, map_shape=tuple(shape[1:]),
+                                  score_kind=info.get("score_kind", "logit"), unsupported=list(info.get("unsupported", [])),
+                                  **fields)
+    problems.raise_if_any()
+
+    def read_rows(paths: list[Path], c: int, h: int, w: int, flat: bool):
+        scores = np.empty((len(paths), c), np.float32)
+        maps = np.empty((len(paths), c, h, w), np.float32)
+        bad = Problems()
+        bound = _npz_bound(c, h, w)
+        for i, path in enumerate(paths):
+            why = _entry_problem(path)  # checked again: the folder may have changed since it was listed
+            if why:
+                bad.add(str(path), why)
+                continue
+            arrays = _load(path, bad, bound)
+            if arrays is None:
+                continue
+            s, m = arrays["scores"], arrays["saliency"]
+            if flat and s.shape in ((), (1,)) and m.shape in ((h, w), (1, h, w)):
+                s, m = s.reshape(1), m.reshape(1, h, w)
+            if s.shape != (c,) or m.shape != (c, h, w):
+                want = "scores (1,) and saliency (1, h, w)" if flat else f"scores {(c,)} and saliency {(c, h, w)}"
+                bad.add(str(path), f"expected {want}{f' = (1, {h}, {w})' if flat else ''}, got {s.shape} and {m.shape}")
+                continue
+            scores[i], maps[i] = s, m
+        bad.raise_if_any()
+        return scores, maps
 
     def blocks(name: str, start: int, stop: int):
         spec = specs[name]
-        c, (h, w) = len(spec.classes), spec.map_shape
-        scores = np.empty((stop - start, c), np.float32)
-        maps = np.empty((stop - start, c, h, w), np.float32)
-        bad: list[Problem] = []
-        for i, path in enumerate(files[name][start:stop]):
-            arrays = _load_npz(path, bad)
-            if arrays is None:
-                continue
-            if arrays["scores"].shape != (c,) or arrays["saliency"].shape != (c, h, w):
-                bad.append(Problem(str(path), f"expected scores {(c,)} and saliency {(c, h, w)}, got {arrays['scores'].shape} and {arrays['saliency'].shape}"))
-                continue
-            scores[i], maps[i] = arrays["scores"], arrays["saliency"]
-        if bad:
-            raise InvalidStoreError(bad)
-        return scores, maps
+        return read_rows(files[name][start:stop], len(spec.classes), *spec.map_shape, flat=False)
 
-    return _write(out, meta.get("model", src.name), meta.get("method", "unknown"), meta.get("provenance", {}), specs, blocks, cases_per_block, map_dtype, progress, gt)
+    def phrase_blocks(name: str, start: int, stop: int):
+        scores, maps = read_rows(phrase_files[name][start:stop], 1, *specs[name].map_shape, flat=True)
+        return scores[:, 0], maps[:, 0]
+
+    return Converted(str(meta.get("model", src.name)), str(meta.get("method", "unknown")),
+                     {"source": {"format": "npz-folder", "folder": src.name}, **meta.get("provenance", {})},
+                     specs, blocks, phrase_blocks, str(src))
 
 
+# -- writing ----------------------------------------------------------------------------------------
 def _refuse_out_in_inputs(out, src: Path, gt) -> None:
     """The new store may not go into what is converted nor into the ground truth (inputs are only read)."""
     inputs = {"the source": src, "the ground truth": getattr(gt, "path", gt)}
@@ -154,72 +490,184 @@ def _refuse_out_in_inputs(out, src: Path, gt) -> None:
         raise InvalidStoreError(problems)
 
 
-def _write(out, model, method, provenance, specs, blocks, cases_per_block, map_dtype, progress, gt) -> Path:
+_WORK = re.compile(r"^\..+\.xbench-new-(\d+)-[^/]*$")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process, or cannot tell: leave its folder alone
+    return True
+
+
+def clean_dead_conversions(parent: Path) -> list[Path]:
+    """Remove the hidden work folders that killed conversions left in ``parent`` (whatever their --out):
+    only folders holding :data:`WORK_MARKER` whose writer's process id is no longer running."""
+    removed = []
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _WORK.match(entry)
+        path = parent / entry
+        if not m or _pid_alive(int(m.group(1))) or path.is_symlink() or not (path / WORK_MARKER).is_file():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _work_dir(out: Path) -> Path:
+    """A new hidden folder beside ``out`` (named with this process's id) after cleaning dead runs' folders."""
+    from .paths import work_dir
+
+    folder = work_dir(out)  # also removes what dead runs left for this very --out
+    (folder / WORK_MARKER).write_text(f"xbench-convert, process {os.getpid()}\n")
+    clean_dead_conversions(folder.parent)
+    return folder
+
+
+def _remove(folder: Path) -> None:
+    # a write in flight on another thread (zarr's I/O loop) may recreate a file after the first pass
+    for _ in range(5):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            return
+        time.sleep(0.05)
+
+
+def _user_terms(exc: InputError, tmp: Path, out: Path) -> InputError:
+    """``exc`` with the hidden work folder's path replaced by ``out``, as the user named it."""
+    hidden = (str(tmp), str(tmp.parent))
+
+    def fix(text: str) -> str:
+        for h in hidden:
+            text = text.replace(h, str(out))
+        return text
+
+    problems = [Problem(fix(p.where), fix(p.message)) for p in exc.problems]
+    return InvalidStoreError(problems, None if exc.headline is None else fix(exc.headline))
+
+
+_STOP = threading.Event()  # set by a SIGTERM/SIGINT during a conversion (see terminate_as_interrupt)
+
+
+def _check_stop() -> None:
+    """Raise KeyboardInterrupt when a stop was asked for: the exception a signal handler raises can land
+    inside a finaliser or a weakref callback, where Python prints and drops it; the flag is not dropped."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (a platform stopping the job, ``kill``) and SIGINT behave as Ctrl-C: the work folder is removed
+    on the way out and nothing is published, even when the interrupt lands where Python swallows it. Only in
+    the main thread (elsewhere signal handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        _STOP.set()
+        raise KeyboardInterrupt
+
+    def unraisable(info, default=sys.unraisablehook):
+        if not (_STOP.is_set() and isinstance(info.exc_value, KeyboardInterrupt)):
+            default(info)  # our own interrupt, dropped inside a finaliser, is not a traceback on stderr
+
+    _STOP.clear()
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        sys.unraisablehook = hook
+        _STOP.clear()
+
+
+#: root attributes of the store that a source's own attributes may not set (they say what the store is)
+RESERVED = ("kind", "schema", "schema_minor", "version", "complete", "model", "method", "converted_by")
+
+
+def _provenance(attrs: dict) -> dict:
+    """The source's attributes as provenance: those named like the store's own attributes are kept apart."""
+    from ._blocks import SPEC_ATTR
+
+    kept = {k: v for k, v in attrs.items() if k not in (*RESERVED, SPEC_ATTR)}
+    apart = {k: v for k, v in attrs.items() if k not in kept}
+    return {"converted_by": "xbench-convert", **kept, **({"source_attributes": apart} if apart else {})}
+
+
+def _stored(scores, maps, map_dtype: str, where: str, start: int, row: str) -> tuple[np.ndarray, np.ndarray]:
+    """A block as it will be stored: scores float32, maps in ``map_dtype``. A value that is not finite, or
+    that the stored dtype cannot hold (it would become inf, with a NumPy warning), is one problem line."""
+    scores, maps = np.asarray(scores), np.asarray(maps)
+    for label, values, dtype in (("scores", scores, np.dtype(np.float32)), ("maps", maps, np.dtype(map_dtype))):
+        if values.dtype.kind != "f":
+            continue
+        top = np.finfo(dtype).max
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(values) | (np.abs(values) > top)
+        if bad.any():
+            first = start + int(np.argwhere(bad)[0][0])
+            hint = "" if label == "scores" or map_dtype == "float32" else "; --map-dtype float32 holds up to 3.4e38"
+            raise InvalidStoreError(Problem(where, f"{label} hold non-finite values (NaN, inf) or values beyond {dtype.name}'s "
+                                                   f"range (±{top:.5g}), first in {row} row {first}{hint}"))
+    return scores.astype(np.float32), maps.astype(map_dtype)
+
+
+def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) -> Path:
+    """Write ``converted`` into a hidden folder, validate it (against ``gt`` when given), rename it to ``out``."""
+    from .budget import on_stop
+
     out = Path(out)
-    if out.exists():
+    if os.path.lexists(out):
         raise InvalidStoreError(Problem(str(out), "already exists; remove it or choose another --out"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(out)  # what killed conversions left (the .partial- folders)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent)) / out.name
+    folder = _work_dir(out)
+    tmp = folder / out.name
+    forget = on_stop(lambda: _remove(folder))  # the watchdog's exit (--timeout, --max-memory) removes it too
     try:
         writer = SubmissionWriter.create(
-            tmp, model=model, method=method, provenance={"converted_by": "xbench-convert", **provenance},
-            datasets=specs, cases_per_block=cases_per_block, map_dtype=map_dtype,
+            tmp, model=converted.model, method=converted.method, provenance=_provenance(converted.provenance),
+            datasets=converted.specs, cases_per_block=cases_per_block, map_dtype=map_dtype,
         )
-        for name in specs:
+        for name, spec in converted.specs.items():
+            where = f"{converted.where}: {name}" if converted.where else name
             for b in writer.blocks_todo(name):
                 start, stop = writer.block_rows(name, b)
-                scores, maps = blocks(name, start, stop)
-                writer.write_block(name, b, np.asarray(scores, np.float32), np.asarray(maps))
+                scores, maps = _stored(*converted.blocks(name, start, stop), map_dtype, where, start, "case")
+                writer.write_block(name, b, scores, maps)
+                _check_stop()
                 if progress:
                     progress(stop - start)
+            if len(spec.query_ids) and not spec.phrases_unsupported:
+                for b in writer.query_blocks_todo(name):
+                    start, stop = writer.query_block_rows(name, b)
+                    scores, maps = _stored(*converted.phrase_blocks(name, start, stop), map_dtype, where, start,
+                                           "phrase row")
+                    writer.write_query_block(name, b, scores, maps)
+                    _check_stop()
         writer.finish()
         problems = validate_submission(tmp, gt)
         if problems:
             raise InvalidStoreError(problems)
-        tmp.rename(out)
+        _check_stop()  # the last word before publishing: a swallowed interrupt still publishes nothing
+        if os.path.lexists(out):
+            raise InvalidStoreError(Problem(str(out), "appeared while converting; remove it or choose another --out"))
+        os.rename(tmp, out)
+    except InputError as exc:
+        raise _user_terms(exc, tmp, out) from None
     finally:
-        shutil.rmtree(tmp.parent, ignore_errors=True)
+        forget()
+        _remove(folder)
     return out
-
-
-def _load_npz(path: Path, problems: list[Problem]) -> dict | None:
-    try:
-        with np.load(path) as z:
-            lacking = [k for k in ("scores", "saliency") if k not in z.files]
-            if lacking:
-                problems.append(Problem(str(path), f"lacks array(s) {', '.join(map(repr, lacking))} (needs scores and saliency)"))
-                return None
-            arrays = {k: z[k] for k in ("scores", "saliency")}
-    except Exception as exc:
-        problems.append(Problem(str(path), f"unreadable ({type(exc).__name__}: {exc})"))
-        return None
-    return arrays
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _jsonable(value):
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.ndarray):
-        return [_jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def count_cases(src: Path) -> int:
-    """Total number of cases a conversion will write (for the progress bar)."""
-    if src.is_dir():
-        return sum(1 for _ in src.glob("*/*.npz"))
-    import h5py
-
-    try:
-        with h5py.File(src, "r") as f:
-            return sum(int(g["case_id"].shape[0]) for g in f.values() if "case_id" in g)
-    except OSError:
-        return 0
-

@@ -20,6 +20,13 @@ Two sources are read (docs/convert.md has a worked example of each; the rule is 
 
   every key but ``datasets`` optional; ``normalised`` coordinates are fractions of the width (x) and
   height (y). A finding name maps through the mapping file, or is the finding's own name (any case).
+  Phrase rows: ``"phrases": {"<dataset>": {"<query_id>": {"boxes", "points", "score"}}}`` or
+  ``"phrases_unsupported": "<reason>"``; a COCO result with ``query_id`` in place of ``category_id`` is a
+  box of that phrase row (its ``image_id`` must be the phrase's own image).
+
+Both are untrusted input read through :func:`xbench.schemas.inputs.load_json` under :data:`BOXES_JSON`
+(size, depth and value count capped before parsing), with at most :data:`MAX_MARKS` marks in all and
+:data:`MAX_MARKS_PER_ITEM` per case and finding or phrase row.
 
 The mapping file (``.json`` or ``.toml``): ``model = "name"`` and a table ``categories`` of COCO
 category id or name, or free-text finding -> XBench finding (``""`` drops that category's marks).
@@ -38,25 +45,31 @@ point outside it, a score outside [0, 1].
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .errors import InvalidStoreError, Problem
+from .convert import MAX_LISTED, Problems, phrase_fields
+from .errors import InputLimitError, InvalidStoreError, Problem
+from .inputs import CONFIG, MiB, TextLimits, load_json, load_toml
 from .store import file_sha256
 from .submission import DatasetSpec
 
 DEFAULT_GRID = 64
-#: problems listed one a line before the rest are summed up (a file of 10^5 bad boxes stays readable)
-MAX_LISTED = 20
 COORDINATES = ("pixels", "normalised")
+#: marks (boxes and points) one source may hold in all, and per case and finding (or phrase row); with the
+#: JSON caps below they keep a conversion within a few hundred MiB whatever the file holds (docs/convert.md)
+MAX_MARKS = 1_000_000
+MAX_MARKS_PER_ITEM = 10_000
+#: a COCO results file or marks JSON: its size and JSON values are capped before it is parsed (a parsed
+#: value costs up to ~100 bytes of Python objects: 4 million of them stay under 0.5 GiB)
+BOXES_JSON = TextLimits(max_bytes=128 * MiB, max_depth=16, max_elements=4_000_000)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mark:
     """One box ``(x, y, w, h)`` or point ``(x, y)`` in original pixels, with its score."""
 
@@ -90,23 +103,32 @@ def _cell(v: float, n_native: int, n_cells: int) -> int:
 def mark_map(marks: list[Mark], orig_size: tuple[int, int], grid: int = DEFAULT_GRID) -> np.ndarray:
     """The (grid, grid) float64 map of one case and finding (the rule in the module docstring).
 
-    Marks must have been checked (:func:`mark_problem`): boxes lie at least partly inside the image.
+    Marks must have been checked (:func:`mark_problem`): boxes lie at least partly inside the image. The
+    cells a box covers are one run of rows by one run of columns (cell centres are sorted), found for all
+    boxes at once by binary search; each box then adds its score to that slice.
     """
     h0, w0 = (int(v) for v in orig_size)
     cy, cx = _centres(grid, h0), _centres(grid, w0)
     out = np.zeros((grid, grid), np.float64)
+    boxes = []
     for m in marks:
-        if not m.is_box:
+        if m.is_box:
+            boxes.append((*m.coords, m.score))
+        else:
             out[_cell(m.coords[1], h0, grid), _cell(m.coords[0], w0, grid)] += m.score
-            continue
-        x, y, w, h = m.coords
-        x0, x1 = max(x, 0.0), min(x + w, float(w0))
-        y0, y1 = max(y, 0.0), min(y + h, float(h0))
-        rows, cols = (cy >= y0) & (cy < y1), (cx >= x0) & (cx < x1)
-        if rows.any() and cols.any():
-            out[np.ix_(rows, cols)] += m.score
+    if not boxes:
+        return out
+    b = np.asarray(boxes, np.float64)
+    x0, x1 = np.maximum(b[:, 0], 0.0), np.minimum(b[:, 0] + b[:, 2], float(w0))
+    y0, y1 = np.maximum(b[:, 1], 0.0), np.minimum(b[:, 1] + b[:, 3], float(h0))
+    # half-open: the rows whose centre cy satisfies y0 <= cy < y1 are r0 .. r1 - 1
+    r0, r1 = np.searchsorted(cy, y0, "left"), np.searchsorted(cy, y1, "left")
+    c0, c1 = np.searchsorted(cx, x0, "left"), np.searchsorted(cx, x1, "left")
+    for k in range(len(b)):
+        if r1[k] > r0[k] and c1[k] > c0[k]:
+            out[r0[k]:r1[k], c0[k]:c1[k]] += b[k, 4]
         else:  # smaller than a cell, slipping between centres: never lost (the ground truth's per-lesion rule)
-            out[_cell((y0 + y1) / 2, h0, grid), _cell((x0 + x1) / 2, w0, grid)] += m.score
+            out[_cell((y0[k] + y1[k]) / 2, h0, grid), _cell((x0[k] + x1[k]) / 2, w0, grid)] += b[k, 4]
     return out
 
 
@@ -140,28 +162,24 @@ def mark_problem(coords: tuple[float, ...], score: float, orig_size: tuple[int, 
 
 
 # -- reading --------------------------------------------------------------------------------------------
-class _Problems(list):
-    """Problems, listed up to MAX_LISTED and then counted."""
-
-    def add(self, where: str, message: str) -> None:
-        self.append(Problem(where, message))
-
-    def raise_if_any(self) -> None:
-        if not self:
-            return
-        shown = list(self[:MAX_LISTED])
-        if len(self) > MAX_LISTED:
-            shown.append(Problem("", f"... and {len(self) - MAX_LISTED} more problem(s) like these"))
-        raise InvalidStoreError(shown)
+_Problems = Problems
 
 
-def _load_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidStoreError(Problem(str(path), f"cannot read the {what} ({exc})")) from None
-    except json.JSONDecodeError as exc:
-        raise InvalidStoreError(Problem(str(path), f"the {what} is not valid JSON ({exc})")) from None
+class _MarkCount:
+    """Counts marks as they are read: past :data:`MAX_MARKS` the source is refused at once (one line)."""
+
+    def __init__(self, src: Path) -> None:
+        self.src, self.n = src, 0
+
+    def add(self, n: int) -> None:
+        self.n += n
+        if self.n > MAX_MARKS:
+            raise InputLimitError(Problem(str(self.src), f"holds more than {MAX_MARKS:,} marks (boxes and points); "
+                                                         "the limit is stated in docs/convert.md (keep the top-scoring ones)"))
+
+
+def _load_json(path: Path, what: str, limits: TextLimits = BOXES_JSON) -> Any:
+    return load_json(path, limits=limits)
 
 
 def read_mapping(path: Path | None) -> dict:
@@ -170,14 +188,9 @@ def read_mapping(path: Path | None) -> dict:
         return {"model": None, "categories": {}}
     path = Path(path)
     if path.suffix.lower() == ".toml":
-        import tomllib
-
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise InvalidStoreError(Problem(str(path), f"not a readable TOML mapping file ({exc})")) from None
+        data = load_toml(path, limits=CONFIG)
     else:
-        data = _load_json(path, "mapping file")
+        data = _load_json(path, "mapping file", CONFIG)
     problems = _Problems()
     if not isinstance(data, dict):
         raise InvalidStoreError(Problem(str(path), "must be an object with a 'categories' table"))
@@ -227,16 +240,34 @@ class Parsed:
     findings: dict[str, dict[str, dict[str, Finding]]]
     unsupported: dict[str, list[str]]
     info: dict
+    phrases: dict[str, dict[str, Finding]] = field(default_factory=dict)  # dataset -> query id -> marks
+    phrases_unsupported: str | None = None  # the source's own reason (marks JSON)
 
 
 def _case_lookup(case_ids) -> dict[str, int]:
     return {str(c): i for i, c in enumerate(case_ids)}
 
 
-def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_images: Path | None) -> Parsed:
-    """Read a COCO results file against the images store ``images`` (an ImagesStore)."""
+def _id_text(value) -> str | None:
+    """An id from a source (COCO image_id, category_id): an integer or a string; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    return str(value)
+
+
+def _query_lookup(ds) -> dict[str, int]:
+    q = ds.queries
+    return {} if q is None else {str(x): i for i, x in enumerate(q.id.tolist())}
+
+
+def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_images: Path | None,
+              results: list | None = None) -> Parsed:
+    """Read a COCO results file against the images store ``images`` (an ImagesStore).
+
+    A result with ``query_id`` in place of ``category_id`` is a box of that phrase row (docs/convert.md)."""
     problems = _Problems()
-    results = _load_json(src, "COCO results file")
+    if results is None:
+        results = _load_json(src, "COCO results file")
     if not isinstance(results, list):
         raise InvalidStoreError(Problem(str(src), "a COCO results file is a JSON list of {image_id, category_id, "
                                                   "bbox, score}"))
@@ -244,40 +275,38 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
     ds = images.datasets[name]
     classes = tuple(ds.classes)
     cases = _case_lookup(ds.case_id)
+    queries = _query_lookup(ds)
     id_to_case, cat_names = _coco_images(coco_images, cases) if coco_images else (None, {})
     cat_map = dict(mapping["categories"])
     findings: dict[str, dict[str, Finding]] = {}
+    phrases: dict[str, Finding] = {}
     used: set[str] = set()
     unknown_cats: dict[str, int] = {}
+    count = _MarkCount(src)
     for k, r in enumerate(results):
+        results[k] = None  # each result is dropped once read: the parsed list and the marks never both stay whole
         where = f"{src}: result {k}"
         if not isinstance(r, dict):
             problems.add(where, "is not an object")
             continue
-        missing = [key for key in ("image_id", "category_id", "bbox", "score") if key not in r]
+        kind = "query_id" if "query_id" in r else "category_id"
+        missing = [key for key in ("image_id", kind, "bbox", "score") if key not in r]
         if missing:
             problems.add(where, f"lacks {', '.join(missing)}")
             continue
-        image_id = str(r["image_id"])
+        if "query_id" in r and "category_id" in r:
+            problems.add(where, "has both category_id and query_id; a result is of a finding or of a phrase row")
+            continue
+        image_id = _id_text(r["image_id"])
+        if image_id is None:
+            problems.add(where, "image_id must be an integer or a string")
+            continue
         case = id_to_case.get(image_id) if id_to_case is not None else image_id
         if case is None:
             problems.add(where, f"image_id {image_id} is not in --coco-images")
             continue
         if case not in cases:
             problems.add(where, f"image_id {image_id} (case {case!r}) is not in the images store's {name}")
-            continue
-        cat = str(r["category_id"])
-        finding = _resolve_name(cat, cat_map, classes)
-        if finding is None and cat in cat_names:
-            finding = _resolve_name(cat_names[cat], cat_map, classes)
-        if finding is None:
-            unknown_cats[cat] = unknown_cats.get(cat, 0) + 1
-            continue
-        if finding == "":
-            continue
-        if finding not in classes:
-            problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name} "
-                                f"({', '.join(classes)})")
             continue
         box, score = _numbers(r["bbox"], (4,)), _number(r["score"])
         if box is None or score is None:
@@ -287,8 +316,43 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
         if why:
             problems.add(where, why)
             continue
-        findings.setdefault(case, {}).setdefault(finding, Finding([])).marks.append(Mark(box, score))
-        used.add(finding)
+        if kind == "query_id":
+            qid = _id_text(r["query_id"])
+            row = queries.get(qid) if qid is not None else None
+            if row is None:
+                problems.add(where, f"query_id {r['query_id']!r} is not a phrase row of the images store's {name}"
+                                    + ("" if queries else " (it has none)"))
+                continue
+            if int(ds.queries.case[row]) != cases[case]:
+                problems.add(where, f"query_id {qid!r} is a phrase of case {str(ds.case_id[int(ds.queries.case[row])])!r}, "
+                                    f"not of image_id {image_id}")
+                continue
+            target = phrases.setdefault(qid, Finding([]))
+        else:
+            cat = _id_text(r["category_id"])
+            if cat is None:
+                problems.add(where, "category_id must be an integer or a string")
+                continue
+            finding = _resolve_name(cat, cat_map, classes)
+            if finding is None and cat in cat_names:
+                finding = _resolve_name(cat_names[cat], cat_map, classes)
+            if finding is None:
+                unknown_cats[cat] = unknown_cats.get(cat, 0) + 1
+                continue
+            if finding == "":
+                continue
+            if finding not in classes:
+                problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name} "
+                                    f"({', '.join(classes)})")
+                continue
+            target = findings.setdefault(case, {}).setdefault(finding, Finding([]))
+            used.add(finding)
+        if len(target.marks) >= MAX_MARKS_PER_ITEM:
+            problems.add(where, f"is one more than the {MAX_MARKS_PER_ITEM:,} boxes one case and finding (or phrase "
+                                "row) may have")
+            continue
+        count.add(1)
+        target.marks.append(Mark(box, score))
     for cat, n in sorted(unknown_cats.items()):
         shown = f"{cat} ({cat_names[cat]})" if cat in cat_names else cat
         problems.add(str(src), f"category {shown} ({n} result(s)) maps to no finding of {name}; name it in the "
@@ -301,7 +365,8 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
     if len(unsupported) == len(classes):
         raise InvalidStoreError(Problem(str(src), f"names none of the findings of {name}; give a mapping file"))
     info = {"format": "coco-results", "coco_images": Path(coco_images).name if coco_images else None}
-    return Parsed(mapping["model"] or src.stem, "boxes", {name: findings}, {name: unsupported}, info)
+    return Parsed(mapping["model"] or src.stem, "boxes", {name: findings}, {name: unsupported}, info,
+                  {name: phrases} if phrases else {})
 
 
 def _pick_dataset(images, dataset: str | None, src: Path) -> str:
@@ -324,8 +389,9 @@ def _coco_images(path: Path, cases: dict[str, int]) -> tuple[dict[str, str], dic
         raise InvalidStoreError(Problem(str(path), "a COCO dataset JSON has an 'images' list of {id, file_name}"))
     ids: dict[str, str] = {}
     for k, im in enumerate(data["images"]):
-        if not isinstance(im, dict) or "id" not in im or not isinstance(im.get("file_name"), str):
-            problems.add(f"{path}: images[{k}]", "needs id and file_name")
+        image_id = _id_text(im.get("id")) if isinstance(im, dict) else None
+        if image_id is None or not isinstance(im.get("file_name"), str):
+            problems.add(f"{path}: images[{k}]", "needs id (an integer or a string) and file_name")
             continue
         base = im["file_name"].replace("\\", "/").rsplit("/", 1)[-1]
         stem = base.rsplit(".", 1)[0] if "." in base else base
@@ -333,23 +399,36 @@ def _coco_images(path: Path, cases: dict[str, int]) -> tuple[dict[str, str], dic
         if case is None:
             problems.add(f"{path}: images[{k}]", f"file_name {im['file_name']!r} names no case of the images store")
             continue
-        ids[str(im["id"])] = case
-    cats = {str(c["id"]): str(c["name"]) for c in data.get("categories", []) or []
-            if isinstance(c, dict) and "id" in c and "name" in c}
+        ids[image_id] = case
+    categories = data.get("categories", []) or []
+    if not isinstance(categories, list):
+        problems.add(f"{path}: categories", "must be a list of {id, name}")
+        categories = []
+    cats = {}
+    for k, c in enumerate(categories):
+        cid = _id_text(c.get("id")) if isinstance(c, dict) else None
+        if cid is None or not isinstance(c.get("name"), str):
+            problems.add(f"{path}: categories[{k}]", "needs id (an integer or a string) and name (a string)")
+            continue
+        cats[cid] = c["name"]
     problems.raise_if_any()
     return ids, cats
 
 
-def read_marks(src: Path, images, *, mapping: dict) -> Parsed:
+MARKS_KEYS = ("model", "coordinates", "unsupported", "datasets", "phrases", "phrases_unsupported")
+
+
+def read_marks(src: Path, images, *, mapping: dict, data: Any = None) -> Parsed:
     """Read a marks JSON (the layout in the module docstring) against the images store."""
-    data = _load_json(src, "marks JSON")
+    if data is None:
+        data = _load_json(src, "marks JSON")
     problems = _Problems()
     if not isinstance(data, dict) or not isinstance(data.get("datasets"), dict):
         raise InvalidStoreError(Problem(str(src), 'a marks JSON is an object {"datasets": {"<dataset>": {"<case_id>": '
                                                   '{"<finding>": {"boxes": [...], "points": [...], "score": p}}}}}'))
-    unknown = sorted(set(data) - {"model", "coordinates", "unsupported", "datasets"})
+    unknown = sorted(set(data) - set(MARKS_KEYS))
     if unknown:
-        problems.add(str(src), f"unknown key(s) {', '.join(unknown)} (expected model, coordinates, unsupported, datasets)")
+        problems.add(str(src), f"unknown key(s) {', '.join(unknown)} (expected {', '.join(MARKS_KEYS)})")
     coordinates = data.get("coordinates", "pixels")
     if coordinates not in COORDINATES:
         raise InvalidStoreError(Problem(f"{src}: coordinates", f"must be 'pixels' or 'normalised', got {coordinates!r}"))
@@ -357,6 +436,15 @@ def read_marks(src: Path, images, *, mapping: dict) -> Parsed:
     if not isinstance(said_unsupported, list) or not all(isinstance(u, str) for u in said_unsupported):
         problems.add(f"{src}: unsupported", "must be a list of finding names")
         said_unsupported = []
+    reason = data.get("phrases_unsupported")
+    if reason is not None and not isinstance(reason, str):
+        problems.add(f"{src}: phrases_unsupported", "must be a string (the reason)")
+        reason = None
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        problems.add(f"{src}: model", "must be a string")
+        model = None
+    count = _MarkCount(src)
     findings: dict[str, dict[str, dict[str, Finding]]] = {}
     unsupported: dict[str, list[str]] = {}
     n_boxes = n_points = 0
@@ -380,7 +468,7 @@ def read_marks(src: Path, images, *, mapping: dict) -> Parsed:
                 continue
             size = tuple(int(v) for v in ds.orig_size[cases[case]])
             for label, entry in per_finding.items():
-                f = _read_finding(entry, f"{where}/{label}", size, coordinates, problems)
+                f = _read_finding(entry, f"{where}/{label}", size, coordinates, problems, count)
                 finding = _resolve_name(label, mapping["categories"], classes)
                 if finding is None or (finding and finding not in classes):
                     problems.add(f"{where}/{label}", f"names no finding of {name} ({', '.join(classes)}); "
@@ -398,15 +486,51 @@ def read_marks(src: Path, images, *, mapping: dict) -> Parsed:
                     have.score = f.score if have.score is None else max(have.score, f.score or 0.0)
         resolved = [_resolve_name(u, mapping["categories"], classes) for u in said_unsupported]
         unsupported[name] = [c for c in classes if c in resolved]
+    phrases: dict[str, dict[str, Finding]] = {}
+    per_dataset = data.get("phrases", {})
+    if not isinstance(per_dataset, dict):
+        problems.add(f"{src}: phrases", 'must be an object {"<dataset>": {"<query_id>": {"boxes", "points", "score"}}}')
+        per_dataset = {}
+    if per_dataset and reason is not None:
+        problems.add(str(src), "holds phrases and also declares phrases_unsupported; give one or the other")
+    for name, per_query in per_dataset.items():
+        where = f"{src}: phrases/{name}"
+        if name not in images.datasets:
+            problems.add(where, f"is not a dataset of the images store ({', '.join(sorted(images.datasets))})")
+            continue
+        if not isinstance(per_query, dict):
+            problems.add(where, "must map query ids to {boxes, points, score}")
+            continue
+        ds = images.datasets[name]
+        rows = _query_lookup(ds)
+        if not rows:
+            problems.add(where, f"the images store's {name} has no phrase rows")
+            continue
+        got = phrases.setdefault(name, {})
+        for qid, entry in per_query.items():
+            row = rows.get(qid)
+            if row is None:
+                problems.add(f"{where}/{qid}", f"is not a phrase row (query_id) of the images store's {name}")
+                continue
+            size = tuple(int(v) for v in ds.orig_size[int(ds.queries.case[row])])
+            f = _read_finding(entry, f"{where}/{qid}", size, coordinates, problems, count)
+            if f is not None:
+                n_boxes += sum(m.is_box for m in f.marks)
+                n_points += sum(not m.is_box for m in f.marks)
+                got[qid] = f
+        findings.setdefault(name, {})
+        unsupported.setdefault(name, [])
     if not findings and not problems:
         problems.add(str(src), "names no dataset")
     problems.raise_if_any()
     info = {"format": "marks-json", "coordinates": coordinates, "boxes": n_boxes, "points": n_points}
     method = "points" if n_points and not n_boxes else "boxes"
-    return Parsed(str(data.get("model") or mapping["model"] or src.stem), method, findings, unsupported, info)
+    return Parsed(str(model or mapping["model"] or src.stem), method, findings, unsupported, info,
+                  {k: v for k, v in phrases.items()}, reason)
 
 
-def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, problems: _Problems) -> Finding | None:
+def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, problems: _Problems,
+                  count: _MarkCount) -> Finding | None:
     if not isinstance(entry, dict):
         problems.add(where, "must be an object {boxes, points, score}")
         return None
@@ -422,6 +546,12 @@ def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, pr
             problems.add(f"{where}/{kind}", "must be a list")
             ok = False
             continue
+        if len(items) > MAX_MARKS_PER_ITEM:
+            problems.add(f"{where}/{kind}", f"holds {len(items):,} marks; the limit is {MAX_MARKS_PER_ITEM:,} per case "
+                                            "and finding (or phrase row)")
+            ok = False
+            continue
+        count.add(len(items))
         for k, item in enumerate(items):
             v = _numbers(item, (n, n + 1))
             if v is None:
@@ -441,6 +571,7 @@ def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, pr
                 ok = False
                 continue
             marks.append(Mark(coords, score))
+        items.clear()  # read: the parsed list is not kept beside the marks
     score = entry.get("score")
     if score is not None:
         s = _number(score)
@@ -454,19 +585,19 @@ def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, pr
 # -- writing --------------------------------------------------------------------------------------------
 def is_marks_source(src: Path) -> bool:
     """Whether ``xbench-convert`` reads ``src`` as boxes or points (a .json file)."""
-    return Path(src).is_file() and Path(src).suffix.lower() == ".json"
+    return Path(src).suffix.lower() == ".json" and not Path(src).is_dir()
 
 
 def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mapping: str | Path | None = None,
                   coco_images: str | Path | None = None, dataset: str | None = None, grid: int = DEFAULT_GRID,
                   cases_per_block: int = 64, map_dtype: str = "float32",
                   progress: Callable[[int], None] | None = None, total: Callable[[int], None] | None = None,
-                  gt=None) -> Path:
+                  gt=None, require_phrases: bool = False, phrases_reason: str | None = None) -> Path:
     """Convert a COCO results file (a JSON list) or a marks JSON (an object) into a submission store.
 
     ``total`` is told the number of cases once the source is read (for a progress bar).
     """
-    from .convert import _refuse_out_in_inputs, _write
+    from .convert import Converted, _refuse_out_in_inputs, _write
     from .images import read_images
 
     src = Path(src)
@@ -475,18 +606,28 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
         raise InvalidStoreError(Problem("--grid", f"must be 1..1024 cells per side, got {grid}"))
     store = read_images(images)
     maps = read_mapping(Path(mapping) if mapping else None)
-    first = src.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
-    if first == "[":
-        parsed = read_coco(src, store, dataset=dataset, mapping=maps, coco_images=Path(coco_images) if coco_images else None)
+    data = _load_json(src, "boxes and points")
+    if isinstance(data, list):
+        parsed = read_coco(src, store, dataset=dataset, mapping=maps,
+                           coco_images=Path(coco_images) if coco_images else None, results=data)
     else:
         if coco_images or dataset:
             raise InvalidStoreError(Problem(str(src), "--coco-images and --dataset are for COCO results (a JSON list); "
                                                       "a marks JSON names its datasets itself"))
-        parsed = read_marks(src, store, mapping=maps)
-    specs = {name: DatasetSpec(case_ids=[str(c) for c in store.datasets[name].case_id],
-                               classes=tuple(store.datasets[name].classes), map_shape=(grid, grid),
-                               score_kind="probability", unsupported=tuple(parsed.unsupported.get(name, ())))
-             for name in sorted(parsed.findings)}
+        parsed = read_marks(src, store, mapping=maps, data=data)
+    del data
+    specs = {}
+    for name in sorted(parsed.findings):
+        ds = store.datasets[name]
+        if ds.queries is not None:  # the dataset has phrase rows: write them all, or say why there are none
+            given = name in parsed.phrases
+            fields = phrase_fields(f"{src}: {name}", [str(q) for q in ds.queries.id] if given else [],
+                                   parsed.phrases_unsupported, require=require_phrases, default_reason=phrases_reason)
+        else:
+            fields = {}
+        specs[name] = DatasetSpec(case_ids=[str(c) for c in ds.case_id], classes=tuple(ds.classes),
+                                  map_shape=(grid, grid), score_kind="probability",
+                                  unsupported=tuple(parsed.unsupported.get(name, ())), **fields)
     if total:
         total(sum(len(s.case_ids) for s in specs.values()))
 
@@ -504,8 +645,22 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
                     out_maps[i, j] = mark_map(f.marks, size, grid)
         return scores, out_maps
 
+    def phrase_blocks(name: str, start: int, stop: int):
+        ds, spec = store.datasets[name], specs[name]
+        given = parsed.phrases.get(name, {})
+        scores = np.zeros(stop - start, np.float32)
+        out_maps = np.zeros((stop - start, grid, grid), np.float32)
+        for i, qid in enumerate(spec.query_ids[start:stop]):
+            f = given.get(qid)
+            scores[i] = finding_score(f)
+            if f is not None and f.marks:
+                size = tuple(int(v) for v in ds.orig_size[int(ds.queries.case[start + i])])
+                out_maps[i] = mark_map(f.marks, size, grid)
+        return scores, out_maps
+
     provenance = {"source": {**parsed.info, "file": src.name, "sha256": file_sha256(src)},
                   "mapping": {"file": Path(mapping).name, "sha256": file_sha256(Path(mapping))} if mapping else None,
                   "images": Path(images).name,
                   "map_rule": {"grid": [grid, grid], "rule": "docs/contract.md, Converting boxes and points"}}
-    return _write(out, parsed.model, parsed.method, provenance, specs, blocks, cases_per_block, map_dtype, progress, gt)
+    converted = Converted(parsed.model, parsed.method, provenance, specs, blocks, phrase_blocks, str(src))
+    return _write(out, converted, cases_per_block, map_dtype, progress, gt)

@@ -41,21 +41,28 @@ class InputError(XBenchError):
     """The input is wrong (a file, a store, an option, a config): every command exits 2 on it.
 
     The one base class of every deliberate input error (the CLI layer classifies by ``isinstance``).
-    ``problems``: one line each (strings or :class:`Problem`); ``message``: an optional first line
-    of its own (``str(error)``), by default the problems joined by newlines. Exit 1 is left for bugs.
+    ``problems``: one line each, kept as given (strings or :class:`Problem`; ``str()`` of each is the
+    line); ``message``: an optional first line of its own (``str(error)``), by default the problems
+    joined by newlines. Exit 1 is left for bugs.
     """
 
     def __init__(self, problems: Iterable[Problem | str] | Problem | str = (), message: str | None = None) -> None:
         if isinstance(problems, (Problem, str)):
             problems = [problems]
-        self.problems = [p if isinstance(p, Problem) else Problem("", str(p)) for p in problems]
+        self.problems = [p if isinstance(p, Problem) else str(p) for p in problems]
         self.headline = message  # a line of its own, printed before the problems (None: the problems alone)
         text = message if message is not None else "\n".join(str(p) for p in self.problems)
         super().__init__(text)
 
 
 class InvalidStoreError(InputError):
-    """A store (or a write to it) breaks the contract; ``problems`` lists every problem found."""
+    """A store (or a write to it) breaks the contract; ``problems`` lists every problem found (as
+    :class:`Problem` objects, a plain message becoming one without a place)."""
+
+    def __init__(self, problems: Iterable[Problem | str] | Problem | str, message: str | None = None) -> None:
+        if isinstance(problems, (Problem, str)):
+            problems = [problems]
+        super().__init__([p if isinstance(p, Problem) else Problem("", str(p)) for p in problems], message)
 
 
 class StoreNotFoundError(InputError, FileNotFoundError):

@@ -31,6 +31,7 @@ import zarr
 
 from .errors import InvalidStoreError, Problem
 from .paths import store_path
+from .remote import RemoteReadError
 from .store import (
     MAX_CASES,
     atomic_replace_dir,
@@ -321,6 +322,8 @@ def _validate_gt_dataset(g: zarr.Group, where: str, *, scan_masks: bool = True) 
         labels = np.asarray(arrays["labels"][...])
         orig = np.asarray(arrays["orig_size"][...])
         index = np.asarray(arrays["region_index"][...])
+    except RemoteReadError:  # the server failed or broke a limit: its own line, not a corrupt array
+        raise
     except Exception as exc:
         p.append(Problem(where, f"unreadable array ({type(exc).__name__}: {exc})"))
         return p

@@ -336,18 +336,22 @@ _LEGACY_OUTPUTS = re.compile(r"(metrics\.json|pairs\.parquet|pair_counts\.npz|sc
 def written_before(folder: str | os.PathLike) -> set[str]:
     """The top-level entries of ``folder`` that an earlier XBench run wrote (from its marker; for folders written
     before the marker existed, the scorer's and the report's file names and report.json's list)."""
-    import json
+    from .errors import InputError
+    from .inputs import DEFAULT, load_json, with_limits
 
+    # the folder is the user's: its marker and report.json are read like any file from outside (bounded, a FIFO
+    # or a nesting bomb is no marker at all)
+    limits = with_limits(DEFAULT, max_bytes=64 * 2**20)
     folder = Path(folder)
     try:
-        return set(json.loads((folder / MARKER).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return {str(f) for f in load_json(folder / MARKER, limits=limits)["files"]}
+    except (InputError, KeyError, TypeError):
         pass
     found = {e for e in os.listdir(folder) if _LEGACY_OUTPUTS.fullmatch(e)} if folder.is_dir() else set()
     try:
-        listed = json.loads((folder / "report.json").read_text()).get("files", {})
+        listed = load_json(folder / "report.json", limits=limits).get("files", {})
         found |= {Path(f).parts[0] for group in listed.values() for f in group if Path(f).parts}
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (InputError, AttributeError, TypeError):
         pass
     return found
 

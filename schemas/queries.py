@@ -25,6 +25,7 @@ import numpy as np
 import zarr
 
 from .errors import InvalidStoreError, Problem
+from .remote import RemoteReadError
 
 #: the minor version (root attribute xbench.schema_minor) a store kind needs to hold phrase rows
 QUERY_MINOR = {"images": 2, "ground-truth": 2, "submission": 1}
@@ -166,6 +167,8 @@ def validate_query_arrays(g: zarr.Group, where: str, kind: str, names: Sequence[
         cats = read_strings(arrays["query_category"]) if "query_category" in arrays else None
         text = read_strings(arrays["query_text"]) if "query_text" in arrays else None
         case = np.asarray(arrays["query_case"][...], dtype=np.int64) if "query_case" in arrays else None
+    except RemoteReadError:  # the server failed or broke a limit: its own line, not a corrupt array
+        raise
     except Exception as exc:  # noqa: BLE001 - a corrupt chunk is a problem, not a traceback
         problems.append(Problem(where, f"phrase rows unreadable ({type(exc).__name__}: {exc})"))
         return None

@@ -28,6 +28,11 @@ from . import _zarr, budget, catalog
 from .budget import is_int
 from .errors import InvalidStoreError, Problem, StoreNotFoundError
 from .paths import is_remote
+from .remote import RemoteReadError
+
+#: A remote server that timed out or broke a limit mid-read ends the run with its own line; it is not a
+#: corrupt chunk to report and skip (the next chunk would only wait for the same server again).
+_REMOTE_FAILURE = RemoteReadError
 
 # Before any store is opened: Zarr picks a codec's class when it parses an array's metadata.
 budget.install_bounded_decoders()
@@ -46,6 +51,11 @@ MAX_MAP_SIDE = 1024  # saliency maps up to 1024 x 1024 per case and class
 MAX_IMAGE_SIDE = 4096
 MAX_ORIGINAL_SIDE = 16384  # original-resolution images kept in an images store
 MAX_CHUNK_BYTES = 512 * 2**20  # one decoded chunk at most; --max-memory lowers it (budget.Limits.max_chunk_bytes)
+
+
+#: What a folder (or zip) without a root zarr.json is, in the user's terms rather than Zarr's.
+_NO_GROUP = ("holds no zarr.json at its top, so it is not a Zarr v3 store (give the store's own folder, the one "
+             "that holds zarr.json)")
 
 
 def is_zip(path: str | os.PathLike) -> bool:
@@ -78,61 +88,29 @@ def open_store_group(path: str | os.PathLike, mode: str = "r") -> zarr.Group:
         store = LocalStore(path, read_only=(mode == "r"))
     try:
         return zarr.open_group(store, mode=mode, use_consolidated=False, zarr_format=3)
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
-        raise StoreNotFoundError(f"{path}: not a Zarr v3 group ({exc})") from None
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+        raise StoreNotFoundError(f"{path}: {_NO_GROUP}") from None
     except Exception as exc:
         raise InvalidStoreError(Problem(str(path), f"cannot open as a Zarr v3 group ({type(exc).__name__}: {exc})")) from None
 
 
-#: seconds one request to a remote store may take (connect and read); a stalled server fails, never hangs
-REMOTE_TIMEOUT = float(os.environ.get("XBENCH_REMOTE_TIMEOUT", "60"))
-
-
-def _storage_options(url: str) -> dict:
-    """fsspec options: bounded requests; for s3:// the endpoint from ``$AWS_ENDPOINT_URL`` (an S3-compatible
-    server) and anonymous access when no credentials are set."""
-    if url.startswith(("http://", "https://")):
-        import aiohttp
-
-        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=REMOTE_TIMEOUT,
-                                                                   sock_read=REMOTE_TIMEOUT)}}
-    if url.startswith("s3://"):
-        opts: dict = {"anon": not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")),
-                      "config_kwargs": {"connect_timeout": REMOTE_TIMEOUT, "read_timeout": REMOTE_TIMEOUT,
-                                        "retries": {"max_attempts": 2}}}
-        if os.environ.get("AWS_ENDPOINT_URL"):
-            opts["endpoint_url"] = os.environ["AWS_ENDPOINT_URL"]
-        return opts
-    return {}
-
-
 def _open_remote(url: str, mode: str) -> zarr.Group:
-    """A store at an ``https://`` or ``s3://`` URL, read-only, through zarr's fsspec store. Needs the ``remote``
-    extra (fsspec with aiohttp for HTTP, s3fs for S3). Zip files are not read remotely."""
+    """A store at an ``https://``, ``http://`` or ``s3://`` URL, read-only, through :mod:`.remote`: listed and its
+    metadata read once within the local stores' limits, then every chunk read with a byte cap and a deadline.
+    Needs the ``remote`` extra (aiohttp for HTTP, s3fs for S3). Zip files are not read remotely."""
+    from . import remote
+
     if mode != "r":
         raise InvalidStoreError(Problem(url, "remote stores are read-only; write to a local .zarr folder"))
     if is_zip(url):
         raise InvalidStoreError(Problem(url, "a remote .zip store cannot be read; serve the .zarr folder instead"))
+    store = remote.open_store(url)
     try:
-        from zarr.storage import FsspecStore
-
-        store = FsspecStore.from_url(url.rstrip("/"), read_only=True, storage_options=_storage_options(url))
-    except ImportError as exc:
-        raise InvalidStoreError(Problem(url, f"reading remote stores needs the 'remote' extra: pip install "
-                                             f"'xbench[remote]' (missing: {exc.name})")) from None
-    except Exception as exc:  # noqa: BLE001 - an unusable URL is the user's problem, in one line
-        raise InvalidStoreError(Problem(url, f"cannot open ({type(exc).__name__}: {exc})")) from None
-    try:
-        # Listed, as local stores are (consolidated metadata can be stale, or differ from the arrays' own); only
-        # a server that cannot list (plain HTTP without directory pages) falls back to the consolidated view.
-        group = zarr.open_group(store, mode="r", use_consolidated=False, zarr_format=3)
-        if next(iter(group.members()), None) is None:
-            consolidated = zarr.open_group(store, mode="r", use_consolidated=None, zarr_format=3)
-            if consolidated.metadata.consolidated_metadata is not None:
-                return consolidated
-        return group
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
-        raise StoreNotFoundError(f"{url}: not a Zarr v3 group ({exc})") from None
+        return zarr.open_group(store, mode="r", use_consolidated=False, zarr_format=3)
+    except InvalidStoreError:
+        raise
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+        raise StoreNotFoundError(f"{url}: {_NO_GROUP}") from None
     except Exception as exc:  # noqa: BLE001
         raise InvalidStoreError(Problem(url, f"cannot open as a Zarr v3 group ({type(exc).__name__}: {exc})")) from None
 
@@ -201,7 +179,12 @@ def open_for_validation(path: str | os.PathLike, kind: str) -> tuple[zarr.Group 
     stays with the store for :func:`stored_problems`.
     """
     where = str(path)
-    inventory, problems = budget.inspect_store(path)
+    if is_remote(path):
+        from .remote import inspect_remote
+
+        inventory, problems = inspect_remote(str(path))
+    else:
+        inventory, problems = budget.inspect_store(path)
     if problems:
         return None, {}, problems
     try:
@@ -375,6 +358,8 @@ def scan_row_groups(arr: zarr.Array, where: str, problems: list[Problem], *,
         stop = min(start + step, arr.shape[0])
         try:
             yield start, np.asarray(arr[start:stop])
+        except _REMOTE_FAILURE:
+            raise
         except Exception:  # noqa: BLE001 - some chunk of the group is unreadable: find which, report each
             for s in range(start, stop, rows):
                 block = read_rows(arr, s, min(s + rows, stop), where, problems)
@@ -397,6 +382,8 @@ def read_rows(arr: zarr.Array, start: int, stop: int, where: str, problems: list
             if rows is not None:
                 return rows
         return np.asarray(arr[start:stop])
+    except _REMOTE_FAILURE:
+        raise
     except Exception as exc:  # corrupt or truncated chunk: report it, keep validating the rest
         problems.append(Problem(where, f"rows {start}-{stop - 1} unreadable, the chunk is corrupt or truncated ({type(exc).__name__}: {exc})"))
         return None

@@ -31,6 +31,7 @@ from . import _blocks
 from .errors import InvalidStoreError, Problem
 from .paths import store_path
 from .queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, root_minor, validate_query_arrays
+from .remote import RemoteReadError
 from .store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -67,7 +68,7 @@ class DatasetSpec:
     score_kind: str = "logit"
     unsupported: Sequence[str] = ()
     query_ids: Sequence[str] = ()  # phrase rows to write (in images.zarr order), if any
-    phrases_unsupported: str | None = None  # why the model writes no phrase rows (it has some)
+    phrases_unsupported: str | None = None  # why the model writes no phrase rows (recorded even without query_ids)
 
     def check(self, name: str) -> None:
         problems = []
@@ -91,6 +92,15 @@ class DatasetSpec:
             problems.append(Problem(where, f"map_shape {self.map_shape} outside 1..{MAX_MAP_SIDE} per side"))
         if problems:
             raise InvalidStoreError(problems)
+
+
+@dataclass(frozen=True)
+class MissingCases(Problem):
+    """The problem "cases of the ground truth are missing" of one dataset, with its numbers: ``present`` of
+    the ground truth's ``of`` cases are in the submission (``xbench-score --allow-missing`` scores those)."""
+
+    present: int = 0
+    of: int = 0
 
 
 @dataclass
@@ -175,7 +185,7 @@ class SubmissionWriter:
                         "score_kind": s.score_kind,
                         "unsupported": sorted(s.unsupported),
                         **({"queries": _blocks.strings_digest(s.query_ids), "phrases_unsupported": s.phrases_unsupported}
-                           if len(s.query_ids) else {}),
+                           if len(s.query_ids) or s.phrases_unsupported else {}),
                     }
                     for name, s in sorted(datasets.items())
                 },
@@ -189,9 +199,9 @@ class SubmissionWriter:
             if not _blocks.interrupted_creation(existing):  # an older version's killed creation is started again
                 if not meta.get(_blocks.SPEC_ATTR):
                     raise InvalidStoreError(Problem(str(path), "exists but is not a store this writer started (or its creation was "
-                                                    "interrupted); remove it, choose another path or pass overwrite"))
+                                                    "interrupted); remove it, choose another path or pass --overwrite (overwrite=True from Python)"))
                 raise InvalidStoreError(
-                    Problem(str(path), "exists and was written with a different specification; choose another path or pass overwrite")
+                    Problem(str(path), "exists and was written with a different specification; choose another path or pass --overwrite (overwrite=True from Python)")
                 )
         _blocks.create_beside(path, lambda folder: cls._create_skeleton(folder, model, method, provenance, datasets,
                                                                        cases_per_block, map_dtype, spec_hash))
@@ -222,7 +232,7 @@ class SubmissionWriter:
                 g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
             )
             _blocks.create_ledger(g, n, cases_per_block)
-            if len(spec.query_ids) and spec.phrases_unsupported:
+            if spec.phrases_unsupported:  # with or without the ids (a converted source may not know them)
                 g.attrs[UNSUPPORTED_ATTR] = str(spec.phrases_unsupported)
             elif len(spec.query_ids):
                 q = len(spec.query_ids)
@@ -360,12 +370,16 @@ def read_submission(path: str | os.PathLike) -> Submission:
     return Submission(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
 
-def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[str] | None = None) -> list[Problem]:
+def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[str] | None = None,
+                        allow_missing: bool = False) -> list[Problem]:
     """Every problem that makes the submission at ``path`` break the contract.
 
     ``gt`` (a path or a :class:`~xbench.schemas.ground_truth.GroundTruth`) adds the checks
     against the ground truth: every dataset, case and class of the ground truth present, matched
-    by value. ``datasets`` restricts the check to those dataset keys. Metadata is checked before
+    by value (a dataset or cases missing are :class:`MissingCases` problems, with their numbers).
+    ``allow_missing``: cases and datasets of the ground truth may be missing (a smoke run scored on
+    the cases it holds); every class, and every phrase row of the cases present, must still be there.
+    ``datasets`` restricts the check to those dataset keys. Metadata is checked before
     any chunk is read, and chunks are read one at a time, so the cost is bounded by the size of
     a valid submission whatever the store declares.
     """
@@ -385,20 +399,31 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
         gt_obj = gt if isinstance(gt, GroundTruth) else read_ground_truth(gt)
         wanted = list(gt_obj.datasets) if datasets is None else [d for d in datasets if d in gt_obj.datasets]
         for name in wanted:
-            if name not in groups:
-                problems.append(Problem(f"{where}/{name}", "dataset of the ground truth is missing from the submission"))
+            if name not in groups and not allow_missing:
+                problems.append(MissingCases(f"{where}/{name}", "dataset of the ground truth is missing from the submission",
+                                             present=0, of=len(gt_obj.datasets[name].case_id)))
     names = [n for n in groups if datasets is None or n in datasets]
     if gt_obj is not None:
         names = [n for n in names if n in gt_obj.datasets]
+    any_present = False
     for name in names:
-        problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None)
+        seen: dict = {}
+        problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None,
+                                      allow_missing=allow_missing, seen=seen)
         problems += _validate_queries(groups[name], f"{where}/{name}", root_minor(group),
-                                      gt_obj.datasets[name] if gt_obj else None)
+                                      gt_obj.datasets[name] if gt_obj else None,
+                                      cases=seen.get("present") if allow_missing else None)
+        any_present |= bool(np.any(seen.get("present", True)))
+    if gt_obj is not None and allow_missing and not any_present and not problems:
+        problems.append(Problem(where, f"holds none of the ground truth's cases (of {', '.join(wanted) or 'no dataset'}); "
+                                       "there is nothing to score"))
     return problems
 
 
-def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds) -> list[Problem]:
-    """Phrase rows of a submission group: ids, finite scores and maps, every phrase of the ground truth."""
+def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds, cases: np.ndarray | None = None) -> list[Problem]:
+    """Phrase rows of a submission group: ids, finite scores and maps, every phrase of the ground truth
+    (``cases``: only those of the ground truth's cases where it is True, for a submission scored on the cases
+    it holds)."""
     problems: list[Problem] = []
     if QUERY_LEDGER in g:
         problems.append(Problem(where, "the writer did not finish this dataset's phrase rows (a query ledger is still present); resume the run"))
@@ -407,6 +432,8 @@ def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds) -> list[Prob
         problems.append(Problem(where, f"attribute '{UNSUPPORTED_ATTR}' must be a string (the reason)"))
     q = validate_query_arrays(g, where, "submission", SUBMISSION_ARRAYS, None, None, minor, problems)
     gt_q = getattr(gt_ds, "queries", None)
+    if gt_q is not None and cases is not None:
+        gt_q = _queries_of(gt_q, cases)
     if q is None:
         if gt_q is not None and reason is None and not any(SUBMISSION_ARRAYS[0] in p.where or "phrase" in p.message for p in problems):
             problems.append(Problem(where, f"the ground truth has {len(gt_q)} phrase rows but the submission has no "
@@ -446,7 +473,20 @@ def _chunks_present_and_safe(arrays, where: str, problems: list[Problem]) -> boo
     return ok
 
 
-def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
+def _queries_of(q, cases: np.ndarray):
+    """The phrase rows of ``q`` whose image is one of ``cases`` (bool per ground-truth case); None when none is."""
+    from .queries import Queries
+
+    keep = np.asarray(cases, bool)[np.asarray(q.case, np.int64)]
+    if not keep.any():
+        return None
+    return Queries(*(None if a is None else np.asarray(a)[keep] for a in (q.id, q.case, q.category, q.text)))
+
+
+def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool = False,
+                      seen: dict | None = None) -> list[Problem]:
+    """``seen``: gets ``"present"``, whether each ground-truth case is in the submission (bool, once its case
+    ids are read)."""
     problems: list[Problem] = []
     classes = g.attrs.get("classes")
     if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
@@ -496,6 +536,8 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
     # Data, one stored chunk at a time.
     try:
         ids = read_strings(case_id)
+    except RemoteReadError:  # the server failed or broke a limit: its own line, not a corrupt array
+        raise
     except Exception as exc:
         problems.append(Problem(f"{where}/case_id", f"unreadable ({type(exc).__name__}: {exc})"))
         return problems
@@ -510,10 +552,14 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds) -> list[Problem]:
     _scan_saliency(saliency, where, problems)
 
     if gt_ds is not None:
-        gt_ids = set(gt_ds.case_id.tolist())
-        missing = sorted(gt_ids - set(ids.tolist()))
-        if missing:
-            problems.append(Problem(f"{where}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. {', '.join(map(repr, missing[:3]))}"))
+        present = np.isin(np.asarray(gt_ds.case_id, dtype=str), ids)
+        if seen is not None:
+            seen["present"] = present
+        missing = sorted(np.asarray(gt_ds.case_id, dtype=str)[~present].tolist())
+        if missing and not allow_missing:
+            problems.append(MissingCases(f"{where}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. "
+                                         f"{', '.join(map(repr, missing[:3]))}",
+                                         present=int(present.sum()), of=int(present.size)))
         lacking = [cl for cl in gt_ds.classes if cl not in classes]
         if lacking:
             problems.append(Problem(where, f"class(es) of the ground truth missing from 'classes': {', '.join(lacking)}"))
@@ -557,25 +603,35 @@ def _scan_saliency(saliency: zarr.Array, where: str, problems: list[Problem], la
         problems.append(Problem(f"{where}/{label}", f"non-finite map value(s) (NaN or inf), first in {'query' if label != 'saliency' else 'case'} row {first_bad}"))
 
 
-def align_queries(sub_ds: SubmissionDataset, gt_ds) -> np.ndarray:
-    """Row of the submission's phrase arrays for each phrase row of the ground truth (by id), int64 (Q_gt,)."""
-    row_of = {qid: i for i, qid in enumerate(sub_ds.query_id.tolist())}
+def align_queries(sub_ds: SubmissionDataset, gt_ds, cases: np.ndarray | None = None) -> np.ndarray:
+    """Row of the submission's phrase arrays for each phrase row of the ground truth (by id), int64 (Q_gt,).
+
+    ``cases`` (bool per ground-truth case): only the phrase rows of those cases are looked up, the others
+    get -1 (a submission scored on the cases it holds)."""
+    row_of = {qid: i for i, qid in enumerate(sub_ds.query_id.tolist())} if sub_ds.query_id is not None else {}
+    wanted = np.ones(len(gt_ds.queries), bool) if cases is None else np.asarray(cases, bool)[np.asarray(gt_ds.queries.case, np.int64)]
     try:
-        return np.fromiter((row_of[q] for q in gt_ds.queries.id.tolist()), dtype=np.int64, count=len(gt_ds.queries))
+        return np.fromiter((row_of[q] if w else -1 for q, w in zip(gt_ds.queries.id.tolist(), wanted.tolist())),
+                           dtype=np.int64, count=len(gt_ds.queries))
     except KeyError as exc:
         raise InvalidStoreError(Problem(sub_ds.name, f"phrase row {exc.args[0]!r} of the ground truth is missing from the submission")) from None
 
 
-def align(sub_ds: SubmissionDataset, gt_ds) -> tuple[np.ndarray, np.ndarray]:
+def align(sub_ds: SubmissionDataset, gt_ds, *, allow_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Rows and columns of the submission for each ground-truth case and class (by value).
 
     Returns ``case_rows`` (N_gt,) and ``class_cols`` (C_gt,), int64. Call after validation: a
-    missing case or class raises :class:`InvalidStoreError`.
+    missing case or class raises :class:`InvalidStoreError`; with ``allow_missing`` a missing case gets
+    row -1 instead (a submission scored on the cases it holds; a missing class still raises).
     """
     row_of = {cid: i for i, cid in enumerate(sub_ds.case_id.tolist())}
     col_of = {name: j for j, name in enumerate(sub_ds.classes)}
     try:
-        case_rows = np.fromiter((row_of[c] for c in gt_ds.case_id.tolist()), dtype=np.int64, count=len(gt_ds.case_id))
+        if allow_missing:
+            case_rows = np.fromiter((row_of.get(c, -1) for c in gt_ds.case_id.tolist()), dtype=np.int64,
+                                    count=len(gt_ds.case_id))
+        else:
+            case_rows = np.fromiter((row_of[c] for c in gt_ds.case_id.tolist()), dtype=np.int64, count=len(gt_ds.case_id))
         class_cols = np.fromiter((col_of[c] for c in gt_ds.classes), dtype=np.int64, count=len(gt_ds.classes))
     except KeyError as exc:
         raise InvalidStoreError(Problem(sub_ds.name, f"{exc.args[0]!r} of the ground truth is missing from the submission")) from None

@@ -18,6 +18,7 @@ import importlib
 __all__ = [
     "ScoreResult",
     "score_submission",
+    "check_inputs",
     "metrics_from_counts",
     "thresholds_from_metrics",
     "write_outputs",
@@ -30,6 +31,7 @@ __all__ = [
 _WHERE = {
     "ScoreResult": "scoring",
     "score_submission": "scoring",
+    "check_inputs": "scoring",
     "metrics_from_counts": "scoring",
     "thresholds_from_metrics": "scoring",
     "write_outputs": "outputs",

@@ -97,7 +97,10 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
 def _block_sizes(n_cases: int, n_resamples: int, chunk: int | None = None) -> list[int]:
     """Resamples per block of :func:`resample_weights` (checked arguments)."""
     if n_resamples < 0 or n_cases < 0:
-        raise ValueError(f"n_resamples and n_cases must be >= 0; got {n_resamples} and {n_cases}.")
+        from .errors import ScoreInputError
+
+        raise ScoreInputError(f"the number of bootstrap resamples must be >= 0; got {n_resamples} "
+                              f"(and {n_cases} cases)")
     if chunk is None:
         chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, 1)))
     return [min(chunk, n_resamples - done) for done in range(0, n_resamples, chunk)]
@@ -710,12 +713,15 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
 
     Raises
     ------
-    ValueError
-        When a shared dataset was scored against different ground truth (one line per dataset).
+    xbench.score.errors.GroundTruthMismatchError
+        (an InputError and a ValueError) When a shared dataset was scored against different ground truth
+        (one problem line per dataset).
     """
     problems = ground_truth_problems(a, b)
     if problems:
-        raise ValueError("\n".join(problems))
+        from .errors import GroundTruthMismatchError
+
+        raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
     reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)

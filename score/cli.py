@@ -10,11 +10,15 @@ import json
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
+from xbench.schemas.errors import escape_text
+
+from .ranking import TERMINAL_COLUMNS, format_cell
 
 __all__ = ["main", "score_command"]
 
@@ -58,27 +62,33 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
     return names or None
 
 
-#: the ranked terminal table's columns: (metrics.json key, header); ranked by the first
-RANK_COLUMNS = (("pointing_game", "pointing"), ("dice_best", "dice*"), ("iou_best", "iou*"),
-                ("dice_fixed", "dice@.5"), ("iou_fixed", "iou@.5"), ("auroc", "auroc"), ("auprc", "auprc"),
-                ("f1", "f1"), ("accuracy", "acc"))
+#: the ranked terminal table's columns: (metrics.json key, header); ranked by the first. The same columns and
+#: cells as ``xbench report``'s leaderboard.txt (score/report/terminal.py), so both terminals agree.
+RANK_COLUMNS = TERMINAL_COLUMNS
 
 
-def ranked_table(rows: list[tuple[str, dict]]) -> str:
-    """Models ranked by overall pointing game, one line each, in percent (COCOeval ``summarize`` style).
+def ranked_table(rows: list[tuple]) -> str:
+    """Models ranked by overall pointing game, one line each, in percent with the 95 % interval beside each
+    value (COCOeval ``summarize`` style).
 
-    ``rows``: (name, the metrics.json "overall" dict). Missing values print as "-" and rank last.
+    ``rows``: (name, the metrics.json "overall" dict[, {key: (low, high)}]). Missing values print as "-" and
+    rank last; a value without an interval (``--bootstrap 0``) as "41.43 [–]".
     """
     def key(row):
         v = row[1].get(RANK_COLUMNS[0][0])
         return (v is None, -(v or 0.0), row[0])
 
-    width = max([len("model")] + [len(n) for n, _ in rows])
-    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"{h:>9}" for _, h in RANK_COLUMNS)
-    lines = ["overall (%), ranked by pointing game; * best threshold, @.5 fixed threshold", head]
-    for rank, (name, ov) in enumerate(sorted(rows, key=key), start=1):
-        cells = "".join(f"{'-':>9}" if ov.get(k) is None else f"{100 * ov[k]:>9.2f}" for k, _ in RANK_COLUMNS)
-        lines.append(f"{rank:>2}  {name:<{width}}{cells}")
+    # model names come from submissions: one line each
+    rows = [(escape_text(r[0]), r[1], (r[2] if len(r) > 2 else None) or {}) for r in rows]
+    cells = [[format_cell(ov.get(k), ci.get(k)) for k, _ in RANK_COLUMNS] for _, ov, ci in rows]
+    order = sorted(range(len(rows)), key=lambda i: key(rows[i]))
+    width = max([len("model")] + [len(n) for n, _, _ in rows])
+    widths = [max([len(h)] + [len(c[j]) for c in cells]) for j, (_, h) in enumerate(RANK_COLUMNS)]
+    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"  {h:>{w}}" for (_, h), w in zip(RANK_COLUMNS, widths))
+    lines = ["overall (%), ranked by pointing game, 95% interval in brackets; * best threshold, @.5 fixed threshold",
+             head]
+    for rank, i in enumerate(order, start=1):
+        lines.append(f"{rank:>2}  {rows[i][0]:<{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells[i], widths)))
     return "\n".join(lines)
 
 
@@ -95,10 +105,52 @@ def _thresholds_path(path: Path) -> Path:
 def _load_thresholds(path: Path):
     from .scoring import thresholds_from_metrics
 
+    return thresholds_from_metrics(_thresholds_path(path))  # a ThresholdsError is an input error: exit 2
+
+
+def _missing_hint(coverage: dict[str, tuple[int, int]], only_missing: bool = True) -> str:
+    """The last line of a refusal for missing cases: how to score the cases present on purpose
+    (``only_missing``: no other problem was found)."""
+    if len(coverage) == 1:
+        (present, of), = coverage.values()
+        what = f"the {present} of {of} cases present"
+    else:
+        what = "the cases present (" + ", ".join(f"{_stem(s)}: {present} of {of}" for s, (present, of) in coverage.items()) + ")"
+    if only_missing:
+        return f"nothing was written; pass --allow-missing to score {what}"
+    return f"{_NOTHING_WRITTEN}; once the others are fixed, --allow-missing scores {what}"
+
+
+def _partial_line(metrics: dict) -> str | None:
+    """"partial: N of M cases ..." for a partial run's metrics, else None."""
+    part = metrics.get("partial")
+    if not part:
+        return None
+    per = [f"{d} {e['partial']['cases']} of {e['partial']['of']}" for d, e in metrics.get("datasets", {}).items()
+           if e.get("partial")]
+    line = f"partial: {part['cases']} of {part['of']} cases"
+    if per and len(metrics.get("datasets", {})) > 1:
+        line += f" ({', '.join(per)})"
+    if part.get("not_scored"):
+        line += f"; not scored (no case present): {', '.join(part['not_scored'])}"
+    return line
+
+
+@contextmanager
+def _warnings_as_lines(prog: str):
+    """While scoring, a Python warning that reaches the top (none should: undefined metrics are counted notes)
+    prints as one escaped line instead of a source excerpt that reads like a crash; the hook is this
+    command's, not the library's, and is restored after."""
+    shown = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001 - the hook's signature
+        click.echo(f"{prog}: warning: {escape_text(message)}", err=True)
+
+    warnings.showwarning = one_line
     try:
-        return thresholds_from_metrics(_thresholds_path(path))
-    except (FileNotFoundError, ValueError) as exc:
-        raise UserError(f"--thresholds-from: {exc}") from None
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _is_url(path) -> bool:
@@ -137,6 +189,10 @@ def _check_kinds(submissions, gt_path: Path) -> None:
                    "a flat scores.json. Repeatable.")
 @click.option("--images", "images_path", type=click.Path(path_type=Path), default=None,
               help="images.zarr: with several submissions, the report gets map-over-image overlays.")
+@click.option("--allow-missing", "allow_missing", is_flag=True,
+              help="Score the cases the submission holds when it lacks some of the ground truth's (e.g. a smoke run "
+                   "of xbench-extract --limit 4); metrics.json, the tables and the summary then say 'partial: N of M "
+                   "cases'. Without it a missing case is refused.")
 @click.option("--pointing-tolerance", "pointing_tolerance", default=15.0, show_default=True,
               type=click.FloatRange(min=0.0), metavar="PX",
               help="Tolerant pointing game: a hit when the first maximum lies within PX original pixels of the "
@@ -145,7 +201,7 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  pointing_tolerance, quiet, as_json, max_memory, timeout):
+                  allow_missing, pointing_tolerance, quiet, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -154,6 +210,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
       xbench-score a.zarr b.zarr --gt gt.zarr --out results/ --bootstrap 2000
       xbench-score test.zarr --gt gt_test.zarr --thresholds-from results_val/metrics.json
       xbench-score sub.zarr --gt gt.zarr --out /output --format grand-challenge --quiet
+      xbench-score smoke.zarr --gt gt.zarr --out results_smoke/ --allow-missing
 
     Writes metrics.json (the contract layout, with 95% bootstrap intervals and the chosen thresholds),
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
@@ -163,8 +220,11 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
     apply_budget("xbench-score", max_memory, timeout)  # untrusted input: every read within --max-memory, --timeout
-    from xbench.schemas import read_ground_truth, validate_ground_truth, validate_submission
+    from xbench.schemas import InvalidStoreError
     from xbench.schemas.paths import MARKER, NameTable, PublishedDir, output_problems, store_path, write_marker
+
+    from .errors import MissingCasesError
+    from .scoring import check_inputs
 
     submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
     gt_path = store_path(gt_path)
@@ -176,21 +236,18 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     if images_path is not None:
         require_kind(images_path, "images", "--images")
     names = _split_datasets(datasets)
-    # Validate everything before writing anything, so an invalid input leaves no partial output.
-    # The region masks are checked while scoring decodes them (once); any problem there also stops the run
-    # before anything is written. Whenever something is wrong, the whole ground truth is validated, so the
-    # problems listed are the same as with a full validation up front.
-    if validate_ground_truth(gt_path, scan_masks=False):
-        raise UserError(validate_ground_truth(gt_path), _NOTHING_WRITTEN)
-    gt = read_ground_truth(gt_path)
-    if names:
-        unknown = [d for d in names if d not in gt.datasets]
-        if unknown:
-            raise UserError(f"--datasets: {', '.join(unknown)} not in the ground truth; it has "
-                            f"{', '.join(sorted(gt.datasets))}")
-    problems = [p for s in submissions for p in validate_submission(s, gt, datasets=names)]
-    if problems:
-        raise UserError(validate_ground_truth(gt_path) or problems, _NOTHING_WRITTEN)
+    # Every input is validated once, before anything is written or scored (the library's check_inputs; an
+    # unknown dataset key is its UnknownNameError); the region masks are checked while scoring decodes them,
+    # and a problem there also stops the run before anything is written.
+    try:
+        gt = check_inputs(submissions, gt_path, datasets=names, allow_missing=allow_missing)
+    except MissingCasesError as exc:
+        from xbench.schemas.submission import MissingCases
+
+        only = all(isinstance(p, MissingCases) for p in exc.problems)
+        raise UserError(exc.problems, _missing_hint(exc.coverage, only)) from None
+    except InvalidStoreError as exc:
+        raise UserError(exc.problems, _NOTHING_WRITTEN) from None
 
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
@@ -198,8 +255,8 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     folders = NameTable(reserved=(*_REPORT_ENTRIES, MARKER))
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
-                "pointing_tolerance": pointing_tolerance}
-    with PublishedDir(out_dir) as work:
+                "pointing_tolerance": pointing_tolerance, "allow_missing": allow_missing}
+    with PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
         summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
@@ -207,7 +264,9 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
             show)
         write_marker(work, "xbench-score", {"submissions": folders.mapping})
     if len(submissions) > 1 and show:
-        click.echo(ranked_table([(s["label"], s["overall"]) for s in summaries]))
+        click.echo(ranked_table([(s["label"] + (f" (partial: {s['partial']['cases']} of {s['partial']['of']} cases)"
+                                                if s.get("partial") else ""), s["overall"], s["ci95"])
+                                 for s in summaries]))
     if reported and show:
         click.echo(f"report -> {out_dir}/")
     if as_json:
@@ -219,32 +278,37 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
+    from .tables import ci_of
 
     prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
     t0 = time.perf_counter()
     bar = progress(desc=stem, unit="pair", enabled=show)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update,
-                                      on_total=bar.set_total)
-        finally:
-            bar.close()
+    try:
+        # validated moments ago by check_inputs (the same datasets and allow_missing): not again
+        result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update, on_total=bar.set_total)
+    finally:
+        bar.close()
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
     files = write_into(result, folder, formats=("xbench", *formats), label=label)
     elapsed = time.perf_counter() - t0
-    messages = sorted({str(w.message) for w in caught if "Undefined" in type(w.message).__name__})
+    partial = _partial_line(result.metrics)
     if show:
-        for m in messages:
-            click.echo(f"note: {m}", err=True)
+        for m in result.notes:  # undefined metrics: one counted line per dataset and reason
+            click.echo(f"note: {escape_text(m)}", err=True)
         ov = result.metrics["overall"]
         pretty = ", ".join(f"{k} {100 * v:.2f}" for k, v in ov.items() if v is not None)
-        click.echo(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)")
+        click.echo(escape_text(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)"))
+        if partial:
+            click.echo(escape_text(f"  {partial}"))
         click.echo(f"  overall (%): {pretty}")
-    return {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
-            "overall": result.metrics["overall"],
-            "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
-            "notes": messages}
+    summary = {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
+               "overall": result.metrics["overall"],
+               "ci95": {k: ci_of(result.metrics, "overall", k) for k in result.metrics["overall"]},
+               "datasets": {d: v["summary"] for d, v in result.metrics["datasets"].items()},
+               "notes": list(result.notes)}
+    if partial:
+        summary["partial"] = result.metrics["partial"]
+    return summary
 
 
 def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, bootstrap, seed, show) -> bool:
@@ -264,10 +328,24 @@ def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, b
         for p in work.iterdir():
             if p.name not in keep:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
-        message = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
-        click.echo(f"xbench-score: scores written, but the report failed: {message}", err=True)
+        click.echo(f"xbench-score: scores written, but the report failed: {_report_failure(exc)}", err=True)
         return False
     return True
+
+
+def _report_failure(exc: BaseException) -> str:
+    """One escaped line for a report that failed: an input problem as the report words it (the results cannot
+    be compared ...), anything else as what it is, a bug ("unexpected TypeError: ... --debug"), never a bare
+    internal message that reads as if the input were wrong. ``--debug`` (or XBENCH_DEBUG) adds the traceback."""
+    import os
+    import traceback
+
+    from xbench.schemas._cli import classify
+
+    failure = classify(exc)
+    if failure.code != 2 and ("--debug" in sys.argv or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")):
+        traceback.print_exception(exc)
+    return escape_text("; ".join(failure.problems[:3]) if failure.code == 2 else failure.problems[0])
 
 
 def main(argv: list[str] | None = None) -> None:

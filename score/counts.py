@@ -146,7 +146,8 @@ def _get(z, prefix: str, name: str) -> DatasetCounts:
     kw["grid"] = tuple(int(x) for x in kw["grid"])
     start = f"{prefix}.extra."
     # dataset keys never contain ".", so the prefix names this dataset's (or its phrases') extra columns only
-    kw["extra"] = {k[len(start):]: z[k] for k in z.files if k.startswith(start)}
+    keys = z.files if hasattr(z, "files") else list(z)  # an np.load file or a dict of arrays
+    kw["extra"] = {k[len(start):]: z[k] for k in keys if k.startswith(start)}
     return DatasetCounts(name=name, **kw)
 
 
@@ -165,6 +166,114 @@ def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts],
             arrays[f"{name}.phrases.n_images"] = np.asarray(int(pc.n_images), dtype=np.int64)
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
+
+
+def _kind_ok(arr: np.ndarray, kinds: str) -> bool:
+    return arr.dtype.kind in kinds
+
+
+#: field -> (dtype kinds allowed, dimensions: "C" classes, "N" cases, "P" pairs, "T" thresholds, 2 a length)
+_LAYOUT = {"classes": ("U", ("C",)), "supported": ("b", ("C",)), "case_id": ("U", ("N",)),
+           "labels": ("iu", ("N", "C")), "prob": ("f", ("N", "C")), "pair_case": ("iu", ("P",)),
+           "pair_class": ("iu", ("P",)), "region_pixels": ("iu", ("P",)), "hit": ("b", ("P",)),
+           "b": ("iu", ("P", "T")), "br": ("iu", ("P", "T")), "grid": ("iu", (2,))}
+
+
+def _counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> list[str]:
+    """What makes one dataset's arrays (``<prefix>.<field>``) unusable: missing fields, dtypes, shapes that
+    disagree, indices out of range, counts beyond the grid. The kernels index with these values, so they are
+    checked before any of them runs."""
+    w = f"{where}: {prefix}"
+    missing = [f for f in _FIELDS if f"{prefix}.{f}" not in z]
+    if missing:
+        return [f"{w} lacks the array(s) {', '.join(missing)}"]
+    problems = []
+    for f, (kinds, _) in _LAYOUT.items():
+        if not _kind_ok(z[f"{prefix}.{f}"], kinds):
+            problems.append(f"{w}.{f} has dtype {z[f'{prefix}.{f}'].dtype}; expected {kinds!r} kind")
+    if problems:
+        return problems
+    dims = {"C": z[f"{prefix}.classes"].shape[:1], "N": z[f"{prefix}.case_id"].shape[:1],
+            "P": z[f"{prefix}.pair_case"].shape[:1], "T": (len(THRESHOLDS),)}
+    for f, (_, shape) in _LAYOUT.items():
+        want = tuple(d if isinstance(d, int) else (dims[d][0] if dims[d] else -1) for d in shape)
+        got = z[f"{prefix}.{f}"].shape
+        if got != want:
+            problems.append(f"{w}.{f} has shape {got}; expected {want}")
+    if problems:
+        return problems
+    N, C = dims["N"][0], dims["C"][0]
+    grid = z[f"{prefix}.grid"]
+    if not all(1 <= int(g) <= 65_536 for g in grid):
+        return [f"{w}.grid must be two positive sizes, got {grid.tolist()}"]
+    cells = int(grid[0]) * int(grid[1])
+    pc, pk = z[f"{prefix}.pair_case"], z[f"{prefix}.pair_class"]
+    if pc.size and (pc.min() < 0 or pc.max() >= N or pk.min() < 0 or pk.max() >= C):
+        problems.append(f"{w}: a pair refers to a case or class that does not exist")
+    rp, b, br = z[f"{prefix}.region_pixels"], z[f"{prefix}.b"], z[f"{prefix}.br"]
+    if rp.size and (rp.min() < 0 or rp.max() > cells or b.min() < 0 or b.max() > cells or br.min() < 0
+                    or np.any(br > b) or np.any(br > rp[:, None])):
+        problems.append(f"{w}: pixel counts outside 0..{cells} (the grid) or inconsistent (|B ∩ R| > |B| or |R|)")
+    labels = z[f"{prefix}.labels"]
+    if labels.size and (labels.min() < -1 or labels.max() > 1):
+        problems.append(f"{w}.labels holds values other than 1, 0 and -1")
+    if len(set(z[f"{prefix}.classes"].tolist())) != C:
+        problems.append(f"{w}.classes repeats a name")
+    start = f"{prefix}.extra."
+    for k in z:
+        if k.startswith(start):
+            v = z[k]
+            if v.dtype.kind not in "biuf" or v.shape != dims["P"]:
+                problems.append(f"{w}.extra.{k[len(start):]} must be numeric with one value per pair")
+    return problems
+
+
+def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
+                     ) -> tuple[dict[str, DatasetCounts], dict[str, PhraseCounts]]:
+    """(class counts, phrase counts) of a ``pair_counts.npz`` from outside, read once and checked.
+
+    Read through :func:`xbench.schemas.inputs.load_npz` (regular file, no pickle, each member's declared size
+    checked against ``max_bytes`` before it is inflated), then every dataset's arrays against the layout above
+    (:func:`_counts_problems`). Raises :class:`~xbench.schemas.errors.InputError`, one line per problem.
+    """
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import load_npz
+
+    where = str(path)
+    z = load_npz(path, where=where, max_bytes=max_bytes)
+    names = z.get("datasets")
+    if names is None or names.dtype.kind != "U" or names.ndim != 1:
+        raise InputError([f"{where}: no 'datasets' list of names (not a pair_counts.npz)"])
+    names = [str(n) for n in names]
+    phrase_names = z.get("phrase_datasets")
+    if phrase_names is not None and (phrase_names.dtype.kind != "U" or phrase_names.ndim != 1):
+        raise InputError([f"{where}: 'phrase_datasets' must be a list of names"])
+    phrase_names = [str(n) for n in phrase_names] if phrase_names is not None else []
+    problems = []
+    for group in (names, phrase_names):
+        if len(set(group)) != len(group) or any(not n for n in group):
+            problems.append(f"{where}: dataset names must be unique and non-empty")
+    if problems:
+        raise InputError(problems)
+    for name in names:
+        problems += _counts_problems(z, name, where)
+    for name in phrase_names:
+        prefix = f"{name}.phrases"
+        problems += _counts_problems(z, prefix, where)
+        image, n_images = z.get(f"{prefix}.image"), z.get(f"{prefix}.n_images")
+        if image is None or n_images is None or image.dtype.kind not in "iu" or n_images.dtype.kind not in "iu" \
+                or n_images.shape != () or image.shape != z.get(f"{prefix}.pair_case", np.zeros(0)).shape:
+            problems.append(f"{where}: {prefix}.image / .n_images missing or of the wrong type or shape")
+        elif image.size and (image.min() < 0 or image.max() >= int(n_images)):
+            problems.append(f"{where}: {prefix}.image refers to an image that does not exist")
+    if problems:
+        raise InputError(problems[:20])
+    counts = {name: _get(z, name, name) for name in names}
+    phrases = {name: PhraseCounts(counts=_get(z, f"{name}.phrases", name),
+                                  image=np.asarray(z[f"{name}.phrases.image"], np.int64),
+                                  n_images=int(z[f"{name}.phrases.n_images"]))
+               for name in phrase_names}
+    return counts, phrases
 
 
 def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:

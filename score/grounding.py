@@ -142,11 +142,15 @@ def best_threshold(means: np.ndarray) -> int:
 
 
 def threshold_index(tau: float) -> int:
-    """Index k with ``THRESHOLDS[k] == tau``; raises ValueError when tau is not on the 0.01 grid."""
-    k = int(round(float(tau) * 100.0))
-    if not (0 <= k < N_THRESHOLDS) or THRESHOLDS[k] != float(tau):
-        raise ValueError(f"threshold {tau!r} is not on the grid k/100 (k = 0..100); "
-                         f"thresholds taken from a metrics.json must be grid values such as 0.37.")
+    """Index k with ``THRESHOLDS[k] == tau``; raises :class:`~xbench.score.errors.ThresholdsError` (a
+    ValueError) when tau is not on the 0.01 grid."""
+    t = float(tau)
+    k = int(round(t * 100.0)) if 0.0 <= t <= 1.0 else -1  # outside [0, 1] (or NaN): never on the grid
+    if not (0 <= k < N_THRESHOLDS) or THRESHOLDS[k] != t:
+        from .errors import ThresholdsError  # an InputError (exit 2): the thresholds come from a file
+
+        raise ThresholdsError(f"threshold {tau!r} is not on the grid k/100 (k = 0..100); "
+                              "thresholds taken from a metrics.json must be grid values such as 0.37")
     return k
 
 

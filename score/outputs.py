@@ -14,9 +14,11 @@ run). Files::
     scores.json           with format "codabench": a flat {key: number} mapping
 
 Formats: ``"xbench"`` (always), ``"grand-challenge"`` (adds ``aggregates``: a flat mapping of the overall
-and per-dataset summary values, for a leaderboard jsonpath such as ``aggregates.pointing_game``) and
-``"codabench"`` (``scores.json`` with the same flat keys). Null values are left out of those flat
-mappings, because both platforms expect numbers.
+and per-dataset summary values, for a leaderboard jsonpath such as ``aggregates.pointing_game``, each with
+its 95 % bootstrap interval as ``<key>_ci_low``/``<key>_ci_high`` and the interval's half-width as
+``<key>_error``, for the platform's ``score_error_jsonpath``; and ``case``: the per-case values, see
+:func:`case_scores`) and ``"codabench"`` (``scores.json`` with the same flat keys). Null values are left
+out of those flat mappings, because both platforms expect numbers.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from xbench.schemas.paths import PublishedDir, check_output, write_marker
 from .counts import save_pair_counts
 from .scoring import write_pairs_parquet
 
-__all__ = ["FORMATS", "flat_scores", "prefetch_writers", "write_into", "write_outputs"]
+__all__ = ["FORMATS", "case_scores", "flat_scores", "prefetch_writers", "write_into", "write_outputs"]
 
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
@@ -50,11 +52,61 @@ def _jsonable(obj):
     return obj
 
 
-def flat_scores(metrics: dict) -> dict[str, float]:
-    """{"<key>": overall value, "<dataset>_<key>": dataset value} for every defined summary value."""
-    out = {k: v for k, v in metrics.get("overall", {}).items() if isinstance(v, (int, float))}
-    for d, ds in metrics.get("datasets", {}).items():
-        out.update({f"{d}_{k}": v for k, v in ds.get("summary", {}).items() if isinstance(v, (int, float))})
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def flat_scores(metrics: dict, *, intervals: bool = False) -> dict[str, float]:
+    """{"<key>": overall value, "<dataset>_<key>": dataset value} for every defined summary value.
+
+    With ``intervals``, each value that has a 95 % bootstrap interval is followed by ``<key>_ci_low``,
+    ``<key>_ci_high`` and ``<key>_error``, the interval's half-width: the platforms show one error number
+    beside a score (grand-challenge's ``score_error_jsonpath``), and the percentile interval need not be
+    symmetric about the point, so the half-width is the honest single number; the bounds are there too.
+    """
+    scopes = [("", metrics.get("overall", {}), metrics.get("ci95") or {})]
+    scopes += [(f"{d}_", ds.get("summary", {}), ds.get("ci95") or {}) for d, ds in metrics.get("datasets", {}).items()]
+    out: dict[str, float] = {}
+    for prefix, values, cis in scopes:
+        for k, v in values.items():
+            if not _number(v):
+                continue
+            out[prefix + k] = v
+            ci = cis.get(k) if intervals else None
+            if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(_number(x) for x in ci):
+                lo, hi = ci
+                out[f"{prefix}{k}_ci_low"], out[f"{prefix}{k}_ci_high"] = lo, hi
+                out[f"{prefix}{k}_error"] = (hi - lo) / 2
+    return out
+
+
+def case_scores(counts, per_pair) -> dict[str, dict[str, dict[str, float | int | bool]]]:
+    """grand-challenge's per-case layout: {"<dataset>/<case id>": {"<class>": values}} for every labelled or
+    localised (case, class) pair (the rows of pairs.parquet), where values holds ``label`` (1/0/-1),
+    ``probability`` and, for a pair with a region, ``hit`` and the per-pair value of each metric with a
+    pairs-table column at its threshold (``dice_fixed``, ``dice_best`` ...); undefined values are left out.
+    About 100 bytes of JSON per pair."""
+    from .scoring import _DatasetPairs
+
+    out: dict[str, dict] = {}
+    for name in sorted(counts):
+        dc = counts[name]
+        rows, cols, values = _DatasetPairs(dc, per_pair.get(name, {})).rows()
+        ids, classes = [str(c) for c in dc.case_id], [str(c) for c in dc.classes]
+        metric_keys = [k for k in values if k not in ("label", "probability", "predicted", "has_region",
+                                                       "region_pixels", "hit")]
+        for j, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
+            entry = {"label": int(values["label"][j])}
+            p = float(values["probability"][j])
+            if math.isfinite(p):
+                entry["probability"] = p
+            if values["has_region"][j]:
+                entry["hit"] = bool(values["hit"][j])
+                for k in metric_keys:
+                    v = float(values[k][j])
+                    if math.isfinite(v):
+                        entry[k] = v
+            out.setdefault(f"{name}/{ids[r]}", {})[classes[c]] = entry
     return out
 
 
@@ -107,12 +159,15 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     formats = tuple(formats)
     bad = [f for f in formats if f not in FORMATS]
     if bad:
-        raise ValueError(f"unknown output format(s) {bad}; choose from {', '.join(FORMATS)}.")
+        from .errors import ScoreInputError
+
+        raise ScoreInputError(f"unknown output format(s) {', '.join(map(str, bad))}; choose from {', '.join(FORMATS)}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     metrics = _jsonable(result.metrics)
     if "grand-challenge" in formats:
-        metrics["aggregates"] = flat_scores(metrics)
+        metrics["aggregates"] = flat_scores(metrics, intervals=True)
+        metrics["case"] = case_scores(result.counts, result.per_pair)
     if label is None:
         label = str(metrics.get("xbench", {}).get("submission", {}).get("model") or "submission")
     paths = [folder / "metrics.json"]
@@ -125,5 +180,5 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     paths += write_tables({label: metrics}, folder)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
-        paths[-1].write_text(json.dumps(flat_scores(metrics), indent=2, allow_nan=False) + "\n")
+        paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")
     return paths

@@ -138,16 +138,19 @@ def _views(sub_ds, gt_ds):
 
 
 def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: str | None = None,
-                  timings: dict | None = None) -> PhraseCounts:
+                  timings: dict | None = None, cases: np.ndarray | None = None) -> PhraseCounts:
     """Counts and CNR of every phrase row of one dataset (``gt_ds.queries`` must exist; the submission's
-    phrase rows are matched by id)."""
+    phrase rows are matched by id).
+
+    ``cases`` (bool per ground-truth case): only the phrase rows of those images, counted as against a
+    ground truth of those images alone (a submission scored on the cases it holds); None: every row."""
     from xbench.schemas.store import iter_row_blocks, read_rows
     from xbench.schemas.submission import align_queries
 
     from .scoring import _gather_maps, count_dataset
 
     gt_view, sub_view = _views(sub_ds, gt_ds)
-    rows = align_queries(sub_ds, gt_ds)
+    rows = align_queries(sub_ds, gt_ds, cases)
     n_cat = len(gt_view.classes)
     dc = count_dataset(sub_view, gt_view, case_rows=rows, class_cols=np.zeros(n_cat, np.int64),
                        region_problems=region_problems, where=where, timings=timings)
@@ -160,17 +163,23 @@ def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: 
         block = read_rows(masks, start, stop, f"{where or gt_ds.name}/query_mask", problems)
         if block is None:
             continue
-        maps = _gather_maps(sal, rows[start:stop], np.zeros(stop - start, np.int64))
-        cnr_rows[start:stop] = cnr_of_pairs(maps, block)
+        here = np.flatnonzero(rows[start:stop] >= 0)  # every row, unless only some images are scored
+        maps = _gather_maps(sal, rows[start:stop][here], np.zeros(here.size, np.int64))
+        cnr_rows[start + here] = cnr_of_pairs(maps, block, here)
     if problems:
         if region_problems is None:
             from xbench.schemas import InvalidStoreError
 
             raise InvalidStoreError(problems)
         region_problems.extend(problems)
+    image = np.asarray(gt_ds.queries.case, np.int64)
+    n_images = int(np.asarray(gt_ds.case_id).shape[0])
+    if cases is not None:  # the rows and images present, renumbered as a ground truth of them alone would be
+        row = np.flatnonzero(rows >= 0)
+        cnr_rows, image = cnr_rows[row], (np.cumsum(cases) - 1)[image[row]]
+        n_images = int(np.count_nonzero(cases))
     dc = replace(dc, extra={**dc.extra, R.CNR_COLUMN: cnr_rows[dc.pair_case]})
-    return PhraseCounts(counts=dc, image=np.asarray(gt_ds.queries.case, np.int64)[dc.pair_case],
-                        n_images=int(np.asarray(gt_ds.case_id).shape[0]))
+    return PhraseCounts(counts=dc, image=image[dc.pair_case], n_images=n_images)
 
 
 # -------------------------------------------------------------------------------------------- metrics
@@ -353,26 +362,38 @@ def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, le
 
 
 def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: str = "",
-                  region_problems: list | None = None, timings: dict | None = None) -> tuple[dict, dict]:
+                  region_problems: list | None = None, timings: dict | None = None,
+                  cases: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict]:
     """The metrics.json "phrases" section for the datasets ``names`` whose ground truth has phrase rows,
     and their :class:`PhraseCounts`. A submission that declares its model cannot take free text
-    (``phrases_unsupported``) gets null metrics with the reason. Returns ({} , {}) when no dataset has any."""
+    (``phrases_unsupported``) gets null metrics with the reason. Returns ({} , {}) when no dataset has any.
+
+    ``cases``: {dataset: bool per ground-truth case} for datasets scored on some of their images only
+    (:func:`phrase_counts`); a dataset none of whose phrase rows is among them has no entry, as with a
+    ground truth of those images alone."""
     from xbench.schemas.queries import UNSUPPORTED_ATTR
 
     section: dict = {}
     counts: dict[str, PhraseCounts] = {}
+    cases = cases or {}
     for name in sorted(names):
         gt_ds, sub_ds = gt.datasets[name], sub.datasets[name]
         if getattr(gt_ds, "queries", None) is None:
             continue
+        present = cases.get(name)
+        if present is not None and not np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)].any():
+            continue
         reason = sub_ds.attrs.get(UNSUPPORTED_ATTR)
         if reason is not None or sub_ds.query_id is None:
-            section[name] = {"n_phrases": len(gt_ds.queries), "unsupported": True,
+            n_phrases = len(gt_ds.queries) if present is None else int(
+                np.count_nonzero(np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)]))
+            section[name] = {"n_phrases": n_phrases, "unsupported": True,
                              "reason": str(reason or "the submission has no phrase rows"),
                              "summary": {k: None for k in R.phrase_keys()}}
             continue
         pc = counts[name] = phrase_counts(sub_ds, gt_ds, region_problems=region_problems,
-                                          where=f"{where}/{name}" if where else name, timings=timings)
+                                          where=f"{where}/{name}" if where else name, timings=timings,
+                                          cases=present)
         section[name] = phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
     if section:
         section = {"overall": {k: _mean(np.array([np.nan if d["summary"][k] is None else d["summary"][k]
@@ -425,7 +446,9 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
 
     problems = phrase_ground_truth_problems(a, b)
     if problems:
-        raise ValueError("\n".join(problems))
+        from .errors import GroundTruthMismatchError
+
+        raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
     got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))

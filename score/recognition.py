@@ -42,13 +42,20 @@ def f1_from_counts(tp, fp, fn):
         return np.where(den > 0, 2.0 * tp / np.where(den > 0, den, 1.0), 0.0)
 
 
-def recognition_sums(y_true, p, *, name: str = ""):
+#: why a class's recognition metrics are undefined (:func:`recognition_sums`'s ``undefined``)
+NO_LABELLED_CASE = "no labelled case"
+ONE_LABEL_VALUE = "one label value only"
+
+
+def recognition_sums(y_true, p, *, name: str = "", undefined: list | None = None):
     """The counts and rank statistics of one class's labelled pairs, as a one-resample
     :class:`xbench.score.registry.RecognitionSums` (arrays of shape (1,)), from which every registered
     recognition metric is computed.
 
     Warns (:class:`UndefinedMetricWarning`, naming the class) when there is no labelled case, and when AUROC
-    and AUPRC are undefined because a single label value occurs.
+    and AUPRC are undefined because a single label value occurs; with a list ``undefined`` the reason
+    (:data:`NO_LABELLED_CASE`, :data:`ONE_LABEL_VALUE`) is appended to it instead, for a caller that counts
+    them (the scorer prints one line per reason and dataset, never a Python warning).
     """
     from .registry import RecognitionSums
 
@@ -63,10 +70,15 @@ def recognition_sums(y_true, p, *, name: str = ""):
     pos = y == 1
     auroc = auprc = np.full(1, np.nan)
     if y.size == 0:
-        warnings.warn(f"recognition metrics undefined for {label}: no labelled case; reported as null.",
-                      UndefinedMetricWarning, stacklevel=2)
+        if undefined is not None:
+            undefined.append(NO_LABELLED_CASE)
+        else:
+            warnings.warn(f"recognition metrics undefined for {label}: no labelled case; reported as null.",
+                          UndefinedMetricWarning, stacklevel=2)
     elif 0 < np.count_nonzero(pos) < y.size:
         auroc, auprc = weighted_auroc_ap(np.ones((1, y.size)), pos, q)
+    elif undefined is not None:
+        undefined.append(ONE_LABEL_VALUE)
     else:
         warnings.warn(f"AUROC and AUPRC undefined for {label}: every labelled case is {int(y[0])}; "
                       "reported as null and left out of the means.", UndefinedMetricWarning, stacklevel=2)

@@ -21,12 +21,11 @@ import json
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -34,10 +33,11 @@ from . import registry as R
 from .bootstrap import bootstrap_replicates, overall_replicates, percentile_intervals
 from ._allocator import release_freed_memory
 from .counts import DatasetCounts, count_dtype
-from .grounding import UndefinedMetricWarning, best_threshold, class_means, threshold_index
+from .errors import ScoreInputError, ThresholdsError
+from .grounding import best_threshold, class_means, threshold_index
 from .localisation import DEFAULT_POINTING_TOLERANCE, ENERGY_COLUMN, TOLERANT_COLUMN
 from .kernels import N_THRESHOLDS, THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
-from .recognition import probabilities, recognition_sums
+from .recognition import NO_LABELLED_CASE, ONE_LABEL_VALUE, probabilities, recognition_sums
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
     import pandas as pd
@@ -52,11 +52,18 @@ __all__ = [
     "pair_table_columns",
     "write_pairs_parquet",
     "thresholds_from_metrics",
+    "check_inputs",
+    "Undefined",
+    "undefined_notes",
 ]
 
 UNSUPPORTED_REASON = "listed as unsupported by the submission"
+#: why a class's grounding metrics are undefined (beside recognition's NO_LABELLED_CASE, ONE_LABEL_VALUE)
+NO_POSITIVE_REGION = "no positive case with a region"
 #: metrics.json minor version that adds the "phrases" section (contract §Versions)
 PHRASES_METRICS_MINOR = 2
+#: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
+PARTIAL_METRICS_MINOR = 3
 
 #: Positive maps gathered at once (raw size, before resizing); 14 x 14 float16 maps of a full benchmark
 #: take ~10 MB, so this only bites for very large maps.
@@ -81,12 +88,45 @@ class ScoreResult:
     per_pair: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     phrase_counts: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # undefined metrics, one counted line each (undefined_notes)
 
     @property
     def pairs(self) -> pd.DataFrame:
         """One row per labelled (case, class) pair of the supported classes (:func:`pairs_table`), built on
         each access: the scorer itself streams it to ``pairs.parquet`` (:func:`write_pairs_parquet`)."""
         return pairs_table(self.counts, self.per_pair)
+
+
+class Undefined(NamedTuple):
+    """A class whose metrics are undefined (reported as null and left out of the means), and why:
+    :data:`NO_POSITIVE_REGION` (grounding), ``recognition.NO_LABELLED_CASE`` (recognition) or
+    ``recognition.ONE_LABEL_VALUE`` (AUROC and AUPRC)."""
+
+    dataset: str
+    cls: str
+    reason: str
+
+
+#: what each reason leaves undefined, in the order the notes list them
+_UNDEFINED_WHAT = {NO_POSITIVE_REGION: "grounding metrics", NO_LABELLED_CASE: "recognition metrics",
+                   ONE_LABEL_VALUE: "AUROC and AUPRC"}
+
+
+def undefined_notes(items: Sequence[Undefined], shown: int = 5) -> list[str]:
+    """One line per dataset and reason (a count, not a warning per class): e.g. "phantom: AUROC and AUPRC
+    undefined for 2 classes (one label value only: A, B); reported as null and left out of the means"."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for u in items:
+        groups.setdefault((u.dataset, u.reason), []).append(u.cls)
+    order = list(_UNDEFINED_WHAT)
+    lines = []
+    for (dataset, reason), classes in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1])
+                                                                               if kv[0][1] in order else 99)):
+        n = len(classes)
+        names = ", ".join(classes[:shown]) + (f" and {n - shown} more" if n > shown else "")
+        lines.append(f"{dataset}: {_UNDEFINED_WHAT.get(reason, 'metrics')} undefined for {n} "
+                     f"class{'' if n == 1 else 'es'} ({reason}: {names}); reported as null and left out of the means")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------ counting
@@ -166,7 +206,10 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         A ``SubmissionDataset`` and a ``GroundTruthDataset`` (or any objects with the same attributes;
         arrays may be NumPy or lazy zarr arrays).
     case_rows, class_cols
-        The alignment from :func:`xbench.schemas.align` (computed when omitted).
+        The alignment from :func:`xbench.schemas.align` (computed when omitted). A case row of -1 is a case
+        the submission lacks (``align(..., allow_missing=True)``): the counts then hold only the cases present,
+        in the ground truth's order, exactly as for a ground truth of those cases alone; the regions of the
+        missing cases are still decoded and checked.
     progress
         Called with the number of positive pairs finished after each chunk.
     mask_chunk
@@ -192,6 +235,13 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     unsupported = set(getattr(sub_ds, "unsupported", ()))
     supported = np.array([c not in unsupported for c in classes], dtype=bool)
     labels = np.asarray(gt_ds.labels, dtype=np.int8)
+    present = np.asarray(case_rows) >= 0
+    partial = not present.all()
+    case_id = np.asarray(gt_ds.case_id, dtype=str)
+    rows_all = case_rows
+    if partial:  # the cases present, as if the ground truth held only them (case_row: their new rows)
+        case_row = np.cumsum(present) - 1
+        labels, case_id, case_rows = labels[present], case_id[present], np.asarray(case_rows)[present]
     t0 = time.perf_counter()
     scores = np.asarray(sub_ds.scores)[case_rows][:, class_cols]
     prob = probabilities(scores, sub_ds.score_kind)
@@ -199,7 +249,8 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     timings["recognition"] = timings.get("recognition", 0.0) + time.perf_counter() - t0
 
     ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
-    keep = np.flatnonzero(supported[ri[:, 1]]) if ri.size else np.zeros(0, np.int64)
+    keep_region = supported[ri[:, 1]] & present[ri[:, 0]] if partial and ri.size else supported[ri[:, 1]]
+    keep = np.flatnonzero(keep_region) if ri.size else np.zeros(0, np.int64)
     K = keep.size
     H, W = (int(s) for s in gt_ds.grid)
     dtype = count_dtype((H, W))
@@ -208,7 +259,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
                           np.empty(K, bool) if hasattr(gt_ds, "orig_size") else None)
     tol = float(pointing_tolerance)
     if not (np.isfinite(tol) and tol >= 0.0):
-        raise ValueError(f"the pointing tolerance must be a finite distance >= 0 (pixels); got {pointing_tolerance!r}.")
+        raise ScoreInputError(f"the pointing tolerance must be a finite distance >= 0 (pixels); got {pointing_tolerance!r}")
     # original pixels per grid cell (height, width) of each kept pair's case
     # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
     cell = (np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]] / np.array([H, W], dtype=np.float64)
@@ -221,7 +272,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     # raw maps are held as stored (float16 maps at half the size) and widened to float32 chunk by chunk
     map_dtype = np.float16 if np.dtype(sal.dtype) == np.float16 else np.float32
     batch = max(1, MAP_BATCH_BYTES // max(int(np.prod(sal.shape[2:])) * np.dtype(map_dtype).itemsize, 1))
-    sub_rows = case_rows[ri[keep, 0]] if K else np.zeros(0, np.int64)
+    sub_rows = rows_all[ri[keep, 0]] if K else np.zeros(0, np.int64)
     sub_cols = class_cols[ri[keep, 1]] if K else np.zeros(0, np.int64)
     problems: list = []
     first_empty: list[int] = []
@@ -275,13 +326,13 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         if region_problems is None:
             raise InvalidStoreError(problems)
         region_problems.extend(problems)
-    pair_case = ri[keep, 0]
+    pair_case = case_row[ri[keep, 0]] if partial else ri[keep, 0]
     pair_class = ri[keep, 1]
     order = np.lexsort((pair_case, pair_class))
     if np.array_equal(order, np.arange(K)):  # already by class, then case (e.g. a single-class dataset)
         order = slice(None)
     return DatasetCounts(
-        name=gt_ds.name, classes=classes, supported=supported, case_id=np.asarray(gt_ds.case_id, dtype=str),
+        name=gt_ds.name, classes=classes, supported=supported, case_id=case_id,
         labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
         region_pixels=out.region_pixels[order], hit=out.hit[order], b=_take_rows_inplace(out.b, order),
         br=_take_rows_inplace(out.br, order), grid=(H, W),
@@ -402,8 +453,10 @@ def class_grounding_point(dc: DatasetCounts, idx: np.ndarray, taus: Mapping[str,
     return out, chosen, per_pair
 
 
-def _class_point(dc: DatasetCounts, c: int, taus: Mapping[str, int] | tuple | None) -> tuple[dict, dict]:
-    """Point estimates of one class and its per-pair values (for the pairs table)."""
+def _class_point(dc: DatasetCounts, c: int, taus: Mapping[str, int] | tuple | None,
+                 undefined: list | None = None) -> tuple[dict, dict]:
+    """Point estimates of one class and its per-pair values (for the pairs table); the metrics undefined for
+    it are appended to ``undefined`` (:class:`Undefined`)."""
     name = dc.classes[c]
     idx = dc.class_pairs(c)
     labelled = dc.labels[:, c] != -1
@@ -417,12 +470,14 @@ def _class_point(dc: DatasetCounts, c: int, taus: Mapping[str, int] | tuple | No
         entry.update({k: float(THRESHOLDS[chosen[k]]) for k in R.tau_keys()})
         per_pair = {"idx": idx, **pp}
     else:
-        if any(m.warn for m in grounding):
-            warnings.warn(f"grounding metrics undefined for {dc.name}/{name}: no positive pair with a region; "
-                          "reported as null.", UndefinedMetricWarning, stacklevel=3)
+        if undefined is not None and any(m.warn for m in grounding):
+            undefined.append(Undefined(str(dc.name), str(name), NO_POSITIVE_REGION))
         entry.update({m.key: None for m in grounding})
         entry.update({k: None for k in R.tau_keys()})
-    sums = recognition_sums(dc.labels[labelled, c], dc.prob[labelled, c], name=f"{dc.name}/{name}")
+    reasons: list = []
+    sums = recognition_sums(dc.labels[labelled, c], dc.prob[labelled, c], name=f"{dc.name}/{name}", undefined=reasons)
+    if undefined is not None:
+        undefined += [Undefined(str(dc.name), str(name), r) for r in reasons]
     entry.update({m.key: _defined(m.values(sums)[0]) for m in R.metrics("recognition")})
     return entry, per_pair
 
@@ -443,14 +498,15 @@ def _class_taus(dc: DatasetCounts, thresholds: Thresholds | None) -> dict[str, d
             continue
         out[name] = {k: threshold_index(taus[k]) for k in keys}
     if missing:
-        raise ValueError(f"the transferred thresholds lack {'/'.join(keys)} for {', '.join(missing)}; "
-                         "score the earlier split with these classes or drop --thresholds-from.")
+        raise ThresholdsError(f"the transferred thresholds lack {'/'.join(keys)} for {', '.join(missing)}; "
+                              "score the earlier split with these classes or drop --thresholds-from")
     return out
 
 
 def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int = 1000, seed: int = 0,
                         thresholds: Thresholds | None = None, level: float = 0.95,
-                        timings: dict[str, float] | None = None) -> tuple[dict, dict]:
+                        timings: dict[str, float] | None = None,
+                        undefined: list | None = None) -> tuple[dict, dict]:
     """Metrics (``metrics.json`` "overall" and "datasets" parts) from per-dataset counts.
 
     Every metric of :data:`xbench.score.registry.REGISTRY` is computed: per class, the dataset summary
@@ -466,6 +522,9 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     thresholds : {dataset: {class: (tau_dice, tau_iou)}}, optional
         Use these (grid) thresholds instead of searching (e.g. from a validation split); a class's entry
         is a tuple in :func:`xbench.score.registry.tau_keys` order or a {tau key: tau} mapping.
+    undefined : list, optional
+        Gets one :class:`Undefined` per class and reason a metric is undefined (reported as null); no
+        Python warning is issued either way (:func:`undefined_notes` words them for people).
 
     Returns
     -------
@@ -482,7 +541,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         reps = (pool.submit(bootstrap_replicates, counts, n_resamples=bootstrap, seed=seed,
                             taus=class_taus if thresholds is not None else None)
                 if bootstrap > 0 and counts else None)
-        metrics, per_pair_all = _point_metrics(counts, class_taus, timings)
+        metrics, per_pair_all = _point_metrics(counts, class_taus, timings, undefined)
         if reps is not None:
             _add_intervals(metrics, reps.result(), level)
             reps = None  # the future held the replicates
@@ -491,7 +550,8 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     return metrics, per_pair_all
 
 
-def _point_metrics(counts: Mapping[str, DatasetCounts], class_taus: dict, timings: dict) -> tuple[dict, dict]:
+def _point_metrics(counts: Mapping[str, DatasetCounts], class_taus: dict, timings: dict,
+                   undefined: list | None = None) -> tuple[dict, dict]:
     """The point estimates of :func:`metrics_from_counts`: (metrics without intervals, per-pair values)."""
     datasets: dict = {}
     per_pair_all: dict = {}
@@ -512,7 +572,7 @@ def _point_metrics(counts: Mapping[str, DatasetCounts], class_taus: dict, timing
                 entry.update({"unsupported": True, "reason": UNSUPPORTED_REASON})
                 classes[cname] = entry
                 continue
-            entry, pp = _class_point(dc, c, None if taus is None else taus.get(cname))
+            entry, pp = _class_point(dc, c, None if taus is None else taus.get(cname), undefined)
             classes[cname] = entry
             per_pair_all[name][c] = pp
         summary = {}
@@ -771,39 +831,147 @@ def _shown(path) -> str:
 
 
 def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, dict[str, tuple[float, float]]]:
-    """{dataset: {class: (tau_dice, tau_iou)}} from an earlier ``metrics.json`` (a path or its dict)."""
+    """{dataset: {class: (tau_dice, tau_iou)}} from an earlier ``metrics.json`` (a path or its dict).
+
+    A path is read through the bounded JSON reader (:func:`xbench.schemas.inputs.load_json`: size, depth,
+    duplicate keys, numbers); anything that is not an XBench metrics.json raises :class:`ThresholdsError`
+    (an :class:`~xbench.schemas.errors.InputError`: one line, exit 2)."""
     if isinstance(source, Mapping):
-        data = source
+        data, where = source, "the transferred thresholds"
     else:
-        path = Path(source)
+        from xbench.schemas.errors import InputError
+        from xbench.schemas.inputs import load_json
+
+        where = str(source)
+        if not os.path.lexists(source):
+            raise ThresholdsError(f"{source}: no such metrics.json (for --thresholds-from)")
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such metrics.json (for --thresholds-from)") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            data = load_json(source, where=f"{source} (--thresholds-from)")
+        except InputError as exc:
+            raise ThresholdsError(exc.problems) from None
     try:
-        return {d: {c: (e.get("tau_dice"), e.get("tau_iou")) for c, e in ds["classes"].items()}
-                for d, ds in data["datasets"].items()}
+        found = {d: {c: (e.get("tau_dice"), e.get("tau_iou")) for c, e in ds["classes"].items()}
+                 for d, ds in data["datasets"].items()}
     except (KeyError, TypeError, AttributeError):
-        raise ValueError("thresholds must come from an xbench metrics.json: it needs "
-                         "datasets.<dataset>.classes.<class>.tau_dice / tau_iou") from None
+        found = None
+    if found is None or not all(isinstance(t, (int, float, type(None))) and not isinstance(t, bool)
+                                for cls in found.values() for pair in cls.values() for t in pair):
+        raise ThresholdsError(f"{where}: thresholds must come from an xbench metrics.json: it needs "
+                              "datasets.<dataset>.classes.<class>.tau_dice / tau_iou (numbers)") from None
+    return found
 
 
 # ------------------------------------------------------------------------------------------ top level
+def _dataset_names(gt, datasets: Sequence[str] | None) -> list[str]:
+    """The dataset keys to score: ``datasets`` (in order, once each) or every one of the ground truth;
+    :class:`~xbench.schemas.errors.UnknownNameError` for a key the ground truth lacks, with close matches."""
+    import difflib
+
+    from xbench.schemas.errors import UnknownNameError
+
+    names = sorted(gt.datasets) if datasets is None else list(dict.fromkeys(datasets))
+    unknown = [d for d in names if d not in gt.datasets]
+    if unknown:
+        close = sorted({m for d in unknown for m in difflib.get_close_matches(d, list(gt.datasets), n=2)})
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UnknownNameError(f"dataset(s) {', '.join(unknown)} not in the ground truth; it has "
+                               f"{', '.join(sorted(gt.datasets)) or 'none'}{hint}")
+    return names
+
+
+def check_inputs(submissions: Sequence[str | os.PathLike], gt, *, datasets: Sequence[str] | None = None,
+                 allow_missing: bool = False):
+    """Validate the ground truth and every submission against it, before anything is scored; the opened
+    ground truth (:class:`xbench.schemas.GroundTruth`), to pass on to :func:`score_submission` with
+    ``validate=False``.
+
+    Raises :class:`~xbench.schemas.errors.InvalidStoreError` listing every problem (the ground truth's, when
+    it has any, as its own validator lists them; else every submission's),
+    :class:`~xbench.score.errors.MissingCasesError` when the only way the submissions fall short of the
+    contract includes missing cases (its ``coverage`` says how many are present: ``allow_missing`` scores
+    them), :class:`~xbench.schemas.errors.UnknownNameError` for an unknown dataset key. The region masks are
+    checked while scoring decodes them (once), not here.
+    """
+    from xbench.schemas import GroundTruth, InvalidStoreError, read_ground_truth, validate_ground_truth, validate_submission
+    from xbench.schemas.submission import MissingCases
+
+    from .errors import MissingCasesError
+
+    opened = gt if isinstance(gt, GroundTruth) else None
+    gt_path = opened.path if opened is not None else gt
+    if validate_ground_truth(gt_path, scan_masks=False):
+        # only when something is wrong: the whole validation, so the problems listed are validate's
+        raise InvalidStoreError(validate_ground_truth(gt_path))
+    opened = opened if opened is not None else read_ground_truth(gt_path)
+    names = _dataset_names(opened, datasets)
+    total = sum(len(opened.datasets[d].case_id) for d in names)
+    problems: list = []
+    coverage: dict[str, tuple[int, int]] = {}
+    for sub in submissions:
+        found = validate_submission(sub, opened, datasets=names, allow_missing=allow_missing)
+        missing = [p for p in found if isinstance(p, MissingCases)]
+        if missing:
+            coverage[str(sub)] = (total - sum(p.of - p.present for p in missing), total)
+        problems += found
+    if problems:
+        # as if the ground truth had been validated whole first: its problems, else the submissions'
+        gt_problems = validate_ground_truth(gt_path)
+        if gt_problems:
+            raise InvalidStoreError(gt_problems)
+        raise MissingCasesError(problems, coverage) if coverage else InvalidStoreError(problems)
+    return opened
+
+
+def _partial_note(cases: int, of: int, not_scored: Sequence[str]) -> str:
+    """The top-level note of a partial run's metrics.json (also the terminal's line)."""
+    text = f"partial: {cases} of {of} cases"
+    if not_scored:
+        text += f"; not scored (no case in the submission): {', '.join(not_scored)}"
+    return text + ("; every number is over the cases present only, not comparable with a full run's")
+
+
+def _with_partial(metrics: dict, partial: Mapping[str, tuple[int, int]], cases: int, of: int,
+                  not_scored: Sequence[str]) -> dict:
+    """``metrics`` with the partial-run keys (contract §metrics.json, minor 3): per partially scored dataset
+    ``"partial": {"cases", "of"}`` after its ``n_cases`` (also in its phrase entry), and the top-level
+    ``"partial"`` note; added only to a partial run, so a full run's metrics.json is unchanged."""
+    def insert(entry: dict, key: str, after: str, value) -> dict:
+        out: dict = {}
+        for k, v in entry.items():
+            out[k] = v
+            if k == after:
+                out[key] = value
+        if key not in out:
+            out[key] = value
+        return out
+
+    datasets = {d: insert(e, "partial", "n_cases", {"cases": partial[d][0], "of": partial[d][1]}) if d in partial else e
+                for d, e in metrics["datasets"].items()}
+    out = {"partial": {"cases": int(cases), "of": int(of), **({"not_scored": list(not_scored)} if not_scored else {}),
+                       "note": _partial_note(cases, of, not_scored)}}
+    for k, v in metrics.items():
+        out[k] = datasets if k == "datasets" else v
+    phrases = out.get("phrases", {}).get("datasets", {})
+    for d in list(phrases):
+        if d in partial:
+            after = "n_images" if "n_images" in phrases[d] else "n_phrases"
+            phrases[d] = insert(phrases[d], "partial", after, {"cases": partial[d][0], "of": partial[d][1]})
+    return out
+
+
 def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: int = 1000,
                      seed: int = 0, thresholds: Thresholds | str | os.PathLike | None = None,
                      datasets: Sequence[str] | None = None, progress: Progress | None = None,
                      validate: bool = True, on_total: Callable[[int], None] | None = None,
-                     pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE) -> ScoreResult:
+                     pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE,
+                     allow_missing: bool = False) -> ScoreResult:
     """Score one submission store against a ground-truth store.
 
     Parameters
     ----------
     submission_path, gt_path : path
         ``.zarr`` directories or ``.zarr.zip`` files; both are only read. ``gt_path`` may also be the
-        ground truth already opened with :func:`xbench.schemas.read_ground_truth` (as the command line has
-        it for validation), so it is not read twice.
+        ground truth already opened (:func:`check_inputs` returns it), so it is not read twice.
     bootstrap : int
         Resamples for the 95 % intervals (0: none).
     seed : int
@@ -815,80 +983,96 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     progress, on_total : callables, optional
         ``on_total(n_pairs)`` once, then ``progress(n)`` as positive pairs are done (for a progress bar).
     validate : bool
-        Validate both stores first (default; turn off only for stores validated moments ago).
+        Validate both stores first (:func:`check_inputs`; default). Turn off only for stores that
+        :func:`check_inputs` has just passed, with the same ``datasets`` and ``allow_missing``.
     pointing_tolerance : float
         Tolerance of the tolerant pointing game in original pixels (default 15, Zhang et al. 2018).
+    allow_missing : bool
+        Score the cases the submission holds when it lacks some of the ground truth's (a smoke run): every
+        metric and interval is then computed on those cases alone, exactly as against a ground truth of only
+        them, a dataset with none of its cases is not scored, and metrics.json says so ("partial"). Without
+        it a missing case is a problem (:class:`~xbench.score.errors.MissingCasesError`).
+
+    The result never issues a Python warning: classes whose metrics are undefined (null in metrics.json)
+    are listed in ``ScoreResult.notes``, one counted line per dataset and reason (:func:`undefined_notes`).
 
     Raises
     ------
     xbench.schemas.InvalidStoreError
-        Listing every problem of the ground truth or the submission.
-    ValueError
-        For unknown dataset keys or unusable transferred thresholds.
+        Listing every problem of the ground truth or the submission (``MissingCasesError`` among them).
+    xbench.schemas.errors.UnknownNameError
+        For unknown dataset keys.
+    xbench.score.errors.ThresholdsError
+        For unusable transferred thresholds.
     """
     from xbench import __version__
-    from xbench.schemas import (GroundTruth, InvalidStoreError, Problem, align, read_ground_truth, read_submission,
-                                validate_ground_truth, validate_submission)
+    from xbench.schemas import GroundTruth, InvalidStoreError, Problem, align, read_ground_truth, read_submission
 
     from .warm import start_background_warm
 
     start_background_warm()  # a first run compiles the ranking kernel on another core meanwhile
-    opened = gt_path if isinstance(gt_path, GroundTruth) else None
-    if opened is not None:
-        gt_path = opened.path
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if validate:
-        # the region masks are checked while they are decoded for counting (once), not here
-        if validate_ground_truth(gt_path, scan_masks=False):
-            raise InvalidStoreError(validate_ground_truth(gt_path))
-        timings["validate_gt"] = time.perf_counter() - t0
+        gt = check_inputs([submission_path], gt_path, datasets=datasets, allow_missing=allow_missing)
+        timings["validate"] = time.perf_counter() - t0
+    else:
+        gt = gt_path if isinstance(gt_path, GroundTruth) else read_ground_truth(gt_path)
+    gt_path = gt.path
     t0 = time.perf_counter()
-    gt = opened if opened is not None else read_ground_truth(gt_path)
-    names = sorted(gt.datasets) if datasets is None else list(dict.fromkeys(datasets))
-    unknown = [d for d in names if d not in gt.datasets]
-    if unknown:
-        raise ValueError(f"dataset(s) {', '.join(unknown)} not in the ground truth; it has "
-                         f"{', '.join(sorted(gt.datasets)) or 'none'}.")
-    if validate:
-        t1 = time.perf_counter()
-        problems = validate_submission(submission_path, gt, datasets=names)
-        if problems:
-            # as if the ground truth had been validated whole first: its problems, else the submission's
-            raise InvalidStoreError(validate_ground_truth(gt_path) or problems)
-        timings["validate_submission"] = time.perf_counter() - t1
+    names = _dataset_names(gt, datasets)
     sub = read_submission(submission_path)
-    missing = [d for d in names if d not in sub.datasets]
-    if missing:
-        raise InvalidStoreError([Problem(f"{submission_path}/{d}", "dataset of the ground truth is missing")
-                                 for d in missing])
+    aligned = {}
+    not_scored: list[str] = []
+    for name in names:
+        if name in sub.datasets:
+            aligned[name] = align(sub.datasets[name], gt.datasets[name], allow_missing=allow_missing)
+        if name not in aligned or not (aligned[name][0] >= 0).any():
+            if not allow_missing:
+                raise InvalidStoreError([Problem(f"{submission_path}/{name}", "dataset of the ground truth is missing")])
+            not_scored.append(name)
+    scored = [d for d in names if d not in not_scored]
+    if not scored:
+        raise InvalidStoreError([Problem(str(submission_path), "holds no case of the ground truth"
+                                         + (f" in {', '.join(names)}" if datasets is not None else "")
+                                         + "; nothing to score")])
+    n_of = {d: len(gt.datasets[d].case_id) for d in names}
+    n_in = {d: int(np.count_nonzero(aligned[d][0] >= 0)) if d in aligned else 0 for d in names}
+    partial = {d: (n_in[d], n_of[d]) for d in scored if n_in[d] < n_of[d]}
     if thresholds is not None and not isinstance(thresholds, Mapping):
         thresholds = thresholds_from_metrics(thresholds)
-    timings["open"] = time.perf_counter() - t0 - timings.get("validate_submission", 0.0)
+    if thresholds is not None:  # unusable thresholds fail here, before any map is read
+        for name in scored:
+            _class_taus(_classes_with_pairs(sub.datasets[name], gt.datasets[name], aligned[name][0]), thresholds)
+    timings["open"] = time.perf_counter() - t0
     if on_total is not None:
-        on_total(int(sum(gt.datasets[d].region_index.shape[0] for d in names)))
+        on_total(int(sum(_pairs_present(gt.datasets[d], aligned[d][0]) for d in scored)))
 
     counts: dict[str, DatasetCounts] = {}
     region_problems: list = []
-    for name in names:
-        case_rows, class_cols = align(sub.datasets[name], gt.datasets[name])
+    for name in scored:
+        case_rows, class_cols = aligned[name]
         counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
                                      class_cols=class_cols, progress=progress, timings=timings,
                                      region_problems=region_problems, where=f"{gt_path}/{name}",
                                      pointing_tolerance=pointing_tolerance)
         release_freed_memory()
-    for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
+    for name in sorted(set(gt.datasets) - set(scored)):  # not scored, but part of the ground truth
         region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
     # phrase rows (free-text queries), scored apart from the classes (score/phrases.py)
     from .phrases import score_phrases
 
-    phrases, phrase_counts = score_phrases(sub, gt, names, bootstrap=bootstrap, seed=seed, where=str(gt_path),
-                               region_problems=region_problems, timings=timings)
+    phrases, phrase_counts = score_phrases(sub, gt, scored, bootstrap=bootstrap, seed=seed, where=str(gt_path),
+                                           region_problems=region_problems, timings=timings,
+                                           cases={d: aligned[d][0] >= 0 for d in partial})
     if region_problems:
+        from xbench.schemas import validate_ground_truth
+
         # nothing has been written yet; list every problem of the ground truth, as its validator does
         raise InvalidStoreError(validate_ground_truth(gt_path) or region_problems)
+    undefined: list[Undefined] = []
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
-                                            timings=timings)
+                                            timings=timings, undefined=undefined)
     if phrases:  # only then: metrics.json of a store without phrase rows is unchanged
         metrics["phrases"] = phrases
     release_freed_memory()
@@ -900,10 +1084,31 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
               "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                             "level": 0.95, "resampling": "cases within each dataset"},
               "thresholds": "transferred" if thresholds is not None else "searched per class (0.00..1.00, step 0.01)",
-              "datasets": names,
+              "datasets": scored,
               "pointing_tolerance_px": float(pointing_tolerance),
               "inputs": {"submission": _shown(submission_path), "gt": _shown(gt_path)}}
     if phrases:
         header["schema_minor"] = max(PHRASES_METRICS_MINOR, int(header.get("schema_minor", 0)))
+    if partial or not_scored:  # only then: a full run's metrics.json is unchanged
+        header["schema_minor"] = max(PARTIAL_METRICS_MINOR, int(header.get("schema_minor", 0)))
+        metrics = _with_partial(metrics, partial, sum(n_in.values()), sum(n_of.values()), not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
-                       phrase_counts=phrase_counts)
+                       phrase_counts=phrase_counts, notes=undefined_notes(undefined))
+
+
+def _classes_with_pairs(sub_ds, gt_ds, case_rows: np.ndarray):
+    """What :func:`_class_taus` reads of a dataset's counts (name, classes, supported, pair_class), from the
+    stores before counting: the supported classes' regions of the cases present."""
+    from types import SimpleNamespace
+
+    unsupported = set(getattr(sub_ds, "unsupported", ()))
+    supported = np.array([c not in unsupported for c in gt_ds.classes], dtype=bool)
+    ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
+    kept = ri[(case_rows[ri[:, 0]] >= 0) & supported[ri[:, 1]]] if ri.size else ri
+    return SimpleNamespace(name=gt_ds.name, classes=tuple(gt_ds.classes), supported=supported, pair_class=kept[:, 1])
+
+
+def _pairs_present(gt_ds, case_rows: np.ndarray) -> int:
+    """Positive pairs with a region among the cases present (the progress bar's total)."""
+    ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
+    return int(np.count_nonzero(case_rows[ri[:, 0]] >= 0)) if ri.size else 0

@@ -41,8 +41,8 @@ from xbench.schemas import catalog
 from . import registry as R
 
 __all__ = ["DATASET_TITLES", "METRIC_TITLES", "Cell", "Table", "ci_of", "csv_cell", "dataset_order", "extra_tables",
-           "grounding_table", "mark_columns", "md_cell", "per_class_table", "phrase_table", "recognition_table",
-           "shown_value", "value_of", "write_table", "write_tables"]
+           "grounding_table", "mark_columns", "md_cell", "partial_of", "partial_suffix", "per_class_table", "phrase_table",
+           "recognition_table", "shown_value", "value_of", "write_table", "write_tables"]
 
 Layout = Literal["report", "scorer"]
 #: decimals of every printed value
@@ -316,6 +316,29 @@ def _ci_in(metrics: dict, scope: str, key: str, cls: str | None):
     return (ds.get("ci95") or ds.get("summary", {}).get("ci95") or {}).get(key)
 
 
+def partial_of(metrics: dict, scope: str) -> tuple[int, int] | None:
+    """(cases scored, cases of the ground truth) when ``metrics`` (a metrics.json dict) was scored on part of
+    the cases of ``scope`` (a dataset key, or "overall" for the whole run: ``xbench-score --allow-missing``),
+    else None."""
+    part = metrics.get("partial") if scope == "overall" else metrics.get("datasets", {}).get(scope, {}).get("partial")
+    if isinstance(part, dict) and isinstance(part.get("cases"), int) and isinstance(part.get("of"), int):
+        return part["cases"], part["of"]
+    return None
+
+
+def partial_suffix(results, scope: str) -> str:
+    """" (partial: N of M cases)" to append to a label whose numbers cover ``scope`` when the results (a
+    {label: metrics} mapping or loaded results) were scored on part of its cases; "" for complete results."""
+    found = [partial_of(m, scope) for m in _metrics_of(results).values()]
+    parts = {p for p in found if p is not None}
+    if not parts:
+        return ""
+    if len(parts) == 1 and len(parts) == len(set(found)):
+        cases, of = parts.pop()
+        return f" (partial: {cases} of {of} cases)"
+    return " (partial for some rows: fewer cases)"
+
+
 def ci_of(metrics: dict, scope: str, key: str, cls: str | None = None, computed: dict | None = None):
     """The 95 % interval: from ``metrics`` where the scorer wrote one, else from ``computed`` (the scorer's
     intervals computed by the report, in the metrics.json layout: see
@@ -381,6 +404,8 @@ def _wide(results, title, key, metrics, computed, caption, layout: Layout, *, da
     columns = []
     for g in groups:
         label = "Overall" if g == "overall" else DATASET_TITLES.get(g, g)
+        if not report:  # xbench-score's files say where they cover part of the cases (--allow-missing)
+            label += partial_suffix(ms, g)
         columns += [(label, g, m) for m in list(metrics) + (list(dataset_metrics) if g != "overall" else [])]
     t = Table(title=title, key=key, columns=columns, caption=caption + (_RANKED if report else ""),
               index=("Model",) if report else ("Method",), labels=dict(labels or {}))
@@ -397,7 +422,7 @@ def _long(results, title, key, metrics, computed, caption) -> Table:
     for name, m in _metrics_of(results).items():
         comp = (computed or {}).get(name)
         for g in dataset_order({name: m}) + ["overall"]:
-            row = (name, "Mean" if g == "overall" else DATASET_TITLES.get(g, g))
+            row = (name, ("Mean" if g == "overall" else DATASET_TITLES.get(g, g)) + partial_suffix({name: m}, g))
             t.rows[row] = [Cell(value_of(m, g, k.key), ci_of(m, g, k.key, computed=comp)) for k in metrics]
     return t
 
@@ -442,7 +467,8 @@ def per_class_table(results, dataset: str, metric: str = "pointing_game", comput
         for c in m.get("datasets", {}).get(dataset, {}).get("classes", {}):
             if c not in classes:
                 classes.append(c)
-    columns = [("Mean", "mean", metric)] + [(c, c, metric) for c in classes]
+    mean = "Mean" + (partial_suffix(ms, dataset) if layout == "scorer" else "")
+    columns = [(mean, "mean", metric)] + [(c, c, metric) for c in classes]
     mt = METRIC_TITLES.get(metric, metric)
     t = Table(title=f"{DATASET_TITLES.get(dataset, dataset)}: {mt} per class", key=f"{dataset}_{metric}",
               columns=columns, metric_in_header=False, index=("Model",) if layout == "report" else ("Method",),

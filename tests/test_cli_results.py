@@ -17,13 +17,28 @@ def test_ranked_table_orders_by_pointing_game_and_prints_percent():
     rows = [("b", {"pointing_game": 0.25, "auroc": 0.5}), ("a", {"pointing_game": 0.75, "dice_best": 0.123456}),
             ("none", {"pointing_game": None}), ("c", {"pointing_game": 0.25, "auroc": 0.9})]
     lines = ranked_table(rows).splitlines()
-    assert "ranked by pointing game" in lines[0]
+    assert "ranked by pointing game" in lines[0] and "95% interval" in lines[0]
     body = [ln.split() for ln in lines[2:]]
     assert [r[1] for r in body] == ["a", "b", "c", "none"]  # ties by name, a missing key last
     assert [r[0] for r in body] == ["1", "2", "3", "4"]
-    header = lines[1].split()
-    assert body[0][header.index("dice*")] == "12.35" and body[0][header.index("pointing")] == "75.00"
+    assert lines[2].split()[2:4] == ["75.00", "[–]"]  # no interval given: said so
+    assert "12.35 [–]" in lines[2]
     assert body[3][2:] == ["-"] * len(RANK_COLUMNS)
+
+
+def test_ranked_table_prints_intervals_beside_values():
+    rows = [("m", {"pointing_game": 0.4143, "auroc": 0.5}, {"pointing_game": (0.3021, 0.538), "auroc": None})]
+    line = ranked_table(rows).splitlines()[2]
+    assert "41.43 [30.21, 53.80]" in line and "50.00 [–]" in line
+    header = ranked_table(rows).splitlines()[1]
+    assert header.index("pointing") < header.index("auroc")
+
+
+def test_ranked_table_keeps_each_model_on_its_line():
+    # model names come from submissions: a newline or an escape sequence in one cannot forge a row
+    lines = ranked_table([("evil\n 1  forged", {"pointing_game": 0.5}), ("x\x1b[2J", {"pointing_game": 0.1})]).splitlines()
+    assert len(lines) == 4
+    assert "evil\\n 1  forged" in lines[2] and "x\\x1b[2J" in lines[3]
 
 
 @pytest.mark.parametrize("p,shown", [(None, "–"), (0.0, "< 0.001"), (0.000999, "< 0.001"), (0.001, "0.001"),

@@ -177,8 +177,8 @@ def test_extract_limit(ph, tmp_path):
               "--limit", "0").exit_code == 2
 
 
-def _fresh(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+def _fresh(code: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def test_missing_weights_fail_before_torch_is_imported(ph, tmp_path):
@@ -200,9 +200,9 @@ def test_scorer_only_install_says_which_extra(ph, tmp_path, argv):
     argv = [a.format(images=ph / "data/images.zarr", out=tmp_path / "o.zarr") for a in argv]
     code = ("import sys\nsys.modules['torch'] = None  # as if torch were not installed\n"
             "from xbench.cli import main\nmain(%r)" % argv)
-    out = _fresh(code)
+    out = _fresh(code, cwd=tmp_path)  # `demo` writes to ./demo-out by default: not into the checkout
     assert out.returncode == 2, out.stderr
-    assert "needs the extract extra: pip install 'xbench[extract]'" in out.stderr and "Traceback" not in out.stderr
+    assert "needs the extract extra: pip install 'xbench-cxr[extract]'" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 

@@ -49,10 +49,26 @@ def test_a_subcommand_whose_extra_is_missing_says_what_to_install(monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "needs-torch", ("xbench_missing_module_for_test:cmd", "test", "extract"))
     res = CliRunner().invoke(cli.main, ["needs-torch"])
     assert res.exit_code == 2  # a usage error: this install cannot run the command
-    assert "pip install 'xbench[extract]'" in res.output and "Traceback" not in res.output
+    assert "pip install 'xbench-cxr[extract]'" in res.output and "Traceback" not in res.output
 
 
 def test_test_modules_have_unique_basenames():
     # pytest's default import mode needs unique basenames across folders without __init__.py.
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_the_distribution_is_xbench_cxr_and_no_text_installs_pypis_other_xbench():
+    """On PyPI `xbench` is another project: every install line must name ours (xbench-cxr)."""
+    import re
+
+    pyproject = ROOT / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("no checkout")
+    assert tomllib.loads(pyproject.read_text())["project"]["name"] == "xbench-cxr"
+    wrong = re.compile(r"pip install\s+(-\S+\s+)*['\"]?xbench(?![-\w])")
+    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "platforms").rglob("*"),
+             *(p for folder in ("xbench", "schemas", "score", "extract") for p in (ROOT / folder).rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in texts if p.is_file()
+             for m in wrong.finditer(p.read_text(errors="replace"))]
+    assert found == []

@@ -11,18 +11,27 @@ folder conventions:
   ``metadata.yaml`` (the command Codabench runs), ``score.py`` (calls :func:`codabench_main`) and the ground
   truth as ``gt.zarr.zip``. Codabench runs ``score.py INPUT OUTPUT``: the submission is in ``INPUT/res``, a
   ground truth in ``INPUT/ref`` (reference data) wins over the packaged one, and ``OUTPUT/scores.json`` is the
-  leaderboard file. The competition's Docker image needs ``pip install xbench`` (the scorer alone, no torch).
+  leaderboard file. The competition's Docker image needs ``pip install xbench-cxr`` (the scorer alone, no
+  torch); ``make container`` builds one (``platforms/grand-challenge/Dockerfile``, target ``codabench``).
+- **Codabench competition**: ``xbench package codabench-competition --gt-validation val.zarr --gt-test
+  test.zarr --docker-image IMAGE --out competition.zip`` writes a whole competition bundle in Codabench's
+  version-2 format (:func:`competition_spec`, checked by :func:`check_competition`): ``competition.yaml``
+  with a validation and a test phase, each a task with its own reference data, one leaderboard whose
+  columns come from the metric registry (each metric with its 95 % interval bounds), the scoring
+  program, pages, a logo, and the Docker image the scoring runs in.
 
 On failure both exit non-zero and the last line on stderr is the reason, which is what the platforms show a
 participant. Submissions are only ever read: a zip is opened as a store, never extracted.
 """
 from __future__ import annotations
 
-from .schemas.errors import InputError
+from .schemas.errors import InputError, escape_text
 
 import contextlib
+import datetime as _dt
 import io
 import json
+import math
 import os
 import sys
 import zipfile
@@ -32,8 +41,9 @@ import click
 
 from xbench.schemas._cli import CONTEXT, Command, UserError
 
-__all__ = ["codabench_main", "find_store", "grand_challenge_main", "package", "score_for_platform",
-           "write_codabench_bundle", "zip_store"]
+__all__ = ["check_competition", "codabench_main", "competition_columns", "competition_spec", "find_store",
+           "grand_challenge_main", "package", "score_for_platform", "to_yaml", "write_codabench_bundle",
+           "write_competition_bundle", "zip_store"]
 
 GC_GROUND_TRUTH = ("/opt/ml/input/data/ground_truth", "/opt/xbench")
 STORE_SUFFIXES = (".zarr", ".zarr.zip", ".zip")
@@ -52,6 +62,19 @@ import sys
 from xbench.package import codabench_main
 
 sys.exit(codabench_main(sys.argv[1], sys.argv[2], program=os.path.dirname(os.path.abspath(__file__))))
+"""
+
+#: A competition's scoring program: the same entry, with the bootstrap count the organiser chose (the
+#: Codabench worker passes no environment to the container but PYTHONUNBUFFERED).
+COMPETITION_SCORE = """\
+\"\"\"Codabench entry: score INPUT/res against INPUT/ref (the phase's reference data); write OUTPUT/scores.json.\"\"\"
+import os
+import sys
+
+from xbench.package import codabench_main
+
+sys.exit(codabench_main(sys.argv[1], sys.argv[2], program=os.path.dirname(os.path.abspath(__file__)),
+                        bootstrap={bootstrap}))
 """
 
 
@@ -96,8 +119,9 @@ def _reason(code: int, captured: str) -> str:
     return lines[-1] if lines else f"scoring failed (exit {code})"
 
 
-def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str) -> int:
-    """Run ``xbench-score`` in this process; on failure print the reason as the last stderr line."""
+def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str, *, bootstrap: int = 1000) -> int:
+    """Run ``xbench-score`` in this process; on failure print the reason as the last stderr line.
+    ``$XBENCH_BOOTSTRAP`` overrides ``bootstrap`` (the resamples of the 95 % intervals)."""
     from xbench.score.cli import main as score_main
 
     err = io.StringIO()
@@ -105,7 +129,7 @@ def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str) -> int:
     with contextlib.redirect_stderr(err):
         try:
             score_main([str(submission), "--gt", str(gt), "--out", str(out), "--format", fmt, "--bootstrap",
-                        os.environ.get("XBENCH_BOOTSTRAP", "1000"), "--quiet"])
+                        os.environ.get("XBENCH_BOOTSTRAP", str(bootstrap)), "--quiet"])
         except SystemExit as exc:
             code = int(exc.code or 0)
     sys.stderr.write(err.getvalue())
@@ -143,7 +167,7 @@ def grand_challenge_main(input_dir: str | None = None, output_dir: str | None = 
     return score_for_platform(submission, gt, Path(output_dir), "grand-challenge")
 
 
-def codabench_main(input_dir: str, output_dir: str, *, program: str | None = None) -> int:
+def codabench_main(input_dir: str, output_dir: str, *, program: str | None = None, bootstrap: int = 1000) -> int:
     """The Codabench scoring program: submission in INPUT/res, ground truth in INPUT/ref or PROGRAM."""
     try:
         submission = find_store(Path(input_dir) / "res", "submission")
@@ -155,7 +179,7 @@ def codabench_main(input_dir: str, output_dir: str, *, program: str | None = Non
             gt = find_store(Path(program), "ground truth")
     except PlatformError as exc:
         return _fail(str(exc))
-    return score_for_platform(submission, gt, Path(output_dir), "codabench")
+    return score_for_platform(submission, gt, Path(output_dir), "codabench", bootstrap=bootstrap)
 
 
 def zip_store(store: str | os.PathLike, zf: zipfile.ZipFile, arcname: str) -> None:
@@ -187,6 +211,359 @@ def write_codabench_bundle(gt: str | os.PathLike, out: str | os.PathLike) -> Pat
             zf.writestr(zipfile.ZipInfo("metadata.yaml", fixed), CODABENCH_METADATA)
             zf.writestr(zipfile.ZipInfo("score.py", fixed), CODABENCH_SCORE)
             zip_store(gt, zf, "gt.zarr.zip")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+# -- Codabench competition bundle ----------------------------------------------------------------------------
+#: The leaderboard's primary column: the README ranks submissions by overall pointing game.
+PRIMARY_KEY = "pointing_game"
+#: Interval columns shown by default (every other interval column is there, hidden: an organiser unhides it in
+#: Codabench's editor); one leaderboard row stays readable.
+SHOWN_INTERVALS = ("pointing_game", "auroc")
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def competition_columns(datasets: list[str]) -> list[dict]:
+    """The leaderboard's columns, from the metric registry, for a ground truth holding ``datasets``.
+
+    Every overall metric (``<key>``) with its 95 % interval bounds (``<key>_ci_low``/``_ci_high``: Codabench
+    columns hold one number each, so the interval is two columns), then each dataset's paper and recognition
+    metrics (``<dataset>_<key>``, hidden). The keys are the flat keys of ``scores.json``
+    (:func:`xbench.score.outputs.flat_scores`); column 0, the primary (ranking) column, is overall pointing
+    game. Shown: the paper's five grounding metrics, the recognition metrics and the intervals of
+    :data:`SHOWN_INTERVALS`; the rest are hidden, not left out.
+    """
+    from xbench.score import registry as R
+
+    shown = {m.key for m in R.table_metrics("paper") + R.table_metrics("recognition")}
+    keys = list(R.overall_keys())
+    keys.sort(key=lambda k: k != PRIMARY_KEY)  # stable: the primary first, the registry's order after it
+    columns: list[dict] = []
+
+    def add(key: str, title: str, m, hidden: bool) -> None:
+        columns.append({"title": title, "key": key, "index": len(columns),
+                        "sorting": "desc" if m.higher_is_better else "asc",
+                        "precision": 4, "hidden": hidden})
+
+    for k in keys:
+        m = R.metric(k)
+        add(k, m.short, m, k not in shown)
+        for bound, word in (("ci_low", "95% low"), ("ci_high", "95% high")):
+            add(f"{k}_{bound}", f"{m.short} {word}", m, k not in SHOWN_INTERVALS)
+    for d in datasets:
+        for k in keys:
+            if k in shown:
+                add(f"{d}_{k}", f"{d} {R.metric(k).short}", R.metric(k), True)
+    return columns
+
+
+def competition_spec(*, title: str, docker_image: str, validation_start: _dt.datetime, test_start: _dt.datetime,
+                     test_end: _dt.datetime | None, datasets: list[str], max_per_day: int, max_test: int,
+                     time_limit: int) -> dict:
+    """competition.yaml (Codabench's version-2 format) as a dict; file names are those
+    :func:`write_competition_bundle` writes."""
+    test_phase = {"index": 1, "name": "Test", "start": test_start,
+                  "description": "Final ranking on the private test ground truth; the last submission counts.",
+                  "max_submissions_per_day": max_per_day, "max_submissions": max_test,
+                  "execution_time_limit": time_limit, "accepts_only_result_submissions": True, "tasks": [1]}
+    if test_end is not None:
+        test_phase["end"] = test_end
+    return {
+        "version": 2,
+        "title": title,
+        "description": "Zero-shot recognition and grounding of chest X-ray findings, scored by XBench.",
+        "image": "logo.png",
+        "terms": "pages/terms.md",
+        "docker_image": docker_image,
+        "registration_auto_approve": False,
+        "make_programs_available": True,
+        "enable_detailed_results": False,
+        "pages": [{"title": "Overview", "file": "pages/overview.md"},
+                  {"title": "Evaluation", "file": "pages/evaluation.md"},
+                  {"title": "Data", "file": "pages/data.md"},
+                  {"title": "Terms", "file": "pages/terms.md"}],
+        "phases": [
+            {"index": 0, "name": "Validation", "start": validation_start, "end": test_start,
+             "description": "Check your submission and see your scores on the validation ground truth.",
+             "max_submissions_per_day": max_per_day, "execution_time_limit": time_limit,
+             "accepts_only_result_submissions": True, "tasks": [0]},
+            test_phase,
+        ],
+        "tasks": [
+            {"index": 0, "name": "Validation", "description": "Scored against the validation ground truth.",
+             "scoring_program": "scoring_program.zip", "reference_data": "reference_data_validation.zip"},
+            {"index": 1, "name": "Test", "description": "Scored against the private test ground truth.",
+             "scoring_program": "scoring_program.zip", "reference_data": "reference_data_test.zip"},
+        ],
+        "leaderboards": [{"title": "Results", "key": "main", "submission_rule": "Force_Last",
+                          "columns": competition_columns(datasets)}],
+    }
+
+
+def check_competition(spec: dict, files: set[str]) -> list[str]:
+    """Problems of a competition.yaml dict against Codabench's documented version-2 format (the bundle's
+    ``files`` are the names in the zip); [] when it conforms. Checked: the required keys of the competition,
+    pages, phases, tasks and leaderboard columns; that every file named exists; task indexes unique and
+    every phase's tasks defined; phases in order without overlap (only the last may be open-ended); column
+    indexes and keys unique, sorting asc/desc, precision an integer, hidden a boolean."""
+    problems: list[str] = []
+    need = lambda where, d, keys: problems.extend(  # noqa: E731
+        f"{where}: missing {k!r}" for k in keys if k not in d or d[k] in (None, ""))
+    need("competition", spec, ("version", "title", "image", "terms", "pages", "phases", "tasks", "leaderboards"))
+    if spec.get("version") != 2:
+        problems.append("competition: version must be 2")
+    for key in ("image", "terms"):
+        if spec.get(key) and spec[key] not in files:
+            problems.append(f"competition: {key} {spec[key]!r} is not in the bundle")
+    for i, page in enumerate(spec.get("pages") or []):
+        need(f"pages[{i}]", page, ("title", "file"))
+        if page.get("file") and page["file"] not in files:
+            problems.append(f"pages[{i}]: {page['file']!r} is not in the bundle")
+    task_index = set()
+    for i, task in enumerate(spec.get("tasks") or []):
+        need(f"tasks[{i}]", task, ("index", "name", "scoring_program"))
+        if task.get("index") in task_index:
+            problems.append(f"tasks[{i}]: duplicate index {task.get('index')}")
+        task_index.add(task.get("index"))
+        for key in ("scoring_program", "reference_data", "input_data", "ingestion_program"):
+            if task.get(key) and task[key] not in files:
+                problems.append(f"tasks[{i}]: {key} {task[key]!r} is not in the bundle")
+    phases = sorted(spec.get("phases") or [], key=lambda p: p.get("index", 0))
+    for i, phase in enumerate(phases):
+        need(f"phases[{i}]", phase, ("name", "start", "tasks"))
+        missing = [t for t in phase.get("tasks") or [] if t not in task_index]
+        if missing:
+            problems.append(f"phases[{i}]: tasks {missing} are not defined")
+        for key in ("start", "end"):
+            if key in phase and not isinstance(phase[key], _dt.datetime):
+                problems.append(f"phases[{i}]: {key} must be a date and time")
+        if i + 1 < len(phases):
+            nxt = phases[i + 1]
+            if phase.get("end") is None:
+                problems.append(f"phases[{i}]: needs an end, because a phase follows it")
+            elif isinstance(nxt.get("start"), _dt.datetime) and nxt["start"] < phase["end"]:
+                problems.append(f"phases[{i + 1}]: starts before phases[{i}] ends")
+        if isinstance(phase.get("start"), _dt.datetime) and isinstance(phase.get("end"), _dt.datetime) \
+                and phase["end"] <= phase["start"]:
+            problems.append(f"phases[{i}]: ends before it starts")
+    for i, board in enumerate(spec.get("leaderboards") or []):
+        need(f"leaderboards[{i}]", board, ("title", "key", "columns"))
+        cols = board.get("columns") or []
+        if not cols:
+            problems.append(f"leaderboards[{i}]: needs at least one column")
+        for j, col in enumerate(cols):
+            where = f"leaderboards[{i}].columns[{j}]"
+            need(where, col, ("title", "key", "index"))
+            if col.get("sorting", "desc") not in ("asc", "desc"):
+                problems.append(f"{where}: sorting must be asc or desc")
+            if not isinstance(col.get("precision", 2), int) or isinstance(col.get("precision", 2), bool):
+                problems.append(f"{where}: precision must be an integer")
+            if not isinstance(col.get("hidden", False), bool):
+                problems.append(f"{where}: hidden must be true or false")
+            if "computation" in col:
+                problems.append(f"{where}: computed columns are not written by the scoring program")
+        for what, plural in (("index", "indexes"), ("key", "keys")):
+            seen = [c.get(what) for c in cols]
+            if len(set(seen)) != len(seen):
+                problems.append(f"leaderboards[{i}]: column {plural} must be unique")
+    return problems
+
+
+def _yaml_scalar(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, dict):
+        return "{}"  # only ever empty here: to_yaml writes a non-empty one as a block
+    if isinstance(v, list):
+        return "[]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"a competition spec holds no non-finite number ({v})")
+        mantissa, _, exponent = repr(v).partition("e")  # PyYAML reads 1e-05 as a string: it wants 1.0e-05
+        return (mantissa if "." in mantissa else mantissa + ".0") + (f"e{exponent}" if exponent else "")
+    if isinstance(v, _dt.datetime):
+        return v.strftime(DATE_FORMAT)  # a YAML timestamp, the form Codabench's documentation shows
+    return json.dumps(str(v), ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
+
+
+#: Words YAML 1.1 (PyYAML) reads as booleans or null: a key spelled so is quoted.
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
+
+
+def _yaml_key(k) -> str:
+    k = str(k)
+    plain = k[:1].isalpha() and all(c.isalnum() or c == "_" for c in k) and k.isascii()
+    return k if plain and k.lower() not in _YAML_WORDS else json.dumps(k, ensure_ascii=False)
+
+
+def to_yaml(value, indent: int = 0) -> str:
+    """Block-style YAML for the dicts, lists and scalars of a competition spec (PyYAML is the extract
+    extra's; the scorer side writes the file itself). Strings are always quoted, keys when YAML could read
+    them as anything but a string."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{pad}{_yaml_key(k)}:")
+                lines.append(to_yaml(v, indent + 2).rstrip("\n"))
+            else:
+                lines.append(f"{pad}{_yaml_key(k)}: {_yaml_scalar(v)}")
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, dict) and v:
+                body = to_yaml(v, indent + 2).splitlines()
+                lines.append(f"{pad}- {body[0].lstrip()}")
+                lines.extend(body[1:])
+            else:
+                lines.append(f"{pad}- {_yaml_scalar(v)}")
+    else:
+        lines.append(pad + _yaml_scalar(value))
+    return "\n".join(lines) + "\n"
+
+
+def _logo_png(size: int = 96) -> bytes:
+    """A small grey-scale PNG (a bright disc on a dark ground, the pointing game's peak in a map), made with
+    zlib: the bundle needs a logo file and the scorer side has no image library."""
+    import struct
+    import zlib
+
+    rows = []
+    for y in range(size):
+        row = bytearray([0])  # filter type 0 per scanline
+        for x in range(size):
+            d2 = ((x - size * 0.58) ** 2 + (y - size * 0.42) ** 2) / (size * 0.18) ** 2
+            row.append(int(30 + 210 * (2.718281828 ** (-d2))))
+        rows.append(bytes(row))
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + \
+        chunk(b"IEND", b"")
+
+
+def _pages(title: str, spec: dict, bootstrap: int) -> dict[str, str]:
+    """The competition's pages (Markdown), written from the metric registry and the phases."""
+    from xbench.score import registry as R
+
+    val, test = spec["phases"]
+    metric_lines = "\n".join(f"- `{m.key}`: {m.title} ({'higher' if m.higher_is_better else 'lower'} is better)"
+                             for m in R.metrics(scope="class") if m.key in R.overall_keys())
+    when = lambda d: d.strftime(DATE_FORMAT) + " UTC"  # noqa: E731
+    return {
+        "pages/overview.md": f"""# {title}
+
+Does a chest X-ray vision-language model look where the radiologist looked? Each submission gives, for every
+case and finding class, a probability and a raw explanation map; it is scored on recognition (is the finding
+present?) and on grounding (does the map fall on the radiologist's region?) with
+[XBench](https://pypi.org/project/xbench-cxr/).
+
+Submit one `submission.zarr` (zip the store, or upload the `.zarr.zip` file): the format is XBench's
+contract. Check it before you submit:
+
+```bash
+pip install xbench-cxr
+xbench-validate submission.zarr
+```
+
+Phases: **Validation** from {when(val['start'])} to {when(val['end'])} (scores on the validation ground truth),
+then **Test** from {when(test['start'])}{' to ' + when(test['end']) if 'end' in test else ''} (the final ranking;
+your last submission counts).
+""",
+        "pages/evaluation.md": f"""# Evaluation
+
+Every submission is scored by `xbench-score` against the phase's private ground truth, with {bootstrap}
+bootstrap resamples of the cases for the 95 % intervals. The leaderboard ranks by overall **pointing game**;
+ties are broken by the next columns, left to right. Each metric's column is followed by the bounds of its
+95 % interval (`<metric>_ci_low`, `<metric>_ci_high`); more columns (every metric's interval, lesion-size
+strata, per-dataset values) are kept but hidden. Overall values are means over the datasets.
+
+{metric_lines}
+
+A submission that is not valid (wrong cases or classes, non-finite maps, a broken store) fails with the
+reason as the last line of the scoring log; nothing is scored.
+""",
+        "pages/data.md": """# Data
+
+The images are distributed as one public `images.zarr` store by the organisers; the ground truth of each
+phase (labels and regions) stays private and is the phase's reference data. The validation and test phases
+use different ground truths.
+""",
+        "pages/terms.md": """# Terms
+
+- One account per team; teams may not share submissions or predictions.
+- The test images may not be labelled, segmented or inspected by hand for the submission.
+- Every submission is scored automatically; the organisers may publish the leaderboard and the methods'
+  descriptions.
+- The organisers may update these terms; the version on this page at the end of the test phase applies.
+""",
+    }
+
+
+def _parse_when(text: str, what: str) -> _dt.datetime:
+    for fmt in (DATE_FORMAT, "%Y-%m-%d"):
+        try:
+            return _dt.datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    raise PlatformError(f"{what} {text!r}: expected a date, YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS' (UTC)")
+
+
+def _zip_bytes(members: dict[str, bytes | str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
+    return buf.getvalue()
+
+
+def _reference_zip(gt: str | os.PathLike) -> bytes:
+    """A reference-data zip holding the ground truth as ``gt.zarr.zip`` (Codabench unzips it into
+    ``$input/ref``, where :func:`codabench_main` finds the one store)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        zip_store(gt, zf, "gt.zarr.zip")
+    return buf.getvalue()
+
+
+def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os.PathLike, out: str | os.PathLike,
+                             spec: dict, *, bootstrap: int = 1000) -> Path:
+    """Write the competition zip for ``spec`` (:func:`competition_spec`) atomically; raises PlatformError
+    listing what :func:`check_competition` finds wrong (nothing is written then)."""
+    import tempfile
+
+    program = _zip_bytes({"metadata.yaml": CODABENCH_METADATA, "score.py": COMPETITION_SCORE.format(bootstrap=int(bootstrap))})
+    members: dict[str, bytes | str] = {
+        "competition.yaml": "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
+                            + to_yaml(spec),
+        "logo.png": _logo_png(),
+        **_pages(spec["title"], spec, bootstrap),
+        "scoring_program.zip": program,
+        "reference_data_validation.zip": _reference_zip(gt_validation),
+        "reference_data_test.zip": _reference_zip(gt_test),
+    }
+    problems = check_competition(spec, set(members))
+    if problems:
+        raise PlatformError(problems, "the competition does not follow Codabench's format; nothing was written")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data in members.items():
+                kind = zipfile.ZIP_STORED if name.endswith(".zip") else zipfile.ZIP_DEFLATED
+                zf.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data, kind)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -227,3 +604,93 @@ def codabench(gt_path: Path, out_path: Path, quiet: bool, as_json: bool) -> None
         click.echo(json.dumps({"ok": True, "scoring_program": str(out_path)}))
     elif not quiet:
         click.echo(f"scoring program -> {out_path}")
+
+
+def _check_gt(option: str, path: Path, out_real: Path) -> list[str]:
+    from xbench.schemas import validate_ground_truth
+
+    problems = [f"{option}: {p}" for p in validate_ground_truth(path)]
+    real = Path(os.path.realpath(path))
+    if out_real == real or real in out_real.parents:
+        problems.append(f"--out: is or lies inside the ground truth {option} ({path}); nothing may be written there")
+    return problems
+
+
+def _datasets(gt: Path) -> list[str]:
+    from xbench.schemas import read_ground_truth
+
+    return sorted(read_ground_truth(gt).datasets)
+
+
+@package.command("codabench-competition", cls=Command)
+@click.option("--gt-validation", "gt_val", required=True, type=click.Path(path_type=Path),
+              help="Ground truth of the validation phase (gt.zarr or gt.zarr.zip).")
+@click.option("--gt-test", "gt_test", required=True, type=click.Path(path_type=Path),
+              help="Ground truth of the test phase (a different one; it decides the final ranking).")
+@click.option("--docker-image", required=True,
+              help="The image Codabench scores in: one with `pip install xbench-cxr`, pushed to a registry "
+                   "Codabench can pull from (see docs/platforms.md).")
+@click.option("--out", "out_path", default=Path("competition.zip"), show_default=True, type=click.Path(path_type=Path),
+              help="The competition bundle to write.")
+@click.option("--title", default="XBench: recognition and grounding of chest X-ray findings", show_default=True,
+              help="The competition's title.")
+@click.option("--validation-start", default=None, metavar="DATE",
+              help="Start of the validation phase, UTC (YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS'). [default: today]")
+@click.option("--test-start", default=None, metavar="DATE",
+              help="Start of the test phase (and end of the validation phase). [default: 60 days after the "
+                   "validation start]")
+@click.option("--test-end", default=None, metavar="DATE", help="End of the test phase. [default: open-ended]")
+@click.option("--max-per-day", default=5, show_default=True, type=click.IntRange(1), help="Submissions per day and team.")
+@click.option("--max-test-submissions", default=10, show_default=True, type=click.IntRange(1),
+              help="Submissions per team in the whole test phase.")
+@click.option("--time-limit", default=1800, show_default=True, type=click.IntRange(60),
+              help="Seconds a scoring run may take.")
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
+              help="Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_path: Path, title: str,
+                          validation_start: str | None, test_start: str | None, test_end: str | None, max_per_day: int,
+                          max_test_submissions: int, time_limit: int, bootstrap: int, quiet: bool, as_json: bool) -> None:
+    """Write a whole Codabench competition: a validation and a test phase, each with its own reference data,
+    the leaderboard (every metric with its 95 % interval), the scoring program, pages and a logo.
+
+    Upload the zip at Codabench's Benchmarks > Management > Upload; the walk-through is in docs/platforms.md.
+
+    \b
+    Example:
+      xbench package codabench-competition --gt-validation data/gt.zarr --gt-test gt_test.zarr \\
+          --docker-image docker.io/myteam/xbench-codabench:0.1.0 --validation-start 2027-01-04 \\
+          --test-start 2027-03-01 --out competition.zip
+    """
+    out_real = Path(os.path.realpath(out_path))
+    problems = _check_gt("--gt-validation", gt_val, out_real) + _check_gt("--gt-test", gt_test, out_real)
+    if not problems and Path(os.path.realpath(gt_val)) == Path(os.path.realpath(gt_test)):
+        problems.append("--gt-test: is the validation ground truth; the test phase needs its own")
+    if not docker_image.strip() or any(c.isspace() for c in docker_image):
+        problems.append(f"--docker-image {docker_image!r}: expected an image name such as docker.io/team/xbench:0.1.0")
+    try:
+        today = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
+        v_start = _parse_when(validation_start, "--validation-start") if validation_start else today
+        t_start = _parse_when(test_start, "--test-start") if test_start else v_start + _dt.timedelta(days=60)
+        t_end = _parse_when(test_end, "--test-end") if test_end else None
+    except PlatformError as exc:
+        problems.append(str(exc))
+    else:
+        if t_start <= v_start:
+            problems.append("--test-start: must be after --validation-start (the validation phase ends when the "
+                            "test phase starts)")
+        if t_end is not None and t_end <= t_start:
+            problems.append("--test-end: must be after --test-start")
+    if problems:
+        raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
+    datasets = sorted(set(_datasets(gt_val)) | set(_datasets(gt_test)))
+    spec = competition_spec(title=title, docker_image=docker_image, validation_start=v_start, test_start=t_start,
+                            test_end=t_end, datasets=datasets, max_per_day=max_per_day,
+                            max_test=max_test_submissions, time_limit=time_limit)
+    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap)
+    n_cols = len(spec["leaderboards"][0]["columns"])
+    if as_json:
+        click.echo(json.dumps({"ok": True, "competition": str(out_path), "columns": n_cols, "datasets": datasets}))
+    elif not quiet:
+        click.echo(f"competition bundle -> {escape_text(str(out_path))} (2 phases, {n_cols} leaderboard columns)")

@@ -874,10 +874,14 @@ def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
     rows = []
     for k in keys:
         try:
-            overall = json.loads((run_dir / "scores" / k / "metrics.json").read_text())["overall"]
-        except (OSError, ValueError, KeyError):
+            metrics = json.loads((run_dir / "scores" / k / "metrics.json").read_text())
+            overall = metrics["overall"]
+            cis = metrics.get("ci95") or {}  # the scorer's overall 95 % intervals, beside "overall"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        rows.append({"model": k, **{m: overall.get(m) for m in ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")}})
+        keys = ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")
+        rows.append({"model": k, **{m: overall.get(m) for m in keys},
+                     "ci95": {m: cis.get(m) for m in keys if isinstance(cis, dict) and cis.get(m)}})
 
     def rank(r):
         return tuple((v is None, -(v or 0.0)) for v in (r["pointing_game"], r["dice_best"]))
@@ -886,12 +890,18 @@ def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
 
 
 def format_leaderboard(rows: Sequence[dict]) -> str:
+    """The ranked table printed by ``xbench run`` and ``xbench demo``: overall values in percent, each with its
+    95 % interval in brackets where the scorer wrote one (``[–]`` where it did not)."""
+    from xbench.score.report.terminal import format_cell
+
     cols = [("pointing_game", "Point"), ("dice_best", "Dice"), ("iou_best", "IoU"), ("dice_fixed", "Dice@0.5"), ("auroc", "AUROC")]
     width = max([len("model")] + [len(r["model"]) for r in rows])
-    lines = [f"{'#':>2}  {'model':<{width}}  " + "  ".join(f"{t:>8}" for _, t in cols)]
-    for i, r in enumerate(rows, 1):
-        cells = ["    --  " if r[c] is None else f"{100 * r[c]:8.2f}" for c, _ in cols]
-        lines.append(f"{i:>2}  {r['model']:<{width}}  " + "  ".join(cells))
+    table = [[format_cell(r[c], (r.get("ci95") or {}).get(c)) for c, _ in cols] for r in rows]
+    widths = [max([len(t)] + [len(cells[k]) for cells in table]) for k, (_, t) in enumerate(cols)]
+    lines = ["overall (%), 95% interval in brackets",
+             f"{'#':>2}  {'model':<{width}}  " + "  ".join(f"{t:>{w}}" for (_, t), w in zip(cols, widths))]
+    for i, (r, cells) in enumerate(zip(rows, table), 1):
+        lines.append(f"{i:>2}  {r['model']:<{width}}  " + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     return "\n".join(lines)
 
 

@@ -72,7 +72,7 @@ Factory = Callable[[dict], "ModelAdapter"]  # noqa: F821 (base imports torch; ke
 MODELS: Registry[Factory] = Registry("model")
 ENTRY_POINT_GROUP = "xbench.models"
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
-PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint")
+PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 
 for _name, _target in {
     "open_clip": "xbench.extract.models.openclip:build",
@@ -101,6 +101,13 @@ MODELS.register("hf-siglip", "xbench.extract.models.hf:build")
 _entry_points_loaded = False
 
 
+def _model_config_limits():
+    """A model config is a page a person writes: 1 MiB, 16 levels, 100,000 values at most."""
+    from ...schemas.inputs import CONFIG, with_limits
+
+    return with_limits(CONFIG, max_bytes=1024 * 1024, max_depth=16, max_elements=100_000)
+
+
 def _load_entry_points() -> None:
     """Register installed plugins (group ``xbench.models``) once, lazily (by their target string)."""
     global _entry_points_loaded
@@ -120,22 +127,13 @@ def list_models() -> list[str]:
 
 
 def read_config_file(path: str | Path) -> dict:
-    """Parse a YAML/TOML/JSON model config; relative paths become relative to the file's folder."""
+    """Parse a YAML/TOML/JSON model config through the bounded readers (xbench.schemas.inputs: size, depth
+    and element caps, YAML aliases and duplicate keys refused before anything walks the value); relative
+    paths become relative to the file's folder."""
+    from ...schemas.inputs import load_config as load_bounded
+
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as e:
-        raise ModelConfigError(f"{path}: cannot parse ({type(e).__name__}: {e})") from None
+    data = load_bounded(path, limits=_model_config_limits())
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path}: a model config must be a mapping of keys, got {type(data).__name__}")
     for key in PATH_KEYS:
@@ -175,7 +173,12 @@ def load_config(name_or_config_path: str, **overrides: Any) -> dict:
                 config["adapter"] = config["model"]
             else:
                 raise ModelConfigError(f"{p}: needs `adapter:` (one of {', '.join(list_models())}, or module:attr)")
+    elif p.suffix and p.is_file():
+        raise ModelConfigError(f"--model {spec}: a model config must end in {', '.join(CONFIG_SUFFIXES)}")
     else:
+        _load_entry_points()
+        if spec not in MODELS and ":" not in spec:
+            raise UnknownNameError(MODELS._unknown_message(spec) + " (xbench-extract --list-models)")
         config = {"adapter": spec, "name": spec.rsplit(":", 1)[-1] if ":" in spec else spec}
     return _merge(config, overrides)
 

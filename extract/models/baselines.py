@@ -166,18 +166,18 @@ class DoGBaseline(_Baseline):
         """``sigma``: (inner, outer) as fractions of the frame side; ``sigma_px`` (pixels) wins if given."""
         super().__init__("dog", grid)
         if resize not in RESIZE_MODES:
-            raise ValueError(f"preprocess.resize must be one of {RESIZE_MODES}, got {resize!r}")
+            raise ModelConfigError(f"preprocess.resize must be one of {RESIZE_MODES}, got {resize!r}")
         self.size, self.resize = int(size), resize
         if sigma_px is not None:
             px = (float(sigma_px[0]), float(sigma_px[1]))
         else:
             frac = (float(sigma[0]), float(sigma[1]))
             if not 0 < frac[0] < frac[1] < 0.5:
-                raise ValueError(f"dog sigma is a pair of fractions of the image side, 0 < inner < outer < 0.5 "
+                raise ModelConfigError(f"dog sigma is a pair of fractions of the image side, 0 < inner < outer < 0.5 "
                                  f"(e.g. {list(DOG_SIGMA)}); got {list(frac)} (use sigma_px for pixels)")
             px = (frac[0] * self.size, frac[1] * self.size)
         if not 0 < px[0] < px[1]:
-            raise ValueError(f"dog sigmas must satisfy 0 < inner < outer; got {list(px)} px")
+            raise ModelConfigError(f"dog sigmas must satisfy 0 < inner < outer; got {list(px)} px")
         self.sigma = px  # pixels of the model frame
 
     def frame_maps(self, images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,7 @@ from torch import nn
 from .biovil_weights import VARIANTS, resolve_weights
 from .dual import DualEncoderAdapter
 from .errors import ModelConfigError, WeightsNotFoundError
+from .files import check_model_json, read_model_json
 from .pixels import ImageTransform
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads
@@ -316,23 +317,26 @@ class CXRBertText(nn.Module):
 
 def load_text_model(folder: Path):
     """(tokenizer, CXRBertText) from a CXR-BERT folder: config.json, vocab.txt, model weights."""
-    import json
-
     from transformers import BertConfig, BertTokenizer
 
     cfg_path = folder / "config.json"
     if not cfg_path.is_file() or not (folder / "vocab.txt").is_file():
         raise WeightsNotFoundError("CXR-BERT text model", f"config.json and vocab.txt in {folder}",
                                    "Pass text_encoder=FOLDER holding the downloaded Hugging Face repository.")
-    raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    raw = read_model_json(cfg_path, "CXR-BERT text model config")
     raw.pop("model_type", None)  # "cxr-bert": a BertConfig with projection_size
-    config = BertConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "auto_map")})
-    config.projection_size = int(raw.get("projection_size", 128))
+    try:
+        config = BertConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "auto_map")})
+        config.projection_size = int(raw.get("projection_size", 128))
+    except (TypeError, ValueError) as exc:
+        raise ModelConfigError(f"CXR-BERT text model config: {cfg_path}: {str(exc)[:200]}") from None
     model = CXRBertText(config)
     state = _read_weights(folder)
     state = {k: v for k, v in state.items() if k.startswith(("bert.", "cls_projection_head."))
              and not k.endswith("embeddings.position_ids")}
     _load_strict(model, state, f"CXR-BERT weights in {folder}")
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # bounded before transformers reads them
+        check_model_json(folder / name, "CXR-BERT tokenizer")
     return BertTokenizer.from_pretrained(str(folder)), model.eval().requires_grad_(False)
 
 
@@ -343,7 +347,11 @@ def _read_weights(folder: Path) -> dict:
 
         return load_file(str(st))
     if pt.is_file():
-        return torch.load(pt, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(pt, map_location="cpu", weights_only=True)  # tensors only: nothing from the file runs
+        except Exception as e:  # noqa: BLE001 - torch raises several unpickling error types
+            raise ModelConfigError(f"CXR-BERT weights {pt}: cannot read as weights only ({type(e).__name__}: "
+                                   f"{str(e).splitlines()[0][:160] if str(e) else ''})") from None
     raise WeightsNotFoundError("CXR-BERT text model", f"model.safetensors or pytorch_model.bin in {folder}",
                                "Download the model repository (all files) to that folder.")
 
@@ -355,11 +363,11 @@ def encode_text_fn(tokenizer, model: CXRBertText, max_positions: int):
     def encode(texts: list[str]) -> torch.Tensor:
         bad = [t for t in texts if any(s in t for s in specials)]
         if bad:  # text/data/io.py:52-57
-            raise ValueError(f"BioViL text {bad[0]!r} contains a special token ({', '.join(specials)})")
+            raise ModelConfigError(f"BioViL text {bad[0]!r} contains a special token ({', '.join(specials)})")
         tok = tokenizer([t.rstrip("!?.") for t in texts], add_special_tokens=True, padding="longest",
                         return_tensors="pt")
         if tok["input_ids"].shape[1] > max_positions:  # text/inference_engine.py:43-48
-            raise ValueError(f"BioViL text of {tok['input_ids'].shape[1]} tokens is longer than the model's "
+            raise ModelConfigError(f"BioViL text of {tok['input_ids'].shape[1]} tokens is longer than the model's "
                              f"{max_positions} positions")
         device = next(model.parameters()).device
         return model(tok["input_ids"].to(device), tok["attention_mask"].to(device))

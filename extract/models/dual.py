@@ -40,7 +40,7 @@ class DualEncoderAdapter(ModelAdapter):
                  map_text: str = "positive", info: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if method not in METHODS:
-            raise ValueError(f"unknown saliency method {method!r}; available: {', '.join(METHODS.names())}")
+            raise ModelConfigError(f"unknown saliency method {method!r}; available: {', '.join(METHODS.names())}")
         self.map_method = METHODS.get(method)
         missing = self.map_method.missing(capabilities(tower) | {"empty_prompt"})
         if missing:
@@ -48,10 +48,10 @@ class DualEncoderAdapter(ModelAdapter):
             raise ModelConfigError(f"method {method!r} is not available for {name} ({type(tower).__name__}): it needs "
                                    f"{'; '.join(missing)}. Methods for this model: {', '.join(ok)}")
         if map_text not in MAP_TEXT:
-            raise ValueError(f"map_text must be one of {MAP_TEXT}, got {map_text!r}")
+            raise ModelConfigError(f"map_text must be one of {MAP_TEXT}, got {map_text!r}")
         resize = preprocess.get("resize", "squash")
         if resize not in RESIZE_MODES:
-            raise ValueError(f"preprocess.resize must be one of {RESIZE_MODES}, got {resize!r}")
+            raise ModelConfigError(f"preprocess.resize must be one of {RESIZE_MODES}, got {resize!r}")
         self.name = name
         self.method = method
         self.tower = tower

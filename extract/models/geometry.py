@@ -26,6 +26,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from .errors import ModelConfigError
+
 RESIZE_MODES = ("squash", "crop", "pad")
 
 
@@ -38,7 +40,7 @@ def frame_boxes(orig_size: torch.Tensor, mode: str, stored_size: int) -> torch.T
     as square.
     """
     if mode not in RESIZE_MODES:
-        raise ValueError(f"resize mode must be one of {RESIZE_MODES}, got {mode!r}")
+        raise ModelConfigError(f"resize mode must be one of {RESIZE_MODES}, got {mode!r}")
     size = orig_size.to(torch.float64).cpu().clamp_min(1)
     h, w = size[:, 0], size[:, 1]
     n = size.shape[0]

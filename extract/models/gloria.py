@@ -60,6 +60,8 @@ from .crossattn.common import (
     pick_state_dict,
     prompt_texts,
     read_checkpoint,
+    trust_option,
+    bool_option,
     resnet_trunk,
     wants_random_weights,
 )
@@ -428,11 +430,11 @@ def build(config: Mapping) -> GLoRIAAdapter:
         info = {"weights": None, "note": "random initialisation (weights: random)"}
     else:
         path = config["weights"]
-        ckpt = read_checkpoint(path, trust=bool(option(config, "trust_checkpoint", False)))
+        ckpt = read_checkpoint(path, trust=trust_option(config))
         rep = load_official_state_dict(net, pick_state_dict(ckpt, ("state_dict",)), prefixes=("gloria.",),
                                        drop=BERT_NON_PARAMETERS, where=str(path))
         info = {"weights": str(path), "dropped_keys": rep["dropped"]}
-        if option(config, "hash_weights", True):
+        if bool_option(config, "hash_weights", True):
             info["weights_sha256"] = file_sha256(path)
     tokenizer = load_tokenizer(text_dir)
     prov = {"model": "gloria", "source": "github.com/marshuang80/gloria", **info, "text_encoder": str(text_dir),

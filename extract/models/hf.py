@@ -12,7 +12,6 @@ patch alone.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 
 from .dual import DualEncoderAdapter
 from .errors import ModelConfigError, WeightsNotFoundError
+from .files import check_model_json, read_model_json
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
@@ -155,7 +155,13 @@ def load_model(config: Mapping[str, Any]):
     if not (folder / "config.json").is_file():
         raise WeightsNotFoundError(f"transformers model {name}", str(folder / "config.json"),
                                    "Point `model` at the folder written by save_pretrained or huggingface-cli download.")
-    cfg = AutoConfig.from_pretrained(folder)
+    for side in ("config.json", "preprocessor_config.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "tokenizer.json"):  # bounded before transformers parses them itself
+        check_model_json(folder / side, f"transformers model {name}")
+    try:
+        cfg = AutoConfig.from_pretrained(folder)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise ModelConfigError(f"{folder / 'config.json'}: not a transformers model config ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
     if cfg.model_type not in ("clip", "siglip"):
         raise ModelConfigError(f"{folder}: model_type {cfg.model_type!r} is not supported (clip, siglip)")
     if config.get("weights") == "random":
@@ -180,7 +186,7 @@ def _preprocess_defaults(folder: Path, model_type: str, image_size: int) -> dict
     out = {"size": image_size, "mean": mean, "std": std, "interpolation": "bicubic"}
     pp = folder / "preprocessor_config.json"
     if pp.is_file():
-        d = json.loads(pp.read_text())
+        d = read_model_json(pp, "transformers preprocessor config")
         out["mean"] = tuple(d.get("image_mean", mean))
         out["std"] = tuple(d.get("image_std", std))
         out["interpolation"] = RESAMPLE.get(d.get("resample"), "bicubic")

@@ -22,7 +22,6 @@ Config keys (see :mod:`xbench.extract.models` for the common ones):
 from __future__ import annotations
 
 import copy
-import json
 import os
 import zipfile
 from pathlib import Path
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 
 from .dual import DualEncoderAdapter
 from .errors import ModelConfigError, WeightsNotFoundError
+from .files import check_model_json, read_model_json
 from .hub import cached_file, snapshot
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -259,8 +259,8 @@ def resolve(config: Mapping[str, Any]) -> dict:
         if not cfg_path.is_file():
             raise WeightsNotFoundError(f"open_clip model folder {folder}", "open_clip_config.json",
                                        "Point `model` at the downloaded model repository folder.")
-        raw = json.loads(cfg_path.read_text())
-        if "model_cfg" not in raw:
+        raw = read_model_json(cfg_path, "open_clip model config")
+        if not isinstance(raw.get("model_cfg"), dict) or not isinstance(raw.get("preprocess_cfg", {}), dict):
             raise ModelConfigError(f"{cfg_path} has no 'model_cfg'")
         out["model_cfg"], out["preprocess"] = raw["model_cfg"], raw.get("preprocess_cfg", {})
         if any((folder / f).is_file() for f in TOKENIZER_FILES):
@@ -348,6 +348,12 @@ def _text_encoder_dir(text_cfg: dict, config: Mapping[str, Any], model: str) -> 
         "tokenizer_config.json --local-dir DIR`, then set text_encoder: DIR."))
 
 
+def _check_side_files(folder: Path, what: str) -> None:
+    """The JSON files transformers reads from a text-encoder / tokenizer folder, bounded first."""
+    for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        check_model_json(folder / name, what)
+
+
 def load_model(config: Mapping[str, Any]):
     """Build the open_clip model (eval mode, no grads) and its tokenizer. Returns (model, tokenizer, resolved)."""
     import open_clip
@@ -372,7 +378,13 @@ def load_model(config: Mapping[str, Any]):
         raise ModelConfigError("CoCa-style open_clip models are not supported")
     custom = cfg.pop("custom_text", False) or "hf_model_name" in text_cfg
     cls = open_clip.CustomTextCLIP if custom else open_clip.CLIP
-    model = cls(**cfg)
+    if text_dir and Path(text_dir).is_dir():
+        _check_side_files(Path(text_dir), f"text encoder of {model_name}")
+    try:
+        model = cls(**cfg)
+    except (TypeError, ValueError, KeyError, AssertionError) as exc:  # keys or values the architecture cannot take
+        raise ModelConfigError(f"open_clip model config of {model_name}: cannot build {cls.__name__} "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
     if res["checkpoint"]:
         _load_checkpoint(model, res["checkpoint"])
     model.eval().requires_grad_(False)
@@ -388,6 +400,7 @@ def load_model(config: Mapping[str, Any]):
         if not Path(str(tok_src)).is_dir():
             tok_src = str(snapshot(str(tok_src), f"tokenizer for {model_name}",
                                    f"Download `{tok_src}` tokenizer files and set text_encoder: DIR."))
+        _check_side_files(Path(str(tok_src)), f"tokenizer of {model_name}")
         tokenizer = HFTokenizer(str(tok_src), context_length=ctx, **text_cfg.get("tokenizer_kwargs", {}))
     else:
         if int(text_cfg.get("vocab_size", 49408)) != 49408:
@@ -401,15 +414,26 @@ def load_model(config: Mapping[str, Any]):
 
 
 def _load_checkpoint(model: nn.Module, path: str) -> None:
+    """Weights into ``model``: a TorchScript archive (OpenAI's ``ViT-B-16.pt``: its pickles are read by
+    TorchScript's restricted unpickler, its code is never run here) or a state dict read with
+    ``weights_only=True`` (tensors and plain containers only: a pickle that would run code is refused)."""
+    import pickle
+
     import open_clip
 
-    if _is_torchscript(Path(path)):
-        sd = torch.jit.load(path, map_location="cpu").state_dict()
-        for key in ("input_resolution", "context_length", "vocab_size"):
-            sd.pop(key, None)
-        model.load_state_dict(sd, strict=True)
-    else:
-        open_clip.load_checkpoint(model, path, strict=True, weights_only=True)
+    try:
+        if _is_torchscript(Path(path)):
+            sd = torch.jit.load(path, map_location="cpu").state_dict()
+            for key in ("input_resolution", "context_length", "vocab_size"):
+                sd.pop(key, None)
+            model.load_state_dict(sd, strict=True)
+        else:
+            open_clip.load_checkpoint(model, path, strict=True, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelConfigError(f"{path}: not loadable as the weights of {type(model).__name__} ({first[:200]}); "
+                               "give a checkpoint of this architecture (.pt state dict, TorchScript or "
+                               ".safetensors). Pickled Python objects are never loaded") from None
 
 
 def build(config: Mapping[str, Any]) -> DualEncoderAdapter:

@@ -22,6 +22,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .errors import ModelConfigError
+
 #: torchvision InterpolationMode names accepted by :class:`PILResize`
 PIL_FILTERS = ("bilinear", "bicubic")
 
@@ -95,7 +97,7 @@ class PILResize(ImageTransform):
 
     def __post_init__(self) -> None:
         if self.filter not in PIL_FILTERS:
-            raise ValueError(f"filter must be one of {PIL_FILTERS}, got {self.filter!r}")
+            raise ModelConfigError(f"filter must be one of {PIL_FILTERS}, got {self.filter!r}")
 
     def apply(self, image: np.ndarray, orig_size: tuple[int, int]) -> torch.Tensor:
         from PIL import Image

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .errors import ModelConfigError
+
 STYLES = ("single", "pair")
 PUBLISHED_FILE = Path(__file__).with_name("prompts.toml")
 
@@ -82,7 +84,7 @@ def build_prompts(classes: Sequence[str], cfg: Mapping[str, Any] | None = None) 
     cfg = dict(cfg or {})
     style = cfg.get("style", "single")
     if style not in STYLES:
-        raise ValueError(f"prompts.style must be one of {STYLES}, got {style!r}")
+        raise ModelConfigError(f"prompts.style must be one of {STYLES}, got {style!r}")
     pos_t, neg_t = cfg.get("positive"), cfg.get("negative")
     per_class = cfg.get("classes") or {}
     use_vocab = cfg.get("vocabulary", True)

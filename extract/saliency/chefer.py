@@ -6,14 +6,13 @@ patches. Every block takes part, as in the paper's rule (the authors' CLIP noteb
 the last block only)."""
 from __future__ import annotations
 
-import torch
-
-from . import MapMethod
-from ._tower import image_text_cos, run_blocks, to_grid
+from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 
 def relevance(probs: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
     """(B, L, L) relevance from per-block attention probabilities and their gradients (B, H, L, L)."""
+    import torch
+
     L = probs[0].shape[-1]
     r = torch.eye(L, device=probs[0].device, dtype=torch.float32).expand(probs[0].shape[0], -1, -1)
     for a, g in zip(probs, grads):
@@ -23,6 +22,10 @@ def relevance(probs: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Ten
 
 
 def run(tower, pixels, text):
+    import torch
+
+    from ._tower import image_text_cos, run_blocks, to_grid
+
     with torch.enable_grad():
         x0 = tower.embed(pixels).detach().requires_grad_(True)  # a leaf that builds the graph
         x, probs = run_blocks(tower, pixels, x0)

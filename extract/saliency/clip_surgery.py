@@ -8,11 +8,7 @@ similarity minus its redundant part shared by all classes. With a single class t
 feature is the empty prompt's embedding instead: p . (t - t_empty)."""
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
-from . import MapMethod
-from ._tower import image_text_cos, parallel_path, to_grid
+from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 DEPTH = 6  # the authors' surgery replaces the last six blocks' attention
 
@@ -27,6 +23,8 @@ def feature_surgery(patches: torch.Tensor, text: torch.Tensor, image: torch.Tens
 
     Sum over e of (p_e t_ce w_c) minus its mean over classes is w_c (p . t_c) - mean_c'(w_c' p . t_c'),
     computed without the (B, N, C, E) tensor."""
+    from ._tower import image_text_cos
+
     if text.shape[0] == 1 and empty is not None:
         return patches @ (text - empty.reshape(1, -1)).T
     prob = (2 * image_text_cos(image, text)).softmax(dim=-1)  # (B, C)
@@ -36,6 +34,10 @@ def feature_surgery(patches: torch.Tensor, text: torch.Tensor, image: torch.Tens
 
 
 def run(tower, pixels, text, empty_text=None):
+    import torch.nn.functional as F
+
+    from ._tower import parallel_path, to_grid
+
     x, path = parallel_path(tower, pixels, vv_attention, DEPTH)
     image = tower.pool(x)
     p = F.normalize(tower.patches(path).float(), dim=-1)

@@ -8,10 +8,7 @@ block's normed input times the head scale (the authors' adaptive default). The m
 cos(path patch tokens, text)."""
 from __future__ import annotations
 
-import torch.nn.functional as F
-
-from . import MapMethod
-from ._tower import parallel_path, patch_text_similarity
+from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 DEPTH = 6  # the authors' default depth=7 wraps the last six blocks
 ITERATIONS = 1
@@ -19,6 +16,8 @@ ITERATIONS = 1
 
 def self_self_attention(h, q, k, v, scale, iterations: int = ITERATIONS, inv_temp=None):
     """Ensemble of q-q, k-k and v-v attention with L2-normalised projections, applied to v."""
+    import torch.nn.functional as F
+
     if inv_temp is None:
         inv_temp = h.norm(dim=-1).mean(dim=-1).reshape(-1, 1, 1, 1) * scale  # per case
     outs = []
@@ -32,6 +31,8 @@ def self_self_attention(h, q, k, v, scale, iterations: int = ITERATIONS, inv_tem
 
 
 def run(tower, pixels, text):
+    from ._tower import parallel_path, patch_text_similarity
+
     x, path = parallel_path(tower, pixels, self_self_attention, DEPTH)
     return tower.pool(x), patch_text_similarity(tower.patches(path), text, tower.grid)
 

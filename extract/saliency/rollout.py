@@ -4,14 +4,13 @@ rows renormalised; the rollout is the product A'_L ... A'_1 and the map is the c
 over the patch tokens. It does not depend on the text: every class gets the same map."""
 from __future__ import annotations
 
-import torch
-
-from . import MapMethod
-from ._tower import run_blocks, to_grid
+from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 
 def rollout_matrix(probs: list[torch.Tensor]) -> torch.Tensor:
     """[(B, H, L, L) per block, first block first] -> (B, L, L) rollout, in float32."""
+    import torch
+
     a0 = probs[0]
     eye = torch.eye(a0.shape[-1], device=a0.device, dtype=torch.float32)
     r = eye.expand(a0.shape[0], -1, -1)
@@ -22,6 +21,8 @@ def rollout_matrix(probs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def run(tower, pixels, text):
+    from ._tower import run_blocks, to_grid
+
     x, probs = run_blocks(tower, pixels)
     row = rollout_matrix(probs)[:, 0, tower.n_prefix:]  # (B, N)
     maps = to_grid(row.unsqueeze(-1).expand(-1, -1, text.shape[0]), tower.grid)

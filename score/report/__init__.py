@@ -5,6 +5,7 @@ built from earlier score outputs (one directory per submission) without rescorin
 
     index.html                 self-contained page (inline CSS; images referenced by relative path)
     leaderboard.md             Table 1 layout (grounding), fixed-threshold grounding, recognition, gaps
+    leaderboard.txt            the ranked terminal table (overall values with 95 % intervals), as printed
     leaderboard.csv            Table 1 as CSV (fractions, with ci_lo/ci_hi columns)
     grounding_fixed.csv, recognition.csv, comparisons.csv
     per_class.md, per_class/<dataset>_<metric>.csv
@@ -66,7 +67,7 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
         try:
             rows = compare_results(a, b, n_boot=n_boot, seed=seed, per_class=False, cache=cache)
         except ReportInputError as err:
-            gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(err.problems)})
+            gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(map(str, err.problems))})
             continue
         gaps.append({"a": a.name, "b": b.name,
                      "rows": [r for r in rows if r.scope == "overall" and r.metric in GAP_METRICS]})
@@ -75,7 +76,52 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
     return gaps
 
 
-def comparison_csv(rows, a_name: str, b_name: str) -> str:
+def holm_gaps(gaps: list[dict]) -> list[dict]:
+    """The gaps with Holm-adjusted p-values: one family of every metric × pair test they show."""
+    from .paired import with_holm
+
+    rows = [r for g in gaps for r in g.get("rows", [])]
+    adjusted = iter(with_holm(rows))
+    return [dict(g, rows=[next(adjusted) for _ in g["rows"]]) if "rows" in g else g for g in gaps]
+
+
+def floor_text(floor: float) -> str:
+    """1/(B+1) rounded up to one significant digit (0.004975 -> "0.005"): a bound that stays true."""
+    import math
+
+    e = math.floor(math.log10(floor))
+    digit = math.ceil(round(floor / 10**e, 9))
+    if digit == 10:
+        digit, e = 1, e + 1
+    return f"{digit * 10.0**e:.{max(0, -e)}f}"
+
+
+def format_p(p: float | None, floor: float | None = None) -> str:
+    """A bootstrap p-value for people. At the floor 1/(B+1) of its B resamples (``floor``), "< 1/(B+1)"
+    rounded up ("< 0.005" for B = 200): fewer resamples cannot show a smaller p. Otherwise "< 0.001" below
+    that, else 3 decimals."""
+    if p is None:
+        return "–"
+    if floor is not None and p <= floor * (1 + 1e-12):
+        return f"< {floor_text(floor)}"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_note(rows) -> str:
+    """One sentence on the p-values of ``rows``: resamples, the floor, Holm's family."""
+    from .paired import HOLM_FAMILY, p_floor
+
+    bs = sorted({r.n_valid for r in rows if r.p_value is not None})
+    if not bs:
+        return "No p-values (no resamples)."
+    b_text = str(bs[0]) if len(bs) == 1 else f"{bs[0]}–{bs[-1]}"
+    floor = floor_text(p_floor(bs[-1])) if len(bs) == 1 else f"{floor_text(p_floor(bs[-1]))}–{floor_text(p_floor(bs[0]))}"
+    return (f"p: two-sided paired-bootstrap p-value from B = {b_text} resamples, never below 1/(B+1) "
+            f"(shown as \"< {floor}\" at that floor); p (Holm): Holm-adjusted over {HOLM_FAMILY} "
+            f"({sum(r.p_value is not None for r in rows)} tests).")
+
+
+def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> str:
     """Long-form CSV of paired comparison rows (fractions)."""
     import csv
     import io
@@ -84,34 +130,30 @@ def comparison_csv(rows, a_name: str, b_name: str) -> str:
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["a", "b", "scope", "class", "metric", "value_a", "value_b", "diff", "ci_lo", "ci_hi",
-                "p_value", "n_valid", "significant"])
+    if header:
+        w.writerow(["a", "b", "scope", "class", "metric", "value_a", "value_b", "diff", "ci_lo", "ci_hi",
+                    "p_value", "p_holm", "p_floor", "n_valid", "significant"])
 
     def n(x):
         return "" if x is None else repr(float(x))
 
     for r in rows:
         w.writerow([csv_cell(a_name), csv_cell(b_name), csv_cell(r.scope), csv_cell(r.cls or ""), r.metric, n(r.a), n(r.b), n(r.diff), n(r.ci_lo),
-                    n(r.ci_hi), n(r.p_value), r.n_valid, int(r.significant)])
+                    n(r.ci_hi), n(r.p_value), n(r.p_holm), n(r.p_floor), r.n_valid, int(r.significant)])
     return buf.getvalue()
 
 
-def format_p(p: float | None) -> str:
-    """A bootstrap p-value for people: "< 0.001" below the resolution worth printing, else 3 decimals."""
-    if p is None:
-        return "–"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None) -> str:
-    """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0."""
+def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None, note: bool = True) -> str:
+    """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0, the
+    p-value (floored at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
     from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
              f"Paired bootstrap of {md_cell(a_name)} − {md_cell(b_name)} (percentage points; CNR as a ratio); "
-             "* = 95% interval excludes 0.", "",
-             "| Scope | Class | Metric | A | B | A − B | 95% CI | p |", "|---|---|---|---:|---:|---:|---|---:|"]
+             "* = 95% interval excludes 0." + (f" {p_note(rows)}" if note else ""), "",
+             "| Scope | Class | Metric | A | B | A − B | 95% CI | p | p (Holm) |",
+             "|---|---|---|---:|---:|---:|---|---:|---:|"]
 
     for r in rows:  # percentage points for shares, ratios (fmt "number": the phrases' CNR) as they are
         def shown(x, sign=""):
@@ -120,9 +162,10 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
         ci = "–" if r.ci_lo is None else f"{shown(r.ci_lo, '+')} to {shown(r.ci_hi, '+')}"
         d = "–" if r.diff is None else shown(r.diff, "+") + ("*" if r.significant else "")
         scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
-        p = format_p(r.p_value)
+        p = format_p(r.p_value, r.p_floor)
+        ph = format_p(r.p_holm, r.p_floor)
         lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | "
-                     f"{shown(r.a)} | {shown(r.b)} | {d} | {ci} | {p} |")
+                     f"{shown(r.a)} | {shown(r.b)} | {d} | {ci} | {p} | {ph} |")
     return "\n".join(lines) + "\n"
 
 
@@ -186,6 +229,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                    recognition_table(results, computed)] + extra_tables(results, computed)
     per_class = [per_class_table(results, d, m, computed) for d in dataset_order(results) for m in PER_CLASS_METRICS]
     gaps = adjacent_gaps(results, n_boot=n_boot, seed=seed) if n_boot > 0 and len(results) > 1 else []
+    gaps = holm_gaps(gaps)
     steps.update(1)
 
     files: dict[str, list[str]] = {"tables": [], "figures": [], "overlays": []}
@@ -210,14 +254,20 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     gap_rows_all = []
     for g in gaps:
         if "rows" in g:
-            gap_md.append(comparison_markdown(g["rows"], g["a"], g["b"], title=f"Gap: {g['a']} vs {g['b']}"))
-            gap_rows_all.append(comparison_csv(g["rows"], g["a"], g["b"]))
+            gap_md.append(comparison_markdown(g["rows"], g["a"], g["b"], title=f"Gap: {g['a']} vs {g['b']}",
+                                              note=False))
+            gap_rows_all.append(comparison_csv(g["rows"], g["a"], g["b"], header=not gap_rows_all))
         else:
             skipped.append(f"gap {g['a']} vs {g['b']}: {g['skipped']}")
     if gap_md:
-        md += ["## Are the gaps real? (paired bootstrap, neighbours in the pointing-game ranking)", ""] + gap_md
-        body = "".join(s.split("\n", 1)[1] if k else s for k, s in enumerate(gap_rows_all))
-        files["tables"].append(str(_write_text(out / "comparisons.csv", body).relative_to(out)))
+        shown_rows = [r for g in gaps for r in g.get("rows", [])]
+        md += ["## Are the gaps real? (paired bootstrap, neighbours in the pointing-game ranking)", "",
+               p_note(shown_rows), ""] + gap_md
+        files["tables"].append(str(_write_text(out / "comparisons.csv", "".join(gap_rows_all)).relative_to(out)))
+    from .terminal import leaderboard_text
+
+    files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
+                               .relative_to(out)))
     checks = read_sanity(sanity)
     if checks:
         md += [sanity_markdown(checks)]
@@ -228,10 +278,12 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     info: dict = {}
     info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
-    info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best")
+    info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best", computed)
     info["pointing_heatmap"] = F.pointing_heatmap(results, fig_dir / "pointing_heatmap")
-    if any(r.pairs is not None for r in results):
-        info["region_size"] = F.region_size(results, fig_dir / "region_size", bins=size_bins)
+    with_sizes = size_bins == "fixed" and all("pointing_game_small" in r.metrics.get("overall", {}) for r in results)
+    if with_sizes or any(r.pairs is not None for r in results):
+        info["region_size"] = F.region_size(results, fig_dir / "region_size", bins=size_bins, computed=computed,
+                                            n_boot=n_boot, seed=seed)
         skipped += [f"{n}: no pairs.parquet, left out of the size figure" for n in info["region_size"]["skipped"]]
     else:
         skipped.append("region-size figure: no pairs.parquet in any result")
@@ -239,7 +291,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         files["figures"] += [str(Path(p).relative_to(out)) for p in v["files"]]
     steps.update(1)
 
-    overlay_info = {"files": [], "skipped": []}
+    overlay_info = {"files": [], "skipped": [], "captions": {}}
     if overlays:
         img_path, gt_path, subs = _resolve_inputs(results, images, gt, submissions)
         from .overlays import overlay_figures
@@ -252,6 +304,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
+                       overlay_captions=overlay_info.get("captions", {}),
                        phrases=phrase_table(results))
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
@@ -286,11 +339,16 @@ def _shown_path(path: Path, out: Path) -> str:
 
 def _previous_files(out: Path) -> set[str]:
     """The files an earlier report wrote into ``out``, from its report.json (empty when there is none)."""
-    try:
-        old = json.loads((out / "report.json").read_text(encoding="utf-8"))
-        return {str(f) for group in old.get("files", {}).values() for f in group}
-    except (OSError, ValueError, AttributeError):
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import DEFAULT, load_json, with_limits
+
+    if not (out / "report.json").exists():
         return set()
+    try:  # the folder is the user's: a report.json in it is read like any file from outside
+        old = load_json(out / "report.json", limits=with_limits(DEFAULT, max_bytes=64 * 2**20))
+        return {str(f) for group in old.get("files", {}).values() for f in group}
+    except (InputError, AttributeError, TypeError):
+        return set()  # not a report we wrote: nothing of it is removed
 
 
 def _remove_stale(out: Path, previous: set[str], current: set[str]) -> None:
@@ -309,17 +367,26 @@ def _remove_stale(out: Path, previous: set[str], current: set[str]) -> None:
 # -- xbench sanity outputs -------------------------------------------------------------------------------------
 def read_sanity(folders) -> list[dict]:
     """Per ``xbench sanity`` folder: model, method, mode, the last step's similarities and the verdict."""
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import CONFIG, load_json
+
     checks, problems = [], []
     for folder in folders or ():
         path = Path(folder) / "sanity.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path, limits=CONFIG)
             last = data["steps"][-1]
             checks.append({"model": str(data["model"]), "method": str(data.get("method")), "mode": str(data["mode"]),
                            "spearman_abs": last.get("spearman_abs"), "ssim": last.get("ssim"),
                            "depends_on_weights": bool(data["depends_on_weights"]), "verdict": str(data["verdict"])})
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
-            problems.append(f"{path}: not an xbench sanity output ({type(err).__name__}: {err})")
+            for key in ("spearman_abs", "ssim"):
+                v = checks[-1][key]
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise TypeError(f"{key} is {type(v).__name__}, not a number")
+        except InputError as err:
+            problems += [str(p) for p in err.problems]
+        except (KeyError, IndexError, TypeError, AttributeError) as err:
+            problems.append(f"{path}: not an xbench sanity output (missing or wrong {type(err).__name__}: {err})")
     if problems:
         raise ReportInputError(problems)
     return checks

@@ -4,29 +4,44 @@ A score output directory holds ``metrics.json`` (the contract layout), and usual
 ``pairs.parquet`` (one row per case and class) and ``pair_counts.npz`` (per-pair threshold counts).
 Only ``metrics.json`` is required: tables need nothing else; figures and comparisons that need the
 per-pair files are skipped, with the reason recorded, when those files are absent.
+
+Every file here comes from outside (a results folder anyone may hand over), so each is read through
+the bounded readers of :mod:`xbench.schemas.inputs` and checked for the shapes and types the report
+relies on before any of it is used: a bad file is one problem line (exit 2), never a traceback, and
+never more memory than a quarter of the budget (``--max-memory``) per file.
 """
 from __future__ import annotations
 
-from ...schemas.errors import InputError
-
-import json
+import hashlib
+import numbers
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from ...schemas.errors import InputError, Problem
 
 __all__ = [
     "Result",
     "ReportInputError",
     "load_result",
     "load_results",
+    "metrics_problems",
+    "read_metrics",
+    "read_pairs",
     "read_pair_counts",
     "read_phrase_counts",
+    "unique_labels",
 ]
 
 
 #: submission methods of xbench-convert's boxes and points (schemas/convert_boxes.py): labelled on the leaderboard
 MARK_METHODS = ("boxes", "points")
+#: the largest metrics.json read (a VinDr-scale file with every class and interval is well under 1 MiB)
+METRICS_MAX_BYTES = 64 * 2**20
+#: the pairs.parquet columns the report uses (figures, overlays, case order); the others are not read
+PAIR_COLUMNS = ("dataset", "case_id", "class", "has_region", "region_pixels", "hit", "dice_best")
 
 
 class ReportInputError(InputError, ValueError):
@@ -79,60 +94,304 @@ class Result:
         g = self.metrics["datasets"][dataset].get("grid")
         return (int(g[0]), int(g[1])) if g else (224, 224)
 
+    def partial(self, dataset: str | None = None) -> dict | None:
+        """{"cases": N, "of": M} when the result scored only N of the ground truth's M cases (of ``dataset``;
+        without one: summed over the datasets that say so), else None. metrics.json may carry it per dataset
+        (``datasets.<d>.partial``) or at the top level (``partial``: {dataset: {...}})."""
+        return partial_of(self.metrics, dataset)
 
-def read_pair_counts(path: Path) -> dict:
-    """Read pair_counts.npz (the scorer's layout, see xbench.score.counts) into {dataset: DatasetCounts}."""
-    from xbench.score.counts import load_pair_counts
+
+def _file_cap() -> int:
+    """What one input file may cost in memory: a quarter of the budget (--max-memory), at most 1 GiB."""
+    from xbench.schemas import budget
+
+    return min(2**30, budget.limits().max_memory // 4)
+
+
+# -- metrics.json ------------------------------------------------------------------------------------------------
+def _is_num(v) -> bool:
+    return v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+def _values_problems(d, where: str, problems: list, *, skip=("ci95",)) -> None:
+    """A {metric: number or null} dict: every registered metric key must hold a number or null (other keys, a
+    newer scorer's notes, are left alone; nested dicts under ``skip`` are checked by the caller)."""
+    if not isinstance(d, dict):
+        problems.append(f"{where} must be an object of metric values")
+        return
+    keys = _metric_keys()
+    for k, v in d.items():
+        if k not in skip and k in keys and not _is_num(v):
+            problems.append(f"{where}.{k} must be a number or null, not {type(v).__name__}")
+
+
+def _ci_problems(ci, where: str, problems: list) -> None:
+    if ci is None:
+        return
+    if not isinstance(ci, dict):
+        problems.append(f"{where} must be an object of [low, high] intervals")
+        return
+    for k, v in ci.items():
+        if v is not None and not (isinstance(v, list) and len(v) == 2 and all(_is_num(x) for x in v)):
+            problems.append(f"{where}.{k} must be [low, high] (numbers) or null")
+
+
+def _metric_keys() -> frozenset:
+    from xbench.score import registry as R
+
+    return frozenset(R.REGISTRY)
+
+
+def _obj(parent: dict, key: str, where: str, problems: list, *, required: bool = False):
+    v = parent.get(key)
+    if v is None:
+        if required:
+            problems.append(f"{where}: no '{key}' object")
+        return {}
+    if not isinstance(v, dict):
+        problems.append(f"{where}.{key} must be an object, not {type(v).__name__}")
+        return {}
+    return v
+
+
+def partial_of(metrics: dict, dataset: str | None = None) -> dict | None:
+    """See :meth:`Result.partial`."""
+    per = {}
+    for d, ds in (metrics.get("datasets") or {}).items():
+        p = ds.get("partial") if isinstance(ds, dict) else None
+        if p is None:
+            p = (metrics.get("partial") or {}).get(d) if isinstance(metrics.get("partial"), dict) else None
+        if isinstance(p, dict) and isinstance(p.get("cases"), int) and isinstance(p.get("of"), int):
+            per[d] = {"cases": int(p["cases"]), "of": int(p["of"])}
+    if dataset is not None:
+        return per.get(dataset)
+    if not per:
+        return None
+    return {"cases": sum(p["cases"] for p in per.values()), "of": sum(p["of"] for p in per.values())}
+
+
+def _partial_problems(p, where: str, problems: list) -> None:
+    if p is None:
+        return
+    if not (isinstance(p, dict) and all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool) and p[k] >= 0
+                                        for k in ("cases", "of")) and p["cases"] <= p["of"]):
+        problems.append(f"{where} must be {{\"cases\": N, \"of\": M}} with 0 <= N <= M")
+
+
+def metrics_problems(m, where: str) -> list[str]:
+    """What makes a parsed metrics.json unusable for the report: one line per problem (empty when fine).
+
+    Checks the parts the report reads (types and shapes, not the values' meaning): ``datasets`` (each with
+    ``summary``/``ci95``/``classes``/``grid``), ``overall``, ``ci95``, ``xbench`` (schema, gt_sha256,
+    submission, inputs, bootstrap), ``phrases`` and ``partial``. Unknown keys are allowed (a newer scorer).
+    """
+    problems: list[str] = []
+    if not isinstance(m, dict) or not isinstance(m.get("datasets"), dict):
+        return [f"{where}: no 'datasets' object (not an XBench metrics.json)"]
+    x = _obj(m, "xbench", where, problems)
+    if x.get("schema") not in (None, 1):
+        return [f"{where}: schema {x['schema']!r} is not supported (expected 1)"]
+    for key in ("gt_sha256", "thresholds", "version"):
+        if x.get(key) is not None and not isinstance(x[key], str):
+            problems.append(f"{where}: xbench.{key} must be a string")
+    sub = _obj(x, "submission", f"{where}: xbench", problems)
+    for key in ("model", "method"):
+        if sub.get(key) is not None and not isinstance(sub[key], str):
+            problems.append(f"{where}: xbench.submission.{key} must be a string")
+    inputs = _obj(x, "inputs", f"{where}: xbench", problems)
+    for k, v in inputs.items():
+        if v is not None and not isinstance(v, str):
+            problems.append(f"{where}: xbench.inputs.{k} must be a path (a string)")
+    for key in ("submission_path", "gt_path", "images_path"):
+        if x.get(key) is not None and not isinstance(x[key], str):
+            problems.append(f"{where}: xbench.{key} must be a path (a string)")
+    boot = _obj(x, "bootstrap", f"{where}: xbench", problems)
+    n = boot.get("n_resamples")
+    if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 10**9):
+        problems.append(f"{where}: xbench.bootstrap.n_resamples must be a count")
+    _values_problems(_obj(m, "overall", where, problems), f"{where}: overall", problems)
+    _ci_problems(m.get("ci95"), f"{where}: ci95", problems)
+    _ci_problems(_obj(m, "overall", where, []).get("ci95"), f"{where}: overall.ci95", problems)
+    top_partial = m.get("partial")
+    if top_partial is not None and not isinstance(top_partial, dict):
+        problems.append(f"{where}: partial must be an object {{dataset: {{\"cases\": N, \"of\": M}}}}")
+        top_partial = {}
+    for d, p in (top_partial or {}).items():
+        _partial_problems(p, f"{where}: partial.{d}", problems)
+    for d, ds in m["datasets"].items():
+        w = f"{where}: datasets.{d}"
+        if not isinstance(ds, dict):
+            problems.append(f"{w} must be an object")
+            continue
+        summary = _obj(ds, "summary", w, problems)
+        _values_problems(summary, f"{w}.summary", problems)
+        _ci_problems(ds.get("ci95"), f"{w}.ci95", problems)
+        _ci_problems(summary.get("ci95"), f"{w}.summary.ci95", problems)
+        grid = ds.get("grid")
+        if grid is not None and not (isinstance(grid, list) and len(grid) == 2
+                                     and all(isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= 65_536
+                                             for g in grid)):
+            problems.append(f"{w}.grid must be [H, W] (two positive integers)")
+        _partial_problems(ds.get("partial"), f"{w}.partial", problems)
+        for c, cm in _obj(ds, "classes", w, problems).items():
+            if not isinstance(cm, dict):
+                problems.append(f"{w}.classes.{c} must be an object")
+                continue
+            _values_problems(cm, f"{w}.classes.{c}", problems)
+            _ci_problems(cm.get("ci95"), f"{w}.classes.{c}.ci95", problems)
+    ph = _obj(m, "phrases", where, problems)
+    if ph:
+        _values_problems(_obj(ph, "overall", f"{where}: phrases", problems), f"{where}: phrases.overall", problems)
+        for d, entry in _obj(ph, "datasets", f"{where}: phrases", problems).items():
+            w = f"{where}: phrases.datasets.{d}"
+            if not isinstance(entry, dict):
+                problems.append(f"{w} must be an object")
+                continue
+            _values_problems(_obj(entry, "summary", w, problems), f"{w}.summary", problems)
+            _ci_problems(entry.get("ci95"), f"{w}.ci95", problems)
+            for c, cm in _obj(entry, "categories", w, problems).items():
+                if not isinstance(cm, dict):
+                    problems.append(f"{w}.categories.{c} must be an object")
+                    continue
+                _values_problems(cm, f"{w}.categories.{c}", problems)
+                _ci_problems(cm.get("ci95"), f"{w}.categories.{c}.ci95", problems)
+    return problems[:20]  # a file wrong everywhere: the first twenty say enough
+
+
+def read_metrics(path: Path) -> dict:
+    """A metrics.json, bounded (:func:`xbench.schemas.inputs.load_json`) and checked (:func:`metrics_problems`)."""
+    from xbench.schemas.inputs import DEFAULT, load_json, with_limits
 
     try:
-        return load_pair_counts(path)
-    except (KeyError, ValueError, OSError) as err:
-        raise ReportInputError([f"{path}: not a readable pair_counts.npz ({err})"]) from None
+        metrics = load_json(path, limits=with_limits(DEFAULT, max_bytes=METRICS_MAX_BYTES))
+    except InputError as err:
+        raise ReportInputError(err.problems) from None
+    problems = metrics_problems(metrics, str(path))
+    if problems:
+        raise ReportInputError(problems)
+    return metrics
+
+
+# -- pairs.parquet -----------------------------------------------------------------------------------------------
+def _arrow_kind(t) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    return str(t)
+
+
+#: what each column read may be (hit: a bool with nulls, or a number from an older writer)
+_PAIR_KINDS = {"dataset": ("string",), "case_id": ("string",), "class": ("string",), "has_region": ("bool",),
+               "region_pixels": ("int",), "hit": ("bool", "int", "float"), "dice_best": ("float",)}
+
+
+def read_pairs(path: Path):
+    """pairs.parquet's columns the report uses (:data:`PAIR_COLUMNS`) as a DataFrame, bounded.
+
+    The footer is checked before any column is read: the file's size, the row and row-group counts and the
+    declared uncompressed size of the columns read against a quarter of the memory budget, and each column's
+    type. The file's pandas metadata (JSON written by the scorer) is not trusted: the frame is built from the
+    Arrow types alone.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = str(path)
+    cap = _file_cap()
+    try:
+        size = os.stat(path).st_size
+        if size > cap:
+            raise ReportInputError([f"{where}: is {size / 2**20:.0f} MiB; the limit for this file is "
+                                    f"{cap / 2**20:.0f} MiB (a quarter of --max-memory)"])
+        with open(path, "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            meta = pf.metadata
+            if meta.num_row_groups > 100_000 or meta.num_columns > 10_000:
+                raise ReportInputError([f"{where}: declares {meta.num_row_groups} row groups and {meta.num_columns} "
+                                        "columns; not a pairs.parquet the scorer writes"])
+            schema = pf.schema_arrow
+            problems = []
+            for col, kinds in _PAIR_KINDS.items():
+                i = schema.get_field_index(col)
+                if i < 0:
+                    problems.append(f"{where}: no column '{col}'")
+                elif _arrow_kind(schema.field(i).type) not in kinds:
+                    problems.append(f"{where}: column '{col}' is {schema.field(i).type}, expected "
+                                    f"{' or '.join(kinds)}")
+            if problems:
+                raise ReportInputError(problems)
+            wanted = {schema.get_field_index(c) for c in PAIR_COLUMNS}
+            declared = 0
+            for g in range(meta.num_row_groups):
+                rg = meta.row_group(g)
+                declared += sum(max(0, rg.column(j).total_uncompressed_size) for j in range(rg.num_columns)
+                                if j in wanted)
+            rows = meta.num_rows
+            if declared > cap or rows * 64 > cap or rows < 0:
+                raise ReportInputError([f"{where}: declares {rows:,} rows ({declared / 2**20:.0f} MiB of the columns "
+                                        f"read); the limit is {cap / 2**20:.0f} MiB (a quarter of --max-memory)"])
+            table = pf.read(columns=list(PAIR_COLUMNS))
+    except ReportInputError:
+        raise
+    except (OSError, pa.ArrowException, ValueError, IndexError) as err:
+        text = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise ReportInputError([f"{where}: not a readable pairs.parquet ({text})"]) from None
+    import pandas as pd
+
+    table = table.replace_schema_metadata(None)  # no pandas metadata: types from the Arrow schema only
+    return table.to_pandas(types_mapper={pa.bool_(): pd.BooleanDtype()}.get)
+
+
+# -- pair_counts.npz ---------------------------------------------------------------------------------------------
+def read_pair_counts(path: Path) -> dict:
+    """Read pair_counts.npz (the scorer's layout, see xbench.score.counts) into {dataset: DatasetCounts}."""
+    return read_counts(path)[0]
 
 
 def read_phrase_counts(path: Path) -> dict:
     """The phrase counts of pair_counts.npz ({dataset: PhraseCounts}; {} in a file without phrase rows)."""
-    from xbench.score.counts import load_phrase_counts
+    return read_counts(path)[1]
+
+
+def read_counts(path: Path) -> tuple[dict, dict]:
+    """(class counts, phrase counts) of one pair_counts.npz, read once, bounded and checked
+    (:func:`xbench.score.counts.read_counts_file`)."""
+    from xbench.score.counts import read_counts_file
 
     try:
-        return load_phrase_counts(path)
-    except (KeyError, ValueError, OSError) as err:
-        raise ReportInputError([f"{path}: not a readable pair_counts.npz ({err})"]) from None
+        return read_counts_file(path, max_bytes=_file_cap())
+    except InputError as err:
+        raise ReportInputError(err.problems) from None
 
 
-def load_result(path: str | Path, *, name: str | None = None) -> Result:
+# -- loading -----------------------------------------------------------------------------------------------------
+def load_result(path: str | os.PathLike, *, name: str | None = None) -> Result:
     """Load one score output directory. Raises ReportInputError (one message per problem)."""
     path = Path(path)
-    problems: list[str] = []
     mpath = path / "metrics.json"
     if not path.is_dir():
         raise ReportInputError([f"{path}: not a directory (expected a score output with metrics.json)"])
-    if not mpath.is_file():
+    if not mpath.exists():
         raise ReportInputError([f"{path}: no metrics.json (is this a score output directory?)"])
-    try:
-        metrics = json.loads(mpath.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ReportInputError([f"{mpath}: cannot read JSON ({err})"]) from None
-    if not isinstance(metrics, dict) or not isinstance(metrics.get("datasets"), dict):
-        problems.append(f"{mpath}: no 'datasets' object (not an XBench metrics.json)")
-    elif metrics.get("xbench", {}).get("schema") not in (None, 1):
-        problems.append(f"{mpath}: schema {metrics['xbench']['schema']!r} is not supported (expected 1)")
-    if problems:
-        raise ReportInputError(problems)
-    pairs = None
+    metrics = read_metrics(mpath)
     ppath = path / "pairs.parquet"
-    if ppath.is_file():
-        import pandas as pd
-
-        pairs = pd.read_parquet(ppath)
+    pairs = read_pairs(ppath) if ppath.exists() else None
     counts, case_ids, phrase_counts = None, {}, {}
     cpath = path / "pair_counts.npz"
-    if cpath.is_file():
-        counts = read_pair_counts(cpath)
-        phrase_counts = read_phrase_counts(cpath)
+    if cpath.exists():
+        counts, phrase_counts = read_counts(cpath)
         case_ids = {d: np.asarray(dc.case_id, dtype=str) for d, dc in counts.items()}
     if pairs is not None:
-        for d, sub in pairs.groupby("dataset", sort=False):
+        for d, sub in pairs.groupby("dataset", sort=False, observed=True):
             case_ids.setdefault(str(d), np.asarray(sub["case_id"].drop_duplicates(), dtype=str))
     if name is None:
         attrs = metrics.get("xbench", {}).get("submission", {}) or {}
@@ -143,8 +402,48 @@ def load_result(path: str | Path, *, name: str | None = None) -> Result:
                   phrase_counts=phrase_counts)
 
 
+def _path_tag(path: Path) -> str:
+    """A short, stable tag of a result folder: its resolved path hashed (the same folder, the same tag)."""
+    return hashlib.sha256(str(Path(path).resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:6]
+
+
+def unique_labels(results: list[Result]) -> None:
+    """Make the display names unique, in place, and stable (the same inputs give the same labels).
+
+    A name shared by several results gets, in turn, the submission method, then the result folder's name,
+    then a tag of the folder's resolved path; a label is never handed out twice, whatever the names look like
+    (two folders named alike in different places, or a model literally named like another's label).
+    """
+    def dupes():
+        seen: dict[str, int] = {}
+        for r in results:
+            seen[r.name] = seen.get(r.name, 0) + 1
+        return {n for n, k in seen.items() if k > 1}
+
+    steps = (lambda r: f"{r.name} ({r.submission_attrs.get('method')})" if r.submission_attrs.get("method") else r.name,
+             lambda r: f"{r.name} [{r.path.name}]",
+             lambda r: f"{r.name} [{_path_tag(r.path)}]")
+    for step in steps:
+        shared = dupes()
+        if not shared:
+            return
+        for r in results:
+            if r.name in shared:
+                r.name = step(r)
+    k = 1
+    while dupes():  # the same folder given twice: number the later copies
+        shared = dupes()
+        seen: set[str] = set()
+        for r in results:
+            if r.name in shared:
+                if r.name in seen:
+                    k += 1
+                    r.name = f"{r.name} #{k}"
+                seen.add(r.name)
+
+
 def load_results(paths) -> list[Result]:
-    """Load several score outputs; display names are made unique (model, then model [dir])."""
+    """Load several score outputs; display names are made unique (:func:`unique_labels`)."""
     results: list[Result] = []
     problems: list[str] = []
     for p in paths:
@@ -156,13 +455,5 @@ def load_results(paths) -> list[Result]:
         raise ReportInputError(problems)
     if not results:
         raise ReportInputError(["no score outputs given"])
-    names = [r.name for r in results]
-    for r in results:
-        if names.count(r.name) > 1:
-            method = r.submission_attrs.get("method")
-            r.name = f"{r.name} ({method})" if method else r.name
-    names = [r.name for r in results]
-    for r in results:
-        if names.count(r.name) > 1:
-            r.name = f"{r.name} [{r.path.name}]"
+    unique_labels(results)
     return results

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
+from xbench.schemas.errors import escape_text
 
 from ._load import ReportInputError
 
@@ -52,8 +53,9 @@ def _parse_submissions(values) -> dict:
 @click.option("--title", default="XBench report", show_default=True, help="Page title.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report manifest (report.json) to stdout.")
+@budget_options
 def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bins, sanity, no_overlays, title, quiet,
-           as_json):
+           as_json, max_memory, timeout):
     """Build the leaderboard, figures and HTML page from earlier xbench-score outputs.
 
     Each RESULT_DIR is one submission's score output (metrics.json, and pairs.parquet +
@@ -68,6 +70,7 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
 
     from . import build_report
 
+    apply_budget("xbench report", max_memory, timeout)  # result folders are files from outside
     subs = _parse_submissions(submissions)
     inputs = {f"the result folder {p}": p for p in result_dirs}
     inputs.update({"the images store": images, "the ground truth": gt})
@@ -89,14 +92,9 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
         raise UserError(err.problems) from None
     if as_json:
         click.echo((Path(out_dir) / "report.json").read_text())
-    elif not quiet:
-        from xbench.score.cli import ranked_table
-
-        from ._load import load_results
-
-        rows = [(r.name, r.metrics.get("overall", {})) for r in load_results(list(result_dirs))]
-        click.echo(ranked_table(rows))
-        click.echo(f"report written: {index}")
+    elif not quiet:  # the ranked table with intervals, as the report wrote it (no second read of the inputs)
+        click.echo((Path(out_dir) / "leaderboard.txt").read_text(encoding="utf-8").rstrip("\n"))
+        click.echo(escape_text(f"report written: {index}"))
 
 
 @command("compare", on_interrupt=NOT_WRITTEN_HINT)
@@ -111,12 +109,15 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
               help="Also write the comparison as CSV (fractions) to this file.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing (use with --out).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a Markdown table.")
-def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json):
+@budget_options
+def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_memory, timeout):
     """Paired bootstrap of A - B for every metric, on the same ground truth.
 
     Both directories are xbench-score outputs for the same gt.zarr. The same resampled cases are
     used for both submissions, so the 95% interval reflects how they differ case by case; a gap
-    whose interval excludes 0 is marked with *.
+    whose interval excludes 0 is marked with *. p-values are never below 1/(B+1) for B resamples
+    (printed "< 1/(B+1)" there) and are shown beside their Holm adjustment over every row printed
+    (all metric x pair tests shown together form one family).
 
     \b
     Example:
@@ -126,9 +127,12 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json):
     from ._load import load_results
     from .paired import compare_results
 
+    apply_budget("xbench compare", max_memory, timeout)
+    from .paired import HOLM_FAMILY, with_holm
+
     try:
         a, b = load_results([a_dir, b_dir])
-        rows = compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class)
+        rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))
     except ReportInputError as err:
         raise UserError(err.problems) from None
     if out_csv is not None:
@@ -141,7 +145,14 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json):
         tmp.write_text(comparison_csv(rows, a.name, b.name))
         tmp.replace(out_csv)
     if as_json:
-        click.echo(json.dumps([dict(r.__dict__, significant=r.significant) for r in rows], indent=1))
+        bs = sorted({r.n_valid for r in rows if r.p_value is not None})
+        click.echo(json.dumps({
+            "a": a.name, "b": b.name, "n_boot": n_boot, "seed": seed,
+            "p_values": {"test": "two-sided paired bootstrap", "floor": "1/(B+1), B = n_valid resamples",
+                         "resamples": bs, "adjustment": "holm", "family": HOLM_FAMILY,
+                         "n_tests": sum(r.p_value is not None for r in rows)},
+            "rows": [dict(r.__dict__, significant=r.significant, p_floor=r.p_floor, at_floor=r.at_floor)
+                     for r in rows]}, indent=1))
     elif not quiet:
         click.echo(comparison_markdown(rows, a.name, b.name))
 

@@ -6,9 +6,14 @@
   (paper Fig. 4).
 - ``pointing_heatmap``: pointing game per class (columns, grouped by dataset) and model (rows).
 - ``region_size``: pointing game and best-threshold Dice by lesion size (small / medium / large).
-  Size = region pixels / grid pixels. Bins are fixed fractions of the grid by default
-  (< 1 %, 1-5 %, >= 5 %; ``SIZE_EDGES``) or terciles of all positive pairs (``bins="tercile"``).
-  Values are means over all positive pairs in the bin, pooled over datasets and classes.
+  Size = region pixels / grid pixels. With the fixed bins (< 1 %, 1-5 %, >= 5 %; ``SIZE_EDGES``) the bars
+  are the very numbers of the "Grounding by lesion size" table (metrics.json: mean over the classes with
+  such a region, then over datasets) with its 95 % intervals; with terciles of all positive pairs
+  (``bins="tercile"``), which no table has, they are means pooled over the pairs of the bin, with a 95 %
+  percentile bootstrap over cases (within datasets), and the figure says "pooled over pairs".
+
+Bars carry their 95 % intervals wherever the tables have them (metrics.json, or the intervals the report
+computed from pair_counts.npz).
 
 Every function takes the loaded results and an output stem (without suffix), writes
 ``stem.png`` and ``stem.svg``, and returns a dict describing what was drawn (or why nothing was).
@@ -21,7 +26,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from xbench.score import registry as R
-from xbench.score.tables import DATASET_TITLES, dataset_order, value_of
+from xbench.score.tables import DATASET_TITLES, ci_of, dataset_order, value_of
 
 from ._load import Result
 
@@ -48,7 +53,7 @@ def save_figure(fig: Figure, stem: Path, *, dpi: int = 150, formats: tuple[str, 
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for ext in formats:
-        final = stem.with_suffix(f".{ext}")
+        final = stem.with_name(f"{stem.name}.{ext}")  # appended: a dot in a model name is not a suffix to replace
         tmp = final.with_name(f".{final.name}.tmp")
         # fixed metadata keeps SVG output byte-stable between runs
         extra = {"metadata": {"Date": None}} if ext == "svg" else {"pil_kwargs": {"compress_level": 3}}
@@ -108,32 +113,55 @@ def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
     return {"files": files, "points": pts, "fit": fit}
 
 
-def dice_fixed_vs_best(results: list[Result], stem: Path) -> dict:
-    """Fig. 4: overall Dice at tau = 0.5 and at the best tau per model, with ΔDice = best - fixed."""
+def _ci_pct(r: Result, scope: str, key: str, computed: dict | None, cls: str | None = None):
+    """The 95 % interval in percent (metrics.json, else the report's computed one), or None."""
+    ci = ci_of(r.metrics, scope, key, cls, (computed or {}).get(r.name))
+    if not ci or ci[0] is None or ci[1] is None:
+        return None
+    return 100.0 * float(ci[0]), 100.0 * float(ci[1])
+
+
+def _yerr(values, cis):
+    """Matplotlib's asymmetric error array (2, n) from values and intervals; 0 where either is missing."""
+    lo, hi = [], []
+    for v, ci in zip(values, cis):
+        ok = v is not None and not np.isnan(v) and ci is not None
+        lo.append(max(0.0, v - ci[0]) if ok else 0.0)
+        hi.append(max(0.0, ci[1] - v) if ok else 0.0)
+    return np.array([lo, hi])
+
+
+def dice_fixed_vs_best(results: list[Result], stem: Path, computed: dict | None = None) -> dict:
+    """Fig. 4: overall Dice at tau = 0.5 and at the best tau per model, with ΔDice = best - fixed, and the
+    95 % intervals of both (error bars)."""
     names = [r.name for r in results]
     fixed = [_pct(value_of(r.metrics, "overall", "dice_fixed")) for r in results]
     best = [_pct(value_of(r.metrics, "overall", "dice_best")) for r in results]
+    ci_fixed = [_ci_pct(r, "overall", "dice_fixed", computed) for r in results]
+    ci_best = [_ci_pct(r, "overall", "dice_best", computed) for r in results]
     fig = Figure(figsize=(max(4.5, 1.0 + 0.9 * len(names)), 4.0))
     ax = fig.add_subplot()
     x = np.arange(len(names))
     f0 = [v if v is not None else 0.0 for v in fixed]
     b0 = [v if v is not None else 0.0 for v in best]
-    ax.bar(x - 0.2, f0, 0.4, label="Dice at τ = 0.5", color="C0")
-    ax.bar(x + 0.2, b0, 0.4, label="Dice at best τ", color="C1")
+    err = {"ecolor": "0.2", "capsize": 3, "error_kw": {"lw": 1}}
+    ax.bar(x - 0.2, f0, 0.4, label="Dice at τ = 0.5", color="C0", yerr=_yerr(f0, ci_fixed), **err)
+    ax.bar(x + 0.2, b0, 0.4, label="Dice at best τ", color="C1", yerr=_yerr(b0, ci_best), **err)
     deltas = []
     for i, (f, b) in enumerate(zip(fixed, best)):
         d = None if f is None or b is None else b - f
         deltas.append(d)
-        if d is not None:
-            ax.annotate(f"Δ{d:.1f}", (i + 0.2, b), textcoords="offset points", xytext=(0, 3),
+        if d is not None:  # above the interval's top, so the label never sits on the error bar
+            top = max(b, ci_best[i][1]) if ci_best[i] is not None else b
+            ax.annotate(f"Δ{d:.1f}", (i + 0.2, top), textcoords="offset points", xytext=(0, 3),
                         ha="center", fontsize=8)
     ax.set_xticks(x, [plain(n) for n in names], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("Dice (%), mean over datasets")
-    ax.set_title("Fixed vs best threshold")
+    ax.set_title("Fixed vs best threshold (bars: 95% interval)" if any(ci_fixed + ci_best) else "Fixed vs best threshold")
     ax.legend(fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     files = save_figure(fig, stem)
-    return {"files": files, "delta_dice": dict(zip(names, deltas))}
+    return {"files": files, "delta_dice": dict(zip(names, deltas)), "intervals": any(ci_fixed + ci_best)}
 
 
 def pointing_heatmap(results: list[Result], stem: Path) -> dict:
@@ -197,47 +225,103 @@ def _region_frame(r: Result):
     return p
 
 
-def region_size(results: list[Result], stem: Path, *, bins: str = "fixed") -> dict:
-    """Pointing game and best-threshold Dice per lesion-size bin and model (bars), percent.
+def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> list:
+    """95 % percentile bootstrap of the pooled mean of ``metric`` in each bin: cases resampled within each dataset
+    (the unit the scorer resamples), each pair weighted by how often its case was drawn. [(lo, hi) or None] * 3."""
+    if n_boot <= 0 or len(f) == 0:
+        return [None] * 3
+    rng = np.random.default_rng(seed)
+    x = f[metric].to_numpy(dtype=float, na_value=np.nan)
+    num = np.zeros((n_boot, 3))
+    den = np.zeros((n_boot, 3))
+    for d, sub in f.groupby("dataset", sort=True, observed=True):
+        rows = np.flatnonzero((f["dataset"] == d).to_numpy())
+        ids = case_ids.get(str(d))
+        universe = np.asarray(ids, dtype=str) if ids is not None and len(ids) else np.unique(sub["case_id"].astype(str))
+        pos = {c: k for k, c in enumerate(universe)}
+        case = np.array([pos.get(c, -1) for c in sub["case_id"].astype(str)])
+        keep = (case >= 0) & ~np.isnan(x[rows])
+        n = len(universe)
+        draws = rng.integers(0, n, size=(n_boot, n))
+        counts = np.zeros((n_boot, n), np.int32)
+        np.add.at(counts, (np.repeat(np.arange(n_boot), n), draws.ravel()), 1)
+        w = counts[:, case[keep]]
+        for b in range(3):
+            sel = idx[rows][keep] == b
+            num[:, b] += w[:, sel] @ x[rows][keep][sel]
+            den[:, b] += w[:, sel].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = 100 * num / den
+    out = []
+    for b in range(3):
+        ok = means[:, b][~np.isnan(means[:, b])]
+        out.append((float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))) if ok.size else None)
+    return out
 
-    Needs pairs.parquet; results without it are left out (listed under "skipped").
-    The bins come from the union of the results' positive pairs, so with one ground truth every
-    model is measured on the same pairs in each bin.
+
+def region_size(results: list[Result], stem: Path, *, bins: str = "fixed", computed: dict | None = None,
+                n_boot: int = 0, seed: int = 0) -> dict:
+    """Pointing game and best-threshold Dice per lesion-size bin and model (bars with 95 % intervals), percent.
+
+    ``bins="fixed"``: the metrics.json lesion-size metrics (``pointing_game_small`` ...; the table's numbers:
+    mean over classes, then datasets) and their intervals (``computed``: the report's, where metrics.json has
+    none); a result without them (scored before they existed) falls back to the pooled means below.
+    ``bins="tercile"``: means pooled over the positive pairs of each bin (pairs.parquet), intervals from
+    ``n_boot`` case resamples (:func:`_pooled_intervals`). ``quantity`` in the result says which was drawn.
+    The pair counts under the ticks come from pairs.parquet (results without it are left out of the pooled
+    bars, listed under "skipped").
     """
-    usable = [r for r in results if r.pairs is not None]
-    skipped = [r.name for r in results if r.pairs is None]
-    frames = {r.name: _region_frame(r) for r in usable}
+    sizes = [s for s, _, _ in R.LESION_SIZES]
+    table_keys = {m: [f"{m}_{sz}" for sz in sizes] for m in ("pointing_game", "dice_best")}
+    from_table = bins == "fixed" and all(table_keys["pointing_game"][0] in r.metrics.get("overall", {}) for r in results)
+    usable = results if from_table else [r for r in results if r.pairs is not None]
+    skipped = [] if from_table else [r.name for r in results if r.pairs is None]
+    frames = {r.name: _region_frame(r) for r in results if r.pairs is not None}
     pooled = np.concatenate([f["fraction"].to_numpy() for f in frames.values()]) if frames else np.zeros(0)
     _, edges = size_bins(pooled, bins)
-    fig = Figure(figsize=(max(7.0, 2.0 + 1.2 * len(usable)), 3.8))
+    fig = Figure(figsize=(max(7.0, 2.0 + 1.2 * len(usable)), 4.0))
     axes = [fig.add_subplot(1, 2, k + 1) for k in range(2)]
     table: dict = {}
     width = 0.8 / max(1, len(usable))
     counts = np.zeros(3, int)
+    err = {"ecolor": "0.2", "capsize": 2, "error_kw": {"lw": 0.8}}
     for k, r in enumerate(usable):
-        f = frames[r.name]
-        idx = np.searchsorted(np.asarray(edges), f["fraction"].to_numpy(), side="right")
-        vals = {}
-        for metric, ax in zip(("hit", "dice_best"), axes):
-            ys = []
-            for b in range(3):
-                sel = f[metric].to_numpy(dtype=float, na_value=np.nan)[idx == b]
-                ys.append(100 * float(np.mean(sel)) if len(sel) else np.nan)
-            vals[metric] = ys
+        f = frames.get(r.name)
+        idx = np.searchsorted(np.asarray(edges), f["fraction"].to_numpy(), side="right") if f is not None else None
+        vals, cis = {}, {}
+        for metric, ax in zip(("pointing_game", "dice_best"), axes):
+            if from_table:
+                ys = [_pct(value_of(r.metrics, "overall", key)) for key in table_keys[metric]]
+                ys = [np.nan if y is None else y for y in ys]
+                ci = [_ci_pct(r, "overall", key, computed) for key in table_keys[metric]]
+            else:
+                column = "hit" if metric == "pointing_game" else "dice_best"
+                x = f[column].to_numpy(dtype=float, na_value=np.nan)
+                ys = []
+                for b in range(3):
+                    sel = x[(idx == b) & ~np.isnan(x)]
+                    ys.append(100 * float(np.mean(sel)) if len(sel) else np.nan)
+                ci = _pooled_intervals(f, idx, column, r.case_ids, min(n_boot, 1000), seed)
+            vals[metric], cis[metric] = ys, ci
             ax.bar(np.arange(3) + (k - (len(usable) - 1) / 2) * width, np.nan_to_num(ys), width,
-                   label=plain(r.name), color=f"C{k % 10}")
-        counts = np.bincount(idx, minlength=3)[:3]
-        table[r.name] = {"pointing_game": vals["hit"], "dice_best": vals["dice_best"], "n_pairs": counts.tolist()}
+                   label=plain(r.name), color=f"C{k % 10}", yerr=_yerr(ys, ci), **err)
+        if idx is not None:
+            counts = np.bincount(idx, minlength=3)[:3]
+        table[r.name] = {"pointing_game": vals["pointing_game"], "dice_best": vals["dice_best"],
+                         "ci95": cis, "n_pairs": counts.tolist()}
     lo, hi = edges
     ticks = [f"small\n< {100 * lo:.2g}%", f"medium\n{100 * lo:.2g}–{100 * hi:.2g}%", f"large\n≥ {100 * hi:.2g}%"]
-    ticks = [f"{t}\n(n={n})" for t, n in zip(ticks, counts)]
+    if frames:
+        ticks = [f"{t}\n(n={n} pairs)" for t, n in zip(ticks, counts)]
+    quantity = "mean over classes" if from_table else "pooled over pairs"
     for ax, title in zip(axes, ("Pointing game (%)", "Dice at best τ (%)")):
         ax.set_xticks(range(3), ticks, fontsize=8)
-        ax.set_title(title)
+        ax.set_title(f"{title}, {quantity}", fontsize=10)
         ax.set_ylim(0, 100)
         ax.grid(axis="y", alpha=0.3)
     if usable:
         axes[1].legend(fontsize=7, frameon=False, loc="upper left")
-    fig.suptitle("Grounding by lesion size (region area / image area)")
+    fig.suptitle("Grounding by lesion size (region area / image area); bars: 95% interval")
     files = save_figure(fig, stem)
-    return {"files": files, "edges": edges, "bins": bins, "values": table, "skipped": skipped}
+    return {"files": files, "edges": edges, "bins": bins, "values": table, "skipped": skipped,
+            "quantity": quantity}

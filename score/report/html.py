@@ -16,12 +16,16 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 color:#1d1d1f;padding:0 1em;line-height:1.4}
 h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .meta{color:#555;font-size:.9em}
-.scroll{overflow-x:auto;margin:.8em 0}
-table.lb{border-collapse:collapse;font-size:.8em;white-space:nowrap}
-table.lb th,table.lb td{border:1px solid #ddd;padding:3px 6px;text-align:right}
-table.lb thead th{background:#f3f4f6;text-align:center}
+.scroll{overflow:auto;display:inline-block;max-width:100%;max-height:85vh;margin:.8em 0;border:1px solid #e5e7eb;vertical-align:top}
+table.lb{border-collapse:separate;border-spacing:0;font-size:.8em;white-space:nowrap}
+table.lb th,table.lb td{border-right:1px solid #ddd;border-bottom:1px solid #ddd;padding:3px 6px;text-align:right}
+table.lb thead th{background:#f3f4f6;text-align:center;position:sticky;top:0;z-index:2}
+table.lb thead tr:nth-child(2) th{top:1.75em}
 table.lb th.model{text-align:left;background:#fafafa}
-table.lb caption{caption-side:bottom;text-align:left;color:#555;padding-top:4px;font-size:.95em}
+table.lb tr>th:first-child{position:sticky;left:0;z-index:1;background:#fafafa}
+table.lb thead tr>th:first-child{z-index:3;background:#f3f4f6}
+table.lb caption{caption-side:bottom;text-align:left;color:#555;padding:4px 6px;font-size:.95em;white-space:normal}
+p.caption{color:#555;font-size:.8em;margin:-.4em 0 1em;max-width:1000px}
 .ci{color:#777;font-size:.85em}.na{color:#aaa}
 .sig{color:#0a7d27;font-weight:600}.ns{color:#888}
 figure{margin:1em 0;display:inline-block;vertical-align:top;max-width:100%}
@@ -29,6 +33,7 @@ figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555;max-width:560px}
 details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 ul.skipped{color:#8a5300;font-size:.9em}
+.partial{border-left:4px solid #c2410c;background:#fff7ed;padding:.3em .8em;margin:1em 0}
 """
 
 FIGURE_CAPTIONS = {
@@ -38,12 +43,26 @@ FIGURE_CAPTIONS = {
                           "ΔDice = best − fixed (a calibration gap).",
     "pointing_heatmap": "Pointing game per class and model (grey: no positive pair).",
     "region_size": "Pointing game and best-threshold Dice by lesion size (region area as a fraction of the "
-                   "image), pooled over all positive pairs.",
+                   "image).",
 }
 
 
 def _e(s) -> str:
     return html.escape(str(s), quote=True)
+
+
+def _box(table_html: str) -> str:
+    """A table in a box of its own that scrolls (sideways and down, the header row and model column kept in view),
+    its caption moved below the box as a paragraph: inside a table a caption is as wide as the table, so a wide
+    table's caption would scroll out of view with its last columns."""
+    import re
+
+    m = re.search(r"<caption>(.*?)</caption>", table_html, flags=re.S)
+    caption = ""
+    if m:
+        table_html = table_html[:m.start()] + table_html[m.end():]
+        caption = f'<p class="caption">{m.group(1)}</p>'
+    return f'<div class="scroll">{table_html}</div>{caption}'
 
 
 def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
@@ -56,7 +75,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
-    from . import format_p
+    from . import format_p, p_note
     from xbench.score.tables import METRIC_TITLES
 
     rows = []
@@ -71,13 +90,17 @@ def _gaps_html(gaps) -> str:
             verdict = "real" if r.significant else "within noise"
             rows.append(f"<tr><th class=\"model\">{_e(g['a'])} vs {_e(g['b'])}</th>"
                         f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{100 * r.diff:+.2f}</td>"
-                        f"<td>{ci}</td><td>{_e(format_p(r.p_value))}</td><td class=\"{cls}\">{verdict}</td></tr>")
+                        f"<td>{ci}</td><td>{_e(format_p(r.p_value, r.p_floor))}</td>"
+                        f"<td>{_e(format_p(r.p_holm, r.p_floor))}</td><td class=\"{cls}\">{verdict}</td></tr>")
     if not rows:
         return ""
-    return ('<div class="scroll"><table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
-            "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>Gap</th></tr></thead><tbody>" + "".join(rows)
-            + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
-              "datasets. A gap is called real when its 95% interval excludes 0.</caption></table></div>")
+    shown = [r for g in gaps for r in g.get("rows", []) if r.diff is not None]
+    return _box('<table class="lb" id="gaps"><thead><tr><th>Pair</th><th>Metric</th>'
+                "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>Gap</th></tr></thead><tbody>"
+                + "".join(rows)
+                + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
+                  "datasets. A gap is called real when its 95% interval excludes 0. " + _e(p_note(shown))
+                + "</caption></table>")
 
 
 def _resamples_note(results, n_boot) -> str:
@@ -90,8 +113,26 @@ def _resamples_note(results, n_boot) -> str:
     return ("Bootstrap: " + "; ".join(parts) + ". ") if parts else "No bootstrap intervals. "
 
 
+def _partial_html(results) -> str:
+    """A warning for results scored on a subset of the ground truth's cases (metrics.json ``partial``): their
+    numbers are not comparable with a full run's, so the page says so above every table."""
+    items = []
+    for r in results:
+        whole = r.partial()
+        if whole is None:
+            continue
+        per = [f"{d}: {p['cases']} of {p['of']}" for d in r.datasets if (p := r.partial(d)) is not None]
+        items.append(f"<li><b>{_e(r.name)}</b>: partial: {whole['cases']} of {whole['of']} cases"
+                     + (f" ({_e('; '.join(per))})" if len(per) > 1 else "") + "</li>")
+    if not items:
+        return ""
+    return ('<div class="partial"><p>Scored on a subset of the ground truth\'s cases (xbench-score --allow-missing): '
+            "these models' numbers cover only the cases present and are not comparable with a full run.</p><ul>"
+            + "".join(items) + "</ul></div>")
+
+
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
-                n_boot=None, phrases=None) -> str:
+                n_boot=None, phrases=None, overlay_captions=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``phrases``: the phrase-grounding table
     (:func:`xbench.score.tables.phrase_table`), shown after the leaderboard when given."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -110,11 +151,14 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              + (' · <a href="phrases.csv">phrases.csv</a>' if "phrases.csv" in files["tables"] else "")
              + (' · <a href="comparisons.csv">comparisons.csv</a>' if "comparisons.csv" in files["tables"] else "")
              + ' · <a href="report.json">report.json</a></p>']
+    partial = _partial_html(results)
+    if partial:
+        parts.append(partial)
     parts.append("<h2>Leaderboard</h2>")
     for t in main_tables:
-        parts.append(f"<h3>{_e(t.title)}</h3><div class=\"scroll\">{t.to_html()}</div>")
+        parts.append(f"<h3>{_e(t.title)}</h3>{_box(t.to_html())}")
     if phrases is not None:
-        parts.append(f"<h2>{_e(phrases.title)}</h2><div class=\"scroll\">{phrases.to_html()}</div>")
+        parts.append(f"<h2>{_e(phrases.title)}</h2>{_box(phrases.to_html())}")
     gap_html = _gaps_html(gaps)
     if gap_html:
         parts.append("<h2>Are the gaps real?</h2>")
@@ -131,6 +175,14 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
         if key == "region_size":
             lo, hi = info["edges"]
             cap += f" Bins: small < {100 * lo:.3g}%, medium {100 * lo:.3g}–{100 * hi:.3g}%, large ≥ {100 * hi:.3g}% ({info['bins']})."
+            if info.get("quantity") == "mean over classes":
+                cap += (" Each bar is the number of the \"Grounding by lesion size\" table: the mean over the classes "
+                        "with such a region, then over datasets, with its 95% interval.")
+            else:
+                cap += (" Each bar is pooled over the positive pairs of the bin (not the table's mean over classes), "
+                        "with a 95% percentile bootstrap over cases.")
+        if key == "dice_fixed_vs_best" and info.get("intervals"):
+            cap += " Error bars: 95% intervals, as in the tables."
         parts.append(_fig(png, cap))
     if overlay_files:
         parts.append("<h2>Best and worst cases</h2><p>Saliency (jet, normalised) over the image; "
@@ -138,10 +190,11 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
                      "best-threshold Dice.</p>")
         for p in overlay_files:
             if p.endswith(".png"):
-                parts.append(_fig(p, Path(p).stem.replace("overlay_", ""), svg=False))
+                caption = (overlay_captions or {}).get(Path(p).name) or Path(p).stem.replace("overlay_", "")
+                parts.append(_fig(p, caption, svg=False))
     parts.append("<h2>Per-class tables</h2>")
     for t in per_class:
-        parts.append(f"<details><summary>{_e(t.title)}</summary><div class=\"scroll\">{t.to_html()}</div></details>")
+        parts.append(f"<details><summary>{_e(t.title)}</summary>{_box(t.to_html())}</details>")
     if skipped:
         parts.append("<h2>Not shown</h2><ul class=\"skipped\">" + "".join(f"<li>{_e(s)}</li>" for s in skipped)
                      + "</ul>")

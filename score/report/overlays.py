@@ -81,11 +81,14 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
     sub_row = {str(c): i for i, c in enumerate(sub_ds.case_id)}
     region_of = {(int(i), int(c)): k for k, (i, c) in enumerate(np.asarray(gt_ds.region_index))}
     classes = [c for c in gt_ds.classes if c not in sub_ds.unsupported][:MAX_CLASSES]
-    picks = [(c, *pick_cases(result.pairs, dataset, c)) for c in classes]
-    picks = [p for p in picks if p[1] is not None]
+    picks = [(c, *pick_cases(result.pairs, dataset, c)) for c in classes if c in sub_ds.classes]
+    # pairs.parquet comes from outside: a case the stores do not hold is left out, never looked up
+    held = lambda row: all(str(row["case_id"]) in rows for rows in (img_row, gt_row, sub_row))  # noqa: E731
+    picks = [p for p in picks if p[1] is not None and held(p[1]) and held(p[2])]
     if not picks:
         return {"files": [], "skipped": f"{dataset}: no positive pairs"}
-    fig = Figure(figsize=(6.0, 2.9 * len(picks) + 0.5), layout="constrained")
+    # sized so that the 10 pt panel titles (three short lines: class and which, case id, verdict) fit a 3.5 in panel
+    fig = Figure(figsize=(7.4, 4.0 * len(picks) + 0.6), layout="constrained")
     shown = []
     for r, (cls, best, worst) in enumerate(picks):
         for col, (which, row) in enumerate((("best", best), ("worst", worst))):
@@ -99,17 +102,20 @@ def overlay_figure(result: Result, dataset: str, stem: Path, *, images, gt, subm
             im = draw_panel(ax, image, smap, mask)
             hit = row.get("hit")
             mark = "hit" if hit == 1 else "miss"
-            ax.set_title(f"{which}: {plain(cid)}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%", fontsize=7)
+            ax.set_title(f"{plain(cls)}: {which} case\n{plain(cid)}\n{mark}, Dice {100 * float(row['dice_best']):.1f}%",
+                         fontsize=10)
             if col == 0:
-                ax.set_ylabel(plain(cls), fontsize=9)
+                ax.set_ylabel(plain(cls), fontsize=10)
             shown.append({"class": cls, "which": which, "case_id": cid, "dice_best": float(row["dice_best"])})
-    fig.colorbar(im, ax=fig.axes, shrink=0.5, label="saliency (min-max normalised)")
+    bar = fig.colorbar(im, ax=fig.axes, shrink=0.5)
+    bar.set_label("saliency (min-max normalised)", fontsize=10)
     cut = len(gt_ds.classes) > MAX_CLASSES
-    fig.suptitle(f"{plain(result.name)} on {plain(DATASET_TITLES.get(dataset, dataset))}"
-                 + (f" (first {MAX_CLASSES} classes)" if cut else ""), fontsize=9)
+    caption = (f"{result.name} on {DATASET_TITLES.get(dataset, dataset)}: best and worst case of each class by "
+               "best-threshold Dice" + (f" (first {MAX_CLASSES} classes)" if cut else ""))
+    fig.suptitle(plain(caption), fontsize=12)
     # raster panels only: an SVG would embed the same pixels again (it doubled the report's size), so PNG alone
     files = save_figure(fig, stem, dpi=90, formats=("png",))
-    return {"files": files, "cases": shown}
+    return {"files": files, "cases": shown, "caption": caption}
 
 
 def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_path, submissions: dict,
@@ -125,8 +131,25 @@ def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_pat
 
     files: list[Path] = []
     skipped: list[str] = []
+    captions: dict[str, str] = {}  # file name -> what it shows, in the model's label (never the file's stem)
+    owner: dict[str, tuple[str, str]] = {}  # name key -> (model, dataset): "a_b"+"c" and "a"+"b_c" read alike
     if images_path is None or gt_path is None:
-        return {"files": [], "skipped": ["overlays need --images and --gt (or paths recorded by the scorer)"]}
+        return {"files": [], "skipped": ["overlays need --images and --gt (or paths recorded by the scorer)"],
+                "captions": {}}
+    from xbench.schemas.paths import is_remote
+
+    from .show import store_problems
+
+    def unsafe(path, kind) -> str | None:
+        """The stores may be named by a metrics.json from outside: held to the scorer's budget before reading."""
+        if is_remote(path):
+            return None
+        problems = store_problems(path, kind)
+        return f"overlays: {path} is not a usable {kind} store ({problems[0]})" if problems else None
+
+    why = unsafe(images_path, "images") or unsafe(gt_path, "ground-truth")
+    if why:
+        return {"files": [], "skipped": [why], "captions": {}}
     images = read_images(images_path)
     gt = read_ground_truth(gt_path)
     for r in results:
@@ -134,15 +157,23 @@ def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_pat
         if sub_path is None or r.pairs is None:
             skipped.append(f"{r.name}: no submission path or pairs.parquet")
             continue
+        why = unsafe(sub_path, "submission")
+        if why:
+            skipped.append(f"{r.name}: {why}")
+            continue
         sub = read_submission(sub_path)
         for d in r.datasets:
             if d not in images.datasets or d not in gt.datasets or d not in sub.datasets:
                 skipped.append(f"{r.name}: {d} is missing from images, ground truth or submission")
                 continue
-            stem = Path(out_dir) / names.name(f"overlay_{r.name}_{d}")
+            key = f"overlay_{r.name}_{d}"
+            while owner.setdefault(key, (r.name, d)) != (r.name, d):
+                key += "~"  # taken by another (model, dataset): a different key, hence its own file name
+            stem = Path(out_dir) / names.name(key)
             info = overlay_figure(r, d, stem, images=images, gt=gt, submission=sub)
             files += info["files"]
+            captions.update({Path(f).name: info["caption"] for f in info["files"]})
             if "skipped" in info:
                 skipped.append(f"{r.name}: {info['skipped']}")
-    return {"files": files, "skipped": skipped}
+    return {"files": files, "skipped": skipped, "captions": captions}
 

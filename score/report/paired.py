@@ -20,7 +20,11 @@ from xbench.score import bootstrap as BS
 
 from ._load import ReportInputError, Result
 
-__all__ = ["ComparisonRow", "result_taus", "missing_intervals", "compare_results"]
+__all__ = ["ComparisonRow", "result_taus", "missing_intervals", "compare_results", "holm", "with_holm", "p_floor",
+           "HOLM_FAMILY"]
+
+#: what the Holm adjustment treats as one family, said wherever adjusted p-values are shown
+HOLM_FAMILY = "all metric × pair tests shown together"
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,10 @@ class ComparisonRow:
     """One metric's paired difference A - B: point estimate, 95 % interval, and bootstrap support.
 
     scope: "overall" or a dataset key; cls: class name or None for the summary.
-    p_value: two-sided bootstrap p (2 * min share of replicates <= 0 and >= 0, capped at 1).
+    p_value: two-sided bootstrap p (2 * min share of replicates <= 0 and >= 0, capped at 1), never below
+    1/(B+1) with B = n_valid: B resamples cannot resolve a smaller p, so a p of 0 is reported at that floor
+    (``at_floor``; printed "< 1/(B+1)"). p_holm: Holm's step-down adjustment over the family the caller shows
+    together (:func:`with_holm`), None until adjusted.
     significant: the interval excludes 0. n_valid: replicates where both values are defined.
     """
 
@@ -42,10 +49,57 @@ class ComparisonRow:
     ci_hi: float | None
     p_value: float | None
     n_valid: int
+    p_holm: float | None = None
 
     @property
     def significant(self) -> bool:
         return self.ci_lo is not None and (self.ci_lo > 0 or self.ci_hi < 0)
+
+    @property
+    def p_floor(self) -> float | None:
+        """1/(B+1): the smallest p-value B = ``n_valid`` resamples can report."""
+        return p_floor(self.n_valid)
+
+    @property
+    def at_floor(self) -> bool:
+        return self.p_value is not None and self.n_valid > 0 and self.p_value <= p_floor(self.n_valid)
+
+
+def p_floor(n_resamples: int) -> float | None:
+    """1/(B+1), the resolution of a bootstrap p-value from B resamples (None without resamples)."""
+    return 1.0 / (n_resamples + 1) if n_resamples > 0 else None
+
+
+def _floored(p: float | None, n_valid: int) -> float | None:
+    """The engine's p, raised to 1/(B+1): with B resamples on one side of 0 the engine says 0, which no finite
+    number of resamples can show."""
+    if p is None or n_valid <= 0:
+        return None
+    return max(float(p), 1.0 / (n_valid + 1))
+
+
+def holm(pvalues) -> list[float | None]:
+    """Holm's step-down adjustment (Holm 1979) of the p-values given (None: no test, left out of the family).
+
+    Sorted ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)), m the number of tests; the
+    result is in the input order. Controls the family-wise error rate under any dependence between the tests.
+    """
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    m = len(idx)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: (pvalues[i], i))):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
+def with_holm(rows: list[ComparisonRow]) -> list[ComparisonRow]:
+    """``rows`` with ``p_holm`` set: one family of every row that has a p-value (:data:`HOLM_FAMILY`)."""
+    from dataclasses import replace
+
+    adjusted = holm([r.p_value for r in rows])
+    return [replace(r, p_holm=a) for r, a in zip(rows, adjusted)]
 
 
 def result_taus(result: Result) -> dict | None:
@@ -118,6 +172,8 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     values); the interval uses the same ``n_boot`` resamples for both, those of
     :func:`xbench.score.bootstrap.bootstrap_replicates`. ``n_boot=0`` gives point estimates only.
     ``cache`` (a dict kept by the caller) reuses a result's replicates across comparisons.
+    p-values are floored at 1/(B+1) and not yet adjusted (``p_holm`` None): the caller knows which rows it
+    shows together and adjusts those with :func:`with_holm`.
     Raises ReportInputError (one message per problem).
     """
     problems = _pairing_problems(a, b)
@@ -134,7 +190,7 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     known_phrases = set(_phrase_overall(a)) & set(_phrase_overall(b))
     return [ComparisonRow(_name(r["dataset"]) or "overall", _name(r["class"]), r["metric"],
                           _opt(r["a"]), _opt(r["b"]), _opt(r["diff"]), _opt(r["diff_lo"]), _opt(r["diff_hi"]),
-                          _opt(r["p_value"]), int(r["n_valid"]))
+                          _floored(_opt(r["p_value"]), int(r["n_valid"])), int(r["n_valid"]))
             for r in table.to_dict("records")
             if r["metric"] in (known_phrases if _is_phrase(r["dataset"]) else known)]
 

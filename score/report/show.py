@@ -12,9 +12,15 @@ from pathlib import Path
 import click
 import numpy as np
 
-from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, require_kind
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, require_kind
+from xbench.schemas.errors import Problem
 
-__all__ = ["pointing_peak", "show_case", "show"]
+__all__ = ["pointing_peak", "show_case", "show", "store_problems"]
+
+#: arrays a reader holds whole (ids, labels, scores, sizes, region index): their declared size counts against the
+#: memory budget; the others (images, maps, masks) are read one row, hence one chunk, at a time
+_READ_WHOLE = ("case_id", "labels", "scores", "orig_size", "orig_offset", "region_index", "query_id", "query_scores",
+               "query_case", "query_class", "query_region")
 
 
 def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
@@ -25,14 +31,56 @@ def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int
     return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
 
 
+def _suggest(value: str, names) -> str:
+    """"; did you mean a, b?" with the closest names (difflib's ratio), or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(value, [str(n) for n in names], n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
 def _find(names, value: str, what: str, where: str) -> int:
     names = [str(n) for n in names]
     if value not in names:
-        import difflib
-
-        close = difflib.get_close_matches(value, names, n=3)
-        raise UserError(f"{what} {value!r} is not in {where}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+        raise UserError(f"{what} {value!r} is not in {where}{_suggest(value, names)}")
     return names.index(value)
+
+
+def store_problems(path, kind: str) -> list[Problem]:
+    """What makes reading the store at ``path`` unsafe, from its listing and metadata alone (the scorer's budget
+    checks, :mod:`xbench.schemas.budget`): files and metadata documents (:func:`~xbench.schemas.budget.inspect_store`),
+    then every array of every dataset group: codecs and chunk counts, one decoded chunk within the chunk limit,
+    arrays read whole within a quarter of the memory budget, stored chunks that would decompress too far.
+    Nothing is decoded here; ``xbench show`` reads one case afterwards."""
+    import math
+
+    from xbench.schemas import budget
+    from xbench.schemas.store import MAX_CHUNK_BYTES, open_for_validation, stored_problems
+
+    group, groups, problems = open_for_validation(path, kind)
+    if group is None or problems:
+        return problems
+    lim = budget.limits()
+    chunk_cap = min(MAX_CHUNK_BYTES, lim.max_chunk_bytes)
+    for name, g in groups.items():
+        for key, arr in g.arrays():
+            where = f"{path}/{name}/{key}"
+            unsafe = budget.array_problems(arr, where)
+            if unsafe:
+                problems += unsafe
+                continue
+            per_chunk = budget.decoded_chunk_bytes(arr)
+            if per_chunk > chunk_cap:
+                problems.append(Problem(where, f"declares chunks of {per_chunk / 2**20:.0f} MiB decoded; the limit is "
+                                               f"{chunk_cap // 2**20} MiB (--max-memory)"))
+                continue
+            itemsize = per_chunk // max(1, math.prod(int(c) for c in arr.metadata.chunk_grid.chunk_shape))
+            if key in _READ_WHOLE and math.prod(arr.shape) * itemsize > lim.max_memory // 4:
+                problems.append(Problem(where, f"shape {tuple(arr.shape)} is more than a quarter of the memory budget "
+                                               f"({lim.max_memory // 2**20} MiB, --max-memory)"))
+                continue
+            problems += stored_problems(arr, where, trusted=kind == "ground-truth")
+    return problems
 
 
 def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: str | None = None) -> dict:
@@ -41,14 +89,23 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
 
     from xbench.schemas import read_ground_truth, read_images, read_submission
 
-    from .figures import save_figure
+    from .figures import plain, save_figure
     from .overlays import draw_panel
 
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.paths import is_remote
+
+    for path, kind in ((images, "images"), (gt, "ground-truth"), (submission, "submission")):
+        if not is_remote(path):  # a remote store is held to the same limits by its reader
+            problems = store_problems(path, kind)
+            if problems:
+                raise InputError(problems)
     img_store, gt_store, sub = read_images(images), read_ground_truth(gt), read_submission(submission)
     if dataset is None:
         having = [d for d, ds in gt_store.datasets.items() if case_id in {str(c) for c in ds.case_id}]
         if not having:
-            raise UserError(f"case {case_id!r} is in no dataset of {gt}")
+            every = [str(c) for ds in gt_store.datasets.values() for c in ds.case_id]
+            raise UserError(f"case {case_id!r} is in no dataset of {gt}{_suggest(case_id, every)}")
         if len(having) > 1:
             raise UserError(f"case {case_id!r} is in several datasets ({', '.join(having)}); pick one with --dataset")
         dataset = having[0]
@@ -75,7 +132,7 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
     fig.colorbar(artist, ax=ax, shrink=0.8, label="saliency (min-max normalised)")
     verdict = "no region" if mask is None else ("pointing game: hit" if hit else "pointing game: miss")
     model = sub.attrs.get("model", Path(str(submission)).name)
-    ax.set_title(f"{model} · {dataset} · {case_id}\n{cls} (label {label}) · {verdict}", fontsize=9)
+    ax.set_title(plain(f"{model} · {dataset} · {case_id}\n{cls} (label {label}) · {verdict}"), fontsize=10)
     out = Path(out)
     stem = out.with_suffix("") if out.suffix.lower() == ".png" else out
     files = save_figure(fig, stem, dpi=120, formats=("png",))
@@ -94,15 +151,21 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
               help="PNG to write (default: show_<case>_<class>.png).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was drawn (peak, hit, file) as JSON.")
-def show(submission, gt_path, images_path, case_id, cls, dataset, out, quiet, as_json):
+@budget_options
+def show(submission, gt_path, images_path, case_id, cls, dataset, out, quiet, as_json, max_memory, timeout):
     """Draw one case and class of SUBMISSION over its image: map, region outline, pointing-game peak.
 
     \b
-    Example:
-      xbench show dog.zarr --gt data/gt.zarr --images data/images.zarr --case phantom_0003 --class Nodule
+    Example (the phantom set: xbench-prepare phantom --out data; a dog map: xbench-extract --model dog
+    --images data/images.zarr --out dog.zarr; case 6 has a nodule with a region):
+      xbench show dog.zarr --gt data/gt.zarr --images data/images.zarr --case phantom-test-000006 --class Nodule
     """
     import json
     import re
+
+    from xbench.schemas.errors import escape_text
+
+    apply_budget("xbench show", max_memory, timeout)  # three stores from outside
 
     require_kind(submission, "submission", "SUBMISSION", swap_with="--gt")
     require_kind(gt_path, "ground-truth", "--gt")
@@ -114,4 +177,4 @@ def show(submission, gt_path, images_path, case_id, cls, dataset, out, quiet, as
         click.echo(json.dumps(info, indent=2))
     elif not quiet:
         verdict = "no region" if not info["has_region"] else ("hit" if info["hit"] else "miss")
-        click.echo(f"wrote {info['file']} ({info['dataset']} {case_id}, {cls}: {verdict})")
+        click.echo(escape_text(f"wrote {info['file']} ({info['dataset']} {case_id}, {cls}: {verdict})"))

@@ -59,8 +59,16 @@ def test_readers_and_models_use_it(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ReaderError, match=r"bad\.json: is not valid JSON \(.* at line 1, column 2\)$"):
         reader_json(tmp_path / "bad.json", dict, "an object")
+    # the model side reads its side files through the bounded reader (xbench.schemas.inputs), which also
+    # refuses duplicate keys and deep nesting
     with pytest.raises(ValueError, match=r"^descriptions: .*bad\.json: is not valid JSON"):
         _read_json_object(tmp_path / "bad.json", "descriptions")
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ValueError, match=r"list\.json: expected a JSON object keyed by entity name$"):
         _read_json_object(tmp_path / "list.json", "aspects")
+    (tmp_path / "twice.json").write_text('{"a": "x", "a": "y"}')
+    with pytest.raises(ValueError, match=r"twice\.json: has the key 'a' twice"):
+        _read_json_object(tmp_path / "twice.json", "descriptions")
+    (tmp_path / "deep.json").write_text("[" * 10_000 + "]" * 10_000)
+    with pytest.raises(ValueError, match=r"nests 10000 levels deep"):
+        _read_json_object(tmp_path / "deep.json", "aspects")

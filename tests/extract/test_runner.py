@@ -133,7 +133,7 @@ def test_cli_errors_are_one_line(phantom_images, tmp_path):
 def test_list_models():
     r = CliRunner().invoke(main, ["--list-models", "--json"])
     assert r.exit_code == 0
-    names = json.loads(r.output)
+    names = [row["name"] for row in json.loads(r.output)]
     assert {"clip", "biomedclip", "open_clip", "transformers", "random", "center", "dog", "medklip", "kad",
             "mavl", "carzero", "devide"} <= set(names)
 

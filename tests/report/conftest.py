@@ -21,3 +21,23 @@ def built_report(result_dirs, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     build_report(out, result_dirs, n_boot=100, seed=3)
     return out
+
+
+@pytest.fixture(scope="session")
+def scorer_results(result_dirs, tmp_path_factory):
+    """The fixture's submission stores scored by the real scorer (40 resamples): metrics.json with every
+    registered metric (lesion-size strata included) and its intervals."""
+    import json
+
+    from xbench.score.outputs import write_outputs
+    from xbench.score.scoring import score_submission
+
+    root = tmp_path_factory.mktemp("scored-session")
+    out = []
+    for d in result_dirs:
+        inputs = json.loads((d / "metrics.json").read_text())["xbench"]["inputs"]
+        res = score_submission(inputs["submission"], inputs["gt"], bootstrap=40, seed=2)
+        res.metrics["xbench"]["inputs"]["images"] = inputs["images"]
+        write_outputs(res, root / d.name)
+        out.append(root / d.name)
+    return out

@@ -45,7 +45,7 @@ def test_compare_cli_markdown_json_and_csv(result_dirs, tmp_path):
     assert res.exit_code == 0, res.output
     assert "strong − weak" in res.output and "| Overall |" in res.output
     res = CliRunner().invoke(compare, [a, b, "--n-boot", "0", "--json", "--per-class", "--out", str(tmp_path / "c.csv")])
-    rows = json.loads(res.output)
+    rows = json.loads(res.output)["rows"]
     assert any(r["cls"] == "disc" for r in rows)
     assert (tmp_path / "c.csv").read_text().startswith("a,b,scope,class,metric")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -37,6 +38,8 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     board = [ln.split() for ln in lines if ln.split() and ln.split()[0].isdigit()]
     assert sorted(r[1] for r in board) == ["center", "clip-tiny", "dog", "random"]
     assert [r[0] for r in board] == ["1", "2", "3", "4"] and lines[-1].startswith("report: ")
+    # point estimates with their 95 % intervals (the demo scores with resamples)
+    assert all(len(re.findall(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", " ".join(r))) == 5 for r in board), board
 
 
 def test_dog_beats_random_on_phantom(tmp_path):

@@ -49,6 +49,7 @@ def test_json_document_problems():
     assert "not UTF-8 (byte 2)" in str(budget.json_document_problems(b'{"\xff": 1}', "w", lim)[0])
     assert "not valid JSON" in str(budget.json_document_problems(b"{", "w", lim)[0])
     assert "must be a JSON object" in str(budget.json_document_problems(b"[1]", "w", lim)[0])
+    assert "key 'a' twice" in str(budget.json_document_problems(b'{"a": 1, "a": 2}', "w", lim)[0])
 
 
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 300, 65_791, 65_792, 70_000, 2**20])

@@ -70,7 +70,7 @@ def test_json_deep_is_fast():
     t = time.perf_counter()
     with pytest.raises(InputLimitError):
         inputs.parse_json(b"[" * 5_000_000, "f.json")
-    assert time.perf_counter() - t < 10
+    assert time.perf_counter() - t < 60  # the hostile-input budget
 
 
 def test_load_json_size_cap_and_special_files(tmp_path):
@@ -114,7 +114,7 @@ def test_yaml_hostile(text, words):
     t = time.perf_counter()
     with pytest.raises(InputError) as info:
         inputs.parse_yaml(text, "s.yaml")
-    assert time.perf_counter() - t < 10
+    assert time.perf_counter() - t < 60  # the hostile-input budget
     line = _one_line(info.value)
     assert line.startswith("s.yaml: ") and words in line, line
 
@@ -212,6 +212,7 @@ def test_escape_text_keeps_one_line():
 
 
 def test_every_deliberate_error_is_an_input_error():
+    pytest.importorskip("torch", reason="the extract side's errors import torch (make test-scorer-only has none)")
     from xbench.extract.datasets.base import ReaderError
     from xbench.extract.datasets.prepare import PrepareError
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
@@ -227,7 +228,8 @@ def test_every_deliberate_error_is_an_input_error():
         assert issubclass(cls, InputError), cls
     assert issubclass(WeightsNotFoundError, InputError)
     assert str(WeightsNotFoundError("model", "x.pt", "download it")) == "model: x.pt not found. download it"
-    assert PrepareError("msg", ["a", "b"]).problems[1].message == "b"
+    assert PrepareError("msg", ["a", "b"]).problems == ["a", "b"]
+    assert InvalidStoreError("x").problems[0].message == "x"
 
 
 def test_cli_classifies_by_type_and_escapes(capsys):

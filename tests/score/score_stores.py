@@ -113,3 +113,70 @@ def run_score_cli(args, capsys):
         main([str(a) for a in args])
     out = capsys.readouterr()
     return exc.value.code, out.out, out.err
+
+
+def subset_submission(src, dst, keep: dict, *, seed=0):
+    """A copy of the submission ``src`` holding only the cases ``keep`` ({dataset: case ids}) in a shuffled
+    order, and the phrase rows of those cases (ids "<case id>#..." as the test stores name them: a smoke run,
+    e.g. ``xbench-extract --limit``); datasets not
+    in ``keep`` are left out."""
+    from xbench.schemas import read_submission
+
+    rng = np.random.default_rng(seed)
+    s = read_submission(src)
+    specs, data = {}, {}
+    for name, d in s.datasets.items():
+        if name not in keep:
+            continue
+        ids = d.case_id.tolist()
+        rows = [ids.index(c) for c in keep[name]]
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+        q_rows = []
+        if d.query_id is not None:
+            q_rows = [k for k, qid in enumerate(d.query_id.tolist()) if qid.split("#")[0] in set(keep[name])]
+        reason = d.attrs.get("phrases_unsupported")
+        # a model without free text: the writer records the reason when it is told of phrase rows (ids not stored)
+        qids = ["unsupported"] if reason else [str(d.query_id[k]) for k in q_rows]
+        specs[name] = DatasetSpec([ids[r] for r in rows], d.classes, tuple(d.saliency.shape[2:]), d.score_kind,
+                                  d.unsupported, query_ids=qids, phrases_unsupported=reason)
+        data[name] = (d.scores[rows], np.asarray(d.saliency[...])[rows],
+                      None if not q_rows else (d.query_scores[q_rows], np.asarray(d.query_saliency[...])[q_rows]))
+    w = SubmissionWriter.create(dst, model=s.attrs.get("model", "m"), method=s.attrs.get("method", "x"),
+                                provenance={}, datasets=specs, cases_per_block=3,
+                                map_dtype=str(next(iter(s.datasets.values())).saliency.dtype))
+    for name, (scores, maps, q) in data.items():
+        for b in w.blocks_todo(name):
+            a, e = w.block_rows(name, b)
+            w.write_block(name, b, scores[a:e], maps[a:e])
+        for b in w.query_blocks_todo(name):
+            a, e = w.query_block_rows(name, b)
+            w.write_query_block(name, b, q[0][a:e], q[1][a:e])
+    w.finish()
+
+
+def restrict_gt(src, dst, keep: dict):
+    """The ground truth ``src`` with only the cases ``keep`` ({dataset: case ids}; every case of a dataset not
+    in it), written anew: the brute-force reference of a run scored on those cases (``--allow-missing``)."""
+    from xbench.schemas import read_ground_truth
+    from xbench.schemas.queries import Queries
+
+    gt = read_ground_truth(src)
+    for name, d in gt.datasets.items():
+        ids = np.asarray(d.case_id, dtype=str)
+        present = np.isin(ids, list(keep.get(name, ids)))
+        if not present.any():
+            continue
+        new_row = np.cumsum(present) - 1
+        ri = np.asarray(d.region_index, np.int64).reshape(-1, 2)
+        regions = present[ri[:, 0]]
+        masks = np.asarray(d.region_mask[...])[regions]
+        kw = {}
+        if d.queries is not None:
+            qk = present[d.queries.case]
+            if qk.any():
+                kw = {"queries": Queries.of(d.queries.id[qk], new_row[d.queries.case[qk]], d.queries.category[qk]),
+                      "query_mask": np.asarray(d.query_mask[...])[qk]}
+        attrs = {k: v for k, v in d.attrs.items() if k not in ("classes", "grid")}
+        write_ground_truth(dst, name, case_ids=ids[present], classes=list(d.classes), labels=d.labels[present],
+                           region_index=np.stack([new_row[ri[regions, 0]], ri[regions, 1]], axis=1).astype(np.int32),
+                           region_mask=masks, orig_size=d.orig_size[present], grid=tuple(d.grid), attrs=attrs, **kw)

@@ -96,15 +96,15 @@ def test_a_hostile_remote_submission_meets_the_same_limits(stores, tmp_path):
 
 
 def test_a_stalled_server_fails_within_the_timeout(stores, monkeypatch):
-    from xbench.schemas import store as S
+    from xbench.schemas import remote as R
 
-    monkeypatch.setattr(S, "REMOTE_TIMEOUT", 1.0)
+    monkeypatch.setattr(R, "REMOTE_TIMEOUT", 1.0)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(1)  # accepts the connection, never answers
     t0 = time.monotonic()
     try:
-        with pytest.raises(InvalidStoreError, match="Timeout"):
+        with pytest.raises(InvalidStoreError, match="no complete answer within 1 s"):
             open_store_group(f"http://127.0.0.1:{sock.getsockname()[1]}/a.zarr")
     finally:
         sock.close()
@@ -171,3 +171,29 @@ def test_scoring_from_an_s3_compatible_server(stores, tmp_path, capsys, monkeypa
     local = score_submission(stores / "a.zarr", stores / "gt.zarr", bootstrap=0)
     metrics = json.loads((tmp_path / "res" / "metrics.json").read_text())
     assert metrics["overall"] == json.loads(json.dumps(local.metrics["overall"]))
+
+
+@pytest.mark.skipif(_s3rver() is None, reason="no S3-compatible server installed (make s3rver, or "
+                                                 "set XBENCH_S3RVER to an s3rver)")
+def test_s3_listing_is_cut_at_the_file_cap_and_a_missing_store_is_named(stores, tmp_path, monkeypatch):
+    """The same limits over S3: the paged listing stops at max_files; a prefix with nothing under it is 'not
+    found', in one line."""
+    s3fs = pytest.importorskip("s3fs", reason="the remote extra (s3fs) is not installed")
+    from xbench.schemas import budget
+    from xbench.schemas.remote import inspect_remote
+
+    with s3_server(tmp_path, "xbench") as endpoint:
+        for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER",
+                     "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            monkeypatch.setenv(k, v)
+        fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="S3RVER", secret="S3RVER")
+        fs.put(str(stores / "a.zarr"), "xbench/a.zarr", recursive=True)
+        inventory, problems = inspect_remote("s3://xbench/a.zarr", budget.Limits(max_files=3))
+        assert inventory is None and [str(p) for p in problems] == [
+            "s3://xbench/a.zarr: holds more than 3 files and folders; the limit is 3"]
+        inventory, problems = inspect_remote("s3://xbench/missing.zarr")
+        assert inventory is None and [str(p) for p in problems] == [
+            "s3://xbench/missing.zarr: not found (no object under this prefix)"]
+        inventory, problems = inspect_remote("s3://xbench/a.zarr")
+        assert problems == [] and set(inventory.sizes) == {
+            p.relative_to(stores / "a.zarr").as_posix() for p in (stores / "a.zarr").rglob("*") if p.is_file()}

@@ -37,7 +37,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..._json import read_json
+from ..errors import ModelConfigError
+from ..files import read_model_json
 
 # Written into every cache's meta; bump VERSION when any step above changes ids or masks.
 NAME = "xbench-bert-cls-only"
@@ -163,11 +164,17 @@ def wordpiece(word: str, vocab: Mapping[str, int], unk: str, max_chars: int = MA
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:
     """``vocab.txt``: one token per line, id = line number. Only the newline is stripped
     (text-mode reading turns CRLF into LF); a token on two lines keeps the later id."""
-    vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            vocab[line.rstrip("\n")] = i
-    return vocab
+    from ....schemas.errors import InputError
+    from ....schemas.inputs import decode_text, read_bytes
+
+    try:  # a regular file of at most 16 MiB (a BERT vocabulary is ~0.2 MiB), strict UTF-8
+        text = decode_text(read_bytes(path, max_bytes=16 * 2**20), str(path))
+    except InputError as exc:
+        raise ModelConfigError([f"text encoder vocabulary: {p}" for p in exc.problems]) from None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as text-mode reading splits them
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line opens no token
+    return {token: i for i, token in enumerate(lines)}
 
 
 def _special_name(value) -> str | None:
@@ -203,7 +210,7 @@ class ClsOnlyBertTokenizer:
         self.specials = {**DEFAULT_SPECIALS, **(specials or {})}
         missing = [t for t in self.specials.values() if t not in self.vocab]
         if missing:
-            raise ValueError(f"vocabulary lacks the special token(s) {', '.join(missing)}")
+            raise ModelConfigError(f"vocabulary lacks the special token(s) {', '.join(missing)}")
         # Longest first so that no special token is cut by a shorter one it contains.
         names = sorted(set(self.specials.values()), key=len, reverse=True)
         self._special_split = re.compile("(" + "|".join(re.escape(n) for n in names) + ")")
@@ -214,13 +221,13 @@ class ClsOnlyBertTokenizer:
         ``lower_case`` overrides the folder's ``do_lower_case``."""
         d = Path(folder).expanduser()
         if not (d / "vocab.txt").is_file():
-            raise ValueError(f"text encoder {d} has no vocab.txt (a BERT WordPiece vocabulary is needed)")
+            raise ModelConfigError(f"text encoder {d} has no vocab.txt (a BERT WordPiece vocabulary is needed)")
         options, specials = {}, {}
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
             f = d / name
             if not f.is_file():
                 continue
-            data = read_json(f, what="text encoder")
+            data = read_model_json(f, "text encoder")
             options.update({k: data[k] for k in ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
                             if k in data})
             specials.update({role: _special_name(data.get(f"{role}_token")) for role in SPECIAL_ROLES
@@ -250,7 +257,7 @@ class ClsOnlyBertTokenizer:
     def ids(self, text: str, max_length: int) -> list[int]:
         """``[CLS]`` + the first ``max_length - 1`` word-piece ids, unpadded."""
         if max_length < 1:
-            raise ValueError(f"max_length must be at least 1, got {max_length}")
+            raise ModelConfigError(f"max_length must be at least 1, got {max_length}")
         unk = self.vocab[self.specials["unk"]]
         body = [self.vocab.get(t, unk) for t in self.tokens(text)][: max_length - 1]
         return [self.vocab[self.specials["cls"]], *body]

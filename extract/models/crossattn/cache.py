@@ -40,14 +40,15 @@ import json
 import os
 import shlex
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..._json import read_json
+from ....schemas.inputs import load_npz
+from ..errors import ModelConfigError
+from ..files import read_model_json
 from . import bert_tokenize
 from .bert_tokenize import ClsOnlyBertTokenizer
 from .entities import ENTITIES
@@ -57,6 +58,7 @@ from .entities import ENTITIES
 CACHE_VERSION = 2
 POOLING = "last_hidden_state[:, 0] (CLS), attention mask passed"
 READ_MODES = ("position", "name")
+CACHE_MAX_BYTES = 256 * 2**20  # 75 entities x 8 aspects x 768 floats is 2 MiB; room for larger text encoders
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class QueryCache:
 
 
 def _read_json_object(path: Path, what: str) -> dict:
-    return read_json(path, what=what, expected="a JSON object keyed by entity name")
+    return read_model_json(path, what, expected="a JSON object keyed by entity name")
 
 
 def _is_text(value) -> bool:
@@ -87,7 +89,7 @@ def description_texts(descriptions: Mapping[str, object], entities: Sequence[str
     looked at, as upstream does not look at them.
     """
     if by not in READ_MODES:
-        raise ValueError(f"descriptions: read mode must be one of {READ_MODES}, got {by!r}")
+        raise ModelConfigError(f"descriptions: read mode must be one of {READ_MODES}, got {by!r}")
     problems, texts, renamed = [], [], {}
     if by == "position":
         items = list(descriptions.items())
@@ -193,14 +195,14 @@ def build_query_cache(
         asp, more = aspect_texts(_read_json_object(Path(aspects_path).expanduser(), "aspects"), entities)
         problems += more
     if problems:
-        raise ValueError("\n".join(problems))
+        raise ModelConfigError(problems)
 
     enc = Path(text_encoder).expanduser()
     tokenizer = ClsOnlyBertTokenizer.from_folder(enc, lower_case=lower_case)
     model = load_pretrained_text_model(enc)
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if not 1 <= max_length <= (limit or max_length):
-        raise ValueError(f"max_length must be between 1 and the text encoder's {limit} positions, got {max_length}")
+        raise ModelConfigError(f"max_length must be between 1 and the text encoder's {limit} positions, got {max_length}")
 
     def embed(texts: Sequence[str]) -> np.ndarray:
         coded = tokenizer.encode(texts, max_length)
@@ -303,25 +305,32 @@ def read_query_cache(path: str | os.PathLike, *, need_aspects: bool = False) -> 
     """Read a cache written by ``write_query_cache``; refuses other cache formats (one line with
     the command that rebuilds it), checks shapes and, with ``need_aspects``, that the MAVL aspect
     embeddings are present."""
+    from ....schemas.errors import InputError
+    from ....schemas.inputs import CONFIG, parse_json
+
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ValueError(
+        raise ModelConfigError(
             f"query cache not found: {p}; build it with `xbench build-embeddings` (see docs/extract.md, 'Cross-attention models')"
         )
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        entities = tuple(str(e) for e in arrays["entities"])
-        meta = json.loads(str(arrays["meta"])) if "meta" in arrays else {}
-        book = arrays["disease_book"].astype(np.float32)
-    except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError, zipfile.BadZipFile) as exc:
-        # json.JSONDecodeError is a ValueError; np.load raises ValueError for pickles and returns a
-        # plain array (no .files) for .npy files.
-        raise ValueError(f"{p}: not a query cache written by `xbench build-embeddings` ({exc})") from None
+    not_cache = f"{p}: not a query cache written by `xbench build-embeddings`"
+    try:  # bounded: members checked before they are inflated, no pickles, regular file only
+        arrays = load_npz(p, max_bytes=CACHE_MAX_BYTES, max_members=16)
+        meta = parse_json(str(arrays["meta"]), f"{p}: meta", CONFIG) if "meta" in arrays else {}
+    except InputError as exc:
+        raise ModelConfigError([f"{not_cache} ({pr})" for pr in exc.problems]) from None
+    missing = [k for k in ("entities", "disease_book") if k not in arrays]
+    if missing:
+        raise ModelConfigError(f"{not_cache} (no array {', '.join(missing)})")
+    if arrays["entities"].dtype.kind not in "US" or any(
+            arrays[k].dtype.kind not in "fiu" for k in ("disease_book", "aspect_book") if k in arrays):
+        raise ModelConfigError(f"{not_cache} (entities must be text and the embeddings numbers)")
+    entities = tuple(str(e) for e in arrays["entities"].reshape(-1))
+    book = arrays["disease_book"].astype(np.float32)
     meta = meta if isinstance(meta, dict) else {}
     stale = _version_problem(p, meta, entities)
     if stale:
-        raise ValueError(stale)
+        raise ModelConfigError(stale)
     aspect_book = arrays["aspect_book"].astype(np.float32) if "aspect_book" in arrays else None
     aspects = tuple(str(a) for a in arrays["aspects"]) if "aspects" in arrays else ()
     problems = []
@@ -333,5 +342,5 @@ def read_query_cache(path: str | os.PathLike, *, need_aspects: bool = False) -> 
     if need_aspects and aspect_book is None:
         problems.append(f"{p}: has no aspect embeddings; MAVL needs a cache built with --aspects")
     if problems:
-        raise ValueError("\n".join(problems))
+        raise ModelConfigError(problems)
     return QueryCache(entities, book, aspect_book, aspects, meta)

@@ -52,6 +52,8 @@ from .common import (
     pick_device,
     pick_state_dict,
     read_checkpoint,
+    trust_option,
+    bool_option,
 )
 from .kad import KADFusion
 from .medklip import arch_from
@@ -473,12 +475,12 @@ def build(config: Mapping) -> CARZeroAdapter:
     arch, net = build_net(config)
     path = None if wants_random_weights(config) else config.get("weights")
     if path:
-        ckpt = read_checkpoint(path, trust=bool(option(config, "trust_checkpoint", False)))
+        ckpt = read_checkpoint(path, trust=trust_option(config))
         # The official loader keeps only keys its model has (``new_key in model_weights``).
         rep = load_official_state_dict(net, pick_state_dict(ckpt, ("state_dict", "model")), prefixes=("CARZero.",),
                                        drop=BERT_NON_PARAMETERS, drop_outside_children=True, where=str(path))
         info = {"weights": str(path), "dropped_keys": rep["dropped"]}
-        if option(config, "hash_weights", True):
+        if bool_option(config, "hash_weights", True):
             info["weights_sha256"] = file_sha256(path)
     elif wants_random_weights(config):
         info = {"weights": None, "note": "random initialisation (weights: random)"}

@@ -123,7 +123,7 @@ class QueryDecoder(nn.Module):
 def mean_last_layers(attentions: Sequence[torch.Tensor], n: int) -> torch.Tensor:
     """Mean of the last ``n`` per-layer attentions (all of them if fewer exist)."""
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise ModelConfigError(f"n must be >= 1, got {n}")
     return torch.stack(list(attentions[-n:]), dim=0).mean(dim=0)
 
 
@@ -132,7 +132,7 @@ def select_layers(attentions: Sequence[torch.Tensor], layers: Sequence[int]) -> 
     n = len(attentions)
     bad = [i for i in layers if not -n <= int(i) < n]
     if not layers or bad:
-        raise ValueError(f"layer indices {list(layers)} are not valid for a {n}-layer decoder")
+        raise ModelConfigError(f"layer indices {list(layers)} are not valid for a {n}-layer decoder")
     return torch.stack([attentions[int(i)] for i in layers], dim=0).mean(dim=0)
 
 
@@ -199,30 +199,63 @@ _lenient_pickle.load = pickle.load  # type: ignore[attr-defined]
 _lenient_pickle.__dict__["__name__"] = "pickle"
 
 
+TRUST_HOW = ("only if you trust this file, write `trust_checkpoint: true` (a boolean, no quotes) under `options:` "
+             "in the model config or pass --model-option options.trust_checkpoint=true")
+
+
+def bool_option(config: Mapping, key: str, default: bool) -> bool:
+    """A yes/no option that must be a real boolean (a string such as "false" is truthy in Python)."""
+    value = option(config, key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        shown = f"the string {value[:40]!r}" if isinstance(value, str) else f"{type(value).__name__} {str(value)[:40]}"
+        raise AdapterConfigError(f"options.{key} must be the boolean true or false, not {shown}")
+    return value
+
+
+def trust_option(config: Mapping) -> bool:
+    """``options.trust_checkpoint``: True only for the boolean ``true``. A string (``"false"``, ``"yes"``),
+    a number or anything else is refused with one line: a truthy string must never turn trust on."""
+    value = option(config, "trust_checkpoint", False)
+    if value is None or isinstance(value, bool):
+        return value is True
+    shown = f"the string {value[:40]!r}" if isinstance(value, str) else f"{type(value).__name__} {str(value)[:40]}"
+    raise AdapterConfigError(f"options.trust_checkpoint must be the boolean true or false, not {shown}; {TRUST_HOW}")
+
+
 def read_checkpoint(path: str | os.PathLike, *, trust: bool = False) -> dict:
     """Read a checkpoint file onto the CPU.
 
     ``.safetensors`` files are read with safetensors. Other files are read with
-    ``torch.load(weights_only=True)``; a checkpoint that also pickles Python objects (Lightning's
-    ``hyper_parameters``, argparse namespaces) needs ``trust=True``, which unpickles it fully and
-    replaces classes missing here with inert stubs. Only do that for files you trust.
+    ``torch.load(weights_only=True)``, which builds tensors and plain containers only and runs nothing
+    from the file. A checkpoint that also pickles Python objects (Lightning's ``hyper_parameters``,
+    argparse namespaces) is refused unless ``trust`` is the boolean True (:func:`trust_option`), which
+    unpickles it fully (running whatever the pickle calls) and replaces classes missing here with inert
+    stubs. Only do that for files you trust.
     """
+    if not isinstance(trust, bool):
+        raise AdapterConfigError(f"trust must be a boolean, got {type(trust).__name__}")
     p = Path(path).expanduser()
     if not p.is_file():
         raise WeightsNotFoundError("checkpoint", str(p), "Download the official weights (see the model card) "
                                    "and set `weights:` to the file.")
     if p.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(p))
+        try:
+            return load_file(str(p))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise AdapterConfigError(f"{p}: not a readable safetensors file ({str(exc)[:160]})") from None
     try:
         return torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises several unpickling error types
-        if not trust:
+        if trust is not True:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AdapterConfigError(
-                f"{p}: not loadable with torch.load(weights_only=True) ({first[:160]}); "
-                "if you trust this file set options.trust_checkpoint=true"
+                f"{p}: refused by torch.load(weights_only=True) ({first[:160]}): the file pickles Python objects, "
+                f"and loading it fully would run code from it; {TRUST_HOW}"
             ) from None
     return torch.load(p, map_location="cpu", weights_only=False, pickle_module=_lenient_pickle)
 
@@ -314,6 +347,10 @@ def _local_dir(path: str | os.PathLike | None, what: str) -> Path:
     p = Path(path).expanduser()
     if not (p / "config.json").is_file():
         raise AdapterConfigError(f"{what}: {p} is not a Hugging Face model folder (no config.json)")
+    from ..files import check_model_json
+
+    for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        check_model_json(p / name, what)  # bounded before transformers parses them itself
     return p
 
 
@@ -344,6 +381,10 @@ def load_tokenizer(path: str | os.PathLike, **kwargs):
     p = Path(path).expanduser() if path else None
     if p is None or not p.is_dir():
         raise AdapterConfigError(f"tokenizer: {path} is not a local folder")
+    from ..files import check_model_json
+
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "config.json"):
+        check_model_json(p / name, "tokenizer")  # bounded before transformers parses them itself
     return AutoTokenizer.from_pretrained(str(p), local_files_only=True, **kwargs)
 
 
@@ -512,7 +553,7 @@ def prompt_texts(classes: Sequence[str], config: Mapping, model: str, dataset: s
 
 def wants_random_weights(config: Mapping) -> bool:
     """``weights: random`` (the registry's convention) or ``options.random_init``: tests only."""
-    return config.get("weights") == "random" or bool(option(config, "random_init", False))
+    return config.get("weights") == "random" or bool_option(config, "random_init", False)
 
 
 def option(config: Mapping, key: str, default=None):
@@ -526,5 +567,8 @@ def option(config: Mapping, key: str, default=None):
 def pick_device(config: Mapping) -> torch.device:
     dev = config.get("device")
     if dev:
-        return torch.device(dev)
+        try:
+            return torch.device(dev)
+        except (RuntimeError, TypeError, ValueError):
+            raise AdapterConfigError(f"device: {str(dev)[:40]!r} is not a device; give cpu, cuda or cuda:N") from None
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -37,6 +37,8 @@ from .common import (
     wants_random_weights,
     pick_device,
     read_checkpoint,
+    trust_option,
+    bool_option,
 )
 from .kad import KADFusion, KADTextEncoder, TextQueryAdapter
 from .medklip import arch_from
@@ -98,7 +100,7 @@ def load_devide_weights(net: DeViDeNet, config: Mapping) -> dict:
     path = config.get("weights")
     if not path:
         raise AdapterConfigError("config key 'weights' (a DeViDe checkpoint you provide) is required")
-    ckpt = read_checkpoint(path, trust=bool(option(config, "trust_checkpoint", False)))
+    ckpt = read_checkpoint(path, trust=trust_option(config))
     rules = option(config, "key_rename", [])
     prefixes = tuple(option(config, "strip_prefixes", ["module."]))
     dropped = []
@@ -114,7 +116,7 @@ def load_devide_weights(net: DeViDeNet, config: Mapping) -> dict:
                                        where=str(path))
         dropped = rep["dropped"]
     info = {"weights": str(path), "dropped_keys": dropped}
-    if option(config, "hash_weights", True):
+    if bool_option(config, "hash_weights", True):
         info["weights_sha256"] = file_sha256(path)
     return info
 

@@ -34,6 +34,7 @@ from torch import nn
 
 from ..base import AdapterOutput, ModelAdapter
 from ..pixels import PILResize
+from ..errors import ModelConfigError
 from .common import (
     BERT_NON_PARAMETERS,
     zero_unsupported,
@@ -55,6 +56,8 @@ from .common import (
     option,
     pick_device,
     read_checkpoint,
+    trust_option,
+    bool_option,
     resnet_trunk,
     tokens_to_grid,
 )
@@ -239,10 +242,10 @@ class KADAdapter(TextQueryAdapter):
         if self.text_features is None:
             raise RuntimeError("call set_classes() before extracting")
         if categories is None or len(categories) != len(texts):
-            raise ValueError("KAD phrase rows need each phrase's category (the query slot it takes)")
+            raise ModelConfigError("KAD phrase rows need each phrase's category (the query slot it takes)")
         missing = sorted({c for c in categories if c not in self.classes})
         if missing:
-            raise ValueError(f"phrase categories {missing} are not among the classes {list(self.classes)}")
+            raise ModelConfigError(f"phrase categories {missing} are not among the classes {list(self.classes)}")
         q = len(texts)
         slot = torch.as_tensor([self.classes.index(c) for c in categories], dtype=torch.long, device=self.device)
         sets = self.text_features.unsqueeze(0).repeat(q, 1, 1)  # (Q, C, D): the class set of each phrase ...
@@ -279,7 +282,7 @@ def load_kad_checkpoint(config: Mapping, image, text, fusion) -> dict:
     path = config.get("weights")
     if not path:
         raise AdapterConfigError("config key 'weights' (KAD checkpoint with image_encoder/text_encoder/model) is required")
-    ckpt = read_checkpoint(path, trust=bool(option(config, "trust_checkpoint", False)))
+    ckpt = read_checkpoint(path, trust=trust_option(config))
     missing = [k for k in ("image_encoder", "text_encoder", "model") if k not in ckpt]
     if missing:
         raise AdapterConfigError(f"{path}: KAD checkpoint lacks {missing} (top-level keys: {sorted(map(str, ckpt))[:10]})")
@@ -289,7 +292,7 @@ def load_kad_checkpoint(config: Mapping, image, text, fusion) -> dict:
         rep = load_official_state_dict(module, ckpt[key], prefixes=("module.",), drop=drop, where=f"{path}[{key}]")
         dropped += [f"{key}.{k}" for k in rep["dropped"]]
     info = {"weights": str(path), "dropped_keys": dropped}
-    if option(config, "hash_weights", True):
+    if bool_option(config, "hash_weights", True):
         info["weights_sha256"] = file_sha256(path)
     return info
 

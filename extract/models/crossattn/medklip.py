@@ -49,6 +49,8 @@ from .common import (
     pick_device,
     pick_state_dict,
     read_checkpoint,
+    trust_option,
+    bool_option,
     resnet_trunk,
     resolve_entities,
     select_layers,
@@ -210,11 +212,11 @@ def load_weights(net: nn.Module, config: Mapping, *, keys=("model", "state_dict"
     path = config.get("weights")
     if not path:
         raise AdapterConfigError("config key 'weights' (path to the official checkpoint) is required")
-    ckpt = read_checkpoint(path, trust=bool(option(config, "trust_checkpoint", False)))
+    ckpt = read_checkpoint(path, trust=trust_option(config))
     report = load_official_state_dict(net, pick_state_dict(ckpt, keys), prefixes=prefixes, drop=drop,
                                       where=str(path))
     info = {"weights": str(path), "dropped_keys": report["dropped"], "loaded_keys": report["loaded"]}
-    if option(config, "hash_weights", True):
+    if bool_option(config, "hash_weights", True):
         info["weights_sha256"] = file_sha256(path)
     return info
 

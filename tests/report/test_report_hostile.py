@@ -1,0 +1,310 @@
+"""Hostile score outputs and stores through `xbench report`, `xbench compare` and `xbench show`, run as documented.
+
+Each crafted input goes to the command in its own forked process with ``--max-memory 1GiB --timeout 60``; every
+one must exit 2 with one problem line naming the cause (never the watchdog's line, never a traceback), leave
+nothing behind, and stay well within 60 s and 1 GiB (peak resident memory from ``wait4``).
+"""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BUDGET = ["--max-memory", "1GiB", "--timeout", "60"]
+MAX_RSS_MIB = 1024
+MAX_SECONDS = 30
+
+DRIVER = textwrap.dedent("""
+    import json, os, sys, time
+    import xbench.cli, xbench.score.report, xbench.score.report.cli, xbench.score.report.show  # imported once
+
+    def child(argv, out, err):
+        fd_out, fd_err = os.open(out, os.O_WRONLY | os.O_CREAT), os.open(err, os.O_WRONLY | os.O_CREAT)
+        os.dup2(fd_out, 1)
+        os.dup2(fd_err, 2)
+        code = 1
+        try:
+            xbench.cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    results = []
+    for job in json.loads(sys.argv[1]):
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            child(job["argv"], job["out"], job["err"])
+        killed = False
+        while True:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() - t0 > job["cap"]:
+                os.kill(pid, 9)
+                killed = True
+                _, status, usage = os.wait4(pid, 0)
+                break
+            time.sleep(0.01)
+        results.append({"rc": os.waitstatus_to_exitcode(status), "seconds": time.monotonic() - t0,
+                        "maxrss_mib": usage.ru_maxrss / 1024, "killed": killed})
+    print(json.dumps(results))
+""")
+
+
+def run_all(jobs: list[dict], tmp_path) -> list[dict]:
+    for i, job in enumerate(jobs):
+        job["out"], job["err"] = str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err")
+        job.setdefault("cap", MAX_SECONDS * 2)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for job, res in zip(jobs, results):
+        res["stdout"] = open(job["out"]).read()
+        res["stderr"] = open(job["err"]).read()
+    return results
+
+
+# -- crafted files ---------------------------------------------------------------------------------------------
+def npy_header(dtype: str, shape: tuple) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def npz_bomb(path: Path, inflated_mib: int = 1100) -> Path:
+    """A pair_counts.npz of ~1 MB whose one member inflates to ``inflated_mib`` MiB (repeated full-flush deflate
+    segments of zeros, so writing it costs milliseconds), the zip entry declaring the true size."""
+    header = npy_header("<u2", ((inflated_mib * 2**20) // 2,))
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    zeros = bytes(2**20)
+    first = c.compress(header) + c.flush(zlib.Z_FULL_FLUSH)
+    segment = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    data = first + segment * inflated_mib + c.flush()
+    size = len(header) + inflated_mib * 2**20
+    name = b"phantom.b.npy"
+    import struct
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0x21, 0, len(data), size, len(name), 0) + name
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0x21, 0, len(data), size, len(name),
+                          0, 0, 0, 0, 0o100644 << 16, 0) + name
+    eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(local) + len(data), 0)
+    path.write_bytes(local + data + central + eocd)
+    return path
+
+
+def pickled_npz(path: Path) -> Path:
+    np.savez(path, datasets=np.array([{"x": 1}], dtype=object))
+    return path
+
+
+def wrong_dtype_npz(good: Path, path: Path) -> Path:
+    with np.load(good) as z:
+        arrays = dict(z)
+    arrays["phantom.pair_case"] = arrays["phantom.pair_case"].astype(np.float64) + 0.5
+    np.savez(path, **arrays)
+    return path
+
+
+def out_of_range_npz(good: Path, path: Path) -> Path:
+    with np.load(good) as z:
+        arrays = dict(z)
+    arrays["phantom.pair_case"] = arrays["phantom.pair_case"] + 10_000  # the kernels would index past the cases
+    np.savez(path, **arrays)
+    return path
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+METRICS_ATTACKS = {
+    # name: (metrics.json bytes from the good text, fragment of the one problem line)
+    "nan_token": (lambda t: t.replace('"pointing_game": 1.0', '"pointing_game": NaN', 1), "NaN"),
+    "infinity_token": (lambda t: t.replace('"pointing_game": 1.0', '"pointing_game": Infinity', 1), "Infinity"),
+    "duplicate_key": (lambda t: t.replace('"overall": {', '"overall": {"auroc": 0.1, "auroc": 0.2, ', 1), "auroc"),
+    "deep_nesting": (lambda t: t.replace('"overall": {', f'"deep": {nested(100_000)}, "overall": {{', 1), "nest"),
+    "huge_integer": (lambda t: t.replace('"schema": 1', '"schema": 1' + "0" * 5000, 1), "digits"),
+    "float_overflow": (lambda t: t.replace('"pointing_game": 1.0', '"pointing_game": 1e400', 1), "too large"),
+    "not_utf8": (lambda t: t.replace('"model": "strong"', '"model": "\udcff"', 1), "UTF-8"),
+    "wrong_type_summary": (lambda t: t.replace('"summary": {', '"summary": 5, "x": {', 1), "summary"),
+    "wrong_type_value": (lambda t: t.replace('"pointing_game": 1.0', '"pointing_game": "high"', 1), "pointing_game"),
+    "wrong_type_ci": (lambda t: t.replace('"overall": {', '"ci95": {"auroc": "wide"}, "overall": {', 1), "ci95"),
+    "wrong_type_grid": (lambda t: t.replace('"grid": [', '"grid": ["a", ', 1), "grid"),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(result_dirs, tmp_path_factory):
+    """Every attack through report and compare (and show's oversized chunk), run once for the module."""
+    root = tmp_path_factory.mktemp("hostile-report")
+    good, other = Path(result_dirs[0]), Path(result_dirs[2])
+    jobs, names = [], []
+
+    def variant(name: str) -> Path:
+        d = root / name / good.name
+        shutil.copytree(good, d)
+        return d
+
+    def add(name, d, expected):
+        for cmd in ("report", "compare"):
+            out = root / name / f"out-{cmd}"
+            argv = ([cmd, str(d), str(other), "--out", str(out), "--n-boot", "10", "--no-overlays", *BUDGET]
+                    if cmd == "report" else [cmd, str(d), str(other), "--n-boot", "10", "--out", str(out) + ".csv",
+                                             *BUDGET])
+            jobs.append({"argv": argv})
+            names.append((name, cmd, out, expected))
+
+    text = (good / "metrics.json").read_text()
+    for name, (change, expected) in METRICS_ATTACKS.items():
+        d = variant(name)
+        raw = change(text).encode("utf-8", "surrogateescape")
+        (d / "metrics.json").write_bytes(raw)
+        add(name, d, expected)
+    d = variant("npz_bomb")
+    npz_bomb(d / "pair_counts.npz")
+    add("npz_bomb", d, "inflate")
+    d = variant("npz_pickle")
+    pickled_npz(d / "pair_counts.npz")
+    add("npz_pickle", d, "pickle")
+    d = variant("npz_wrong_dtype")
+    wrong_dtype_npz(good / "pair_counts.npz", d / "pair_counts.npz")
+    add("npz_wrong_dtype", d, "pair_case")
+    d = variant("npz_out_of_range")
+    out_of_range_npz(good / "pair_counts.npz", d / "pair_counts.npz")
+    add("npz_out_of_range", d, "does not exist")
+    d = variant("npz_fifo")
+    (d / "pair_counts.npz").unlink()
+    import os
+    os.mkfifo(d / "pair_counts.npz")
+    add("npz_fifo", d, "regular file")
+    d = variant("parquet_garbage")
+    (d / "pairs.parquet").write_bytes(b"PAR1" + b"\x00" * 100 + b"PAR1")
+    add("parquet_garbage", d, "pairs.parquet")
+    d = variant("parquet_huge")
+    with open(d / "pairs.parquet", "wb") as fh:  # sparse: 600 MiB declared by its size, nothing on disk
+        fh.truncate(600 * 2**20)
+    add("parquet_huge", d, "limit")
+    d = variant("parquet_wrong_column")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"dataset": ["phantom"], "case_id": ["x"], "class": ["disc"], "has_region": ["yes"],
+                             "region_pixels": [1], "hit": [True], "dice_best": [0.5]}), d / "pairs.parquet")
+    add("parquet_wrong_column", d, "has_region")
+    results = run_all([dict(j) for j in jobs], root)
+    return {(n, c): (r, out, exp) for (n, c, out, exp), r in zip(names, results)}
+
+
+ATTACK_NAMES = sorted(METRICS_ATTACKS) + ["npz_bomb", "npz_pickle", "npz_wrong_dtype", "npz_out_of_range",
+                                          "npz_fifo", "parquet_garbage", "parquet_huge", "parquet_wrong_column"]
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+@pytest.mark.parametrize("attack", ATTACK_NAMES)
+def test_refused_in_one_line_within_budget(corpus, attack, command):
+    res, out, expected = corpus[(attack, command)]
+    lines = res["stderr"].strip().splitlines()
+    assert res["rc"] == 2, (res["rc"], res["stderr"][-2000:])
+    assert "Traceback" not in res["stderr"] and "unexpected" not in res["stderr"]
+    assert len(lines) == 1, lines
+    assert expected.lower() in lines[0].lower(), lines[0]
+    assert "--max-memory" not in lines[0] or attack == "parquet_huge"  # refused by a check, not the watchdog
+    assert not res["killed"] and res["seconds"] < MAX_SECONDS and res["maxrss_mib"] < MAX_RSS_MIB, res
+    assert not Path(out).exists() and not Path(str(out) + ".csv").exists()  # nothing written
+
+
+# -- xbench show on a store declaring an oversized chunk --------------------------------------------------------
+def test_show_refuses_a_store_declaring_an_oversized_chunk(result_dirs, tmp_path):
+    stores = Path(result_dirs[0]).parent / "stores"
+    sub = next(p for p in stores.iterdir() if p.name.endswith(".zarr") and "strong" in p.name)
+    bad = tmp_path / "bad.zarr"
+    shutil.copytree(sub, bad)
+    meta_path = bad / "phantom" / "saliency" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    shape = meta["shape"]
+    meta["shape"] = [shape[0], shape[1], 20_000, 20_000]
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [1, 1, 20_000, 20_000]  # 3 GiB of float64 per chunk
+    meta_path.write_text(json.dumps(meta))
+    out = tmp_path / "x.png"
+    res = run_all([{"argv": ["show", str(bad), "--gt", str(stores / "gt.zarr"), "--images", str(stores / "images.zarr"),
+                             "--case", "phantom-000", "--class", "disc", "--out", str(out), *BUDGET]}], tmp_path)[0]
+    lines = res["stderr"].strip().splitlines()
+    assert res["rc"] == 2 and len(lines) == 1, res["stderr"]
+    assert "saliency" in lines[0] and "limit" in lines[0]
+    assert res["maxrss_mib"] < MAX_RSS_MIB and res["seconds"] < MAX_SECONDS and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "show"])
+def test_budget_options_exist(command):
+    from click.testing import CliRunner
+
+    from xbench import cli
+
+    res = CliRunner().invoke(cli.main, [command, "--help"])
+    assert res.exit_code == 0 and "--max-memory" in res.output and "--timeout" in res.output
+
+
+def test_hostile_files_in_the_out_folder_are_not_trusted(result_dirs, tmp_path):
+    """The --out folder is the user's: a FIFO named like the marker, a nesting bomb named report.json and a sanity
+    folder whose sanity.json is one more bomb cost a line or nothing, never a hang or a traceback."""
+    import os
+
+    out = tmp_path / "rep"
+    out.mkdir()
+    os.mkfifo(out / "xbench-output.json")
+    (out / "report.json").write_text(nested(200_000))
+    sanity = tmp_path / "sanity"
+    sanity.mkdir()
+    (sanity / "sanity.json").write_text(nested(200_000))
+    jobs = [{"argv": ["report", *map(str, result_dirs), "--out", str(out), "--n-boot", "0", "--no-overlays", *BUDGET]},
+            {"argv": ["report", *map(str, result_dirs), "--out", str(tmp_path / "r2"), "--n-boot", "0",
+                      "--no-overlays", "--sanity", str(sanity), *BUDGET]}]
+    first, second = run_all(jobs, tmp_path)
+    for res in (first, second):
+        assert not res["killed"] and res["rc"] in (0, 2), res
+        assert "Traceback" not in res["stderr"] and "unexpected" not in res["stderr"]
+    assert second["rc"] == 2 and len(second["stderr"].strip().splitlines()) == 1
+    assert "sanity.json" in second["stderr"] and not (tmp_path / "r2").exists()
+
+
+def test_overlay_stores_named_by_a_metrics_json_are_held_to_the_budget(result_dirs, tmp_path):
+    """metrics.json records the stores the overlays read: one declaring an oversized chunk is skipped with its
+    reason, and a pairs.parquet naming cases the stores lack draws nothing for them; the report is still written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from xbench.score.report import build_report
+
+    stores = Path(result_dirs[0]).parent / "stores"
+    bad = tmp_path / "bad.zarr"
+    shutil.copytree(stores / "strong.zarr", bad)
+    meta_path = bad / "phantom" / "saliency" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["shape"] = [meta["shape"][0], meta["shape"][1], 20_000, 20_000]
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [1, 1, 20_000, 20_000]
+    meta_path.write_text(json.dumps(meta))
+    d = tmp_path / "strong"
+    shutil.copytree(result_dirs[0], d)
+    m = json.loads((d / "metrics.json").read_text())
+    m["xbench"]["inputs"]["submission"] = str(bad)
+    (d / "metrics.json").write_text(json.dumps(m))
+    e = tmp_path / "medium"
+    shutil.copytree(result_dirs[1], e)
+    pq.write_table(pa.table({"dataset": ["phantom"], "case_id": ["nowhere"], "class": ["disc"], "has_region": [True],
+                             "region_pixels": [3], "hit": [True], "dice_best": [0.5]}), e / "pairs.parquet")
+    out = tmp_path / "rep"
+    build_report(out, [d, e], n_boot=0)
+    manifest = json.loads((out / "report.json").read_text())
+    assert any("strong" in s and "saliency" in s and "limit" in s for s in manifest["skipped"]), manifest["skipped"]
+    assert not any("strong" in f for f in manifest["files"]["overlays"])

@@ -1,0 +1,200 @@
+"""What the platforms read: grand-challenge's per-case and aggregates layout (with the error key its
+score_error_jsonpath points at) and the Codabench competition bundle, checked against Codabench's documented
+version-2 format and run as the platform runs its scoring program."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from score_stores import make_gt, make_submission
+from xbench.package import check_competition, competition_columns, package
+from xbench.score import registry as R
+from xbench.score.cli import main as score_main
+
+DATES = ["--validation-start", "2027-01-04", "--test-start", "2027-03-01 12:00:00"]
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """Two ground truths (validation, test: different cases) and a valid submission for each."""
+    d = tmp_path_factory.mktemp("bundles")
+    val, test = make_gt(d / "val.zarr", seed=21), make_gt(d / "test.zarr", seed=22)
+    make_submission(d / "sub_val.zarr", val, seed=23)
+    make_submission(d / "sub_test.zarr", test, seed=24)
+    return d
+
+
+@pytest.fixture(scope="module")
+def gc_result(stores):
+    """One submission scored with --format grand-challenge (30 resamples)."""
+    out = stores / "gc"
+    with pytest.raises(SystemExit) as done:
+        score_main([str(stores / "sub_val.zarr"), "--gt", str(stores / "val.zarr"), "--out", str(out),
+                    "--format", "grand-challenge", "--format", "codabench", "--bootstrap", "30", "--quiet"])
+    assert done.value.code in (0, None)
+    return out
+
+
+def test_grand_challenge_aggregates_carry_the_interval_and_its_half_width(gc_result):
+    m = json.loads((gc_result / "metrics.json").read_text())
+    agg = m["aggregates"]
+    checked = 0
+    for key, (lo, hi) in m["ci95"].items():
+        if lo is None or hi is None or m["overall"].get(key) is None:
+            continue
+        assert agg[key] == m["overall"][key]
+        assert (agg[f"{key}_ci_low"], agg[f"{key}_ci_high"]) == (lo, hi)
+        assert math.isclose(agg[f"{key}_error"], (hi - lo) / 2)
+        checked += 1
+    for d, ds in m["datasets"].items():
+        lo, hi = ds["ci95"]["pointing_game"]
+        assert math.isclose(agg[f"{d}_pointing_game_error"], (hi - lo) / 2)
+    assert checked >= 5 and "pointing_game_error" in agg
+    assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in agg.values())
+    # scores.json (Codabench) holds the same flat keys
+    assert json.loads((gc_result / "scores.json").read_text()) == agg
+
+
+def test_grand_challenge_cases_are_the_pairs_table_rows(gc_result):
+    pd = pytest.importorskip("pandas")
+    cases = json.loads((gc_result / "metrics.json").read_text())["case"]
+    pairs = pd.read_parquet(gc_result / "pairs.parquet")
+    assert sum(len(v) for v in cases.values()) == len(pairs)
+    for row in pairs.itertuples(index=False):
+        entry = cases[f"{row.dataset}/{row.case_id}"][getattr(row, "_2")]  # the "class" column
+        assert entry["label"] == row.label and math.isclose(entry["probability"], row.probability)
+        if row.has_region:
+            assert entry["hit"] == bool(row.hit)
+            for key in R.pair_columns():
+                value = getattr(row, key)
+                assert (key not in entry) if math.isnan(value) else math.isclose(entry[key], value), key
+        else:
+            assert "hit" not in entry and "dice_best" not in entry
+
+
+def _bundle(stores, tmp_path, *extra) -> tuple[Path, object]:
+    out = tmp_path / "competition.zip"
+    res = CliRunner().invoke(package, ["codabench-competition", "--gt-validation", str(stores / "val.zarr"),
+                                       "--gt-test", str(stores / "test.zarr"), "--docker-image",
+                                       "docker.io/team/xbench-codabench:0.1.0", "--out", str(out), *DATES, *extra])
+    return out, res
+
+
+def test_competition_bundle_follows_codabenchs_format(stores, tmp_path):
+    yaml = pytest.importorskip("yaml")  # Codabench reads the file with PyYAML's safe loader
+    out, res = _bundle(stores, tmp_path)
+    assert res.exit_code == 0, res.output
+    with zipfile.ZipFile(out) as zf:
+        names = set(zf.namelist())
+        spec = yaml.safe_load(zf.read("competition.yaml"))
+        refs = {t["name"]: zipfile.ZipFile(zf.open(t["reference_data"])).namelist() for t in spec["tasks"]}
+    assert check_competition(spec, names) == []
+    assert spec["version"] == 2 and spec["docker_image"] == "docker.io/team/xbench-codabench:0.1.0"
+    val, test = spec["phases"]
+    assert (val["name"], test["name"]) == ("Validation", "Test")
+    assert val["start"] == dt.datetime(2027, 1, 4) and val["end"] == test["start"] == dt.datetime(2027, 3, 1, 12)
+    tasks = {t["index"]: t for t in spec["tasks"]}
+    assert tasks[val["tasks"][0]]["reference_data"] != tasks[test["tasks"][0]]["reference_data"]
+    assert refs == {"Validation": ["gt.zarr.zip"], "Test": ["gt.zarr.zip"]}
+    cols = spec["leaderboards"][0]["columns"]
+    assert cols[0]["key"] == "pointing_game" and [c["index"] for c in cols] == list(range(len(cols)))
+    keys = {c["key"] for c in cols}
+    for key in R.overall_keys():  # every registered metric, with its interval
+        assert {key, f"{key}_ci_low", f"{key}_ci_high"} <= keys
+    assert {"phantom_auroc", "chexlocalize_dice_best"} <= keys
+
+
+def test_competition_scoring_program_fills_the_leaderboard(stores, tmp_path):
+    out, res = _bundle(stores, tmp_path, "--bootstrap", "20")
+    assert res.exit_code == 0, res.output
+    with zipfile.ZipFile(out) as zf:
+        zf.extractall(tmp_path / "bundle")
+    program, inp, output = tmp_path / "program", tmp_path / "input", tmp_path / "output"
+    zipfile.ZipFile(tmp_path / "bundle" / "scoring_program.zip").extractall(program)
+    zipfile.ZipFile(tmp_path / "bundle" / "reference_data_test.zip").extractall(inp / "ref")
+    shutil.copytree(stores / "sub_test.zarr", inp / "res" / "team.zarr")
+    output.mkdir()
+    assert "bootstrap=20" in (program / "score.py").read_text()
+    env = {k: v for k, v in os.environ.items() if k != "XBENCH_BOOTSTRAP"}
+    done = subprocess.run([sys.executable, str(program / "score.py"), str(inp), str(output)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    scores = json.loads((output / "scores.json").read_text())
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert metrics["xbench"]["bootstrap"]["n_resamples"] == 20  # the organiser's count, packaged in score.py
+    columns = competition_columns(sorted(metrics["datasets"]))
+    defined = [c["key"] for c in columns if c["key"] in scores]
+    # every column whose metric is defined on this ground truth gets its number; the primary and its interval
+    assert {"pointing_game", "pointing_game_ci_low", "pointing_game_ci_high", "auroc"} <= set(defined)
+    assert scores["pointing_game"] == metrics["overall"]["pointing_game"]
+    assert [scores["pointing_game_ci_low"], scores["pointing_game_ci_high"]] == metrics["ci95"]["pointing_game"]
+    assert all(c["key"] in scores for c in columns if c["key"].endswith(("_ci_low", "_ci_high")) and
+               c["key"].rsplit("_ci_", 1)[0] in scores)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--test-start", "2027-01-01"], "--test-start: must be after --validation-start"),
+    (["--test-start", "March"], "expected a date"),
+    (["--test-end", "2027-02-01"], "--test-end: must be after --test-start"),
+])
+def test_competition_refuses_bad_dates(stores, tmp_path, argv, message):
+    out = tmp_path / "competition.zip"
+    res = CliRunner().invoke(package, ["codabench-competition", "--gt-validation", str(stores / "val.zarr"),
+                                       "--gt-test", str(stores / "test.zarr"), "--docker-image", "a/b:1",
+                                       "--out", str(out), *DATES, *argv])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_competition_refuses_one_ground_truth_for_both_phases_and_an_out_inside_it(stores, tmp_path):
+    res = CliRunner().invoke(package, ["codabench-competition", "--gt-validation", str(stores / "val.zarr"),
+                                       "--gt-test", str(stores / "val.zarr"), "--docker-image", "a/b:1",
+                                       "--out", str(tmp_path / "c.zip"), *DATES])
+    assert res.exit_code == 2 and "the test phase needs its own" in res.output and not (tmp_path / "c.zip").exists()
+    before = sorted(p.name for p in (stores / "test.zarr").rglob("*"))
+    from xbench import cli  # the umbrella prints every problem, one per line
+
+    res = CliRunner().invoke(cli.main, ["package", "codabench-competition", "--gt-validation", str(stores / "val.zarr"),
+                                       "--gt-test", str(stores / "test.zarr"), "--docker-image", "a b",
+                                       "--out", str(stores / "test.zarr" / "c.zip"), *DATES])
+    assert res.exit_code == 2 and "inside the ground truth --gt-test" in res.output and "--docker-image" in res.output
+    assert sorted(p.name for p in (stores / "test.zarr").rglob("*")) == before
+
+
+def test_the_format_check_finds_what_codabench_refuses():
+    start = dt.datetime(2027, 1, 1)
+    spec = {"version": 2, "title": "t", "image": "logo.png", "terms": "terms.md", "pages": [{"title": "p", "file": "p.md"}],
+            "tasks": [{"index": 0, "name": "a", "scoring_program": "s.zip"}, {"index": 0, "name": "b"}],
+            "phases": [{"name": "A", "start": start, "tasks": [0]},
+                       {"name": "B", "start": start - dt.timedelta(days=1), "tasks": [3]}],
+            "leaderboards": [{"title": "R", "key": "main", "columns": [
+                {"title": "x", "key": "x", "index": 0, "sorting": "up"},
+                {"title": "y", "key": "x", "index": 0, "precision": 1.5, "hidden": "no"}]}]}
+    problems = check_competition(spec, {"logo.png", "s.zip"})
+    for text in ("terms 'terms.md' is not in the bundle", "pages[0]: 'p.md' is not in the bundle",
+                 "tasks[1]: duplicate index 0", "tasks[1]: missing 'scoring_program'", "phases[1]: tasks [3]",
+                 "phases[0]: needs an end", "sorting must be asc or desc", "precision must be an integer",
+                 "hidden must be true or false", "column indexes must be unique", "column keys must be unique"):
+        assert any(text in p for p in problems), (text, problems)
+    spec["phases"][0]["end"] = start + dt.timedelta(days=2)
+    assert any("phases[1]: starts before phases[0] ends" in p for p in check_competition(spec, set()))
+
+
+def test_the_yaml_writer_round_trips_any_title_through_pyyaml():
+    yaml = pytest.importorskip("yaml")
+    from xbench.package import to_yaml
+
+    title = 'x: "y"\n- z #c \\ \t ünï {a: [b]} &anchor *alias !!python/object'
+    spec = {"title": title, "n": None, "on": True, "p": 4, "f": 0.5, "tiny": 1e-05, "when": dt.datetime(2027, 1, 2, 3, 4, 5),
+            "cols": [{"key": "a", "hidden": False, "tasks": [0, 1]}, {"key": "b", "empty": [], "nested": {}}]}
+    assert yaml.safe_load(to_yaml(spec)) == spec
