@@ -36,7 +36,10 @@ import numpy as np
 
 from . import registry as R
 from .counts import DatasetCounts
+from .intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
+from .intervals import percentile_interval, percentile_intervals
 from .kernels import _ranked_replicates, rank_order
+from .phrases import paired_phrase_rows
 
 if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
     import pandas as pd
@@ -445,47 +448,6 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
     return classes, {k: summary[k] for k in keys}
 
 
-def _nanmean_rows(stack: np.ndarray) -> np.ndarray:
-    """``numpy.nanmean(stack, axis=0)`` with numpy's own steps (NaN set to 0, sum, divide by the count), so the
-    same bits, but NaN without a "Mean of empty slice" warning for all-NaN columns (they are expected:
-    undefined resamples). No ``warnings.catch_warnings``: it swaps process-wide state, and the bootstrap runs
-    on several threads."""
-    stack = np.asarray(stack, dtype=np.float64)
-    mask = np.isnan(stack)
-    cnt = np.sum(~mask, axis=0, dtype=np.intp)
-    tot = np.sum(np.where(mask, 0.0, stack), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.divide(tot, cnt, out=tot, casting="unsafe")
-
-
-def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> list[float] | None:
-    """[lo, hi] percentile interval over the defined (non-NaN) replicates; None when none is defined."""
-    r = np.asarray(replicates, dtype=np.float64)
-    r = r[~np.isnan(r)]
-    if r.size == 0:
-        return None
-    a = (1.0 - level) / 2.0 * 100.0
-    lo, hi = np.percentile(r, [a, 100.0 - a])
-    return [float(lo), float(hi)]
-
-
-def percentile_intervals(stats: Mapping[str, np.ndarray], level: float = 0.95) -> dict[str, list[float] | None]:
-    """:func:`percentile_interval` of every array of ``stats``, with the same numbers: the arrays without an
-    undefined replicate go through one ``numpy.percentile`` along an axis (the same partition and
-    interpolation per row; one call instead of one per metric), the others one by one."""
-    out: dict[str, list[float] | None] = dict.fromkeys(stats)
-    full = [k for k, v in stats.items() if np.asarray(v).size and not np.isnan(v).any()]
-    for k in stats:
-        if k not in full:
-            out[k] = percentile_interval(stats[k], level)
-    if full:
-        a = (1.0 - level) / 2.0 * 100.0
-        q = np.percentile(np.stack([np.asarray(stats[k], dtype=np.float64) for k in full]), [a, 100.0 - a], axis=1)
-        for j, k in enumerate(full):
-            out[k] = [float(q[0, j]), float(q[1, j])]
-    return out
-
-
 class Replicates(NamedTuple):
     """Replicates of one dataset: ``classes[name][key]`` and ``summary[key]``, (B,) float64 (NaN = undefined)."""
 
@@ -615,22 +577,6 @@ def ground_truth_problems(a: Mapping[str, DatasetCounts], b: Mapping[str, Datase
 PAIRED_COLUMNS = ["dataset", "class", "metric", "a", "b", "diff", "diff_lo", "diff_hi", "p_value", "n_valid"]
 
 
-def _defined(x) -> float | None:
-    return None if x is None or np.isnan(x) else float(x)
-
-
-def _difference(dataset, cls, metric, point_a, point_b, reps_a, reps_b, level) -> dict:
-    """One row of :func:`paired_differences` (see there)."""
-    a, b = _defined(point_a), _defined(point_b)
-    d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
-    ok = d[~np.isnan(d)]
-    ci = percentile_interval(ok, level)
-    p = float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0)))) if ok.size else None
-    return {"dataset": dataset, "class": cls, "metric": metric, "a": a, "b": b,
-            "diff": None if a is None or b is None else a - b, "diff_lo": None if ci is None else ci[0],
-            "diff_hi": None if ci is None else ci[1], "p_value": p, "n_valid": int(ok.size)}
-
-
 def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Replicates],
                        point_a: Mapping[str, Replicates], point_b: Mapping[str, Replicates], *,
                        level: float = 0.95, per_class: bool = True) -> pd.DataFrame:
@@ -729,7 +675,6 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     table = paired_differences(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class)
     if not (phrases_a and phrases_b and set(phrases_a) & set(phrases_b)):
         return table
-    from .phrases import paired_phrase_rows
 
     rows = paired_phrase_rows(phrases_a, phrases_b, n_resamples=n_resamples, seed=seed, level=level,
                               per_category=per_class, cache=cache, names=names)

@@ -1,7 +1,7 @@
 """Phrase grounding: scoring the phrase rows (free-text queries) of a dataset, e.g. MS-CXR.
 
 Each phrase row is a positive pair whose "class" is its category, so the class machinery counts it
-unchanged: :func:`phrase_counts` hands :func:`xbench.score.scoring.count_dataset` a view of the
+unchanged: :func:`phrase_counts` hands :func:`xbench.score.counting.count_dataset` a view of the
 ground truth in which the "cases" are the phrase rows, the classes are the categories and every row has
 one region (its ``query_mask``), and a view of the submission whose single map column is
 ``query_saliency``. Pointing game, Dice and IoU at the fixed and at the searched threshold (searched
@@ -38,7 +38,12 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import registry as R
+from .cells import md_cell
+from .counting import count_dataset, gather_maps
 from .counts import DatasetCounts, PhraseCounts
+from .errors import GroundTruthMismatchError
+from .estimates import class_grounding_point
+from .intervals import nanmean_rows, paired_row, percentile_interval
 from .kernels import THRESHOLDS, _resize_into, numba, resize_plan
 
 __all__ = ["PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_points", "phrase_replicates", "phrase_metrics",
@@ -147,8 +152,6 @@ def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: 
     from xbench.schemas.store import iter_row_blocks, read_rows
     from xbench.schemas.submission import align_queries
 
-    from .scoring import _gather_maps, count_dataset
-
     gt_view, sub_view = _views(sub_ds, gt_ds)
     rows = align_queries(sub_ds, gt_ds, cases)
     n_cat = len(gt_view.classes)
@@ -164,7 +167,7 @@ def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: 
         if block is None:
             continue
         here = np.flatnonzero(rows[start:stop] >= 0)  # every row, unless only some images are scored
-        maps = _gather_maps(sal, rows[start:stop][here], np.zeros(here.size, np.int64))
+        maps = gather_maps(sal, rows[start:stop][here], np.zeros(here.size, np.int64))
         cnr_rows[start + here] = cnr_of_pairs(maps, block, here)
     if problems:
         if region_problems is None:
@@ -190,10 +193,8 @@ def _mean(v: np.ndarray) -> float | None:
 
 def _category_point(pc: PhraseCounts, c: int) -> dict:
     """A category's metrics.json entry: its counts, every phrase metric of the registry (the class code's
-    point estimates, :func:`xbench.score.scoring.class_grounding_point`), the chosen thresholds after the
+    point estimates, :func:`xbench.score.estimates.class_grounding_point`), the chosen thresholds after the
     curve metrics, and the phrases whose CNR is undefined."""
-    from .scoring import class_grounding_point
-
     dc = pc.counts
     idx = dc.class_pairs(c)
     keys = R.phrase_keys()
@@ -293,8 +294,6 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
     resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
     """
-    from .bootstrap import _nanmean_rows
-
     rng = np.random.default_rng(seed)
     dc = pc.counts
     n = pc.n_images
@@ -317,7 +316,7 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     empty = np.zeros(0)
     per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
     # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
-    summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
+    summary = {m.key: nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
                else np.full(n_resamples, np.nan) for m in ms}
     return {"categories": per_cat, "summary": summary,
             "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
@@ -326,8 +325,6 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
 def phrase_points(pc: PhraseCounts) -> dict:
     """Point estimates: {"categories": {category: entry}, "summary": {key: value}, "pooled": {key: value}}
     (values float or None), as metrics.json reports them."""
-    from .scoring import class_grounding_point
-
     dc = pc.counts
     categories = {name: _category_point(pc, c) for c, name in enumerate(dc.classes)}
     defined = [e for e in categories.values() if e["n_phrases"]]
@@ -344,8 +341,6 @@ def phrase_points(pc: PhraseCounts) -> dict:
 def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
     """The metrics.json "phrases" entry of one dataset (contract §metrics.json): per category, the
     summary (unweighted mean over categories with a phrase) and the pooled mean over every phrase."""
-    from .bootstrap import percentile_interval
-
     dc = pc.counts
     points = phrase_points(pc)
     categories = points["categories"]
@@ -442,12 +437,8 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
     dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
     :data:`ALL_PHRASES`) and, with ``per_category``, each category.
     """
-    from .bootstrap import _difference, _nanmean_rows
-
     problems = phrase_ground_truth_problems(a, b)
     if problems:
-        from .errors import GroundTruthMismatchError
-
         raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
@@ -457,20 +448,20 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
     rows: list[dict] = []
     if shared:
         # all-NaN columns are expected (undefined in some resamples)
-        over = [{k: _nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
+        over = [{k: nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
                 for i in (0, 1)]
         pts = [{k: _mean(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
                                    for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
-        rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
+        rows += [paired_row(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
     for d in shared:
         (ra, pa), (rb, pb) = got[d]
         scope = f"{PHRASE_SCOPE}/{d}"
-        rows += [_difference(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
+        rows += [paired_row(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
                              level) for k in keys]
-        rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
+        rows += [paired_row(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
                              rb["pooled"][k], level) for k in ra["pooled"]]
         if per_category:
-            rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
+            rows += [paired_row(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
                                  rb["categories"][c][k], level)
                      for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
     return rows
@@ -508,8 +499,6 @@ def phrase_columns() -> list[tuple[str, str]]:
 
 def phrase_markdown(rows: list[dict]) -> str:
     """The phrase-grounding table of the leaderboard (Markdown; fractions as %, ratios such as CNR as is)."""
-    from .tables import md_cell
-
     ms = _table_metrics()
 
     def cell(m, v):

@@ -49,7 +49,7 @@ import numpy as np
 
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import THRESHOLDS
-from .recognition import f1_from_counts
+from .recognition_core import RecognitionSums, f1_from_counts  # defined beside what builds it
 
 __all__ = [
     "Best",
@@ -144,21 +144,6 @@ class PairView:
     def columns(self, cols: slice) -> "PairView":
         """The same pairs, threshold columns ``cols`` only."""
         return PairView(self._dc, self._rows, cols)
-
-
-@dataclass(frozen=True)
-class RecognitionSums:
-    """Weighted counts of one class's labelled pairs per resample, each (B,) float64: ``tp``, ``fp``, ``fn``,
-    ``correct`` (ŷ = y), ``total`` (labelled pairs drawn), and ``auroc``, ``auprc`` (NaN unless both label
-    values are drawn)."""
-
-    tp: np.ndarray
-    fp: np.ndarray
-    fn: np.ndarray
-    correct: np.ndarray
-    total: np.ndarray
-    auroc: np.ndarray
-    auprc: np.ndarray
 
 
 Kind = Literal["grounding", "recognition", "dataset"]
