@@ -14,10 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import pair_stats as PS
+from . import registry as R
 from .counts import DatasetCounts, count_dtype
 from .errors import ScoreInputError
 from .kernels import N_THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
-from .localisation import DEFAULT_POINTING_TOLERANCE, ENERGY_COLUMN, TOLERANT_COLUMN
+from .localisation import DEFAULT_POINTING_TOLERANCE
 from .recognition_core import probabilities
 
 __all__ = ["count_dataset", "gather_maps", "region_mask_problems", "MAP_BATCH_BYTES"]
@@ -85,12 +87,14 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
                   progress: Progress | None = None, mask_chunk: int | None = None,
                   timings: dict[str, float] | None = None, region_problems: list | None = None,
                   where: str | None = None, workers: int | None = None,
-                  pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE) -> DatasetCounts:
+                  pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE, scope: str = "class") -> DatasetCounts:
     """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
 
-    The same pass fills two per-pair columns of ``extra`` (see :mod:`xbench.score.localisation`): the
-    energy share and the tolerant pointing-game hit at ``pointing_tolerance`` original pixels (each case's
-    ``orig_size`` over the grid gives its cell size).
+    The same pass fills the per-pair columns of ``extra`` that some registered metric reads, each declared in
+    :mod:`xbench.score.pair_stats` for the rows of ``scope`` ("class", or "phrase" for the phrase-row view):
+    e.g. the energy share, the tolerant pointing-game hit at ``pointing_tolerance`` original pixels (each case's
+    ``orig_size`` over the grid gives its cell size; without ``orig_size`` that column is absent) and, on
+    phrase rows, the signed CNR.
 
     Every region_mask chunk is decoded exactly once, on one of ``workers`` threads that then counts the
     chunk's pairs with the serial ``nogil`` kernel (:func:`xbench.score.kernels.count_pairs_into`): decoding
@@ -119,6 +123,9 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         :class:`xbench.schemas.InvalidStoreError`.
     workers
         Threads (default: Numba's thread count).
+    scope
+        The rows counted: "class" (finding classes) or "phrase" (phrase rows, :mod:`xbench.score.phrases`);
+        picks the per-pair statistics defined on them.
     """
     from xbench.schemas import InvalidStoreError
     from xbench.schemas.ground_truth import empty_region_problem
@@ -154,16 +161,18 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     H, W = (int(s) for s in gt_ds.grid)
     dtype = count_dtype((H, W))
     out = GroundingCounts(np.empty((K, N_THRESHOLDS), dtype), np.empty((K, N_THRESHOLDS), dtype),
-                          np.empty(K, bool), np.empty(K, np.int32), np.empty(K, np.float64), np.empty(K, np.int32),
-                          np.empty(K, bool) if hasattr(gt_ds, "orig_size") else None)
+                          np.empty(K, bool), np.empty(K, np.int32))
+    # the per-pair statistics some registered metric reads (pair_stats.py), and only those
+    has_size = hasattr(gt_ds, "orig_size")
+    stats = PS.needed(R.metrics(kind=None, scope=None), scope, orig_size=has_size)
+    extra = {s.name: np.empty(K, s.dtype) for s in stats}
     tol = float(pointing_tolerance)
     if not (np.isfinite(tol) and tol >= 0.0):
         raise ScoreInputError(f"the pointing tolerance must be a finite distance >= 0 (pixels); got {pointing_tolerance!r}")
     # original pixels per grid cell (height, width) of each kept pair's case
     # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
-    cell = (np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]] / np.array([H, W], dtype=np.float64)
-            if K and out.hit_tolerant is not None else np.ones((K, 2)))
-    cell = np.ascontiguousarray(cell)
+    cell = (np.ascontiguousarray(np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]]
+                                 / np.array([H, W], dtype=np.float64)) if has_size else None)
     masks_arr = gt_ds.region_mask
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
     sal = sub_ds.saliency
@@ -190,9 +199,13 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
             return t1 - t0, 0.0, 0
         block = np.ascontiguousarray(block, dtype=bool)
         local = np.ascontiguousarray(keep[p0:p1] - c0)
-        count_pairs_into(np.ascontiguousarray(maps[p0 - m0:p1 - m0], dtype=np.float32), block, local, plan,
-                         GroundingCounts(*(None if a is None else a[p0:p1] for a in out)), cell=cell[p0:p1],
-                         tolerance=tol)
+        m = np.ascontiguousarray(maps[p0 - m0:p1 - m0], dtype=np.float32)
+        energy, argmax = np.empty(p1 - p0, np.float64), np.empty(p1 - p0, np.int32)
+        count_pairs_into(m, block, local, plan, GroundingCounts(out.b[p0:p1], out.br[p0:p1], out.hit[p0:p1],
+                                                                out.region_pixels[p0:p1], energy, argmax))
+        here = PS.Chunk(m, block, local, plan, energy, argmax, None if cell is None else cell[p0:p1], tol)
+        for s in stats:
+            s.fill(here, extra[s.name][p0:p1])
         # a kept region is empty when its |R| is 0; the regions of unsupported classes are checked here
         empty = local[out.region_pixels[p0:p1] == 0]
         other = np.setdiff1d(np.arange(c1 - c0), local, assume_unique=True)
@@ -235,8 +248,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
         labels=labels, prob=prob, pair_case=pair_case[order], pair_class=pair_class[order],
         region_pixels=out.region_pixels[order], hit=out.hit[order], b=_take_rows_inplace(out.b, order),
         br=_take_rows_inplace(out.br, order), grid=(H, W),
-        extra={ENERGY_COLUMN: out.energy[order],
-               **({} if out.hit_tolerant is None else {TOLERANT_COLUMN: out.hit_tolerant[order]})},
+        extra={name: v[order] for name, v in extra.items()},
     )
 
 

@@ -5,24 +5,16 @@ unchanged: :func:`phrase_counts` hands :func:`xbench.score.counting.count_datase
 ground truth in which the "cases" are the phrase rows, the classes are the categories and every row has
 one region (its ``query_mask``), and a view of the submission whose single map column is
 ``query_saliency``. Pointing game, Dice and IoU at the fixed and at the searched threshold (searched
-per category, as per class) come from those counts. The contrast-to-noise ratio comes from a small
-kernel of its own over the same resized maps (:func:`cnr_of_pairs`), stored as the counts' per-row
-column ``registry.CNR_COLUMN``. Every metric is an entry of the metric registry with the phrase scope
+per category, as per class) come from those counts. The contrast-to-noise ratio is one more per-pair
+statistic of the same counting pass (declared for phrase rows in :mod:`xbench.score.pair_stats`, its kernel
+:func:`xbench.score.cnr.cnr_of_pairs`), the counts' per-row column ``registry.CNR_COLUMN``. What stays
+phrase-specific here is the view, and that the bootstrap resamples images, not phrase rows.
+Every metric is an entry of the metric registry with the phrase scope
 (:mod:`xbench.score.registry`): this module only runs the per-row pass, then takes each registered
 metric's point estimate (the class code's, per category) and its bootstrap form (a weighted mean per
 resample) from its definition.
 
-CNR (contract §Phrase grounding). On the raw map resized to the region grid (M, float64, the
-contract's step 1), with R the phrase's region and O the other grid cells:
-
-    CNR_signed = (mu_R - mu_O) / sqrt(var_R + var_O),   CNR = |CNR_signed|
-
-means and variances over the cells of each set, population variances (divided by the cell count, ddof
-= 0). CNR is unchanged by M -> a M + b with a > 0, so it is the same on the min-max normalised map
-(up to rounding). A constant map (max M == min M) has CNR 0. It is undefined (NaN in the arrays, left
-out of every mean, counted as ``n_cnr_undefined``) when R covers the whole grid (O is empty) or when
-both variances are 0 while the means differ (an infinite ratio). A region never covers no cell (the
-ground truth forbids empty regions).
+CNR: see :mod:`xbench.score.cnr` (contract §Phrase grounding).
 
 Recognition metrics do not apply to phrase rows (every phrase describes a finding that is present).
 Bootstrap intervals resample *images* (the dataset's cases) with replacement, because one image carries
@@ -32,97 +24,22 @@ again in each resample, per category.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 
 from . import registry as R
 from .cells import md_cell
-from .counting import count_dataset, gather_maps
+from .cnr import cnr_of_pairs  # noqa: F401  (its home before it became a per-pair statistic)
+from .counting import count_dataset
 from .counts import DatasetCounts, PhraseCounts
 from .errors import GroundTruthMismatchError
 from .estimates import class_grounding_point
 from .intervals import nanmean_rows, paired_row, percentile_interval
-from .kernels import THRESHOLDS, _resize_into, numba, resize_plan
+from .kernels import THRESHOLDS
 
 __all__ = ["PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_points", "phrase_replicates", "phrase_metrics",
            "score_phrases", "phrase_columns", "paired_phrase_rows", "phrase_ground_truth_problems", "PHRASE_SCOPE", "ALL_PHRASES"]
-
-
-# ---------------------------------------------------------------------------------------------- CNR
-@numba.njit(cache=True, nogil=True)
-def _cnr_one(m, mask):
-    """Signed CNR of one resized float64 map ``m`` (H, W) against ``mask`` (H, W) bool (see module doc)."""
-    H, W = m.shape
-    n_in = 0
-    s_in = 0.0
-    s_out = 0.0
-    mn = m[0, 0]
-    mx = m[0, 0]
-    for i in range(H):
-        for j in range(W):
-            v = m[i, j]
-            if v < mn:
-                mn = v
-            if v > mx:
-                mx = v
-            if mask[i, j]:
-                n_in += 1
-                s_in += v
-            else:
-                s_out += v
-    n_out = H * W - n_in
-    if n_in == 0 or n_out == 0:
-        return np.nan
-    if mx == mn:
-        return 0.0
-    mu_in = s_in / n_in
-    mu_out = s_out / n_out
-    q_in = 0.0
-    q_out = 0.0
-    for i in range(H):  # second pass: squared deviations from the means (no cancellation)
-        for j in range(W):
-            if mask[i, j]:
-                d = m[i, j] - mu_in
-                q_in += d * d
-            else:
-                d = m[i, j] - mu_out
-                q_out += d * d
-    den = np.sqrt(q_in / n_in + q_out / n_out)
-    if den == 0.0:
-        return np.nan
-    return (mu_in - mu_out) / den
-
-
-@numba.njit(cache=True, nogil=True)
-def _cnr_chunk(maps, masks, local, area, row_idx, row_w, col_idx, col_w, out):
-    """``out[p]`` = signed CNR of map ``maps[p]`` (float32, h x w) resized to the grid, against ``masks[local[p]]``."""
-    H = masks.shape[1]
-    W = masks.shape[2]
-    buf = np.empty((H, W), dtype=np.float64)
-    tmp = np.empty((maps.shape[1], W), dtype=np.float64)
-    for p in range(maps.shape[0]):
-        _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
-        out[p] = _cnr_one(buf, masks[local[p]])
-
-
-def cnr_of_pairs(maps, masks, local=None) -> np.ndarray:
-    """Signed CNR of each (map, region) pair: ``maps`` (P, h, w) float16/32 raw maps, ``masks`` (n, H, W)
-    bool regions on the grid, ``local`` (P,) the region row of each map (default ``arange(P)``).
-    Returns (P,) float64; NaN where CNR is undefined (module doc). ``abs()`` gives CNR."""
-    maps = np.ascontiguousarray(maps, dtype=np.float32)
-    masks = np.ascontiguousarray(masks, dtype=bool)
-    local = np.arange(maps.shape[0], dtype=np.int64) if local is None else np.ascontiguousarray(local, dtype=np.int64)
-    if maps.ndim != 3 or masks.ndim != 3 or local.shape != (maps.shape[0],):
-        raise ValueError(f"maps (P, h, w), masks (n, H, W) and local (P,) expected; got {maps.shape}, {masks.shape}, {local.shape}")
-    if local.size and (local.min() < 0 or local.max() >= masks.shape[0]):
-        raise ValueError("local points outside the masks")
-    out = np.empty(maps.shape[0], dtype=np.float64)
-    if maps.shape[0]:
-        plan = resize_plan(maps.shape[1:], masks.shape[1:])
-        _cnr_chunk(maps, masks, local, plan.area, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, out)
-    return out
 
 
 # ------------------------------------------------------------------------------------------- counting
@@ -149,39 +66,18 @@ def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: 
 
     ``cases`` (bool per ground-truth case): only the phrase rows of those images, counted as against a
     ground truth of those images alone (a submission scored on the cases it holds); None: every row."""
-    from xbench.schemas.store import iter_row_blocks, read_rows
     from xbench.schemas.submission import align_queries
 
     gt_view, sub_view = _views(sub_ds, gt_ds)
     rows = align_queries(sub_ds, gt_ds, cases)
     n_cat = len(gt_view.classes)
     dc = count_dataset(sub_view, gt_view, case_rows=rows, class_cols=np.zeros(n_cat, np.int64),
-                       region_problems=region_problems, where=where, timings=timings)
-    # CNR, one stored chunk of phrase regions at a time, in phrase-row order
-    cnr_rows = np.full(len(gt_ds.queries), np.nan)
-    masks = gt_ds.query_mask
-    sal = sub_ds.query_saliency
-    problems: list = []
-    for start, stop in iter_row_blocks(masks):
-        block = read_rows(masks, start, stop, f"{where or gt_ds.name}/query_mask", problems)
-        if block is None:
-            continue
-        here = np.flatnonzero(rows[start:stop] >= 0)  # every row, unless only some images are scored
-        maps = gather_maps(sal, rows[start:stop][here], np.zeros(here.size, np.int64))
-        cnr_rows[start + here] = cnr_of_pairs(maps, block, here)
-    if problems:
-        if region_problems is None:
-            from xbench.schemas import InvalidStoreError
-
-            raise InvalidStoreError(problems)
-        region_problems.extend(problems)
+                       region_problems=region_problems, where=where, timings=timings, scope="phrase")
     image = np.asarray(gt_ds.queries.case, np.int64)
     n_images = int(np.asarray(gt_ds.case_id).shape[0])
     if cases is not None:  # the rows and images present, renumbered as a ground truth of them alone would be
-        row = np.flatnonzero(rows >= 0)
-        cnr_rows, image = cnr_rows[row], (np.cumsum(cases) - 1)[image[row]]
+        image = (np.cumsum(cases) - 1)[image[np.flatnonzero(rows >= 0)]]
         n_images = int(np.count_nonzero(cases))
-    dc = replace(dc, extra={**dc.extra, R.CNR_COLUMN: cnr_rows[dc.pair_case]})
     return PhraseCounts(counts=dc, image=image[dc.pair_case], n_images=n_images)
 
 
