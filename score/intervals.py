@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["nanmean_rows", "percentile_interval", "percentile_intervals", "paired_row", "defined"]
+__all__ = ["nanmean_rows", "mean_defined", "percentile_interval", "percentile_intervals", "paired_row", "defined"]
 
 
 def nanmean_rows(stack: np.ndarray) -> np.ndarray:
@@ -24,6 +24,12 @@ def nanmean_rows(stack: np.ndarray) -> np.ndarray:
     tot = np.sum(np.where(mask, 0.0, stack), axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.divide(tot, cnt, out=tot, casting="unsafe")
+
+
+def mean_defined(v: np.ndarray) -> float | None:
+    """Mean of the defined (non-NaN) values of ``v``; None when none is."""
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else None
 
 
 def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> list[float] | None:

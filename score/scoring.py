@@ -35,7 +35,8 @@ import numpy as np
 
 from . import registry as R
 from ._allocator import release_freed_memory
-from .bootstrap import bootstrap_replicates, overall_replicates, percentile_intervals
+from .bootstrap import bootstrap_replicates, overall_replicates, percentile_interval, percentile_intervals
+from .bootstrap import phrase_replicates
 from .counting import Progress, count_dataset, region_mask_problems  # noqa: F401
 from .counting import _take_rows_inplace, gather_maps as _gather_maps  # noqa: F401  (benchmarks, tests)
 from .counts import DatasetCounts
@@ -44,7 +45,8 @@ from .estimates import NO_POSITIVE_REGION, UNSUPPORTED_REASON, Thresholds, Undef
 from .estimates import class_grounding_point, class_taus, point_metrics  # noqa: F401
 from .localisation import DEFAULT_POINTING_TOLERANCE
 from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
-from .phrases import score_phrases
+from .intervals import mean_defined
+from .phrases import PhraseCounts, phrase_counts, phrase_points
 from .warm import start_background_warm
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
@@ -191,6 +193,67 @@ def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, di
         raise ThresholdsError(f"{where}: thresholds must come from an xbench metrics.json: it needs "
                               "datasets.<dataset>.classes.<class>.tau_dice / tau_iou (numbers)") from None
     return found
+
+
+# ------------------------------------------------------------------------------------------- phrase rows
+def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """The metrics.json "phrases" entry of one dataset (contract §metrics.json): per category, the
+    summary (unweighted mean over categories with a phrase) and the pooled mean over every phrase."""
+    dc = pc.counts
+    points = phrase_points(pc)
+    categories = points["categories"]
+    entry = {"n_phrases": int(dc.pair_case.size), "n_images": int(np.unique(pc.image).size),
+             "n_cnr_undefined": int(np.isnan(pc.cnr).sum()), "summary": points["summary"],
+             "all_phrases": points["pooled"], "categories": categories}
+    if bootstrap > 0 and dc.pair_case.size:
+        reps = phrase_replicates(pc, bootstrap, seed)
+        for name, stats in reps["categories"].items():
+            categories[name]["ci95"] = {k: percentile_interval(v, level) for k, v in stats.items()}
+        entry["ci95"] = {k: percentile_interval(v, level) for k, v in reps["summary"].items()}
+        entry["all_phrases"]["ci95"] = {k: percentile_interval(v, level) for k, v in reps["pooled"].items()}
+    return entry
+
+
+def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: str = "",
+                  region_problems: list | None = None, timings: dict | None = None,
+                  cases: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict]:
+    """The metrics.json "phrases" section for the datasets ``names`` whose ground truth has phrase rows,
+    and their :class:`PhraseCounts`. A submission that declares its model cannot take free text
+    (``phrases_unsupported``) gets null metrics with the reason. Returns ({} , {}) when no dataset has any.
+
+    ``cases``: {dataset: bool per ground-truth case} for datasets scored on some of their images only
+    (:func:`phrase_counts`); a dataset none of whose phrase rows is among them has no entry, as with a
+    ground truth of those images alone."""
+    from xbench.schemas.queries import UNSUPPORTED_ATTR
+
+    section: dict = {}
+    counts: dict[str, PhraseCounts] = {}
+    cases = cases or {}
+    for name in sorted(names):
+        gt_ds, sub_ds = gt.datasets[name], sub.datasets[name]
+        if getattr(gt_ds, "queries", None) is None:
+            continue
+        present = cases.get(name)
+        if present is not None and not np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)].any():
+            continue
+        reason = sub_ds.attrs.get(UNSUPPORTED_ATTR)
+        if reason is not None or sub_ds.query_id is None:
+            n_phrases = len(gt_ds.queries) if present is None else int(
+                np.count_nonzero(np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)]))
+            section[name] = {"n_phrases": n_phrases, "unsupported": True,
+                             "reason": str(reason or "the submission has no phrase rows"),
+                             "summary": {k: None for k in R.phrase_keys()}}
+            continue
+        pc = counts[name] = phrase_counts(sub_ds, gt_ds, region_problems=region_problems,
+                                          where=f"{where}/{name}" if where else name, timings=timings,
+                                          cases=present)
+        section[name] = phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
+    if section:
+        section = {"overall": {k: mean_defined(np.array([np.nan if d["summary"][k] is None else d["summary"][k]
+                                                  for d in section.values()], dtype=np.float64))
+                               for k in R.phrase_keys()},
+                   "datasets": section}
+    return section, counts
 
 
 # ------------------------------------------------------------------------------------------ top level
