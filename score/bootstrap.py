@@ -35,8 +35,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from . import registry as R
-from .counts import DatasetCounts
+from .counts import DatasetCounts, PhraseCounts
+from .intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
+from .intervals import percentile_interval, percentile_intervals
 from .kernels import _ranked_replicates, rank_order
+from .intervals import mean_defined
+from .phrases import ALL_PHRASES, PHRASE_SCOPE, phrase_ground_truth_problems, phrase_points
 
 if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
     import pandas as pd
@@ -445,47 +449,6 @@ def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str
     return classes, {k: summary[k] for k in keys}
 
 
-def _nanmean_rows(stack: np.ndarray) -> np.ndarray:
-    """``numpy.nanmean(stack, axis=0)`` with numpy's own steps (NaN set to 0, sum, divide by the count), so the
-    same bits, but NaN without a "Mean of empty slice" warning for all-NaN columns (they are expected:
-    undefined resamples). No ``warnings.catch_warnings``: it swaps process-wide state, and the bootstrap runs
-    on several threads."""
-    stack = np.asarray(stack, dtype=np.float64)
-    mask = np.isnan(stack)
-    cnt = np.sum(~mask, axis=0, dtype=np.intp)
-    tot = np.sum(np.where(mask, 0.0, stack), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.divide(tot, cnt, out=tot, casting="unsafe")
-
-
-def percentile_interval(replicates: np.ndarray, level: float = 0.95) -> list[float] | None:
-    """[lo, hi] percentile interval over the defined (non-NaN) replicates; None when none is defined."""
-    r = np.asarray(replicates, dtype=np.float64)
-    r = r[~np.isnan(r)]
-    if r.size == 0:
-        return None
-    a = (1.0 - level) / 2.0 * 100.0
-    lo, hi = np.percentile(r, [a, 100.0 - a])
-    return [float(lo), float(hi)]
-
-
-def percentile_intervals(stats: Mapping[str, np.ndarray], level: float = 0.95) -> dict[str, list[float] | None]:
-    """:func:`percentile_interval` of every array of ``stats``, with the same numbers: the arrays without an
-    undefined replicate go through one ``numpy.percentile`` along an axis (the same partition and
-    interpolation per row; one call instead of one per metric), the others one by one."""
-    out: dict[str, list[float] | None] = dict.fromkeys(stats)
-    full = [k for k, v in stats.items() if np.asarray(v).size and not np.isnan(v).any()]
-    for k in stats:
-        if k not in full:
-            out[k] = percentile_interval(stats[k], level)
-    if full:
-        a = (1.0 - level) / 2.0 * 100.0
-        q = np.percentile(np.stack([np.asarray(stats[k], dtype=np.float64) for k in full]), [a, 100.0 - a], axis=1)
-        for j, k in enumerate(full):
-            out[k] = [float(q[0, j]), float(q[1, j])]
-    return out
-
-
 class Replicates(NamedTuple):
     """Replicates of one dataset: ``classes[name][key]`` and ``summary[key]``, (B,) float64 (NaN = undefined)."""
 
@@ -615,22 +578,6 @@ def ground_truth_problems(a: Mapping[str, DatasetCounts], b: Mapping[str, Datase
 PAIRED_COLUMNS = ["dataset", "class", "metric", "a", "b", "diff", "diff_lo", "diff_hi", "p_value", "n_valid"]
 
 
-def _defined(x) -> float | None:
-    return None if x is None or np.isnan(x) else float(x)
-
-
-def _difference(dataset, cls, metric, point_a, point_b, reps_a, reps_b, level) -> dict:
-    """One row of :func:`paired_differences` (see there)."""
-    a, b = _defined(point_a), _defined(point_b)
-    d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
-    ok = d[~np.isnan(d)]
-    ci = percentile_interval(ok, level)
-    p = float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0)))) if ok.size else None
-    return {"dataset": dataset, "class": cls, "metric": metric, "a": a, "b": b,
-            "diff": None if a is None or b is None else a - b, "diff_lo": None if ci is None else ci[0],
-            "diff_hi": None if ci is None else ci[1], "p_value": p, "n_valid": int(ok.size)}
-
-
 def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Replicates],
                        point_a: Mapping[str, Replicates], point_b: Mapping[str, Replicates], *,
                        level: float = 0.95, per_class: bool = True) -> pd.DataFrame:
@@ -705,7 +652,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.counts.load_phrase_counts`):
         the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
         metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
-        "phrases/<dataset>", see :func:`xbench.score.phrases.paired_phrase_rows`).
+        "phrases/<dataset>", see :func:`paired_phrase_rows`).
 
     Returns
     -------
@@ -729,10 +676,172 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     table = paired_differences(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class)
     if not (phrases_a and phrases_b and set(phrases_a) & set(phrases_b)):
         return table
-    from .phrases import paired_phrase_rows
 
     rows = paired_phrase_rows(phrases_a, phrases_b, n_resamples=n_resamples, seed=seed, level=level,
                               per_category=per_class, cache=cache, names=names)
     import pandas as pd
 
     return pd.DataFrame(table.to_dict("records") + rows, columns=PAIRED_COLUMNS)
+
+
+# ------------------------------------------------------------------------------ phrase rows: resample images
+# The one thing the phrase scope does differently: a resample draws the dataset's *images* with replacement and
+# takes each drawn image with all its phrase rows (one image carries several phrases).
+def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
+    """Weighted means of ``v`` (P,) or (P, T) over the rows ``sel`` (all when None) under weights ``w``
+    (B, P); NaN where a resample put no weight on a selected row."""
+    wd = w * (np.ones(v.shape[0], bool) if sel is None else sel)
+    tot = wd.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (wd @ v) / (tot if v.ndim == 1 else tot[:, None])
+
+
+class _Scope:
+    """The registry's phrase metrics on some pair rows ``idx`` (a category, or every phrase): per-row values
+    read once, then the weighted means of each block of resamples (:meth:`replicates`).
+
+    Form of each metric on a resample with weights w over the rows: the w-weighted mean of its per-row
+    values over the rows its ``pairs`` selects; a curve metric's mean curve at its threshold: a fixed index,
+    the first maximum of each resample's curve (:class:`~xbench.score.registry.Best`), or per row the value at
+    the index another metric chose in the same resample (:class:`~xbench.score.registry.ChosenBy`). A fixed
+    threshold reads the whole mean curve when a searched metric of the scope computes it anyway, else its
+    own column only."""
+
+    def __init__(self, dc: DatasetCounts, idx: np.ndarray, ms: list):
+        self.idx, self.ms = idx, ms
+        view = R.PairView(dc, idx)
+        full = {(m.values, m.pairs) for m in ms if R.searched(m)}
+        self.sel = {m.pairs: None if m.pairs is None else np.asarray(m.pairs(view), bool) for m in ms}
+        self.vals: dict = {}
+        for m in ms:
+            src = (m.values, m.pairs)
+            if not m.curve:
+                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
+            elif src in full or isinstance(m.threshold, R.ChosenBy):
+                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
+            else:
+                k = int(m.threshold)
+                self.vals.setdefault((m.values, m.pairs, k), np.asarray(m.values(view.columns(slice(k, k + 1))),
+                                                                        np.float64)[:, 0])
+
+    def replicates(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """(B,) replicates of every metric of the scope for row weights ``w`` (B, P_all)."""
+        w = w[:, self.idx]
+        means: dict = {}
+        out: dict[str, np.ndarray] = {}
+        ks: dict[str, np.ndarray] = {}
+        for m in self.ms:
+            src, sel = (m.values, m.pairs), self.sel[m.pairs]
+            if not m.curve:
+                out[m.key] = _weighted(w, self.vals[src], sel)
+            elif isinstance(m.threshold, R.ChosenBy):
+                k = ks[m.threshold.key]  # the value of each row at the tau its resample chose
+                at = np.take(self.vals[src], k, axis=1).T  # (B, P)
+                wd = w * (np.ones(w.shape[1], bool) if sel is None else sel)
+                tot = wd.sum(axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[m.key] = (wd * at).sum(axis=1) / tot
+            elif src in self.vals:
+                if src not in means:
+                    means[src] = _weighted(w, self.vals[src], sel)
+                if isinstance(m.threshold, R.Best):
+                    k = np.argmax(np.nan_to_num(means[src], nan=-np.inf), axis=1)  # first maximum
+                    ks[m.key] = k
+                    out[m.key] = means[src][np.arange(k.size), k]  # NaN where the category was not drawn
+                else:
+                    out[m.key] = means[src][:, int(m.threshold)]
+            else:
+                out[m.key] = _weighted(w, self.vals[(m.values, m.pairs, int(m.threshold))], sel)
+        return out
+
+
+def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int = 250) -> dict:
+    """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
+    {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
+
+    Each resample draws the dataset's images with replacement from ``numpy.random.default_rng(seed)``; a
+    phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
+    resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
+    """
+    rng = np.random.default_rng(seed)
+    dc = pc.counts
+    n = pc.n_images
+    ms = R.metrics("grounding", scope="phrase")
+    pooled_ms = [m for m in ms if not R.searched(m)]
+    cats = [c for c in range(len(dc.classes)) if dc.class_pairs(c).size]
+    scopes = {dc.classes[c]: _Scope(dc, dc.class_pairs(c), ms) for c in cats}
+    everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
+    per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
+    pooled: dict = {m.key: [] for m in pooled_ms}
+    for b0 in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - b0)
+        draws = rng.multinomial(n, np.full(n, 1.0 / n), size=b).astype(np.float64)  # (b, N) image counts
+        w_all = draws[:, pc.image]
+        for k, v in everything.replicates(w_all).items():
+            pooled[k].append(v)
+        for name, sc in scopes.items():
+            for k, v in sc.replicates(w_all).items():
+                per_cat[name][k].append(v)
+    empty = np.zeros(0)
+    per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
+    # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
+    summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
+               else np.full(n_resamples, np.nan) for m in ms}
+    return {"categories": per_cat, "summary": summary,
+            "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
+
+
+def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
+    """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
+    key = (name, pc.name, "phrases", n_resamples, seed)
+    if cache is not None and name is not None and key in cache:
+        return cache[key]
+    found = (phrase_replicates(pc, n_resamples, seed), phrase_points(pc))
+    if cache is not None and name is not None:
+        cache[key] = found
+    return found
+
+
+def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
+                       seed: int, level: float = 0.95, per_category: bool = True, cache: dict | None = None,
+                       names: tuple[str, str] | None = None) -> list[dict]:
+    """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
+    :data:`xbench.score.bootstrap.PAIRED_COLUMNS`.
+
+    Both submissions get the resamples of their own metrics.json phrase intervals (:func:`phrase_replicates`:
+    images drawn with replacement from ``default_rng(seed)`` per dataset, every phrase of a drawn image with
+    it), so each resample compares the two on the same images. Point values are the metrics.json values
+    (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
+    dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
+    :data:`ALL_PHRASES`) and, with ``per_category``, each category.
+    """
+    problems = phrase_ground_truth_problems(a, b)
+    if problems:
+        from .errors import GroundTruthMismatchError
+
+        raise GroundTruthMismatchError(problems)
+    shared = sorted(set(a) & set(b))
+    name_a, name_b = names if names is not None else (None, None)
+    got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))
+           for d in shared}
+    keys = R.phrase_keys()
+    rows: list[dict] = []
+    if shared:
+        # all-NaN columns are expected (undefined in some resamples)
+        over = [{k: _nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
+                for i in (0, 1)]
+        pts = [{k: mean_defined(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
+                                   for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
+        rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
+    for d in shared:
+        (ra, pa), (rb, pb) = got[d]
+        scope = f"{PHRASE_SCOPE}/{d}"
+        rows += [_difference(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
+                             level) for k in keys]
+        rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
+                             rb["pooled"][k], level) for k in ra["pooled"]]
+        if per_category:
+            rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
+                                 rb["categories"][c][k], level)
+                     for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
+    return rows

@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from .kernels import THRESHOLDS
+from .registry import CNR_COLUMN
 
 __all__ = ["DatasetCounts", "PhraseCounts", "count_dtype", "save_pair_counts", "load_pair_counts",
            "load_phrase_counts"]
@@ -122,8 +123,6 @@ class PhraseCounts:
     @property
     def cnr(self) -> np.ndarray:
         """Signed CNR of each pair (NaN where undefined), in pair order."""
-        from .registry import CNR_COLUMN
-
         return self.counts.extra[CNR_COLUMN]
 
     def same_ground_truth(self, other: "PhraseCounts") -> bool:

@@ -1,123 +1,45 @@
 """Phrase grounding: scoring the phrase rows (free-text queries) of a dataset, e.g. MS-CXR.
 
 Each phrase row is a positive pair whose "class" is its category, so the class machinery counts it
-unchanged: :func:`phrase_counts` hands :func:`xbench.score.scoring.count_dataset` a view of the
+unchanged: :func:`phrase_counts` hands :func:`xbench.score.counting.count_dataset` a view of the
 ground truth in which the "cases" are the phrase rows, the classes are the categories and every row has
 one region (its ``query_mask``), and a view of the submission whose single map column is
 ``query_saliency``. Pointing game, Dice and IoU at the fixed and at the searched threshold (searched
-per category, as per class) come from those counts. The contrast-to-noise ratio comes from a small
-kernel of its own over the same resized maps (:func:`cnr_of_pairs`), stored as the counts' per-row
-column ``registry.CNR_COLUMN``. Every metric is an entry of the metric registry with the phrase scope
-(:mod:`xbench.score.registry`): this module only runs the per-row pass, then takes each registered
-metric's point estimate (the class code's, per category) and its bootstrap form (a weighted mean per
-resample) from its definition.
+per category, as per class) come from those counts. The contrast-to-noise ratio is one more per-pair
+statistic of the same counting pass (declared for phrase rows in :mod:`xbench.score.pair_stats`, its kernel
+:func:`xbench.score.cnr.cnr_of_pairs`), the counts' per-row column ``registry.CNR_COLUMN``. What stays
+phrase-specific is the view (here) and that the bootstrap resamples images, not phrase rows
+(:func:`xbench.score.bootstrap.phrase_replicates`, :func:`~xbench.score.bootstrap.paired_phrase_rows`).
+Every metric is an entry of the metric registry with the phrase scope (:mod:`xbench.score.registry`):
+this module holds the phrase-row source (the view and :func:`phrase_counts`), the point estimates per
+category (the class code's, :func:`phrase_points`) and the phrase table's rows; the metrics.json "phrases"
+section is assembled by :func:`xbench.score.scoring.score_phrases`.
 
-CNR (contract §Phrase grounding). On the raw map resized to the region grid (M, float64, the
-contract's step 1), with R the phrase's region and O the other grid cells:
-
-    CNR_signed = (mu_R - mu_O) / sqrt(var_R + var_O),   CNR = |CNR_signed|
-
-means and variances over the cells of each set, population variances (divided by the cell count, ddof
-= 0). CNR is unchanged by M -> a M + b with a > 0, so it is the same on the min-max normalised map
-(up to rounding). A constant map (max M == min M) has CNR 0. It is undefined (NaN in the arrays, left
-out of every mean, counted as ``n_cnr_undefined``) when R covers the whole grid (O is empty) or when
-both variances are 0 while the means differ (an infinite ratio). A region never covers no cell (the
-ground truth forbids empty regions).
+CNR: see :mod:`xbench.score.cnr` (contract §Phrase grounding).
 
 Recognition metrics do not apply to phrase rows (every phrase describes a finding that is present).
 Bootstrap intervals resample *images* (the dataset's cases) with replacement, because one image carries
 several phrases: a resample takes each drawn image with all its phrases; the best thresholds are chosen
-again in each resample, per category.
+again in each resample, per category (:mod:`xbench.score.bootstrap`).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 
 from . import registry as R
-from .counts import DatasetCounts, PhraseCounts
-from .kernels import THRESHOLDS, _resize_into, numba, resize_plan
+from .cells import md_cell
+from .cnr import cnr_of_pairs  # noqa: F401  (its home before it became a per-pair statistic)
+from .counting import count_dataset
+from .counts import PhraseCounts
+from .estimates import class_grounding_point
+from .intervals import mean_defined
+from .kernels import THRESHOLDS
 
-__all__ = ["PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_points", "phrase_replicates", "phrase_metrics",
-           "score_phrases", "phrase_columns", "paired_phrase_rows", "phrase_ground_truth_problems", "PHRASE_SCOPE", "ALL_PHRASES"]
-
-
-# ---------------------------------------------------------------------------------------------- CNR
-@numba.njit(cache=True, nogil=True)
-def _cnr_one(m, mask):
-    """Signed CNR of one resized float64 map ``m`` (H, W) against ``mask`` (H, W) bool (see module doc)."""
-    H, W = m.shape
-    n_in = 0
-    s_in = 0.0
-    s_out = 0.0
-    mn = m[0, 0]
-    mx = m[0, 0]
-    for i in range(H):
-        for j in range(W):
-            v = m[i, j]
-            if v < mn:
-                mn = v
-            if v > mx:
-                mx = v
-            if mask[i, j]:
-                n_in += 1
-                s_in += v
-            else:
-                s_out += v
-    n_out = H * W - n_in
-    if n_in == 0 or n_out == 0:
-        return np.nan
-    if mx == mn:
-        return 0.0
-    mu_in = s_in / n_in
-    mu_out = s_out / n_out
-    q_in = 0.0
-    q_out = 0.0
-    for i in range(H):  # second pass: squared deviations from the means (no cancellation)
-        for j in range(W):
-            if mask[i, j]:
-                d = m[i, j] - mu_in
-                q_in += d * d
-            else:
-                d = m[i, j] - mu_out
-                q_out += d * d
-    den = np.sqrt(q_in / n_in + q_out / n_out)
-    if den == 0.0:
-        return np.nan
-    return (mu_in - mu_out) / den
-
-
-@numba.njit(cache=True, nogil=True)
-def _cnr_chunk(maps, masks, local, area, row_idx, row_w, col_idx, col_w, out):
-    """``out[p]`` = signed CNR of map ``maps[p]`` (float32, h x w) resized to the grid, against ``masks[local[p]]``."""
-    H = masks.shape[1]
-    W = masks.shape[2]
-    buf = np.empty((H, W), dtype=np.float64)
-    tmp = np.empty((maps.shape[1], W), dtype=np.float64)
-    for p in range(maps.shape[0]):
-        _resize_into(maps[p], area, row_idx, row_w, col_idx, col_w, tmp, buf)
-        out[p] = _cnr_one(buf, masks[local[p]])
-
-
-def cnr_of_pairs(maps, masks, local=None) -> np.ndarray:
-    """Signed CNR of each (map, region) pair: ``maps`` (P, h, w) float16/32 raw maps, ``masks`` (n, H, W)
-    bool regions on the grid, ``local`` (P,) the region row of each map (default ``arange(P)``).
-    Returns (P,) float64; NaN where CNR is undefined (module doc). ``abs()`` gives CNR."""
-    maps = np.ascontiguousarray(maps, dtype=np.float32)
-    masks = np.ascontiguousarray(masks, dtype=bool)
-    local = np.arange(maps.shape[0], dtype=np.int64) if local is None else np.ascontiguousarray(local, dtype=np.int64)
-    if maps.ndim != 3 or masks.ndim != 3 or local.shape != (maps.shape[0],):
-        raise ValueError(f"maps (P, h, w), masks (n, H, W) and local (P,) expected; got {maps.shape}, {masks.shape}, {local.shape}")
-    if local.size and (local.min() < 0 or local.max() >= masks.shape[0]):
-        raise ValueError("local points outside the masks")
-    out = np.empty(maps.shape[0], dtype=np.float64)
-    if maps.shape[0]:
-        plan = resize_plan(maps.shape[1:], masks.shape[1:])
-        _cnr_chunk(maps, masks, local, plan.area, plan.row_idx, plan.row_w, plan.col_idx, plan.col_w, out)
-    return out
+__all__ = ["PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_points", "phrase_columns", "phrase_rows",
+           "phrase_markdown", "phrase_csv", "phrase_ground_truth_problems", "PHRASE_SCOPE", "ALL_PHRASES"]
 
 
 # ------------------------------------------------------------------------------------------- counting
@@ -144,56 +66,26 @@ def phrase_counts(sub_ds, gt_ds, *, region_problems: list | None = None, where: 
 
     ``cases`` (bool per ground-truth case): only the phrase rows of those images, counted as against a
     ground truth of those images alone (a submission scored on the cases it holds); None: every row."""
-    from xbench.schemas.store import iter_row_blocks, read_rows
     from xbench.schemas.submission import align_queries
-
-    from .scoring import _gather_maps, count_dataset
 
     gt_view, sub_view = _views(sub_ds, gt_ds)
     rows = align_queries(sub_ds, gt_ds, cases)
     n_cat = len(gt_view.classes)
     dc = count_dataset(sub_view, gt_view, case_rows=rows, class_cols=np.zeros(n_cat, np.int64),
-                       region_problems=region_problems, where=where, timings=timings)
-    # CNR, one stored chunk of phrase regions at a time, in phrase-row order
-    cnr_rows = np.full(len(gt_ds.queries), np.nan)
-    masks = gt_ds.query_mask
-    sal = sub_ds.query_saliency
-    problems: list = []
-    for start, stop in iter_row_blocks(masks):
-        block = read_rows(masks, start, stop, f"{where or gt_ds.name}/query_mask", problems)
-        if block is None:
-            continue
-        here = np.flatnonzero(rows[start:stop] >= 0)  # every row, unless only some images are scored
-        maps = _gather_maps(sal, rows[start:stop][here], np.zeros(here.size, np.int64))
-        cnr_rows[start + here] = cnr_of_pairs(maps, block, here)
-    if problems:
-        if region_problems is None:
-            from xbench.schemas import InvalidStoreError
-
-            raise InvalidStoreError(problems)
-        region_problems.extend(problems)
+                       region_problems=region_problems, where=where, timings=timings, scope="phrase")
     image = np.asarray(gt_ds.queries.case, np.int64)
     n_images = int(np.asarray(gt_ds.case_id).shape[0])
     if cases is not None:  # the rows and images present, renumbered as a ground truth of them alone would be
-        row = np.flatnonzero(rows >= 0)
-        cnr_rows, image = cnr_rows[row], (np.cumsum(cases) - 1)[image[row]]
+        image = (np.cumsum(cases) - 1)[image[np.flatnonzero(rows >= 0)]]
         n_images = int(np.count_nonzero(cases))
-    dc = replace(dc, extra={**dc.extra, R.CNR_COLUMN: cnr_rows[dc.pair_case]})
     return PhraseCounts(counts=dc, image=image[dc.pair_case], n_images=n_images)
 
 
 # -------------------------------------------------------------------------------------------- metrics
-def _mean(v: np.ndarray) -> float | None:
-    v = v[~np.isnan(v)]
-    return float(v.mean()) if v.size else None
-
-
 def _category_point(pc: PhraseCounts, c: int) -> dict:
     """A category's metrics.json entry: its counts, every phrase metric of the registry (the class code's
-    point estimates, :func:`xbench.score.scoring.class_grounding_point`), the chosen thresholds after the
+    point estimates, :func:`xbench.score.estimates.class_grounding_point`), the chosen thresholds after the
     curve metrics, and the phrases whose CNR is undefined."""
-    from .scoring import class_grounding_point
-
     dc = pc.counts
     idx = dc.class_pairs(c)
     keys = R.phrase_keys()
@@ -217,121 +109,13 @@ def _category_point(pc: PhraseCounts, c: int) -> dict:
     return entry
 
 
-def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
-    """Weighted means of ``v`` (P,) or (P, T) over the rows ``sel`` (all when None) under weights ``w``
-    (B, P); NaN where a resample put no weight on a selected row."""
-    wd = w * (np.ones(v.shape[0], bool) if sel is None else sel)
-    tot = wd.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (wd @ v) / (tot if v.ndim == 1 else tot[:, None])
-
-
-class _Scope:
-    """The registry's phrase metrics on some pair rows ``idx`` (a category, or every phrase): per-row values
-    read once, then the weighted means of each block of resamples (:meth:`replicates`).
-
-    Form of each metric on a resample with weights w over the rows: the w-weighted mean of its per-row
-    values over the rows its ``pairs`` selects; a curve metric's mean curve at its threshold: a fixed index,
-    the first maximum of each resample's curve (:class:`~xbench.score.registry.Best`), or per row the value at
-    the index another metric chose in the same resample (:class:`~xbench.score.registry.ChosenBy`). A fixed
-    threshold reads the whole mean curve when a searched metric of the scope computes it anyway, else its
-    own column only."""
-
-    def __init__(self, dc: DatasetCounts, idx: np.ndarray, ms: list):
-        self.idx, self.ms = idx, ms
-        view = R.PairView(dc, idx)
-        full = {(m.values, m.pairs) for m in ms if R.searched(m)}
-        self.sel = {m.pairs: None if m.pairs is None else np.asarray(m.pairs(view), bool) for m in ms}
-        self.vals: dict = {}
-        for m in ms:
-            src = (m.values, m.pairs)
-            if not m.curve:
-                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
-            elif src in full or isinstance(m.threshold, R.ChosenBy):
-                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
-            else:
-                k = int(m.threshold)
-                self.vals.setdefault((m.values, m.pairs, k), np.asarray(m.values(view.columns(slice(k, k + 1))),
-                                                                        np.float64)[:, 0])
-
-    def replicates(self, w: np.ndarray) -> dict[str, np.ndarray]:
-        """(B,) replicates of every metric of the scope for row weights ``w`` (B, P_all)."""
-        w = w[:, self.idx]
-        means: dict = {}
-        out: dict[str, np.ndarray] = {}
-        ks: dict[str, np.ndarray] = {}
-        for m in self.ms:
-            src, sel = (m.values, m.pairs), self.sel[m.pairs]
-            if not m.curve:
-                out[m.key] = _weighted(w, self.vals[src], sel)
-            elif isinstance(m.threshold, R.ChosenBy):
-                k = ks[m.threshold.key]  # the value of each row at the tau its resample chose
-                at = np.take(self.vals[src], k, axis=1).T  # (B, P)
-                wd = w * (np.ones(w.shape[1], bool) if sel is None else sel)
-                tot = wd.sum(axis=1)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    out[m.key] = (wd * at).sum(axis=1) / tot
-            elif src in self.vals:
-                if src not in means:
-                    means[src] = _weighted(w, self.vals[src], sel)
-                if isinstance(m.threshold, R.Best):
-                    k = np.argmax(np.nan_to_num(means[src], nan=-np.inf), axis=1)  # first maximum
-                    ks[m.key] = k
-                    out[m.key] = means[src][np.arange(k.size), k]  # NaN where the category was not drawn
-                else:
-                    out[m.key] = means[src][:, int(m.threshold)]
-            else:
-                out[m.key] = _weighted(w, self.vals[(m.values, m.pairs, int(m.threshold))], sel)
-        return out
-
-
-def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int = 250) -> dict:
-    """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
-    {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
-
-    Each resample draws the dataset's images with replacement from ``numpy.random.default_rng(seed)``; a
-    phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
-    resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
-    """
-    from .bootstrap import _nanmean_rows
-
-    rng = np.random.default_rng(seed)
-    dc = pc.counts
-    n = pc.n_images
-    ms = R.metrics("grounding", scope="phrase")
-    pooled_ms = [m for m in ms if not R.searched(m)]
-    cats = [c for c in range(len(dc.classes)) if dc.class_pairs(c).size]
-    scopes = {dc.classes[c]: _Scope(dc, dc.class_pairs(c), ms) for c in cats}
-    everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
-    per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
-    pooled: dict = {m.key: [] for m in pooled_ms}
-    for b0 in range(0, n_resamples, chunk):
-        b = min(chunk, n_resamples - b0)
-        draws = rng.multinomial(n, np.full(n, 1.0 / n), size=b).astype(np.float64)  # (b, N) image counts
-        w_all = draws[:, pc.image]
-        for k, v in everything.replicates(w_all).items():
-            pooled[k].append(v)
-        for name, sc in scopes.items():
-            for k, v in sc.replicates(w_all).items():
-                per_cat[name][k].append(v)
-    empty = np.zeros(0)
-    per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
-    # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
-    summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
-               else np.full(n_resamples, np.nan) for m in ms}
-    return {"categories": per_cat, "summary": summary,
-            "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
-
-
 def phrase_points(pc: PhraseCounts) -> dict:
     """Point estimates: {"categories": {category: entry}, "summary": {key: value}, "pooled": {key: value}}
     (values float or None), as metrics.json reports them."""
-    from .scoring import class_grounding_point
-
     dc = pc.counts
     categories = {name: _category_point(pc, c) for c, name in enumerate(dc.classes)}
     defined = [e for e in categories.values() if e["n_phrases"]]
-    summary = {k: _mean(np.array([np.nan if e[k] is None else e[k] for e in defined], dtype=np.float64))
+    summary = {k: mean_defined(np.array([np.nan if e[k] is None else e[k] for e in defined], dtype=np.float64))
                for k in R.phrase_keys()}
     pooled_keys = R.pooled_keys()
     pooled = dict.fromkeys(pooled_keys)
@@ -339,68 +123,6 @@ def phrase_points(pc: PhraseCounts) -> dict:
         values, _, _ = class_grounding_point(dc, np.arange(dc.pair_case.size), scope="phrase")
         pooled = {k: values[k] for k in pooled_keys}
     return {"categories": categories, "summary": summary, "pooled": pooled}
-
-
-def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
-    """The metrics.json "phrases" entry of one dataset (contract §metrics.json): per category, the
-    summary (unweighted mean over categories with a phrase) and the pooled mean over every phrase."""
-    from .bootstrap import percentile_interval
-
-    dc = pc.counts
-    points = phrase_points(pc)
-    categories = points["categories"]
-    entry = {"n_phrases": int(dc.pair_case.size), "n_images": int(np.unique(pc.image).size),
-             "n_cnr_undefined": int(np.isnan(pc.cnr).sum()), "summary": points["summary"],
-             "all_phrases": points["pooled"], "categories": categories}
-    if bootstrap > 0 and dc.pair_case.size:
-        reps = phrase_replicates(pc, bootstrap, seed)
-        for name, stats in reps["categories"].items():
-            categories[name]["ci95"] = {k: percentile_interval(v, level) for k, v in stats.items()}
-        entry["ci95"] = {k: percentile_interval(v, level) for k, v in reps["summary"].items()}
-        entry["all_phrases"]["ci95"] = {k: percentile_interval(v, level) for k, v in reps["pooled"].items()}
-    return entry
-
-
-def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: str = "",
-                  region_problems: list | None = None, timings: dict | None = None,
-                  cases: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict]:
-    """The metrics.json "phrases" section for the datasets ``names`` whose ground truth has phrase rows,
-    and their :class:`PhraseCounts`. A submission that declares its model cannot take free text
-    (``phrases_unsupported``) gets null metrics with the reason. Returns ({} , {}) when no dataset has any.
-
-    ``cases``: {dataset: bool per ground-truth case} for datasets scored on some of their images only
-    (:func:`phrase_counts`); a dataset none of whose phrase rows is among them has no entry, as with a
-    ground truth of those images alone."""
-    from xbench.schemas.queries import UNSUPPORTED_ATTR
-
-    section: dict = {}
-    counts: dict[str, PhraseCounts] = {}
-    cases = cases or {}
-    for name in sorted(names):
-        gt_ds, sub_ds = gt.datasets[name], sub.datasets[name]
-        if getattr(gt_ds, "queries", None) is None:
-            continue
-        present = cases.get(name)
-        if present is not None and not np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)].any():
-            continue
-        reason = sub_ds.attrs.get(UNSUPPORTED_ATTR)
-        if reason is not None or sub_ds.query_id is None:
-            n_phrases = len(gt_ds.queries) if present is None else int(
-                np.count_nonzero(np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)]))
-            section[name] = {"n_phrases": n_phrases, "unsupported": True,
-                             "reason": str(reason or "the submission has no phrase rows"),
-                             "summary": {k: None for k in R.phrase_keys()}}
-            continue
-        pc = counts[name] = phrase_counts(sub_ds, gt_ds, region_problems=region_problems,
-                                          where=f"{where}/{name}" if where else name, timings=timings,
-                                          cases=present)
-        section[name] = phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
-    if section:
-        section = {"overall": {k: _mean(np.array([np.nan if d["summary"][k] is None else d["summary"][k]
-                                                  for d in section.values()], dtype=np.float64))
-                               for k in R.phrase_keys()},
-                   "datasets": section}
-    return section, counts
 
 
 # ----------------------------------------------------------------------------------- paired comparisons
@@ -416,64 +138,6 @@ def phrase_ground_truth_problems(a: Mapping[str, PhraseCounts], b: Mapping[str, 
     return [f"{name}: the two submissions' phrase rows were scored against different ground truth (phrases, "
             "categories, images or regions differ); a paired bootstrap needs the same."
             for name in sorted(set(a) & set(b)) if not a[name].same_ground_truth(b[name])]
-
-
-def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
-    """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
-    key = (name, pc.name, "phrases", n_resamples, seed)
-    if cache is not None and name is not None and key in cache:
-        return cache[key]
-    found = (phrase_replicates(pc, n_resamples, seed), phrase_points(pc))
-    if cache is not None and name is not None:
-        cache[key] = found
-    return found
-
-
-def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
-                       seed: int, level: float = 0.95, per_category: bool = True, cache: dict | None = None,
-                       names: tuple[str, str] | None = None) -> list[dict]:
-    """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
-    :data:`xbench.score.bootstrap.PAIRED_COLUMNS`.
-
-    Both submissions get the resamples of their own metrics.json phrase intervals (:func:`phrase_replicates`:
-    images drawn with replacement from ``default_rng(seed)`` per dataset, every phrase of a drawn image with
-    it), so each resample compares the two on the same images. Point values are the metrics.json values
-    (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
-    dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
-    :data:`ALL_PHRASES`) and, with ``per_category``, each category.
-    """
-    from .bootstrap import _difference, _nanmean_rows
-
-    problems = phrase_ground_truth_problems(a, b)
-    if problems:
-        from .errors import GroundTruthMismatchError
-
-        raise GroundTruthMismatchError(problems)
-    shared = sorted(set(a) & set(b))
-    name_a, name_b = names if names is not None else (None, None)
-    got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))
-           for d in shared}
-    keys = R.phrase_keys()
-    rows: list[dict] = []
-    if shared:
-        # all-NaN columns are expected (undefined in some resamples)
-        over = [{k: _nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
-                for i in (0, 1)]
-        pts = [{k: _mean(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
-                                   for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
-        rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
-    for d in shared:
-        (ra, pa), (rb, pb) = got[d]
-        scope = f"{PHRASE_SCOPE}/{d}"
-        rows += [_difference(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
-                             level) for k in keys]
-        rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
-                             rb["pooled"][k], level) for k in ra["pooled"]]
-        if per_category:
-            rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
-                                 rb["categories"][c][k], level)
-                     for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
-    return rows
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -508,8 +172,6 @@ def phrase_columns() -> list[tuple[str, str]]:
 
 def phrase_markdown(rows: list[dict]) -> str:
     """The phrase-grounding table of the leaderboard (Markdown; fractions as %, ratios such as CNR as is)."""
-    from .tables import md_cell
-
     ms = _table_metrics()
 
     def cell(m, v):

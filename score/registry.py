@@ -47,9 +47,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import pair_stats as _ps
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import THRESHOLDS
-from .recognition import f1_from_counts
+from .recognition_core import RecognitionSums, f1_from_counts  # defined beside what builds it
 
 __all__ = [
     "Best",
@@ -144,21 +145,6 @@ class PairView:
     def columns(self, cols: slice) -> "PairView":
         """The same pairs, threshold columns ``cols`` only."""
         return PairView(self._dc, self._rows, cols)
-
-
-@dataclass(frozen=True)
-class RecognitionSums:
-    """Weighted counts of one class's labelled pairs per resample, each (B,) float64: ``tp``, ``fp``, ``fn``,
-    ``correct`` (ŷ = y), ``total`` (labelled pairs drawn), and ``auroc``, ``auprc`` (NaN unless both label
-    values are drawn)."""
-
-    tp: np.ndarray
-    fp: np.ndarray
-    fn: np.ndarray
-    correct: np.ndarray
-    total: np.ndarray
-    auroc: np.ndarray
-    auprc: np.ndarray
 
 
 Kind = Literal["grounding", "recognition", "dataset"]
@@ -433,22 +419,9 @@ del _m, _i, _size, _lo, _hi, _sel, _span, _base, _title, _rule, b
 
 
 # ------------------------------------------------------------------- localisation beyond the paper
-def _extra_present(name: str) -> Callable[[PairView], np.ndarray]:
-    # counts saved before schema minor 1 have no such column: the metric is then null, never wrong
-    def pairs(v: PairView) -> np.ndarray:
-        return np.full(v.n_pairs, name in v.extra)
-
-    pairs.__name__ = f"has_{name}"
-    return pairs
-
-
-def _extra(name: str, dtype) -> Callable[[PairView], np.ndarray]:
-    def values(v: PairView) -> np.ndarray:
-        col = v.extra.get(name)
-        return np.zeros(v.n_pairs, dtype) if col is None else col
-
-    values.__name__ = f"extra_{name}"
-    return values
+# a per-pair statistic's column (declared in pair_stats.py) and the pairs that have it
+_extra_present = _ps.present
+_extra = _ps.column
 
 
 def _rank_accuracy(v: PairView) -> np.ndarray:
@@ -486,10 +459,11 @@ del _m
 
 # ------------------------------------------------------------------------------------- phrase rows
 #: The per-row column of the phrase counts (``DatasetCounts.extra``) holding the signed CNR of each
-#: phrase row, NaN where CNR is undefined (:func:`xbench.score.phrases.cnr_of_pairs`).
-CNR_COLUMN = "cnr"
+#: phrase row, NaN where CNR is undefined (:func:`xbench.score.cnr.cnr_of_pairs`).
+CNR_COLUMN = _ps.CNR_COLUMN
 
 
+@_ps.reads(CNR_COLUMN)
 def _cnr_defined(v: PairView) -> np.ndarray:
     # undefined CNR (region covers the grid; zero variances with different means) is left out of means
     col = v.extra.get(CNR_COLUMN)
@@ -505,7 +479,7 @@ def _cnr_values(signed: bool) -> Callable[[PairView], np.ndarray]:
         return np.nan_to_num(np.asarray(col, np.float64) if signed else np.abs(col), nan=0.0)
 
     values.__name__ = "cnr_signed" if signed else "cnr"
-    return values
+    return _ps.reads(CNR_COLUMN)(values)
 
 
 for _m in (

@@ -39,6 +39,8 @@ import numpy as np
 from xbench.schemas import catalog
 
 from . import registry as R
+from .cells import csv_cell, md_cell
+from .phrases import phrase_columns, phrase_rows
 
 __all__ = ["DATASET_TITLES", "METRIC_TITLES", "Cell", "Table", "ci_of", "csv_cell", "dataset_order", "extra_tables",
            "grounding_table", "mark_columns", "md_cell", "partial_of", "partial_suffix", "per_class_table", "phrase_table",
@@ -49,25 +51,6 @@ Layout = Literal["report", "scorer"]
 DIGITS = 2
 
 # -- escaping at the writers: labels (model, class, dataset names) come from submissions, i.e. from anyone --------
-
-_MD_SPECIAL = {c: "\\" + c for c in "\\|*_`[]$~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ", "\r": " "}
-#: OWASP's CSV-injection rule: a cell starting with one of these is a formula to a spreadsheet (\0 per ASVS 1.2.10).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\0")
-
-
-def md_cell(text) -> str:
-    """``text`` as literal Markdown table-cell content: no column break (``|``), no new row (line breaks become
-    spaces), no HTML (``<script>`` shows as text), no emphasis, links, code or math."""
-    return "".join(_MD_SPECIAL.get(ch, ch) for ch in str(text))
-
-
-def csv_cell(text):
-    """A text cell that a spreadsheet shows as text: a leading ``'`` when it starts like a formula (OWASP).
-    Numbers pass unchanged (a negative value is data, not a formula); quoting is left to the csv writer."""
-    if not isinstance(text, str):
-        return text
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
 
 # -- titles and formats -----------------------------------------------------------------------------------------
 
@@ -508,7 +491,6 @@ def phrase_table(results) -> Table | None:
     categories first, with the columns and rows of leaderboard.md's phrase table (:func:`xbench.score.phrases.
     phrase_rows`) and their 95 % intervals; None when no result has phrase rows. No marks: rows are different
     categories, not rivals."""
-    from .phrases import phrase_columns, phrase_rows
 
     rows = phrase_rows(list(results.values()) if isinstance(results, Mapping) else results)
     if not rows:

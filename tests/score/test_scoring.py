@@ -210,18 +210,18 @@ def test_dataset_subset_and_pairs_table(stores):
 
 
 def test_memory_bounded_batches_give_the_same_counts(stores, monkeypatch):
-    from xbench.score import scoring
+    from xbench.score import counting
 
     d, gt, sub = stores
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         a = score_submission(d / "sub.zarr", d / "gt.zarr", bootstrap=0, validate=False)
-        monkeypatch.setattr(scoring, "MAP_BATCH_BYTES", 1)  # one mask chunk of maps at a time
+        monkeypatch.setattr(counting, "MAP_BATCH_BYTES", 1)  # one mask chunk of maps at a time
         from xbench.schemas import align, read_ground_truth, read_submission
 
         g, s = read_ground_truth(d / "gt.zarr"), read_submission(d / "sub.zarr")
         for name in gt:
-            dc = scoring.count_dataset(s.datasets[name], g.datasets[name], mask_chunk=2)
+            dc = counting.count_dataset(s.datasets[name], g.datasets[name], mask_chunk=2)
             np.testing.assert_array_equal(dc.b, a.counts[name].b)
             np.testing.assert_array_equal(dc.br, a.counts[name].br)
             np.testing.assert_array_equal(dc.hit, a.counts[name].hit)
