@@ -296,13 +296,27 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_blocks(tasks: list[tuple[int, int, int]], workers: int, ordered: bool = False) -> Iterator[tuple[int, dict]]:
-    """Yield (block, result) as blocks finish (in task order if ``ordered``), forked workers when ``workers > 1``."""
+def _run_blocks(tasks: list[tuple[int, int, int]], workers: int, ordered: bool = False,
+                guard: "_DeferredInterrupt | None" = None) -> Iterator[tuple[int, dict]]:
+    """Yield (block, result) as blocks finish (in task order if ``ordered``), forked workers when ``workers > 1``.
+
+    The pool is built inside ``guard.critical()``: a Ctrl-C halfway through ``Pool()`` (workers forked, its
+    threads started, no finaliser yet) would leave a pool that nothing stops, whose maintenance thread forks
+    new workers while the interpreter exits; orphans that keep the terminal's pipes open. Once built it is
+    always terminated here, however the iteration ends."""
     if workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint) as pool:
+        pool = None
+        try:
+            with guard.critical() if guard is not None else contextlib.nullcontext():
+                pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
             run = pool.imap if ordered else pool.imap_unordered
             yield from run(_process_block, tasks, chunksize=1)
+        finally:
+            if pool is not None:
+                with guard.critical() if guard is not None else contextlib.nullcontext():  # a second Ctrl-C waits
+                    pool.terminate()
+                    pool.join()
     else:
         for t in tasks:
             yield _process_block(t)
@@ -496,7 +510,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         tasks = [(b, *writer.block_rows(b)) for b in todo]
         _JOB.update(reader=reader, records=kept, classes=classes, grid=grid, size=image_size, keep=keep_original)
         bar = _progress_bar(progress, len(kept), sum(b - a for _, a, b in tasks), reader.key)
-        blocks = _run_blocks(tasks, workers or _n_cores(), ordered=keep_original)
+        blocks = _run_blocks(tasks, workers or _n_cores(), ordered=keep_original, guard=guard)
         try:
             for block, res in blocks:  # Ctrl-C while waiting for a worker stops at once
                 with guard.critical():  # a block's writes are never cut half-way (see _DeferredInterrupt)

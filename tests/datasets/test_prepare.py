@@ -458,6 +458,13 @@ def _prepare_cmd(out: Path) -> list[str]:
             "--image-size", "1024", "--grid", "32"]
 
 
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _has_children(pid: int) -> bool:
     """Whether process ``pid`` has forked (its decoding pool exists, so its Ctrl-C handling is in place)."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -492,7 +499,14 @@ def test_ctrl_c_at_any_moment_is_exit_130_and_one_resume_line(tmp_path):
             time.sleep(0.001)
         time.sleep(extra)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # the command, or workers it left behind, still hold the pipes
+            left = [d.name for d in Path("/proc").glob("[0-9]*") if _cmdline(d).count(str(out))]
+            proc.kill()
+            for pid in left:
+                os.kill(int(pid), signal.SIGKILL)
+            pytest.fail(f"still running 60 s after Ctrl-C at {(new_blocks, extra)}: processes {left}")
         if proc.returncode == 0:  # finished before the signal: nothing left to interrupt
             break
         lines = [ln for ln in err.splitlines() if not ln.startswith("prepare phantom:")]  # progress lines
