@@ -34,6 +34,11 @@ def _with(defaults: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
     return out
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"clip": "clip", "biomedclip": "biomedclip", "clip-tiny": "clip_tiny"}
+
+
 def clip(config: Mapping[str, Any]):
     """OpenAI CLIP ViT-B/16 through open_clip (QuickGELU on)."""
     from .openclip import build
