@@ -78,11 +78,14 @@ def _is_factory(obj: Any) -> bool:
 
 
 #: Every model module declares its names (``REGISTER = {"name": "factory"}``); they are found by listing this
-#: package and its ``crossattn`` subpackage, so a new model is its module (no central list to edit).
+#: package and its ``crossattn`` subpackage, and the presets by listing ``preset_configs/`` (one TOML file per
+#: preset: presets.py), so a new model is its module or its preset file (no central list to edit).
 MODELS: Registry[Factory] = Registry("model", check=_is_factory, entry_point_group=ENTRY_POINT_GROUP,
                                      hint="(xbench-extract --list-models)")
 MODELS.discover(__name__, __path__, declared="REGISTER")
 MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
+for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
+    MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 

@@ -20,6 +20,7 @@ from xbench.extract.datasets import DATASETS
 from xbench.extract.models import MODELS, create_adapter
 from xbench.extract.prepare_cli import main as prepare_main
 from xbench.extract.saliency import METHODS
+from xbench.schemas.registry import declared_entries
 
 BIN = Path(sys.executable).parent
 
@@ -227,8 +228,10 @@ def test_the_built_in_names_are_those_of_the_former_central_lists():
     assert MODELS.names() == ["biomedclip", "biovil", "biovil_t", "carzero", "center", "chexzero", "clip", "clip-tiny",
                               "devide", "dog", "gloria", "hf-clip", "hf-siglip", "kad", "mavl", "medclip", "medklip",
                               "open_clip", "random", "transformers"]
-    assert MODELS.target("hf-siglip") == MODELS.target("transformers") == "xbench.extract.models.hf:build"
-    assert MODELS.target("clip-tiny") == "xbench.extract.models.presets:clip_tiny"
+    models = Path(__file__).resolve().parents[2] / "extract" / "models"
+    assert declared_entries(models / "hf.py", "REGISTER") == {"transformers": "build", "hf-clip": "build",
+                                                              "hf-siglip": "build"}
+    assert (models / "preset_configs" / "clip-tiny.toml").is_file()
     assert METHODS.names() == ["chefer", "clip_surgery", "gem", "gradcam", "maskclip", "rollout", "similarity"]
     for name in DATASETS.names():
         assert DATASETS.get(name).key == name
