@@ -22,8 +22,8 @@ when it defines it, else ``Cls(config)``. An installed package plugs in a model 
     [project.entry-points."xbench.models"]
     mymodel = "mypkg.xbench_adapter:build"
 
-Config keys (all optional unless the factory needs them; unknown keys are passed through)
------------------------------------------------------------------------------------------
+Config keys (all optional unless the factory needs them; a key the adapter does not read is refused)
+----------------------------------------------------------------------------------------------------
 ``adapter``       registry name, entry point name or ``module:attr`` of the factory to call.
                   Default: ``model`` when that is a registered name.
 ``name``          name recorded as the submission's ``model`` (default: the registry name or file stem).
@@ -192,7 +192,10 @@ def create_adapter(name_or_config_path: str, **overrides: Any):
     """
     from .base import ModelAdapter
 
+    from .checks import typed_config
+
     config = load_config(name_or_config_path, **overrides)
+    typed_config(config, str(name_or_config_path))  # a key the adapter does not read: refused, with the close ones
     factory = resolve_factory(str(config["adapter"]))
     if isinstance(factory, type) and issubclass(factory, ModelAdapter):
         adapter = factory.from_config(config) if hasattr(factory, "from_config") else factory(config)
