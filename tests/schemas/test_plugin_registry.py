@@ -204,3 +204,12 @@ def test_the_old_import_path_still_works():
     from xbench.extract import registry as old
 
     assert old.Registry is Registry and old.UnknownNameError is UnknownNameError
+
+
+def test_the_docstring_example_runs():
+    import doctest
+
+    import xbench.schemas.registry as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 3 and result.failed == 0
