@@ -40,6 +40,7 @@ the weighted mean with image-resampling weights.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..schemas.registry import ENTRY_POINT_GROUPS, PluginError, UnknownNameError
+from ..schemas.registry import Registry as SharedRegistry
 from . import pair_stats as _ps
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import THRESHOLDS
@@ -60,6 +63,8 @@ __all__ = [
     "RecognitionSums",
     "REGISTRY",
     "LESION_SIZES",
+    "PLUGINS",
+    "load_plugins",
     "register",
     "registered",
     "metric",
@@ -233,8 +238,43 @@ def registered(*ms: Metric) -> Iterator[tuple[Metric, ...]]:
         REGISTRY.update(saved)
 
 
+def _is_metrics(obj: Any) -> bool:
+    """a Metric, or a tuple or list of Metric objects (registered in that order)"""
+    return isinstance(obj, Metric) or (isinstance(obj, (tuple, list)) and bool(obj)
+                                       and all(isinstance(m, Metric) for m in obj))
+
+
+#: Third-party metrics: each entry point of the ``xbench.metrics`` group names a :class:`Metric` (or a tuple
+#: of them), added after the built-in metrics when this module is imported (docs/architecture.md). Built-in
+#: metrics are plain :func:`register` calls below; a plug-in module may call :func:`register` itself too.
+PLUGINS: SharedRegistry[Any] = SharedRegistry("metric plug-in", check=_is_metrics,
+                                              entry_point_group=ENTRY_POINT_GROUPS["metric"])
+
+
+def load_plugins(*, reload: bool = False) -> list[str]:
+    """Register the installed metric plug-ins not registered yet (keys already taken are a ValueError);
+    returns the keys added. ``reload`` reads the entry points again (tests)."""
+    PLUGINS.load_entry_points(reload=reload)
+    added = []
+    for name in PLUGINS.names():
+        entry = PLUGINS.get(name)
+        for m in (entry if isinstance(entry, (tuple, list)) else (entry,)):
+            if REGISTRY.get(m.key) is not m:
+                try:
+                    added.append(register(m).key)
+                except ValueError as exc:  # a taken key or a bad ChosenBy: the plug-in's declaration
+                    raise PluginError(f"metric plug-in {name!r}: {exc}") from None
+    return added
+
+
 def metric(key: str) -> Metric:
-    return REGISTRY[key]
+    """The registered metric ``key``; :class:`UnknownNameError` (a KeyError) naming the close keys otherwise."""
+    try:
+        return REGISTRY[key]
+    except KeyError:
+        close = difflib.get_close_matches(str(key), list(REGISTRY), n=3)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise UnknownNameError(f"unknown metric {key!r}.{hint} Available: {', '.join(REGISTRY)}") from None
 
 
 def metrics(kind: Kind | None = None, scope: Scope | None = "class") -> list[Metric]:
@@ -492,3 +532,5 @@ for _m in (
 ):
     register(_m)
 del _m
+
+load_plugins()  # installed metrics (entry points) come after every built-in one, in metrics.json order

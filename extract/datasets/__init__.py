@@ -1,25 +1,18 @@
 """Dataset readers: one per dataset key of the contract, behind a lazy registry.
 
-``DATASETS.get(key)`` returns the reader class; modules are imported on first use, so listing the
-datasets never imports pydicom or pycocotools.
+``DATASETS.get(key)`` returns the reader class. Each reader module declares its entry itself
+(``REGISTER = {"<key>": "<ReaderClass>"}`` at its top level); the registry finds them by listing this
+package and reading that literal from the source, so adding a reader is adding its module (no central
+list), and listing the datasets imports neither the readers nor pydicom or pycocotools. Installed
+packages add readers through the ``xbench.datasets`` entry point group (docs/architecture.md).
 """
 from __future__ import annotations
 
-from ..registry import Registry
+from ...schemas.registry import ENTRY_POINT_GROUPS, Registry
 from .base import Box, CaseRecord, DatasetReader, Mask, Polygon, ReaderError, ReaderOptionError, ReadProblem
 
-DATASETS: Registry[type[DatasetReader]] = Registry("dataset")
-for _key, _target in {
-    "rsna_pneumonia": "xbench.extract.datasets.rsna:RSNAPneumoniaReader",
-    "siim_acr": "xbench.extract.datasets.siim:SIIMACRReader",
-    "covid_rural": "xbench.extract.datasets.covid_rural:CovidRuralReader",
-    "chestx_det10": "xbench.extract.datasets.chestx_det10:ChestXDet10Reader",
-    "chexlocalize": "xbench.extract.datasets.chexlocalize:CheXlocalizeReader",
-    "chestxray14": "xbench.extract.datasets.chestxray14:ChestXray14Reader",
-    "vindr_cxr": "xbench.extract.datasets.vindr:VinDrCXRReader",
-    "ms_cxr": "xbench.extract.datasets.ms_cxr:MSCXRReader",
-    "phantom": "xbench.extract.datasets.phantom:PhantomReader",
-}.items():
-    DATASETS.register(_key, _target)
+DATASETS: Registry[type[DatasetReader]] = Registry(
+    "dataset", check=DatasetReader, as_class=True, entry_point_group=ENTRY_POINT_GROUPS["dataset"])
+DATASETS.discover(__name__, __path__, declared="REGISTER")
 
 __all__ = ["DATASETS", "Box", "CaseRecord", "DatasetReader", "Mask", "Polygon", "ReaderError", "ReaderOptionError", "ReadProblem"]

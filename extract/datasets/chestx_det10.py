@@ -29,6 +29,11 @@ LAYOUT = """  train.json, test.json
 SIZE = (1024, 1024)
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"chestx_det10": "ChestXDet10Reader"}
+
+
 class ChestXDet10Reader(DatasetReader):
     """Reads ``<split>.json`` and the PNGs; every class is labelled 0/1 on every image."""
 

@@ -36,6 +36,11 @@ SIZE = (1024, 1024)
 DATA_ENTRY_NAMES = ("Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv")
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"chestxray14": "ChestXray14Reader"}
+
+
 class ChestXray14Reader(DatasetReader):
     """Reads BBox_List_2017.csv (and Data_Entry with ``negatives``) and the PNGs."""
 

@@ -111,6 +111,11 @@ class _RLEMask:
             return coco_mask.decode(rle).astype(bool)
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"chexlocalize": "CheXlocalizeReader"}
+
+
 class CheXlocalizeReader(DatasetReader):
     """Reads CheXpert labels (13 tasks) and CheXlocalize GT segmentations (10 tasks)."""
 

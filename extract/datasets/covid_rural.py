@@ -34,6 +34,11 @@ LAYOUT = """  covid_rural_annot/jpgs/<stem>.jpg
   covid_rural_annot/jpgs/jsons/<stem>.json   (LabelMe polygons)"""
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"covid_rural": "CovidRuralReader"}
+
+
 class CovidRuralReader(DatasetReader):
     """Reads the LabelMe JSONs of the COVID-rural opacity annotations and their JPGs."""
 

@@ -40,6 +40,11 @@ CATEGORIES = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Lung Opa
 COLUMNS = ("dicom_id", "category_name", "label_text", "path", "x", "y", "w", "h", "image_width", "image_height")
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"ms_cxr": "MSCXRReader"}
+
+
 class MSCXRReader(DatasetReader):
     """Reads the MS-CXR local-alignment CSV and the MIMIC-CXR-JPG images it points at."""
 

@@ -329,6 +329,11 @@ def phrase_text(case: PhantomCase, finding: str) -> str:
     return f"{_SIDE[case.pneumothorax_side]} pneumothorax"
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"phantom": "PhantomReader"}
+
+
 class PhantomReader(DatasetReader):
     """The built-in synthetic dataset; needs no files (``root`` is ignored and may be None).
 

@@ -30,6 +30,11 @@ SIZE = (1024, 1024)
 _COLUMNS = ("patientId", "x", "y", "width", "height", "Target")
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"rsna_pneumonia": "RSNAPneumoniaReader"}
+
+
 class RSNAPneumoniaReader(DatasetReader):
     """Reads ``stage_2_train_labels.csv`` and its DICOMs; the only labelled split is ``train``."""
 

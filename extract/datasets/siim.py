@@ -74,6 +74,11 @@ def decode_runs(runs: list[np.ndarray], size: tuple[int, int] = SIZE) -> np.ndar
     return flat.reshape(w, h).T
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"siim_acr": "SIIMACRReader"}
+
+
 class SIIMACRReader(DatasetReader):
     """Reads the SIIM-ACR train RLE file and DICOMs. Option ``csv``: which RLE file to read."""
 

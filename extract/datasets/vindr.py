@@ -37,6 +37,11 @@ LAYOUT = """  annotations/annotations_test.csv, annotations/annotations_train.cs
 _REQUIRED = ("image_id", "class_name", "x_min", "y_min", "x_max", "y_max")
 
 
+#: The dataset registry's entry for this module, read from the source without importing it (see
+#: xbench.extract.datasets): dataset key -> reader class.
+REGISTER = {"vindr_cxr": "VinDrCXRReader"}
+
+
 class VinDrCXRReader(DatasetReader):
     """Reads ``annotations/annotations_<split>.csv`` and ``<split>/*.dicom``."""
 

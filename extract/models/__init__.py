@@ -22,8 +22,8 @@ when it defines it, else ``Cls(config)``. An installed package plugs in a model 
     [project.entry-points."xbench.models"]
     mymodel = "mypkg.xbench_adapter:build"
 
-Config keys (all optional unless the factory needs them; unknown keys are passed through)
------------------------------------------------------------------------------------------
+Config keys (all optional unless the factory needs them; a key the adapter does not read is refused)
+----------------------------------------------------------------------------------------------------
 ``adapter``       registry name, entry point name or ``module:attr`` of the factory to call.
                   Default: ``model`` when that is a registered name.
 ``name``          name recorded as the submission's ``model`` (default: the registry name or file stem).
@@ -65,40 +65,29 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..registry import Registry, UnknownNameError
+from ...schemas.registry import ENTRY_POINT_GROUPS, Registry, UnknownNameError
 from .errors import ModelConfigError, WeightsNotFoundError
 
 Factory = Callable[[dict], "ModelAdapter"]  # noqa: F821 (base imports torch; keep this module light)
-MODELS: Registry[Factory] = Registry("model")
-ENTRY_POINT_GROUP = "xbench.models"
+ENTRY_POINT_GROUP = ENTRY_POINT_GROUPS["model"]
+
+
+def _is_factory(obj: Any) -> bool:
+    """a factory build(config) -> ModelAdapter, or a ModelAdapter subclass"""
+    return callable(obj)
+
+
+#: Every model module declares its names (``REGISTER = {"name": "factory"}``); they are found by listing this
+#: package and its ``crossattn`` subpackage, and the presets by listing ``preset_configs/`` (one TOML file per
+#: preset: presets.py), so a new model is its module or its preset file (no central list to edit).
+MODELS: Registry[Factory] = Registry("model", check=_is_factory, entry_point_group=ENTRY_POINT_GROUP,
+                                     hint="(xbench-extract --list-models)")
+MODELS.discover(__name__, __path__, declared="REGISTER")
+MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
+for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
+    MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
-
-for _name, _target in {
-    "open_clip": "xbench.extract.models.openclip:build",
-    "clip": "xbench.extract.models.presets:clip",
-    "biomedclip": "xbench.extract.models.presets:biomedclip",
-    "clip-tiny": "xbench.extract.models.presets:clip_tiny",
-    "chexzero": "xbench.extract.models.chexzero:build",
-    "biovil": "xbench.extract.models.biovil:build_biovil",
-    "biovil_t": "xbench.extract.models.biovil:build_biovil_t",
-    "gloria": "xbench.extract.models.gloria:build",
-    "medclip": "xbench.extract.models.medclip:build",
-    "transformers": "xbench.extract.models.hf:build",
-    "random": "xbench.extract.models.baselines:build_random",
-    "center": "xbench.extract.models.baselines:build_center",
-    "dog": "xbench.extract.models.baselines:build_dog",
-    "medklip": "xbench.extract.models.crossattn.medklip:build",
-    "kad": "xbench.extract.models.crossattn.kad:build",
-    "mavl": "xbench.extract.models.crossattn.mavl:build",
-    "carzero": "xbench.extract.models.crossattn.carzero:build",
-    "devide": "xbench.extract.models.crossattn.devide:build",
-}.items():
-    MODELS.register(_name, _target)
-MODELS.register("hf-clip", "xbench.extract.models.hf:build")
-MODELS.register("hf-siglip", "xbench.extract.models.hf:build")
-
-_entry_points_loaded = False
 
 
 def _model_config_limits():
@@ -110,19 +99,10 @@ def _model_config_limits():
 
 def _load_entry_points() -> None:
     """Register installed plugins (group ``xbench.models``) once, lazily (by their target string)."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in MODELS:
-            MODELS.register(ep.name, ep.value)
+    MODELS.load_entry_points()
 
 
 def list_models() -> list[str]:
-    _load_entry_points()
     return MODELS.names()
 
 
@@ -178,7 +158,7 @@ def load_config(name_or_config_path: str, **overrides: Any) -> dict:
     else:
         _load_entry_points()
         if spec not in MODELS and ":" not in spec:
-            raise UnknownNameError(MODELS._unknown_message(spec) + " (xbench-extract --list-models)")
+            raise UnknownNameError(MODELS.unknown_message(spec))
         config = {"adapter": spec, "name": spec.rsplit(":", 1)[-1] if ":" in spec else spec}
     return _merge(config, overrides)
 
@@ -212,7 +192,10 @@ def create_adapter(name_or_config_path: str, **overrides: Any):
     """
     from .base import ModelAdapter
 
+    from .checks import typed_config
+
     config = load_config(name_or_config_path, **overrides)
+    typed_config(config, str(name_or_config_path))  # a key the adapter does not read: refused, with the close ones
     factory = resolve_factory(str(config["adapter"]))
     if isinstance(factory, type) and issubclass(factory, ModelAdapter):
         adapter = factory.from_config(config) if hasattr(factory, "from_config") else factory(config)

@@ -201,6 +201,11 @@ class DoGBaseline(_Baseline):
                 "score": "standardised peak of the DoG grid map minus 3 (logit), same for all classes"}
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"random": "build_random", "center": "build_center", "dog": "build_dog"}
+
+
 def build_random(config: Mapping[str, Any]) -> RandomBaseline:
     return RandomBaseline(_grid(config), seed=int(config.get("seed", 0)))
 

@@ -448,6 +448,11 @@ def _build(variant: str, config: Mapping[str, Any]) -> BioViLAdapter:
     return adapter
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"biovil": "build_biovil", "biovil_t": "build_biovil_t"}
+
+
 def build_biovil(config: Mapping[str, Any]) -> BioViLAdapter:
     """Registry factory ``biovil``: ``weights`` = the image .pt or a folder with it and CXR-BERT-specialized."""
     return _build("biovil", config)

@@ -8,22 +8,218 @@ adapter's factory reads (``config.get(...)`` and ``option(config, ...)`` in its 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 
-#: Keys every registered adapter accepts: the registry's own and the runner's defaults.
-COMMON_KEYS = frozenset({"adapter", "name", "device", "precision", "method"})
-#: What a dual encoder reads (extract/models/dual.py and its backends).
-DUAL_KEYS = frozenset({"weights", "prompts", "map_size", "map_text"})
 #: Keys under ``preprocess:`` (dual encoders, the dog baseline) and ``prompts:``.
 PREPROCESS_KEYS = frozenset({"resize", "size", "mean", "std", "interpolation", "crop_offset"})
 PROMPT_KEYS = frozenset({"style", "positive", "negative", "classes", "vocabulary", "origin", "dataset"})
-#: The options every adapter built on extract/models/crossattn/common.py reads (``option(config, key)``:
-#: under ``options:`` or at the top level).
-CROSSATTN_OPTIONS = frozenset({"trust_checkpoint", "hash_weights", "random_init", "equalize", "map_layers",
-                               "arch", "text_encoder"})
 
 #: The methods every ViT tower (open_clip, timm, transformers CLIP) runs.
 ALL_VIT = ("similarity", "maskclip", "gradcam", "rollout", "chefer", "clip_surgery", "gem")
+
+
+# -- typed configs -------------------------------------------------------------------------------------
+# Each adapter's config as a frozen dataclass: its fields are the keys the adapter reads (the one list of them;
+# ModelInfo.keys / .options and the CLI's checks derive from these), typed as the checks accept them.
+# ``checks.typed_config`` builds one from a config dict, refusing an unknown key with the close ones.
+@dataclass(frozen=True)
+class Config:
+    """The keys every registered adapter accepts (the registry's own and the runner's defaults)."""
+
+    adapter: str | None = None
+    name: str | int | None = None
+    device: str | None = None
+    precision: str | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class DualConfig(Config):
+    """What a dual encoder reads (extract/models/dual.py and its backends)."""
+
+    weights: str | None = None
+    prompts: dict | None = None
+    map_size: int | list[int] | None = None
+    map_text: str | None = None
+
+
+@dataclass(frozen=True)
+class OpenClipConfig(DualConfig):
+    model: str | None = None
+    text_encoder: str | None = None
+    preprocess: dict | None = None
+    quick_gelu: bool | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class HFConfig(DualConfig):
+    model: str | None = None
+    preprocess: dict | None = None
+
+
+@dataclass(frozen=True)
+class BioViLConfig(DualConfig):
+    text_encoder: str | None = None
+    interpolation: str | None = None
+    sigma: float | None = None
+    crop: bool | None = None
+    resize: int | None = None
+
+
+@dataclass(frozen=True)
+class MedCLIPOptions:
+    variant: str | None = None
+    proj_dim: int | None = None
+    swin: dict | None = None
+    resnet_layers: list | None = None
+    interpolation: str | None = None
+    ensembles: int | None = None
+    n_prompts: int | None = None
+    prompt_seed: int | None = None
+    text_encoder: str | None = None
+    random_init: bool | None = None
+
+
+@dataclass(frozen=True)
+class MedCLIPConfig(MedCLIPOptions, Config):  # its options are read at the top level too
+    weights: str | None = None
+    prompts: dict | None = None
+    map_size: int | list[int] | None = None
+    seed: int | None = None
+    options: dict | None = None
+
+
+@dataclass(frozen=True)
+class GLoRIAOptions:
+    text_encoder: str | None = None
+    n_prompts: int | None = None
+    prompt_template: str | None = None
+    resnet_layers: list | None = None
+    trust_checkpoint: bool | None = None
+    hash_weights: bool | None = None
+    random_init: bool | None = None
+
+
+@dataclass(frozen=True)
+class GLoRIAConfig(Config):
+    weights: str | None = None
+    text_encoder: str | None = None
+    prompts: dict | None = None
+    map_size: int | list[int] | None = None
+    options: dict | None = None
+
+
+@dataclass(frozen=True)
+class CrossAttnOptions:
+    """The options every adapter built on extract/models/crossattn/common.py reads (``option(config, key)``:
+    under ``options:`` or at the top level)."""
+
+    trust_checkpoint: bool | None = None
+    hash_weights: bool | None = None
+    random_init: bool | None = None
+    equalize: bool | str | None = None
+    map_layers: list | None = None
+    arch: dict | None = None
+    text_encoder: str | None = None
+
+
+@dataclass(frozen=True)
+class CrossAttnConfig(Config):
+    weights: str | None = None
+    layers: int | list[int] | None = None
+    prompts: dict | None = None
+    options: dict | None = None
+
+
+@dataclass(frozen=True)
+class MedKLIPConfig(CrossAttnConfig):
+    embeddings_cache: str | None = None
+
+
+@dataclass(frozen=True)
+class MedKLIPOptions(CrossAttnOptions):
+    embeddings_cache: str | None = None
+    entity_map: dict | None = None
+    image_size: int | None = None
+
+
+@dataclass(frozen=True)
+class MAVLOptions(MedKLIPOptions):
+    aspect_queries: bool | None = None
+
+
+@dataclass(frozen=True)
+class TextQueryConfig(CrossAttnConfig):
+    text_encoder: str | None = None
+
+
+@dataclass(frozen=True)
+class KADOptions(CrossAttnOptions):
+    image_size: int | None = None
+    stages: list | None = None
+    max_length: int | None = None
+    prompt_template: str | None = None
+
+
+@dataclass(frozen=True)
+class CARZeroConfig(TextQueryConfig):
+    map_size: int | list[int] | None = None
+
+
+@dataclass(frozen=True)
+class CARZeroOptions(CrossAttnOptions):
+    imsize: int | None = None
+    word_num: int | None = None
+    last_n_layers: int | None = None
+    map_size: int | list[int] | None = None
+    prompt_template: str | None = None
+
+
+@dataclass(frozen=True)
+class DeViDeOptions(CrossAttnOptions):
+    image_size: int | None = None
+    max_length: int | None = None
+    key_rename: dict | None = None
+    strip_prefixes: list | None = None
+    mean: list | None = None
+    std: list | None = None
+    prompt_template: str | None = None
+
+
+@dataclass(frozen=True)
+class BaselineConfig(Config):
+    map_size: int | list[int] | None = None
+    grid: int | list[int] | None = None
+
+
+@dataclass(frozen=True)
+class RandomConfig(BaselineConfig):
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class CenterConfig(BaselineConfig):
+    sigma: float | None = None
+
+
+@dataclass(frozen=True)
+class DoGConfig(CenterConfig):
+    sigma_px: float | None = None
+    preprocess: dict | None = None
+
+
+def field_names(cls: type | None) -> frozenset:
+    """The keys a config (or options) dataclass declares."""
+    return frozenset(f.name for f in fields(cls)) if cls is not None else frozenset()
+
+
+#: Keys every registered adapter accepts: the registry's own and the runner's defaults.
+COMMON_KEYS = field_names(Config)
+#: What a dual encoder reads (extract/models/dual.py and its backends).
+DUAL_KEYS = field_names(DualConfig) - COMMON_KEYS
+#: The options every adapter built on extract/models/crossattn/common.py reads.
+CROSSATTN_OPTIONS = field_names(CrossAttnOptions)
 
 
 @dataclass(frozen=True)
@@ -38,11 +234,21 @@ class ModelInfo:
     methods: tuple[str, ...] = ()  # map methods it runs; () = its own only
     methods_fixed: bool = True  # False: which of ``methods`` run depends on the architecture given (checked at load)
     own_method: str = ""      # the method it always uses (cross-attention models, baselines)
-    keys: frozenset = field(default_factory=frozenset)     # top-level config keys besides COMMON_KEYS
-    options: frozenset = field(default_factory=frozenset)  # keys under ``options:`` (read also at the top level)
+    config: type = Config     # the adapter's typed config: its fields are the keys it reads
+    options_config: type | None = None  # the typed ``options:`` (its keys are read at the top level too)
     weights_required: bool = False  # no default: ``weights`` must be given (or ``random``)
     trust: str = ""           # when the released checkpoint needs ``options.trust_checkpoint: true``
     card: str = ""
+
+    @property
+    def keys(self) -> frozenset:
+        """Top-level config keys besides COMMON_KEYS (the typed config's fields)."""
+        return field_names(self.config) - COMMON_KEYS
+
+    @property
+    def options(self) -> frozenset:
+        """Keys under ``options:`` (read also at the top level)."""
+        return field_names(self.options_config)
 
     @property
     def needs(self) -> str:
@@ -62,98 +268,84 @@ class ModelInfo:
                 "card": self.card or None}
 
 
-_OPEN_CLIP_KEYS = DUAL_KEYS | {"model", "text_encoder", "preprocess", "quick_gelu", "seed"}
-_HF_KEYS = DUAL_KEYS | {"model", "preprocess"}
-_BIOVIL_KEYS = DUAL_KEYS | {"text_encoder", "interpolation", "sigma", "crop", "resize"}
 _CROSS = "cross-attention"
 
 MODELS: dict[str, ModelInfo] = {m.name: m for m in [
     ModelInfo("clip", "dual encoder", "OpenAI CLIP ViT-B/16 through open_clip (QuickGELU)",
               "hub id timm/vit_base_patch16_clip_224.openai or ~/.cache/clip/ViT-B-16.pt (offline cache), or weights=FILE",
-              methods=ALL_VIT, keys=_OPEN_CLIP_KEYS, card="model_cards/clip.md"),
+              methods=ALL_VIT, config=OpenClipConfig, card="model_cards/clip.md"),
     ModelInfo("biomedclip", "dual encoder", "BiomedCLIP ViT-B/16 + PubMedBERT through open_clip (timm trunk)",
               "hub id microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224 (offline cache) or model=local-dir:FOLDER",
-              methods=ALL_VIT, keys=_OPEN_CLIP_KEYS, card="model_cards/biomedclip.md"),
+              methods=ALL_VIT, config=OpenClipConfig, card="model_cards/biomedclip.md"),
     ModelInfo("clip-tiny", "dual encoder", "untrained 4-layer open_clip ViT (plumbing checks, the demo)",
-              "none", methods=ALL_VIT, keys=_OPEN_CLIP_KEYS),
+              "none", methods=ALL_VIT, config=OpenClipConfig),
     ModelInfo("open_clip", "dual encoder", "any open_clip architecture, local-dir:FOLDER or hf-hub:ORG/REPO",
               "model=ARCH|local-dir:FOLDER|hf-hub:ID and weights=FILE|pretrained tag in the offline cache|random",
-              methods=ALL_VIT, methods_fixed=False, keys=_OPEN_CLIP_KEYS, card="model_cards/clip.md"),
+              methods=ALL_VIT, methods_fixed=False, config=OpenClipConfig, card="model_cards/clip.md"),
     ModelInfo("chexzero", "dual encoder", "CheXzero (CLIP ViT-B/32 fine-tuned on MIMIC-CXR) through open_clip",
               "a checkpoint file (best_64_5e-05_original_22000_0.864.pt), weights=FILE",
-              methods=ALL_VIT, keys=_OPEN_CLIP_KEYS, weights_required=True, card="model_cards/chexzero.md"),
+              methods=ALL_VIT, config=OpenClipConfig, weights_required=True, card="model_cards/chexzero.md"),
     ModelInfo("transformers", "dual encoder", "any transformers CLIPModel / SiglipModel folder",
               "model=FOLDER (config.json, weights, tokenizer)",
-              methods=ALL_VIT, methods_fixed=False, keys=_HF_KEYS, card="model_cards/transformers-clip.md"),
+              methods=ALL_VIT, methods_fixed=False, config=HFConfig, card="model_cards/transformers-clip.md"),
     ModelInfo("hf-clip", "dual encoder", "alias of transformers", "model=FOLDER (config.json, weights, tokenizer)",
-              methods=ALL_VIT, methods_fixed=False, keys=_HF_KEYS, card="model_cards/transformers-clip.md"),
+              methods=ALL_VIT, methods_fixed=False, config=HFConfig, card="model_cards/transformers-clip.md"),
     ModelInfo("hf-siglip", "dual encoder", "alias of transformers (SigLIP pools without a class token: no rollout, chefer)",
               "model=FOLDER (config.json, weights, tokenizer)",
-              methods=tuple(m for m in ALL_VIT if m not in ("rollout", "chefer")), methods_fixed=False, keys=_HF_KEYS,
+              methods=tuple(m for m in ALL_VIT if m not in ("rollout", "chefer")), methods_fixed=False, config=HFConfig,
               card="model_cards/transformers-clip.md"),
     ModelInfo("biovil", "dual encoder", "BioViL (ResNet-50 + CXR-BERT)",
               "hub id microsoft/BiomedVLP-CXR-BERT-specialized (offline cache) or weights=DIR|FILE",
               "the same hub folder, or text_encoder=FOLDER when weights is a file",
               methods=("similarity", "gradcam"),
-              keys=_BIOVIL_KEYS, card="model_cards/biovil.md"),
+              config=BioViLConfig, card="model_cards/biovil.md"),
     ModelInfo("biovil_t", "dual encoder", "BioViL-T (ResNet-50 + ViT temporal image encoder, CXR-BERT)",
               "hub id microsoft/BiomedVLP-BioViL-T (offline cache) or weights=DIR|FILE",
               "the same hub folder, or text_encoder=FOLDER when weights is a file",
               methods=("similarity", "gradcam"),
-              keys=_BIOVIL_KEYS, card="model_cards/biovil.md"),
+              config=BioViLConfig, card="model_cards/biovil.md"),
     ModelInfo("medclip", "dual encoder", "MedCLIP (Swin-T 'vit' or ResNet-50 variant, own code)",
               "the folder of pytorch_model.bin (medclip-vit-pretrained), weights=DIR",
               "hub id emilyalsentzer/Bio_ClinicalBERT (offline cache) or text_encoder=FOLDER",
               methods=("similarity", "maskclip", "gradcam"), methods_fixed=False,  # ResNet variant: no maskclip
-              keys=DUAL_KEYS - {"map_text"} | {"text_encoder", "seed", "options", "variant", "proj_dim", "swin", "resnet_layers", "interpolation",
-                                "ensembles", "n_prompts", "prompt_seed", "random_init"},
-              options=frozenset({"variant", "proj_dim", "swin", "resnet_layers", "interpolation", "ensembles",
-                                 "n_prompts", "prompt_seed", "text_encoder", "random_init"}),
+              config=MedCLIPConfig, options_config=MedCLIPOptions,
               weights_required=True, card="model_cards/medclip.md"),
     ModelInfo("gloria", "word-region attention", "GLoRIA (ResNet-50 + Bio_ClinicalBERT), word-region attention maps",
               "the checkpoint chexpert_resnet50.ckpt, weights=FILE",
               "a local emilyalsentzer/Bio_ClinicalBERT folder, text_encoder=FOLDER",
               own_method="gloria-attention",
-              keys=frozenset({"weights", "text_encoder", "prompts", "map_size", "options"}),
-              options=frozenset({"text_encoder", "n_prompts", "prompt_template", "resnet_layers", "trust_checkpoint",
-                                 "hash_weights", "random_init"}),
+              config=GLoRIAConfig, options_config=GLoRIAOptions,
               weights_required=True, trust="the released Lightning .ckpt pickles its hyper-parameters",
               card="model_cards/gloria.md"),
     ModelInfo("medklip", _CROSS, "MedKLIP (ResNet-50 + query decoder over a fixed entity vocabulary)",
               "checkpoint_final.pth, weights=FILE",
               "none at run time: embeddings_cache=FILE built once by `xbench build-embeddings` (Bio_ClinicalBERT)",
-              own_method=_CROSS, keys=frozenset({"weights", "embeddings_cache", "layers", "prompts", "options"}),
-              options=CROSSATTN_OPTIONS | {"embeddings_cache", "entity_map", "image_size"},
+              own_method=_CROSS, config=MedKLIPConfig, options_config=MedKLIPOptions,
               weights_required=True, card="model_cards/medklip.md"),
     ModelInfo("mavl", _CROSS, "MAVL (MedKLIP with multi-aspect visual queries)",
               "the MAVL checkpoint, weights=FILE",
               "none at run time: embeddings_cache=FILE built by `xbench build-embeddings --aspects`",
-              own_method=_CROSS, keys=frozenset({"weights", "embeddings_cache", "layers", "prompts", "options"}),
-              options=CROSSATTN_OPTIONS | {"embeddings_cache", "entity_map", "image_size", "aspect_queries"},
+              own_method=_CROSS, config=MedKLIPConfig, options_config=MAVLOptions,
               weights_required=True, card="model_cards/mavl.md"),
     ModelInfo("kad", _CROSS, "KAD (knowledge-enhanced query decoder, free-text queries)",
               "KAD_512.pt (or KAD_1024), weights=FILE", "a local Med-KEBERT folder, text_encoder=FOLDER",
-              own_method=_CROSS, keys=frozenset({"weights", "text_encoder", "layers", "prompts", "options"}),
-              options=CROSSATTN_OPTIONS | {"image_size", "stages", "max_length", "prompt_template"},
+              own_method=_CROSS, config=TextQueryConfig, options_config=KADOptions,
               weights_required=True, card="model_cards/kad.md"),
     ModelInfo("carzero", _CROSS, "CARZero (ViT-B/16 + cross-attention alignment, free-text queries)",
               "the CARZero Lightning checkpoint, weights=FILE", "a local BioClinicalMPBERT folder, text_encoder=FOLDER",
-              own_method=_CROSS, keys=frozenset({"weights", "text_encoder", "layers", "prompts", "map_size", "options"}),
-              options=CROSSATTN_OPTIONS | {"imsize", "word_num", "last_n_layers", "map_size", "prompt_template"},
+              own_method=_CROSS, config=CARZeroConfig, options_config=CARZeroOptions,
               weights_required=True, trust="the released Lightning checkpoint pickles its hyper-parameters",
               card="model_cards/carzero.md"),
     ModelInfo("devide", _CROSS, "DeViDe (assumed architecture: no public code, see its card)",
               "a DeViDe checkpoint, weights=FILE", "a local text-encoder folder, text_encoder=FOLDER",
-              own_method=_CROSS, keys=frozenset({"weights", "text_encoder", "layers", "prompts", "options"}),
-              options=CROSSATTN_OPTIONS | {"image_size", "max_length", "key_rename", "strip_prefixes", "mean", "std",
-                                         "prompt_template"},
+              own_method=_CROSS, config=TextQueryConfig, options_config=DeViDeOptions,
               weights_required=True, card="model_cards/devide.md"),
     ModelInfo("random", "baseline", "uniform random maps and scores (a floor)", "none", own_method="random",
-              keys=frozenset({"map_size", "grid", "seed"}), card="model_cards/baselines.md"),
+              config=RandomConfig, card="model_cards/baselines.md"),
     ModelInfo("center", "baseline", "a centred Gaussian map, constant scores (the centre bias)", "none",
-              own_method="center", keys=frozenset({"map_size", "grid", "sigma"}), card="model_cards/baselines.md"),
+              own_method="center", config=CenterConfig, card="model_cards/baselines.md"),
     ModelInfo("dog", "baseline", "difference-of-Gaussians image saliency, no text (a bottom-up baseline)", "none",
-              own_method="dog", keys=frozenset({"map_size", "grid", "sigma", "sigma_px", "preprocess"}),
+              own_method="dog", config=DoGConfig,
               card="model_cards/baselines.md"),
 ]}
 

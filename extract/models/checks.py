@@ -226,6 +226,24 @@ def _unknown_keys(config: Mapping, info: catalog.ModelInfo, overrides: Mapping, 
     return problems
 
 
+def typed_config(config: Mapping[str, Any], label: str = "model config"):
+    """The adapter's typed config (:attr:`catalog.ModelInfo.config`, a frozen dataclass) holding ``config``;
+    :class:`ModelConfigError` listing every key the adapter does not read, with the close ones. None for an
+    adapter outside the catalog (a plug-in's factory checks its own keys)."""
+    from .errors import ModelConfigError
+
+    info = catalog.info(str(config.get("adapter")))
+    if info is None:
+        return None
+    if config.get("model") == config.get("adapter") and "model" not in catalog.field_names(info.config):
+        config = {k: v for k, v in config.items() if k != "model"}  # ``model:`` naming the adapter (load_config)
+    problems = _unknown_keys(config, info, {}, label)
+    if problems:
+        raise ModelConfigError(problems)
+    names = catalog.field_names(info.config)
+    return info.config(**{k: v for k, v in config.items() if k in names})
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 

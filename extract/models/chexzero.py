@@ -109,6 +109,11 @@ class CheXzeroAdapter(DualEncoderAdapter):
         return super().__call__(images, orig_size)
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"chexzero": "build"}
+
+
 def build(config: Mapping[str, Any]) -> CheXzeroAdapter:
     """Registry factory ``chexzero``: ``weights`` = a CheXzero ``.pt`` state dict (or ``random``)."""
     from .openclip import load_model, vision_tower

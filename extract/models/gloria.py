@@ -405,6 +405,11 @@ class GLoRIAAdapter(ModelAdapter):
         return self
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"gloria": "build"}
+
+
 def build(config: Mapping) -> GLoRIAAdapter:
     """Registry factory ``gloria``.
 

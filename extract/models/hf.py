@@ -193,6 +193,11 @@ def _preprocess_defaults(folder: Path, model_type: str, image_size: int) -> dict
     return out
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"transformers": "build", "hf-clip": "build", "hf-siglip": "build"}
+
+
 def build(config: Mapping[str, Any]) -> DualEncoderAdapter:
     """Registry factory for transformers CLIPModel / SiglipModel folders."""
     model, tokenizer, folder, mtype = load_model(config)

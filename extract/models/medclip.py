@@ -460,6 +460,11 @@ def load_weights(net: MedCLIPNet, path: Path) -> dict:
     return load_official_state_dict(net, sd, drop=NON_PARAMETERS, where=str(path))
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"medclip": "build"}
+
+
 def build(config: Mapping[str, Any]) -> MedCLIPAdapter:
     """Registry factory ``medclip``: ``weights`` = the folder of ``pytorch_model.bin`` (or the file,
     or ``random``), ``variant`` vit|resnet, ``text_encoder`` = Bio_ClinicalBERT folder."""

@@ -436,6 +436,11 @@ def _load_checkpoint(model: nn.Module, path: str) -> None:
                                ".safetensors). Pickled Python objects are never loaded") from None
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"open_clip": "build"}
+
+
 def build(config: Mapping[str, Any]) -> DualEncoderAdapter:
     """Registry factory: an open_clip model from ``config`` (see the module docstring)."""
     model, tokenizer, res = load_model(config)

@@ -1,24 +1,86 @@
 """Named presets: a registered name that fills in a known model's defaults, then calls its backend.
 
-Each is a registry factory ``(config) -> ModelAdapter``; user keys override the defaults.
+Each preset is a data file, ``preset_configs/<name>.toml`` (one per preset, found by listing that folder, as
+open_clip finds one JSON per architecture), read with the bounded config reader: ``builder`` (which backend
+builds it, :data:`BUILDERS`), ``prompts_from`` (the ``prompts:`` default from prompts.toml's section of that
+name), ``[defaults]`` (config keys; the user's keys override them) and, for ``clip-tiny``, ``[architecture]``.
+``presets.<name>`` is the registry's factory ``(config) -> ModelAdapter`` of that preset.
 """
 from __future__ import annotations
 
+import copy
+import difflib
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .prompts import preset_prompts
+PRESET_DIR = Path(__file__).resolve().with_name("preset_configs")
+_FILE_KEYS = ("builder", "prompts_from", "defaults", "architecture")
 
-CLIP_DEFAULTS = {
-    "model": "ViT-B-16-quickgelu",
-    "weights": "openai",  # open_clip tag: resolved from the offline HF cache or ~/.cache/clip only
-    "quick_gelu": True,
-    "prompts": preset_prompts("clip"),  # the finding vocabulary's text (prompts.toml [clip])
-}
+
+@dataclass(frozen=True)
+class Preset:
+    """One preset file, parsed: calling it builds the model (``config`` overrides ``defaults``)."""
+
+    name: str
+    builder: str
+    defaults: Mapping[str, Any]
+    architecture: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, config: Mapping[str, Any]):
+        return BUILDERS[self.builder](self, config)
+
+    def fresh_defaults(self) -> dict:
+        """A deep copy of :attr:`defaults` (a builder may change the config it is given; the preset stays)."""
+        return copy.deepcopy(dict(self.defaults))
+
+
+def preset_names() -> list[str]:
+    """The presets, by listing :data:`PRESET_DIR` (no file is read)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+@functools.cache
+def preset(name: str) -> Preset:
+    """The preset ``name`` read from its file; ModelConfigError naming the file for a bad one."""
+    from ...schemas.inputs import CONFIG, load_config
+    from .errors import ModelConfigError
+    from .prompts import preset_prompts
+
+    path = PRESET_DIR / f"{name}.toml"
+    doc = load_config(path, limits=CONFIG)
+    problems = []
+    for key in doc:
+        if key not in _FILE_KEYS:
+            close = difflib.get_close_matches(key, _FILE_KEYS, n=1)
+            problems.append(f"{path}: unknown key {key!r}." + (f" Did you mean: {close[0]}?" if close else "")
+                            + f" Keys: {', '.join(_FILE_KEYS)}")
+    if doc.get("builder") not in BUILDERS:
+        problems.append(f"{path}: builder must be one of {', '.join(BUILDERS)}, got {doc.get('builder')!r}")
+    if not isinstance(doc.get("defaults", {}), dict) or not isinstance(doc.get("architecture", {}), dict):
+        problems.append(f"{path}: [defaults] and [architecture] are tables")
+    if problems:
+        raise ModelConfigError("\n".join(problems))
+    defaults = dict(doc.get("defaults", {}))
+    if "prompts_from" in doc:
+        defaults["prompts"] = preset_prompts(str(doc["prompts_from"]))
+    return Preset(name, doc["builder"], defaults, dict(doc.get("architecture", {})))
+
+
+def __getattr__(name: str):  # presets.clip, presets.biomedclip, getattr(presets, "clip-tiny"): the factories
+    legacy = {"CLIP_DEFAULTS": "clip", "BIOMEDCLIP_DEFAULTS": "biomedclip", "CLIP_TINY_DEFAULTS": "clip-tiny"}
+    if name in legacy:
+        return dict(preset(legacy[name]).defaults)
+    if name == "CLIP_TINY_ARCH":
+        return dict(preset("clip-tiny").architecture)
+    stem = "clip-tiny" if name == "clip_tiny" else name
+    if stem in preset_names():
+        return preset(stem)
+    raise AttributeError(name)
+
+
 BIOMEDCLIP_REPO = "microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224"
-BIOMEDCLIP_DEFAULTS = {
-    "model": f"hf-hub:{BIOMEDCLIP_REPO}",  # or local-dir:FOLDER with the downloaded repository
-    "prompts": preset_prompts("biomedclip"),  # the model card's template (prompts.toml [biomedclip])
-}
 
 
 def _with(defaults: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
@@ -34,11 +96,11 @@ def _with(defaults: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
     return out
 
 
-def clip(config: Mapping[str, Any]):
-    """OpenAI CLIP ViT-B/16 through open_clip (QuickGELU on)."""
+def _build_open_clip(preset: Preset, config: Mapping[str, Any]):
+    """A preset of open_clip's adapter: its defaults under the user's keys."""
     from .openclip import build
 
-    return build(_with(CLIP_DEFAULTS, config))
+    return build(_with(preset.fresh_defaults(), config))
 
 
 #: Where the default ``clip`` weights (open_clip's ``openai`` tag for ViT-B-16-quickgelu) are found
@@ -54,8 +116,9 @@ def clip_preflight(config: Mapping[str, Any]) -> None:
 
     from .errors import WeightsNotFoundError
 
-    merged = _with(CLIP_DEFAULTS, config)
-    if (merged["model"], merged["weights"]) != (CLIP_DEFAULTS["model"], CLIP_DEFAULTS["weights"]):
+    defaults = preset("clip").defaults
+    merged = _with(defaults, config)
+    if (merged["model"], merged["weights"]) != (defaults["model"], defaults["weights"]):
         return  # another architecture or a weights path: the open_clip adapter resolves it
     if Path(CLIP_OPENAI_FILE).expanduser().is_file():
         return
@@ -123,29 +186,6 @@ PREFLIGHTS = {"clip": clip_preflight, "chexzero": chexzero_preflight, "gloria": 
 PREFLIGHTS.update({name: _biovil_preflight(name) for name in ("biovil", "biovil_t")})
 
 
-def biomedclip(config: Mapping[str, Any]):
-    """BiomedCLIP (ViT-B/16 + PubMedBERT) through open_clip, from a local folder or the offline cache."""
-    from .openclip import build
-
-    return build(_with(BIOMEDCLIP_DEFAULTS, config))
-
-
-#: ``clip-tiny``: an untrained open_clip CLIP small enough for a 2-core CPU, built from this inline
-#: architecture (no file, no download). ViT 4 layers x width 64, patch 16 at 224 px (a 14 x 14 map);
-#: text transformer 2 x 64 with CLIP's vocabulary (49408), so open_clip's bundled BPE tokenizer works.
-CLIP_TINY_ARCH = {
-    "embed_dim": 64,
-    "vision_cfg": {"image_size": 224, "layers": 4, "width": 64, "patch_size": 16, "head_width": 32},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
-}
-CLIP_TINY_DEFAULTS = {
-    "weights": "random",
-    "seed": 0,  # untrained weights drawn from torch.manual_seed(seed): the same model in every process
-    "preprocess": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
-    "prompts": {"style": "single"},
-}
-
-
 def _arch_folder(arch: Mapping[str, Any]) -> str:
     """A folder holding ``open_clip_config.json`` for ``arch`` (the open_clip adapter reads
     architectures from folders): under the temp dir, named by the config's hash, written
@@ -168,8 +208,8 @@ def _arch_folder(arch: Mapping[str, Any]) -> str:
     return str(folder)
 
 
-def clip_tiny(config: Mapping[str, Any]):
-    """An untrained tiny open_clip ViT (:data:`CLIP_TINY_ARCH`), offline: for the demo and tests.
+def _build_clip_tiny(preset: Preset, config: Mapping[str, Any]):
+    """An untrained tiny open_clip ViT (``[architecture]`` of clip-tiny.toml), offline: for the demo and tests.
 
     Its maps are those of random weights (a plumbing check, not a model); ``seed`` (default 0)
     makes the weights reproducible. ``weights: FILE`` loads a checkpoint of this architecture.
@@ -178,11 +218,16 @@ def clip_tiny(config: Mapping[str, Any]):
 
     from .openclip import build
 
-    cfg = _with({**CLIP_TINY_DEFAULTS, "name": "clip-tiny"}, config)
-    cfg["model"] = f"local-dir:{_arch_folder(CLIP_TINY_ARCH)}"
+    cfg = _with({**preset.fresh_defaults(), "name": preset.name}, config)
+    cfg["model"] = f"local-dir:{_arch_folder(preset.architecture)}"
     with torch.random.fork_rng(devices=[]):  # leave the caller's generator untouched
         torch.manual_seed(int(cfg.get("seed", 0)))
         adapter = build(cfg)
     if hasattr(adapter, "info"):
         adapter.info["model"] = "clip-tiny (inline open_clip config, xbench presets.CLIP_TINY_ARCH)"
     return adapter
+
+
+#: How each ``builder`` named by a preset file builds it.
+BUILDERS: dict[str, Callable[[Preset, Mapping[str, Any]], Any]] = {"open_clip": _build_open_clip,
+                                                                     "clip-tiny": _build_clip_tiny}

@@ -4,7 +4,8 @@ Each public module here (a name without a leading underscore) defines ``METHOD``
 :class:`MapMethod` carrying its function, a one-line description (provenance, model cards,
 ``--help``), its reference and its needs (what the vision tower must expose). Modules are found
 by listing the package, so adding a method is one file (plus its test) and listing the names
-imports neither torch nor the methods.
+imports neither torch nor the methods. Installed packages add methods through the ``xbench.methods``
+entry point group (an entry names a :class:`MapMethod`; docs/architecture.md).
 
 Every method works on a :class:`~xbench.extract.saliency._tower.VisionTower` (see that module
 for the interface adapters implement) and returns ``(image_embedding (B, E), maps (B, C, h, w))``;
@@ -13,11 +14,10 @@ crop/padding is the adapter's job.
 """
 from __future__ import annotations
 
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..registry import Registry
+from ...schemas.registry import ENTRY_POINT_GROUPS, Registry
 
 #: What a method may need from a tower (or its adapter), with the words an error message uses.
 NEEDS = {
@@ -53,10 +53,9 @@ class MapMethod:
         return [NEEDS[n] for n in sorted(self.needs) if n not in capabilities]
 
 
-METHODS: Registry[MapMethod] = Registry("saliency method")
-for _info in pkgutil.iter_modules(__path__):
-    if not _info.name.startswith("_"):
-        METHODS.register(_info.name, f"{__name__}.{_info.name}:METHOD")
+METHODS: Registry[MapMethod] = Registry("saliency method", check=MapMethod,
+                                         entry_point_group=ENTRY_POINT_GROUPS["method"])
+METHODS.discover(__name__, __path__, attr="METHOD")  # every public module here is a method
 
 
 def method_names() -> list[str]:

@@ -170,8 +170,7 @@ def test_module_attr_and_entry_point(monkeypatch):
         name, value = "my-plugin", "xbench.extract.models.baselines:build_center"
 
     monkeypatch.setattr(md, "entry_points", lambda group=None: [EP()] if group == M.ENTRY_POINT_GROUP else [])
-    monkeypatch.setattr(M, "_entry_points_loaded", False)
-    monkeypatch.setattr(M, "MODELS", M.Registry("model"))
+    monkeypatch.setattr(M, "MODELS", M.Registry("model", entry_point_group=M.ENTRY_POINT_GROUP))
     M.MODELS.register("center", "xbench.extract.models.baselines:build_center")
     assert "my-plugin" in M.list_models()
     assert create_adapter("my-plugin").map_shape == (14, 14)

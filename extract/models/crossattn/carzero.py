@@ -459,6 +459,11 @@ def build_net(config: Mapping) -> tuple[dict, CARZeroNet]:
     return arch, CARZeroNet(bert, **{**arch, "mlp_hidden": tuple(arch["mlp_hidden"])})
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"carzero": "build"}
+
+
 def build(config: Mapping) -> CARZeroAdapter:
     """Build the CARZero adapter.
 

@@ -121,6 +121,11 @@ def load_devide_weights(net: DeViDeNet, config: Mapping) -> dict:
     return info
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"devide": "build"}
+
+
 def build(config: Mapping) -> TextQueryAdapter:
     """Build the DeViDe adapter (architecture assumed, see the module docstring).
 

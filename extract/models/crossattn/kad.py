@@ -297,6 +297,11 @@ def load_kad_checkpoint(config: Mapping, image, text, fusion) -> dict:
     return info
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"kad": "build"}
+
+
 def build(config: Mapping) -> KADAdapter:
     """Build the KAD adapter.
 

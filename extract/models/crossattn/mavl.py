@@ -148,6 +148,11 @@ class MAVLAdapter(EntityQueryAdapter):
         return prov
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"mavl": "build"}
+
+
 def build(config: Mapping) -> MAVLAdapter:
     """Build the MAVL adapter.
 

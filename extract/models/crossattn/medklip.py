@@ -221,6 +221,11 @@ def load_weights(net: nn.Module, config: Mapping, *, keys=("model", "state_dict"
     return info
 
 
+#: The model registry's entries for this module (name -> factory), read from the source without importing
+#: it (see xbench.extract.models).
+REGISTER = {"medklip": "build"}
+
+
 def build(config: Mapping) -> EntityQueryAdapter:
     """Build the MedKLIP adapter.
 
