@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas._cli import UserError, command
+from xbench.schemas._cli import EXTRA_HINT, UserError, command
 
 __all__ = ["run_demo", "demo", "DEMO_MODELS", "suites_dir"]
 
@@ -47,6 +47,18 @@ def _demo_suite() -> tuple[dict, Path]:
 DEMO_MODELS = ("random", "center", "dog", "clip-tiny")  # the order of suites/demo.yaml (a test checks it)
 
 
+#: what the demo's prepare and extract steps import (the extract extra); checked before OUT is touched
+_DEMO_NEEDS = ("torch", "open_clip", "PIL", "yaml")
+
+
+def _require_extract_extra() -> None:
+    import importlib.util
+
+    missing = [m for m in _DEMO_NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"{EXTRA_HINT} ({', '.join(missing)} not installed); nothing was written")
+
+
 def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool = True,
              models=DEMO_MODELS, n_boot: int | None = None, seed: int = 0) -> Path:
     """Run the demo suite into ``out_dir``; returns the report's index.html.
@@ -55,6 +67,7 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     models: which of DEMO_MODELS to run. n_boot: resamples (default 200; 100 when quick).
     Writes OUT/data, OUT/submissions, OUT/scores, OUT/report and OUT/demo.json (timings).
     """
+    _require_extract_extra()  # before anything is written: the demo prepares and extracts
     from xbench.suite import parse_suite, run_suite
 
     unknown = [m for m in models if m not in DEMO_MODELS]

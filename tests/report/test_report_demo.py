@@ -52,3 +52,20 @@ def test_dog_beats_random_on_phantom(tmp_path):
     assert dog.metrics["overall"]["pointing_game"] > rnd.metrics["overall"]["pointing_game"]
     rows = {(r.scope, r.metric): r for r in paired_bootstrap(dog, rnd, n_boot=500, per_class=False)}
     assert rows[("overall", "pointing_game")].ci_lo > 0  # the gap is real, not noise
+
+
+def test_demo_without_the_extract_extra_writes_nothing(tmp_path, monkeypatch):
+    """On the scorer-only install the demo says which extra to install, exit 2, and leaves no folder behind."""
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from xbench.demo import demo
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    out = tmp_path / "demo-out"
+    result = CliRunner().invoke(demo, ["--out", str(out), "--quick"], standalone_mode=False)
+    assert result.exception is not None and "extract extra" in str(result.exception)
+    assert "torch not installed" in str(result.exception)
+    assert not out.exists()
