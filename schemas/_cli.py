@@ -149,8 +149,16 @@ def report_failure(prog: str, failure: _Failure, *, as_json: bool) -> None:
         click.echo(f"{prog}: {escape_text(failure.summary)}", err=True)
 
 
+#: whether the command runs as its own program (a console script: arguments from sys.argv) rather than called
+#: from Python with arguments (tests, notebooks, a driver): the watchdog then counts only the memory the
+#: command adds, and never ends a host process for memory it held before (see apply_budget)
+_as_program = False
+
+
 def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, prog: str) -> NoReturn:
     """Run ``invoke(args)`` (a click ``main`` in non-standalone mode) and exit with the contract's code."""
+    global _as_program
+    _as_program = args is None
     args = list(sys.argv[1:] if args is None else args)
     debug = _flag(args, "--debug") or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")
     try:
@@ -266,7 +274,11 @@ def apply_budget(prog: str, max_memory: str, timeout: float):
         size = budget.parse_size(max_memory)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-memory") from None
-    dog = budget.Watchdog(prog, budget.set_limits(max_memory=size, timeout=timeout))
+    # Run as a program, --max-memory bounds the whole process, as documented; called from Python with
+    # arguments, the process is someone else's (a test runner holding models, a notebook): the budget then
+    # bounds what this command adds to it.
+    baseline = 0 if _as_program else budget.resident_bytes()
+    dog = budget.Watchdog(prog, budget.set_limits(max_memory=size, timeout=timeout), baseline=baseline)
     click.get_current_context().call_on_close(dog.stop)
     return dog
 

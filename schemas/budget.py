@@ -595,8 +595,9 @@ class Watchdog:
     be interrupted, and outputs are only ever renamed into place whole.
     """
 
-    def __init__(self, prog: str, lim: Limits | None = None, *, interval: float = 0.1) -> None:
+    def __init__(self, prog: str, lim: Limits | None = None, *, interval: float = 0.1, baseline: int = 0) -> None:
         self.prog, self.lim, self.interval = prog, lim or _limits, interval
+        self.baseline = baseline  # resident bytes not counted (a host process's own, when run in-process)
         self._stopped = threading.Event()
         self._deadline = time.monotonic() + self.lim.timeout if self.lim.timeout else math.inf
         self._thread = threading.Thread(target=self._watch, name="xbench-watchdog", daemon=True)
@@ -607,7 +608,7 @@ class Watchdog:
         while True:  # checked at once, then every interval: a process already past the budget stops now
             if time.monotonic() > self._deadline:
                 _stop(f"{self.prog}: the time budget of {lim.timeout:g} s ran out (--timeout); the run was stopped")
-            used = resident_bytes()
+            used = resident_bytes() - self.baseline
             if lim.max_memory and used > lim.max_memory:
                 _stop(f"{self.prog}: the memory budget of {lim.max_memory / MiB:.0f} MiB was exceeded "
                       f"({used / MiB:.0f} MiB resident, --max-memory); the run was stopped")

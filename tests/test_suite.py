@@ -472,21 +472,32 @@ def test_a_second_run_on_the_same_folder_is_refused_while_the_first_holds_it(tmp
 
 
 # ------------------------------------------------------------------ every problem at once, hostile suites
+_MEASURE = """
+import json, os, subprocess, sys, time
+argv, err_path = json.loads(sys.argv[1]), sys.argv[2]
+with open(os.devnull, "wb") as null, open(err_path, "wb") as err:
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=null, stderr=err, stdin=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps([os.waitstatus_to_exitcode(status), time.monotonic() - t0, usage.ru_maxrss / 1024]))
+"""
+
+
 def _measured(argv: list, timeout: float = 60) -> tuple[int, str, float, float]:
-    """(exit code, stderr, seconds, peak resident MiB) of one command in its own process."""
-    import time
+    """(exit code, stderr, seconds, peak resident MiB) of one command in its own process.
+
+    Started by a small driver, not by pytest: a child's peak resident size counts the pages of the process
+    it was forked from until it execs, and a test worker that has imported torch holds a gigabyte or more."""
+    import tempfile
 
     exe = Path(sys.executable).with_name(str(argv[0]))
-    t0 = time.monotonic()
-    with open(os.devnull, "w") as null, __import__("tempfile").TemporaryFile("w+") as err:
-        proc = subprocess.Popen([str(exe), *map(str, argv[1:])], stdout=null, stderr=err, text=True)
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            proc.returncode = 0  # reaped above
-        seconds = time.monotonic() - t0
-        err.seek(0)
-        return os.waitstatus_to_exitcode(status), err.read(), seconds, usage.ru_maxrss / 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        err_path = Path(tmp) / "stderr"
+        out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps([str(exe), *map(str, argv[1:])]),
+                              str(err_path)], capture_output=True, text=True, timeout=timeout + 60)
+        assert out.returncode == 0, out.stderr
+        rc, seconds, rss = json.loads(out.stdout)
+        return rc, err_path.read_text(), seconds, rss
 
 
 def test_paper_dry_run_in_an_empty_environment_names_the_unset_variables(tmp_path, monkeypatch):

@@ -63,7 +63,7 @@ class LazyGroup(click.Group):
         if argv and argv[0] in SUBCOMMANDS:  # errors name the subcommand: "xbench score: ..."
             prog = f"{prog} {argv[0]}"
         run_main(lambda a: super(LazyGroup, self).main(a, prog_name or "xbench", complete_var, standalone_mode=False, **extra),
-                 argv, prog)
+                 None if args is None else argv, prog)  # None: run as a program (sys.argv)
 
 
 @click.group("xbench", cls=LazyGroup, context_settings=dict(CONTEXT))
