@@ -48,7 +48,8 @@ DRIVER = textwrap.dedent("""
             os.dup2(fd_err, 2)
             code = 1
             try:
-                main.main(args=job["argv"], prog_name="xbench-prepare")
+                sys.argv = ["xbench-prepare", *job["argv"]]  # as the program runs
+                main.main(prog_name="xbench-prepare")
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             finally:

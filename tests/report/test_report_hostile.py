@@ -33,7 +33,8 @@ DRIVER = textwrap.dedent("""
         os.dup2(fd_err, 2)
         code = 1
         try:
-            xbench.cli.main(argv)
+            sys.argv = ["xbench", *argv]  # as the program runs (--max-memory bounds the whole process)
+            xbench.cli.main()
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         finally:

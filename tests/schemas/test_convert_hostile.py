@@ -37,7 +37,8 @@ DRIVER = textwrap.dedent("""
         os.dup2(fd_err, 2)
         code = 1
         try:
-            xbench.schemas.cli.convert_cmd.main(args=argv, prog_name="xbench-convert")
+            sys.argv = ["xbench-convert", *argv]  # as the program runs (--max-memory bounds the whole process)
+            xbench.schemas.cli.convert_cmd.main(prog_name="xbench-convert")
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         finally:

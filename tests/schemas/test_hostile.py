@@ -36,10 +36,12 @@ DRIVER = textwrap.dedent("""
         os.dup2(fd_err, 2)
         code = 1
         try:
+            # as the program runs: arguments from sys.argv (so --max-memory bounds the whole process)
+            sys.argv = [f"xbench-{argv[0]}", *argv[1:]]
             if argv[0] == "score":
-                xbench.score.cli.main(argv[1:])
+                xbench.score.cli.main()
             else:
-                xbench.schemas.cli.validate_cmd.main(args=argv[1:], prog_name="xbench-validate")
+                xbench.schemas.cli.validate_cmd.main(prog_name="xbench-validate")
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         finally:
