@@ -65,13 +65,13 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ...schemas.options import CONFIG_SUFFIXES  # noqa: F401  (one definition, in the light layer: suites read it too)
 from ..registry import Registry, UnknownNameError
 from .errors import ModelConfigError, WeightsNotFoundError
 
 Factory = Callable[[dict], "ModelAdapter"]  # noqa: F821 (base imports torch; keep this module light)
 MODELS: Registry[Factory] = Registry("model")
 ENTRY_POINT_GROUP = "xbench.models"
-CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 
 for _name, _target in {
