@@ -194,6 +194,7 @@ class Opt:
     suite_default: Any = _UNSET      # where the suite's default differs from the command's
     suite_also: tuple = ()           # literal values a suite may give besides the constraint's (e.g. "auto")
     multiple: bool = False
+    required: bool = False           # the command refuses to run without it (click says so)
     from_cli: Callable[[Any], Any] | None = None   # click's value -> the field's value
     to_cli: Callable[[Any], list[str]] | None = None  # the field's value -> the option's values on the command line
 
@@ -236,10 +237,14 @@ def click_option(f: dataclasses.Field, o: Opt) -> Callable:
         kwargs["is_flag"] = True
     elif o.multiple:
         kwargs.update(multiple=True, type=o.check.click_type())
+    elif o.required:
+        kwargs.update(type=o.check.click_type())
     else:
         kwargs.update(type=o.check.click_type(), default=default, show_default=default is not None)
     if o.metavar:
         kwargs["metavar"] = o.metavar
+    if o.required:
+        kwargs["required"] = True
     return click.option(*decls, **kwargs)
 
 

@@ -59,6 +59,7 @@ import click
 
 from xbench.extract.options import ExtractOptions, PrepareOptions
 from xbench.schemas import options as _options
+from xbench.score.options import ScoreOptions
 from xbench.schemas._cli import RESUME_HINT, UserError, apply_budget, budget_options, command
 from xbench.schemas.options import CONFIG_SUFFIXES, Grid
 from xbench.schemas.store import file_sha256
@@ -70,11 +71,11 @@ RUN_RECORD = "xbench-run.json"
 WORK_DIR = ".xbench-suite"
 STEP_KINDS = ("prepare", "extract", "score", "report")
 
-#: defaults of each option block; a suite may set any of these keys, and nothing else (the prepare and extract
-#: keys, their defaults and their rules are the commands' own: xbench/extract/options.py)
+#: defaults of each option block; a suite may set any of these keys, and nothing else (the prepare, extract and
+#: score keys, their defaults and their rules are the commands' own: xbench/extract/options.py, score/options.py)
 PREPARE_DEFAULTS = _options.suite_defaults(PrepareOptions)
 EXTRACT_DEFAULTS = _options.suite_defaults(ExtractOptions)
-SCORE_DEFAULTS = {"bootstrap": 1000}
+SCORE_DEFAULTS = _options.suite_defaults(ScoreOptions)
 REPORT_DEFAULTS = {"bootstrap": 1000, "title": None, "overlays": True, "size_bins": "fixed"}
 TOP_KEYS = {"name", "title", "out", "seed", "prepare", "datasets", "models", "extract", "score", "report"}
 DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
@@ -257,8 +258,8 @@ def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "
     models = _parse_models(data, extract, base, problems)
     seed = data.get("seed", 0)
     _check_int(seed, "seed", problems, low=0)
-    for block, what in ((score, "score"), (report, "report")):
-        _check_int(block["bootstrap"], f"{what}.bootstrap", problems, low=0)
+    problems += _options.problems(ScoreOptions, score, "score")
+    _check_int(report["bootstrap"], "report.bootstrap", problems, low=0)
     name = str(data.get("name") or Path(source).stem)
     out = data.get("out")
     if out is not None and not isinstance(out, str):

@@ -18,16 +18,19 @@ from xbench.extract import cli as extract_cli
 from xbench.extract import prepare_cli
 from xbench.extract.options import ExtractOptions, PrepareOptions
 from xbench.schemas import options as O
+from xbench.score import cli as score_cli
+from xbench.score.options import ScoreOptions
 
 COMMANDS = [(ExtractOptions, extract_cli.main, {"as_json", "list_models", "list_methods", "debug", "help"}),
-            (PrepareOptions, prepare_cli.main, {"dataset", "list_only", "quiet", "as_json", "debug", "help"})]
+            (PrepareOptions, prepare_cli.main, {"dataset", "list_only", "quiet", "as_json", "debug", "help"}),
+            (ScoreOptions, score_cli.score_command, {"submissions", "as_json", "max_memory", "timeout", "debug", "help"})]
 
 
 def _params(command) -> dict[str, click.Parameter]:
     return {p.name: p for p in command.params}
 
 
-@pytest.mark.parametrize("cls, command, own", COMMANDS, ids=["extract", "prepare"])
+@pytest.mark.parametrize("cls, command, own", COMMANDS, ids=["extract", "prepare", "score"])
 def test_every_declared_field_is_the_commands_option_with_its_default_and_help(cls, command, own):
     params = _params(command)
     cli_fields = {f.name: (f, o) for f, o in O.declared(cls) if o.cli}
@@ -39,13 +42,15 @@ def test_every_declared_field_is_the_commands_option_with_its_default_and_help(c
             assert p.is_flag, name  # off unless given (the round trip below shows it)
         elif o.multiple:
             assert p.multiple, name
+        elif o.required:
+            assert p.required, name
         else:
             assert p.default == O.default_of(f), name
             assert p.show_default == (O.default_of(f) is not None), name
 
 
-@pytest.mark.parametrize("cls, defaults", [(ExtractOptions, S.EXTRACT_DEFAULTS), (PrepareOptions, S.PREPARE_DEFAULTS)],
-                         ids=["extract", "prepare"])
+@pytest.mark.parametrize("cls, defaults", [(ExtractOptions, S.EXTRACT_DEFAULTS), (PrepareOptions, S.PREPARE_DEFAULTS),
+                                           (ScoreOptions, S.SCORE_DEFAULTS)], ids=["extract", "prepare", "score"])
 def test_the_suites_keys_are_exactly_the_declared_ones(cls, defaults):
     declared = {f.name: (f, o) for f, o in O.declared(cls) if o.suite}
     assert list(defaults) == list(declared)
@@ -59,8 +64,10 @@ def _suite(**sections) -> dict:
 
 
 def test_a_suite_may_set_every_declared_key_and_nothing_else(tmp_path):
-    s = S.parse_suite(_suite(extract=dict(S.EXTRACT_DEFAULTS), prepare=dict(S.PREPARE_DEFAULTS)), tmp_path)
+    s = S.parse_suite(_suite(extract=dict(S.EXTRACT_DEFAULTS), prepare=dict(S.PREPARE_DEFAULTS),
+                             score=dict(S.SCORE_DEFAULTS)), tmp_path)
     assert s.models[0].extract == S.EXTRACT_DEFAULTS and s.datasets[0].prepare == S.PREPARE_DEFAULTS
+    assert s.score == S.SCORE_DEFAULTS
     with pytest.raises(S.SuiteError) as err:
         S.parse_suite(_suite(extract={"bach_size": 4}, prepare={"gird": 4}), tmp_path, source="s.yaml")
     lines = [str(p) for p in err.value.problems]
@@ -73,8 +80,11 @@ BAD = {O.Int: [0, -1, 5000, "3", 2.5, True], O.Float: [-0.5, 2, "x", True], O.Ch
        O.Text: [3], O.Grid: [0, [1], [1, 2, 3], "x", 5000]}
 
 
-@pytest.mark.parametrize("cls, command", [(ExtractOptions, extract_cli.main), (PrepareOptions, prepare_cli.main)],
-                         ids=["extract", "prepare"])
+HEADS = {ExtractOptions: ["--model", "dog"], PrepareOptions: ["phantom"], ScoreOptions: ["s.zarr", "--gt", "gt.zarr"]}
+
+
+@pytest.mark.parametrize("cls, command", [(ExtractOptions, extract_cli.main), (PrepareOptions, prepare_cli.main),
+                                          (ScoreOptions, score_cli.score_command)], ids=["extract", "prepare", "score"])
 def test_a_value_the_suite_refuses_the_command_refuses_too(cls, command, tmp_path):
     for f, o in O.declared(cls):
         if not o.suite:
@@ -87,7 +97,7 @@ def test_a_value_the_suite_refuses_the_command_refuses_too(cls, command, tmp_pat
             numeric = isinstance(o.check, (O.Int, O.Float, O.Grid))
             if not o.cli or isinstance(value, bool) or not isinstance(value, (int, float) if numeric else str):
                 continue  # a command line carries text: "3" is an integer there
-            args = ([] if command is extract_cli.main else ["phantom"]) + [O.flag_of(f, o), str(value)]
+            args = HEADS[cls] + [O.flag_of(f, o), str(value)]
             with pytest.raises(click.BadParameter):
                 command.make_context(command.name, args)
 
@@ -111,8 +121,15 @@ def _strategy(f: dataclasses.Field, o: O.Opt):
                                max_size=3)
     if f.name == "options":
         return st.dictionaries(_WORDS, _WORDS, max_size=3)
+    if o.multiple:  # given once per value
+        return st.lists(_one(c), max_size=3).map(tuple)
     if f.name == "datasets":
         return st.one_of(st.none(), st.lists(_WORDS, min_size=1, max_size=3))
+    return _one(c)
+
+
+def _one(c):
+    """Values a constraint accepts (bounded to keep the examples small)."""
     if isinstance(c, O.Flag):
         return st.booleans()
     if isinstance(c, O.Int):
@@ -123,6 +140,8 @@ def _strategy(f: dataclasses.Field, o: O.Opt):
         return st.sampled_from(c.choices)
     if isinstance(c, O.Grid):
         return st.tuples(st.integers(c.low, c.high), st.integers(c.low, c.high))
+    if isinstance(c.type, click.Path) and c.type.type is Path:  # click gives a Path back
+        return _WORDS.map(Path)
     return _WORDS
 
 
@@ -152,6 +171,12 @@ def _expected(cls, values: dict):
 @given(_values(ExtractOptions, {"model": "dog", "images": _IMAGES, "out": "o.zarr"}))
 def test_extract_options_to_argv_to_click_and_back_is_the_identity(values):
     assert _round_trip(ExtractOptions, extract_cli.main, values, []) == _expected(ExtractOptions, values)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_values(ScoreOptions, {"gt_path": "gt.zarr"}))
+def test_score_options_to_argv_to_click_and_back_is_the_identity(values):
+    assert _round_trip(ScoreOptions, score_cli.score_command, values, ["s.zarr"]) == _expected(ScoreOptions, values)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
