@@ -656,9 +656,7 @@ def _run_prepare(step: Step, ctx: Context, resume: bool) -> None:
     reader = make_reader(entry, ctx.limit)
     p = entry.prepare
     try:
-        prepare_dataset(reader, data, grid=_grid(p["grid"]), image_size=p["image_size"], workers=p["workers"],
-                        cases_per_block=p["cases_per_block"], max_skip_fraction=p["max_skip_fraction"],
-                        progress=ctx.progress)
+        prepare_dataset(reader, data, **{**p, "grid": _grid(p["grid"])}, progress=ctx.progress)  # keys: PrepareOptions
     except PrepareError as e:
         raise SuiteError([f"prepare/{step.key}: {e}", *(f"  {x}" for x in e.problems)]) from None
 
@@ -685,7 +683,7 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
 
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
     from xbench.extract.registry import UnknownNameError
-    from xbench.extract.runner import ExtractError, ExtractOptions, run_extraction
+    from xbench.extract.runner import ExtractError, run_extraction
     from xbench.schemas import InvalidStoreError
 
     entry = next(m for m in ctx.suite.models if m.key == step.key)
@@ -706,11 +704,9 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     if ext["threads"]:  # a cap: never more threads than torch would use anyway
         torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
     torch.manual_seed(ctx.suite.seed)
+    # the section's keys are ExtractOptions fields (the runner ignores the launch ones: nproc_per_node, threads)
     opts = ExtractOptions(model=entry.model, images=images, out=out, overrides=copy.deepcopy(entry.options),
-                          datasets=[d.key for d in ctx.suite.datasets], batch_size=ext["batch_size"],
-                          device=ext["device"], precision=ext["precision"], workers=ext["workers"],
-                          cases_per_block=ext["cases_per_block"], map_dtype=ext["map_dtype"],
-                          overwrite=not resume, quiet=True)
+                          datasets=[d.key for d in ctx.suite.datasets], overwrite=not resume, quiet=True, **ext)
     try:
         run_extraction(opts)
     except (ExtractError, ModelConfigError, WeightsNotFoundError, UnknownNameError, InvalidStoreError) as e:
