@@ -299,7 +299,7 @@ def suite_defaults(cls) -> dict[str, Any]:
 def unknown_keys(given: Iterable, known: Iterable[str], where: str) -> list[str]:
     """One line naming the keys of ``given`` not in ``known`` (each with its close match), or none."""
     known = list(known)
-    unknown = sorted(str(k) for k in set(map(str, given)) - set(known))
+    unknown = sorted(set(map(str, given)) - set(known))
     if not unknown:
         return []
     named = []
@@ -307,6 +307,12 @@ def unknown_keys(given: Iterable, known: Iterable[str], where: str) -> list[str]
         close = difflib.get_close_matches(key, known, n=1)
         named.append(f"{key} (did you mean {close[0]}?)" if close else key)
     return [f"{where}: unknown key(s) {', '.join(named)}; known: {', '.join(known)}"]
+
+
+def _shown(value, limit: int = 80) -> str:
+    """A value as the suite gave it, cut short: a suite is input from outside and may hold anything."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def problems(cls, values: Mapping[str, Any], where: str, *, suite: bool = True) -> list[str]:
@@ -327,5 +333,5 @@ def problems(cls, values: Mapping[str, Any], where: str, *, suite: bool = True) 
         if problem:
             also = "".join(f" or {v}" for v in o.suite_also) if suite else ""
             name = f"{where}.{f.name}" if suite else flag_of(f, o)
-            lines.append(f"{name}: {problem}{also}, got {value!r}")
+            lines.append(f"{name}: {problem}{also}, got {_shown(value)}")
     return lines
