@@ -15,9 +15,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads: set 
 
 import click
 
-from xbench.extract.saliency import method_names
+from xbench.extract.options import ExtractOptions
 from xbench.schemas._cli import RESUME_HINT, command, progress, warn
 from xbench.schemas.errors import InputError
+from xbench.schemas.options import click_options, from_params
 
 EXAMPLES = """
 \b
@@ -34,13 +35,6 @@ Examples:
 
 A killed run is resumed by running the same command again.
 """
-
-
-def _parse_options(items: tuple[str, ...]) -> dict:
-    """KEY=VALUE pairs into a nested dict (extract/models/checks.py: bounded, strict true/false)."""
-    from .models.checks import parse_model_options
-
-    return parse_model_options(items)
 
 
 def _bar_callback(enabled: bool):
@@ -168,36 +162,13 @@ def _strip_nproc(argv: list[str]) -> list[str]:
 
 
 @command(epilog=EXAMPLES, on_interrupt=RESUME_HINT)
-@click.option("--model", "model", metavar="NAME_OR_CONFIG", help="Registered model name, a YAML/TOML/JSON model config, or module:attr.")
-@click.option("--images", type=click.Path(exists=True, file_okay=True, dir_okay=True), help="images.zarr made by xbench-prepare.")
-@click.option("--out", type=click.Path(), help="submission.zarr to write (resumed when it exists with the same spec).")
-@click.option("--method", default=None, help=f"Map method for dual encoders: {', '.join(method_names())} (default similarity; "
-              "--list-methods says what each needs); cross-attention models use their own.")
-@click.option("--datasets", default=None, help="Comma-separated dataset keys to extract (default: all in the images store).")
-@click.option("--batch-size", default=32, show_default=True, type=int, help="Images per forward pass.")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: this rank's GPU, else CPU).")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=None, help="Autocast precision (default fp32).")
-@click.option("--workers", default=2, show_default=True, type=int, help="DataLoader worker processes reading images.zarr.")
-@click.option("--cases-per-block", default=None, type=int, help="Rows per written block (default max(64, batch size)).")
-@click.option("--map-dtype", type=click.Choice(["float16", "float32"]), default="float16", show_default=True)
-@click.option("--writer", "writer", type=click.Choice(["thread", "process"]), default="thread", show_default=True,
-              help="Write blocks on a background thread, or in a separate process (keeps zarr's encoding off "
-                   "the GIL of the loop that feeds the GPU).")
-@click.option("--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="Override a model config key (dots for nesting: preprocess.resize=crop). Repeatable.")
-@click.option("--nproc-per-node", default=None, type=int, help="Launch this many local ranks through torch.distributed.run.")
-@click.option("--overwrite", is_flag=True, help="Delete an existing store written with a different spec.")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
-              help="Only the first N cases of each dataset: a smoke test on real data (the store can be "
-                   "validated, not scored against the full ground truth).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click_options(ExtractOptions)
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.option("--list-models", is_flag=True, help="List the registered models, what each needs (weights, a text "
               "encoder, nothing) and its map methods, and exit (with --json: as JSON).")
 @click.option("--list-methods", is_flag=True, help="List the map methods (what each computes, the models it needs, "
               "its reference) and exit (with --json: as JSON).")
-def main(model, images, out, method, datasets, batch_size, device, precision, workers, cases_per_block,
-         map_dtype, writer, model_options, nproc_per_node, overwrite, limit, quiet, as_json, list_models,
-         list_methods):
+def main(as_json, list_models, list_methods, **params):
     """Extract per-class scores and whole-image saliency maps from a vision-language model.
 
     Reads images.zarr, applies the model's own preprocessing, and writes a submission.zarr that
@@ -210,27 +181,19 @@ def main(model, images, out, method, datasets, batch_size, device, precision, wo
     if list_models:
         _list_models(as_json)
         return
-    missing = [f"--{n}" for n, v in (("model", model), ("images", images), ("out", out)) if not v]
+    missing = [f"--{n}" for n in ("model", "images", "out") if not params[n]]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}")
-    if batch_size < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--batch-size")
-    overrides = _parse_options(model_options)
-    _check(model, overrides, method, device, precision, images, out)
-    if method:
-        overrides["method"] = method
-    if nproc_per_node and nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
+    opts = ExtractOptions(**from_params(ExtractOptions, params))
+    _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
+    if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
 
-        sys.exit(relaunch(nproc_per_node, _strip_nproc(sys.argv[1:])))
+        sys.exit(relaunch(opts.nproc_per_node, _strip_nproc(sys.argv[1:])))
 
-    from .runner import ExtractOptions, run_extraction
+    from .runner import run_extraction
 
-    opts = ExtractOptions(model=model, images=images, out=out, overrides=overrides,
-                          datasets=[d.strip() for d in datasets.split(",") if d.strip()] if datasets else None,
-                          batch_size=batch_size, device=device, precision=precision, workers=workers,
-                          cases_per_block=cases_per_block, map_dtype=map_dtype, overwrite=overwrite, quiet=quiet,
-                          limit=limit, writer=writer)
+    quiet, method = opts.quiet, opts.method
     rank = int(os.environ.get("RANK", 0))
     callback, close = _bar_callback(not quiet and not as_json and rank == 0)
     try:

@@ -13,39 +13,13 @@ import click
 
 from xbench.schemas._cli import RESUME_HINT, UserError, command
 from xbench.schemas.errors import InputError
+from xbench.schemas.options import click_options, from_params
 
 from .datasets import DATASETS
+from .options import PrepareOptions
 
 _MAX_LINES = 50
 _PHANTOM_ONLY = ("n_cases", "seed")
-
-
-class _Grid(click.ParamType):
-    name = "H[xW]"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        text = str(value).lower().replace(",", "x")
-        try:
-            parts = [int(p) for p in text.split("x")]
-        except ValueError:
-            self.fail(f"{value!r} is not a grid size; give H or HxW, e.g. 224 or 224x224", param, ctx)
-        if len(parts) == 1:
-            parts = parts * 2
-        if len(parts) != 2 or min(parts) < 1 or max(parts) > 4096:
-            self.fail(f"{value!r}: the grid needs 1 or 2 sizes between 1 and 4096", param, ctx)
-        return tuple(parts)
-
-
-def _parse_options(pairs) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--option")
-        out[key.strip().replace("-", "_")] = value.strip()
-    return out
 
 
 def _fail(message: str, problems=(), *, summary=None) -> None:
@@ -69,23 +43,11 @@ def _dataset_lines() -> list[dict]:
 
 @command(on_interrupt=RESUME_HINT)
 @click.argument("dataset", required=False)
-@click.option("--root", type=click.Path(path_type=Path), help="Folder holding the dataset exactly as downloaded (see data_cards/<dataset>.md). Not needed for phantom.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder; images.zarr and gt.zarr are created or updated in it.")
-@click.option("--split", default=None, help="Which split to prepare; default: the dataset's evaluation split (--list shows each one's).")
-@click.option("--grid", type=_Grid(), default="224", show_default=True, help="Evaluation grid of the ground truth, H or HxW.")
-@click.option("--image-size", type=click.IntRange(16, 4096), default=512, show_default=True, help="Side S of the stored S x S images.")
-@click.option("--keep-original", is_flag=True, help="Also store every image at its original resolution, so models whose official preprocessing starts from the original get it (see docs/prepare.md).")
-@click.option("--workers", type=click.IntRange(1, 1024), default=None, help="Decoding processes; default: every core.")
-@click.option("--cases-per-block", type=click.IntRange(1, 4096), default=32, show_default=True, help="Cases per image block (the unit of resuming).")
-@click.option("--max-skip-fraction", type=click.FloatRange(0, 1), default=0.01, show_default=True, help="Fail (exit 2) when more than this fraction of cases must be skipped for bad input.")
-@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="Reader option, repeatable (see the dataset's data card), e.g. --option negatives=data_entry.")
-@click.option("--n-cases", type=click.IntRange(1), default=None, help="phantom only: number of cases (default 200).")
-@click.option("--seed", type=click.IntRange(0), default=None, help="phantom only: random seed (default 0).")
+@click_options(PrepareOptions)
 @click.option("--list", "list_only", is_flag=True, help="List the datasets, their splits and default split, and exit.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (errors are still printed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
-def main(dataset, root, out_dir, split, grid, image_size, keep_original, workers, cases_per_block, max_skip_fraction, options,
-         n_cases, seed, list_only, quiet, as_json):
+def main(dataset, list_only, quiet, as_json, **params):
     """Prepare DATASET from its native files into OUT/images.zarr and OUT/gt.zarr.
 
     \b
@@ -111,10 +73,12 @@ def main(dataset, root, out_dir, split, grid, image_size, keep_original, workers
     if not dataset:
         _fail("name a DATASET (xbench-prepare --list shows them) or pass --list")
     reader_cls = DATASETS.get(dataset)  # an unknown name: exit 2 with close matches
+    p = PrepareOptions(**from_params(PrepareOptions, params))
+    root, out_dir = p.root, p.out
     if out_dir is None:
         _fail("--out is required")
-    opts = _parse_options(options)
-    for key, value in (("n_cases", n_cases), ("seed", seed)):
+    opts = dict(p.options)
+    for key, value in (("n_cases", p.n_cases), ("seed", p.seed)):
         if value is not None:
             opts[key] = value
     if dataset != "phantom":
@@ -129,13 +93,13 @@ def main(dataset, root, out_dir, split, grid, image_size, keep_original, workers
     from .datasets.prepare import TooManySkippedError, prepare_dataset
 
     try:
-        reader = reader_cls(root, split, **opts)
+        reader = reader_cls(root, p.split, **opts)
     except InputError as exc:  # an unknown split or option, a bad option value (ReaderOptionError)
         _fail(str(exc))
     try:
         summary = prepare_dataset(
-            reader, out_dir, grid=grid, image_size=image_size, workers=workers, cases_per_block=cases_per_block,
-            max_skip_fraction=max_skip_fraction, progress=not quiet and not as_json, keep_original=keep_original,
+            reader, out_dir, grid=p.grid, image_size=p.image_size, workers=p.workers, cases_per_block=p.cases_per_block,
+            max_skip_fraction=p.max_skip_fraction, progress=not quiet and not as_json, keep_original=p.keep_original,
         )
     except TooManySkippedError as exc:
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",

@@ -20,7 +20,6 @@ import os
 import platform
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,32 +28,17 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, read_images
+from xbench.schemas.options import problems
 
 from . import distributed
 from .models import create_adapter
+from .options import ExtractOptions
 from .pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
 from .writer_process import ProcessStore
 
 
-@dataclass
-class ExtractOptions:
-    """Everything one extraction run needs (the CLI fills it from its options)."""
-
-    model: str
-    images: str | os.PathLike
-    out: str | os.PathLike
-    overrides: dict = field(default_factory=dict)
-    datasets: Sequence[str] | None = None
-    batch_size: int = 32
-    device: str | None = None
-    precision: str | None = None
-    workers: int = 2
-    cases_per_block: int | None = None
-    map_dtype: str = "float16"
-    overwrite: bool = False
-    quiet: bool = False
-    limit: int | None = None  # only the first N cases of each dataset (smoke tests)
-    writer: str = "thread"  # blocks written on a background thread, or "process" (extract/writer_process.py)
+#: the options run_extraction checks itself, by their declared constraints
+_CHECKED = ("batch_size", "workers", "cases_per_block", "map_dtype", "writer", "limit")
 
 
 class ExtractError(InputError, RuntimeError):
@@ -162,12 +146,12 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     unknown = [n for n in names if n not in store.datasets]
     if unknown:
         raise ExtractError(f"{opts.images} has no dataset {', '.join(map(repr, unknown))}; it has {', '.join(sorted(store.datasets))}")
-    if opts.batch_size < 1:
-        raise ExtractError("--batch-size must be at least 1")
-    if opts.writer not in ("thread", "process"):
-        raise ExtractError(f"writer must be thread or process, got {opts.writer!r}")
+    # the CLI's own rules, for the callers of this function (paths and lists are checked where they are read)
+    bad = problems(ExtractOptions, {k: getattr(opts, k) for k in _CHECKED}, "", suite=False)
+    if bad:
+        raise ExtractError(bad)
 
-    adapter = create_adapter(opts.model, **opts.overrides)
+    adapter = create_adapter(opts.model, **opts.model_overrides())
     config = adapter.config
     device = pick_device(opts.device or config.get("device"), info.local_rank)
     precision = opts.precision or config.get("precision") or "fp32"

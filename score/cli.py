@@ -17,7 +17,9 @@ import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
 from xbench.schemas.errors import escape_text
+from xbench.schemas.options import click_options
 
+from .options import ScoreOptions
 from .ranking import TERMINAL_COLUMNS, format_cell
 
 __all__ = ["main", "score_command"]
@@ -172,32 +174,7 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 
 @command(on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("submissions", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=str),
-              help="Ground-truth store (gt.zarr, gt.zarr.zip, or an https:// or s3:// URL of a .zarr); only read.")
-@click.option("--out", "out_dir", default=Path("results"), show_default=True, type=click.Path(path_type=Path),
-              help="Output folder. With several submissions each goes into OUT/<submission name>/.")
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for the 95% intervals (0 turns them off).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Bootstrap seed.")
-@click.option("--thresholds-from", "thresholds_from", type=click.Path(path_type=Path),
-              help="Use the best thresholds (tau_dice, tau_iou) of an earlier metrics.json, e.g. from a "
-                   "validation split, instead of searching them on this one.")
-@click.option("--datasets", "datasets", multiple=True, metavar="KEY[,KEY...]",
-              help="Score only these dataset keys (repeat or comma-separate). Default: all in the ground truth.")
-@click.option("--format", "formats", multiple=True, type=click.Choice(["xbench", "grand-challenge", "codabench"]),
-              help="Extra output layouts: grand-challenge adds 'aggregates' to metrics.json; codabench writes "
-                   "a flat scores.json. Repeatable.")
-@click.option("--images", "images_path", type=click.Path(path_type=Path), default=None,
-              help="images.zarr: with several submissions, the report gets map-over-image overlays.")
-@click.option("--allow-missing", "allow_missing", is_flag=True,
-              help="Score the cases the submission holds when it lacks some of the ground truth's (e.g. a smoke run "
-                   "of xbench-extract --limit 4); metrics.json, the tables and the summary then say 'partial: N of M "
-                   "cases'. Without it a missing case is refused.")
-@click.option("--pointing-tolerance", "pointing_tolerance", default=15.0, show_default=True,
-              type=click.FloatRange(min=0.0), metavar="PX",
-              help="Tolerant pointing game: a hit when the first maximum lies within PX original pixels of the "
-                   "region (Zhang et al. 2018).")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click_options(ScoreOptions)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,

@@ -169,7 +169,7 @@ def test_listing_digest_sees_added_and_resized_files_without_reading(tmp_path):
 
 
 def test_extract_argv_round_trips_through_the_cli_parser(tmp_path):
-    from xbench.extract.cli import _parse_options
+    from xbench.extract.options import _model_options as _parse_options
 
     overrides = {"method": "maskclip", "weights": "/w/a b.pt", "preprocess": {"resize": "crop", "size": 224},
                  "options": {"trust_checkpoint": True, "map_size": [56, 56]}, "prompts": {"positive": "There is {}: yes"}}
@@ -180,7 +180,7 @@ def test_extract_argv_round_trips_through_the_cli_parser(tmp_path):
     from xbench.extract.cli import main
 
     params = main.make_context("xbench-extract", list(argv)).params  # parsed as the command parses them
-    assert _parse_options(params["model_options"]) == overrides
+    assert _parse_options(params["overrides"]) == overrides
     with_none = S.extract_argv({**opts, "overrides": {**overrides, "seed": None}}, tmp_path / "images.zarr", Path("/o"))
     assert with_none[6:] == argv[6:]  # the None override is left out
     assert (params["model"], params["images"], params["out"]) == ("clip", str(tmp_path / "images.zarr"), "/o/s.zarr")

@@ -57,7 +57,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import click
 
+from xbench.extract.options import ExtractOptions, PrepareOptions
+from xbench.schemas import options as _options
+from xbench.score.options import ScoreOptions
 from xbench.schemas._cli import RESUME_HINT, UserError, apply_budget, budget_options, command
+from xbench.schemas.options import CONFIG_SUFFIXES, Grid
 from xbench.schemas.store import file_sha256
 
 __all__ = ["Suite", "SuiteError", "Step", "load_suite", "parse_suite", "plan_steps", "run_suite", "run",
@@ -67,11 +71,11 @@ RUN_RECORD = "xbench-run.json"
 WORK_DIR = ".xbench-suite"
 STEP_KINDS = ("prepare", "extract", "score", "report")
 
-#: defaults of each option block; a suite may set any of these keys, and nothing else
-PREPARE_DEFAULTS = {"grid": 224, "image_size": 512, "cases_per_block": 32, "workers": None, "max_skip_fraction": 0.01}
-EXTRACT_DEFAULTS = {"batch_size": 32, "device": None, "precision": None, "workers": 2, "cases_per_block": None,
-                    "map_dtype": "float16", "nproc_per_node": "auto", "threads": None}
-SCORE_DEFAULTS = {"bootstrap": 1000}
+#: defaults of each option block; a suite may set any of these keys, and nothing else (the prepare, extract and
+#: score keys, their defaults and their rules are the commands' own: xbench/extract/options.py, score/options.py)
+PREPARE_DEFAULTS = _options.suite_defaults(PrepareOptions)
+EXTRACT_DEFAULTS = _options.suite_defaults(ExtractOptions)
+SCORE_DEFAULTS = _options.suite_defaults(ScoreOptions)
 REPORT_DEFAULTS = {"bootstrap": 1000, "title": None, "overlays": True, "size_bins": "fixed"}
 TOP_KEYS = {"name", "title", "out", "seed", "prepare", "datasets", "models", "extract", "score", "report"}
 DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
@@ -80,7 +84,6 @@ MODEL_KEYS = {"name", "model", "options", "methods", "extract"}
 EXTRACT_NOT_IN_OUTPUT = ("workers", "nproc_per_node", "threads")
 #: config keys that may name local files; a dry run checks that those which look like paths exist
 MODEL_PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
-CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")  # as xbench.extract.models (not imported: it is light, but lives behind the extra)
 
 
 class SuiteError(InputError):
@@ -132,9 +135,7 @@ def _block(data: Mapping, name: str, defaults: Mapping, problems: list[str], whe
     if not isinstance(given, Mapping):
         problems.append(f"{where}{name}: must be a mapping of options, got {type(given).__name__}")
         return dict(defaults)
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        problems.append(f"{where}{name}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(defaults)}")
+    problems += _options.unknown_keys(given, defaults, f"{where}{name}")
     return {**defaults, **{k: v for k, v in given.items() if k in defaults}}
 
 
@@ -162,9 +163,7 @@ def _parse_datasets(data: Mapping, prepare: dict, base: Path, problems: list[str
         if not isinstance(spec, Mapping):
             problems.append(f"{where}: must be a mapping (root, split, options, grid, ...), got {type(spec).__name__}")
             continue
-        unknown = sorted(set(spec) - DATASET_KEYS)
-        if unknown:
-            problems.append(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(sorted(DATASET_KEYS))}")
+        problems += _options.unknown_keys(spec, sorted(DATASET_KEYS), where)
         options = spec.get("options") or {}
         if not isinstance(options, Mapping):
             problems.append(f"{where}.options: must be a mapping of reader options")
@@ -183,23 +182,11 @@ def _parse_datasets(data: Mapping, prepare: dict, base: Path, problems: list[str
 
 
 def _grid(value) -> tuple[int, int] | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value, value)
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return (int(value[0]), int(value[1]))
-    return None
+    return Grid().parse(value)
 
 
 def _check_prepare(prep: dict, where: str, problems: list[str]) -> None:
-    grid = _grid(prep["grid"])
-    if grid is None or min(grid) < 1 or max(grid) > 4096:
-        problems.append(f"{where}.grid: must be an integer or [H, W] between 1 and 4096, got {prep['grid']!r}")
-    _check_int(prep["image_size"], f"{where}.image_size", problems, low=16)
-    _check_int(prep["cases_per_block"], f"{where}.cases_per_block", problems)
-    _check_int(prep["workers"], f"{where}.workers", problems, allow_none=True)
-    f = prep["max_skip_fraction"]
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
-        problems.append(f"{where}.max_skip_fraction: must be a number between 0 and 1, got {f!r}")
+    problems += _options.problems(PrepareOptions, prep, where)
 
 
 def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str]) -> list[ModelEntry]:
@@ -215,9 +202,7 @@ def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str])
         if not isinstance(spec, Mapping) or not isinstance(spec.get("model"), str):
             problems.append(f"{where}: needs `model:` (a registered name, a model config file or module:attr)")
             continue
-        unknown = sorted(set(spec) - MODEL_KEYS)
-        if unknown:
-            problems.append(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(sorted(MODEL_KEYS))}")
+        problems += _options.unknown_keys(spec, sorted(MODEL_KEYS), where)
         model, is_file = spec["model"], Path(spec["model"]).suffix in CONFIG_SUFFIXES
         if is_file:
             model = _expand(model, base)
@@ -248,16 +233,7 @@ def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str])
         seen.add(m.key)
         if "/" in m.key or m.key.startswith("."):
             problems.append(f"models: name {m.key!r} cannot be a folder name; give it a plain `name:`")
-        _check_int(m.extract["batch_size"], f"models.{m.key}.extract.batch_size", problems)
-        _check_int(m.extract["workers"], f"models.{m.key}.extract.workers", problems, low=0)
-        _check_int(m.extract["cases_per_block"], f"models.{m.key}.extract.cases_per_block", problems, allow_none=True)
-        if m.extract["precision"] not in (None, "fp32", "bf16", "fp16"):
-            problems.append(f"models.{m.key}.extract.precision: must be fp32, bf16 or fp16, got {m.extract['precision']!r}")
-        if m.extract["map_dtype"] not in ("float16", "float32"):
-            problems.append(f"models.{m.key}.extract.map_dtype: must be float16 or float32, got {m.extract['map_dtype']!r}")
-        nproc = m.extract["nproc_per_node"]
-        if nproc != "auto":
-            _check_int(nproc, f"models.{m.key}.extract.nproc_per_node", problems)
+        problems += _options.problems(ExtractOptions, m.extract, f"models.{m.key}.extract")
     return out
 
 
@@ -282,8 +258,8 @@ def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "
     models = _parse_models(data, extract, base, problems)
     seed = data.get("seed", 0)
     _check_int(seed, "seed", problems, low=0)
-    for block, what in ((score, "score"), (report, "report")):
-        _check_int(block["bootstrap"], f"{what}.bootstrap", problems, low=0)
+    problems += _options.problems(ScoreOptions, score, "score")
+    _check_int(report["bootstrap"], "report.bootstrap", problems, low=0)
     name = str(data.get("name") or Path(source).stem)
     out = data.get("out")
     if out is not None and not isinstance(out, str):
@@ -680,35 +656,16 @@ def _run_prepare(step: Step, ctx: Context, resume: bool) -> None:
     reader = make_reader(entry, ctx.limit)
     p = entry.prepare
     try:
-        prepare_dataset(reader, data, grid=_grid(p["grid"]), image_size=p["image_size"], workers=p["workers"],
-                        cases_per_block=p["cases_per_block"], max_skip_fraction=p["max_skip_fraction"],
-                        progress=ctx.progress)
+        prepare_dataset(reader, data, **{**p, "grid": _grid(p["grid"])}, progress=ctx.progress)  # keys: PrepareOptions
     except PrepareError as e:
         raise SuiteError([f"prepare/{step.key}: {e}", *(f"  {x}" for x in e.problems)]) from None
 
 
 def extract_argv(opts: Mapping[str, Any], images: Path, out: Path) -> list[str]:
-    """``xbench-extract`` arguments for one extraction step (used to launch several ranks)."""
-    argv = ["--model", str(opts["model"]), "--images", str(images), "--out", str(out),
-            "--datasets", ",".join(opts["datasets"]), "--batch-size", str(opts["batch_size"]),
-            "--workers", str(opts["workers"]), "--map-dtype", str(opts["map_dtype"]), "--quiet"]
-    for flag, key in (("--device", "device"), ("--precision", "precision"), ("--cases-per-block", "cases_per_block")):
-        if opts.get(key) is not None:
-            argv += [flag, str(opts[key])]
-    for dotted, value in _flatten(opts["overrides"]):
-        if value is not None:  # a None override changes nothing (load_config skips it); the CLI cannot say None
-            argv += ["--model-option", f"{dotted}={json.dumps(value)}"]  # JSON is YAML: the CLI parses it back
-    return argv
-
-
-def _flatten(d: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
-    out = []
-    for k, v in d.items():
-        if isinstance(v, Mapping) and v:
-            out += _flatten(v, f"{prefix}{k}.")
-        else:
-            out.append((f"{prefix}{k}", v))
-    return out
+    """``xbench-extract`` arguments for one extraction step (used to launch several ranks): the step's options
+    written as the command's flags (xbench/extract/options.py), quiet."""
+    values = {k: v for k, v in opts.items() if k not in ("images", "out", "nproc_per_node")}
+    return _options.to_argv(ExtractOptions, {**values, "images": str(images), "out": str(out), "quiet": True})
 
 
 def _n_ranks(extract: Mapping) -> int:
@@ -726,7 +683,7 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
 
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
     from xbench.extract.registry import UnknownNameError
-    from xbench.extract.runner import ExtractError, ExtractOptions, run_extraction
+    from xbench.extract.runner import ExtractError, run_extraction
     from xbench.schemas import InvalidStoreError
 
     entry = next(m for m in ctx.suite.models if m.key == step.key)
@@ -747,11 +704,9 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     if ext["threads"]:  # a cap: never more threads than torch would use anyway
         torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
     torch.manual_seed(ctx.suite.seed)
+    # the section's keys are ExtractOptions fields (the runner ignores the launch ones: nproc_per_node, threads)
     opts = ExtractOptions(model=entry.model, images=images, out=out, overrides=copy.deepcopy(entry.options),
-                          datasets=[d.key for d in ctx.suite.datasets], batch_size=ext["batch_size"],
-                          device=ext["device"], precision=ext["precision"], workers=ext["workers"],
-                          cases_per_block=ext["cases_per_block"], map_dtype=ext["map_dtype"],
-                          overwrite=not resume, quiet=True)
+                          datasets=[d.key for d in ctx.suite.datasets], overwrite=not resume, quiet=True, **ext)
     try:
         run_extraction(opts)
     except (ExtractError, ModelConfigError, WeightsNotFoundError, UnknownNameError, InvalidStoreError) as e:

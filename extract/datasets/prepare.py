@@ -64,6 +64,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from ..options import PrepareOptions
 from ._io import is_inside
 from .base import Box, CaseRecord, DatasetReader, Polygon
 from .rasterise import RASTERISATION, ShapeError, clip_box, rasterise_region
@@ -407,26 +408,28 @@ class _DeferredInterrupt:
 
 # ----------------------------------------------------------------------------------------------
 # the driver
+_DEFAULTS = PrepareOptions()  # the defaults are xbench-prepare's (extract/options.py)
+
 
 
 def prepare_dataset(
     reader: DatasetReader,
     out_dir: str | os.PathLike,
     *,
-    grid: tuple[int, int] = (224, 224),
-    image_size: int = 512,
-    workers: int | None = None,
-    cases_per_block: int = 32,
-    max_skip_fraction: float = 0.01,
+    grid: tuple[int, int] | int = _DEFAULTS.grid,
+    image_size: int = _DEFAULTS.image_size,
+    workers: int | None = _DEFAULTS.workers,
+    cases_per_block: int = _DEFAULTS.cases_per_block,
+    max_skip_fraction: float = _DEFAULTS.max_skip_fraction,
     progress: bool = True,
-    keep_original: bool = False,
+    keep_original: bool = _DEFAULTS.keep_original,
 ) -> PrepareSummary:
     """Prepare one dataset into ``out_dir/images.zarr`` and ``out_dir/gt.zarr`` (see module doc).
 
     Parameters
     ----------
     reader : a constructed reader (its ``key`` names the groups).
-    grid : (H, W) of the evaluation grid of the ground truth.
+    grid : (H, W) of the evaluation grid of the ground truth (an integer: square).
     image_size : S, the side of the stored square images.
     workers : processes decoding in parallel; None means every core (``os.cpu_count()``).
     cases_per_block : cases per image block, the unit of work and of resuming.
@@ -437,6 +440,7 @@ def prepare_dataset(
     reader problems, every case skipped, too many skipped).
     """
     with _DeferredInterrupt() as guard:  # Ctrl-C never lands inside a write to the stores
+        grid = (grid, grid) if isinstance(grid, int) else grid
         return _prepare(reader, Path(out_dir), (int(grid[0]), int(grid[1])), image_size, workers, cases_per_block,
                         max_skip_fraction, progress, keep_original, guard)
 

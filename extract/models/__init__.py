@@ -65,6 +65,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ...schemas.options import CONFIG_SUFFIXES  # noqa: F401  (one definition, in the light layer: suites read it too)
 from ...schemas.registry import ENTRY_POINT_GROUPS, Registry, UnknownNameError
 from .errors import ModelConfigError, WeightsNotFoundError
 
@@ -86,7 +87,6 @@ MODELS.discover(__name__, __path__, declared="REGISTER")
 MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
 for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
     MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
-CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 
 
