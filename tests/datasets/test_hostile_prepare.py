@@ -18,13 +18,13 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
-import textwrap
 import zlib
 from pathlib import Path
 
 import pytest
+
+from forked import run_forked
 
 import fixtures as F
 
@@ -32,46 +32,6 @@ pytest.importorskip("pydicom")
 
 MAX_RSS_MIB = 1024
 MAX_SECONDS = 60
-
-DRIVER = textwrap.dedent("""
-    import json, os, sys, time
-    from xbench.extract.prepare_cli import main
-    import xbench.extract.datasets.prepare, xbench.schemas  # imported once, before the forks
-
-    results = []
-    for job in json.loads(sys.argv[1]):
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            fd_out, fd_err = os.open(job["out"], os.O_WRONLY | os.O_CREAT), os.open(job["err"], os.O_WRONLY | os.O_CREAT)
-            os.dup2(fd_out, 1)
-            os.dup2(fd_err, 2)
-            code = 1
-            try:
-                sys.argv = ["xbench-prepare", *job["argv"]]  # as the program runs
-                main.main(prog_name="xbench-prepare")
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        killed = False
-        while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() - t0 > job["cap"]:
-                os.kill(pid, 9)
-                killed = True
-                _, status, usage = os.wait4(pid, 0)
-                break
-            time.sleep(0.01)
-        results.append({"rc": os.waitstatus_to_exitcode(status), "seconds": time.monotonic() - t0,
-                        "maxrss_mib": usage.ru_maxrss / 1024, "killed": killed})
-    print(json.dumps(results))
-""")
-
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose header declares width x height 8-bit gray pixels, with a few bytes of data (a bomb's shape)."""
@@ -216,11 +176,11 @@ def results(tmp_path_factory):
         jobs.append({"argv": [dataset, "--root", str(root), "--out", str(case / "out"), "--workers", "1", "--quiet",
                               "--grid", "16", "--image-size", "32", *extra],
                      "out": str(case / "stdout"), "err": str(case / "stderr"), "cap": MAX_SECONDS, "case": str(case)})
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = run_forked(jobs, tmp_path_factory.mktemp("hostile-prepare-io"), entry="xbench.extract.prepare_cli:main",
+                         prog="xbench-prepare", preload=("xbench.extract.prepare_cli", "xbench.extract.datasets.prepare",
+                                                         "xbench.schemas"))
     out = {}
-    for name, job, res in zip(CASES, jobs, json.loads(proc.stdout.strip().splitlines()[-1])):
-        res["stderr"] = Path(job["err"]).read_text()
+    for name, job, res in zip(CASES, jobs, results):
         res["case"] = Path(job["case"])
         out[name] = res
     return out

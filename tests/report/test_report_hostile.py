@@ -9,9 +9,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
-import sys
-import textwrap
 import zipfile
 import zlib
 from pathlib import Path
@@ -19,63 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from forked import run_forked
+
 BUDGET = ["--max-memory", "1GiB", "--timeout", "60"]
 MAX_RSS_MIB = 1024
 MAX_SECONDS = 30
 
-DRIVER = textwrap.dedent("""
-    import json, os, sys, time
-    import xbench.cli, xbench.score.report, xbench.score.report.cli, xbench.score.report.show  # imported once
-
-    def child(argv, out, err):
-        fd_out, fd_err = os.open(out, os.O_WRONLY | os.O_CREAT), os.open(err, os.O_WRONLY | os.O_CREAT)
-        os.dup2(fd_out, 1)
-        os.dup2(fd_err, 2)
-        code = 1
-        try:
-            sys.argv = ["xbench", *argv]  # as the program runs (--max-memory bounds the whole process)
-            xbench.cli.main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
-    results = []
-    for job in json.loads(sys.argv[1]):
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            child(job["argv"], job["out"], job["err"])
-        killed = False
-        while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() - t0 > job["cap"]:
-                os.kill(pid, 9)
-                killed = True
-                _, status, usage = os.wait4(pid, 0)
-                break
-            time.sleep(0.01)
-        results.append({"rc": os.waitstatus_to_exitcode(status), "seconds": time.monotonic() - t0,
-                        "maxrss_mib": usage.ru_maxrss / 1024, "killed": killed})
-    print(json.dumps(results))
-""")
-
-
 def run_all(jobs: list[dict], tmp_path) -> list[dict]:
-    for i, job in enumerate(jobs):
-        job["out"], job["err"] = str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err")
-        job.setdefault("cap", MAX_SECONDS * 2)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for job, res in zip(jobs, results):
-        res["stdout"] = open(job["out"]).read()
-        res["stderr"] = open(job["err"]).read()
-    return results
+    return run_forked(jobs, tmp_path, entry="xbench.cli:main", prog="xbench", cap=MAX_SECONDS * 2,
+                      preload=("xbench.cli", "xbench.score.report", "xbench.score.report.cli",
+                               "xbench.score.report.show"))
 
 
 # -- crafted files ---------------------------------------------------------------------------------------------

@@ -12,12 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+
+from forked import run_forked
 
 from hostile import deflate_bomb, write_zip
 
@@ -27,59 +28,10 @@ MAX_SECONDS = 20
 CLASSES = ["Cardiomegaly", "Nodule", "Pneumothorax"]
 IDS = [f"case-{i:02d}" for i in range(6)]
 
-DRIVER = textwrap.dedent("""
-    import json, os, sys, time
-    import h5py, zarr, xbench.schemas.cli, xbench.schemas.convert, xbench.schemas.convert_boxes  # imported once
-
-    def child(argv, out, err):
-        fd_out, fd_err = os.open(out, os.O_WRONLY | os.O_CREAT), os.open(err, os.O_WRONLY | os.O_CREAT)
-        os.dup2(fd_out, 1)
-        os.dup2(fd_err, 2)
-        code = 1
-        try:
-            sys.argv = ["xbench-convert", *argv]  # as the program runs (--max-memory bounds the whole process)
-            xbench.schemas.cli.convert_cmd.main(prog_name="xbench-convert")
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
-    results = []
-    for job in json.loads(sys.argv[1]):
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            child(job["argv"], job["out"], job["err"])
-        killed = False
-        while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() - t0 > job["cap"]:
-                os.kill(pid, 9)
-                killed = True
-                _, status, usage = os.wait4(pid, 0)
-                break
-            time.sleep(0.01)
-        results.append({"rc": os.waitstatus_to_exitcode(status), "seconds": time.monotonic() - t0,
-                        "maxrss_mib": usage.ru_maxrss / 1024, "killed": killed})
-    print(json.dumps(results))
-""")
-
-
 def run_all(jobs: list[dict], tmp_path: Path) -> list[dict]:
-    for i, job in enumerate(jobs):
-        job["out"], job["err"] = str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err")
-        job.setdefault("cap", MAX_SECONDS * 3)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for job, res in zip(jobs, results):
-        res["stdout"] = open(job["out"]).read()
-        res["stderr"] = open(job["err"]).read()
-    return results
+    return run_forked(jobs, tmp_path, entry="xbench.schemas.cli:convert_cmd", prog="xbench-convert",
+                      cap=MAX_SECONDS * 3, preload=("h5py", "zarr", "xbench.schemas.cli", "xbench.schemas.convert",
+                                                    "xbench.schemas.convert_boxes"))
 
 
 # -- valid bases, changed as little as each attack needs ---------------------------------------------------

@@ -11,14 +11,12 @@ outlives the time cap.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 import zarr
 
+from forked import run_forked
 from hostile import ATTACKS, store_members, write_zip
 from schema_stores import make_gt, write_submission
 
@@ -26,63 +24,14 @@ BUDGET = ["--max-memory", "1GiB", "--timeout", "60"]
 MAX_RSS_MIB = 1024
 MAX_SECONDS = 20  # per run; far below the 60 s budget, so a refusal never relies on the watchdog
 
-DRIVER = textwrap.dedent("""
-    import json, os, sys, time
-    import xbench.score.cli, xbench.score.scoring, xbench.score.outputs, xbench.schemas.cli  # imported once
-
-    def child(argv, out, err):
-        fd_out, fd_err = os.open(out, os.O_WRONLY | os.O_CREAT), os.open(err, os.O_WRONLY | os.O_CREAT)
-        os.dup2(fd_out, 1)
-        os.dup2(fd_err, 2)
-        code = 1
-        try:
-            # as the program runs: arguments from sys.argv (so --max-memory bounds the whole process)
-            sys.argv = [f"xbench-{argv[0]}", *argv[1:]]
-            if argv[0] == "score":
-                xbench.score.cli.main()
-            else:
-                xbench.schemas.cli.validate_cmd.main(prog_name="xbench-validate")
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
-    results = []
-    for job in json.loads(sys.argv[1]):
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            child(job["argv"], job["out"], job["err"])
-        killed = False
-        while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() - t0 > job["cap"]:
-                os.kill(pid, 9)
-                killed = True
-                _, status, usage = os.wait4(pid, 0)
-                break
-            time.sleep(0.01)
-        results.append({"rc": os.waitstatus_to_exitcode(status), "seconds": time.monotonic() - t0,
-                        "maxrss_mib": usage.ru_maxrss / 1024, "killed": killed})
-    print(json.dumps(results))
-""")
-
-
 def run_all(jobs: list[dict], tmp_path) -> list[dict]:
-    for i, job in enumerate(jobs):
-        job["out"], job["err"] = str(tmp_path / f"{i}.out"), str(tmp_path / f"{i}.err")
-        job.setdefault("cap", MAX_SECONDS * 3)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for job, res in zip(jobs, results):
-        res["stdout"] = open(job["out"]).read()
-        res["stderr"] = open(job["err"]).read()
-    return results
+    """Each job through xbench-validate or xbench-score (its argv's first word), forked from one driver."""
+    for job in jobs:
+        cmd, job["argv"] = job["argv"][0], job["argv"][1:]
+        job["entry"] = {"score": "xbench.score.cli:score_command", "validate": "xbench.schemas.cli:validate_cmd"}[cmd]
+        job["prog"] = f"xbench-{cmd}"
+    return run_forked(jobs, tmp_path, entry="", prog="", cap=MAX_SECONDS * 3, timeout=600,
+                      preload=("xbench.score.cli", "xbench.score.scoring", "xbench.score.outputs", "xbench.schemas.cli"))
 
 
 @pytest.fixture(scope="module")
