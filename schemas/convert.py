@@ -48,7 +48,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import InputError, InputLimitError, InvalidStoreError, Problem
-from .paths import is_remote
+from .paths import _pid_alive, is_remote  # the one rule for telling a dead writer
 from .submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
 
 ProgressFn = Callable[[int], None]
@@ -491,18 +491,6 @@ def _refuse_out_in_inputs(out, src: Path, gt) -> None:
 
 
 _WORK = re.compile(r"^\..+\.xbench-new-(\d+)-[^/]*$")
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process, or cannot tell: leave its folder alone
-    return True
 
 
 def clean_dead_conversions(parent: Path) -> list[Path]:
