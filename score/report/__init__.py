@@ -22,10 +22,10 @@ from pathlib import Path
 from xbench.schemas.paths import NameTable
 
 from ._load import ReportInputError, Result, load_result, load_results
-from .paired import compare_results, missing_intervals
+from .paired import compare_results, floor_text, format_p, missing_intervals, p_note
 
 __all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "compare_results",
-           "PER_CLASS_METRICS"]
+           "PER_CLASS_METRICS", "floor_text", "format_p", "p_note"]
 
 PER_CLASS_METRICS = ("pointing_game", "dice_best", "iou_best", "auroc")
 GAP_METRICS = ("pointing_game", "dice_best", "iou_best", "auroc")
@@ -83,42 +83,6 @@ def holm_gaps(gaps: list[dict]) -> list[dict]:
     rows = [r for g in gaps for r in g.get("rows", [])]
     adjusted = iter(with_holm(rows))
     return [dict(g, rows=[next(adjusted) for _ in g["rows"]]) if "rows" in g else g for g in gaps]
-
-
-def floor_text(floor: float) -> str:
-    """1/(B+1) rounded up to one significant digit (0.004975 -> "0.005"): a bound that stays true."""
-    import math
-
-    e = math.floor(math.log10(floor))
-    digit = math.ceil(round(floor / 10**e, 9))
-    if digit == 10:
-        digit, e = 1, e + 1
-    return f"{digit * 10.0**e:.{max(0, -e)}f}"
-
-
-def format_p(p: float | None, floor: float | None = None) -> str:
-    """A bootstrap p-value for people. At the floor 1/(B+1) of its B resamples (``floor``), "< 1/(B+1)"
-    rounded up ("< 0.005" for B = 200): fewer resamples cannot show a smaller p. Otherwise "< 0.001" below
-    that, else 3 decimals."""
-    if p is None:
-        return "–"
-    if floor is not None and p <= floor * (1 + 1e-12):
-        return f"< {floor_text(floor)}"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def p_note(rows) -> str:
-    """One sentence on the p-values of ``rows``: resamples, the floor, Holm's family."""
-    from .paired import HOLM_FAMILY, p_floor
-
-    bs = sorted({r.n_valid for r in rows if r.p_value is not None})
-    if not bs:
-        return "No p-values (no resamples)."
-    b_text = str(bs[0]) if len(bs) == 1 else f"{bs[0]}–{bs[-1]}"
-    floor = floor_text(p_floor(bs[-1])) if len(bs) == 1 else f"{floor_text(p_floor(bs[-1]))}–{floor_text(p_floor(bs[0]))}"
-    return (f"p: two-sided paired-bootstrap p-value from B = {b_text} resamples, never below 1/(B+1) "
-            f"(shown as \"< {floor}\" at that floor); p (Holm): Holm-adjusted over {HOLM_FAMILY} "
-            f"({sum(r.p_value is not None for r in rows)} tests).")
 
 
 def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> str:

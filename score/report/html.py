@@ -75,7 +75,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
-    from . import format_p, p_note
+    from .paired import format_p, p_note
     from xbench.score.tables import METRIC_TITLES
 
     rows = []

@@ -138,7 +138,7 @@ def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_pat
                 "captions": {}}
     from xbench.schemas.paths import is_remote
 
-    from .show import store_problems
+    from ._stores import store_problems
 
     def unsafe(path, kind) -> str | None:
         """The stores may be named by a metrics.json from outside: held to the scorer's budget before reading."""

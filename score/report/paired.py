@@ -204,3 +204,38 @@ def _is_phrase(dataset) -> bool:
     from xbench.score.phrases import PHRASE_SCOPE
 
     return isinstance(dataset, str) and (dataset == PHRASE_SCOPE or dataset.startswith(PHRASE_SCOPE + "/"))
+
+
+# -- p-values as people read them -----------------------------------------------------------------
+def floor_text(floor: float) -> str:
+    """1/(B+1) rounded up to one significant digit (0.004975 -> "0.005"): a bound that stays true."""
+    import math
+
+    e = math.floor(math.log10(floor))
+    digit = math.ceil(round(floor / 10**e, 9))
+    if digit == 10:
+        digit, e = 1, e + 1
+    return f"{digit * 10.0**e:.{max(0, -e)}f}"
+
+
+def format_p(p: float | None, floor: float | None = None) -> str:
+    """A bootstrap p-value for people. At the floor 1/(B+1) of its B resamples (``floor``), "< 1/(B+1)"
+    rounded up ("< 0.005" for B = 200): fewer resamples cannot show a smaller p. Otherwise "< 0.001" below
+    that, else 3 decimals."""
+    if p is None:
+        return "–"
+    if floor is not None and p <= floor * (1 + 1e-12):
+        return f"< {floor_text(floor)}"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_note(rows) -> str:
+    """One sentence on the p-values of ``rows``: resamples, the floor, Holm's family."""
+    bs = sorted({r.n_valid for r in rows if r.p_value is not None})
+    if not bs:
+        return "No p-values (no resamples)."
+    b_text = str(bs[0]) if len(bs) == 1 else f"{bs[0]}–{bs[-1]}"
+    floor = floor_text(p_floor(bs[-1])) if len(bs) == 1 else f"{floor_text(p_floor(bs[-1]))}–{floor_text(p_floor(bs[0]))}"
+    return (f"p: two-sided paired-bootstrap p-value from B = {b_text} resamples, never below 1/(B+1) "
+            f"(shown as \"< {floor}\" at that floor); p (Holm): Holm-adjusted over {HOLM_FAMILY} "
+            f"({sum(r.p_value is not None for r in rows)} tests).")
