@@ -136,6 +136,16 @@ def _ci_problems(ci, where: str, problems: list) -> None:
             problems.append(f"{where}.{k} must be [low, high] (numbers) or null")
 
 
+def _entries_problems(entries: dict, where: str, problems: list) -> None:
+    """Per-class (or per-category) entries: each an object of metric values with an optional interval."""
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            problems.append(f"{where}.{name} must be an object")
+            continue
+        _values_problems(entry, f"{where}.{name}", problems)
+        _ci_problems(entry.get("ci95"), f"{where}.{name}.ci95", problems)
+
+
 def _metric_keys() -> frozenset:
     from xbench.score import registry as R
 
@@ -233,12 +243,7 @@ def metrics_problems(m, where: str) -> list[str]:
                                              for g in grid)):
             problems.append(f"{w}.grid must be [H, W] (two positive integers)")
         _partial_problems(ds.get("partial"), f"{w}.partial", problems)
-        for c, cm in _obj(ds, "classes", w, problems).items():
-            if not isinstance(cm, dict):
-                problems.append(f"{w}.classes.{c} must be an object")
-                continue
-            _values_problems(cm, f"{w}.classes.{c}", problems)
-            _ci_problems(cm.get("ci95"), f"{w}.classes.{c}.ci95", problems)
+        _entries_problems(_obj(ds, "classes", w, problems), f"{w}.classes", problems)
     ph = _obj(m, "phrases", where, problems)
     if ph:
         _values_problems(_obj(ph, "overall", f"{where}: phrases", problems), f"{where}: phrases.overall", problems)
@@ -249,12 +254,7 @@ def metrics_problems(m, where: str) -> list[str]:
                 continue
             _values_problems(_obj(entry, "summary", w, problems), f"{w}.summary", problems)
             _ci_problems(entry.get("ci95"), f"{w}.ci95", problems)
-            for c, cm in _obj(entry, "categories", w, problems).items():
-                if not isinstance(cm, dict):
-                    problems.append(f"{w}.categories.{c} must be an object")
-                    continue
-                _values_problems(cm, f"{w}.categories.{c}", problems)
-                _ci_problems(cm.get("ci95"), f"{w}.categories.{c}.ci95", problems)
+            _entries_problems(_obj(entry, "categories", w, problems), f"{w}.categories", problems)
     return problems[:20]  # a file wrong everywhere: the first twenty say enough
 
 
