@@ -41,6 +41,7 @@ from . import _zarr
 from ._cli import DEFAULT_TIMEOUT
 from ._zarr import as_numpy_array_wrapper
 from .errors import InputLimitError, Problem
+from .inputs import DuplicateKeyError, unique_object
 
 MiB = 2**20
 GiB = 2**30
@@ -127,19 +128,6 @@ def json_depth(text: str) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]:
     """Problems of one ``zarr.json`` read as at most ``max_json_bytes + 1`` bytes."""
     if len(raw) > lim.max_json_bytes:
@@ -154,9 +142,9 @@ def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]
     if depth > lim.max_json_depth:
         return [Problem(where, f"metadata nests {depth} levels deep; the limit is {lim.max_json_depth}")]
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_pairs)
-    except _DuplicateKey as exc:  # Zarr's parser would keep the last value without a word
-        return [Problem(where, f"metadata has the key {str(exc)[:80]!r} twice in one object")]
+        doc = json.loads(text, object_pairs_hook=unique_object)
+    except DuplicateKeyError as exc:  # Zarr's parser would keep the last value without a word
+        return [Problem(where, f"metadata has the key {exc.key[:80]!r} twice in one object")]
     except ValueError as exc:
         return [Problem(where, f"metadata is not valid JSON ({exc})")]
     if not isinstance(doc, dict):

@@ -159,17 +159,9 @@ def parse_json(data: bytes | str, where: str, limits: TextLimits = DEFAULT) -> A
             raise _Refused(f"has the token {token}, which is not JSON (write null for a missing value)")
         return float(token)
 
-    def pairs(items: list[tuple[str, Any]]) -> dict:
-        out: dict = {}
-        for key, value in items:
-            if key in out:
-                raise _Refused(f"has the key {key[:80]!r} twice in one object")
-            out[key] = value
-        return out
-
     try:
         return json.loads(text, parse_int=integer, parse_float=number, parse_constant=constant,
-                          object_pairs_hook=pairs)
+                          object_pairs_hook=unique_object)
     except _Refused as exc:
         raise _fail(where, str(exc)) from None
     except RecursionError:  # the scan above makes this unreachable below the cap; kept as a last guard
@@ -182,6 +174,24 @@ def parse_json(data: bytes | str, where: str, limits: TextLimits = DEFAULT) -> A
 
 class _Refused(ValueError):
     """Raised inside the JSON hooks; turned into a problem line by :func:`parse_json`."""
+
+
+class DuplicateKeyError(_Refused):
+    """A JSON object names one key twice (``key``: the key); ``str()`` is the problem's wording."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"has the key {key[:80]!r} twice in one object")
+        self.key = key
+
+
+def unique_object(items: list[tuple[str, Any]]) -> dict:
+    """``json.loads``' ``object_pairs_hook`` that refuses a key given twice (the parser keeps the last silently)."""
+    out: dict = {}
+    for key, value in items:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
 
 
 def load_json(path: str | os.PathLike, *, where: str | None = None, limits: TextLimits = DEFAULT) -> Any:
