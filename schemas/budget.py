@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import stat
 import sys
 import threading
@@ -41,7 +40,7 @@ from . import _zarr
 from ._cli import DEFAULT_TIMEOUT
 from ._zarr import as_numpy_array_wrapper
 from .errors import InputLimitError, Problem
-from .inputs import DuplicateKeyError, unique_object
+from .inputs import DuplicateKeyError, json_depth, unique_object  # noqa: F401  (json_depth: part of this module's interface)
 
 MiB = 2**20
 GiB = 2**30
@@ -115,17 +114,6 @@ class Inventory:
 
     sizes: dict[str, int]
     stored: dict[str, int]
-
-
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
-def json_depth(text: str) -> int:
-    """Deepest nesting of ``{``/``[`` outside strings, without recursion and without parsing: strings are
-    cut out, then the brackets left are a running sum."""
-    marks = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "replace"), np.uint8)
-    steps = np.isin(marks, (ord("["), ord("{"))).astype(np.int64) - np.isin(marks, (ord("]"), ord("}")))
-    return int(np.cumsum(steps).max(initial=0))
 
 
 def json_document_problems(raw: bytes, where: str, lim: Limits) -> list[Problem]:

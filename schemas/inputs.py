@@ -118,6 +118,12 @@ def _deepest(brackets: bytes) -> int:
     return int(np.cumsum(steps, dtype=np.int32).max(initial=0))
 
 
+def json_depth(text: str) -> int:
+    """Deepest nesting of ``{``/``[`` outside strings, without recursion and without parsing (strings cut out,
+    then a running sum over the brackets left)."""
+    return _deepest(_JSON_STRING.sub('""', text).encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS))
+
+
 def _check_shape(text: str, where: str, lim: TextLimits, string_re: re.Pattern) -> None:
     # A document with fewer brackets than the depth cap cannot nest past it: skip the scan.
     if text.count("[") + text.count("{") <= lim.max_depth and text.count(",") <= lim.max_elements:
