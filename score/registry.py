@@ -54,6 +54,7 @@ from . import pair_stats as _ps
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import THRESHOLDS
 from .recognition_core import RecognitionSums, f1_from_counts  # defined beside what builds it
+from .rowscope import row_scope, scope_names
 
 __all__ = [
     "Best",
@@ -77,7 +78,6 @@ __all__ = [
     "pair_columns",
     "table_metrics",
     "lesion_size",
-    "SCOPES",
     "phrase_keys",
     "pooled_keys",
     "searched",
@@ -153,9 +153,7 @@ class PairView:
 
 
 Kind = Literal["grounding", "recognition", "dataset"]
-Scope = Literal["class", "phrase"]
-#: the row sets a metric can be computed on (see the module docstring)
-SCOPES: tuple[str, ...] = ("class", "phrase")
+Scope = str  # a declared row scope's name (:mod:`xbench.score.rowscope`): "class", "phrase", ...
 
 
 @dataclass(frozen=True)
@@ -195,11 +193,12 @@ class Metric:
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
-        if not self.scopes or any(s not in SCOPES for s in self.scopes):
-            raise ValueError(f"{self.key}: scopes must be a non-empty subset of {SCOPES}; got {self.scopes!r}.")
-        if "phrase" in self.scopes and self.kind != "grounding":
-            raise ValueError(f"{self.key}: phrase rows have no recognition labels; only grounding metrics take "
-                             "the phrase scope.")
+        names = scope_names()
+        if not self.scopes or any(s not in names for s in self.scopes):
+            raise ValueError(f"{self.key}: scopes must be a non-empty subset of {names}; got {self.scopes!r}.")
+        for s in self.scopes:  # e.g. phrase rows have no recognition labels
+            if self.kind not in row_scope(s).kinds:
+                raise ValueError(f"{self.key}: only {' / '.join(row_scope(s).kinds)} metrics take the {s} scope.")
         if self.kind == "grounding" and self.curve and self.threshold is None:
             raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
         if self.kind == "grounding" and not self.curve and self.threshold is not None:
