@@ -681,17 +681,24 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     """
     extra_a = {**({"phrase": phrases_a} if phrases_a else {}), **(scopes_a or {})}
     extra_b = {**({"phrase": phrases_b} if phrases_b else {}), **(scopes_b or {})}
+    pairs = [(scope, a, b) if scope.section is None else (scope, extra_a.get(scope.name), extra_b.get(scope.name))
+             for scope in row_scopes()]  # the primary (class) scope first, then the others in declaration order
+    pairs = [(scope, sa, sb) for scope, sa, sb in pairs if scope.section is None or (sa and sb and set(sa) & set(sb))]
+    for scope, sa, sb in pairs:  # every scope's ground truth is checked before any work, scope by scope
+        problems = scope.fn("ground_truth_problems")(sa, sb) if scope.ground_truth_problems else []
+        if problems:
+            from .errors import GroundTruthMismatchError
+
+            raise GroundTruthMismatchError(problems)
     common = dict(n_resamples=n_resamples, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
     table, rows = None, []
-    for scope in row_scopes():  # the primary (class) scope first: its ground truth is checked before any work
+    for scope, sa, sb in pairs:
         compare = scope.fn("paired_rows")
         if scope.section is None:
             import pandas as pd
 
             table = pd.DataFrame(compare(a, b, taus_a=taus_a, taus_b=taus_b, **common), columns=PAIRED_COLUMNS)
-            continue
-        sa, sb = extra_a.get(scope.name), extra_b.get(scope.name)
-        if sa and sb and set(sa) & set(sb):
+        else:
             rows += compare(sa, sb, **common)
     if not rows:
         return table
