@@ -168,7 +168,9 @@ class Metric:
     stratum, the stratum name and the unrestricted metric's key (tables group them); warn: warn when the
     class has no positive pair (strata stay quiet: most classes lack some size); minor: the metrics.json
     schema minor version that added it (in its scope's section); scopes: the row sets it is computed on,
-    ``"class"`` and/or ``"phrase"`` (module docstring).
+    ``"class"`` and/or ``"phrase"`` or any other declared row scope (module docstring); needs: the per-pair
+    statistics it reads (names declared in :mod:`xbench.score.pair_stats`, e.g. ``"energy_share"``): the
+    counting pass allocates and fills a statistic only when a registered metric needs it.
     """
 
     key: str
@@ -190,6 +192,7 @@ class Metric:
     warn: bool = True
     minor: int = 0
     scopes: tuple[str, ...] = ("class",)
+    needs: tuple[str, ...] = ()
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -203,6 +206,14 @@ class Metric:
             raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
         if self.kind == "grounding" and not self.curve and self.threshold is not None:
             raise ValueError(f"{self.key}: a per-pair (P,) metric takes no threshold rule.")
+        if isinstance(self.needs, str) or not all(isinstance(n, str) for n in self.needs):
+            raise ValueError(f"{self.key}: needs must be a tuple of per-pair statistic names; got {self.needs!r}.")
+        # pair_stats.column / present read one statistic: a metric built on them must say it needs it, or the
+        # column would never be counted and the metric would be null everywhere
+        read = [n for fn in (self.values, self.pairs) for n in _ps.reads_of(fn) if n not in self.needs]
+        if read:
+            raise ValueError(f"{self.key}: reads the per-pair statistic(s) {', '.join(read)}; declare them in "
+                             f"needs=(...).")
 
 
 #: Every metric, in metrics.json order within its kind. Change it only through :func:`register` /
@@ -214,6 +225,10 @@ def register(m: Metric) -> Metric:
     """Add ``m`` (its key must be new; a :class:`ChosenBy` rule must name a registered Best metric)."""
     if m.key in REGISTRY:
         raise ValueError(f"metric {m.key!r} is already registered.")
+    unknown = [n for n in m.needs if n not in _ps.PAIR_STATS]
+    if unknown:
+        raise ValueError(f"{m.key}: needs the per-pair statistic(s) {', '.join(unknown)}, not declared "
+                         f"(pair_stats.declare); declared: {', '.join(_ps.PAIR_STATS)}.")
     if isinstance(m.threshold, ChosenBy):
         ref = REGISTRY.get(m.threshold.key)
         if ref is None or not isinstance(ref.threshold, Best):
@@ -483,6 +498,7 @@ from . import localisation as _loc  # noqa: E402  (pure functions; no import cyc
 for _m in (
     Metric("energy_pointing_game", "Energy-based pointing game", "Energy", "grounding",
            _extra(_loc.ENERGY_COLUMN, np.float64), pairs=_extra_present(_loc.ENERGY_COLUMN), minor=1, pair_column=True,
+           needs=(_loc.ENERGY_COLUMN,),
            doc="share of the normalised map's mass inside the region"),
     Metric("relevance_rank_accuracy", "Relevance rank accuracy", "RRA", "grounding", _rank_accuracy, minor=1, pair_column=True,
            doc="of the |R| highest-ranked cells (quantised map, ties shared), the share inside the region"),
@@ -490,6 +506,7 @@ for _m in (
            minor=1, pair_column=True, doc="Mann-Whitney AUROC of region cells against the others on the quantised map"),
     Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
            _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
+           needs=(_loc.TOLERANT_COLUMN,),
            doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
 ):
     register(_m)
@@ -502,7 +519,6 @@ del _m
 CNR_COLUMN = _ps.CNR_COLUMN
 
 
-@_ps.reads(CNR_COLUMN)
 def _cnr_defined(v: PairView) -> np.ndarray:
     # undefined CNR (region covers the grid; zero variances with different means) is left out of means
     col = v.extra.get(CNR_COLUMN)
@@ -518,15 +534,15 @@ def _cnr_values(signed: bool) -> Callable[[PairView], np.ndarray]:
         return np.nan_to_num(np.asarray(col, np.float64) if signed else np.abs(col), nan=0.0)
 
     values.__name__ = "cnr_signed" if signed else "cnr"
-    return _ps.reads(CNR_COLUMN)(values)
+    return values
 
 
 for _m in (
     Metric("cnr", "Contrast-to-noise ratio", "CNR", "grounding", _cnr_values(False), pairs=_cnr_defined,
-           fmt="number", minor=2, scopes=("phrase",),
+           fmt="number", minor=2, scopes=("phrase",), needs=(CNR_COLUMN,),
            doc="|mu_in - mu_out| / sqrt(var_in + var_out) of the map resized to the grid (contract §Phrase grounding)"),
     Metric("cnr_signed", "Contrast-to-noise ratio, signed", "CNR±", "grounding", _cnr_values(True),
-           pairs=_cnr_defined, fmt="number", minor=2, scopes=("phrase",),
+           pairs=_cnr_defined, fmt="number", minor=2, scopes=("phrase",), needs=(CNR_COLUMN,),
            doc="(mu_in - mu_out) / sqrt(var_in + var_out): negative when the map is lower inside the region"),
 ):
     register(_m)
