@@ -27,9 +27,15 @@ Three kinds:
 The built-in metrics are the contract's (``pointing_game`` ... ``hamming_accuracy``, schema minor 0) and
 grounding by lesion size (schema minor 1, see :data:`LESION_SIZES`).
 
-Scopes. A metric says which rows it is computed on (``scopes``): ``"class"`` (the positive pairs of a
-finding class: metrics.json "datasets") or ``"phrase"`` (the phrase rows of a category: metrics.json
-"phrases", :mod:`xbench.score.phrases`, whose counts are a DatasetCounts with the categories as classes).
+Scopes. A metric says which rows it is computed on (``scopes``, names of the row scopes declared in
+:mod:`xbench.score.rowscope`): ``"class"`` (the positive pairs of a finding class: metrics.json "datasets")
+or ``"phrase"`` (the phrase rows of a category: metrics.json "phrases", :mod:`xbench.score.phrases`, whose
+counts are a DatasetCounts with the categories as classes), or any other declared scope; a scope's ``kinds``
+say which metric kinds its rows take (phrase rows: grounding only).
+
+Per-pair statistics. A metric that reads a column of ``DatasetCounts.extra`` (declared in
+:mod:`xbench.score.pair_stats`) names it in ``needs``; the counting pass fills only the statistics some
+registered metric needs.
 :func:`metrics` and every helper built on it return the class scope unless asked, so class-level code
 never meets a phrase-only metric (CNR) and the phrase pass only the metrics the contract defines on
 phrases. Pointing game, Dice and IoU are defined once and carry both scopes. On phrase rows a

@@ -18,7 +18,8 @@ This module is the orchestration only; the stages are modules of their own, each
 below it: :mod:`~xbench.score.counting` (the counting pass, for every row source),
 :mod:`~xbench.score.estimates` (point estimates), :mod:`~xbench.score.bootstrap` (intervals),
 :mod:`~xbench.score.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs` (the pairs
-table and every file written). Their public names used to live here and are still importable from here.
+table and every file written). The class rows are counted here; every other row scope declared in
+:mod:`~xbench.score.rowscope` (the phrase rows) is scored by its own ``score`` function, in declaration order. Their public names used to live here and are still importable from here.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from .localisation import DEFAULT_POINTING_TOLERANCE
 from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
 from .intervals import mean_defined
 from .phrases import PhraseCounts, phrase_counts, phrase_points
-from .rowscope import row_scopes
+from .rowscope import row_scope, row_scopes
 from .warm import start_background_warm
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
@@ -68,8 +69,8 @@ __all__ = [
     "undefined_notes",
 ]
 
-#: metrics.json minor version that adds the "phrases" section (contract §Versions)
-PHRASES_METRICS_MINOR = 2
+#: metrics.json minor version that adds the "phrases" section (contract §Versions; the phrase row scope's)
+PHRASES_METRICS_MINOR = row_scope("phrase").minor
 #: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
 PARTIAL_METRICS_MINOR = 3
 

@@ -168,7 +168,6 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     from . import figures as F
     from .html import render_html
-    from xbench.score.rowscope import row_scope
     from xbench.score.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
                                      recognition_table)
 
@@ -211,12 +210,16 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     md += [t.to_markdown() for t in main_tables]
     from xbench.score.rowscope import row_scopes
 
+    scope_tables = []  # [(section, table)] for index.html
     for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
         s_rows = scope.fn("table_rows")(results) if scope.table_rows else []
         if s_rows:
             md.append(scope.fn("markdown")(s_rows))
             files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.fn("csv")(s_rows))
                                        .relative_to(out)))
+        table = scope.fn("table")(results) if scope.table else None
+        if table is not None:
+            scope_tables.append((scope.section, table))
     gap_md = []
     gap_rows_all = []
     for g in gaps:
@@ -272,7 +275,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
-                       phrases=row_scope("phrase").fn("table")(results))
+                       scope_tables=scope_tables)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)

@@ -53,9 +53,21 @@ def _csv(rows):
     return buf.getvalue()
 
 
+def _table(results):
+    from xbench.score.tables import Cell, Table
+
+    rows = _rows(results)
+    if not rows:
+        return None
+    t = Table(title="Probe rows", key="probes", columns=[(None, None, "n_images")], index=("Model", "Dataset"),
+              labels={"n_images": "Images"})
+    t.rows.update({(r["model"], r["dataset"]): [Cell(float(r["n_images"]))] for r in rows})
+    return t
+
+
 PROBE = RowScope("probe", "probe rows", unit="images", section="probes", minor=9, keys=lambda: ("n_images",),
                  score=_score, ground_truth_problems=_problems, paired_rows=_paired, table_rows=_rows,
-                 markdown=_markdown, csv=_csv)
+                 markdown=_markdown, csv=_csv, table=_table)
 
 
 def test_the_built_in_scopes_are_declared_in_order():
@@ -118,4 +130,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "probes.csv").read_text())))
         assert [(r["dataset"], r["n_images"]) for r in rows] == [("ms_cxr", "9")] * 2 and len({r["model"] for r in rows}) == 2
         assert "## Probes" in (tmp_path / "report" / "leaderboard.md").read_text()
+        page = (tmp_path / "report" / "index.html").read_text()
+        assert "<h2>Probe rows</h2>" in page and '<a href="probes.csv">probes.csv</a>' in page
+        assert page.index("<h2>Phrase grounding</h2>") < page.index("<h2>Probe rows</h2>")  # declaration order
     assert "probes" not in score_submission(sub_a, gt, bootstrap=0).metrics  # gone with its declaration
