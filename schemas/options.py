@@ -235,6 +235,8 @@ def click_option(f: dataclasses.Field, o: Opt) -> Callable:
     kwargs: dict[str, Any] = {"help": o.help}
     if isinstance(o.check, Flag):
         kwargs["is_flag"] = True
+        if default:  # on unless turned off: a "--name/--no-name" pair
+            kwargs["default"] = True
     elif o.multiple:
         kwargs.update(multiple=True, type=o.check.click_type())
     elif o.required:
@@ -279,7 +281,8 @@ def to_argv(cls, values: Mapping[str, Any]) -> list[str]:
             continue
         value, name = values[f.name], flag_of(f, o)
         if isinstance(o.check, Flag):
-            argv += [name] if value else []
+            on, _, off = name.partition("/")  # "--name/--no-name" names both sides
+            argv += [on] if value else ([off] if off else [])
         elif o.to_cli is not None:
             argv += [a for item in o.to_cli(value) for a in (name, item)]
         elif o.multiple:

@@ -87,7 +87,7 @@ MODELS.discover(__name__, __path__, declared="REGISTER")
 MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
 for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
     MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
-PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
+from .checks import PATH_KEYS  # noqa: E402  (the config keys that may name local files: one definition)
 
 
 def _model_config_limits():

@@ -33,6 +33,8 @@ PROMPT_STYLES = ("single", "pair")        # extract/models/prompts.py
 PRECISIONS = ("fp32", "bf16", "fp16")     # extract/pipeline.py
 DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|mtia|meta)(:[0-9]{1,3})?$")
 BOOLEAN_OPTIONS = ("trust_checkpoint", "hash_weights", "random_init", "ensembles")
+#: config keys that may name local files (the one definition: the model loader, the dry run and `xbench run`'s
+#: fingerprints read it)
 PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 TRUST_HOW = ("write `trust_checkpoint: true` (a boolean, no quotes) under `options:` in the model config, or pass "
              "--model-option options.trust_checkpoint=true; only for a file you trust: it runs the code the file holds")
