@@ -20,6 +20,7 @@ from xbench.extract.datasets import DATASETS
 from xbench.extract.models import MODELS, create_adapter
 from xbench.extract.prepare_cli import main as prepare_main
 from xbench.extract.saliency import METHODS
+from xbench.schemas.augment import AUGMENTATIONS, parse_spec
 from xbench.schemas.registry import declared_entries
 
 BIN = Path(sys.executable).parent
@@ -70,6 +71,21 @@ METHOD = '''
 
 
     METHOD = MapMethod(name="throwaway", run=run, description="minus the similarity map", reference="this test")
+    '''
+
+AUGMENTATION = '''
+    """A throw-away augmentation: invert the grey levels (photometric, one parameter)."""
+    import numpy as np
+
+    from xbench.schemas.augment import Augmentation, Param
+
+
+    def image(img, params, seed):
+        return (params["top"] - np.minimum(img.astype(np.int64), params["top"])).astype(np.uint8)
+
+
+    AUGMENTATION = Augmentation("throwaway_invert", "invert grey levels",
+                                params=(Param("top", int, 255, 0, 255, "the level black becomes"),), image=image)
     '''
 
 
@@ -142,6 +158,27 @@ def test_a_map_method_is_one_file(plugin_path, phantom_images, tiny_open_clip, t
         np.testing.assert_allclose(maps["throwaway"], -maps["similarity"], rtol=1e-2, atol=1e-2)
     finally:
         METHODS.unregister("throwaway")
+
+
+def test_an_augmentation_is_one_file(plugin_path, phantom_images, tmp_path):
+    from xbench.schemas import read_submission
+
+    pkg = _package(plugin_path, "tp_augment", {"throwaway_invert.py": AUGMENTATION})
+    assert AUGMENTATIONS.discover("tp_augment", [str(pkg)], attr="AUGMENTATION") == ["throwaway_invert"]
+    try:
+        spec = parse_spec("throwaway_invert:top=200")
+        assert str(spec) == "throwaway_invert:top=200"
+        assert (spec.apply_image(np.array([[0, 10, 250]], np.uint8), seed=0) == [[200, 190, 0]]).all()
+        with pytest.raises(Exception, match="did you mean top"):
+            parse_spec("throwaway_invert:tpo=3")
+        out = tmp_path / "aug.zarr"
+        res = CliRunner().invoke(extract_main, [
+            "--model", "dog", "--images", str(phantom_images / "images.zarr"), "--out", str(out),
+            "--augment", "throwaway_invert", "--workers", "0", "--limit", "3", "--quiet"])
+        assert res.exit_code == 0, res.output
+        assert read_submission(out).attrs["augment"]["specs"] == ["throwaway_invert:top=255"]
+    finally:
+        AUGMENTATIONS.unregister("throwaway_invert")
 
 
 def test_a_metric_is_one_registered_definition(tmp_path):
