@@ -216,8 +216,9 @@ def _dist_info(root: Path, groups: dict[str, list[str]]) -> None:
 
 def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     """An installed distribution (a dist-info folder with entry_points.txt on the path) adds a reader, a model,
-    a map method and a metric without any file of XBench changing; the real commands list them."""
+    a map method, a metric and an augmentation without any file of XBench changing; the real commands list them."""
     _package(tmp_path, "tp_installed", {"reader.py": READER, "model.py": MODEL, "method.py": METHOD,
+                                        "augment.py": AUGMENTATION,
                                         "metric.py": '''
         import numpy as np
 
@@ -233,7 +234,8 @@ def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     _dist_info(tmp_path, {"xbench.datasets": ["throwaway_set = tp_installed.reader:ThrowawayReader"],
                           "xbench.models": ["throwaway-model = tp_installed.model:build"],
                           "xbench.methods": ["throwaway = tp_installed.method:METHOD"],
-                          "xbench.metrics": ["throwaway = tp_installed.metric:METRIC"]})
+                          "xbench.metrics": ["throwaway = tp_installed.metric:METRIC"],
+                          "xbench.augmentations": ["throwaway_invert = tp_installed.augment:AUGMENTATION"]})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
     def run(*argv: str) -> str:
@@ -246,6 +248,8 @@ def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     assert any(line.startswith("throwaway ") for line in run(str(BIN / "xbench-extract"), "--list-methods").splitlines())
     keys = run(sys.executable, "-c", "from xbench.score.registry import REGISTRY; print(' '.join(REGISTRY))").split()
     assert keys[-1] == "throwaway_miss"  # after every built-in metric
+    spec = run(sys.executable, "-c", "from xbench.schemas.augment import parse_spec; print(parse_spec('throwaway_invert'))")
+    assert spec.strip() == "throwaway_invert:top=255"
 
 
 def test_a_plug_in_of_the_wrong_kind_is_refused_by_name(tmp_path):
