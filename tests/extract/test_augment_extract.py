@@ -284,6 +284,19 @@ def test_the_shipped_tta_suite_runs_and_scores(tmp_path):
         assert (tmp_path / "out" / "scores" / key / "metrics.json").is_file()
 
 
+def test_suite_augment_reaches_the_command_line_of_each_rank(tmp_path):
+    from xbench import suite as S
+    from xbench.extract.options import ExtractOptions
+    from xbench.schemas.options import from_params
+
+    (tmp_path / "images.zarr").mkdir()
+    argv = S.extract_argv({"model": "dog", "augment": ["hflip", "translate:y=4, x=3"], "augment_seed": 5},
+                          tmp_path / "images.zarr", tmp_path / "o.zarr")
+    params = extract_main.make_context("xbench-extract", list(argv)).params
+    values = from_params(ExtractOptions, params)
+    assert values["augment"] == ["hflip", "translate:x=3,y=4,side=512"] and values["augment_seed"] == 5
+
+
 def test_suite_augment_is_checked_and_left_out_of_fingerprints_when_unset(tmp_path):
     from xbench import suite as S
 

@@ -299,7 +299,7 @@ def test_parse_specs_splits_on_commas_before_a_new_name():
     ("rotate:degrees=361", "must be a number in [-360, 360], got 361.0"),
     ("rotate:degrees=0x10", "must be a number"),
     ("rotate:degrees=1_0", "must be a number"),
-    ("rotate:degrees=" + "9" * 5000, "must be a number"),  # within the spec limit? no: the length check answers
+    ("rotate:degrees=" + "9" * 5000, "must be a number"),  # over the length limit: refused unparsed
     ("jpeg:quality=7.5", "must be an integer in [1, 100]"),
     ("jpeg:quality=0", "must be an integer in [1, 100]"),
     ("jpeg:quality=99999999999999", "must be an integer"),
