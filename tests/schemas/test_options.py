@@ -130,6 +130,9 @@ def _strategy(f: dataclasses.Field, o: O.Opt):
                                max_size=3)
     if f.name == "options":
         return st.dictionaries(_WORDS, _WORDS, max_size=3)
+    if f.name == "augment":  # canonical specs, each once (a repeated spec is refused)
+        return st.lists(st.sampled_from(["hflip", "rotate:degrees=5", "noise:sigma=2", "jpeg:quality=50"]),
+                        min_size=1, max_size=3, unique=True)  # parsed back as a list
     if o.multiple:  # given once per value
         return st.lists(_one(c), max_size=3).map(tuple)
     if f.name == "datasets":
