@@ -406,6 +406,10 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     from .tables import write_tables
 
     paths += write_tables({label: metrics}, folder)
+    if "faithfulness" in metrics:  # only with --faithfulness: without it, the same files as before
+        from .faithfulness import write_tables as faithfulness_tables
+
+        paths += faithfulness_tables(metrics, folder, label)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
         paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")
