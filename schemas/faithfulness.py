@@ -186,21 +186,30 @@ def road_impute(image: np.ndarray, missing: np.ndarray, *, noise: float = DEFAUL
     solution of :func:`road_system` plus Gaussian noise of standard deviation ``noise`` grey levels on each
     imputed pixel (road/imputations.py:186-190), then rounded half to even and clipped to 0..255. With nothing
     missing the image is returned unchanged; with everything missing there is nothing to interpolate from."""
-    from scipy.sparse.linalg import spsolve
-
     image = np.asarray(image, dtype=np.uint8)
     missing = np.asarray(missing, dtype=bool)
     if not missing.any():
         return image.copy()
+    out = road_fill(image, missing)
+    if noise:
+        out[missing] += noise * (rng if rng is not None else np.random.default_rng(0)).standard_normal(int(missing.sum()))
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def road_fill(image: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """The noiseless linear imputation: float64 (H, W), the known pixels as they are, the missing ones the
+    solution of :func:`road_system` (scipy's direct sparse solver, as the authors use)."""
+    from scipy.sparse.linalg import spsolve
+
+    missing = np.asarray(missing, dtype=bool)
     if missing.all():
         raise ValueError("ROAD cannot impute an image with every pixel missing")
+    out = np.asarray(image, dtype=np.float64).copy()
+    if not missing.any():
+        return out
     A, b, index = road_system(image, missing)
-    solved = np.atleast_1d(spsolve(A, b))
-    if noise:
-        solved = solved + noise * (rng if rng is not None else np.random.default_rng(0)).standard_normal(solved.size)
-    out = image.ravel().astype(np.float64)
-    out[index] = solved
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8).reshape(image.shape)
+    out.ravel()[index] = np.atleast_1d(spsolve(A, b))
+    return out
 
 
 # ------------------------------------------------------------------------------------------ curves and areas
