@@ -273,3 +273,26 @@ def write_tables(metrics: dict, folder: Path, label: str = "") -> list[Path]:
     paths[0].write_text(buf.getvalue())
     paths[1].write_text("\n".join(md) + "\n")
     return paths
+
+
+def faithfulness_html(results) -> str:
+    """The report page's "Faithfulness" section (every model whose metrics.json has one), or "" when none has."""
+    import html
+
+    blocks = []
+    for r in results:
+        if "faithfulness" not in r.metrics:
+            continue
+        head, rows = table_rows(r.metrics, r.name)
+        cells = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in row) + "</tr>" for row in rows)
+        sec = r.metrics["faithfulness"]
+        blocks.append(f"<p class=\"meta\">{html.escape(r.name)}: curves {html.escape(', '.join(sec['curves']))}, "
+                      f"{sec['steps']} steps, {sec['grid']}x{sec['grid']} cells.</p>"
+                      f"<div class=\"table\"><table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table></div>")
+    if not blocks:
+        return ""
+    return ("<h2>Faithfulness</h2><p>Does the score fall when the map's most relevant cells are removed first (deletion, "
+            "ROAD MoRF) and rise when they are inserted first? Areas under the class-probability curves in percent; "
+            "gains &gt; 0: better than a random order of the same cells; 95% bootstrap interval over cases.</p>"
+            + "".join(blocks))
