@@ -264,6 +264,7 @@ class Key:
 def write_key(path: str | os.PathLike, key: Key) -> None:
     """Write the key atomically (a temporary file in the same folder, renamed into place)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     arrays = {k: np.asarray(getattr(key, k), dtype=str if t == "U" else np.int64) for k, t in KEY_COLUMNS.items()}
     try:

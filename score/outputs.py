@@ -296,6 +296,10 @@ def flat_scores(metrics: dict, *, intervals: bool = False) -> dict[str, float]:
     """
     scopes = [("", metrics.get("overall", {}), metrics.get("ci95") or {})]
     scopes += [(f"{d}_", ds.get("summary", {}), ds.get("ci95") or {}) for d, ds in metrics.get("datasets", {}).items()]
+    faith = metrics.get("faithfulness")  # a phase-2 leaderboard ranks by these (keys disjoint from the others)
+    if isinstance(faith, dict):
+        scopes += [("", faith.get("overall", {}), {})]
+        scopes += [(f"{d}_", ds.get("summary", {}), ds.get("ci95") or {}) for d, ds in faith.get("datasets", {}).items()]
     out: dict[str, float] = {}
     for prefix, values, cis in scopes:
         for k, v in values.items():

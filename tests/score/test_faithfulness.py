@@ -435,3 +435,46 @@ def test_scores_only_submission_validates_alone_only(flow, gt_for_flow):
     res = _xb(["validate", d / "round2-sub.zarr"])
     assert res.exit_code == 0, res.output
     _fails(_xb(["validate", d / "round2-sub.zarr", "--gt", gt_for_flow]), "scores-only")
+
+
+def test_codabench_phase2_finds_the_teams_key(flow, gt_for_flow, tmp_path, capsys):
+    """Phase 2 on a platform: the reference data holds each team's round-1 store and key; the uploaded round-2
+    scores are matched to their key by id, and scores.json carries the faithfulness keys."""
+    from xbench.package import codabench_main
+
+    d = flow[0]
+    ref = tmp_path / "input/ref"
+    (ref / "faithfulness/team-a").mkdir(parents=True)
+    (ref / "faithfulness/team-b").mkdir(parents=True)
+    shutil.copytree(gt_for_flow, ref / "gt.zarr")
+    shutil.copytree(d / "sub.zarr", ref / "faithfulness/team-a/sub.zarr")
+    shutil.copy(d / "round2.key.npz", ref / "faithfulness/team-a/round2.key.npz")
+    make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), tmp_path / "b/r.zarr",
+                ref / "faithfulness/team-b/r.key.npz", Round2Options(curves=("deletion",), steps=2, grid=G))
+    shutil.copytree(d / "sub.zarr", ref / "faithfulness/team-b/sub.zarr")
+    shutil.copytree(d / "round2-sub.zarr", tmp_path / "input/res/round2-sub.zarr")
+    assert codabench_main(str(tmp_path / "input"), str(tmp_path / "out")) == 0, capsys.readouterr().err
+    scores = json.loads((tmp_path / "out/scores.json").read_text())
+    assert "deletion_gain" in scores and "phantom_road_morf_gain_error" in scores and "pointing_game" in scores
+    # an upload that answers no round 2 of this phase
+    shutil.rmtree(tmp_path / "input/res")
+    _score_round2(d / "round2.zarr", tmp_path / "input/res/short.zarr", drop=1)
+    assert codabench_main(str(tmp_path / "input"), str(tmp_path / "out2")) == 2
+    assert "match no round-2 store" in capsys.readouterr().err.splitlines()[-1]
+
+
+
+def test_grand_challenge_phase2(flow, gt_for_flow, tmp_path, monkeypatch, capsys):
+    from xbench.package import grand_challenge_main
+
+    d = flow[0]
+    (tmp_path / "faith/team").mkdir(parents=True)
+    shutil.copytree(d / "sub.zarr", tmp_path / "faith/team/sub.zarr")
+    shutil.copy(d / "round2.key.npz", tmp_path / "faith/team/round2.key.npz")
+    shutil.copytree(d / "round2-sub.zarr", tmp_path / "input/round2-sub.zarr")
+    monkeypatch.setenv("XBENCH_GT", str(gt_for_flow))
+    monkeypatch.setenv("XBENCH_FAITHFULNESS", str(tmp_path / "faith"))
+    monkeypatch.setenv("XBENCH_BOOTSTRAP", "10")
+    assert grand_challenge_main(str(tmp_path / "input"), str(tmp_path / "out")) == 0, capsys.readouterr().err
+    m = json.loads((tmp_path / "out/metrics.json").read_text())
+    assert "faithfulness" in m and "phantom_deletion_gain_error" in m["aggregates"]
