@@ -187,6 +187,11 @@ def main(as_json, list_models, list_methods, **params):
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}")
     opts = ExtractOptions(**from_params(ExtractOptions, params))
+    if opts.faithfulness and opts.scores_only:
+        raise click.UsageError("--faithfulness needs round 1's maps; it cannot be combined with --scores-only")
+    if opts.faithfulness and ((opts.nproc_per_node or 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
+        raise click.UsageError("--faithfulness runs on one process; with several ranks run round 1, then xbench perturb "
+                               "and xbench-extract --scores-only (docs/faithfulness.md)")
     _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch

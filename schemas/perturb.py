@@ -124,7 +124,8 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
             problems.append(Problem(name, "the submission holds no maps (scores only); round 2 needs round 1's maps"))
             continue
         row_of = {c: i for i, c in enumerate(sub.case_id.tolist())}
-        missing = [c for c in ds.case_id.tolist() if c not in row_of]
+        case_ids = ds.case_id[: opts.limit].tolist()  # the cases that get curves (--limit: the first N)
+        missing = [c for c in case_ids if c not in row_of]
         if missing:
             problems.append(Problem(name, f"{len(missing)} case(s) of the images store are not in the submission, e.g. {missing[0]!r}"))
             continue
@@ -140,14 +141,14 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
                 continue
             g = gt.datasets[name]
             gt_row = {c: i for i, c in enumerate(g.case_id.tolist())}
-            absent = [c for c in ds.case_id.tolist() if c not in gt_row]
+            absent = [c for c in case_ids if c not in gt_row]
             if absent:
                 problems.append(Problem(name, f"{len(absent)} case(s) of the images store are not in the ground truth, e.g. {absent[0]!r}"))
                 continue
-            labels = np.asarray(g.labels)[[gt_row[c] for c in ds.case_id.tolist()]]
+            labels = np.asarray(g.labels)[[gt_row[c] for c in case_ids]]
             gt_classes = list(g.classes)
-        pairs = select_pairs(ds.case_id, sub.classes, sub.unsupported, labels, gt_classes, opts)
-        plan[name] = (pairs, np.array([row_of[c] for c in ds.case_id.tolist()], dtype=np.int64))
+        pairs = select_pairs(np.asarray(case_ids), sub.classes, sub.unsupported, labels, gt_classes, opts)
+        plan[name] = (pairs, np.array([row_of[c] for c in case_ids], dtype=np.int64))
     if problems:
         raise InputError(problems)
     cases = sum(len({p.row for p in pairs}) for pairs, _ in plan.values())

@@ -105,7 +105,11 @@ def load_round2(round2_path, key_path) -> tuple[F.Key, dict[str, DatasetCurves],
         out[name] = curves
     if problems:
         raise InputError(problems)
-    digest = hashlib.sha256(Path(key_path).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(key_path, "rb") as fh:  # in pieces: the key was bounded by its reader, not by its file size
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    digest = digest.hexdigest()
     info = {"model": str(sub.attrs.get("model", "")), "key_sha256": digest}
     return key, out, info
 
