@@ -85,6 +85,8 @@ def perturb(submission, images_path, out_path, key_path, curves, steps, grid, gt
     inputs = {"the submission": submission, "the images store": images_path, "the ground truth": gt_path}
     problems = [str(p) for p in output_problems(out_path, inputs)]
     problems += [f"--key: {p}" for p in output_problems(key_path, inputs)]
+    if str(out_path).endswith(".zip"):
+        problems.append(f"--out {escape_text(str(out_path))}: round 2 is written as a folder store (*.zarr); zip it afterwards if needed")
     if os.path.lexists(out_path):
         problems.append(f"--out {escape_text(str(out_path))}: exists; choose a new name (round 2 is never overwritten: its key would no longer match)")
     if os.path.lexists(key_path):

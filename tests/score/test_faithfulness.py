@@ -350,12 +350,18 @@ def test_score_command_writes_the_section_and_tables(flow, gt_for_flow, tmp_path
                                                  "insertion_auc_random", "insertion_gain", "road_morf_auc", "road_lerf_auc",
                                                  "road_random_auc", "road_morf_gain", "road_lerf_gain"}
     assert (tmp_path / "res/faithfulness.csv").read_text().count("\n") == 1 + 3
+    rep = _xb(["report", tmp_path / "res", "--out", tmp_path / "rep", "-q"])
+    assert rep.exit_code == 0, rep.output
+    page = (tmp_path / "rep/index.html").read_text()
+    assert "<h2>Faithfulness</h2>" in page and "Deletion gain" in page
     # without the options: no section, no minor 7, no table
     code, out, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / "plain", "--bootstrap", "0", "-q"], capsys)
     assert code == 0, err
     plain = json.loads((tmp_path / "plain/metrics.json").read_text())
     assert "faithfulness" not in plain and plain["xbench"].get("schema_minor", 0) < 7
     assert not (tmp_path / "plain/faithfulness.csv").exists()
+    rep = _xb(["report", tmp_path / "plain", "--out", tmp_path / "rep-plain", "-q"])
+    assert rep.exit_code == 0 and "Faithfulness" not in (tmp_path / "rep-plain/index.html").read_text()
 
 
 def test_perturb_with_gt_takes_the_positive_pairs(flow, gt_for_flow, tmp_path):
@@ -420,6 +426,8 @@ def test_hostile_perturb_inputs(flow, tmp_path):
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--steps", "50", "--grid", "8", "--max-images", "100"]),
            "the limit is 100")
     _fails(_xb(["perturb", *args, "--out", d / "round2.zarr"]), "exists")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr.zip"]), "folder store")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--road-noise", "nan", "--curve", "road"]), "--road-noise")
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--classes", "Nope"]), "Nope")
     _fails(_xb(["perturb", d / "round2-sub.zarr", "--images", d / "images.zarr", "--out", tmp_path / "a.zarr"]), "scores-only")
     _fails(_xb(["perturb", d / "images.zarr", "--images", d / "sub.zarr", "--out", tmp_path / "a.zarr"]))
