@@ -225,8 +225,9 @@ def _write_dataset(store: Path, name: str, ds, sub, pairs: list[_Pair], sub_rows
         image = np.asarray(ds.image[row], dtype=np.uint8)
         osize = ds.orig_size[row]
         shared = {ORIG: put(image, osize), FILL: put(np.full_like(image, F.fill_value(image)), osize)}
+        maps = np.asarray(sub.saliency[int(sub_rows[row])], dtype=np.float64)  # the case's maps, read once
         for p in by_case[row]:
-            raw = np.asarray(sub.saliency[int(sub_rows[row]), p.col], dtype=np.float64)
+            raw = maps[p.col]
             for curve in opts.curves:
                 for order_name, order in F.orders_for(curve, raw, opts.grid, opts.seed, name, p.case, p.cls).items():
                     for step in F.curve_steps(curve, opts.steps):

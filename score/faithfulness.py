@@ -165,13 +165,12 @@ def pair_values(key: F.Key, dc: DatasetCurves) -> dict[str, np.ndarray]:
 
 def _class_means(values: dict[str, np.ndarray], dc: DatasetCurves, weights: np.ndarray | None = None) -> dict:
     """class -> {key: weighted mean over its pairs}, ``weights`` (pairs,) (a resample's case multiplicities)."""
+    classes = sorted(set(dc.pair_class))
+    idx = np.searchsorted(classes, dc.pair_class)
     w = np.ones(len(dc.pair_class)) if weights is None else weights
-    out = {}
-    for c in sorted(set(dc.pair_class)):
-        sel = np.array([pc == c for pc in dc.pair_class])
-        den = w[sel].sum()
-        out[c] = {k: (float((w[sel] * v[sel]).sum() / den) if den > 0 else None) for k, v in values.items()}
-    return out
+    den = np.bincount(idx, weights=w, minlength=len(classes))
+    sums = {k: np.bincount(idx, weights=w * v, minlength=len(classes)) for k, v in values.items()}
+    return {c: {k: (float(sums[k][j] / den[j]) if den[j] > 0 else None) for k in values} for j, c in enumerate(classes)}
 
 
 def _mean(vals) -> float | None:
