@@ -131,6 +131,16 @@ class ExtractOptions:
     limit: int | None = opt(None, check=Int(1),  # only the first N cases of each dataset (smoke tests)
                             help="Only the first N cases of each dataset: a smoke test on real data (the store can be "
                                  "validated, not scored against the full ground truth).")
+    # faithfulness (contract § Faithfulness, docs/faithfulness.md)
+    scores_only: bool = opt(False, check=Flag(),
+                            help="Write scores and no maps (submission minor 2): round 2 of faithfulness, run on the "
+                                 "round-2 images store that xbench perturb wrote.")
+    faithfulness: str | None = opt(None, check=Text(click.Path(file_okay=False)), metavar="DIR",
+                                   help="After --out, run both faithfulness rounds for this model: DIR/round2.zarr (the "
+                                        "perturbed images), DIR/round2.key.npz (the key) and DIR/round2-sub.zarr (the scores).")
+    faithfulness_curve: str = opt("deletion,insertion", check=Text(), metavar="CURVE[,CURVE...]",
+                                  help="With --faithfulness: deletion, insertion and/or road.")
+    faithfulness_steps: int = opt(10, check=Int(1), help="With --faithfulness: steps K per curve (xbench perturb --steps).")
     quiet: bool = opt(False, check=Flag(), short="-q", help="No progress bar.")
 
     def model_overrides(self) -> dict:

@@ -201,7 +201,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             check_original_sizes(name, ds.orig_size[:opts.limit])
         adapter.set_classes(ds.classes)
         specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
-                                  tuple(adapter.unsupported), **_phrase_spec(ds, adapter, opts.limit))
+                                  tuple(adapter.unsupported), **({} if opts.scores_only else _phrase_spec(ds, adapter, opts.limit)))
         adapter_prov = adapter.provenance()
         prompts[name] = adapter_prov.pop("prompts", None)
     model_name = str(config.get("name") or opts.model)
@@ -222,7 +222,7 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         try:
             SubmissionWriter.create(opts.out, model=model_name, method=adapter.method, provenance=provenance,
                                     datasets=specs, cases_per_block=cpb, map_dtype=opts.map_dtype,
-                                    overwrite=opts.overwrite)
+                                    overwrite=opts.overwrite, **({"scores_only": True} if opts.scores_only else {}))
         except InvalidStoreError as e:
             error = str(e)
         except BaseException:

@@ -41,6 +41,11 @@ class ScoreOptions:
     pointing_tolerance: float = opt(15.0, check=Float(0.0), metavar="PX",
                                     help="Tolerant pointing game: a hit when the first maximum lies within PX original "
                                          "pixels of the region (Zhang et al. 2018).")
+    faithfulness: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="ROUND2_SUBMISSION",
+                                   help="Faithfulness: the scores-only submission of the round-2 images (xbench perturb); "
+                                        "needs --key. Adds the faithfulness section (deletion/insertion/ROAD).")
+    key: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="KEY",
+                          help="The private key xbench perturb wrote beside the round-2 images (with --faithfulness).")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
 
 

@@ -276,6 +276,10 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        scope_tables=scope_tables)
+    if any("faithfulness" in r.metrics for r in results):  # only where a score run had --faithfulness
+        from ..faithfulness import faithfulness_html
+
+        page = page.replace("</body>", faithfulness_html(results) + "</body>", 1)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)
