@@ -282,7 +282,7 @@ def _pack_block(results: list[_CaseResult], start: int, grid, size) -> dict:
         "labels": np.stack([r.labels for r in results]),
         "region_row": np.array(rows, dtype=np.int32),
         "region_col": np.array(cols, dtype=np.int32),
-        "region_bits": np.packbits(mask_arr.reshape(len(mask_arr), -1), axis=1),
+        "region_bits": np.packbits(mask_arr.reshape(len(mask_arr), grid[0] * grid[1]), axis=1),  # a block may have none
         "phrase_bits": np.packbits(phrase_arr.reshape(len(phrase_arr), grid[0] * grid[1]), axis=1),
         "failed_row": np.array(failed_rows, dtype=np.int32),
         "failed_reason": np.array(failed_reason, dtype=str),

@@ -515,3 +515,12 @@ def test_ctrl_c_at_any_moment_is_exit_130_and_one_resume_line(tmp_path):
     done = subprocess.run(_prepare_cmd(out) + ["--quiet"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert not (out / WORK_DIR).exists()
+
+
+def test_a_block_without_any_region_is_written(tmp_path):
+    """A block of cases where no finding has a region (here: blocks of one case) packs an empty mask array."""
+    reader = FakeReader(cases=[good_case(0), good_case(1, labels={"A": 0, "B": 1}, regions={}), good_case(2)])
+    prepare_dataset(reader, tmp_path, **{**SMALL, "cases_per_block": 1})
+    validate_ground_truth(tmp_path / "gt.zarr")
+    index = np.asarray(read_ground_truth(tmp_path / "gt.zarr").datasets["chestx_det10"].region_index)
+    assert index[:, 0].tolist() == [0, 2]
