@@ -178,7 +178,7 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  allow_missing, pointing_tolerance, quiet, as_json, max_memory, timeout):
+                  allow_missing, pointing_tolerance, human_dir, quiet, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -188,6 +188,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
       xbench-score test.zarr --gt gt_test.zarr --thresholds-from results_val/metrics.json
       xbench-score sub.zarr --gt gt.zarr --out /output --format grand-challenge --quiet
       xbench-score smoke.zarr --gt gt.zarr --out results_smoke/ --allow-missing
+      xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
 
     Writes metrics.json (the contract layout, with 95% bootstrap intervals and the chosen thresholds),
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
@@ -226,6 +227,11 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     except InvalidStoreError as exc:
         raise UserError(exc.problems, _NOTHING_WRITTEN) from None
 
+    human = None
+    if human_dir is not None:  # read and checked before anything is scored or written
+        from .human import load_human
+
+        human = load_human(human_dir)
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
@@ -234,7 +240,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
                 "pointing_tolerance": pointing_tolerance, "allow_missing": allow_missing}
     with PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
-        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
+        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
             work, [work / d for d in subdirs], gt_path, images_path, dict(zip(stems, submissions)), bootstrap, seed,
@@ -251,7 +257,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     return 0
 
 
-def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool) -> dict:
+def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool, human=None) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
@@ -265,6 +271,10 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update, on_total=bar.set_total)
     finally:
         bar.close()
+    if human is not None:  # only then: without --human metrics.json is unchanged
+        from .human import with_human
+
+        result = with_human(result, human, bootstrap=score_kw["bootstrap"], seed=score_kw["seed"])
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
     files = write_into(result, folder, formats=("xbench", *formats), label=label)
     elapsed = time.perf_counter() - t0

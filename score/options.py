@@ -41,4 +41,7 @@ class ScoreOptions:
     pointing_tolerance: float = opt(15.0, check=Float(0.0), metavar="PX",
                                     help="Tolerant pointing game: a hit when the first maximum lies within PX original "
                                          "pixels of the region (Zhang et al. 2018).")
+    human_dir: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag="--human", metavar="HUMAN_DIR",
+                                 help="The output folder of `xbench human`: metrics.json, the tables and the report add "
+                                      "the human ceiling and the model's % of human beside each grounding value.")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")

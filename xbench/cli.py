@@ -29,6 +29,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "validate": ("xbench.schemas.cli:validate_cmd", "Check a store against the XBench contract.", None),
     "package": ("xbench.package:package", "Bundles for challenge platforms (a Codabench scoring program).", None),
     "sanity": ("xbench.extract.sanity:sanity", "Do the maps depend on the weights? The model randomisation test.", "extract"),
+    "human": ("xbench.extract.human_cli:human", "The human ceiling: a dataset's own radiologists scored like a model.",
+              "extract"),
     "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from an HDF5 file or a folder of .npz files.", None),
 }
 
