@@ -58,6 +58,11 @@ def human(dataset, root, images, gt_path, out, split, rule, source, bootstrap, s
         raise UserError("--split: CheXlocalize's human benchmark exists for the test split only")
     if dataset == "vindr_cxr" and split == "test":
         raise UserError("--split test: VinDr-CXR's test labels are one consensus, with no reader to compare; use train")
+    from xbench.schemas.paths import output_problems
+
+    problems = output_problems(out, {"the dataset root": root, "the --images store": images, "the ground truth": gt_path})
+    if problems:  # the output folder is replaced as a whole: never an input, inside one, or holding one
+        raise UserError(problems)
     lines = []
     say = (lambda s: None) if (quiet or as_json) else (lambda s: click.echo(escape_text(s), err=True))
     doc = run_human(dataset, root, images, gt_path, out, split=split, rule=rule, source=source, bootstrap=bootstrap,

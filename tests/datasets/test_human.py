@@ -1,0 +1,395 @@
+"""``xbench human``: the human ceiling read from files in their published formats (fixtures written from the
+CheXlocalize README and eval code, and from VinDr-CXR's annotations_train.csv with its rad_id column), scored
+like any model, and checked against a brute-force computation of the contract's metrics from the masks.
+
+Also: ``xbench-score --human`` adds the section only when asked (without it metrics.json is unchanged), the tables
+and ``xbench compare`` show the human row, and every hostile input file exits 2 with one line per problem."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import fixtures as F
+from forked import run_forked
+
+pytest.importorskip("pycocotools")
+pytest.importorskip("pydicom")
+
+from xbench import cli  # noqa: E402
+from xbench.extract.datasets.base import Box, Mask  # noqa: E402
+from xbench.extract.datasets.rasterise import rasterise_region  # noqa: E402
+from xbench.schemas.ground_truth import read_ground_truth  # noqa: E402
+
+GRID = (12, 16)
+P1, P2 = "patient64541_study1_view1_frontal", "patient64542_study1_view1_frontal"
+KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
+LEVEL = 1.0 - 2.0 ** -10
+
+
+def hb_cardio(h=48, w=64) -> np.ndarray:
+    """The human benchmark's Cardiomegaly: shifted against the ground truth's block."""
+    m = np.zeros((h, w), bool)
+    m[24:44, 18:40] = True
+    return m
+
+
+def hb_opacity(h=48, w=64) -> np.ndarray:
+    """The human benchmark's Airspace Opacity: only the first of the ground truth's two blobs, a bit larger."""
+    m = np.zeros((h, w), bool)
+    m[4:16, 2:14] = True
+    return m
+
+
+def write_chexlocalize_test(root: Path) -> dict:
+    """CheXlocalize's test split (the one with a human benchmark) and the three hb files, in the published
+    layouts: hb_segmentations_test.json as the ground truth's ({cxr_id: {pathology: {size, counts}}}, every
+    pathology key present), hb_annotations_test.json ({cxr_id: {"img_size": [h, w], pathology: [polygons]}})
+    and hb_salient_pt_test.json ({cxr_id: {pathology: [[x, y], ...]}})."""
+    info = F.write_chexlocalize(root)
+    (root / "CheXpert" / "val_labels.csv").rename(root / "CheXpert" / "test_labels.csv")
+    (root / "CheXpert" / "val").rename(root / "CheXpert" / "test")
+    (root / "CheXlocalize" / "gt_segmentations_val.json").rename(root / "CheXlocalize" / "gt_segmentations_test.json")
+    zero = np.zeros((48, 64), bool)
+    segs = {P1: {t: F.coco_rle({"Cardiomegaly": hb_cardio(), "Airspace Opacity": hb_opacity()}.get(t, zero))
+                 for t in F.CHEXLOCALIZE_TASKS},
+            # the reader missed P2's Edema and drew Support Devices instead (a false positive)
+            P2: {t: F.coco_rle(hb_opacity() if t == "Support Devices" else zero) for t in F.CHEXLOCALIZE_TASKS}}
+    (root / "CheXlocalize" / "hb_segmentations_test.json").write_text(json.dumps(segs))
+    polys = {P1: {"img_size": [48, 64], "Cardiomegaly": [[[18, 24], [40, 24], [40, 44], [18, 44]]],
+                  "Airspace Opacity": [[[2, 4], [14, 4], [14, 16], [2, 16]]]}}
+    (root / "CheXlocalize" / "hb_annotations_test.json").write_text(json.dumps(polys))
+    # a point for Cardiomegaly inside the ground truth; none for the opacity (its map's maximum is the
+    # region's first cell in row-major order)
+    pts = {P1: {"Cardiomegaly": [[30.5, 33.0], [5.0, 5.0]]}}
+    (root / "CheXlocalize" / "hb_salient_pt_test.json").write_text(json.dumps(pts))
+    return info
+
+
+def _prepare(reader, out: Path) -> None:
+    from xbench.extract.datasets.prepare import prepare_dataset
+
+    prepare_dataset(reader, out, grid=GRID, image_size=32, workers=1, progress=False)
+
+
+@pytest.fixture(scope="module")
+def chex(tmp_path_factory):
+    from xbench.extract.datasets.chexlocalize import CheXlocalizeReader
+
+    base = tmp_path_factory.mktemp("chex")
+    root = base / "CheXlocalize_download"
+    root.mkdir()
+    write_chexlocalize_test(root)
+    _prepare(CheXlocalizeReader(root, split="test"), base / "data")
+    return base, root
+
+
+@pytest.fixture(scope="module")
+def vindr(tmp_path_factory):
+    from xbench.extract.datasets.vindr import VinDrCXRReader
+
+    base = tmp_path_factory.mktemp("vindr")
+    root = base / "vindr"
+    root.mkdir()
+    F.write_vindr(root)
+    _prepare(VinDrCXRReader(root, split="train"), base / "data")
+    return base, root
+
+
+def _run(args, expect=0):
+    res = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert res.exit_code == expect, res.output
+    return res
+
+
+# -- brute force: the contract's metrics from a map and a region, cell by cell -------------------------------
+def _metrics(map_: np.ndarray, region: np.ndarray) -> dict:
+    """Pointing game, and Dice / IoU at every tau_k, from the raw map (min-max normalised, >= tau)."""
+    lo, hi = float(map_.min()), float(map_.max())
+    norm = np.zeros_like(map_, dtype=np.float64) if hi == lo else (map_.astype(np.float64) - lo) / (hi - lo)
+    flat = norm.ravel()
+    first = 0
+    for u in range(flat.size):  # the first maximum in row-major order
+        if flat[u] > flat[first]:
+            first = u
+    hit = float(region.ravel()[first])
+    dice, iou = [], []
+    for k in range(101):
+        b = norm >= k / 100
+        inter = float((b & region).sum())
+        dice.append(2 * inter / (b.sum() + region.sum()))
+        iou.append(inter / (b | region).sum())
+    return {"hit": hit, "dice": dice, "iou": iou}
+
+
+def _class_values(pairs: list[dict]) -> dict:
+    n = len(pairs)
+    dice = [sum(p["dice"][k] for p in pairs) / n for k in range(101)]
+    iou = [sum(p["iou"][k] for p in pairs) / n for k in range(101)]
+    return {"pointing_game": sum(p["hit"] for p in pairs) / n, "dice_fixed": dice[50], "iou_fixed": iou[50],
+            "dice_best": max(dice), "iou_best": max(iou)}
+
+
+def _reader_map(shapes, size, point=None) -> np.ndarray:
+    m = np.zeros(GRID)
+    if shapes:
+        m[rasterise_region(shapes, size, GRID).mask] = LEVEL
+    if point is not None:
+        m[int(point[1] * GRID[0] / size[0]), int(point[0] * GRID[1] / size[1])] = 1.0
+    return m
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def test_chexlocalize_human_benchmark_equals_brute_force(chex):
+    base, root = chex
+    out = base / "human"
+    _run(["human", "chexlocalize", "--root", str(root), "--images", str(base / "data/images.zarr"),
+          "--gt", str(base / "data/gt.zarr"), "--out", str(out), "--bootstrap", "20", "-q"])
+    doc = json.loads((out / "human.json").read_text())
+    entry = doc["datasets"]["chexlocalize"]
+    assert entry["readers"] == ["hb"] and doc["xbench"]["kind"] == "human-ceiling"
+    gt = read_ground_truth(base / "data/gt.zarr").datasets["chexlocalize"]
+    masks = {(str(gt.case_id[i]), gt.classes[c]): np.asarray(gt.region_mask[k])
+             for k, (i, c) in enumerate(np.asarray(gt.region_index))}
+    size = (48, 64)
+    human = {(P1, "Cardiomegaly"): _reader_map([Mask(load=lambda: hb_cardio())], size, (30.5, 33.0)),
+             (P1, "Lung opacity"): _reader_map([Mask(load=lambda: hb_opacity())], size)}
+    expected = {}
+    for (case, cls), region in masks.items():
+        m = human.get((case, cls), np.zeros(GRID))  # unmarked (P2's Edema): the constant map 0
+        expected.setdefault(cls, []).append(_metrics(m, region))
+    per_class = {c: _class_values(p) for c, p in expected.items()}
+    assert set(per_class) == {"Cardiomegaly", "Lung opacity", "Edema"}
+    for c, values in per_class.items():
+        for k in KEYS:
+            assert entry["classes"][c][k] == pytest.approx(values[k], rel=1e-12), (c, k)
+    for k in KEYS:
+        assert entry["summary"][k] == pytest.approx(_mean(v[k] for v in per_class.values()), rel=1e-12)
+    assert per_class["Cardiomegaly"]["pointing_game"] == 1.0  # the salient point, not the mask's first cell
+    # the reader scored like any model: its own metrics.json agrees with the ceiling
+    own = json.loads((out / "readers/hb/metrics.json").read_text())["datasets"]["chexlocalize"]
+    for k in KEYS:
+        assert own["summary"][k] == pytest.approx(entry["summary"][k], rel=1e-12)
+    # recognition: the reader's score is 1 where they marked the finding
+    assert own["classes"]["Support devices"]["auroc"] is not None
+
+
+def test_chexlocalize_polygons_give_the_masks_values(chex):
+    base, root = chex
+    out = base / "human_polygons"
+    _run(["human", "chexlocalize", "--root", str(root), "--images", str(base / "data/images.zarr"),
+          "--gt", str(base / "data/gt.zarr"), "--out", str(out), "--source", "annotations", "--bootstrap", "0", "-q"])
+    seg = json.loads((base / "human/human.json").read_text())["datasets"]["chexlocalize"]["classes"]
+    poly = json.loads((out / "human.json").read_text())["datasets"]["chexlocalize"]["classes"]
+    # the polygons trace the same rectangles as the masks: on the 12x16 grid they rasterise alike
+    for k in KEYS:
+        assert poly["Cardiomegaly"][k] == pytest.approx(seg["Cardiomegaly"][k])
+
+
+def _vindr_rows(root: Path):
+    with open(root / "annotations/annotations_train.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _vindr_brute(root: Path, sizes: dict, rule: str) -> tuple[dict, dict]:
+    """Each reader against the other readers of each image: per class the mean over readers of the reader's
+    class mean; the dataset mean over classes."""
+    from xbench.schemas.vocabulary import canonical
+
+    marks: dict = {}
+    for row in _vindr_rows(root):
+        per = marks.setdefault(row["image_id"], {}).setdefault(row["rad_id"], {})
+        if row["class_name"] != "No finding":
+            box = Box(*(float(row[k]) for k in ("x_min", "y_min", "x_max", "y_max")))
+            per.setdefault(canonical("vindr_cxr", row["class_name"]), []).append(box)
+    pairs: dict = {}  # (reader, class) -> [metrics]
+    for image, readers in marks.items():
+        for r in readers:
+            others = [o for o in readers if o != r]
+            need = 1 if rule == "union" else len(others) // 2 + 1
+            for cls in {c for o in others for c in readers[o]}:
+                votes = np.zeros(GRID, int)
+                for o in others:
+                    if cls in readers[o]:
+                        votes += rasterise_region(readers[o][cls], sizes[image], GRID).mask
+                if sum(cls in readers[o] for o in others) < need or not (votes >= need).any():
+                    continue
+                m = _reader_map(readers[r].get(cls, []), sizes[image])
+                pairs.setdefault((r, cls), []).append(_metrics(m, votes >= need))
+    classes = sorted({c for _, c in pairs})
+    per_class = {c: {k: _mean(_class_values(p)[k] for (r, cc), p in pairs.items() if cc == c) for k in KEYS}
+                 for c in classes}
+    summary = {k: _mean(per_class[c][k] for c in classes) for k in KEYS}
+    return per_class, summary
+
+
+@pytest.mark.parametrize("rule", ["union", "majority"])
+def test_vindr_readers_against_each_other_equal_brute_force(vindr, rule):
+    base, root = vindr
+    out = base / f"human_{rule}"
+    _run(["human", "vindr_cxr", "--root", str(root), "--split", "train", "--images", str(base / "data/images.zarr"),
+          "--gt", str(base / "data/gt.zarr"), "--rule", rule, "--out", str(out), "--bootstrap", "0", "-q"])
+    doc = json.loads((out / "human.json").read_text())
+    entry = doc["datasets"]["vindr_cxr"]
+    assert entry["readers"] == ["R1", "R2", "R3", "R4", "R5"]
+    sizes = {i: (48, 64) for i in F.VINDR_IDS.values()}
+    per_class, summary = _vindr_brute(root, sizes, rule)
+    got = {c: e for c, e in entry["classes"].items() if e["n_pairs"]}
+    assert set(got) == set(per_class)
+    for c in per_class:
+        for k in KEYS:
+            assert got[c][k] == pytest.approx(per_class[c][k], rel=1e-12), (rule, c, k)
+    for k in KEYS:
+        assert entry["summary"][k] == pytest.approx(summary[k], rel=1e-12)
+    assert (out / "readers/R1/gt.zarr").is_dir() and (out / "readers/R1/submission.zarr").is_dir()
+
+
+def test_score_with_human_adds_the_section_and_without_it_nothing(chex, tmp_path):
+    base, _ = chex
+    human = base / "human"
+    sub = human / "readers/hb/submission.zarr"  # any submission: the reader's own scores 100 % of human
+    plain, with_h = tmp_path / "plain", tmp_path / "with"
+    _run(["score", str(sub), "--gt", str(base / "data/gt.zarr"), "--out", str(plain), "--bootstrap", "20", "-q"])
+    _run(["score", str(sub), "--gt", str(base / "data/gt.zarr"), "--out", str(with_h), "--bootstrap", "20", "-q",
+          "--human", str(human)])
+    a = json.loads((plain / "metrics.json").read_text())
+    b = json.loads((with_h / "metrics.json").read_text())
+    assert "human" not in a and not (plain / "table_human.csv").exists()
+    assert b["xbench"]["schema_minor"] == 6
+    b_rest = {k: v for k, v in b.items() if k != "human"}
+    b_rest["xbench"] = {k: v for k, v in b["xbench"].items() if k not in ("schema_minor", "inputs")}
+    a_rest = dict(a, xbench={k: v for k, v in a["xbench"].items() if k not in ("schema_minor", "inputs")})
+    assert a_rest == b_rest  # the section is added; nothing else changes
+    s = b["human"]["datasets"]["chexlocalize"]["summary"]["dice_best"]
+    assert s["percent_of_human"] == pytest.approx(100.0) and s["percentage_decrease"] == pytest.approx(0.0)
+    assert s["paired"]["gap"] == pytest.approx(0.0) and s["paired"]["gap_ci95"] == [0.0, 0.0]
+    md = (with_h / "table_human.md").read_text()
+    assert "% of human" in md and "| chexlocalize | (mean) | dice_best |" in md
+    res = _run(["compare", str(with_h), str(human), "--n-boot", "20"])
+    assert "| chexlocalize | (mean) | pointing_game |" in res.output
+    res = _run(["compare", str(with_h), str(human), "--n-boot", "20", "--json"])
+    assert json.loads(res.output)["rows"][0]["percent_of_human"] == pytest.approx(100.0)
+
+
+# -- hostile input files ----------------------------------------------------------------------------------
+def _hb(root: Path) -> Path:
+    return root / "CheXlocalize" / "hb_segmentations_test.json"
+
+
+def _edit_hb(root: Path, fn) -> None:
+    doc = json.loads(_hb(root).read_text())
+    fn(doc)
+    _hb(root).write_text(json.dumps(doc))
+
+
+def _bomb(doc):
+    from test_hostile_prepare import _coco_number
+
+    doc[P1]["Edema"] = {"size": [100000, 100000], "counts": _coco_number(10**10)}
+
+
+def _outside(root: Path) -> None:
+    target = root.parent / "elsewhere.json"
+    shutil.copyfile(_hb(root), target)
+    _hb(root).unlink()
+    _hb(root).symlink_to(target)
+
+
+HOSTILE = {
+    "malformed RLE": (lambda r: _edit_hb(r, lambda d: d[P1].update(Edema={"size": [48, 64], "counts": "zzz"})),
+                      "outside the COCO alphabet"),
+    "RLE of 10^10 pixels": (lambda r: _edit_hb(r, _bomb), "exceeds"),
+    "RLE of another size": (lambda r: _edit_hb(r, lambda d: d[P1].update(Edema=F.coco_rle(np.zeros((40, 64), bool)))),
+                            "not the image's"),
+    "a key twice": (lambda r: _hb(r).write_text('{"%s": {}, "%s": {}}' % (P1, P1)), "twice"),
+    "unknown pathology": (lambda r: _edit_hb(r, lambda d: d[P1].update(Nodule=F.coco_rle(np.zeros((48, 64), bool)))),
+                          "unknown pathology"),
+    "nested 10^5 deep": (lambda r: _hb(r).write_text("[" * 100000 + "]" * 100000), "deep"),
+    "link outside the root": (_outside, "outside"),
+    "point outside the image": (lambda r: (r / "CheXlocalize/hb_salient_pt_test.json").write_text(
+        json.dumps({P1: {"Cardiomegaly": [[640, 5]]}})), "inside the 64x48 image"),
+    "NaN point": (lambda r: (r / "CheXlocalize/hb_salient_pt_test.json").write_text(
+        '{"%s": {"Cardiomegaly": [[NaN, 5]]}}' % P1), "NaN"),
+    "missing file": (lambda r: _hb(r).unlink(), "not found"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile(chex, tmp_path_factory):
+    base, root = chex
+    jobs = []
+    for i, (name, (make, _)) in enumerate(HOSTILE.items()):
+        case = tmp_path_factory.mktemp(f"hostile{i}")
+        r = case / "root"
+        shutil.copytree(root, r, symlinks=True)
+        make(r)
+        jobs.append({"argv": ["chexlocalize", "--root", str(r), "--images", str(base / "data/images.zarr"),
+                              "--gt", str(base / "data/gt.zarr"), "--out", str(case / "out"), "--bootstrap", "0", "-q"],
+                     "case": str(case)})
+    vroot = tmp_path_factory.mktemp("hostile_vindr")
+    for name, text in (("no rad_id", "image_id,class_name,x_min,y_min,x_max,y_max\n"),
+                       ("box past the image", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"
+                                              f"{F.VINDR_IDS['d']},R1,Nodule/Mass,10,10,80,20\n"),
+                       ("bad rad_id", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"
+                                      f"{F.VINDR_IDS['d']},../R1,No finding,,,,\n")):
+        r = vroot / name.replace(" ", "_")
+        (r / "annotations").mkdir(parents=True)
+        (r / "annotations/annotations_train.csv").write_text(text)
+        jobs.append({"argv": ["vindr_cxr", "--root", str(r), "--images", str(vindr_images(tmp_path_factory)),
+                              "--out", str(r / "out"), "--bootstrap", "0", "-q"], "case": str(r)})
+    results = run_forked(jobs, tmp_path_factory.mktemp("hostile-human"), entry="xbench.extract.human_cli:human",
+                         prog="xbench human", preload=("xbench.extract.human", "xbench.extract.human_cli",
+                                                       "xbench.score.scoring"))
+    return dict(zip([*HOSTILE, "no rad_id", "box past the image", "bad rad_id"], zip(jobs, results)))
+
+
+_VINDR_IMAGES: list = []
+
+
+def vindr_images(factory) -> Path:
+    """A VinDr train images store (made once)."""
+    if not _VINDR_IMAGES:
+        from xbench.extract.datasets.vindr import VinDrCXRReader
+
+        base = factory.mktemp("vindr_images")
+        (base / "root").mkdir()
+        F.write_vindr(base / "root")
+        _prepare(VinDrCXRReader(base / "root", split="train"), base / "data")
+        _VINDR_IMAGES.append(base / "data/images.zarr")
+    return _VINDR_IMAGES[0]
+
+
+HOSTILE_MESSAGES = {**{k: v[1] for k, v in HOSTILE.items()}, "no rad_id": "rad_id", "box past the image": "bad box",
+                    "bad rad_id": "not like R8"}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_MESSAGES))
+def test_hostile_file_exits_2_with_one_line(hostile, name):
+    job, res = hostile[name]
+    assert res["rc"] == 2, (name, res["stderr"])
+    assert "Traceback" not in res["stderr"]
+    lines = [line for line in res["stderr"].splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 3, lines
+    assert HOSTILE_MESSAGES[name] in res["stderr"], res["stderr"]
+    assert res["seconds"] < 60 and res["maxrss_mib"] < 1024
+    assert not Path(job["case"], "out").exists()  # nothing half-written
+
+
+def test_out_may_not_be_or_hold_an_input(chex):
+    base, root = chex
+    for out in (base / "data/images.zarr", base / "data", root / "human"):
+        res = CliRunner().invoke(cli.main, ["human", "chexlocalize", "--root", str(root), "--images",
+                                            str(base / "data/images.zarr"), "--gt", str(base / "data/gt.zarr"),
+                                            "--out", str(out), "--bootstrap", "0", "-q"])
+        assert res.exit_code == 2 and "--out" in res.output, res.output
+    assert (base / "data/images.zarr/zarr.json").is_file()
