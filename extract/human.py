@@ -61,6 +61,8 @@ SOURCES = ("segmentations", "annotations")
 MASK_LEVEL = 1.0 - 2.0 ** -10
 #: problems listed one a line before the rest are counted
 _MAX_LISTED = 20
+#: the recognition keys copied from each reader's own metrics.json into human.json
+RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
 #: points one CXR and pathology may list (the published files hold one to a few)
 _MAX_POINTS = 1000
 
@@ -384,7 +386,7 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     from xbench.schemas.images import read_images
     from xbench.schemas.paths import PublishedDir
     from xbench.schemas.store import file_sha256
-    from xbench.score.human import HUMAN_FILE, ceiling, ceiling_json, reader_pairs
+    from xbench.score.human import HUMAN_FILE, KEYS, ceiling, ceiling_json, reader_pairs
     from xbench.score.outputs import write_into
     from xbench.score.scoring import score_submission
 
@@ -419,7 +421,7 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
             "files": {p.name: file_sha256(p) for p in reading.files}}
     for note in reading.notes:
         say(note)
-    per_reader = {}
+    per_reader, own = {}, {}
     with PublishedDir(out) as work:
         for r in sorted(reading.cases):
             folder = work / "readers" / r
@@ -436,11 +438,14 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                                       allow_missing=reading.truth is None)
             write_into(result, folder, formats=("xbench",), label=f"human {r}")
             per_reader[r] = reader_pairs(result.counts[dataset])
+            summary = result.metrics["datasets"][dataset]["summary"]
+            # each reader's own scores, recognition included (a reader's score is 1 where they marked the finding)
+            own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *RECOGNITION) if k in summary}}
             say(f"reader {r}: {len(cases)} case(s) scored")
         h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
         doc = {"xbench": {"kind": "human-ceiling", "schema": 1, **info,
                           "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                                         "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
-               "datasets": {dataset: ceiling_json(h)}}
+               "datasets": {dataset: {**ceiling_json(h), "per_reader": own}}}
         (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return doc

@@ -288,6 +288,11 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         if partial:
             click.echo(escape_text(f"  {partial}"))
         click.echo(f"  overall (%): {pretty}")
+        if "human" in result.metrics:
+            from .human import human_lines
+
+            for line in human_lines(result.metrics):
+                click.echo(escape_text(f"  {line}"))
     summary = {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
                "overall": result.metrics["overall"],
                "ci95": {k: ci_of(result.metrics, "overall", k) for k in result.metrics["overall"]},

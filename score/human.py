@@ -19,6 +19,7 @@ The rule is written out in docs/contract.md ("Human ceilings") and docs/human.md
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -358,6 +359,7 @@ def human_block(metrics: Mapping, counts: Mapping[str, DatasetCounts], source: H
             if mc is None or not h.n_pairs[c]:  # only where a ceiling exists
                 continue
             entry["classes"][c] = {"n_pairs": h.n_pairs[c], "n_readers": h.n_readers[c],
+                                   **({"n_paired": m.n_pairs[c]} if m is not None else {}),
                                    **{k: _entry(mc.get(k), h, m, c, k, level) for k in KEYS}}
         out["datasets"][name] = entry
     return out
@@ -380,25 +382,43 @@ ROW_COLUMNS = ("dataset", "class", "metric", "model", "human", "human_lo", "huma
                "percentage_decrease", "gap", "gap_lo", "gap_hi", "p_value")
 
 
+def _num(v) -> float | None:
+    """A finite number of a metrics.json read back (a report reads files from elsewhere), else None."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _pair(v) -> list:
+    return [_num(v[0]), _num(v[1])] if isinstance(v, list) and len(v) == 2 and None not in map(_num, v) \
+        else [None, None]
+
+
+def _mapping(v) -> Mapping:
+    return v if isinstance(v, Mapping) else {}
+
+
 def human_rows(block: Mapping, *, per_class: bool = True) -> list[dict]:
-    """One row per (dataset, class or "(mean)", metric) of a ``human`` section; fractions and percents as stored."""
+    """One row per (dataset, class or "(mean)", metric) of a ``human`` section; fractions and percents as stored.
+    Entries of the wrong shape are left out and values that are not numbers read as missing, so a metrics.json
+    from elsewhere never breaks a table."""
     rows = []
-    for d, entry in block.get("datasets", {}).items():
-        scopes = [("(mean)", entry["summary"])]
+    for d, entry in _mapping(_mapping(block).get("datasets")).items():
+        entry = _mapping(entry)
+        scopes = [("(mean)", _mapping(entry.get("summary")))]
         if per_class:
-            scopes += [(c, {k: v for k, v in e.items() if k in KEYS}) for c, e in entry.get("classes", {}).items()]
+            scopes += [(c, _mapping(e)) for c, e in _mapping(entry.get("classes")).items()]
         for cls, values in scopes:
             for k in KEYS:
                 v = values.get(k)
                 if not isinstance(v, Mapping):
                     continue
-                ci = v.get("ci95") or [None, None]
-                paired = v.get("paired") or {}
-                gci = paired.get("gap_ci95") or [None, None]
-                rows.append({"dataset": d, "class": cls, "metric": k, "model": v.get("model"), "human": v.get("human"),
-                             "human_lo": ci[0], "human_hi": ci[1], "percent_of_human": v.get("percent_of_human"),
-                             "percentage_decrease": v.get("percentage_decrease"), "gap": paired.get("gap"),
-                             "gap_lo": gci[0], "gap_hi": gci[1], "p_value": paired.get("p_value")})
+                ci = _pair(v.get("ci95"))
+                paired = _mapping(v.get("paired"))
+                gci = _pair(paired.get("gap_ci95"))
+                rows.append({"dataset": str(d), "class": str(cls), "metric": k, "model": _num(v.get("model")),
+                             "human": _num(v.get("human")), "human_lo": ci[0], "human_hi": ci[1],
+                             "percent_of_human": _num(v.get("percent_of_human")),
+                             "percentage_decrease": _num(v.get("percentage_decrease")), "gap": _num(paired.get("gap")),
+                             "gap_lo": gci[0], "gap_hi": gci[1], "p_value": _num(paired.get("p_value"))})
     return rows
 
 
@@ -453,16 +473,16 @@ def human_lines(metrics: Mapping) -> list[str]:
     """One "human: ..." line per dataset of a ``human`` section (the summary's pointing game and best Dice), for
     the terminal and the report page."""
     lines = []
-    for d, entry in (metrics.get("human") or {}).get("datasets", {}).items():
+    rows = [r for r in human_rows(_mapping(metrics.get("human")), per_class=False)
+            if r["metric"] in ("pointing_game", "dice_best", "iou_best") and r["human"] is not None]
+    readers = {d: _mapping(e).get("readers") for d, e in _mapping(_mapping(metrics.get("human")).get("datasets")).items()}
+    for d in dict.fromkeys(r["dataset"] for r in rows):
         parts = []
-        for k in ("pointing_game", "dice_best", "iou_best"):
-            v = entry["summary"].get(k) or {}
-            if v.get("human") is None:
-                continue
-            pct = "–" if v.get("percent_of_human") is None else f"{v['percent_of_human']:.0f}% of human"
-            parts.append(f"{k} {_pct(v['human'])} ({pct})")
-        if parts:
-            lines.append(f"human ({d}, {len(entry['readers'])} reader(s)): " + ", ".join(parts))
+        for r in (r for r in rows if r["dataset"] == d):
+            pct = "–" if r["percent_of_human"] is None else f"{r['percent_of_human']:.0f}% of human"
+            parts.append(f"{r['metric']} {_pct(r['human'])} ({pct})")
+        n = readers.get(d)
+        lines.append(f"human ({d}, {len(n) if isinstance(n, list) else '?'} reader(s)): " + ", ".join(parts))
     return lines
 
 
@@ -499,3 +519,38 @@ def compare_human(a_dir, human_dir, *, n_boot: int, seed: int, per_class: bool, 
     elif not quiet:
         click.echo(human_markdown(rows).rstrip("\n"))
     return 0
+
+
+def report_sections(results) -> tuple[list[str], str]:
+    """The report's human section (Markdown lines, an HTML fragment) for the results whose metrics.json carries
+    a ``human`` section; ([], "") when none does, so a report without one is unchanged. Each model gets its
+    "human: ..." lines and the dataset rows (model, human [95% CI], % of human, paired gap)."""
+    import html
+
+    with_h = [r for r in results if "human" in r.metrics]
+    if not with_h:
+        return [], ""
+    md = ["## Human ceiling (radiologists scored like a model; % of human = model / human x 100)", ""]
+    parts = ["<section id='human'><h2>Human ceiling</h2><p>Radiologists' own annotations scored like a model "
+             "(xbench human); % of human = model / human &times; 100; gap = model &minus; human on the (case, class) "
+             "pairs both were scored on, paired bootstrap 95% interval.</p>"]
+    for r in with_h:
+        rows = human_rows(r.metrics["human"], per_class=False)
+        lines = human_lines(r.metrics)
+        md += [f"### {r.name}", ""] + [f"- {line}" for line in lines] + ["", human_markdown(rows)]
+        parts.append(f"<h3>{html.escape(str(r.name))}</h3><ul>"
+                     + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>")
+        head = "".join(f"<th>{h}</th>" for h in ("Dataset", "Metric", "Model", "Human [95% CI]", "% of human",
+                                                    "Gap [95% CI]"))
+        body = []
+        for row in rows:
+            human = (f"{_pct(row['human'])} [{_pct(row['human_lo'])}, {_pct(row['human_hi'])}]"
+                     if row["human_lo"] is not None else _pct(row["human"]))
+            gap = "–" if row["gap"] is None else f"{100 * row['gap']:+.1f}" + (
+                f" [{100 * row['gap_lo']:+.1f}, {100 * row['gap_hi']:+.1f}]" if row["gap_lo"] is not None else "")
+            pct = "–" if row["percent_of_human"] is None else f"{row['percent_of_human']:.1f}"
+            cells = [str(row["dataset"]), row["metric"], _pct(row["model"]), human, pct, gap]
+            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    parts.append("</section>")
+    return md, "".join(parts)

@@ -232,6 +232,10 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
+    from xbench.score.human import report_sections
+
+    human_md, human_html = report_sections(results)  # only when a result carries a human ceiling
+    md += human_md
     checks = read_sanity(sanity)
     if checks:
         md += [sanity_markdown(checks)]
@@ -270,6 +274,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        phrases=phrase_table(results))
+    if human_html:
+        page = page.replace("</body>", human_html + "</body>", 1)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)

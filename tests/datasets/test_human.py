@@ -182,6 +182,7 @@ def test_chexlocalize_human_benchmark_equals_brute_force(chex):
         assert own["summary"][k] == pytest.approx(entry["summary"][k], rel=1e-12)
     # recognition: the reader's score is 1 where they marked the finding
     assert own["classes"]["Support devices"]["auroc"] is not None
+    assert entry["per_reader"]["hb"]["auroc"] == own["summary"]["auroc"]
 
 
 def test_chexlocalize_polygons_give_the_masks_values(chex):
@@ -279,6 +280,12 @@ def test_score_with_human_adds_the_section_and_without_it_nothing(chex, tmp_path
     assert "| chexlocalize | (mean) | pointing_game |" in res.output
     res = _run(["compare", str(with_h), str(human), "--n-boot", "20", "--json"])
     assert json.loads(res.output)["rows"][0]["percent_of_human"] == pytest.approx(100.0)
+    # the page: a "human: ..." line and the rows, only for a result that carries the section
+    _run(["report", str(with_h), str(human / "readers/hb"), "--out", str(tmp_path / "report"), "--n-boot", "0", "-q"])
+    page = (tmp_path / "report/index.html").read_text()
+    assert "Human ceiling" in page and "human (chexlocalize, 1 reader(s)): pointing_game" in page
+    _run(["report", str(plain), str(human / "readers/hb"), "--out", str(tmp_path / "report2"), "--n-boot", "0", "-q"])
+    assert "Human ceiling" not in (tmp_path / "report2/index.html").read_text()
 
 
 # -- hostile input files ----------------------------------------------------------------------------------
@@ -342,11 +349,12 @@ def hostile(chex, tmp_path_factory):
                                               f"{F.VINDR_IDS['d']},R1,Nodule/Mass,10,10,80,20\n"),
                        ("bad rad_id", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"
                                       f"{F.VINDR_IDS['d']},../R1,No finding,,,,\n")):
-        r = vroot / name.replace(" ", "_")
+        case = vroot / name.replace(" ", "_")
+        r = case / "root"
         (r / "annotations").mkdir(parents=True)
         (r / "annotations/annotations_train.csv").write_text(text)
         jobs.append({"argv": ["vindr_cxr", "--root", str(r), "--images", str(vindr_images(tmp_path_factory)),
-                              "--out", str(r / "out"), "--bootstrap", "0", "-q"], "case": str(r)})
+                              "--out", str(case / "out"), "--bootstrap", "0", "-q"], "case": str(case)})
     results = run_forked(jobs, tmp_path_factory.mktemp("hostile-human"), entry="xbench.extract.human_cli:human",
                          prog="xbench human", preload=("xbench.extract.human", "xbench.extract.human_cli",
                                                        "xbench.score.scoring"))
