@@ -401,3 +401,35 @@ def test_out_may_not_be_or_hold_an_input(chex):
                                             "--out", str(out), "--bootstrap", "0", "-q"])
         assert res.exit_code == 2 and "--out" in res.output, res.output
     assert (base / "data/images.zarr/zarr.json").is_file()
+
+
+def test_docs_worked_example_runs_as_written(tmp_path, monkeypatch):
+    """docs/human.md's worked example, every command as written, on the fixture laid out under its names."""
+    import re
+    import shlex
+
+    pytest.importorskip("torch")  # the example extracts the dog baseline
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "human.md").read_text()
+    lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", doc, flags=re.S)
+             for line in block.splitlines() if "chexlocalize_test/" in line]
+    assert len(lines) == 6 and lines[1].startswith("xbench human chexlocalize")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chexlocalize_test/download").mkdir(parents=True)
+    write_chexlocalize_test(tmp_path / "chexlocalize_test/download")
+    outputs = []
+    for line in lines:
+        argv = shlex.split(line)
+        argv = argv[1:] if argv[0] == "xbench" else [argv[0].removeprefix("xbench-"), *argv[1:]]
+        res = CliRunner().invoke(cli.main, argv)
+        assert res.exit_code == 0, (line, res.output)
+        outputs.append(res.output)
+    # the values docs/human.md quotes
+    assert "summary (%): pointing_game 33.33, dice_fixed 34.29, iou_fixed 23.38, dice_best 34.75, iou_best 23.61" \
+        in outputs[1]
+    assert ("human (chexlocalize, 1 reader(s)): pointing_game 33.3 (0% of human), dice_best 34.7 (39% of human), "
+            "iou_best 23.6 (33% of human)") in outputs[3]
+    assert "| chexlocalize | (mean) | dice_best | 13.5 | 34.7 [1.4, 51.4] | 38.9 | -21.2 [-32.1, +0.6] |" in outputs[4]
+    assert "| chexlocalize | (mean) | dice_best |" in outputs[4]
+    metrics = json.loads((tmp_path / "chexlocalize_test/results/metrics.json").read_text())
+    assert metrics["human"]["datasets"]["chexlocalize"]["readers"] == ["hb"]
+    assert "Human ceiling" in (tmp_path / "chexlocalize_test/report/index.html").read_text()
