@@ -364,7 +364,7 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
 
     def blocks(name: str, start: int, stop: int):
         scores = np.zeros((stop - start, len(classes)), np.float32)
-        maps = np.zeros((stop - start, len(classes), *grid), np.float32)
+        maps = np.zeros((stop - start, len(classes), *grid), np.float16)
         for i, case in enumerate(cases[start:stop]):
             got = marks.get(case, {})
             for j, cls in enumerate(classes):
@@ -375,7 +375,10 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
 
     converted = Converted(f"human:{reader}", "human", {"human": info, "reader": reader}, {dataset: spec}, blocks,
                           None, f"{dataset} reader {reader}")
-    _write(out, converted, 64, "float32", None, gt)
+    # blocks of at most ~32 MiB of maps (22 classes on 224 x 224 are 2 MiB a case in float16, which holds
+    # MASK_LEVEL exactly); the stored chunks are mostly zeros and compress to little
+    per_case = max(1, len(classes) * grid[0] * grid[1] * 2)
+    _write(out, converted, max(1, min(64, (32 << 20) // per_case)), "float16", None, gt)
 
 
 def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
