@@ -369,8 +369,9 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
             got = marks.get(case, {})
             for j, cls in enumerate(classes):
                 mark = got.get(cls)
-                scores[i, j] = float(mark is not None and bool(mark.shapes or mark.points))
-                maps[i, j] = reader_map(mark, sizes[case], grid)
+                if mark is not None and (mark.shapes or mark.points):  # else: score 0, the constant map 0
+                    scores[i, j] = 1.0
+                    maps[i, j] = reader_map(mark, sizes[case], grid)
         return scores, maps
 
     converted = Converted(f"human:{reader}", "human", {"human": info, "reader": reader}, {dataset: spec}, blocks,

@@ -328,7 +328,14 @@ HOSTILE = {
     "NaN point": (lambda r: (r / "CheXlocalize/hb_salient_pt_test.json").write_text(
         '{"%s": {"Cardiomegaly": [[NaN, 5]]}}' % P1), "NaN"),
     "missing file": (lambda r: _hb(r).unlink(), "not found"),
+    "huge img_size (polygons)": (lambda r: (r / "CheXlocalize/hb_annotations_test.json").write_text(
+        json.dumps({P1: {"img_size": [10**9, 10**9], "Cardiomegaly": [[[0, 0], [10**9, 0], [10**9, 10**9]]]}})),
+        "is not the image's [height, width]"),
+    "polygon of two points": (lambda r: (r / "CheXlocalize/hb_annotations_test.json").write_text(
+        json.dumps({P1: {"img_size": [48, 64], "Cardiomegaly": [[[0, 0], [5, 5]]]}})), "at least 3"),
 }
+#: the hostile cases read from the polygons file instead of the masks
+POLYGON_CASES = ("huge img_size (polygons)", "polygon of two points")
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +348,8 @@ def hostile(chex, tmp_path_factory):
         shutil.copytree(root, r, symlinks=True)
         make(r)
         jobs.append({"argv": ["chexlocalize", "--root", str(r), "--images", str(base / "data/images.zarr"),
-                              "--gt", str(base / "data/gt.zarr"), "--out", str(case / "out"), "--bootstrap", "0", "-q"],
+                              "--gt", str(base / "data/gt.zarr"), "--out", str(case / "out"), "--bootstrap", "0", "-q",
+                              *(["--source", "annotations"] if name in POLYGON_CASES else [])],
                      "case": str(case)})
     vroot = tmp_path_factory.mktemp("hostile_vindr")
     for name, text in (("no rad_id", "image_id,class_name,x_min,y_min,x_max,y_max\n"),
