@@ -232,6 +232,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
         from .human import load_human
 
         human = load_human(human_dir)
+        scored = set(names or gt.datasets)
+        if not scored & set(human.readers):
+            raise UserError(f"--human {human_dir}: holds the ceiling of {', '.join(sorted(human.readers))}, which is "
+                            f"not scored here ({', '.join(sorted(scored))}); nothing was written")
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).

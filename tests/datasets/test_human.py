@@ -150,11 +150,19 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def test_chexlocalize_human_benchmark_equals_brute_force(chex):
+@pytest.fixture(scope="module")
+def chex_human(chex) -> Path:
+    """The human folder of the CheXlocalize fixture (made once)."""
     base, root = chex
     out = base / "human"
     _run(["human", "chexlocalize", "--root", str(root), "--images", str(base / "data/images.zarr"),
           "--gt", str(base / "data/gt.zarr"), "--out", str(out), "--bootstrap", "20", "-q"])
+    return out
+
+
+def test_chexlocalize_human_benchmark_equals_brute_force(chex, chex_human):
+    base, root = chex
+    out = chex_human
     doc = json.loads((out / "human.json").read_text())
     entry = doc["datasets"]["chexlocalize"]
     assert entry["readers"] == ["hb"] and doc["xbench"]["kind"] == "human-ceiling"
@@ -185,7 +193,7 @@ def test_chexlocalize_human_benchmark_equals_brute_force(chex):
     assert entry["per_reader"]["hb"]["auroc"] == own["summary"]["auroc"]
 
 
-def test_chexlocalize_polygons_give_the_masks_values(chex):
+def test_chexlocalize_polygons_give_the_masks_values(chex, chex_human):
     base, root = chex
     out = base / "human_polygons"
     _run(["human", "chexlocalize", "--root", str(root), "--images", str(base / "data/images.zarr"),
@@ -255,9 +263,9 @@ def test_vindr_readers_against_each_other_equal_brute_force(vindr, rule):
     assert (out / "readers/R1/gt.zarr").is_dir() and (out / "readers/R1/submission.zarr").is_dir()
 
 
-def test_score_with_human_adds_the_section_and_without_it_nothing(chex, tmp_path):
+def test_score_with_human_adds_the_section_and_without_it_nothing(chex, chex_human, tmp_path):
     base, _ = chex
-    human = base / "human"
+    human = chex_human
     sub = human / "readers/hb/submission.zarr"  # any submission: the reader's own scores 100 % of human
     plain, with_h = tmp_path / "plain", tmp_path / "with"
     _run(["score", str(sub), "--gt", str(base / "data/gt.zarr"), "--out", str(plain), "--bootstrap", "20", "-q"])
@@ -441,3 +449,15 @@ def test_docs_worked_example_runs_as_written(tmp_path, monkeypatch):
     metrics = json.loads((tmp_path / "chexlocalize_test/results/metrics.json").read_text())
     assert metrics["human"]["datasets"]["chexlocalize"]["readers"] == ["hb"]
     assert "Human ceiling" in (tmp_path / "chexlocalize_test/report/index.html").read_text()
+
+
+def test_score_refuses_a_human_folder_of_another_dataset(chex_human, vindr, tmp_path):
+    vbase, vroot = vindr
+    human_v = tmp_path / "human_v"
+    _run(["human", "vindr_cxr", "--root", str(vroot), "--images", str(vbase / "data/images.zarr"), "--out",
+          str(human_v), "--bootstrap", "0", "-q"])
+    res = CliRunner().invoke(cli.main, ["score", str(human_v / "readers/R1/submission.zarr"), "--gt",
+                                        str(vbase / "data/gt.zarr"), "--allow-missing", "--out", str(tmp_path / "r"),
+                                        "--human", str(chex_human), "-q"])
+    assert res.exit_code == 2 and "holds the ceiling of chexlocalize" in res.output, res.output
+    assert not (tmp_path / "r").exists()
