@@ -215,6 +215,9 @@ def read_chexlocalize(root: Path, sizes: dict[str, tuple[int, int]], classes: tu
                                                         f"{sizes[cxr_id][1]}x{sizes[cxr_id][0]} image")
                         break
                     marks.setdefault(cxr_id, {}).setdefault(cls, Mark()).points.append(xy)
+    if data and absent == len(data):
+        problems.add(str(path), "none of its CXRs is in the images store; prepare CheXlocalize's test split "
+                                "(xbench prepare chexlocalize --split test)")
     problems.raise_if_any()
     notes = [f"{absent} CXR(s) of {path.name} are not in the images store: left out"] if absent else []
     # the benchmark read every test CXR: one the files do not mention was read and left unmarked

@@ -461,3 +461,30 @@ def test_score_refuses_a_human_folder_of_another_dataset(chex_human, vindr, tmp_
                                         "--human", str(chex_human), "-q"])
     assert res.exit_code == 2 and "holds the ceiling of chexlocalize" in res.output, res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_score_with_a_hostile_human_folder_exits_2(chex, chex_human, tmp_path):
+    base, _ = chex
+    bad = tmp_path / "human"
+    shutil.copytree(chex_human, bad)
+    (bad / "human.json").write_text('{"xbench": {"kind": "human-ceiling"}, "xbench": {}, "datasets": {}}')
+    res = CliRunner().invoke(cli.main, ["score", str(chex_human / "readers/hb/submission.zarr"), "--gt",
+                                        str(base / "data/gt.zarr"), "--out", str(tmp_path / "r"), "--human", str(bad),
+                                        "-q"])
+    assert res.exit_code == 2 and "twice" in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert not (tmp_path / "r").exists()
+    res = CliRunner().invoke(cli.main, ["compare", str(chex_human / "readers/hb"), str(chex_human), "--out",
+                                        str(chex_human / "x.csv")])
+    assert res.exit_code == 2 and "lies inside" in res.output
+
+
+def test_an_images_store_of_another_split_is_refused(chex, tmp_path):
+    base, root = chex
+    r = tmp_path / "root"
+    shutil.copytree(root, r)
+    doc = json.loads(_hb(r).read_text())
+    _hb(r).write_text(json.dumps({k.replace("patient", "patient9"): v for k, v in doc.items()}))
+    res = CliRunner().invoke(cli.main, ["human", "chexlocalize", "--root", str(r), "--images",
+                                        str(base / "data/images.zarr"), "--gt", str(base / "data/gt.zarr"), "--out",
+                                        str(tmp_path / "out"), "--bootstrap", "0", "-q"])
+    assert res.exit_code == 2 and "none of its CXRs" in res.output, res.output
