@@ -488,3 +488,48 @@ def test_an_images_store_of_another_split_is_refused(chex, tmp_path):
                                         str(base / "data/images.zarr"), "--gt", str(base / "data/gt.zarr"), "--out",
                                         str(tmp_path / "out"), "--bootstrap", "0", "-q"])
     assert res.exit_code == 2 and "none of its CXRs" in res.output, res.output
+
+
+def test_vindr_model_against_the_readers_paired_on_case_and_class(vindr, tmp_path):
+    """A model scored on VinDr train (against all readers' union) with --human: the paired model value is the
+    class mean of the model's per-pair values (pairs.parquet) over the (case, class) pairs some reader was
+    scored on, and the gap is that minus the ceiling."""
+    import pandas as pd
+
+    from xbench.schemas.images import read_images
+    from xbench.schemas.submission import DatasetSpec, SubmissionWriter
+
+    base, root = vindr
+    human = tmp_path / "human"
+    _run(["human", "vindr_cxr", "--root", str(root), "--images", str(base / "data/images.zarr"), "--gt",
+          str(base / "data/gt.zarr"), "--out", str(human), "--bootstrap", "0", "-q"])
+    ds = read_images(base / "data/images.zarr").datasets["vindr_cxr"]
+    rng = np.random.default_rng(5)
+    spec = DatasetSpec(case_ids=[str(c) for c in ds.case_id], classes=tuple(ds.classes), map_shape=(6, 8),
+                       score_kind="probability")
+    w = SubmissionWriter.create(tmp_path / "model.zarr", model="rand", method="x", provenance={},
+                                datasets={"vindr_cxr": spec}, cases_per_block=64, map_dtype="float32")
+    for b in w.blocks_todo("vindr_cxr"):
+        s, e = w.block_rows("vindr_cxr", b)
+        w.write_block("vindr_cxr", b, rng.random((e - s, len(ds.classes))).astype(np.float32),
+                      rng.random((e - s, len(ds.classes), 6, 8)).astype(np.float32))
+    w.finish()
+    out = tmp_path / "results"
+    _run(["score", str(tmp_path / "model.zarr"), "--gt", str(base / "data/gt.zarr"), "--out", str(out),
+          "--bootstrap", "30", "--human", str(human), "-q"])
+    block = json.loads((out / "metrics.json").read_text())["human"]["datasets"]["vindr_cxr"]
+    pairs = pd.read_parquet(out / "pairs.parquet")
+    pairs = pairs[pairs["has_region"]]
+    aligned = set()
+    for r in block["readers"]:
+        rp = pd.read_parquet(human / "readers" / r / "pairs.parquet")
+        aligned |= {(str(a), str(b)) for a, b in zip(rp[rp["has_region"]]["case_id"], rp[rp["has_region"]]["class"])}
+    assert sum(e["n_paired"] for e in block["classes"].values()) >= 2
+    for cls, entry in block["classes"].items():
+        mine = pairs[[(str(a), str(b)) in aligned and str(b) == cls for a, b in zip(pairs["case_id"], pairs["class"])]]
+        assert entry["n_paired"] == len(mine)
+        if len(mine):
+            p = entry["pointing_game"]["paired"]
+            assert p["model"] == pytest.approx(float(mine["hit"].mean()))
+            assert p["gap"] == pytest.approx(p["model"] - entry["pointing_game"]["human"])
+            assert entry["dice_fixed"]["paired"]["model"] == pytest.approx(float(mine["dice_fixed"].mean()))
