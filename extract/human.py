@@ -359,7 +359,7 @@ def _write_truth(path: Path, dataset: str, cases: list[str], classes, truth: dic
 
 
 def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], classes, marks: dict, sizes, grid,
-                      info: dict, gt: Path) -> None:
+                      info: dict) -> None:
     from xbench.schemas.convert import Converted, _write
     from xbench.schemas.submission import DatasetSpec
 
@@ -382,7 +382,9 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
     # blocks of at most ~32 MiB of maps (22 classes on 224 x 224 are 2 MiB a case in float16, which holds
     # MASK_LEVEL exactly); the stored chunks are mostly zeros and compress to little
     per_case = max(1, len(classes) * grid[0] * grid[1] * 2)
-    _write(out, converted, max(1, min(64, (32 << 20) // per_case)), "float16", None, gt)
+    # validated alone here; against the ground truth by the scoring that follows, restricted to this dataset
+    # (a ground truth may hold other datasets, and cases the images store lacks)
+    _write(out, converted, max(1, min(64, (32 << 20) // per_case)), "float16", None, None)
 
 
 def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
@@ -440,7 +442,7 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
             else:
                 truth_path = gt
             sub = folder / "submission.zarr"
-            _write_submission(sub, dataset, r, cases, classes, reading.marks.get(r, {}), sizes, grid, info, truth_path)
+            _write_submission(sub, dataset, r, cases, classes, reading.marks.get(r, {}), sizes, grid, info)
             result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
                                       allow_missing=reading.truth is None)
             write_into(result, folder, formats=("xbench",), label=f"human {r}")

@@ -533,3 +533,19 @@ def test_vindr_model_against_the_readers_paired_on_case_and_class(vindr, tmp_pat
             assert p["model"] == pytest.approx(float(mine["hit"].mean()))
             assert p["gap"] == pytest.approx(p["model"] - entry["pointing_game"]["human"])
             assert entry["dice_fixed"]["paired"]["model"] == pytest.approx(float(mine["dice_fixed"].mean()))
+
+
+def test_stores_holding_other_datasets_too(chex, chex_human, tmp_path):
+    """images.zarr and gt.zarr that also hold the phantom: only chexlocalize is read and scored, with the same
+    ceiling."""
+    from xbench.extract.datasets.phantom import PhantomReader
+
+    base, root = chex
+    shutil.copytree(base / "data", tmp_path / "data")
+    _prepare(PhantomReader(tmp_path, n_cases=4), tmp_path / "data")
+    out = tmp_path / "human"
+    _run(["human", "chexlocalize", "--root", str(root), "--images", str(tmp_path / "data/images.zarr"),
+          "--gt", str(tmp_path / "data/gt.zarr"), "--out", str(out), "--bootstrap", "20", "-q"])
+    a = json.loads((out / "human.json").read_text())["datasets"]
+    b = json.loads((chex_human / "human.json").read_text())["datasets"]
+    assert a == b
