@@ -201,6 +201,8 @@ def read_chexlocalize(root: Path, sizes: dict[str, tuple[int, int]], classes: tu
                 problems.add(where, "entry is not an object of pathology -> points")
                 continue
             for task, pts in tasks.items():
+                if task == "img_size":  # the polygon files carry it; tolerated here too
+                    continue
                 cls = _canonical(key, task)
                 if cls is None or cls not in classes:
                     problems.add(where, f"unknown pathology key {task!r}")
