@@ -178,7 +178,7 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  allow_missing, pointing_tolerance, faithfulness, key, quiet, as_json, max_memory, timeout):
+                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, quiet, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -189,6 +189,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
       xbench-score sub.zarr --gt gt.zarr --out /output --format grand-challenge --quiet
       xbench-score smoke.zarr --gt gt.zarr --out results_smoke/ --allow-missing
       xbench-score sub.zarr --gt gt.zarr --faithfulness round2-sub.zarr --key round2.key.npz
+      xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
 
     Writes metrics.json (the contract layout, with 95% bootstrap intervals and the chosen thresholds),
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
@@ -230,6 +231,15 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
         raise UserError(exc.problems, _NOTHING_WRITTEN) from None
 
     faith = _faithfulness(faithfulness, key, submissions, bootstrap, seed)  # validated before anything is written
+    human = None
+    if human_dir is not None:  # read and checked before anything is scored or written
+        from .human import load_human
+
+        human = load_human(human_dir)
+        scored = set(names or gt.datasets)
+        if not scored & set(human.readers):
+            raise UserError(f"--human {human_dir}: holds the ceiling of {', '.join(sorted(human.readers))}, which is "
+                            f"not scored here ({', '.join(sorted(scored))}); nothing was written")
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
@@ -240,7 +250,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     if faith is not None:
         score_kw["faithfulness"] = faith
     with PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
-        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show)
+        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
             work, [work / d for d in subdirs], gt_path, images_path, dict(zip(stems, submissions)), bootstrap, seed,
@@ -273,7 +283,7 @@ def _faithfulness(round2, key, submissions, bootstrap: int, seed: int) -> dict |
     return faithfulness_section(k, curves, info, n_boot=bootstrap, seed=seed, round2_name=_stem(round2))
 
 
-def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool) -> dict:
+def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool, human=None) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
@@ -288,6 +298,10 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update, on_total=bar.set_total)
     finally:
         bar.close()
+    if human is not None:  # only then: without --human metrics.json is unchanged
+        from .human import with_human
+
+        result = with_human(result, human, bootstrap=score_kw["bootstrap"], seed=score_kw["seed"])
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
     if faith is not None:
         from .faithfulness import add_section
@@ -305,6 +319,11 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         if partial:
             click.echo(escape_text(f"  {partial}"))
         click.echo(f"  overall (%): {pretty}")
+        if "human" in result.metrics:
+            from .human import human_lines
+
+            for line in human_lines(result.metrics):
+                click.echo(escape_text(f"  {line}"))
     summary = {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
                "overall": result.metrics["overall"],
                "ci95": {k: ci_of(result.metrics, "overall", k) for k in result.metrics["overall"]},

@@ -46,6 +46,9 @@ class ScoreOptions:
                                         "needs --key. Adds the faithfulness section (deletion/insertion/ROAD).")
     key: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="KEY",
                           help="The private key xbench perturb wrote beside the round-2 images (with --faithfulness).")
+    human_dir: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag="--human", metavar="HUMAN_DIR",
+                                 help="The output folder of `xbench human`: metrics.json, the tables and the report add "
+                                      "the human ceiling and the model's % of human beside each grounding value.")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
 
 

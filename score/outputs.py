@@ -85,10 +85,15 @@ class _DatasetPairs:
         r += lo
         k = self.pair_of[r, c]
         has = k >= 0
+        safe = np.where(has, k, 0)
+
+        def pick(v, fill):  # a pair column where the row has a region; a dataset without any region has none
+            return np.where(has, v[safe], fill) if v.size else np.full(r.size, fill, dtype=np.result_type(v, fill))
+
         cols = {"label": dc.labels[r, c].astype(np.int8), "probability": dc.prob[r, c],
                 "predicted": dc.prob[r, c] >= 0.5, "has_region": has,
-                "region_pixels": np.where(has, dc.region_pixels[k], 0).astype(np.int64), "hit": has & dc.hit[k]}
-        cols.update({key: np.where(has, v[k], np.nan) for key, v in self.values.items()})
+                "region_pixels": pick(dc.region_pixels, 0).astype(np.int64), "hit": has & pick(dc.hit, False)}
+        cols.update({key: pick(v, np.nan) for key, v in self.values.items()})
         return r, c, cols
 
 

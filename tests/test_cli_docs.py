@@ -41,6 +41,8 @@ NOT_RUN = {
     "xbench demo": "takes a minute; tests/report/test_report_demo.py runs it (--quick)",
     "suites/robustness-tta.yaml": "a minute on the full phantom set; tests/extract/test_augment_extract.py runs it "
                                   "on 6 cases",
+    "chexlocalize_test/": "docs/human.md's worked example runs on a CheXlocalize fixture; "
+                          "tests/datasets/test_human.py runs its commands as written",
     "suites/paper.yaml": "needs the seven datasets and the weights; tests/test_suite.py runs its --dry-run on "
                          "fixture roots laid out as the data cards say",
 }

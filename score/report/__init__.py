@@ -238,6 +238,10 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
+    from xbench.score.human import report_sections
+
+    human_md, human_html = report_sections(results)  # only when a result carries a human ceiling
+    md += human_md
     checks = read_sanity(sanity)
     if checks:
         md += [sanity_markdown(checks)]
@@ -280,6 +284,8 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         from ..faithfulness import faithfulness_html
 
         page = page.replace("</body>", faithfulness_html(results) + "</body>", 1)
+    if human_html:
+        page = page.replace("</body>", human_html + "</body>", 1)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)

@@ -113,6 +113,12 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
     apply_budget("xbench compare", max_memory, timeout)
     from .paired import HOLM_FAMILY, with_holm
 
+    if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
+        from xbench.score.human import compare_human
+
+        return compare_human(a_dir, b_dir, n_boot=n_boot, seed=seed, per_class=per_class, out_csv=out_csv,
+                             quiet=quiet, as_json=as_json)
+
     try:
         a, b = load_results([a_dir, b_dir])
         rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))

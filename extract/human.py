@@ -1,0 +1,462 @@
+"""``xbench human``: radiologists' own annotations as submissions, scored like any model (the human ceiling).
+
+Two sources, each read in its published format (every file is untrusted input, read within bounds and never
+outside ``--root``):
+
+* **CheXlocalize** human benchmark (test split; three radiologists other than the ground truth's, one
+  answer per CXR and pathology): ``CheXlocalize/hb_segmentations_test.json`` (``{cxr_id: {pathology: {"size":
+  [h, w], "counts": COCO RLE}}}``, the ground truth's encoding; ``--source segmentations``, the default) or
+  ``CheXlocalize/hb_annotations_test.json`` (``{cxr_id: {"img_size": [h, w], pathology: [[[x, y], ...], ...]}}``,
+  polygons; ``--source annotations``), and ``CheXlocalize/hb_salient_pt_test.json`` (``{cxr_id: {pathology:
+  [[x, y], ...]}}``, the most representative points) when present. One reader, ``hb``, against the ground
+  truth ``--gt``.
+* **VinDr-CXR** train split: ``annotations/annotations_train.csv`` (``image_id,rad_id,class_name,x_min,y_min,
+  x_max,y_max``), each image boxed independently by three radiologists. Each reader R is scored on the images
+  R read against the *other* readers of each image (``--rule union``: the union of their boxes, a class
+  present when any of them boxed it; ``--rule majority``: the cells more than half of them boxed, a class
+  present when more than half of them boxed it).
+
+A reader's map, per case and class, on the ground truth's evaluation grid [H, W] (so the scorer's resize is
+the identity): the reader's region rasterised exactly as the ground truth is (per lesion, docs/contract.md,
+gt.zarr), with value 1 - 2**-10 on its cells, 0 elsewhere, and the value 1 on the cell of the reader's salient
+point (the first listed; CheXlocalize only). After the scorer's min-max normalisation every threshold
+tau <= 0.99 sees exactly the region (tau = 0 the whole grid, as for any map), and the first maximum is the
+salient point's cell, or the region's first cell in row-major order without a point; a class the reader did
+not mark has the constant map 0. A reader's score is 1 when they marked the class, else 0 (a probability).
+
+Output folder (written atomically)::
+
+    human.json                              the ceiling per dataset and class, its intervals, the rule
+    readers/<reader>/submission.zarr        the reader's submission
+    readers/<reader>/gt.zarr                (VinDr) the other readers as ground truth
+    readers/<reader>/metrics.json, pair_counts.npz, ...   the reader scored by xbench-score
+
+``xbench-score SUB --gt GT --human DIR`` adds the ceiling and the model's % of human to metrics.json.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from xbench.schemas.errors import InputError, Problem
+
+from .datasets._io import CSVFile, check_box, parse_float, read_json
+from .datasets.base import Box, Mask, Polygon
+from .datasets.chexlocalize import _RLEMask, rle_area
+from .datasets.rasterise import rasterise_region
+
+__all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "reader_map", "run_human",
+           "MASK_LEVEL"]
+
+DATASETS = ("chexlocalize", "vindr_cxr")
+RULES = ("union", "majority")
+SOURCES = ("segmentations", "annotations")
+#: the value of a region's cells in a reader's map: >= 0.99 after normalisation (every tau <= 0.99 sees the
+#: region), < 1 (the salient point's cell is the one maximum); exact in float16 and float32
+MASK_LEVEL = 1.0 - 2.0 ** -10
+#: problems listed one a line before the rest are counted
+_MAX_LISTED = 20
+#: the recognition keys copied from each reader's own metrics.json into human.json
+RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
+#: points one CXR and pathology may list (the published files hold one to a few)
+_MAX_POINTS = 1000
+
+
+@dataclass
+class Mark:
+    """What one reader marked for one case and class: shapes in native pixels and salient points (x, y)."""
+
+    shapes: list = field(default_factory=list)
+    points: list = field(default_factory=list)
+
+
+@dataclass
+class Reading:
+    """Readers' marks of one dataset: ``marks[reader][case_id][class]``; ``cases[reader]``: the cases each
+    reader read (a case a reader read but left unmarked is in it with no marks); ``truth[reader]``: for VinDr,
+    the ground truth each reader is scored against, ``{case_id: {class: [per other reader: list of shapes]}}``
+    (None: the store given by ``--gt``)."""
+
+    marks: dict[str, dict[str, dict[str, Mark]]]
+    cases: dict[str, list[str]]
+    truth: dict[str, dict] | None
+    files: list[Path]
+    notes: list[str] = field(default_factory=list)
+
+
+class _Problems(list):
+    def add(self, where: str, message: str) -> None:
+        self.append(Problem(where, message))
+
+    def raise_if_any(self) -> None:
+        if self:
+            shown = list(self[:_MAX_LISTED])
+            if len(self) > _MAX_LISTED:
+                shown.append(Problem("", f"... and {len(self) - _MAX_LISTED} more problem(s) like these"))
+            raise InputError(shown)
+
+
+def _canonical(dataset: str, name: str) -> str | None:
+    from xbench.schemas.vocabulary import UnknownLabelError, canonical
+
+    try:
+        return canonical(dataset, name)
+    except UnknownLabelError:
+        return None
+
+
+def _point(value, size: tuple[int, int]) -> tuple[float, float] | None:
+    """A salient point [x, y] inside a (h, w) image, else None."""
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                                 and math.isfinite(v) for v in value)):
+        return None
+    x, y = float(value[0]), float(value[1])
+    h, w = size
+    return (x, y) if 0 <= x < w and 0 <= y < h else None
+
+
+def _polygon(value) -> Polygon | None:
+    if not (isinstance(value, list) and 3 <= len(value) <= 1_000_000):
+        return None
+    pts = []
+    for p in value:
+        if not (isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                              and math.isfinite(v) for v in p)):
+            return None
+        pts.append((float(p[0]), float(p[1])))
+    return Polygon(tuple(pts))
+
+
+def read_chexlocalize(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str, ...], *,
+                      source: str = "segmentations") -> Reading:
+    """The CheXlocalize human benchmark (reader ``hb``) for the cases of ``sizes`` (case id -> original (h, w),
+    from the images store). A CXR of the files that the images store lacks is left out (counted in a note)."""
+    key = "chexlocalize"
+    roots = [root]
+    name = "hb_segmentations_test.json" if source == "segmentations" else "hb_annotations_test.json"
+    path = _find(root, name)
+    data = read_json(path, dict, "an object keyed by cxr_id", roots)
+    problems = _Problems()
+    marks: dict[str, dict[str, Mark]] = {}
+    absent = 0
+    for cxr_id, tasks in data.items():
+        where = f"{path.name}:{cxr_id}"
+        if cxr_id not in sizes:
+            absent += 1
+            continue
+        if not isinstance(tasks, dict):
+            problems.add(where, "entry is not an object of pathology -> segmentation")
+            continue
+        size = sizes[cxr_id]
+        if source == "annotations" and "img_size" in tasks:
+            given = tasks["img_size"]
+            if not (isinstance(given, list) and len(given) == 2 and [int(v) for v in given if isinstance(v, int)] == list(size)):
+                problems.add(where, f"img_size {given!r} is not the image's [height, width] {list(size)}")
+                continue
+        case = marks.setdefault(cxr_id, {})
+        for task, value in tasks.items():
+            if task == "img_size":
+                continue
+            cls = _canonical(key, task)
+            if cls is None or cls not in classes:
+                problems.add(where, f"unknown pathology key {task!r}")
+                continue
+            if source == "segmentations":
+                try:
+                    rle_size, area = rle_area(value)
+                except ValueError as e:
+                    problems.add(f"{where}:{task}", str(e))
+                    continue
+                if tuple(rle_size) != tuple(size):
+                    problems.add(f"{where}:{task}", f"RLE size {list(rle_size)} is not the image's [height, width] "
+                                                    f"{list(size)}")
+                    continue
+                if area:
+                    case.setdefault(cls, Mark()).shapes.append(Mask(load=_RLEMask(value)))
+            else:
+                if not isinstance(value, list):
+                    problems.add(f"{where}:{task}", "is not a list of polygons")
+                    continue
+                for k, poly in enumerate(value):
+                    shape = _polygon(poly)
+                    if shape is None:
+                        problems.add(f"{where}:{task}", f"polygon {k} is not a list of at least 3 [x, y] points")
+                        break
+                    case.setdefault(cls, Mark()).shapes.append(shape)
+    points_path = _find(root, "hb_salient_pt_test.json", required=False)
+    files = [path]
+    if points_path is not None:
+        files.append(points_path)
+        points = read_json(points_path, dict, "an object keyed by cxr_id", roots)
+        for cxr_id, tasks in points.items():
+            where = f"{points_path.name}:{cxr_id}"
+            if cxr_id not in sizes:
+                continue
+            if not isinstance(tasks, dict):
+                problems.add(where, "entry is not an object of pathology -> points")
+                continue
+            for task, pts in tasks.items():
+                if task == "img_size":  # the polygon files carry it; tolerated here too
+                    continue
+                cls = _canonical(key, task)
+                if cls is None or cls not in classes:
+                    problems.add(where, f"unknown pathology key {task!r}")
+                    continue
+                if not isinstance(pts, list) or len(pts) > _MAX_POINTS:
+                    problems.add(f"{where}:{task}", f"is not a list of at most {_MAX_POINTS} [x, y] points")
+                    continue
+                for p in pts:
+                    xy = _point(p, sizes[cxr_id])
+                    if xy is None:
+                        problems.add(f"{where}:{task}", f"point {p!r} is not [x, y] inside the "
+                                                        f"{sizes[cxr_id][1]}x{sizes[cxr_id][0]} image")
+                        break
+                    marks.setdefault(cxr_id, {}).setdefault(cls, Mark()).points.append(xy)
+    if data and absent == len(data):
+        problems.add(str(path), "none of its CXRs is in the images store; prepare CheXlocalize's test split "
+                                "(xbench prepare chexlocalize --split test)")
+    problems.raise_if_any()
+    notes = [f"{absent} CXR(s) of {path.name} are not in the images store: left out"] if absent else []
+    # the benchmark read every test CXR: one the files do not mention was read and left unmarked
+    return Reading({"hb": marks}, {"hb": sorted(sizes)}, None, files, notes)
+
+
+def _find(root: Path, name: str, required: bool = True) -> Path | None:
+    for p in (root / "CheXlocalize" / name, root / name):
+        if p.exists():
+            return p
+    if required:
+        raise InputError([Problem(str(root / "CheXlocalize" / name), "not found: the CheXlocalize human benchmark "
+                                                                    "file (expected under --root)")])
+    return None
+
+
+def read_vindr(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str, ...], *, split: str = "train",
+               rule: str = "union") -> Reading:
+    """VinDr-CXR's readers of ``split`` (train: three per image): each reader's boxes, and as each reader's
+    ground truth the other readers' boxes of the same images (``rule`` decides how they combine)."""
+    from xbench.schemas.vocabulary import is_no_finding
+
+    key = "vindr_cxr"
+    path = root / "annotations" / f"annotations_{split}.csv"
+    if not path.is_file():
+        raise InputError([Problem(str(path), f"not found: VinDr-CXR's {split} annotations (expected under --root)")])
+    reader = CSVFile(path, [root])
+    fields = [h.strip() for h in reader.header()]
+    missing = [c for c in ("image_id", "rad_id", "class_name", "x_min", "y_min", "x_max", "y_max") if c not in fields]
+    if missing:
+        raise InputError([Problem(str(path), f"missing column(s) {', '.join(missing)}; the readers' ceiling needs rad_id")])
+    problems = _Problems()
+    boxes: dict[str, dict[str, dict[str, list[Box]]]] = {}  # image -> reader -> class -> boxes
+    absent = set()
+    for row in reader.dicts(fields):
+        where = f"{path.name}:row {reader.line_num}"
+        image = (row["image_id"] or "").strip()
+        rad = (row["rad_id"] or "").strip()
+        if not image or not rad:
+            problems.add(where, "empty image_id or rad_id")
+            continue
+        if not (rad[:1] == "R" and rad[1:].isdigit() and len(rad) <= 8):
+            problems.add(where, f"rad_id {rad!r} is not like R8")
+            continue
+        if image not in sizes:
+            absent.add(image)
+            continue
+        per = boxes.setdefault(image, {}).setdefault(rad, {})
+        name = (row["class_name"] or "").strip()
+        if is_no_finding(key, name):
+            continue
+        cls = _canonical(key, name)
+        if cls is None or cls not in classes:
+            problems.add(where, f"unknown class_name {name!r}")
+            continue
+        coords = [(row[k] or "").strip() for k in ("x_min", "y_min", "x_max", "y_max")]
+        try:
+            h, w = sizes[image]
+            box = check_box(Box(*(parse_float(v) for v in coords)), h, w)
+        except ValueError as e:
+            problems.add(where, f"bad box {coords}: {e}")
+            continue
+        per.setdefault(cls, []).append(box)
+    problems.raise_if_any()
+    marks: dict[str, dict[str, dict[str, Mark]]] = {}
+    cases: dict[str, list[str]] = {}
+    truth: dict[str, dict] = {}
+    for image in sorted(boxes):
+        readers = sorted(boxes[image])
+        if len(readers) < 2:
+            continue  # no other reader to be scored against
+        for r in readers:
+            cases.setdefault(r, []).append(image)
+            marks.setdefault(r, {})[image] = {c: Mark(shapes=list(b)) for c, b in boxes[image][r].items()}
+            others = [boxes[image][o] for o in readers if o != r]
+            truth.setdefault(r, {})[image] = {c: [o.get(c, []) for o in others] for c in classes
+                                             if any(c in o for o in others)}
+    notes = [f"{len(absent)} image(s) of {path.name} are not in the images store: left out"] if absent else []
+    if not cases:
+        raise InputError([Problem(str(path), "no image of the images store was read by two or more readers")])
+    return Reading(marks, cases, truth, [path], notes)
+
+
+def reader_map(mark: Mark | None, size: tuple[int, int], grid: tuple[int, int]) -> np.ndarray:
+    """A reader's (H, W) float32 map of one case and class (the rule in the module docstring)."""
+    out = np.zeros(grid, np.float32)
+    if mark is None:
+        return out
+    if mark.shapes:
+        raster = rasterise_region(mark.shapes, size, grid)
+        if raster is not None:
+            out[raster.mask] = MASK_LEVEL
+    if mark.points:
+        x, y = mark.points[0]
+        h, w = size
+        i = min(int(y * grid[0] / h), grid[0] - 1)
+        j = min(int(x * grid[1] / w), grid[1] - 1)
+        out[i, j] = 1.0
+    return out
+
+
+def _truth_region(per_other: list[list], size, grid, rule: str) -> tuple[int, np.ndarray | None]:
+    """(label, region mask or None) of one case and class from the other readers' shapes under ``rule``."""
+    votes = [bool(s) for s in per_other]
+    n = len(per_other)
+    need = 1 if rule == "union" else n // 2 + 1
+    label = int(sum(votes) >= need)
+    if not label:
+        return 0, None
+    count = np.zeros(grid, np.int32)
+    for shapes in per_other:
+        if shapes:
+            raster = rasterise_region(shapes, size, grid)
+            if raster is not None:
+                count += raster.mask
+    region = count >= need
+    return 1, (region if region.any() else None)
+
+
+def _write_truth(path: Path, dataset: str, cases: list[str], classes, truth: dict, sizes, grid, rule: str) -> None:
+    from xbench.schemas.ground_truth import write_ground_truth
+
+    labels = np.zeros((len(cases), len(classes)), np.int8)
+    index, masks = [], []
+    for i, case in enumerate(cases):
+        for j, cls in enumerate(classes):
+            if cls not in truth.get(case, {}):
+                continue
+            label, region = _truth_region(truth[case][cls], sizes[case], grid, rule)
+            labels[i, j] = label
+            if region is not None:
+                index.append((i, j))
+                masks.append(region)
+    write_ground_truth(path, dataset, case_ids=cases, classes=list(classes), labels=labels,
+                       region_index=np.asarray(index, np.int32).reshape(-1, 2),
+                       region_mask=np.asarray(masks, bool).reshape(-1, *grid),
+                       orig_size=np.asarray([sizes[c] for c in cases], np.int32).reshape(-1, 2), grid=grid,
+                       attrs={"rasterisation": "per-lesion", "human_rule": rule})
+
+
+def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], classes, marks: dict, sizes, grid,
+                      info: dict) -> None:
+    from xbench.schemas.convert import Converted, _write
+    from xbench.schemas.submission import DatasetSpec
+
+    spec = DatasetSpec(case_ids=list(cases), classes=tuple(classes), map_shape=tuple(grid), score_kind="probability")
+
+    def blocks(name: str, start: int, stop: int):
+        scores = np.zeros((stop - start, len(classes)), np.float32)
+        maps = np.zeros((stop - start, len(classes), *grid), np.float16)
+        for i, case in enumerate(cases[start:stop]):
+            got = marks.get(case, {})
+            for j, cls in enumerate(classes):
+                mark = got.get(cls)
+                if mark is not None and (mark.shapes or mark.points):  # else: score 0, the constant map 0
+                    scores[i, j] = 1.0
+                    maps[i, j] = reader_map(mark, sizes[case], grid)
+        return scores, maps
+
+    converted = Converted(f"human:{reader}", "human", {"human": info, "reader": reader}, {dataset: spec}, blocks,
+                          None, f"{dataset} reader {reader}")
+    # blocks of at most ~32 MiB of maps (22 classes on 224 x 224 are 2 MiB a case in float16, which holds
+    # MASK_LEVEL exactly); the stored chunks are mostly zeros and compress to little
+    per_case = max(1, len(classes) * grid[0] * grid[1] * 2)
+    # validated alone here; against the ground truth by the scoring that follows, restricted to this dataset
+    # (a ground truth may hold other datasets, and cases the images store lacks)
+    _write(out, converted, max(1, min(64, (32 << 20) // per_case)), "float16", None, None)
+
+
+def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
+              rule: str = "union", source: str = "segmentations", bootstrap: int = 1000, seed: int = 0,
+              say: Callable[[str], None] = lambda s: None) -> dict:
+    """Make each reader's submission, score it, and write the ceiling; returns human.json's content."""
+    from xbench.schemas.ground_truth import read_ground_truth
+    from xbench.schemas.images import read_images
+    from xbench.schemas.paths import PublishedDir
+    from xbench.schemas.store import file_sha256
+    from xbench.score.human import HUMAN_FILE, KEYS, ceiling, ceiling_json, reader_pairs
+    from xbench.score.outputs import write_into
+    from xbench.score.scoring import score_submission
+
+    store = read_images(images)
+    if dataset not in store.datasets:
+        raise InputError([Problem(str(images), f"holds no {dataset} group; prepare it with xbench-prepare {dataset}")])
+    ds = store.datasets[dataset]
+    sizes = {str(c): (int(s[0]), int(s[1])) for c, s in zip(ds.case_id, ds.orig_size)}
+    classes = tuple(ds.classes)
+    if dataset == "chexlocalize":
+        if gt is None:
+            raise InputError([Problem("--gt", "CheXlocalize's readers are scored against the ground truth: give --gt gt.zarr")])
+        truth_store = read_ground_truth(gt)
+        if dataset not in truth_store.datasets:
+            raise InputError([Problem(str(gt), f"holds no {dataset} group")])
+        grid = tuple(truth_store.datasets[dataset].grid)
+        reading = read_chexlocalize(root, sizes, tuple(truth_store.datasets[dataset].classes), source=source)
+        classes = tuple(truth_store.datasets[dataset].classes)
+        rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
+                     " and salient points against the ground truth")
+    else:
+        grid = (224, 224)
+        if gt is not None:
+            truth_store = read_ground_truth(gt)
+            if dataset in truth_store.datasets:
+                grid = tuple(truth_store.datasets[dataset].grid)
+        reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
+        rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
+                     "averaged over readers")
+    info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
+            "rule": rule_text, "source": source if dataset == "chexlocalize" else "boxes",
+            "files": {p.name: file_sha256(p) for p in reading.files}}
+    for note in reading.notes:
+        say(note)
+    per_reader, own = {}, {}
+    with PublishedDir(out) as work:
+        for r in sorted(reading.cases):
+            folder = work / "readers" / r
+            folder.mkdir(parents=True)
+            cases = reading.cases[r]
+            if reading.truth is not None:
+                truth_path = folder / "gt.zarr"
+                _write_truth(truth_path, dataset, cases, classes, reading.truth[r], sizes, grid, rule)
+            else:
+                truth_path = gt
+            sub = folder / "submission.zarr"
+            _write_submission(sub, dataset, r, cases, classes, reading.marks.get(r, {}), sizes, grid, info)
+            result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
+                                      allow_missing=reading.truth is None)
+            write_into(result, folder, formats=("xbench",), label=f"human {r}")
+            per_reader[r] = reader_pairs(result.counts[dataset])
+            summary = result.metrics["datasets"][dataset]["summary"]
+            # each reader's own scores, recognition included (a reader's score is 1 where they marked the finding)
+            own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *RECOGNITION) if k in summary}}
+            say(f"reader {r}: {len(cases)} case(s) scored")
+        h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
+        doc = {"xbench": {"kind": "human-ceiling", "schema": 1, **info,
+                          "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
+                                        "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
+               "datasets": {dataset: {**ceiling_json(h), "per_reader": own}}}
+        (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return doc

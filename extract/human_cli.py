@@ -1,0 +1,78 @@
+"""``xbench human``: the human ceiling of a dataset (its radiologists scored like a model; see
+:mod:`xbench.extract.human` and docs/human.md)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
+from xbench.schemas.errors import escape_text
+
+
+@command("human", on_interrupt=NOT_WRITTEN_HINT)
+@click.argument("dataset", type=click.Choice(["chexlocalize", "vindr_cxr"]))
+@click.option("--root", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The dataset as downloaded (the folder given to xbench-prepare); only read.")
+@click.option("--images", "images", required=True, type=click.Path(exists=True, path_type=Path),
+              help="images.zarr of the same split (each case's original size and the case list).")
+@click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path),
+              help="gt.zarr: required for chexlocalize (the readers are scored against it); for vindr_cxr only its "
+                   "evaluation grid is used (default 224x224).")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Output folder: human.json and, per reader, its submission, ground truth and scores.")
+@click.option("--split", type=click.Choice(["train", "test"]), default=None,
+              help="vindr_cxr: the split whose readers are compared [default: train, the one read by 3 readers]. "
+                   "chexlocalize: the human benchmark exists for test only.")
+@click.option("--rule", type=click.Choice(["union", "majority"]), default="union", show_default=True,
+              help="vindr_cxr: how the other readers' boxes make a reader's ground truth.")
+@click.option("--source", type=click.Choice(["segmentations", "annotations"]), default="segmentations",
+              show_default=True,
+              help="chexlocalize: hb_segmentations_test.json (RLE masks) or hb_annotations_test.json (polygons).")
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
+              help="Bootstrap resamples for the 95% intervals.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Bootstrap seed.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ceiling (human.json) on stdout.")
+@budget_options
+def human(dataset, root, images, gt_path, out, split, rule, source, bootstrap, seed, quiet, as_json, max_memory,
+          timeout):
+    """Score the dataset's own radiologists like a model: the human ceiling.
+
+    Each reader's annotations become a submission (binary masks on the evaluation grid, the salient point as
+    the map's maximum) and are scored with the pointing game, Dice and IoU at the same thresholds as any
+    model. CheXlocalize: the human benchmark (hb_*_test.json) against the ground truth. VinDr-CXR train:
+    each reader against the other readers of the same image (--rule), averaged over readers.
+
+    \b
+    Examples:
+      xbench human chexlocalize --root CheXlocalize/ --images images.zarr --gt gt.zarr --out human/
+      xbench human vindr_cxr --root vindr/ --split train --images images_train.zarr --out human_vindr/
+      xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
+    """
+    from .human import run_human
+
+    apply_budget("xbench human", max_memory, timeout)
+    if dataset == "chexlocalize" and split not in (None, "test"):
+        raise UserError("--split: CheXlocalize's human benchmark exists for the test split only")
+    if dataset == "vindr_cxr" and split == "test":
+        raise UserError("--split test: VinDr-CXR's test labels are one consensus, with no reader to compare; use train")
+    from xbench.schemas.paths import output_problems
+
+    problems = output_problems(out, {"the dataset root": root, "the --images store": images, "the ground truth": gt_path})
+    if problems:  # the output folder is replaced as a whole: never an input, inside one, or holding one
+        raise UserError(problems)
+    lines = []
+    say = (lambda s: None) if (quiet or as_json) else (lambda s: click.echo(escape_text(s), err=True))
+    doc = run_human(dataset, root, images, gt_path, out, split=split, rule=rule, source=source, bootstrap=bootstrap,
+                    seed=seed, say=say)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    elif not quiet:
+        s = doc["datasets"][dataset]["summary"]
+        shown = ", ".join(f"{k} {100 * v:.2f}" for k, v in s.items() if isinstance(v, float))
+        lines.append(f"human ceiling of {dataset} ({len(doc['datasets'][dataset]['readers'])} reader(s)) -> {out}/")
+        lines.append(f"  summary (%): {shown}")
+        click.echo("\n".join(escape_text(x) for x in lines))
+    return 0
