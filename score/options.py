@@ -41,4 +41,8 @@ class ScoreOptions:
     pointing_tolerance: float = opt(15.0, check=Float(0.0), metavar="PX",
                                     help="Tolerant pointing game: a hit when the first maximum lies within PX original "
                                          "pixels of the region (Zhang et al. 2018).")
+    metric_groups: tuple = opt(default_factory=tuple, check=Choice(("complexity",)), flag="--metrics", multiple=True,
+                               metavar="GROUP",
+                               help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
+                                    "entropy of each normalised map (docs/score.md). Default outputs never change.")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
