@@ -77,8 +77,11 @@ def originals_only(gt_ds):
     keep = ~probes.is_probe
     rows = np.flatnonzero(keep)
     q = gt_ds.queries
-    queries = dataclasses.replace(q, id=q.id[keep], case=q.case[keep], category=q.category[keep],
-                                  text=None if q.text is None else q.text[keep])
+    def strings(a):  # as wide as the longest kept string, as a store without the probes would read
+        return np.asarray(a[keep].tolist(), dtype=str)
+
+    queries = dataclasses.replace(q, id=strings(q.id), case=q.case[keep], category=strings(q.category),
+                                  text=None if q.text is None else strings(q.text))
     return dataclasses.replace(gt_ds, queries=queries, query_mask=_Rows(gt_ds.query_mask, rows), query_probes=None)
 
 
