@@ -38,7 +38,7 @@ import numpy as np
 from .intervals import mean_defined
 
 __all__ = ["PROBES_METRICS_MINOR", "KEYS", "SIDE_KEYS", "originals_only", "probe_values", "score_probes",
-           "rank_change", "mass_change", "left_share", "probe_rows", "probe_table"]
+           "rank_change", "mass_change", "left_share", "probe_rows", "COLUMNS"]
 
 #: metrics.json minor version that adds the "text_probes" section (contract §Versions)
 PROBES_METRICS_MINOR = 5
@@ -262,7 +262,7 @@ def score_probes(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0,
 
 
 # ---------------------------------------------------------------------------------------------- tables
-_COLUMNS = (("rank_change", "1 - Spearman"), ("mass_change", "TV distance"), ("moved", "Moved side"),
+COLUMNS = (("rank_change", "1 - Spearman"), ("mass_change", "TV distance"), ("moved", "Moved side"),
             ("side_shift", "Side shift"))
 
 
@@ -276,29 +276,9 @@ def probe_rows(results) -> list[dict]:
             for scope, e in scopes:
                 for kind, v in (e.get("kinds") or {}).items():
                     rows.append({"model": model, "dataset": d, "category": scope, "kind": kind,
-                                 "n_probes": v["n_probes"], **{k: v.get(k) for k, _ in _COLUMNS},
+                                 "n_probes": v["n_probes"], **{k: v.get(k) for k, _ in COLUMNS},
                                  "ci95": dict(v.get("ci95") or {})})
             if entry.get("unsupported"):
                 rows.append({"model": model, "dataset": d, "category": "all categories", "kind": "",
-                             "n_probes": entry["n_probes"], **{k: None for k, _ in _COLUMNS}, "ci95": {}})
+                             "n_probes": entry["n_probes"], **{k: None for k, _ in COLUMNS}, "ci95": {}})
     return rows
-
-
-def probe_table(results):
-    """The text-probe table (xbench-score's ``table_text_probes``), or None when no result has probes."""
-    from .tables import Cell, Table
-
-    rows = probe_rows(results)
-    if not rows:
-        return None
-    t = Table(title="Text probes", key="text_probes", columns=[(None, None, k) for k, _ in _COLUMNS],
-              caption=("How much a phrase's map changes when the phrase is negated, its side swapped or its words "
-                       "shuffled: 1 - Spearman of the resized maps and the total variation distance of the "
-                       "normalised maps (0 = unchanged; both in percent); for side swaps, the share of probes whose map mass moved to "
-                       "the other image half and the mean share moved (docs/text-probes.md); 95% bootstrap interval "
-                       "over images below."),
-              index=("Model", "Dataset", "Category", "Probe", "Probes"), labels=dict(_COLUMNS))
-    for r in rows:
-        label = (r["model"], r["dataset"], r["category"], r["kind"], str(r["n_probes"]))
-        t.rows[label] = [Cell(r[k], tuple(r["ci95"][k]) if r["ci95"].get(k) else None) for k, _ in _COLUMNS]
-    return t

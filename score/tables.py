@@ -530,9 +530,4 @@ def write_tables(results: Mapping[str, dict], out_dir: str | os.PathLike) -> lis
     paths += write_table(recognition_table(results, layout="scorer"), out_dir, _GROUP_STEMS["recognition"])
     for t in extra_tables(results, layout="scorer"):
         paths += write_table(t, out_dir, _GROUP_STEMS[t.key])
-    from .probes import probe_table  # text probes: only with probes in the ground truth
-
-    probes = probe_table(results)
-    if probes is not None:
-        paths += write_table(probes, out_dir, "table_text_probes")
     return paths

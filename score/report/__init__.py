@@ -270,7 +270,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        phrases=phrase_table(results))
-    from xbench.score.probes import probe_table
+    from xbench.score.probe_table import probe_table
 
     probe_section = probe_table([(r.name, r.metrics) for r in results])
     if probe_section is not None:  # text probes (only with probes in the ground truth): a section before the end

@@ -260,3 +260,32 @@ def test_stored_probe_arrays_are_validated(tmp_path):
     root = zarr.open_group(str(gt), mode="r+")
     root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": 2}
     assert any("schema_minor >= 4" in str(p) for p in validate_ground_truth(gt))
+
+
+def test_scoring_a_ground_truth_with_a_broken_probe_mapping_is_exit_2(tmp_path, capsys):
+    import zarr
+
+    ids, rows, maps = build(seed=3)
+    gt, sub = write(tmp_path, ids, rows, maps)
+    g = zarr.open_group(str(gt / "ms_cxr"), mode="r+")
+    of = np.array(np.asarray(g["query_probe_of"][...]).tolist(), dtype=object)
+    of[np.argmax(of != "")] = "img-0#\n\x1b[31mforged"
+    g["query_probe_of"][:] = of
+    code, out, err = run_score_cli([sub, "--gt", gt, "--out", tmp_path / "r", "--bootstrap", "0"], capsys)
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "r").exists()
+    assert "not an original phrase row" in err and "\x1b" not in err
+
+
+def test_two_submissions_get_the_probe_table_in_each_folder_and_on_the_page(tmp_path, capsys):
+    import shutil
+
+    ids, rows, maps = build(seed=5)
+    gt, sub = write(tmp_path, ids, rows, maps)
+    shutil.copytree(sub, tmp_path / "other.zarr")
+    code, _, err = run_score_cli([sub, tmp_path / "other.zarr", "--gt", gt, "--out", tmp_path / "r", "--bootstrap", "0",
+                                  "--quiet"], capsys)
+    assert code == 0, err
+    md = (tmp_path / "r" / "sub" / "table_text_probes.md").read_text()
+    assert "| m | ms\\_cxr | all categories | negation |" in md
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "<h2>Text probes</h2>" in page and page.count("negation") >= 2
