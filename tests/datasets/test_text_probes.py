@@ -127,3 +127,22 @@ def test_cli_refuses_text_probes_without_phrase_rows(tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--text-probes needs phrase rows" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_a_case_that_fails_to_decode_takes_its_probes_with_it(tmp_path):
+    from test_reader_ms_cxr import PATH
+
+    write_ms_cxr(tmp_path / "raw")
+    (tmp_path / "raw" / PATH["d1"]).write_bytes(b"not a jpeg")  # fails in the worker: the images group is rewritten
+    out = tmp_path / "out"
+    prepare_dataset(MSCXRReader(tmp_path / "raw"), out, grid=(16, 20), image_size=32, workers=1, progress=False,
+                    text_probes=True, max_skip_fraction=0.9)
+    assert validate_images(out / "images.zarr") == [] and validate_ground_truth(out / "gt.zarr") == []
+    img = read_images(out / "images.zarr").datasets["ms_cxr"]
+    gt = read_ground_truth(out / "gt.zarr").datasets["ms_cxr"]
+    assert img.case_id.tolist() == ["d2"] and img.queries.id.tolist() == gt.queries.id.tolist()
+    assert img.queries.text.tolist() == ["the heart is enlarged", "no the heart is enlarged",
+                                         shuffle_words("the heart is enlarged", "d2#0")]
+    assert gt.query_probes.of.tolist() == ["", "d2#0", "d2#0"] and (np.asarray(gt.queries.case) == 0).all()
+    masks = np.asarray(gt.query_mask[...])
+    assert (masks[1] == masks[0]).all() and (masks[2] == masks[0]).all() and masks[0].any()
