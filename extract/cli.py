@@ -17,7 +17,7 @@ import click
 
 from xbench.extract.options import ExtractOptions
 from xbench.schemas._cli import RESUME_HINT, command, progress, warn
-from xbench.schemas.errors import InputError
+from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.options import click_options, from_params
 
 EXAMPLES = """
@@ -32,6 +32,10 @@ Examples:
   xbench-extract --list-models              # what each model needs (weights, text encoder, nothing)
   xbench-extract --list-methods             # the map methods, what they need, their papers
   xbench-extract --model dog --images images.zarr --out smoke.zarr --limit 8   # a smoke test
+  xbench-extract --model dog --images images.zarr --out tta.zarr \\
+      --augment hflip --augment rotate:degrees=5     # test-time augmentation (docs/augmentations.md)
+  xbench-extract --model dog --images round2.zarr --out round2-sub.zarr --scores-only   # faithfulness round 2
+  xbench-extract --model dog --images images.zarr --out dog.zarr --faithfulness faith/   # both rounds at once
 
 A killed run is resumed by running the same command again.
 """
@@ -185,6 +189,11 @@ def main(as_json, list_models, list_methods, **params):
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}")
     opts = ExtractOptions(**from_params(ExtractOptions, params))
+    if opts.faithfulness and opts.scores_only:
+        raise click.UsageError("--faithfulness needs round 1's maps; it cannot be combined with --scores-only")
+    if opts.faithfulness and ((opts.nproc_per_node or 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
+        raise click.UsageError("--faithfulness runs on one process; with several ranks run round 1, then xbench perturb "
+                               "and xbench-extract --scores-only (docs/faithfulness.md)")
     _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
@@ -198,6 +207,10 @@ def main(as_json, list_models, list_methods, **params):
     callback, close = _bar_callback(not quiet and not as_json and rank == 0)
     try:
         summary = run_extraction(opts, progress=callback)
+        if opts.faithfulness and rank == 0:
+            from .faithfulness import run_faithfulness
+
+            summary["faithfulness"] = run_faithfulness(opts, progress=callback)
     finally:
         close()
     if rank != 0:
@@ -213,6 +226,10 @@ def main(as_json, list_models, list_methods, **params):
         else:
             click.echo(f"wrote {summary['out']} ({summary['cases']} cases, {summary['blocks_written']} blocks "
                        f"on rank 0 of {summary['world_size']}, {summary['seconds']} s)")
+        if summary.get("faithfulness"):
+            f = summary["faithfulness"]
+            click.echo(escape_text(f"faithfulness: round 2 {f['round2']} ({f['round2_cases']} images), scores "
+                                   f"{f['round2_submission']}, key {f['key']}"))
 
 
 if __name__ == "__main__":

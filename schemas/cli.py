@@ -59,7 +59,9 @@ def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quie
         _require(gt_path, "ground-truth", "--gt")
     try:
         if kind == "submission":
-            problems = validate_submission(store, gt_path) if gt_path is None else _with_gt(store, gt_path)
+            # alone, a scores-only submission (round 2 of faithfulness) is checked as one; against a ground truth,
+            # whose scoring needs maps, it is refused with the reason
+            problems = validate_submission(store, scores_only=True) if gt_path is None else _with_gt(store, gt_path)
         elif kind == "images":
             problems = validate_images(store)
         else:

@@ -235,6 +235,8 @@ def click_option(f: dataclasses.Field, o: Opt) -> Callable:
     kwargs: dict[str, Any] = {"help": o.help}
     if isinstance(o.check, Flag):
         kwargs["is_flag"] = True
+        if default:  # on unless turned off: a "--name/--no-name" pair
+            kwargs["default"] = True
     elif o.multiple:
         kwargs.update(multiple=True, type=o.check.click_type())
     elif o.required:
@@ -279,7 +281,8 @@ def to_argv(cls, values: Mapping[str, Any]) -> list[str]:
             continue
         value, name = values[f.name], flag_of(f, o)
         if isinstance(o.check, Flag):
-            argv += [name] if value else []
+            on, _, off = name.partition("/")  # "--name/--no-name" names both sides
+            argv += [on] if value else ([off] if off else [])
         elif o.to_cli is not None:
             argv += [a for item in o.to_cli(value) for a in (name, item)]
         elif o.multiple:
@@ -329,7 +332,8 @@ def problems(cls, values: Mapping[str, Any], where: str, *, suite: bool = True) 
             continue
         if suite and any(value == v and type(value) is type(v) for v in o.suite_also):
             continue
-        problem = o.check.problem(value) if not o.multiple else None
+        # a repeatable option's values are checked by its constraint when it checks lists as a whole (whole_list)
+        problem = o.check.problem(value) if not o.multiple or getattr(o.check, "whole_list", False) else None
         if problem:
             also = "".join(f" or {v}" for v in o.suite_also) if suite else ""
             name = f"{where}.{f.name}" if suite else flag_of(f, o)

@@ -12,6 +12,8 @@ Layout (contract §submission.zarr)::
         query_scores    (Q,)          float32   (the model's image-text similarity; not scored)
         query_saliency  (Q, 1, h, w)  float16 | float32
       or the dataset attribute phrases_unsupported = "<reason>" (a model that cannot take free text)
+    scores only (root xbench.schema_minor >= 2 and xbench.scores_only = true): no saliency array in any dataset;
+    valid only where no map is needed (round 2 of faithfulness, schemas/faithfulness.py)
 
 :class:`SubmissionWriter` writes it block by block (resumable, several processes at once);
 :func:`validate_submission` checks a submission made by any tool; :func:`read_submission` opens
@@ -52,6 +54,7 @@ from .store import (
 )
 
 SCORE_KINDS = ("logit", "probability")
+SCORES_ONLY_MINOR = 2  # submission minor of a scores-only submission (contract § Faithfulness)
 MAP_DTYPES = ("float16", "float32")
 
 
@@ -111,7 +114,7 @@ class SubmissionDataset:
     unsupported: tuple[str, ...]
     case_id: np.ndarray
     scores: np.ndarray
-    saliency: zarr.Array
+    saliency: zarr.Array | None  # None in a scores-only submission (round 2 of faithfulness)
     attrs: dict = field(default_factory=dict)
     query_id: np.ndarray | None = None  # phrase rows, when written
     query_scores: np.ndarray | None = None
@@ -158,6 +161,7 @@ class SubmissionWriter:
         cases_per_block: int = 64,
         map_dtype: str = "float16",
         overwrite: bool = False,
+        scores_only: bool = False,
     ) -> "SubmissionWriter":
         """Create the store, or resume it when the same specification is already there.
 
@@ -177,6 +181,7 @@ class SubmissionWriter:
                 "method": method,
                 "cases_per_block": cases_per_block,
                 "map_dtype": map_dtype,
+                **({"scores_only": True} if scores_only else {}),
                 "datasets": {
                     name: {
                         "case_ids": _blocks.strings_digest(s.case_ids),
@@ -204,16 +209,20 @@ class SubmissionWriter:
                     Problem(str(path), "exists and was written with a different specification; choose another path or pass --overwrite (overwrite=True from Python)")
                 )
         _blocks.create_beside(path, lambda folder: cls._create_skeleton(folder, model, method, provenance, datasets,
-                                                                       cases_per_block, map_dtype, spec_hash))
+                                                                       cases_per_block, map_dtype, spec_hash, scores_only))
         return cls(path, open_store_group(path, mode="r+"))
 
     @staticmethod
-    def _create_skeleton(path, model, method, provenance, datasets, cases_per_block, map_dtype, spec_hash) -> None:
+    def _create_skeleton(path, model, method, provenance, datasets, cases_per_block, map_dtype, spec_hash,
+                         scores_only=False) -> None:
         """The empty store: root attributes, per dataset the case ids, fill-valued arrays and the ledger."""
         root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
         meta = root_attrs("submission", model=model, method=method, **dict(provenance or {}))
         meta["xbench"][_blocks.SPEC_ATTR] = spec_hash
         meta["xbench"]["complete"] = False
+        if scores_only:  # round 2 of faithfulness: the scores of perturbed images, no maps (and no phrase rows)
+            meta["xbench"]["scores_only"] = True
+            meta["xbench"]["schema_minor"] = max(SCORES_ONLY_MINOR, meta["xbench"].get("schema_minor", 0))
         for name, spec in datasets.items():
             n, c = len(spec.case_ids), len(spec.classes)
             h, w = spec.map_shape
@@ -228,10 +237,13 @@ class SubmissionWriter:
             ids = g.create_array("case_id", shape=(n,), dtype=str, chunks=(n,), dimension_names=("case",))
             ids[:] = np.asarray(spec.case_ids, dtype=str)
             _blocks.create_row_array(g, "scores", shape=(n, c), cases_per_block=cases_per_block, dtype="float32", fill_value=np.nan, dims=("case", "class"))
-            _blocks.create_row_array(
-                g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
-            )
+            if not scores_only:
+                _blocks.create_row_array(
+                    g, "saliency", shape=(n, c, h, w), cases_per_block=cases_per_block, dtype=map_dtype, fill_value=np.nan, dims=("case", "class", "y", "x")
+                )
             _blocks.create_ledger(g, n, cases_per_block)
+            if scores_only:
+                continue
             if spec.phrases_unsupported:  # with or without the ids (a converted source may not know them)
                 g.attrs[UNSUPPORTED_ATTR] = str(spec.phrases_unsupported)
             elif len(spec.query_ids):
@@ -279,16 +291,23 @@ class SubmissionWriter:
     def blocks_todo(self, dataset: str) -> list[int]:
         return _blocks.blocks_todo(self._dataset(dataset))
 
-    def write_block(self, dataset: str, block: int, scores: np.ndarray, saliency: np.ndarray) -> None:
-        """Write rows ``block_rows(dataset, block)`` and then mark the block done."""
+    def write_block(self, dataset: str, block: int, scores: np.ndarray, saliency: np.ndarray | None) -> None:
+        """Write rows ``block_rows(dataset, block)`` and then mark the block done (a scores-only store drops
+        ``saliency``: the model computed its maps, the store has no place for them)."""
         g = self._dataset(dataset)
         start, stop = self.block_rows(dataset, block)
         n = stop - start
-        sal = _blocks.writable(g, "saliency")
         scores = np.asarray(scores, dtype=np.float32)
-        saliency = np.asarray(saliency)
         if scores.shape != (n, g["scores"].shape[1]):
             raise InvalidStoreError(Problem(f"{dataset}/scores", f"block {block} needs shape {(n, g['scores'].shape[1])}, got {scores.shape}"))
+        if "saliency" not in g:
+            if not np.isfinite(scores).all():
+                raise InvalidStoreError(Problem(dataset, f"block {block} holds non-finite scores"))
+            _blocks.writable(g, "scores")[start:stop] = scores
+            _blocks.mark_done(g, block)
+            return
+        sal = _blocks.writable(g, "saliency")
+        saliency = np.asarray(saliency)
         if saliency.shape != (n, *sal.shape[1:]):
             raise InvalidStoreError(Problem(f"{dataset}/saliency", f"block {block} needs shape {(n, *sal.shape[1:])}, got {saliency.shape}"))
         if not (np.isfinite(scores).all() and np.isfinite(saliency).all()):
@@ -361,7 +380,7 @@ def read_submission(path: str | os.PathLike) -> Submission:
             unsupported=tuple(g.attrs.get("unsupported", ())),
             case_id=read_strings(g["case_id"]),
             scores=np.asarray(g["scores"][...], dtype=np.float32),
-            saliency=g["saliency"],
+            saliency=g["saliency"] if "saliency" in g else None,  # None: a scores-only submission
             attrs=dict(g.attrs),
             query_id=read_strings(g["query_id"]) if "query_id" in g else None,
             query_scores=np.asarray(g["query_scores"][...], dtype=np.float32) if "query_scores" in g else None,
@@ -371,7 +390,7 @@ def read_submission(path: str | os.PathLike) -> Submission:
 
 
 def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[str] | None = None,
-                        allow_missing: bool = False) -> list[Problem]:
+                        allow_missing: bool = False, scores_only: bool = False) -> list[Problem]:
     """Every problem that makes the submission at ``path`` break the contract.
 
     ``gt`` (a path or a :class:`~xbench.schemas.ground_truth.GroundTruth`) adds the checks
@@ -381,7 +400,8 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     the cases it holds); every class, and every phrase row of the cases present, must still be there.
     ``datasets`` restricts the check to those dataset keys. Metadata is checked before
     any chunk is read, and chunks are read one at a time, so the cost is bounded by the size of
-    a valid submission whatever the store declares.
+    a valid submission whatever the store declares. ``scores_only``: the caller needs no maps (round 2 of
+    faithfulness), so a scores-only submission is accepted; otherwise it is refused with the reason.
     """
     where = str(path)
     group, groups, problems = open_for_validation(path, "submission")
@@ -391,6 +411,16 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     for key in ("model", "method"):
         if meta and not isinstance(meta.get(key), str):
             problems.append(Problem(where, f"root attribute xbench.{key} must be a string"))
+    declared = meta.get("scores_only", False) if meta else False
+    if declared not in (True, False):
+        problems.append(Problem(where, "root attribute xbench.scores_only must be true or false"))
+        declared = False
+    if declared and not scores_only:
+        return problems + [Problem(where, "is a scores-only submission (no maps: round 2 of faithfulness); it can be "
+                                          "scored only as xbench-score --faithfulness, beside the round-1 submission")]
+    if declared and root_minor(group) < SCORES_ONLY_MINOR:
+        problems.append(Problem(where, f"declares scores_only but the root attribute xbench.schema_minor is "
+                                       f"{root_minor(group)}; scores-only submissions need schema_minor >= {SCORES_ONLY_MINOR}"))
 
     gt_obj = None
     if gt is not None:
@@ -409,7 +439,7 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     for name in names:
         seen: dict = {}
         problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None,
-                                      allow_missing=allow_missing, seen=seen)
+                                      allow_missing=allow_missing, seen=seen, scores_only=bool(declared))
         problems += _validate_queries(groups[name], f"{where}/{name}", root_minor(group),
                                       gt_obj.datasets[name] if gt_obj else None,
                                       cases=seen.get("present") if allow_missing else None)
@@ -484,7 +514,7 @@ def _queries_of(q, cases: np.ndarray):
 
 
 def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool = False,
-                      seen: dict | None = None) -> list[Problem]:
+                      seen: dict | None = None, scores_only: bool = False) -> list[Problem]:
     """``seen``: gets ``"present"``, whether each ground-truth case is in the submission (bool, once its case
     ids are read)."""
     problems: list[Problem] = []
@@ -508,10 +538,15 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool =
 
     case_id = get_array(g, "case_id", where, problems)
     scores = get_array(g, "scores", where, problems)
-    saliency = get_array(g, "saliency", where, problems)
+    if scores_only:
+        if "saliency" in g:
+            problems.append(Problem(f"{where}/saliency", "a scores-only submission holds no maps"))
+        saliency = None
+    else:
+        saliency = get_array(g, "saliency", where, problems)
     if "_blocks_done" in g:
         problems.append(Problem(where, "the writer did not finish this dataset (a block ledger is still present); resume the run, then finish"))
-    if case_id is None or scores is None or saliency is None:
+    if case_id is None or scores is None or (saliency is None and not scores_only):
         return problems
 
     # Metadata only, nothing read yet.
@@ -522,15 +557,17 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool =
         ok = False
     c = len(classes) if classes else None
     ok &= check_array(scores, f"{where}/scores", shape=(n, c), dtypes=("float32",), problems=problems, whole=True)
-    ok &= check_array(saliency, f"{where}/saliency", shape=(n, c, None, None), dtypes=MAP_DTYPES, problems=problems)
-    if saliency.ndim == 4:
+    if saliency is not None:
+        ok &= check_array(saliency, f"{where}/saliency", shape=(n, c, None, None), dtypes=MAP_DTYPES, problems=problems)
+    if saliency is not None and saliency.ndim == 4:
         h, w = saliency.shape[2:]
         if not (1 <= h <= MAX_MAP_SIDE and 1 <= w <= MAX_MAP_SIDE):
             problems.append(Problem(f"{where}/saliency", f"map size {h}x{w} is outside the limit of 1..{MAX_MAP_SIDE} per side"))
             ok = False
     if not ok or classes is None:
         return problems
-    if not _chunks_present_and_safe(((case_id, "case_id"), (scores, "scores"), (saliency, "saliency")), where, problems):
+    arrays = ((case_id, "case_id"), (scores, "scores")) + (((saliency, "saliency"),) if saliency is not None else ())
+    if not _chunks_present_and_safe(arrays, where, problems):
         return problems
 
     # Data, one stored chunk at a time.
@@ -549,7 +586,8 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool =
         problems.append(Problem(f"{where}/case_id", "empty case id"))
     check_strings(ids, f"{where}/case_id", "case id", problems)
     _scan_scores(scores, where, score_kind, problems)
-    _scan_saliency(saliency, where, problems)
+    if saliency is not None:
+        _scan_saliency(saliency, where, problems)
 
     if gt_ds is not None:
         present = np.isin(np.asarray(gt_ds.case_id, dtype=str), ids)

@@ -41,6 +41,7 @@ from .intervals import percentile_interval, percentile_intervals
 from .kernels import _ranked_replicates, rank_order
 from .intervals import mean_defined
 from .phrases import ALL_PHRASES, PHRASE_SCOPE, phrase_ground_truth_problems, phrase_points
+from .rowscope import row_scopes
 
 if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
     import pandas as pd
@@ -62,6 +63,9 @@ __all__ = [
     "PAIRED_COLUMNS",
     "paired_differences",
     "paired_bootstrap",
+    "paired_class_rows",
+    "phrase_replicates",
+    "paired_phrase_rows",
 ]
 
 #: The contract's grounding and recognition keys of schema minor 0 (every registered metric is bootstrapped:
@@ -591,6 +595,14 @@ def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Re
     ``p_value = min(1, 2 min(P(d <= 0), P(d >= 0)))`` over the ``n_valid`` resamples where both are defined
     (None when there is none).
     """
+    import pandas as pd
+
+    return pd.DataFrame(_paired_rows(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class),
+                        columns=PAIRED_COLUMNS)
+
+
+def _paired_rows(reps_a, reps_b, point_a, point_b, *, level: float, per_class: bool) -> list[dict]:
+    """The rows of :func:`paired_differences`."""
     rows = []
     shared = sorted(set(reps_a) & set(reps_b))
     oa, ob = (overall_replicates({d: r[d] for d in shared}) for r in (reps_a, reps_b))
@@ -603,9 +615,7 @@ def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Re
         if per_class:
             rows += [_difference(name, c, k, qa.classes[c][k][0], qb.classes[c][k][0], stats[k], rb.classes[c][k],
                                  level) for c, stats in ra.classes.items() if c in rb.classes for k in stats]
-    import pandas as pd
-
-    return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
+    return rows
 
 
 def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, n_resamples: int, seed: int, cache: dict | None,
@@ -631,7 +641,9 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
                      taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                      per_class: bool = True, cache: dict | None = None,
                      names: tuple[str, str] | None = None,
-                     phrases_a: Mapping | None = None, phrases_b: Mapping | None = None) -> pd.DataFrame:
+                     phrases_a: Mapping | None = None, phrases_b: Mapping | None = None,
+                     scopes_a: Mapping[str, Mapping] | None = None,
+                     scopes_b: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
     """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth: the one paired bootstrap
     of XBench (the report's comparisons call it too).
 
@@ -653,6 +665,9 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
         the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
         metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
         "phrases/<dataset>", see :func:`paired_phrase_rows`).
+    scopes_a, scopes_b : optional {row scope name: {dataset: counts}} of every other declared row scope
+        (:mod:`xbench.score.rowscope`; ``phrases_a`` is ``{"phrase": phrases_a}``): each scope's rows follow
+        the class rows, in declaration order, from the scope's ``paired_rows``.
 
     Returns
     -------
@@ -664,6 +679,38 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
         (an InputError and a ValueError) When a shared dataset was scored against different ground truth
         (one problem line per dataset).
     """
+    extra_a = {**({"phrase": phrases_a} if phrases_a else {}), **(scopes_a or {})}
+    extra_b = {**({"phrase": phrases_b} if phrases_b else {}), **(scopes_b or {})}
+    pairs = [(scope, a, b) if scope.section is None else (scope, extra_a.get(scope.name), extra_b.get(scope.name))
+             for scope in row_scopes()]  # the primary (class) scope first, then the others in declaration order
+    pairs = [(scope, sa, sb) for scope, sa, sb in pairs if scope.section is None or (sa and sb and set(sa) & set(sb))]
+    for scope, sa, sb in pairs:  # every scope's ground truth is checked before any work, scope by scope
+        problems = scope.fn("ground_truth_problems")(sa, sb) if scope.ground_truth_problems else []
+        if problems:
+            from .errors import GroundTruthMismatchError
+
+            raise GroundTruthMismatchError(problems)
+    common = dict(n_resamples=n_resamples, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
+    table, rows = None, []
+    for scope, sa, sb in pairs:
+        compare = scope.fn("paired_rows")
+        if scope.section is None:
+            import pandas as pd
+
+            table = pd.DataFrame(compare(a, b, taus_a=taus_a, taus_b=taus_b, **common), columns=PAIRED_COLUMNS)
+        else:
+            rows += compare(sa, sb, **common)
+    if not rows:
+        return table
+    import pandas as pd
+
+    return pd.DataFrame(table.to_dict("records") + rows, columns=PAIRED_COLUMNS)
+
+
+def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int,
+                      seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
+                      names: tuple[str, str] | None = None, taus_a=None, taus_b=None) -> list[dict]:
+    """The class scope's rows of :func:`paired_bootstrap` (see there; ``per_group``: every class too)."""
     problems = ground_truth_problems(a, b)
     if problems:
         from .errors import GroundTruthMismatchError
@@ -673,15 +720,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     name_a, name_b = names if names is not None else (None, None)
     reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)
     reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, n_resamples, seed, cache, name_b)
-    table = paired_differences(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class)
-    if not (phrases_a and phrases_b and set(phrases_a) & set(phrases_b)):
-        return table
-
-    rows = paired_phrase_rows(phrases_a, phrases_b, n_resamples=n_resamples, seed=seed, level=level,
-                              per_category=per_class, cache=cache, names=names)
-    import pandas as pd
-
-    return pd.DataFrame(table.to_dict("records") + rows, columns=PAIRED_COLUMNS)
+    return _paired_rows(reps_a, reps_b, point_a, point_b, level=level, per_class=per_group)
 
 
 # ------------------------------------------------------------------------------ phrase rows: resample images
@@ -803,7 +842,7 @@ def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, nam
 
 
 def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
-                       seed: int, level: float = 0.95, per_category: bool = True, cache: dict | None = None,
+                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                        names: tuple[str, str] | None = None) -> list[dict]:
     """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
     :data:`xbench.score.bootstrap.PAIRED_COLUMNS`.
@@ -813,7 +852,7 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
     it), so each resample compares the two on the same images. Point values are the metrics.json values
     (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
     dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
-    :data:`ALL_PHRASES`) and, with ``per_category``, each category.
+    :data:`ALL_PHRASES`) and, with ``per_group``, each category.
     """
     problems = phrase_ground_truth_problems(a, b)
     if problems:
@@ -840,7 +879,7 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
                              level) for k in keys]
         rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
                              rb["pooled"][k], level) for k in ra["pooled"]]
-        if per_category:
+        if per_group:
             rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
                                  rb["categories"][c][k], level)
                      for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]

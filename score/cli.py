@@ -178,7 +178,7 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  allow_missing, pointing_tolerance, metric_groups, quiet, as_json, max_memory, timeout):
+                  allow_missing, pointing_tolerance, faithfulness, key, metric_groups, quiet, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -188,6 +188,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
       xbench-score test.zarr --gt gt_test.zarr --thresholds-from results_val/metrics.json
       xbench-score sub.zarr --gt gt.zarr --out /output --format grand-challenge --quiet
       xbench-score smoke.zarr --gt gt.zarr --out results_smoke/ --allow-missing
+      xbench-score sub.zarr --gt gt.zarr --faithfulness round2-sub.zarr --key round2.key.npz
       xbench-score sub.zarr --gt gt.zarr --out results/ --metrics complexity
 
     Writes metrics.json (the contract layout, with 95% bootstrap intervals and the chosen thresholds),
@@ -206,7 +207,9 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
     gt_path = store_path(gt_path)
-    out_problems = output_problems(out_dir, _input_paths(submissions, gt_path, thresholds_from, images_path))
+    faith_inputs = {"the --faithfulness submission": faithfulness, "the --key file": key}
+    out_problems = output_problems(out_dir, {**_input_paths(submissions, gt_path, thresholds_from, images_path),
+                                             **faith_inputs})
     if out_problems:
         raise UserError(out_problems, _NOTHING_WRITTEN)
     thresholds = _load_thresholds(thresholds_from) if thresholds_from else None
@@ -227,6 +230,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     except InvalidStoreError as exc:
         raise UserError(exc.problems, _NOTHING_WRITTEN) from None
 
+    faith = _faithfulness(faithfulness, key, submissions, bootstrap, seed)  # validated before anything is written
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
@@ -234,6 +238,8 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
                 "pointing_tolerance": pointing_tolerance, "allow_missing": allow_missing}
+    if faith is not None:
+        score_kw["faithfulness"] = faith
     from . import registry as R
 
     # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged
@@ -255,6 +261,22 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     return 0
 
 
+def _faithfulness(round2, key, submissions, bootstrap: int, seed: int) -> dict | None:
+    """The faithfulness section from --faithfulness and --key (both or neither; one submission), or None."""
+    if round2 is None and key is None:
+        return None
+    if round2 is None or key is None:
+        raise UserError(f"{'--key' if round2 is None else '--faithfulness'} needs {'--faithfulness' if round2 is None else '--key'}: "
+                        "the round-2 scores are read through the key that xbench perturb wrote", _NOTHING_WRITTEN)
+    if len(submissions) != 1:
+        raise UserError("--faithfulness scores one submission at a time (the round-1 submission its round 2 was made from)",
+                        _NOTHING_WRITTEN)
+    from .faithfulness import faithfulness_section, load_round2
+
+    k, curves, info = load_round2(round2, key)  # an InputError: every problem, exit 2
+    return faithfulness_section(k, curves, info, n_boot=bootstrap, seed=seed, round2_name=_stem(round2))
+
+
 def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
@@ -262,6 +284,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     from .tables import ci_of
 
     prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
+    faith = score_kw.pop("faithfulness", None)
     t0 = time.perf_counter()
     bar = progress(desc=stem, unit="pair", enabled=show)
     try:
@@ -270,6 +293,10 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     finally:
         bar.close()
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
+    if faith is not None:
+        from .faithfulness import add_section
+
+        add_section(result.metrics, faith)
     files = write_into(result, folder, formats=("xbench", *formats), label=label)
     elapsed = time.perf_counter() - t0
     partial = _partial_line(result.metrics)

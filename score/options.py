@@ -41,8 +41,44 @@ class ScoreOptions:
     pointing_tolerance: float = opt(15.0, check=Float(0.0), metavar="PX",
                                     help="Tolerant pointing game: a hit when the first maximum lies within PX original "
                                          "pixels of the region (Zhang et al. 2018).")
+    faithfulness: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="ROUND2_SUBMISSION",
+                                   help="Faithfulness: the scores-only submission of the round-2 images (xbench perturb); "
+                                        "needs --key. Adds the faithfulness section (deletion/insertion/ROAD).")
+    key: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="KEY",
+                          help="The private key xbench perturb wrote beside the round-2 images (with --faithfulness).")
     metric_groups: tuple = opt(default_factory=tuple, check=Choice(("complexity",)), flag="--metrics", multiple=True,
                                metavar="GROUP",
                                help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
                                     "entropy of each normalised map (docs/score.md). Default outputs never change.")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
+
+
+@dataclass
+class ReportOptions:
+    """What one ``xbench report`` run takes besides its RESULT_DIRS (the fields are its options; the ``suite``
+    ones are the keys of a suite's ``report:`` section, whose title defaults to the suite's own)."""
+
+    out_dir: Path = opt(check=Text(click.Path(path_type=Path)), flag="--out", required=True,
+                        help="Folder to write the report into: built beside it and swapped in whole; files you put "
+                             "there are kept. Must not hold or lie inside an input.")
+    images: Path | None = opt(None, check=Text(click.Path(path_type=Path)),
+                              help="images.zarr for the overlay figures (default: the path recorded by xbench-score).")
+    gt: Path | None = opt(None, check=Text(click.Path(path_type=Path)),
+                          help="gt.zarr for the ground-truth outlines in the overlays (default: as recorded).")
+    submissions: tuple = opt(default_factory=tuple, check=Text(), flag="--submission", multiple=True,
+                             metavar="NAME=PATH",
+                             help="Submission store of a model (NAME: model name or result directory name); "
+                                  "repeatable.")
+    bootstrap: int = opt(1000, check=Int(0), flag="--n-boot", suite=True,
+                         help="Bootstrap resamples for intervals above class level and for the paired gaps (0: none).")
+    seed: int = opt(0, check=Int(), help="Seed of the bootstrap resamples.")
+    size_bins: str = opt("fixed", check=Choice(("fixed", "tercile")), suite=True,
+                         help="Lesion-size bins: fixed fractions of the image (<1%, 1-5%, >=5%) or terciles.")
+    sanity: tuple = opt(default_factory=tuple, check=Text(click.Path(path_type=Path)), multiple=True,
+                        help="An `xbench sanity` output folder: the report says whether that model's maps depend on "
+                             "its weights; repeatable.")
+    overlays: bool = opt(True, check=Flag(), flag="--overlays/--no-overlays", suite=True,
+                         help="Draw the map-over-image figures (--no-overlays skips them).")
+    title: str | None = opt("XBench report", check=Text(), suite=True, suite_default=None, help="Page title.")
+    quiet: bool = opt(False, check=Flag(), short="-q", help="No progress bar and no summary line.")
+    as_json: bool = opt(False, check=Flag(), flag="--json", help="Print the report manifest (report.json) to stdout.")

@@ -296,6 +296,10 @@ def flat_scores(metrics: dict, *, intervals: bool = False) -> dict[str, float]:
     """
     scopes = [("", metrics.get("overall", {}), metrics.get("ci95") or {})]
     scopes += [(f"{d}_", ds.get("summary", {}), ds.get("ci95") or {}) for d, ds in metrics.get("datasets", {}).items()]
+    faith = metrics.get("faithfulness")  # a phase-2 leaderboard ranks by these (keys disjoint from the others)
+    if isinstance(faith, dict):
+        scopes += [("", faith.get("overall", {}), {})]
+        scopes += [(f"{d}_", ds.get("summary", {}), ds.get("ci95") or {}) for d, ds in faith.get("datasets", {}).items()]
     out: dict[str, float] = {}
     for prefix, values, cis in scopes:
         for k, v in values.items():
@@ -406,6 +410,10 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     from .tables import write_tables
 
     paths += write_tables({label: metrics}, folder)
+    if "faithfulness" in metrics:  # only with --faithfulness: without it, the same files as before
+        from .faithfulness import write_tables as faithfulness_tables
+
+        paths += faithfulness_tables(metrics, folder, label)
     from .probe_table import write_probe_table  # text probes: only with probes in the ground truth
 
     paths += write_probe_table({label: metrics}, folder)

@@ -1,11 +1,12 @@
 """Per-pair statistics: the columns of ``DatasetCounts.extra`` that the counting pass fills beside |B|, |B∩R|
 and the hit, each declared once here (name, dtype, the rows it is defined on, and its kernel hook).
 
-A statistic is computed only when a registered metric reads it: a metric's ``values`` or ``pairs`` function
-built by :func:`column` / :func:`present` names the statistic it reads, and :func:`needed` collects those
-names over the registry (:mod:`xbench.score.registry`), so the counting pass
-(:func:`xbench.score.counting.count_dataset`) allocates and fills exactly those. A new metric that needs a
-new per-pair statistic is therefore one :func:`declare` call (here, or beside the metric) plus the metric.
+A statistic is computed only when a registered metric needs it: a metric declares the statistics it reads
+(``Metric.needs``, :mod:`xbench.score.registry`), :func:`needed` collects those names over the registry, and
+the counting pass (:func:`xbench.score.counting.count_dataset`) allocates and fills exactly those. A new
+metric that needs a new per-pair statistic is therefore one :func:`declare` call (here, or beside the metric)
+plus the metric with ``needs=(name,)``; :func:`column` and :func:`present` build its ``values`` and ``pairs``
+functions (the registry refuses a metric built on them that does not declare the statistic it reads).
 
 A hook is called once per chunk of pairs, on the counting pass's worker thread, with a :class:`Chunk`: the
 chunk's raw maps and decoded regions, the resize plan, and what the counting kernel left per pair (energy
@@ -25,7 +26,7 @@ from .cnr import _cnr_chunk
 from .kernels import ResizePlan, _tolerant_hits
 from .localisation import ENERGY_COLUMN, TOLERANT_COLUMN
 
-__all__ = ["Chunk", "PairStat", "PAIR_STATS", "declare", "declared", "column", "present", "reads", "needed",
+__all__ = ["Chunk", "PairStat", "PAIR_STATS", "declare", "declared", "column", "present", "reads_of", "needed",
            "CNR_COLUMN"]
 
 #: The per-row column of the phrase counts holding the signed CNR of each phrase row, NaN where undefined
@@ -87,7 +88,7 @@ def declared(*stats: PairStat) -> Iterator[tuple[PairStat, ...]]:
 
 def column(name: str, dtype) -> Callable:
     """A metric's ``values`` function: the statistic ``name`` of each pair (zeros where the column is absent),
-    marked as reading it (:func:`needed`)."""
+    marked as reading it (:func:`reads_of`; the metric declares it in ``needs``)."""
     def values(v) -> np.ndarray:
         col = v.extra.get(name)
         return np.zeros(v.n_pairs, dtype) if col is None else col
@@ -108,23 +109,18 @@ def present(name: str) -> Callable:
     return pairs
 
 
-def reads(*names: str) -> Callable[[Callable], Callable]:
-    """Decorator: mark a metric function written by hand as reading the statistics ``names``."""
-    def mark(fn: Callable) -> Callable:
-        fn.pair_stats = tuple(names)
-        return fn
-
-    return mark
+def reads_of(fn) -> tuple[str, ...]:
+    """The statistics a function built by :func:`column` / :func:`present` reads (() for any other)."""
+    return tuple(getattr(fn, "pair_stats", ()))
 
 
 def needed(metrics: Iterable, scope: str, *, orig_size: bool) -> list[PairStat]:
-    """The declared statistics some metric of ``metrics`` (registered metrics, every scope) reads, that are
-    defined on ``scope`` rows and computable (``orig_size``: the ground truth gives original sizes), in
-    declaration order."""
+    """The declared statistics some metric of ``metrics`` (registered metrics, every scope) needs
+    (``Metric.needs``), that are defined on ``scope`` rows and computable (``orig_size``: the ground truth gives
+    original sizes), in declaration order."""
     names: set[str] = set()
     for m in metrics:
-        for fn in (m.values, m.pairs):
-            names.update(getattr(fn, "pair_stats", ()))
+        names.update(m.needs)
     return [s for s in PAIR_STATS.values() if s.name in names and scope in s.scopes
             and (orig_size or not s.needs_orig_size)]
 

@@ -10,6 +10,8 @@ statistic of the same counting pass (declared for phrase rows in :mod:`xbench.sc
 :func:`xbench.score.cnr.cnr_of_pairs`), the counts' per-row column ``registry.CNR_COLUMN``. What stays
 phrase-specific is the view (here) and that the bootstrap resamples images, not phrase rows
 (:func:`xbench.score.bootstrap.phrase_replicates`, :func:`~xbench.score.bootstrap.paired_phrase_rows`).
+The phrase rows are the "phrase" row scope (:mod:`xbench.score.rowscope`: its unit, section, row source, paired
+rows and tables are declared there, and scoring, paired comparisons and the report loop over the scopes).
 Every metric is an entry of the metric registry with the phrase scope (:mod:`xbench.score.registry`):
 this module holds the phrase-row source (the view and :func:`phrase_counts`), the point estimates per
 category (the class code's, :func:`phrase_points`) and the phrase table's rows; the metrics.json "phrases"

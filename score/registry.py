@@ -27,9 +27,15 @@ Three kinds:
 The built-in metrics are the contract's (``pointing_game`` ... ``hamming_accuracy``, schema minor 0) and
 grounding by lesion size (schema minor 1, see :data:`LESION_SIZES`).
 
-Scopes. A metric says which rows it is computed on (``scopes``): ``"class"`` (the positive pairs of a
-finding class: metrics.json "datasets") or ``"phrase"`` (the phrase rows of a category: metrics.json
-"phrases", :mod:`xbench.score.phrases`, whose counts are a DatasetCounts with the categories as classes).
+Scopes. A metric says which rows it is computed on (``scopes``, names of the row scopes declared in
+:mod:`xbench.score.rowscope`): ``"class"`` (the positive pairs of a finding class: metrics.json "datasets")
+or ``"phrase"`` (the phrase rows of a category: metrics.json "phrases", :mod:`xbench.score.phrases`, whose
+counts are a DatasetCounts with the categories as classes), or any other declared scope; a scope's ``kinds``
+say which metric kinds its rows take (phrase rows: grounding only).
+
+Per-pair statistics. A metric that reads a column of ``DatasetCounts.extra`` (declared in
+:mod:`xbench.score.pair_stats`) names it in ``needs``; the counting pass fills only the statistics some
+registered metric needs.
 :func:`metrics` and every helper built on it return the class scope unless asked, so class-level code
 never meets a phrase-only metric (CNR) and the phrase pass only the metrics the contract defines on
 phrases. Pointing game, Dice and IoU are defined once and carry both scopes. On phrase rows a
@@ -54,6 +60,7 @@ from . import pair_stats as _ps
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import THRESHOLDS
 from .recognition_core import RecognitionSums, f1_from_counts  # defined beside what builds it
+from .rowscope import row_scope, scope_names
 
 __all__ = [
     "Best",
@@ -77,7 +84,6 @@ __all__ = [
     "pair_columns",
     "table_metrics",
     "lesion_size",
-    "SCOPES",
     "phrase_keys",
     "pooled_keys",
     "searched",
@@ -156,9 +162,7 @@ class PairView:
 
 
 Kind = Literal["grounding", "recognition", "dataset"]
-Scope = Literal["class", "phrase"]
-#: the row sets a metric can be computed on (see the module docstring)
-SCOPES: tuple[str, ...] = ("class", "phrase")
+Scope = str  # a declared row scope's name (:mod:`xbench.score.rowscope`): "class", "phrase", ...
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,9 @@ class Metric:
     stratum, the stratum name and the unrestricted metric's key (tables group them); warn: warn when the
     class has no positive pair (strata stay quiet: most classes lack some size); minor: the metrics.json
     schema minor version that added it (in its scope's section); scopes: the row sets it is computed on,
-    ``"class"`` and/or ``"phrase"`` (module docstring).
+    ``"class"`` and/or ``"phrase"`` or any other declared row scope (module docstring); needs: the per-pair
+    statistics it reads (names declared in :mod:`xbench.score.pair_stats`, e.g. ``"energy_share"``): the
+    counting pass allocates and fills a statistic only when a registered metric needs it.
     """
 
     key: str
@@ -195,18 +201,28 @@ class Metric:
     warn: bool = True
     minor: int = 0
     scopes: tuple[str, ...] = ("class",)
+    needs: tuple[str, ...] = ()
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
-        if not self.scopes or any(s not in SCOPES for s in self.scopes):
-            raise ValueError(f"{self.key}: scopes must be a non-empty subset of {SCOPES}; got {self.scopes!r}.")
-        if "phrase" in self.scopes and self.kind != "grounding":
-            raise ValueError(f"{self.key}: phrase rows have no recognition labels; only grounding metrics take "
-                             "the phrase scope.")
+        names = scope_names()
+        if not self.scopes or any(s not in names for s in self.scopes):
+            raise ValueError(f"{self.key}: scopes must be a non-empty subset of {names}; got {self.scopes!r}.")
+        for s in self.scopes:  # e.g. phrase rows have no recognition labels
+            if self.kind not in row_scope(s).kinds:
+                raise ValueError(f"{self.key}: only {' / '.join(row_scope(s).kinds)} metrics take the {s} scope.")
         if self.kind == "grounding" and self.curve and self.threshold is None:
             raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
         if self.kind == "grounding" and not self.curve and self.threshold is not None:
             raise ValueError(f"{self.key}: a per-pair (P,) metric takes no threshold rule.")
+        if isinstance(self.needs, str) or not all(isinstance(n, str) for n in self.needs):
+            raise ValueError(f"{self.key}: needs must be a tuple of per-pair statistic names; got {self.needs!r}.")
+        # pair_stats.column / present read one statistic: a metric built on them must say it needs it, or the
+        # column would never be counted and the metric would be null everywhere
+        read = [n for fn in (self.values, self.pairs) for n in _ps.reads_of(fn) if n not in self.needs]
+        if read:
+            raise ValueError(f"{self.key}: reads the per-pair statistic(s) {', '.join(read)}; declare them in "
+                             f"needs=(...).")
 
 
 #: Every metric, in metrics.json order within its kind. Change it only through :func:`register` /
@@ -218,6 +234,10 @@ def register(m: Metric) -> Metric:
     """Add ``m`` (its key must be new; a :class:`ChosenBy` rule must name a registered Best metric)."""
     if m.key in REGISTRY:
         raise ValueError(f"metric {m.key!r} is already registered.")
+    unknown = [n for n in m.needs if n not in _ps.PAIR_STATS]
+    if unknown:
+        raise ValueError(f"{m.key}: needs the per-pair statistic(s) {', '.join(unknown)}, not declared "
+                         f"(pair_stats.declare); declared: {', '.join(_ps.PAIR_STATS)}.")
     if isinstance(m.threshold, ChosenBy):
         ref = REGISTRY.get(m.threshold.key)
         if ref is None or not isinstance(ref.threshold, Best):
@@ -487,6 +507,7 @@ from . import localisation as _loc  # noqa: E402  (pure functions; no import cyc
 for _m in (
     Metric("energy_pointing_game", "Energy-based pointing game", "Energy", "grounding",
            _extra(_loc.ENERGY_COLUMN, np.float64), pairs=_extra_present(_loc.ENERGY_COLUMN), minor=1, pair_column=True,
+           needs=(_loc.ENERGY_COLUMN,),
            doc="share of the normalised map's mass inside the region"),
     Metric("relevance_rank_accuracy", "Relevance rank accuracy", "RRA", "grounding", _rank_accuracy, minor=1, pair_column=True,
            doc="of the |R| highest-ranked cells (quantised map, ties shared), the share inside the region"),
@@ -494,6 +515,7 @@ for _m in (
            minor=1, pair_column=True, doc="Mann-Whitney AUROC of region cells against the others on the quantised map"),
     Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
            _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
+           needs=(_loc.TOLERANT_COLUMN,),
            doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
 ):
     register(_m)
@@ -506,7 +528,6 @@ del _m
 CNR_COLUMN = _ps.CNR_COLUMN
 
 
-@_ps.reads(CNR_COLUMN)
 def _cnr_defined(v: PairView) -> np.ndarray:
     # undefined CNR (region covers the grid; zero variances with different means) is left out of means
     col = v.extra.get(CNR_COLUMN)
@@ -522,15 +543,15 @@ def _cnr_values(signed: bool) -> Callable[[PairView], np.ndarray]:
         return np.nan_to_num(np.asarray(col, np.float64) if signed else np.abs(col), nan=0.0)
 
     values.__name__ = "cnr_signed" if signed else "cnr"
-    return _ps.reads(CNR_COLUMN)(values)
+    return values
 
 
 for _m in (
     Metric("cnr", "Contrast-to-noise ratio", "CNR", "grounding", _cnr_values(False), pairs=_cnr_defined,
-           fmt="number", minor=2, scopes=("phrase",),
+           fmt="number", minor=2, scopes=("phrase",), needs=(CNR_COLUMN,),
            doc="|mu_in - mu_out| / sqrt(var_in + var_out) of the map resized to the grid (contract §Phrase grounding)"),
     Metric("cnr_signed", "Contrast-to-noise ratio, signed", "CNR±", "grounding", _cnr_values(True),
-           pairs=_cnr_defined, fmt="number", minor=2, scopes=("phrase",),
+           pairs=_cnr_defined, fmt="number", minor=2, scopes=("phrase",), needs=(CNR_COLUMN,),
            doc="(mu_in - mu_out) / sqrt(var_in + var_out): negative when the map is lower inside the region"),
 ):
     register(_m)

@@ -18,7 +18,8 @@ This module is the orchestration only; the stages are modules of their own, each
 below it: :mod:`~xbench.score.counting` (the counting pass, for every row source),
 :mod:`~xbench.score.estimates` (point estimates), :mod:`~xbench.score.bootstrap` (intervals),
 :mod:`~xbench.score.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs` (the pairs
-table and every file written). Their public names used to live here and are still importable from here.
+table and every file written). The class rows are counted here; every other row scope declared in
+:mod:`~xbench.score.rowscope` (the phrase rows) is scored by its own ``score`` function, in declaration order. Their public names used to live here and are still importable from here.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_
 from .intervals import mean_defined
 from .phrases import PhraseCounts, phrase_counts, phrase_points
 from .probes import PROBES_METRICS_MINOR, originals_only, score_probes
+from .rowscope import row_scope, row_scopes
 from .warm import start_background_warm
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
@@ -68,8 +70,8 @@ __all__ = [
     "undefined_notes",
 ]
 
-#: metrics.json minor version that adds the "phrases" section (contract §Versions)
-PHRASES_METRICS_MINOR = 2
+#: metrics.json minor version that adds the "phrases" section (contract §Versions; the phrase row scope's)
+PHRASES_METRICS_MINOR = row_scope("phrase").minor
 #: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
 PARTIAL_METRICS_MINOR = 3
 
@@ -80,16 +82,22 @@ class ScoreResult:
 
     ``metrics``: the ``metrics.json`` dict; ``counts``: {dataset: DatasetCounts}; ``per_pair``: each
     class's per-pair Dice/IoU at the fixed and chosen thresholds ({dataset: {class column: arrays}});
-    ``timings``: seconds per stage; ``phrase_counts``: {dataset: PhraseCounts} of the datasets whose phrase
-    rows were scored (saved beside ``counts`` for paired comparisons). :attr:`pairs` builds the pairs table.
+    ``timings``: seconds per stage; ``scope_counts``: {row scope: {dataset: counts}} of every other row scope
+    (:mod:`xbench.score.rowscope`) whose rows were scored (saved beside ``counts`` for paired comparisons);
+    :attr:`phrase_counts` the phrase scope's. :attr:`pairs` builds the pairs table.
     """
 
     metrics: dict
     counts: dict[str, DatasetCounts]
     per_pair: dict = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    phrase_counts: dict = field(default_factory=dict)
+    scope_counts: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # undefined metrics, one counted line each (undefined_notes)
+
+    @property
+    def phrase_counts(self) -> dict:
+        """{dataset: PhraseCounts} of the datasets whose phrase rows were scored."""
+        return self.scope_counts.get("phrase", {})
 
     @property
     def pairs(self) -> pd.DataFrame:
@@ -347,11 +355,12 @@ def _with_partial(metrics: dict, partial: Mapping[str, tuple[int, int]], cases: 
                        "note": _partial_note(cases, of, not_scored)}}
     for k, v in metrics.items():
         out[k] = datasets if k == "datasets" else v
-    phrases = out.get("phrases", {}).get("datasets", {})
-    for d in list(phrases):
-        if d in partial:
-            after = "n_images" if "n_images" in phrases[d] else "n_phrases"
-            phrases[d] = insert(phrases[d], "partial", after, {"cases": partial[d][0], "of": partial[d][1]})
+    for scope in row_scopes(primary=False):  # each scope's dataset entries too (phrases: after n_images)
+        entries = out.get(scope.section, {}).get("datasets", {})
+        for d in list(entries):
+            if d in partial:
+                after = next((k for k in ("n_images", "n_phrases", "n_cases") if k in entries[d]), None)
+                entries[d] = insert(entries[d], "partial", after, {"cases": partial[d][0], "of": partial[d][1]})
     return out
 
 
@@ -407,13 +416,12 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                        thresholds=thresholds, timings=timings)
     if on_total is not None:
         on_total(int(sum(_pairs_present(run.gt.datasets[d], run.aligned[d][0]) for d in run.scored)))
-    counts, phrases, phrase_counts = _count(run, bootstrap=bootstrap, seed=seed, progress=progress, timings=timings,
-                                            pointing_tolerance=pointing_tolerance)
+    counts, sections, scope_counts = _count(run, bootstrap=bootstrap, seed=seed, progress=progress,
+                                            timings=timings, pointing_tolerance=pointing_tolerance)
     undefined: list[Undefined] = []
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=run.thresholds,
                                             timings=timings, undefined=undefined)
-    if phrases:  # only then: metrics.json of a store without phrase rows is unchanged
-        metrics["phrases"] = phrases
+    metrics.update(sections)  # only the scopes with rows: metrics.json of a store without phrase rows is unchanged
     probes = score_probes(run.sub, run.gt, run.scored, bootstrap=bootstrap, seed=seed,
                           cases={d: run.aligned[d][0] >= 0 for d in run.partial})
     if probes:  # only with text probes in the ground truth (metrics.json minor 5)
@@ -422,14 +430,14 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     t0 = time.perf_counter()
     gt_sha256 = run.gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
-    header = _header(run, submission_path, gt_sha256, bootstrap=bootstrap, seed=seed, phrases=bool(phrases),
+    header = _header(run, submission_path, gt_sha256, bootstrap=bootstrap, seed=seed, sections=sections,
                      pointing_tolerance=pointing_tolerance)
     if probes:
         header["schema_minor"] = max(PROBES_METRICS_MINOR, int(header["schema_minor"]))
     if run.partial or run.not_scored:  # only then: a full run's metrics.json is unchanged
         metrics = _with_partial(metrics, run.partial, sum(run.n_in.values()), sum(run.n_of.values()), run.not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
-                       phrase_counts=phrase_counts, notes=undefined_notes(undefined))
+                       scope_counts=scope_counts, notes=undefined_notes(undefined))
 
 
 class _Run(NamedTuple):
@@ -488,9 +496,9 @@ def _open_inputs(submission_path, gt_path, *, datasets, validate: bool, allow_mi
 
 
 def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, pointing_tolerance: float):
-    """The counting pass over every scored dataset, for each row source (classes, then phrase rows); every
-    region problem of the ground truth raised together, before any metric: (counts, phrases section, phrase
-    counts)."""
+    """The counting pass over every scored dataset, for each row scope (classes, then every other declared
+    scope, :mod:`xbench.score.rowscope`); every region problem of the ground truth raised together, before any
+    metric: (class counts, {metrics.json section: section} of the other scopes with rows, {scope: counts})."""
     from xbench.schemas import InvalidStoreError
 
     gt, gt_path = run.gt, run.gt.path
@@ -505,18 +513,24 @@ def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, poi
         release_freed_memory()
     for name in sorted(set(gt.datasets) - set(run.scored)):  # not scored, but part of the ground truth
         region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
-    phrases, phrase_counts = score_phrases(run.sub, gt, run.scored, bootstrap=bootstrap, seed=seed,
+    sections: dict = {}
+    scope_counts: dict = {}
+    for scope in row_scopes(primary=False):
+        section, found = scope.fn("score")(run.sub, gt, run.scored, bootstrap=bootstrap, seed=seed,
                                            where=str(gt_path), region_problems=region_problems, timings=timings,
                                            cases={d: run.aligned[d][0] >= 0 for d in run.partial})
+        if section:
+            sections[scope.section] = section
+        scope_counts[scope.name] = found
     if region_problems:
         from xbench.schemas import validate_ground_truth
 
         # nothing has been written yet; list every problem of the ground truth, as its validator does
         raise InvalidStoreError(validate_ground_truth(gt_path) or region_problems)
-    return counts, phrases, phrase_counts
+    return counts, sections, scope_counts
 
 
-def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed: int, phrases: bool,
+def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed: int, sections: Mapping,
             pointing_tolerance: float) -> dict:
     """metrics.json's "xbench" entry: what was scored, how, and with which inputs."""
     from xbench import __version__
@@ -530,8 +544,9 @@ def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed:
               "datasets": run.scored,
               "pointing_tolerance_px": float(pointing_tolerance),
               "inputs": {"submission": _shown(submission_path), "gt": _shown(run.gt.path)}}
-    if phrases:
-        header["schema_minor"] = max(PHRASES_METRICS_MINOR, int(header.get("schema_minor", 0)))
+    for scope in row_scopes(primary=False):  # a scope's section raises the minor that added it, when present
+        if scope.section in sections:
+            header["schema_minor"] = max(scope.minor, int(header.get("schema_minor", 0)))
     if run.partial or run.not_scored:
         header["schema_minor"] = max(PARTIAL_METRICS_MINOR, int(header.get("schema_minor", 0)))
     return header

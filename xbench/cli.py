@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "validate": ("xbench.schemas.cli:validate_cmd", "Check a store against the XBench contract.", None),
     "package": ("xbench.package:package", "Bundles for challenge platforms (a Codabench scoring program).", None),
     "sanity": ("xbench.extract.sanity:sanity", "Do the maps depend on the weights? The model randomisation test.", "extract"),
+    "perturb": ("xbench.perturb:perturb", "Faithfulness round 2: images perturbed in the order of a submission's maps.", None),
     "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from an HDF5 file or a folder of .npz files.", None),
 }
 

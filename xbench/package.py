@@ -119,23 +119,62 @@ def _reason(code: int, captured: str) -> str:
     return lines[-1] if lines else f"scoring failed (exit {code})"
 
 
-def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str, *, bootstrap: int = 1000) -> int:
+def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str, *, bootstrap: int = 1000,
+                       faithfulness: Path | None = None) -> int:
     """Run ``xbench-score`` in this process; on failure print the reason as the last stderr line.
-    ``$XBENCH_BOOTSTRAP`` overrides ``bootstrap`` (the resamples of the 95 % intervals)."""
+    ``$XBENCH_BOOTSTRAP`` overrides ``bootstrap`` (the resamples of the 95 % intervals). ``faithfulness``: the
+    phase's folder of round-1 stores and keys; ``submission`` is then a round-2 (scores-only) submission, scored
+    beside the round-1 store whose key it matches (:func:`round2_pair`)."""
     from xbench.score.cli import main as score_main
 
     err = io.StringIO()
     code = 0
+    extra: list[str] = []
+    if faithfulness is not None:
+        try:
+            round1, key = round2_pair(submission, faithfulness)
+        except PlatformError as exc:
+            return _fail(str(exc))
+        extra = ["--faithfulness", str(submission), "--key", str(key)]
+        submission = round1
     with contextlib.redirect_stderr(err):
         try:
             score_main([str(submission), "--gt", str(gt), "--out", str(out), "--format", fmt, "--bootstrap",
-                        os.environ.get("XBENCH_BOOTSTRAP", str(bootstrap)), "--quiet"])
+                        os.environ.get("XBENCH_BOOTSTRAP", str(bootstrap)), "--quiet", *extra])
         except SystemExit as exc:
             code = int(exc.code or 0)
     sys.stderr.write(err.getvalue())
     if code:
         sys.stderr.write(_reason(code, err.getvalue()).rstrip("\n") + "\n")
     return code
+
+
+def round2_pair(round2: Path, folder: Path) -> tuple[Path, Path]:
+    """The round-1 store and key that an uploaded round-2 submission answers: ``folder`` holds one sub-folder per
+    team, each with its phase-1 store and the ``*.key.npz`` that ``xbench perturb`` wrote from it; the key whose
+    round-2 ids are exactly the upload's (ids are 96 random bits, so no two rounds share one) is the team's."""
+    from xbench.schemas import read_submission, validate_submission
+    from xbench.schemas.faithfulness import read_key
+
+    problems = validate_submission(round2, scores_only=True)
+    if problems:
+        raise PlatformError(f"invalid submission: {problems[0]}")
+    sub = read_submission(round2)
+    uploaded = {(name, str(c)) for name, ds in sub.datasets.items() for c in ds.case_id.tolist()}
+    teams = sorted(p for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith("."))
+    for team in teams:
+        keys = sorted(team.glob("*.key.npz"))
+        stores = sorted(p for p in team.iterdir() if _is_store(p))
+        if len(keys) != 1 or len(stores) != 1:
+            continue
+        try:
+            key = read_key(keys[0])
+        except Exception:  # noqa: BLE001 - one broken team folder must not stop the others' scoring
+            continue
+        if set(zip(key.dataset.tolist(), key.round2_id.tolist())) == uploaded:
+            return stores[0], keys[0]
+    raise PlatformError("invalid submission: its ids match no round-2 store of this phase (upload the scores of the "
+                        "round2.zarr you were given, every image of it, made with xbench-extract --scores-only)")
 
 
 def _fail(message: str) -> int:
@@ -164,7 +203,9 @@ def grand_challenge_main(input_dir: str | None = None, output_dir: str | None = 
         gt = _gc_ground_truth()
     except PlatformError as exc:
         return _fail(str(exc))
-    return score_for_platform(submission, gt, Path(output_dir), "grand-challenge")
+    faith = os.environ.get("XBENCH_FAITHFULNESS")  # a phase-2 (faithfulness) evaluation: the round-1 stores and keys
+    return score_for_platform(submission, gt, Path(output_dir), "grand-challenge",
+                              faithfulness=Path(faith) if faith else None)
 
 
 def codabench_main(input_dir: str, output_dir: str, *, program: str | None = None, bootstrap: int = 1000) -> int:
@@ -179,7 +220,9 @@ def codabench_main(input_dir: str, output_dir: str, *, program: str | None = Non
             gt = find_store(Path(program), "ground truth")
     except PlatformError as exc:
         return _fail(str(exc))
-    return score_for_platform(submission, gt, Path(output_dir), "codabench", bootstrap=bootstrap)
+    faith = Path(input_dir) / "ref" / "faithfulness"  # phase 2: the reference data holds the round-1 stores and keys
+    return score_for_platform(submission, gt, Path(output_dir), "codabench", bootstrap=bootstrap,
+                              faithfulness=faith if faith.is_dir() else None)
 
 
 def zip_store(store: str | os.PathLike, zf: zipfile.ZipFile, arcname: str) -> None:

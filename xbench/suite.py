@@ -59,7 +59,7 @@ import click
 
 from xbench.extract.options import ExtractOptions, PrepareOptions
 from xbench.schemas import options as _options
-from xbench.score.options import ScoreOptions
+from xbench.score.options import ReportOptions, ScoreOptions
 from xbench.schemas._cli import RESUME_HINT, UserError, apply_budget, budget_options, command
 from xbench.schemas.options import CONFIG_SUFFIXES, Grid
 from xbench.schemas.store import file_sha256
@@ -72,18 +72,19 @@ WORK_DIR = ".xbench-suite"
 STEP_KINDS = ("prepare", "extract", "score", "report")
 
 #: defaults of each option block; a suite may set any of these keys, and nothing else (the prepare, extract and
-#: score keys, their defaults and their rules are the commands' own: xbench/extract/options.py, score/options.py)
+#: score and report keys, their defaults and their rules are the commands' own: xbench/extract/options.py,
+#: score/options.py)
 PREPARE_DEFAULTS = _options.suite_defaults(PrepareOptions)
 EXTRACT_DEFAULTS = _options.suite_defaults(ExtractOptions)
 SCORE_DEFAULTS = _options.suite_defaults(ScoreOptions)
-REPORT_DEFAULTS = {"bootstrap": 1000, "title": None, "overlays": True, "size_bins": "fixed"}
+REPORT_DEFAULTS = _options.suite_defaults(ReportOptions)
 TOP_KEYS = {"name", "title", "out", "seed", "prepare", "datasets", "models", "extract", "score", "report"}
 DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
 MODEL_KEYS = {"name", "model", "options", "methods", "extract"}
 #: extraction options that do not change a single byte of the submission (so not in its fingerprint)
 EXTRACT_NOT_IN_OUTPUT = ("workers", "nproc_per_node", "threads")
-#: config keys that may name local files; a dry run checks that those which look like paths exist
-MODEL_PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
+#: extraction options added later: in the fingerprint only when set, so a suite without them keeps its fingerprints
+EXTRACT_FINGERPRINT_WHEN_SET = ("augment", "augment_seed")
 
 
 class SuiteError(InputError):
@@ -259,7 +260,7 @@ def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "
     seed = data.get("seed", 0)
     _check_int(seed, "seed", problems, low=0)
     problems += _options.problems(ScoreOptions, score, "score")
-    _check_int(report["bootstrap"], "report.bootstrap", problems, low=0)
+    problems += _options.problems(ReportOptions, report, "report")
     name = str(data.get("name") or Path(source).stem)
     out = data.get("out")
     if out is not None and not isinstance(out, str):
@@ -396,7 +397,8 @@ def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
         steps.append(Step("prepare", d.key, [], opts, [f"data/images.zarr/{d.key}", f"data/gt.zarr/{d.key}"]))
     for m in suite.models:
         opts = {"model": m.model, "overrides": m.options, "datasets": ds_keys,
-                **{k: v for k, v in m.extract.items() if k not in EXTRACT_NOT_IN_OUTPUT}}
+                **{k: v for k, v in m.extract.items() if k not in EXTRACT_NOT_IN_OUTPUT
+                   and not (k in EXTRACT_FINGERPRINT_WHEN_SET and v == EXTRACT_DEFAULTS[k])}}
         steps.append(Step("extract", m.key, [f"prepare/{k}" for k in ds_keys], opts, [f"submissions/{m.key}.zarr"]))
         steps.append(Step("score", m.key, [f"extract/{m.key}", *(f"prepare/{k}" for k in ds_keys)],
                           {"bootstrap": suite.score["bootstrap"], "seed": suite.seed, "datasets": ds_keys},
@@ -485,10 +487,13 @@ def model_digest(model: str, overrides: Mapping, cache: DigestCache) -> dict:
 
 
 def config_paths(config: Mapping) -> dict[str, Path]:
-    """The local files and folders a model config names (values of MODEL_PATH_KEYS that look like paths;
-    a registered architecture, a pretrained tag or an ``hf-hub:`` id is not one)."""
+    """The local files and folders a model config names (values of the config keys that may name local files,
+    ``xbench.extract.models.checks.PATH_KEYS``, that look like paths; a registered architecture, a pretrained
+    tag or an ``hf-hub:`` id is not one). A dry run checks that they exist."""
+    from xbench.extract.models.checks import PATH_KEYS
+
     out = {}
-    for key in MODEL_PATH_KEYS:
+    for key in PATH_KEYS:
         value = config.get(key)
         if isinstance(value, str) and not value.startswith("hf-hub:") and ("/" in value or "\\" in value):
             out[key] = Path(os.path.expanduser(os.path.expandvars(value.removeprefix("local-dir:"))))

@@ -44,6 +44,8 @@ Config keys (all optional unless the factory needs them; a key the adapter does 
 ``map_text``      ``positive`` | ``contrast``: which text the maps use in the pair style.
 ``layers``        cross-attention layers to average (e.g. ``[-4, -3, -2, -1]``).
 ``device``, ``precision``  defaults for the runner (the CLI options win).
+``augment``       test-time augmentation specs (``[hflip, "rotate:degrees=5"]``; docs/augmentations.md);
+                  ``--augment`` replaces them.
 
 Example (``biomedclip.yaml``)::
 
@@ -87,7 +89,7 @@ MODELS.discover(__name__, __path__, declared="REGISTER")
 MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
 for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
     MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
-PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
+from .checks import PATH_KEYS  # noqa: E402  (the config keys that may name local files: one definition)
 
 
 def _model_config_limits():

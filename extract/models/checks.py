@@ -33,6 +33,8 @@ PROMPT_STYLES = ("single", "pair")        # extract/models/prompts.py
 PRECISIONS = ("fp32", "bf16", "fp16")     # extract/pipeline.py
 DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|hpu|mtia|meta)(:[0-9]{1,3})?$")
 BOOLEAN_OPTIONS = ("trust_checkpoint", "hash_weights", "random_init", "ensembles")
+#: config keys that may name local files (the one definition: the model loader, the dry run and `xbench run`'s
+#: fingerprints read it)
 PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 TRUST_HOW = ("write `trust_checkpoint: true` (a boolean, no quotes) under `options:` in the model config, or pass "
              "--model-option options.trust_checkpoint=true; only for a file you trust: it runs the code the file holds")
@@ -294,6 +296,12 @@ def _values(config: Mapping, overrides: Mapping, label: str, info, *, cli_device
         bad("device", f"{config['device']!r} is not a device; give cpu, cuda, cuda:N (or mps)"[:200])
     if not cli_precision and config.get("precision") is not None and config["precision"] not in PRECISIONS:
         bad("precision", f"must be one of {', '.join(PRECISIONS)}, got {config['precision']!r}"[:200])
+    if config.get("augment") is not None:
+        from ..options import AugmentSpecs
+
+        problem = AugmentSpecs().problem(config["augment"])
+        if problem:
+            bad("augment", problem[:400])
     for key in PATH_KEYS:
         if key in config and config[key] is not None and not isinstance(config[key], str):
             bad(key, f"must be text (a path or name), got {type(config[key]).__name__}")

@@ -169,7 +169,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     from . import figures as F
     from .html import render_html
     from xbench.score.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
-                                     phrase_table, recognition_table)
+                                     recognition_table)
 
     out = Path(out_dir)
     results = load_results([Path(p) for p in result_dirs])
@@ -208,12 +208,18 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
     md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
-    from xbench.score.phrases import phrase_csv, phrase_markdown, phrase_rows
+    from xbench.score.rowscope import row_scopes
 
-    p_rows = phrase_rows(results)  # phrase grounding beside the class tables (score/phrases.py)
-    if p_rows:
-        md.append(phrase_markdown(p_rows))
-        files["tables"].append(str(_write_text(out / "phrases.csv", phrase_csv(p_rows)).relative_to(out)))
+    scope_tables = []  # [(section, table)] for index.html
+    for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
+        s_rows = scope.fn("table_rows")(results) if scope.table_rows else []
+        if s_rows:
+            md.append(scope.fn("markdown")(s_rows))
+            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.fn("csv")(s_rows))
+                                       .relative_to(out)))
+        table = scope.fn("table")(results) if scope.table else None
+        if table is not None:
+            scope_tables.append((scope.section, table))
     gap_md = []
     gap_rows_all = []
     for g in gaps:
@@ -269,7 +275,11 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
-                       phrases=phrase_table(results))
+                       scope_tables=scope_tables)
+    if any("faithfulness" in r.metrics for r in results):  # only where a score run had --faithfulness
+        from ..faithfulness import faithfulness_html
+
+        page = page.replace("</body>", faithfulness_html(results) + "</body>", 1)
     from xbench.score.probe_table import probe_table
 
     probe_section = probe_table([(r.name, r.metrics) for r in results])

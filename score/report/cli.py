@@ -14,6 +14,8 @@ import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
 from xbench.schemas.errors import escape_text
+from xbench.schemas.options import click_options, from_params
+from xbench.score.options import ReportOptions
 
 from ._load import ReportInputError
 
@@ -32,30 +34,9 @@ def _parse_submissions(values) -> dict:
 
 @command("report", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("result_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Folder to write the report into: built beside it and swapped in whole; files you put there "
-                   "are kept. Must not hold or lie inside an input.")
-@click.option("--images", type=click.Path(path_type=Path), default=None,
-              help="images.zarr for the overlay figures (default: the path recorded by xbench-score).")
-@click.option("--gt", type=click.Path(path_type=Path), default=None,
-              help="gt.zarr for the ground-truth outlines in the overlays (default: as recorded).")
-@click.option("--submission", "submissions", multiple=True, metavar="NAME=PATH",
-              help="Submission store of a model (NAME: model name or result directory name); repeatable.")
-@click.option("--n-boot", default=1000, show_default=True, type=click.IntRange(min=0),
-              help="Bootstrap resamples for intervals above class level and for the paired gaps (0: none).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bootstrap resamples.")
-@click.option("--size-bins", type=click.Choice(["fixed", "tercile"]), default="fixed", show_default=True,
-              help="Lesion-size bins: fixed fractions of the image (<1%, 1-5%, >=5%) or terciles.")
-@click.option("--sanity", "sanity", multiple=True, type=click.Path(path_type=Path),
-              help="An `xbench sanity` output folder: the report says whether that model's maps depend on its weights; "
-                   "repeatable.")
-@click.option("--no-overlays", is_flag=True, help="Skip the map-over-image figures.")
-@click.option("--title", default="XBench report", show_default=True, help="Page title.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report manifest (report.json) to stdout.")
+@click_options(ReportOptions)
 @budget_options
-def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bins, sanity, no_overlays, title, quiet,
-           as_json, max_memory, timeout):
+def report(result_dirs, max_memory, timeout, **params):
     """Build the leaderboard, figures and HTML page from earlier xbench-score outputs.
 
     Each RESULT_DIR is one submission's score output (metrics.json, and pairs.parquet +
@@ -71,7 +52,9 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
     from . import build_report
 
     apply_budget("xbench report", max_memory, timeout)  # result folders are files from outside
-    subs = _parse_submissions(submissions)
+    o = ReportOptions(**from_params(ReportOptions, params))
+    out_dir, images, gt, sanity, quiet, as_json = o.out_dir, o.images, o.gt, o.sanity, o.quiet, o.as_json
+    subs = _parse_submissions(o.submissions)
     inputs = {f"the result folder {p}": p for p in result_dirs}
     inputs.update({"the images store": images, "the ground truth": gt})
     inputs.update({f"the sanity folder {p}": p for p in sanity})
@@ -83,9 +66,9 @@ def report(result_dirs, out_dir, images, gt, submissions, n_boot, seed, size_bin
         raise UserError(problems, "nothing was written")
     try:
         with PublishedDir(out_dir, keep=tuple(result_dirs)) as work:  # built beside, swapped in whole: never half a report
-            build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=n_boot,
-                         seed=seed, size_bins=size_bins, overlays=not no_overlays,
-                         progress=not quiet and not as_json and sys.stderr.isatty(), title=title, sanity=sanity)
+            build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=o.bootstrap,
+                         seed=o.seed, size_bins=o.size_bins, overlays=o.overlays,
+                         progress=not quiet and not as_json and sys.stderr.isatty(), title=o.title, sanity=sanity)
             write_marker(work, "xbench report")
         index = Path(out_dir) / "index.html"
     except ReportInputError as err:

@@ -132,9 +132,12 @@ def _partial_html(results) -> str:
 
 
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
-                n_boot=None, phrases=None, overlay_captions=None) -> str:
-    """The whole page as a string (UTF-8, HTML5). ``phrases``: the phrase-grounding table
-    (:func:`xbench.score.tables.phrase_table`), shown after the leaderboard when given."""
+                n_boot=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
+    """The whole page as a string (UTF-8, HTML5). ``scope_tables``: [(metrics.json section, table)] of the
+    other row scopes (:mod:`xbench.score.rowscope`; the phrase-grounding table,
+    :func:`xbench.score.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
+    that was written; ``phrases`` alone is ``[("phrases", phrases)]``."""
+    scope_tables = list(scope_tables or []) + ([("phrases", phrases)] if phrases is not None else [])
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gt = {r.gt_sha256 for r in results if r.gt_sha256}
     parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -148,7 +151,8 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              '<p class="meta">Downloads: <a href="leaderboard.md">leaderboard.md</a> · '
              '<a href="leaderboard.csv">leaderboard.csv</a> · <a href="grounding_fixed.csv">grounding_fixed.csv</a>'
              ' · <a href="recognition.csv">recognition.csv</a> · <a href="per_class.md">per_class.md</a>'
-             + (' · <a href="phrases.csv">phrases.csv</a>' if "phrases.csv" in files["tables"] else "")
+             + "".join(f' · <a href="{_e(section)}.csv">{_e(section)}.csv</a>' for section, _ in scope_tables
+                       if f"{section}.csv" in files["tables"])
              + (' · <a href="comparisons.csv">comparisons.csv</a>' if "comparisons.csv" in files["tables"] else "")
              + ' · <a href="report.json">report.json</a></p>']
     partial = _partial_html(results)
@@ -157,8 +161,8 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
     parts.append("<h2>Leaderboard</h2>")
     for t in main_tables:
         parts.append(f"<h3>{_e(t.title)}</h3>{_box(t.to_html())}")
-    if phrases is not None:
-        parts.append(f"<h2>{_e(phrases.title)}</h2>{_box(phrases.to_html())}")
+    for _, table in scope_tables:
+        parts.append(f"<h2>{_e(table.title)}</h2>{_box(table.to_html())}")
     gap_html = _gaps_html(gaps)
     if gap_html:
         parts.append("<h2>Are the gaps real?</h2>")

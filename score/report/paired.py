@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xbench.score import bootstrap as BS
+from xbench.score.rowscope import row_scopes
 
 from ._load import ReportInputError, Result
 
@@ -143,11 +144,16 @@ def _pairing_problems(a: Result, b: Result) -> list[str]:
         if r.counts is None or any(d not in r.counts for d in r.datasets):
             problems.append(f"{r.path}: needs pair_counts.npz with every dataset for a paired comparison")
     if not problems:
-        from xbench.score.phrases import phrase_ground_truth_problems
-
+        sa, sb = _scope_counts(a), _scope_counts(b)
         problems = [f"{a.path} vs {b.path}: {p}" for p in BS.ground_truth_problems(a.counts, b.counts)
-                    + phrase_ground_truth_problems(a.phrase_counts, b.phrase_counts)]
+                    + [q for s in row_scopes(primary=False)
+                       for q in s.fn("ground_truth_problems")(sa.get(s.name, {}), sb.get(s.name, {}))]]
     return problems
+
+
+def _scope_counts(r: Result) -> dict:
+    """{row scope: {dataset: counts}} of a result's other row scopes (pair_counts.npz holds the phrase rows')."""
+    return {"phrase": r.phrase_counts}
 
 
 def _opt(x) -> float | None:
@@ -183,27 +189,31 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     table = BS.paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
                                 n_resamples=n_boot, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
                                 per_class=per_class, cache=cache, names=(str(a.path), str(b.path)),
-                                phrases_a=a.phrase_counts, phrases_b=b.phrase_counts)
+                                scopes_a=_scope_counts(a), scopes_b=_scope_counts(b))
     # only metrics both metrics.json files report: a result scored before a metric was registered does not
-    # grow comparisons of it (its metrics.json has no value to compare with)
-    known = set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))
-    known_phrases = set(_phrase_overall(a)) & set(_phrase_overall(b))
+    # grow comparisons of it (its metrics.json has no value to compare with); per row scope, from its section
+    known = {None: set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))}
+    known.update({s.section: set(_section_overall(a, s.section)) & set(_section_overall(b, s.section))
+                  for s in row_scopes(primary=False)})
     return [ComparisonRow(_name(r["dataset"]) or "overall", _name(r["class"]), r["metric"],
                           _opt(r["a"]), _opt(r["b"]), _opt(r["diff"]), _opt(r["diff_lo"]), _opt(r["diff_hi"]),
                           _floored(_opt(r["p_value"]), int(r["n_valid"])), int(r["n_valid"]))
             for r in table.to_dict("records")
-            if r["metric"] in (known_phrases if _is_phrase(r["dataset"]) else known)]
+            if r["metric"] in known[_section_of(r["dataset"])]]
 
 
-def _phrase_overall(r: Result) -> dict:
-    return (r.metrics.get("phrases") or {}).get("overall") or {}
+def _section_overall(r: Result, section: str) -> dict:
+    return (r.metrics.get(section) or {}).get("overall") or {}
 
 
-def _is_phrase(dataset) -> bool:
-    """A row of the phrase metrics ("phrases" or "phrases/<dataset>"; dataset keys contain no "/")."""
-    from xbench.score.phrases import PHRASE_SCOPE
-
-    return isinstance(dataset, str) and (dataset == PHRASE_SCOPE or dataset.startswith(PHRASE_SCOPE + "/"))
+def _section_of(dataset) -> str | None:
+    """The metrics.json section of a comparison row: a row scope's rows name it as ``dataset`` ("phrases" or
+    "phrases/<dataset>"; dataset keys contain no "/"); None for the class rows."""
+    if isinstance(dataset, str):
+        for s in row_scopes(primary=False):
+            if dataset == s.section or dataset.startswith(s.section + "/"):
+                return s.section
+    return None
 
 
 # -- p-values as people read them -----------------------------------------------------------------

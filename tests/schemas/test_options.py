@@ -19,27 +19,29 @@ from xbench.extract import prepare_cli
 from xbench.extract.options import ExtractOptions, PrepareOptions
 from xbench.schemas import options as O
 from xbench.score import cli as score_cli
-from xbench.score.options import ScoreOptions
+from xbench.score.options import ReportOptions, ScoreOptions
+from xbench.score.report import cli as report_cli
 
 COMMANDS = [(ExtractOptions, extract_cli.main, {"as_json", "list_models", "list_methods", "debug", "help"}),
             (PrepareOptions, prepare_cli.main, {"dataset", "list_only", "quiet", "as_json", "debug", "help"}),
-            (ScoreOptions, score_cli.score_command, {"submissions", "as_json", "max_memory", "timeout", "debug", "help"})]
+            (ScoreOptions, score_cli.score_command, {"submissions", "as_json", "max_memory", "timeout", "debug", "help"}),
+            (ReportOptions, report_cli.report, {"result_dirs", "max_memory", "timeout", "debug", "help"})]
 
 
 def _params(command) -> dict[str, click.Parameter]:
     return {p.name: p for p in command.params}
 
 
-@pytest.mark.parametrize("cls, command, own", COMMANDS, ids=["extract", "prepare", "score"])
+@pytest.mark.parametrize("cls, command, own", COMMANDS, ids=["extract", "prepare", "score", "report"])
 def test_every_declared_field_is_the_commands_option_with_its_default_and_help(cls, command, own):
     params = _params(command)
     cli_fields = {f.name: (f, o) for f, o in O.declared(cls) if o.cli}
     assert set(params) - own == set(cli_fields)  # nothing else is declared beside the dataclass
     for name, (f, o) in cli_fields.items():
         p = params[name]
-        assert p.opts[0] == O.flag_of(f, o) and p.help == o.help, name
+        assert "/".join([p.opts[0], *p.secondary_opts]) == O.flag_of(f, o) and p.help == o.help, name
         if isinstance(o.check, O.Flag):
-            assert p.is_flag, name  # off unless given (the round trip below shows it)
+            assert p.is_flag and (p.default is True) == bool(O.default_of(f)), name  # "--x/--no-x": on by default
         elif o.multiple:
             assert p.multiple, name
         elif o.required:
@@ -50,7 +52,8 @@ def test_every_declared_field_is_the_commands_option_with_its_default_and_help(c
 
 
 @pytest.mark.parametrize("cls, defaults", [(ExtractOptions, S.EXTRACT_DEFAULTS), (PrepareOptions, S.PREPARE_DEFAULTS),
-                                           (ScoreOptions, S.SCORE_DEFAULTS)], ids=["extract", "prepare", "score"])
+                                           (ScoreOptions, S.SCORE_DEFAULTS), (ReportOptions, S.REPORT_DEFAULTS)],
+                         ids=["extract", "prepare", "score", "report"])
 def test_the_suites_keys_are_exactly_the_declared_ones(cls, defaults):
     declared = {f.name: (f, o) for f, o in O.declared(cls) if o.suite}
     assert list(defaults) == list(declared)
@@ -65,12 +68,16 @@ def _suite(**sections) -> dict:
 
 def test_a_suite_may_set_every_declared_key_and_nothing_else(tmp_path):
     s = S.parse_suite(_suite(extract=dict(S.EXTRACT_DEFAULTS), prepare=dict(S.PREPARE_DEFAULTS),
-                             score=dict(S.SCORE_DEFAULTS)), tmp_path)
+                             score=dict(S.SCORE_DEFAULTS), report=dict(S.REPORT_DEFAULTS)), tmp_path)
     assert s.models[0].extract == S.EXTRACT_DEFAULTS and s.datasets[0].prepare == S.PREPARE_DEFAULTS
-    assert s.score == S.SCORE_DEFAULTS
+    assert s.score == S.SCORE_DEFAULTS and s.report == S.REPORT_DEFAULTS
     with pytest.raises(S.SuiteError) as err:
-        S.parse_suite(_suite(extract={"bach_size": 4}, prepare={"gird": 4}), tmp_path, source="s.yaml")
+        S.parse_suite(_suite(extract={"bach_size": 4}, prepare={"gird": 4},
+                             report={"n_boot": 5, "overlays": "no", "size_bins": "terciles"}), tmp_path, source="s.yaml")
     lines = [str(p) for p in err.value.problems]
+    assert any("report: unknown key(s) n_boot" in line for line in lines), lines
+    assert any("report.overlays: must be true or false, got 'no'" in line for line in lines), lines
+    assert any("report.size_bins: must be fixed or tercile, got 'terciles'" in line for line in lines), lines
     assert any("extract: unknown key(s) bach_size (did you mean batch_size?)" in line for line in lines), lines
     assert any("prepare: unknown key(s) gird (did you mean grid?)" in line for line in lines), lines
 
@@ -80,11 +87,13 @@ BAD = {O.Int: [0, -1, 5000, "3", 2.5, True], O.Float: [-0.5, 2, "x", True], O.Ch
        O.Text: [3], O.Grid: [0, [1], [1, 2, 3], "x", 5000]}
 
 
-HEADS = {ExtractOptions: ["--model", "dog"], PrepareOptions: ["phantom"], ScoreOptions: ["s.zarr", "--gt", "gt.zarr"]}
+HEADS = {ExtractOptions: ["--model", "dog"], PrepareOptions: ["phantom"], ScoreOptions: ["s.zarr", "--gt", "gt.zarr"],
+         ReportOptions: ["r", "--out", "o"]}
 
 
 @pytest.mark.parametrize("cls, command", [(ExtractOptions, extract_cli.main), (PrepareOptions, prepare_cli.main),
-                                          (ScoreOptions, score_cli.score_command)], ids=["extract", "prepare", "score"])
+                                          (ScoreOptions, score_cli.score_command), (ReportOptions, report_cli.report)],
+                         ids=["extract", "prepare", "score", "report"])
 def test_a_value_the_suite_refuses_the_command_refuses_too(cls, command, tmp_path):
     for f, o in O.declared(cls):
         if not o.suite:
@@ -121,6 +130,9 @@ def _strategy(f: dataclasses.Field, o: O.Opt):
                                max_size=3)
     if f.name == "options":
         return st.dictionaries(_WORDS, _WORDS, max_size=3)
+    if f.name == "augment":  # canonical specs, each once (a repeated spec is refused)
+        return st.lists(st.sampled_from(["hflip", "rotate:degrees=5", "noise:sigma=2", "jpeg:quality=50"]),
+                        min_size=1, max_size=3, unique=True)  # parsed back as a list
     if o.multiple:  # given once per value
         return st.lists(_one(c), max_size=3).map(tuple)
     if f.name == "datasets":
@@ -183,6 +195,12 @@ def test_score_options_to_argv_to_click_and_back_is_the_identity(values):
 @given(_values(PrepareOptions, {"out": Path("prepared"), "root": Path("raw")}))
 def test_prepare_options_to_argv_to_click_and_back_is_the_identity(values):
     assert _round_trip(PrepareOptions, prepare_cli.main, values, ["phantom"]) == _expected(PrepareOptions, values)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_values(ReportOptions, {"out_dir": Path("o")}))
+def test_report_options_to_argv_to_click_and_back_is_the_identity(values):
+    assert _round_trip(ReportOptions, report_cli.report, values, ["r"]) == _expected(ReportOptions, values)
 
 
 def test_the_suites_extract_argv_is_the_declared_one(tmp_path):

@@ -21,7 +21,8 @@ def _raw_max(chunk: PS.Chunk, out: np.ndarray) -> None:
 
 RAW_MAX = PS.PairStat("raw_max", np.float64, _raw_max, scopes=("class",), doc="largest value of the raw map")
 METRIC = R.Metric("mean_raw_max", "Mean raw map maximum", "RawMax", "grounding", PS.column("raw_max", np.float64),
-                  pairs=PS.present("raw_max"), fmt="number", minor=1, doc="throw-away: the class mean of the raw maximum")
+                  pairs=PS.present("raw_max"), fmt="number", minor=1, needs=("raw_max",),
+                  doc="throw-away: the class mean of the raw maximum")
 
 
 @pytest.fixture()
@@ -74,3 +75,23 @@ def test_needed_follows_the_metrics_scopes_and_the_ground_truths_sizes():
 def test_a_name_is_declared_once():
     with pytest.raises(ValueError, match="already declared"):
         PS.declare(PS.PairStat("energy_share", np.float64, lambda chunk, out: None))
+
+
+def test_a_metric_declares_the_statistics_it_needs():
+    assert R.metric("energy_pointing_game").needs == ("energy_share",)
+    assert R.metric("cnr").needs == R.metric("cnr_signed").needs == ("cnr",)
+    assert R.metric("dice_best").needs == ()
+    # built on column/present without saying so: refused (the column would never be counted)
+    with pytest.raises(ValueError, match="declare them in needs"):
+        R.Metric("m", "m", "m", "grounding", PS.column("raw_max", np.float64), pairs=PS.present("raw_max"))
+    with pytest.raises(ValueError, match="tuple of per-pair statistic names"):
+        R.Metric("m", "m", "m", "grounding", PS.column("raw_max", np.float64), needs="raw_max")
+    # a statistic nobody declared cannot be needed
+    with pytest.raises(ValueError, match="not declared"):
+        with R.registered(METRIC):
+            pass
+    assert "mean_raw_max" not in R.REGISTRY
+    # the needs field, not the functions, decides what is counted
+    hand = R.Metric("hand_raw_max", "h", "h", "grounding", lambda v: v.extra["raw_max"], needs=("raw_max",))
+    with PS.declared(RAW_MAX), R.registered(hand):
+        assert "raw_max" in [s.name for s in PS.needed(R.metrics(kind=None, scope=None), "class", orig_size=False)]

@@ -1,0 +1,143 @@
+"""Row scopes: the sets of rows the scorer computes metrics on, each declared once.
+
+A row scope says which rows of a dataset its metrics are computed on, and everything the pipeline does
+differently for them: how its rows are gathered and counted (its row source), what a bootstrap resample
+draws (its resample unit: the cases of a dataset for class rows; the *images* for phrase rows, because one
+image carries several phrases), the keys its entries report, its estimator (the replicates), its paired
+comparison rows and its tables. Scoring (:mod:`xbench.score.scoring`), paired comparisons
+(:func:`xbench.score.bootstrap.paired_bootstrap`) and the report's tables loop over :func:`row_scopes`, and a
+metric names the scopes it is computed on (``Metric.scopes``, checked against :func:`scope_names`), so a new
+row scope (perturbed copies of the images, text probes) is one :func:`declare_scope` call plus its code.
+
+Built-in scopes:
+
+``"class"`` (the primary scope)
+    the positive (and labelled) pairs of each finding class; metrics.json's top level ("overall",
+    "datasets"); resamples cases. Its counting is the orchestration's own (aligned case rows, transferred
+    thresholds, the pairs table), so it has no ``score`` function.
+``"phrase"``
+    the phrase rows of each category (:mod:`xbench.score.phrases`); metrics.json "phrases"; resamples images.
+
+Behaviour is given as callables or as lazy ``"package.module:attr"`` references imported on first use (the
+shared plug-in registry's convention): this module sits at the bottom of ``score/`` (it imports nothing of
+it), so every layer can read the declarations, and the modules that implement a scope never import the
+modules that loop over it.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+__all__ = ["RowScope", "ROW_SCOPES", "declare_scope", "declared_scopes", "row_scope", "row_scopes", "scope_names"]
+
+#: a behaviour of a scope: a callable, or "package.module:attr" imported on first use
+Ref = Callable | str | None
+
+
+@dataclass(frozen=True)
+class RowScope:
+    """One row scope (see the module docstring).
+
+    name: the ``Metric.scopes`` value; title: for people; unit: what one bootstrap draw takes ("cases",
+    "images"); kinds: the metric kinds computed on its rows; section: its metrics.json key (None: the top
+    level, the primary scope); minor: the metrics.json schema minor that added the section.
+
+    Behaviour (callables or lazy references; None where the scope has none):
+
+    * ``keys()``: the metric keys an entry of the scope reports, in order;
+    * ``score(sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases)``: its metrics.json
+      section ({} when no dataset has rows of the scope) and {dataset: counts} (None for the primary scope,
+      counted by the orchestration);
+    * ``ground_truth_problems(a, b)``: one line per shared dataset whose two counts differ in ground truth;
+    * ``paired_rows(a, b, *, n_resamples, seed, level, per_group, cache, names)``: rows of
+      :data:`xbench.score.bootstrap.PAIRED_COLUMNS` comparing two submissions' counts of the scope, on the
+      resamples of its own intervals (its estimator: :func:`xbench.score.bootstrap.phrase_replicates` draws
+      images); a non-primary scope's rows name its ``section`` as their ``dataset`` ("phrases",
+      "phrases/<dataset>") so the report tells them apart;
+    * ``table_rows(results)``, ``markdown(rows)``, ``csv(rows)``, ``table(results)``: the report's table of
+      the scope (rows per model and dataset; leaderboard.md; ``<section>.csv``; index.html), for a scope the
+      report shows apart from the primary tables.
+    """
+
+    name: str
+    title: str
+    unit: str
+    kinds: tuple[str, ...] = ("grounding",)
+    section: str | None = None
+    minor: int = 0
+    keys: Ref = None
+    score: Ref = None
+    ground_truth_problems: Ref = None
+    paired_rows: Ref = None
+    table_rows: Ref = None
+    markdown: Ref = None
+    csv: Ref = None
+    table: Ref = None
+    doc: str = field(default="", compare=False)
+
+    def fn(self, what: str) -> Callable | None:
+        """The behaviour ``what`` as a callable (a lazy reference imported now), or None."""
+        ref = getattr(self, what)
+        if ref is None or callable(ref):
+            return ref
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+#: Every declared scope by name, in declaration order (the order scoring, comparisons and tables use).
+ROW_SCOPES: dict[str, RowScope] = {}
+
+
+def declare_scope(scope: RowScope) -> RowScope:
+    """Add ``scope`` (a name already declared is refused: two definitions of one scope)."""
+    if scope.name in ROW_SCOPES:
+        raise ValueError(f"row scope {scope.name!r} is already declared")
+    ROW_SCOPES[scope.name] = scope
+    return scope
+
+
+@contextmanager
+def declared_scopes(*scopes: RowScope) -> Iterator[tuple[RowScope, ...]]:
+    """Declare ``scopes`` for the duration of a ``with`` block (tests, throw-away plug-ins)."""
+    for s in scopes:
+        declare_scope(s)
+    try:
+        yield scopes
+    finally:
+        for s in scopes:
+            ROW_SCOPES.pop(s.name, None)
+
+
+def scope_names() -> tuple[str, ...]:
+    return tuple(ROW_SCOPES)
+
+
+def row_scope(name: str) -> RowScope:
+    return ROW_SCOPES[name]
+
+
+def row_scopes(*, primary: bool = True) -> list[RowScope]:
+    """The declared scopes in order; ``primary=False`` leaves out the primary (class) scope."""
+    return [s for s in ROW_SCOPES.values() if primary or s.section is not None]
+
+
+declare_scope(RowScope(
+    "class", "finding classes", unit="cases", kinds=("grounding", "recognition", "dataset"),
+    keys="xbench.score.registry:class_keys",
+    ground_truth_problems="xbench.score.bootstrap:ground_truth_problems",
+    paired_rows="xbench.score.bootstrap:paired_class_rows",
+    doc="positive and labelled pairs of each finding class"))
+
+declare_scope(RowScope(
+    "phrase", "phrase rows", unit="images", section="phrases", minor=2,
+    keys="xbench.score.registry:phrase_keys",
+    score="xbench.score.scoring:score_phrases",
+    ground_truth_problems="xbench.score.phrases:phrase_ground_truth_problems",
+    paired_rows="xbench.score.bootstrap:paired_phrase_rows",
+    table_rows="xbench.score.phrases:phrase_rows",
+    markdown="xbench.score.phrases:phrase_markdown",
+    csv="xbench.score.phrases:phrase_csv",
+    table="xbench.score.tables:phrase_table",
+    doc="the phrase rows (free-text queries) of each category; one image carries several phrases"))

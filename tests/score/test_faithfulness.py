@@ -1,0 +1,488 @@
+"""Faithfulness (contract § Faithfulness): the perturbation rules against brute force, the whole two-round flow
+against a "model" whose score is a known function of the pixels (closed-form curves), ROAD against a dense solve
+(and pytorch-grad-cam's imputer where it is importable), and the hostile inputs of the new surfaces."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from xbench.schemas import faithfulness as F
+from xbench.schemas.errors import InputError
+from xbench.schemas.images import ImagesWriter, read_images
+from xbench.schemas.perturb import Round2Options, make_round2
+from xbench.schemas.submission import DatasetSpec, SubmissionWriter, read_submission, validate_submission
+
+S, G = 32, 8          # images 32 x 32, cells of 4 x 4 pixels
+CLASSES = ["A", "B"]
+REGION = {"A": (slice(8, 16), slice(4, 20)), "B": (slice(20, 32), slice(0, 12))}   # pixel boxes, whole cells
+
+
+# ------------------------------------------------------------------------------------------ rules, brute force
+@pytest.mark.parametrize("shape", [(7, 5), (3, 3), (8, 8), (16, 16), (24, 9), (9, 24), (1, 1), (40, 40)])
+def test_cells_resize_matches_the_scorers(shape):
+    from xbench.score.kernels import resize_map
+
+    rng = np.random.default_rng(sum(shape))
+    raw = rng.normal(size=shape).astype(np.float32)
+    np.testing.assert_allclose(F.resize_to_cells(raw, 8), resize_map(raw, (8, 8)), rtol=0, atol=1e-12)
+
+
+def test_order_is_descending_with_row_major_ties():
+    raw = np.array([[0.0, 2.0, 1.0], [2.0, 0.0, 1.0], [1.0, 2.0, 0.0]])
+    assert F.map_order(raw, 3).tolist() == [1, 3, 7, 2, 5, 6, 0, 4, 8]
+    assert F.map_order(np.zeros((4, 4)), 4).tolist() == list(range(16))  # a constant map: row-major
+
+
+def test_steps_cells_and_masks_by_brute_force():
+    assert F.step_cells(64, 10).tolist() == [(k * 64) // 10 for k in range(11)]
+    cells = F.cell_index(30, 7)   # 7 does not divide 30: cells of 4 or 5 pixels
+    for y in range(30):
+        for x in range(30):
+            assert cells[y, x] == (y * 7 // 30) * 7 + (x * 7 // 30)
+    order = np.random.default_rng(0).permutation(49)
+    for n in (0, 1, 20, 49):
+        mask = F.changed_mask(order, n, cells)
+        taken = set(order[:n].tolist())
+        assert all(mask[y, x] == (cells[y, x] in taken) for y in range(30) for x in range(30))
+
+
+def test_deletion_and_insertion_images_by_brute_force():
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, (S, S), dtype=np.uint8)
+    fill = int(np.rint(image.astype(np.float64).mean()))
+    mask = rng.random((S, S)) < 0.3
+    d = F.perturbed_image(image, "deletion", mask)
+    i = F.perturbed_image(image, "insertion", mask)
+    for y in range(S):
+        for x in range(S):
+            assert d[y, x] == (fill if mask[y, x] else image[y, x])
+            assert i[y, x] == (image[y, x] if mask[y, x] else fill)
+
+
+def _dense_road(image, missing):
+    """ROAD's equations written one pixel at a time, solved densely: each missing pixel is the weighted mean of
+    its neighbours inside the image (1/6 edge, 1/12 diagonal)."""
+    H, W = image.shape
+    unknown = [(y, x) for y in range(H) for x in range(W) if missing[y, x]]
+    var = {p: i for i, p in enumerate(unknown)}
+    A = np.zeros((len(unknown), len(unknown)))
+    b = np.zeros(len(unknown))
+    for i, (y, x) in enumerate(unknown):
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                if (dy, dx) == (0, 0) or not (0 <= y + dy < H and 0 <= x + dx < W):
+                    continue
+                w = 1 / 6 if dy == 0 or dx == 0 else 1 / 12
+                A[i, i] += w
+                if missing[y + dy, x + dx]:
+                    A[i, var[(y + dy, x + dx)]] -= w
+                else:
+                    b[i] += w * image[y + dy, x + dx]
+    out = image.astype(np.float64)
+    for (y, x), v in zip(unknown, np.linalg.solve(A, b)):
+        out[y, x] = v
+    return out
+
+
+def test_road_fill_equals_a_dense_solve():
+    rng = np.random.default_rng(2)
+    image = rng.integers(0, 256, (12, 12), dtype=np.uint8)
+    missing = rng.random((12, 12)) < 0.6
+    missing[0, :] = True  # a border run, so that the out-of-image weights matter
+    np.testing.assert_allclose(F.road_fill(image, missing), _dense_road(image, missing), rtol=0, atol=1e-9)
+    noisy = F.road_impute(image, missing, noise=0)
+    assert np.array_equal(noisy, np.clip(np.rint(_dense_road(image, missing)), 0, 255).astype(np.uint8))
+    assert np.array_equal(noisy[~missing], image[~missing])
+    with pytest.raises(ValueError):
+        F.road_fill(image, np.ones_like(missing))
+
+
+def test_road_noise_is_seeded_and_only_on_imputed_pixels():
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (16, 16), dtype=np.uint8)
+    missing = rng.random((16, 16)) < 0.5
+    a = F.road_impute(image, missing, noise=20, rng=np.random.default_rng(5))
+    b = F.road_impute(image, missing, noise=20, rng=np.random.default_rng(5))
+    assert np.array_equal(a, b) and np.array_equal(a[~missing], image[~missing])
+    assert not np.array_equal(a, F.road_impute(image, missing, noise=0))
+
+
+def test_road_against_pytorch_grad_cam():
+    """pytorch-grad-cam's NoisyLinearImputer (a copy of the authors' imputations.py), noise 0: the same image."""
+    torch = pytest.importorskip("torch")
+    road = pytest.importorskip("pytorch_grad_cam.metrics.road")
+    rng = np.random.default_rng(4)
+    image = rng.integers(0, 256, (20, 20), dtype=np.uint8)
+    cam = rng.random((20, 20)).astype(np.float32)
+    keep = cam < np.percentile(cam, 70)                  # their ROADMostRelevantFirst(70): the top 30 % removed
+    theirs = road.NoisyLinearImputer(noise=0.0)(torch.tensor(image[None], dtype=torch.float32),
+                                                torch.tensor(keep.astype(np.float32)))[0].numpy()
+    order = F.map_order(cam, 20)                          # one pixel per cell
+    mine = F.road_fill(image, F.changed_mask(order, int((~keep).sum()), F.cell_index(20, 20)))
+    np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-3)  # theirs is float32
+
+
+def test_area_is_the_trapezoid_over_the_span():
+    x = np.array([0.0, 0.25, 0.5, 0.75])
+    y = np.array([0.9, 0.5, 0.4, 0.1])
+    brute = sum((x[k] - x[k - 1]) * (y[k] + y[k - 1]) / 2 for k in range(1, 4)) / 0.75
+    assert F.curve_area(x, y) == pytest.approx(brute, abs=1e-15)
+    assert F.probability(np.array([0.0, 1000.0, -1000.0]), "logit").tolist() == [0.5, 1.0, 0.0]
+
+
+# ------------------------------------------------------------------------------------------ the whole flow
+def _region_model(image: np.ndarray) -> np.ndarray:
+    """The "model": per class, the mean grey inside its fixed region / 255 (a probability)."""
+    return np.array([image[REGION[c]].astype(np.float64).mean() / 255.0 for c in CLASSES])
+
+
+def _images(path, n=3, seed=0):
+    rng = np.random.default_rng(seed)
+    imgs = rng.integers(0, 256, (n, S, S), dtype=np.uint8)
+    for i in range(n):  # constant inside each region, so the closed form is simple
+        for j, c in enumerate(CLASSES):
+            imgs[i][REGION[c]] = 40 + 60 * j + 30 * i
+    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(n)], classes=CLASSES, image_size=S,
+                     cases_per_block=2)
+    for b in w.blocks_todo():
+        s, e = w.block_rows(b)
+        w.write_block(b, imgs[s:e], np.full((e - s, 2), 100))
+    w.finish()
+    return imgs
+
+
+def _round1(path, n=3):
+    """Maps: 1 on the class's region, 0 elsewhere (G x G), so the map order takes the region's cells first."""
+    maps = np.zeros((n, 2, G, G), np.float32)
+    for j, c in enumerate(CLASSES):
+        ys, xs = REGION[c]
+        maps[:, j, ys.start // 4: ys.stop // 4, xs.start // 4: xs.stop // 4] = 1
+    w = SubmissionWriter.create(path, model="region", method="test", datasets={
+        "phantom": DatasetSpec([f"case{i}" for i in range(n)], CLASSES, (G, G), "probability")}, cases_per_block=8)
+    w.write_block("phantom", 0, np.full((n, 2), 0.5), maps)
+    w.finish()
+
+
+def _score_round2(images_path, out, *, drop=0, model=_region_model):
+    """The team's side: the model over every round-2 image, a scores-only submission (``drop`` rows left out)."""
+    ds = read_images(images_path).datasets["phantom"]
+    ids = [str(x) for x in ds.case_id][drop:]
+    scores = np.stack([model(np.asarray(ds.image[i])) for i in range(drop, len(ds.case_id))]).astype(np.float32)
+    w = SubmissionWriter.create(out, model="region", method="test", scores_only=True, datasets={
+        "phantom": DatasetSpec(ids, CLASSES, (1, 1), "probability")}, cases_per_block=64)
+    for b in w.blocks_todo("phantom"):
+        s, e = w.block_rows("phantom", b)
+        w.write_block("phantom", b, scores[s:e], None)
+    w.finish()
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory):
+    d = tmp_path_factory.mktemp("faith")
+    imgs = _images(d / "images.zarr")
+    _round1(d / "sub.zarr")
+    opts = Round2Options(curves=("deletion", "insertion", "road"), steps=4, grid=G, seed=3)
+    summary = make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), d / "round2.zarr",
+                          d / "round2.key.npz", opts)
+    _score_round2(d / "round2.zarr", d / "round2-sub.zarr")
+    return d, imgs, summary
+
+
+def test_round2_store_is_public_and_opaque(flow):
+    d, _, summary = flow
+    from xbench.schemas import validate_images
+
+    assert validate_images(d / "round2.zarr") == []
+    store = read_images(d / "round2.zarr")
+    assert store.attrs["schema_minor"] == F.IMAGES_MINOR
+    assert store.attrs["faithfulness"] == {"round": 2, "curves": ["deletion", "insertion", "road"], "steps": 4, "grid": G}
+    ids = [str(x) for x in store.datasets["phantom"].case_id]
+    assert all(i.startswith("r2-") and "case" not in i for i in ids) and len(set(ids)) == len(ids)
+    # 3 cases x 2 shared images + 6 pairs x (deletion 2x3 + insertion 2x3 + road 3x3)
+    assert summary["images"] == len(ids) == 3 * 2 + 6 * 21
+
+
+def test_key_rows_point_at_the_images_they_name(flow):
+    d, imgs, _ = flow
+    key = F.read_key(d / "round2.key.npz")
+    ds = read_images(d / "round2.zarr").datasets["phantom"]
+    row = {str(c): i for i, c in enumerate(ds.case_id)}
+    cells = F.cell_index(S, G)
+    sub = read_submission(d / "sub.zarr").datasets["phantom"]
+    for r in np.random.default_rng(0).choice(len(key), 40, replace=False):
+        case, cls, curve, order, step = (key.case_id[r], key.class_name[r], key.curve[r], key.order[r], int(key.step[r]))
+        if curve == "road":
+            continue  # noise: checked below
+        i = int(case[4:])
+        raw = np.asarray(sub.saliency[i, CLASSES.index(cls)], np.float64)
+        o = F.orders_for(curve, raw, G, 3, "phantom", case, cls)[order]
+        mask = F.changed_mask(o, int(F.step_cells(G * G, 4)[step]), cells)
+        expect = F.perturbed_image(imgs[i], curve, mask)
+        assert np.array_equal(np.asarray(ds.image[row[str(key.round2_id[r])]]), expect)
+
+
+def _closed_form(img, cls, curve, steps=4):
+    """Map order, region model: the region's cells go first (row-major), so after step k the first
+    min(n_k, m) of its m cells are changed; inside the region the grey is c, the fill f."""
+    ys, xs = REGION[cls]
+    c = float(img[ys, xs][0, 0])
+    f = float(np.rint(img.astype(np.float64).mean()))
+    m = (ys.stop - ys.start) * (xs.stop - xs.start) // 16
+    n = F.step_cells(G * G, steps)
+    x = n / (G * G)
+    share = np.minimum(n, m) / m  # changed share of the region
+    y = ((1 - share) * c + share * f) / 255 if curve == "deletion" else ((1 - share) * f + share * c) / 255
+    return np.trapezoid(y, x) if hasattr(np, "trapezoid") else np.trapz(y, x)
+
+
+def test_flow_equals_the_closed_form(flow):
+    from xbench.score.faithfulness import faithfulness_section, load_round2
+
+    d, imgs, _ = flow
+    key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
+    sec = faithfulness_section(key, curves, info, n_boot=0)
+    for cls in CLASSES:
+        entry = sec["datasets"]["phantom"]["classes"][cls]
+        assert entry["n_pairs"] == 3
+        for curve in ("deletion", "insertion"):
+            expect = np.mean([_closed_form(imgs[i], cls, curve) for i in range(3)])
+            assert entry[f"{curve}_auc"] == pytest.approx(expect, abs=1e-6)  # float32 scores
+    summ = sec["datasets"]["phantom"]["summary"]
+    assert summ["deletion_gain"] == pytest.approx(summ["deletion_auc_random"] - summ["deletion_auc"], abs=1e-12)
+    assert sec["overall"] == summ
+
+
+def test_flow_equals_brute_force_for_every_order(flow):
+    """Each curve of each pair recomputed from scratch: the images made again from the rules, the model applied."""
+    from xbench.score.faithfulness import faithfulness_section, load_round2
+
+    d, imgs, _ = flow
+    key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
+    sec = faithfulness_section(key, curves, info, n_boot=0)
+    sub = read_submission(d / "sub.zarr").datasets["phantom"]
+    cells = F.cell_index(S, G)
+    for cls in CLASSES:
+        j = CLASSES.index(cls)
+        got = sec["datasets"]["phantom"]["classes"][cls]
+        for curve in ("deletion", "insertion", "road"):
+            steps = list(F.curve_steps(curve, 4))
+            x = np.array([F.step_cells(G * G, 4)[k] / (G * G) for k in steps])
+            areas = {}
+            for order in F.ORDERS[curve]:
+                per_case = []
+                for i in range(3):
+                    o = F.orders_for(curve, np.asarray(sub.saliency[i, j], np.float64), G, 3, "phantom", f"case{i}", cls)[order]
+                    ys = []
+                    for k in steps:
+                        mask = F.changed_mask(o, int(F.step_cells(G * G, 4)[k]), cells)
+                        rng = np.random.default_rng(F.seed_of(3, "phantom", f"case{i}", cls, curve, order, k))
+                        ys.append(_region_model(F.perturbed_image(imgs[i], curve, mask, rng=rng))[j])
+                    ys = np.array(ys, np.float32).astype(np.float64)
+                    per_case.append(sum((x[k] - x[k - 1]) * (ys[k] + ys[k - 1]) / 2 for k in range(1, len(x))) / (x[-1] - x[0]))
+                areas[order] = np.mean(per_case)
+                assert sec["datasets"]["phantom"]["classes"][cls]["curves"][curve]["fractions"] == x.tolist()
+            if curve == "road":
+                assert got["road_morf_auc"] == pytest.approx(areas["map"], abs=1e-9)
+                assert got["road_lerf_auc"] == pytest.approx(areas["reverse"], abs=1e-9)
+                assert got["road_random_auc"] == pytest.approx(areas["random"], abs=1e-9)
+            else:
+                assert got[f"{curve}_auc"] == pytest.approx(areas["map"], abs=1e-9)
+                assert got[f"{curve}_auc_random"] == pytest.approx(areas["random"], abs=1e-9)
+
+
+def test_bootstrap_by_hand(flow):
+    from xbench.score.faithfulness import faithfulness_section, load_round2, pair_values
+
+    d, _, _ = flow
+    key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
+    sec = faithfulness_section(key, curves, info, n_boot=50, seed=9)
+    dc = curves["phantom"]
+    v = pair_values(key, dc)["deletion_auc"]
+    rng = np.random.default_rng(9)
+    reps = []
+    for _ in range(50):
+        mult = np.bincount(rng.integers(0, 3, 3), minlength=3)[dc.pair_case].astype(float)
+        cls_means = [(mult * v)[[c == k for k in dc.pair_class]].sum() / mult[[c == k for k in dc.pair_class]].sum()
+                     for c in sorted(set(dc.pair_class))]
+        reps.append(np.mean(cls_means))
+    assert sec["datasets"]["phantom"]["ci95"]["deletion_auc"] == pytest.approx(list(np.percentile(reps, [2.5, 97.5])))
+
+
+# ------------------------------------------------------------------------------------------ commands, hostile input
+def _xb(args):
+    from xbench import cli
+
+    return CliRunner().invoke(cli.main, [str(a) for a in args])
+
+
+def _score(args, capsys):
+    from score_stores import run_score_cli
+
+    return run_score_cli(args, capsys)
+
+
+@pytest.fixture(scope="module")
+def gt_for_flow(flow):
+    from xbench.schemas.ground_truth import write_ground_truth
+
+    d = flow[0]
+    labels = np.array([[1, 0], [1, 1], [0, 1]], np.int8)
+    mask = np.zeros((4, 8, 8), bool)
+    mask[:, 2:4, 1:5] = True
+    write_ground_truth(d / "gt.zarr", "phantom", case_ids=["case0", "case1", "case2"], classes=CLASSES, labels=labels,
+                       region_index=np.array([[0, 0], [1, 0], [1, 1], [2, 1]]), region_mask=mask,
+                       orig_size=np.full((3, 2), 100), grid=(8, 8))
+    return d / "gt.zarr"
+
+
+def test_score_command_writes_the_section_and_tables(flow, gt_for_flow, tmp_path, capsys):
+    d = flow[0]
+    code, out, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / "res", "--bootstrap", "20",
+                             "--faithfulness", d / "round2-sub.zarr", "--key", d / "round2.key.npz", "-q"], capsys)
+    assert code == 0, err
+    m = json.loads((tmp_path / "res/metrics.json").read_text())
+    assert m["xbench"]["schema_minor"] == 7
+    assert set(m["faithfulness"]["overall"]) == {"deletion_auc", "deletion_auc_random", "deletion_gain", "insertion_auc",
+                                                 "insertion_auc_random", "insertion_gain", "road_morf_auc", "road_lerf_auc",
+                                                 "road_random_auc", "road_morf_gain", "road_lerf_gain"}
+    assert (tmp_path / "res/faithfulness.csv").read_text().count("\n") == 1 + 3
+    rep = _xb(["report", tmp_path / "res", "--out", tmp_path / "rep", "-q"])
+    assert rep.exit_code == 0, rep.output
+    page = (tmp_path / "rep/index.html").read_text()
+    assert "<h2>Faithfulness</h2>" in page and "Deletion gain" in page
+    # without the options: no section, no minor 7, no table
+    code, out, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / "plain", "--bootstrap", "0", "-q"], capsys)
+    assert code == 0, err
+    plain = json.loads((tmp_path / "plain/metrics.json").read_text())
+    assert "faithfulness" not in plain and plain["xbench"].get("schema_minor", 0) < 7
+    assert not (tmp_path / "plain/faithfulness.csv").exists()
+    rep = _xb(["report", tmp_path / "plain", "--out", tmp_path / "rep-plain", "-q"])
+    assert rep.exit_code == 0 and "Faithfulness" not in (tmp_path / "rep-plain/index.html").read_text()
+
+
+def test_perturb_with_gt_takes_the_positive_pairs(flow, gt_for_flow, tmp_path):
+    d = flow[0]
+    res = _xb(["perturb", d / "sub.zarr", "--images", d / "images.zarr", "--gt", gt_for_flow, "--out", tmp_path / "r.zarr",
+               "--curve", "deletion", "--steps", "2", "--grid", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["datasets"]["phantom"]["pairs"] == 4
+    key = F.read_key(tmp_path / "r.key.npz")
+    assert sorted(set(zip(key.case_id.tolist(), key.class_name.tolist()))) == [
+        ("case0", "A"), ("case1", "A"), ("case1", "B"), ("case2", "B")]
+
+
+def _fails(res, *fragments):
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    for f in fragments:
+        assert f in res.output, res.output
+
+
+def test_hostile_round2_inputs(flow, gt_for_flow, tmp_path, capsys):
+    d = flow[0]
+    base = [d / "sub.zarr", "--gt", gt_for_flow, "--bootstrap", "0", "-q"]
+    # missing steps: the team left images out
+    _score_round2(d / "round2.zarr", tmp_path / "short.zarr", drop=5)
+    code, _, err = _score([*base, "--out", tmp_path / "o1", "--faithfulness", tmp_path / "short.zarr", "--key",
+                           d / "round2.key.npz"], capsys)
+    assert code == 2 and "missing steps" in err and not (tmp_path / "o1").exists()
+    # a key of another round 2
+    other = tmp_path / "other"
+    make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), other / "r.zarr", other / "r.key.npz",
+                Round2Options(curves=("deletion",), steps=2, grid=G))
+    code, _, err = _score([*base, "--out", tmp_path / "o2", "--faithfulness", d / "round2-sub.zarr", "--key",
+                           other / "r.key.npz"], capsys)
+    assert code == 2 and "the key does not know" in err and "have no score" in err
+    # one option without the other; the round-2 submission as the main one
+    code, _, err = _score([*base, "--out", tmp_path / "o3", "--faithfulness", d / "round2-sub.zarr"], capsys)
+    assert code == 2 and "--faithfulness needs --key" in err
+    code, _, err = _score([d / "round2-sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / "o4", "-q"], capsys)
+    assert code == 2 and "scores-only" in err
+    # a key that is not one: not an npz, a missing column, an object (pickled) column, a row repeated
+    (tmp_path / "bad.npz").write_text("{}")
+    arrays = dict(np.load(d / "round2.key.npz"))
+    np.savez(tmp_path / "nocol.npz", **{k: v for k, v in arrays.items() if k != "step"})
+    np.savez(tmp_path / "pickle.npz", **{**arrays, "case_id": arrays["case_id"].astype(object)})
+    np.savez(tmp_path / "twice.npz", **{k: np.concatenate([v, v[:1]]) if v.ndim else v for k, v in arrays.items()})
+    hdr = json.loads(str(arrays["header"]))
+    np.savez(tmp_path / "steps.npz", **{**arrays, "header": np.asarray(json.dumps({**hdr, "steps": 2}))})
+    for name, fragment in [("bad.npz", "bad.npz"), ("nocol.npz", "step"), ("pickle.npz", "pickle"),
+                           ("twice.npz", "twice"), ("steps.npz", "steps in 0..")]:
+        code, _, err = _score([*base, "--out", tmp_path / f"o-{name}", "--faithfulness", d / "round2-sub.zarr", "--key",
+                               tmp_path / name], capsys)
+        assert code == 2 and fragment in err and "Traceback" not in err, (name, err)
+
+
+def test_hostile_perturb_inputs(flow, tmp_path):
+    d = flow[0]
+    args = [d / "sub.zarr", "--images", d / "images.zarr"]
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--steps", "65", "--grid", "8"]), "--steps")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--curve", "blur"]), "--curve")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--curve", "road", "--steps", "1"]), "ROAD")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--steps", "50", "--grid", "8", "--max-images", "100"]),
+           "the limit is 100")
+    _fails(_xb(["perturb", *args, "--out", d / "round2.zarr"]), "exists")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr.zip"]), "folder store")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--road-noise", "nan", "--curve", "road"]), "--road-noise")
+    _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--classes", "Nope"]), "Nope")
+    _fails(_xb(["perturb", d / "round2-sub.zarr", "--images", d / "images.zarr", "--out", tmp_path / "a.zarr"]), "scores-only")
+    _fails(_xb(["perturb", d / "images.zarr", "--images", d / "sub.zarr", "--out", tmp_path / "a.zarr"]))
+    _fails(_xb(["perturb", *args, "--out", d / "images.zarr" / "inside.zarr"]))
+    assert not (tmp_path / "a.zarr").exists() and not (tmp_path / "a.key.npz").exists()
+
+
+def test_scores_only_submission_validates_alone_only(flow, gt_for_flow):
+    d = flow[0]
+    assert validate_submission(d / "round2-sub.zarr", scores_only=True) == []
+    assert any("scores-only" in p.message for p in validate_submission(d / "round2-sub.zarr"))
+    assert read_submission(d / "round2-sub.zarr").datasets["phantom"].saliency is None
+    res = _xb(["validate", d / "round2-sub.zarr"])
+    assert res.exit_code == 0, res.output
+    _fails(_xb(["validate", d / "round2-sub.zarr", "--gt", gt_for_flow]), "scores-only")
+
+
+def test_codabench_phase2_finds_the_teams_key(flow, gt_for_flow, tmp_path, capsys):
+    """Phase 2 on a platform: the reference data holds each team's round-1 store and key; the uploaded round-2
+    scores are matched to their key by id, and scores.json carries the faithfulness keys."""
+    from xbench.package import codabench_main
+
+    d = flow[0]
+    ref = tmp_path / "input/ref"
+    (ref / "faithfulness/team-a").mkdir(parents=True)
+    (ref / "faithfulness/team-b").mkdir(parents=True)
+    shutil.copytree(gt_for_flow, ref / "gt.zarr")
+    shutil.copytree(d / "sub.zarr", ref / "faithfulness/team-a/sub.zarr")
+    shutil.copy(d / "round2.key.npz", ref / "faithfulness/team-a/round2.key.npz")
+    make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), tmp_path / "b/r.zarr",
+                ref / "faithfulness/team-b/r.key.npz", Round2Options(curves=("deletion",), steps=2, grid=G))
+    shutil.copytree(d / "sub.zarr", ref / "faithfulness/team-b/sub.zarr")
+    shutil.copytree(d / "round2-sub.zarr", tmp_path / "input/res/round2-sub.zarr")
+    assert codabench_main(str(tmp_path / "input"), str(tmp_path / "out")) == 0, capsys.readouterr().err
+    scores = json.loads((tmp_path / "out/scores.json").read_text())
+    assert "deletion_gain" in scores and "phantom_road_morf_gain_error" in scores and "pointing_game" in scores
+    # an upload that answers no round 2 of this phase
+    shutil.rmtree(tmp_path / "input/res")
+    _score_round2(d / "round2.zarr", tmp_path / "input/res/short.zarr", drop=1)
+    assert codabench_main(str(tmp_path / "input"), str(tmp_path / "out2")) == 2
+    assert "match no round-2 store" in capsys.readouterr().err.splitlines()[-1]
+
+
+
+def test_grand_challenge_phase2(flow, gt_for_flow, tmp_path, monkeypatch, capsys):
+    from xbench.package import grand_challenge_main
+
+    d = flow[0]
+    (tmp_path / "faith/team").mkdir(parents=True)
+    shutil.copytree(d / "sub.zarr", tmp_path / "faith/team/sub.zarr")
+    shutil.copy(d / "round2.key.npz", tmp_path / "faith/team/round2.key.npz")
+    shutil.copytree(d / "round2-sub.zarr", tmp_path / "input/round2-sub.zarr")
+    monkeypatch.setenv("XBENCH_GT", str(gt_for_flow))
+    monkeypatch.setenv("XBENCH_FAITHFULNESS", str(tmp_path / "faith"))
+    monkeypatch.setenv("XBENCH_BOOTSTRAP", "10")
+    assert grand_challenge_main(str(tmp_path / "input"), str(tmp_path / "out")) == 0, capsys.readouterr().err
+    m = json.loads((tmp_path / "out/metrics.json").read_text())
+    assert "faithfulness" in m and "phantom_deletion_gain_error" in m["aggregates"]

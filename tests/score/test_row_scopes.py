@@ -1,0 +1,136 @@
+"""Row scopes (score/rowscope.py): a third scope is one declaration. A throw-away scope ("probe": one entry
+per dataset counting its images, its paired row the difference of those counts) is declared for the duration
+of a test and goes through scoring (metrics.json section, schema minor, partial runs), the metric registry's
+scope check, paired comparisons and the report's tables, none of which is edited for it."""
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+
+from test_phrases import make_phrase_stores
+from xbench.score import registry as R
+from xbench.score.rowscope import RowScope, declared_scopes, row_scope, row_scopes, scope_names
+from xbench.score.scoring import score_submission
+
+SEEN: list[dict] = []
+
+
+def _score(sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases):
+    SEEN.append({"names": list(names), "bootstrap": bootstrap, "seed": seed})
+    counts = {d: int(np.count_nonzero(cases[d])) if d in cases else len(gt.datasets[d].case_id) for d in names}
+    section = {"overall": {"n_images": sum(counts.values())},
+               "datasets": {d: {"n_cases": n, "n_images": n} for d, n in counts.items()}}
+    return section, counts
+
+
+def _problems(a, b):
+    return [f"{d}: image counts differ" for d in sorted(set(a) & set(b)) if a[d] != b[d]]
+
+
+def _paired(a, b, *, n_resamples, seed, level, per_group, cache, names):
+    return [{"dataset": f"probes/{d}", "class": None, "metric": "n_images", "a": a[d], "b": b[d],
+             "diff": a[d] - b[d], "diff_lo": None, "diff_hi": None, "p_value": None, "n_valid": 0}
+            for d in sorted(set(a) & set(b))]
+
+
+def _rows(results):
+    return [{"model": r.name, "dataset": d, "n_images": e["n_images"]}
+            for r in results for d, e in sorted((r.metrics.get("probes") or {}).get("datasets", {}).items())]
+
+
+def _markdown(rows):
+    return "## Probes\n\n" + "".join(f"| {r['model']} | {r['dataset']} | {r['n_images']} |\n" for r in rows)
+
+
+def _csv(rows):
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "n_images"])
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _table(results):
+    from xbench.score.tables import Cell, Table
+
+    rows = _rows(results)
+    if not rows:
+        return None
+    t = Table(title="Probe rows", key="probes", columns=[(None, None, "n_images")], index=("Model", "Dataset"),
+              labels={"n_images": "Images"})
+    t.rows.update({(r["model"], r["dataset"]): [Cell(float(r["n_images"]))] for r in rows})
+    return t
+
+
+PROBE = RowScope("probe", "probe rows", unit="images", section="probes", minor=9, keys=lambda: ("n_images",),
+                 score=_score, ground_truth_problems=_problems, paired_rows=_paired, table_rows=_rows,
+                 markdown=_markdown, csv=_csv, table=_table)
+
+
+def test_the_built_in_scopes_are_declared_in_order():
+    assert scope_names()[:2] == ("class", "phrase")
+    cls, phrase = row_scope("class"), row_scope("phrase")
+    assert (cls.unit, cls.section, phrase.unit, phrase.section) == ("cases", None, "images", "phrases")
+    assert cls.fn("keys")() == R.class_keys() and phrase.fn("keys")() == R.phrase_keys()
+    assert [s.name for s in row_scopes(primary=False)][:1] == ["phrase"]
+    with pytest.raises(ValueError, match="already declared"):
+        with declared_scopes(RowScope("phrase", "again", unit="images", section="again")):
+            pass
+    assert row_scope("phrase").section == "phrases"  # a refused declaration leaves the first one
+
+
+def test_a_metric_names_only_declared_scopes_and_the_kinds_they_compute():
+    with pytest.raises(ValueError, match="scopes"):
+        R.Metric("x", "x", "x", "grounding", lambda v: v.hit, scopes=("probe",))
+    with declared_scopes(PROBE):
+        m = R.Metric("x", "x", "x", "grounding", lambda v: v.hit, scopes=("probe",))
+        assert m.scopes == ("probe",)
+        with pytest.raises(ValueError, match="only grounding metrics take the probe scope"):
+            R.Metric("y", "y", "y", "recognition", lambda s: s.tp, scopes=("probe",))
+    assert "probe" not in scope_names()
+
+
+def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
+    from xbench.score import bootstrap as BS
+    from xbench.score.outputs import write_outputs
+    from xbench.score.report import build_report
+
+    gt, sub_a, *_ = make_phrase_stores(tmp_path / "a", seed=2)
+    _, sub_b, *_ = make_phrase_stores(tmp_path / "b", seed=2, maps_seed=11)
+    plain = score_submission(sub_a, gt, bootstrap=0)
+    SEEN.clear()
+    with declared_scopes(PROBE):
+        ra, rb = (score_submission(s, gt, bootstrap=7, seed=3) for s in (sub_a, sub_b))
+        assert SEEN == [{"names": ["ms_cxr"], "bootstrap": 7, "seed": 3}] * 2
+        assert ra.metrics["probes"] == {"overall": {"n_images": 9}, "datasets": {"ms_cxr": {"n_cases": 9, "n_images": 9}}}
+        assert ra.metrics["xbench"]["schema_minor"] == 9 and ra.scope_counts["probe"] == {"ms_cxr": 9}
+        assert list(ra.metrics).index("probes") > list(ra.metrics).index("phrases")  # declaration order
+        # the other scopes are untouched by the new one
+        assert ra.metrics["phrases"]["datasets"]["ms_cxr"]["n_phrases"] == plain.metrics["phrases"]["datasets"]["ms_cxr"]["n_phrases"]
+        table = BS.paired_bootstrap(ra.counts, rb.counts, n_resamples=0, seed=3, phrases_a=ra.phrase_counts,
+                                    phrases_b=rb.phrase_counts, scopes_a={"probe": ra.scope_counts["probe"]},
+                                    scopes_b={"probe": rb.scope_counts["probe"]})
+        datasets = [str(d) for d in table["dataset"]]
+        assert datasets[-1] == "probes/ms_cxr" and table.iloc[-1]["diff"] == 0
+        first_phrase = next(i for i, d in enumerate(datasets) if d.startswith("phrases"))
+        assert all(not d.startswith("phrases") for d in datasets[:first_phrase])  # class rows, phrases, probes
+        from xbench.score.errors import GroundTruthMismatchError
+
+        with pytest.raises(GroundTruthMismatchError):
+            BS.paired_bootstrap(ra.counts, rb.counts, n_resamples=0, scopes_a={"probe": {"ms_cxr": 9}},
+                                scopes_b={"probe": {"ms_cxr": 8}})
+        dirs = []
+        for name, r in (("a", ra), ("b", rb)):
+            write_outputs(r, tmp_path / "out" / name)
+            dirs.append(tmp_path / "out" / name)
+        build_report(tmp_path / "report", dirs, n_boot=0, overlays=False)
+        rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "probes.csv").read_text())))
+        assert [(r["dataset"], r["n_images"]) for r in rows] == [("ms_cxr", "9")] * 2 and len({r["model"] for r in rows}) == 2
+        assert "## Probes" in (tmp_path / "report" / "leaderboard.md").read_text()
+        page = (tmp_path / "report" / "index.html").read_text()
+        assert "<h2>Probe rows</h2>" in page and '<a href="probes.csv">probes.csv</a>' in page
+        assert page.index("<h2>Phrase grounding</h2>") < page.index("<h2>Probe rows</h2>")  # declaration order
+    assert "probes" not in score_submission(sub_a, gt, bootstrap=0).metrics  # gone with its declaration
