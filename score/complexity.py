@@ -104,7 +104,8 @@ def _metrics():
     return (
         Metric("gini", "Gini sparseness of the normalised map", "Gini", "grounding",
                PS.column(GINI_COLUMN, np.float64), pairs=PS.present(GINI_COLUMN), fmt="number", minor=1,
-               scopes=both, needs=(GINI_COLUMN,), doc="sum (2i - n - 1) m_(i) / (n sum m) over the sorted cells (Quantus Sparseness)"),
+               scopes=both, needs=(GINI_COLUMN,),
+               doc="sum (2i - n - 1) m_(i) / (n sum m) over the sorted cells (Quantus Sparseness)"),
         Metric("entropy", "Entropy of the normalised map (nats)", "Entropy", "grounding",
                PS.column(ENTROPY_COLUMN, np.float64), pairs=PS.present(ENTROPY_COLUMN), fmt="number", minor=1,
                higher_is_better=False, scopes=both, needs=(ENTROPY_COLUMN,),
