@@ -176,6 +176,9 @@ class PrepareOptions:
     keep_original: bool = opt(False, check=Flag(),
                               help="Also store every image at its original resolution, so models whose official "
                                    "preprocessing starts from the original get it (see docs/prepare.md).")
+    text_probes: bool = opt(False, check=Flag(),
+                            help="Add text probes of every phrase row (negated, sides swapped, words shuffled) as extra "
+                                 "phrase rows; the ground truth records which are probes (docs/text-probes.md).")
     workers: int | None = opt(None, check=Int(1, 1024), suite=True, help="Decoding processes; default: every core.")
     cases_per_block: int = opt(32, check=Int(1, 4096), suite=True, help="Cases per image block (the unit of resuming).")
     max_skip_fraction: float = opt(0.01, check=Float(0, 1), suite=True,

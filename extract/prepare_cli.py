@@ -56,6 +56,7 @@ def main(dataset, list_only, quiet, as_json, **params):
       xbench-prepare phantom --out prepared --n-cases 200
       xbench-prepare siim_acr --root ~/data/siim --out prepared --workers 16
       xbench-prepare vindr_cxr --root ~/data/vindr --out prepared --split test
+      xbench-prepare phantom --out prepared --n-cases 20 --option phrases=true --text-probes
 
     Several datasets share one pair of stores; preparing one again replaces only its own group.
     An interrupted run resumes where it stopped when started again with the same options.
@@ -100,6 +101,7 @@ def main(dataset, list_only, quiet, as_json, **params):
         summary = prepare_dataset(
             reader, out_dir, grid=p.grid, image_size=p.image_size, workers=p.workers, cases_per_block=p.cases_per_block,
             max_skip_fraction=p.max_skip_fraction, progress=not quiet and not as_json, keep_original=p.keep_original,
+            text_probes=p.text_probes,
         )
     except TooManySkippedError as exc:
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",

@@ -52,6 +52,7 @@ from .store import (
     stored_problems,
 )
 from .budget import is_int
+from .probes import PROBE_MINOR, TextProbes, check_probes, read_probes, validate_probe_arrays, write_probe_arrays
 from .queries import GT_ARRAYS, QUERY_CHUNK, Queries, declare_minor, read_queries, require, root_minor, validate_query_arrays, write_query_arrays
 
 REGION_CHUNK = 256
@@ -70,6 +71,7 @@ class GroundTruthDataset:
     attrs: dict = field(default_factory=dict)
     queries: Queries | None = None  # phrase rows (no text: it is public in images.zarr)
     query_mask: zarr.Array | None = None  # (Q, H, W) bool
+    query_probes: "TextProbes | None" = None  # which phrase rows are text probes (gt minor 4, schemas/probes.py)
 
 
 @dataclass
@@ -97,12 +99,14 @@ def write_ground_truth(
     attrs: Mapping | None = None,
     queries: Queries | None = None,
     query_mask: np.ndarray | None = None,
+    query_probes: "TextProbes | None" = None,
 ) -> None:
     """Write (or replace) one dataset group of a ground-truth store, atomically.
 
     The arrays are checked against the contract before anything is written; a violation raises
     :class:`InvalidStoreError` listing every problem. ``queries`` and ``query_mask`` (Q, H, W): the
-    dataset's phrase rows and their regions (both or neither).
+    dataset's phrase rows and their regions (both or neither); ``query_probes``: which of them are text
+    probes (schemas/probes.py; gt minor 4).
     """
     path = Path(path)
     case_ids = np.asarray(case_ids, dtype=str)
@@ -117,11 +121,16 @@ def write_ground_truth(
     elif queries is not None:
         query_mask = np.asarray(query_mask, dtype=bool)
         problems += _check_query_masks(dataset, queries, query_mask, len(case_ids), list(classes), (h, w))
+    if query_probes is not None:
+        problems += (check_probes(queries.id, queries.case, queries.category, query_probes, f"ground truth {dataset}")
+                     if queries is not None else [Problem(f"ground truth {dataset}", "text probes need phrase rows")])
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")
     if queries is not None:  # before the group appears, as for the originals of an images store
         declare_minor(root, "ground-truth")
+    if query_probes is not None:
+        root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PROBE_MINOR, root_minor(root))}
     # Built beside the store, not inside it, so a crash never leaves a stray group in it.
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
     try:
@@ -145,6 +154,8 @@ def write_ground_truth(
             qm = g.create_array("query_mask", shape=(len(queries), h, w), dtype="bool", chunks=(QUERY_CHUNK, h, w),
                                 fill_value=False, dimension_names=("query", "y", "x"), config=cfg)
             qm[:] = query_mask
+        if query_probes is not None:
+            write_probe_arrays(g, query_probes)
         atomic_replace_dir(tmp, path / dataset)
     finally:
         if tmp.exists():
@@ -220,6 +231,7 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
             attrs=dict(g.attrs),
             queries=read_queries(g, with_text=False),
             query_mask=g["query_mask"] if "query_mask" in g else None,
+            query_probes=read_probes(g),
         )
     return GroundTruth(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
@@ -248,6 +260,7 @@ def _validate_gt_queries(g: zarr.Group, where: str, minor: int, *, scan_masks: b
     if not (isinstance(classes, list) and isinstance(grid, list) and len(grid) == 2 and n is not None):
         return p  # the group's own checks report these
     q = validate_query_arrays(g, where, "ground-truth", GT_ARRAYS, n, classes, minor, p)
+    p += validate_probe_arrays(g, where, minor, q)
     if q is None:
         return p
     masks = g["query_mask"]

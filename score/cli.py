@@ -178,7 +178,8 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, quiet, as_json, max_memory, timeout):
+                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, metric_groups, quiet, as_json,
+                  max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -190,6 +191,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
       xbench-score smoke.zarr --gt gt.zarr --out results_smoke/ --allow-missing
       xbench-score sub.zarr --gt gt.zarr --faithfulness round2-sub.zarr --key round2.key.npz
       xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
+      xbench-score sub.zarr --gt gt.zarr --out results/ --metrics complexity
 
     Writes metrics.json (the contract layout, with 95% bootstrap intervals and the chosen thresholds),
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
@@ -249,7 +251,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
                 "pointing_tolerance": pointing_tolerance, "allow_missing": allow_missing}
     if faith is not None:
         score_kw["faithfulness"] = faith
-    with PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
+    from . import registry as R
+
+    # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged
+    with R.opt_in(*metric_groups), PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
         summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(

@@ -49,6 +49,10 @@ class ScoreOptions:
     human_dir: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag="--human", metavar="HUMAN_DIR",
                                  help="The output folder of `xbench human`: metrics.json, the tables and the report add "
                                       "the human ceiling and the model's % of human beside each grounding value.")
+    metric_groups: tuple = opt(default_factory=tuple, check=Choice(("complexity",)), flag="--metrics", multiple=True,
+                               metavar="GROUP",
+                               help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
+                                    "entropy of each normalised map (docs/score.md). Default outputs never change.")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
 
 

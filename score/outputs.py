@@ -419,6 +419,9 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
         from .faithfulness import write_tables as faithfulness_tables
 
         paths += faithfulness_tables(metrics, folder, label)
+    from .probe_table import write_probe_table  # text probes: only with probes in the ground truth
+
+    paths += write_probe_table({label: metrics}, folder)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
         paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")

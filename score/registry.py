@@ -88,6 +88,9 @@ __all__ = [
     "pooled_keys",
     "searched",
     "CNR_COLUMN",
+    "OPT_IN",
+    "opt_in",
+    "opt_in_metrics",
 ]
 
 
@@ -553,5 +556,30 @@ for _m in (
 ):
     register(_m)
 del _m
+
+# ---------------------------------------------------------------------------------------- opt-in groups
+#: Metrics outside the default set, by group: registered only for a run that asks for the group
+#: (``xbench-score --metrics GROUP``, or :func:`opt_in` from Python), so that default outputs never change.
+#: Each value names the module attribute holding the group's Metric tuple, imported when first asked for.
+OPT_IN: dict[str, str] = {"complexity": "xbench.score.complexity:METRICS"}
+
+
+def opt_in_metrics(group: str) -> tuple[Metric, ...]:
+    """The metrics of opt-in ``group`` (:class:`UnknownNameError` naming the groups for another name)."""
+    import importlib
+
+    if group not in OPT_IN:
+        raise UnknownNameError(f"unknown metric group {group!r}; the opt-in groups are {', '.join(OPT_IN)}")
+    module, attr = OPT_IN[group].split(":")
+    return tuple(getattr(importlib.import_module(module), attr))
+
+
+@contextmanager
+def opt_in(*groups: str) -> Iterator[tuple[Metric, ...]]:
+    """Register the metrics of ``groups`` (each once, after the default ones) for a ``with`` block."""
+    ms = [m for g in dict.fromkeys(groups) for m in opt_in_metrics(g) if REGISTRY.get(m.key) is not m]
+    with registered(*ms) as added:
+        yield added
+
 
 load_plugins()  # installed metrics (entry points) come after every built-in one, in metrics.json order

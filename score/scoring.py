@@ -48,6 +48,7 @@ from .localisation import DEFAULT_POINTING_TOLERANCE
 from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
 from .intervals import mean_defined
 from .phrases import PhraseCounts, phrase_counts, phrase_points
+from .probes import PROBES_METRICS_MINOR, originals_only, score_probes
 from .rowscope import row_scope, row_scopes
 from .warm import start_background_warm
 
@@ -238,7 +239,7 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
     counts: dict[str, PhraseCounts] = {}
     cases = cases or {}
     for name in sorted(names):
-        gt_ds, sub_ds = gt.datasets[name], sub.datasets[name]
+        gt_ds, sub_ds = originals_only(gt.datasets[name]), sub.datasets[name]  # text probes score apart
         if getattr(gt_ds, "queries", None) is None:
             continue
         present = cases.get(name)
@@ -421,12 +422,18 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=run.thresholds,
                                             timings=timings, undefined=undefined)
     metrics.update(sections)  # only the scopes with rows: metrics.json of a store without phrase rows is unchanged
+    probes = score_probes(run.sub, run.gt, run.scored, bootstrap=bootstrap, seed=seed,
+                          cases={d: run.aligned[d][0] >= 0 for d in run.partial})
+    if probes:  # only with text probes in the ground truth (metrics.json minor 5)
+        metrics["text_probes"] = probes
     release_freed_memory()
     t0 = time.perf_counter()
     gt_sha256 = run.gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
     header = _header(run, submission_path, gt_sha256, bootstrap=bootstrap, seed=seed, sections=sections,
                      pointing_tolerance=pointing_tolerance)
+    if probes:
+        header["schema_minor"] = max(PROBES_METRICS_MINOR, int(header["schema_minor"]))
     if run.partial or run.not_scored:  # only then: a full run's metrics.json is unchanged
         metrics = _with_partial(metrics, run.partial, sum(run.n_in.values()), sum(run.n_of.values()), run.not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,

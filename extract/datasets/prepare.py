@@ -423,6 +423,7 @@ def prepare_dataset(
     max_skip_fraction: float = _DEFAULTS.max_skip_fraction,
     progress: bool = True,
     keep_original: bool = _DEFAULTS.keep_original,
+    text_probes: bool = _DEFAULTS.text_probes,
 ) -> PrepareSummary:
     """Prepare one dataset into ``out_dir/images.zarr`` and ``out_dir/gt.zarr`` (see module doc).
 
@@ -435,6 +436,7 @@ def prepare_dataset(
     cases_per_block : cases per image block, the unit of work and of resuming.
     max_skip_fraction : the run fails when more than this fraction of the cases is skipped.
     keep_original : also store every image at its original resolution (see module doc).
+    text_probes : add the text probes of every phrase row (:mod:`.text_probes`; needs phrase rows).
 
     Returns the :class:`PrepareSummary`. Raises :class:`PrepareError` for bad input (fatal
     reader problems, every case skipped, too many skipped).
@@ -442,12 +444,12 @@ def prepare_dataset(
     with _DeferredInterrupt() as guard:  # Ctrl-C never lands inside a write to the stores
         grid = (grid, grid) if isinstance(grid, int) else grid
         return _prepare(reader, Path(out_dir), (int(grid[0]), int(grid[1])), image_size, workers, cases_per_block,
-                        max_skip_fraction, progress, keep_original, guard)
+                        max_skip_fraction, progress, keep_original, guard, text_probes)
 
 
 def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size: int, workers: int | None,
              cases_per_block: int, max_skip_fraction: float, progress: bool, keep_original: bool,
-             guard: _DeferredInterrupt) -> PrepareSummary:
+             guard: _DeferredInterrupt, text_probes: bool = False) -> PrepareSummary:
     from xbench.schemas import ImagesWriter, read_images, write_ground_truth
     from xbench.schemas.queries import Queries
 
@@ -494,6 +496,15 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
     queries = _queries(kept, classes)
     if queries is not None:  # likewise: only datasets with phrase rows
         plan["phrases"] = [f"{c}:{t}" for c, t in zip(queries.category.tolist(), queries.text.tolist())]
+    probes = None
+    if text_probes:  # the probe rows join the phrase rows of the images store; which is which stays private
+        if queries is None:
+            raise PrepareError(f"{reader.key}: --text-probes needs phrase rows, and this dataset has none"
+                               + (" (phantom: add --option phrases=true)" if reader.key == "phantom" else ""))
+        from .text_probes import add_probes
+
+        probes = add_probes(queries, case_ids)
+        plan["text_probes"] = True  # only then, so that the plans of earlier runs stay resumable
     work = out / WORK_DIR / reader.key
     out.mkdir(parents=True, exist_ok=True)
     images_path, gt_path = out / "images.zarr", out / "gt.zarr"
@@ -507,7 +518,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         with guard.critical():
             writer = ImagesWriter(images_path, reader.key, case_ids=case_ids, classes=classes, image_size=image_size,
                                   cases_per_block=cases_per_block, attrs={**base_attrs, "skipped": skipped},
-                                  keep_original=keep_original, queries=queries)
+                                  keep_original=keep_original, queries=queries if probes is None else probes.queries)
         n_blocks = writer.n_blocks
         todo = sorted(set(writer.blocks_todo()) | {b for b in range(n_blocks) if not _block_file(work, b).exists()})
         summary.n_resumed_blocks = n_blocks - len(todo)
@@ -558,6 +569,9 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         q_survivors = queries.subset(good[queries.case], new_row)
         q_bits = np.concatenate([p["phrase_bits"] for p in parts])
         q_mask = np.unpackbits(q_bits, axis=1, count=hw).astype(bool).reshape(-1, *grid)
+    q_probes = None
+    if probes is not None:  # every row of the surviving cases; a probe's region is its original's
+        q_survivors, q_mask, q_probes = _with_probes(probes, good, new_row, queries, q_mask)
 
     with guard.critical():
         if writer is not None:
@@ -575,7 +589,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
             region_mask=region_mask, orig_size=orig_size[good], grid=grid,
             attrs={**attrs, "rasterisation": RASTERISATION},
             queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
-            query_mask=q_mask,
+            query_mask=q_mask, query_probes=q_probes,
         )
     # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
     # stage1.done whose side files are partly gone
@@ -642,6 +656,17 @@ def _queries(records: Sequence[CaseRecord], classes: Sequence[str]):
         return None
     return Queries.of([f"{records[r].case_id}#{k}" for r, k, _ in rows], [r for r, _, _ in rows],
                       [ph.category for _, _, ph in rows], [ph.text for _, _, ph in rows])
+
+
+def _with_probes(probes, good: np.ndarray, new_row: np.ndarray, queries, q_mask: np.ndarray):
+    """The phrase rows with their probes of the surviving cases (``good``), their masks (``q_mask`` holds the
+    surviving originals' masks, in order) and the probe mapping for the ground truth."""
+    from xbench.schemas.probes import TextProbes
+
+    keep = good[probes.queries.case]
+    at = np.cumsum(good[queries.case]) - 1  # an original's row among the surviving originals
+    return (probes.queries.subset(keep, new_row), q_mask[at[probes.source[keep]]],
+            TextProbes(probes.of[keep], probes.kind[keep]))
 
 
 def _check_fraction(summary: PrepareSummary, max_fraction: float) -> None:

@@ -286,6 +286,13 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         page = page.replace("</body>", faithfulness_html(results) + "</body>", 1)
     if human_html:
         page = page.replace("</body>", human_html + "</body>", 1)
+    from xbench.score.probe_table import probe_table
+
+    probe_section = probe_table([(r.name, r.metrics) for r in results])
+    if probe_section is not None:  # text probes (only with probes in the ground truth): a section before the end
+        from .html import _box, _e
+
+        page = page.replace("</body>", f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}</body>", 1)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)
