@@ -56,6 +56,7 @@ def main(dataset, list_only, quiet, as_json, **params):
       xbench-prepare phantom --out prepared --n-cases 200
       xbench-prepare siim_acr --root ~/data/siim --out prepared --workers 16
       xbench-prepare vindr_cxr --root ~/data/vindr --out prepared --split test
+      xbench-prepare phantom --out prepared --perturb hflip,rotate:degrees=-10..10 --perturb-copies 2
 
     Several datasets share one pair of stores; preparing one again replaces only its own group.
     An interrupted run resumes where it stopped when started again with the same options.
@@ -82,6 +83,8 @@ def main(dataset, list_only, quiet, as_json, **params):
         if value is not None:
             opts[key] = value
     if dataset != "phantom":
+        if p.perturb and "seed" in opts:  # --seed keys the perturbed copies of any dataset
+            opts.pop("seed")
         wrong = [k for k in _PHANTOM_ONLY if k in opts]
         if wrong:
             _fail(f"--{wrong[0].replace('_', '-')} applies to phantom only")
@@ -100,6 +103,7 @@ def main(dataset, list_only, quiet, as_json, **params):
         summary = prepare_dataset(
             reader, out_dir, grid=p.grid, image_size=p.image_size, workers=p.workers, cases_per_block=p.cases_per_block,
             max_skip_fraction=p.max_skip_fraction, progress=not quiet and not as_json, keep_original=p.keep_original,
+            perturb=p.perturb, perturb_copies=p.perturb_copies, perturb_seed=p.seed,
         )
     except TooManySkippedError as exc:
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",

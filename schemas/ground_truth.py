@@ -70,6 +70,7 @@ class GroundTruthDataset:
     attrs: dict = field(default_factory=dict)
     queries: Queries | None = None  # phrase rows (no text: it is public in images.zarr)
     query_mask: zarr.Array | None = None  # (Q, H, W) bool
+    perturbations: object = None  # schemas/perturbations.Perturbations: the perturbed copies (gt minor 3)
 
 
 @dataclass
@@ -97,6 +98,7 @@ def write_ground_truth(
     attrs: Mapping | None = None,
     queries: Queries | None = None,
     query_mask: np.ndarray | None = None,
+    perturbations=None,
 ) -> None:
     """Write (or replace) one dataset group of a ground-truth store, atomically.
 
@@ -117,11 +119,17 @@ def write_ground_truth(
     elif queries is not None:
         query_mask = np.asarray(query_mask, dtype=bool)
         problems += _check_query_masks(dataset, queries, query_mask, len(case_ids), list(classes), (h, w))
+    if perturbations is not None:  # the robustness track's copies (schemas/perturbations.py)
+        from . import perturbations as PT
+
+        problems += PT.check(perturbations, case_ids, f"ground truth {dataset}")
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")
     if queries is not None:  # before the group appears, as for the originals of an images store
         declare_minor(root, "ground-truth")
+    if perturbations is not None:
+        root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PT.GT_MINOR, root_minor(root))}
     # Built beside the store, not inside it, so a crash never leaves a stray group in it.
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
     try:
@@ -145,6 +153,8 @@ def write_ground_truth(
             qm = g.create_array("query_mask", shape=(len(queries), h, w), dtype="bool", chunks=(QUERY_CHUNK, h, w),
                                 fill_value=False, dimension_names=("query", "y", "x"), config=cfg)
             qm[:] = query_mask
+        if perturbations is not None:
+            PT.write_arrays(g, perturbations)
         atomic_replace_dir(tmp, path / dataset)
     finally:
         if tmp.exists():
@@ -220,6 +230,7 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
             attrs=dict(g.attrs),
             queries=read_queries(g, with_text=False),
             query_mask=g["query_mask"] if "query_mask" in g else None,
+            perturbations=_perturbations(g),
         )
     return GroundTruth(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
@@ -237,7 +248,27 @@ def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -
     for name, g in groups.items():
         problems += _validate_gt_dataset(g, f"{where}/{name}", scan_masks=scan_masks)
         problems += _validate_gt_queries(g, f"{where}/{name}", root_minor(group), scan_masks=scan_masks)
+        problems += _validate_perturbations(g, f"{where}/{name}", root_minor(group))
     return problems
+
+
+def _perturbations(g: zarr.Group):
+    from .perturbations import read
+
+    return read(g)
+
+
+def _validate_perturbations(g: zarr.Group, where: str, minor: int) -> list[Problem]:
+    """The perturbation table of a group (schemas/perturbations.py), once the group's case ids are readable."""
+    from .perturbations import ARRAYS, ATTR, validate
+
+    if not any(a in g for a in ARRAYS) and ATTR not in g.attrs:
+        return []
+    try:
+        ids = read_strings(g["case_id"])
+    except Exception:  # the group's own checks report it
+        return []
+    return validate(g, where, minor, ids)
 
 
 def _validate_gt_queries(g: zarr.Group, where: str, minor: int, *, scan_masks: bool) -> list[Problem]:
