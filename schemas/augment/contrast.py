@@ -1,0 +1,19 @@
+"""``contrast:factor=1.2``: stretch grey levels about the image's mean m: ``m + factor * (I - m)`` (rounded half to
+even, clipped to 0..255); factor < 1 flattens, 0 leaves a uniform grey at the mean."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import Augmentation, Param
+
+
+def image(img: np.ndarray, params, seed: int) -> np.ndarray:
+    x = img.astype(np.float64)
+    m = x.mean()
+    return np.clip(np.rint(m + params["factor"] * (x - m)), 0, 255).astype(np.uint8)
+
+
+AUGMENTATION = Augmentation(
+    "contrast", "stretch grey levels about the image mean",
+    params=(Param("factor", float, 1.2, 0.0, 10.0, "contrast multiplier"),),
+    image=image)

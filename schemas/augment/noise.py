@@ -1,0 +1,23 @@
+"""``noise:sigma=8``: add Gaussian noise of standard deviation ``sigma`` grey levels, independently per pixel
+(rounded half to even, clipped to 0..255).
+
+The draw is ``numpy.random.default_rng(seed).standard_normal((H, W))`` (float64, row-major), so one seed
+gives one noise field. At extraction the seed of each case is derived from the run's seed, the dataset,
+the case id and the view (docs/contract.md, "Augmentations"): the same case gets the same noise whatever the
+batch size, the worker count or the ranks."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import Augmentation, Param
+
+
+def image(img: np.ndarray, params, seed: int) -> np.ndarray:
+    z = np.random.default_rng(int(seed) & (2**64 - 1)).standard_normal(img.shape)
+    return np.clip(np.rint(img.astype(np.float64) + params["sigma"] * z), 0, 255).astype(np.uint8)
+
+
+AUGMENTATION = Augmentation(
+    "noise", "additive Gaussian noise (seeded)",
+    params=(Param("sigma", float, 8.0, 0.0, 128.0, "standard deviation, grey levels"),),
+    image=image, seeded=True)
