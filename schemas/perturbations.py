@@ -109,8 +109,12 @@ def parse_template(text: str) -> Template:
     ranges = {}
     for key, (lo, hi) in ranged.items():
         if key not in base.params:
-            raise InputError([f"--perturb {text}: {base.name} has no parameter {key!r} "
-                              f"(it has {', '.join(base.params) or 'none'})"])
+            import difflib
+
+            close = difflib.get_close_matches(key, list(base.params), n=1)
+            raise InputError([f"--perturb {text}: {base.name} has no parameter {key!r}"
+                              + (f" (did you mean {close[0]}?)" if close else "")
+                              + f"; it takes {', '.join(base.params) or 'none'}"])
         is_int = isinstance(base.params[key], int) and not isinstance(base.params[key], bool)
         try:
             low, high = (int(lo), int(hi)) if is_int else (float(lo), float(hi))

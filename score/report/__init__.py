@@ -270,6 +270,9 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        phrases=phrase_table(results))
+    robust = _robustness_html(results)
+    if robust:  # the robustness track's table, only for results that have one (score/robustness_table.py)
+        page = page.replace("<h2>Figures</h2>", robust + "<h2>Figures</h2>", 1)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)
@@ -380,3 +383,15 @@ def sanity_html(checks) -> str:
     return (f"<section><h2>Do the maps depend on the weights?</h2><p>xbench sanity (model randomisation test, "
             f"Adebayo et al. 2018): similarity to the original maps after re-initialising the weights.</p>"
             f"<table><tr>{head}</tr>{rows}</table></section>\n")
+
+
+def _robustness_html(results) -> str:
+    """The robustness table's section of the page, or "" when no result has a robustness section."""
+    from xbench.score.robustness_table import robustness_table
+
+    from .html import _box, _e
+
+    t = robustness_table({r.name: r.metrics for r in results})
+    if t is None:
+        return ""
+    return f"<h2>{_e(t.title)}</h2><p>{_e(t.caption)}</p>{_box(t.to_html())}"
