@@ -32,7 +32,9 @@ class Copies:
 
     @classmethod
     def of(cls, perturb, copies: int, seed: int | None) -> "Copies | None":
-        items = [perturb] if isinstance(perturb, str) else list(perturb or ())
+        items = [perturb] if isinstance(perturb, str) else perturb or ()
+        if not (isinstance(items, (list, tuple)) and all(isinstance(i, str) for i in items)):
+            raise PT.InputError(["perturb must be a SPEC string or a list of them, e.g. [hflip, rotate:degrees=5]"])
         templates = PT.parse_templates(items)
         if not templates:
             return None
@@ -55,6 +57,15 @@ class Copies:
             raise PT.InputError([f"{dataset}: {len(case_ids)} case(s) with {len(self.templates)} SPEC(s) x "
                                  f"{self.copies} copies make {total} rows; the limit is {MAX_CASES}"])
         return PT.plan_copies(dataset, case_ids, list(self.templates), self.copies, self.seed)
+
+
+def perturb_problems(perturb, copies=1) -> list[str]:
+    """Why a suite's ``perturb`` (and ``perturb_copies``) cannot be used, one line each; none when it can."""
+    try:
+        Copies.of(perturb, copies if isinstance(copies, int) and not isinstance(copies, bool) else 1, 0)
+    except PT.InputError as exc:
+        return [str(p) for p in exc.problems] or [str(exc)]
+    return []
 
 
 def _stage_clean(images_path: Path, key: str, work: Path, keep_original: bool) -> None:

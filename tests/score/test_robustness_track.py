@@ -401,8 +401,66 @@ def test_the_robustness_suite_runs(tmp_path):
     for model in ("random", "center", "dog", "clip-tiny"):
         m = json.loads((tmp_path / "run" / "scores" / model / "metrics.json").read_text())
         entry = m["robustness"]["datasets"]["phantom"]
-        assert entry["available"] is True and len(entry["specs"]) == 4
+        assert entry["available"] is True and len(entry["specs"]) == 3
         assert (tmp_path / "run" / "scores" / model / "table_robustness.md").exists()
     dog = json.loads((tmp_path / "run" / "scores" / "dog" / "metrics.json").read_text())
     assert dog["robustness"]["datasets"]["phantom"]["specs"]["hflip"]["stability"]["summary"]["flip_rate"] == 0.0
     assert "Robustness" in (tmp_path / "run" / "report" / "index.html").read_text()
+
+
+@pytest.mark.parametrize("block,says", [
+    ('perturb: ["hflip", 5]', "a SPEC string or a list"),
+    ('perturb: ["rotate:degrees=abc"]', "degrees"),
+    ("perturb: [hflip]\n  perturb_copies: 99", "perturb_copies"),
+    ("perturb: nosuch", "unknown augmentation"),
+])
+def test_a_suite_with_bad_perturbations_is_refused_before_running(tmp_path, block, says):
+    from xbench.cli import main
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(f"name: s\nout: o\nprepare:\n  {block}\ndatasets:\n  phantom:\n    options: {{n_cases: 4}}\n"
+                     "models: [center]\n")
+    res = CliRunner().invoke(main, ["run", str(suite), "--dry-run"])
+    assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output, res.output
+
+
+def test_stability_resizes_maps_to_the_grid_first(tmp_path):
+    """Maps of 5 x 5 over an 8 x 8 grid: rho is taken on the grid (torch's bilinear, the contract's resize)."""
+    torch = pytest.importorskip("torch")
+    from scipy.stats import spearmanr
+
+    clean = _clean(n=5, grid=(8, 8), seed=4)
+    table = PT.plan_copies("phantom", clean["case_ids"], PT.parse_templates(["hflip"]), 2, 3)
+    write_ground_truth(tmp_path / "gt.zarr", "phantom", **clean, perturbations=table)
+    rng = np.random.default_rng(8)
+    ids = list(clean["case_ids"]) + table.id.tolist()
+    maps = rng.standard_normal((len(ids), len(CLASSES), 5, 5)).astype(np.float32)
+    scores = rng.normal(size=(len(ids), len(CLASSES))).astype(np.float32)
+    _write_sub(tmp_path / "sub.zarr", ids, scores, maps)
+    got = _score(tmp_path / "sub.zarr", tmp_path / "gt.zarr")["robustness"]["datasets"]["phantom"]["specs"]["hflip"]
+
+    def grid(m):
+        t = torch.from_numpy(m.astype(np.float64))[None, None]
+        return torch.nn.functional.interpolate(t, size=(8, 8), mode="bilinear", align_corners=False)[0, 0].numpy()
+
+    for c, name in enumerate(CLASSES):
+        per_case = []
+        for i in range(5):
+            rhos = [spearmanr(grid(maps[i, c]).ravel(), grid(maps[len(clean["case_ids"]) + j, c][:, ::-1]).ravel()).statistic
+                    for j in range(len(table)) if table.case[j] == i]
+            per_case.append((np.mean(rhos), np.min(rhos)))
+        e = got["stability"]["classes"][name]
+        assert e["map_spearman_mean"] == pytest.approx(np.mean([p[0] for p in per_case]), abs=1e-9)
+        assert e["map_spearman_worst"] == pytest.approx(np.mean([p[1] for p in per_case]), abs=1e-9)
+
+
+def test_a_partial_run_reports_robustness_as_unavailable(stores, tmp_path):
+    keep = stores["clean"]["case_ids"][:5]
+    row = {cid: i for i, cid in enumerate(stores["ids"])}
+    ids = keep + stores["table"].id.tolist()
+    rows = [row[x] for x in ids]
+    _write_sub(tmp_path / "part.zarr", ids, stores["scores"][rows], stores["maps"][rows])
+    m = _score(tmp_path / "part.zarr", stores["dir"] / "gt.zarr", allow_missing=True)
+    entry = m["robustness"]["datasets"]["phantom"]
+    assert entry["available"] is False and "part of the cases" in entry["reason"]
+    assert m["xbench"]["schema_minor"] == 4 and m["partial"]["cases"] == 5
