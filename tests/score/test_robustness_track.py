@@ -464,3 +464,40 @@ def test_a_partial_run_reports_robustness_as_unavailable(stores, tmp_path):
     entry = m["robustness"]["datasets"]["phantom"]
     assert entry["available"] is False and "part of the cases" in entry["reason"]
     assert m["xbench"]["schema_minor"] == 4 and m["partial"]["cases"] == 5
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("crash_at", ["staging", "copies"])
+def test_a_run_killed_while_writing_copies_resumes_to_the_same_stores(tmp_path, monkeypatch, crash_at):
+    from xbench.extract.datasets import perturb as P
+    from xbench.extract.datasets.phantom import PhantomReader
+    from xbench.extract.datasets.prepare import prepare_dataset
+    from xbench.schemas.store import store_sha256
+
+    kw = dict(grid=(16, 16), image_size=32, workers=1, cases_per_block=4, progress=False,
+              perturb=["hflip,noise"], perturb_copies=2, perturb_seed=5)
+    prepare_dataset(PhantomReader(n_cases=6, seed=1, size=64), tmp_path / "ref", **kw)
+    calls = {"n": 0}
+    if crash_at == "staging":
+        def crash(*a, **k):
+            raise _Crash
+        monkeypatch.setattr(P, "_stage_clean", crash)
+    else:
+        real = P._row_image
+
+        def crash(*a, **k):  # dies in the middle of the copies' blocks
+            calls["n"] += 1
+            if calls["n"] > 13:
+                raise _Crash
+            return real(*a, **k)
+        monkeypatch.setattr(P, "_row_image", crash)
+    with pytest.raises(_Crash):
+        prepare_dataset(PhantomReader(n_cases=6, seed=1, size=64), tmp_path / "run", **kw)
+    assert not (tmp_path / "run" / "gt.zarr" / "phantom").exists()  # no ground truth before the copies are done
+    monkeypatch.undo()
+    prepare_dataset(PhantomReader(n_cases=6, seed=1, size=64), tmp_path / "run", **kw)
+    for store in ("images.zarr", "gt.zarr"):
+        assert store_sha256(tmp_path / "ref" / store) == store_sha256(tmp_path / "run" / store)
