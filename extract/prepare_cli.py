@@ -118,6 +118,12 @@ def main(dataset, list_only, quiet, as_json, **params):
             f"{s.n_fallback_regions} lesion(s) kept by the centroid rule, {s.n_clipped_boxes} box(es) clipped; "
             f"{s.seconds:.1f} s -> {s.images}, {s.gt}"
         )
+        if p.perturb:  # the robustness track (extract/datasets/perturb.py): how many copies, never which
+            from xbench.schemas.perturbations import parse_templates
+
+            n_specs = len(parse_templates(p.perturb))
+            click.echo(f"  + {s.n_written * n_specs * p.perturb_copies} perturbed copies ({n_specs} SPEC(s) x "
+                       f"{p.perturb_copies}) in the images store; their mapping is in the ground truth only")
         for item in s.skipped[:_MAX_LINES]:
             click.echo(f"  skipped {item['case_id']}: {item['source']}: {item['reason']}", err=True)
         if len(s.skipped) > _MAX_LINES:

@@ -12,6 +12,8 @@ Layout (contract §gt.zarr)::
       optional, root xbench.schema_minor >= 2, all or none (phrase rows, schemas/queries.py):
         query_id (Q,) str, query_case (Q,) int64, query_category (Q,) str,
         query_mask (Q, H, W) bool (the union of the phrase's boxes; never empty)
+      optional, root xbench.schema_minor >= 3, all or none (the robustness track's perturbed copies,
+      schemas/perturbations.py): perturb_id, perturb_case, perturb_group, perturb_spec, perturb_seed (P,)
 
 A dataset group is written whole by :func:`write_ground_truth` into a temporary folder and moved
 into place, so a reader never sees half a ground truth and preparing one dataset again replaces

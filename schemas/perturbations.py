@@ -265,15 +265,18 @@ def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
         except InputError as exc:
             out.append(Problem(f"{where}", f"attribute '{ATTR}.specs' item {s}: {exc.problems[0] if exc.problems else exc}"))
             return out
-    for text in np.unique(p.spec).tolist():
+    texts, inverse = np.unique(p.spec, return_inverse=True)
+    names = []
+    for text in texts.tolist():  # each distinct spec parsed once (linear in P)
         try:
-            name = parse_spec(text).name
+            names.append(parse_spec(text).name)
         except InputError as exc:
-            out.append(Problem(f"{where}/perturb_spec", f"{text!r}: {exc.problems[0] if exc.problems else exc}"))
-            continue
-        groups = np.unique(p.group[p.spec == text])
-        if any(templates[int(g)] != name for g in groups):
-            out.append(Problem(f"{where}/perturb_spec", f"{text!r} is not an instance of its perturb_group's spec"))
+            return out + [Problem(f"{where}/perturb_spec", f"{text!r}: {exc.problems[0] if exc.problems else exc}")]
+    wrong = np.asarray(names, dtype=object)[inverse.ravel()] != np.asarray(templates, dtype=object)[p.group]
+    if size and wrong.any():
+        j = int(np.argmax(wrong))
+        out.append(Problem(f"{where}/perturb_spec", f"row {j}: {str(p.spec[j])!r} is not an instance of its "
+                                                    f"perturb_group's spec {p.specs[int(p.group[j])]!r}"))
     return out
 
 
