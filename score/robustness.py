@@ -49,17 +49,27 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def unit_ranks(m: np.ndarray) -> np.ndarray | None:
+    """A map's average ranks, centred and scaled to unit length (so rho is one dot product); None for a
+    constant map."""
+    x = np.asarray(m, dtype=np.float64).ravel()
+    if x.min() == x.max():
+        return None
+    r = average_ranks(x)
+    r -= r.mean()
+    return r / np.sqrt(np.dot(r, r))
+
+
+def rho_of(ua: np.ndarray | None, ub: np.ndarray | None) -> float:
+    """Spearman's rho from two :func:`unit_ranks` (the constant-map rule for None)."""
+    if ua is None or ub is None:
+        return 1.0 if (ua is None and ub is None) else 0.0
+    return float(np.dot(ua, ub))
+
+
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rho of two maps of one shape (module doc: average ranks; the constant-map rule)."""
-    a = np.asarray(a, dtype=np.float64).ravel()
-    b = np.asarray(b, dtype=np.float64).ravel()
-    ca, cb = a.min() == a.max(), b.min() == b.max()
-    if ca or cb:
-        return 1.0 if (ca and cb) else 0.0
-    ra, rb = average_ranks(a), average_ranks(b)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    return float(np.dot(ra, rb) / np.sqrt(np.dot(ra, ra) * np.dot(rb, rb)))
+    return rho_of(unit_ranks(a), unit_ranks(b))
 
 
 # ---------------------------------------------------------------------------------------------- views
@@ -169,18 +179,26 @@ def _stability(gt_ds, sub_ds, clean_rows, class_cols, table, sel, sub_rows, spec
     batch = max(1, _BATCH_BYTES // max(1, map_bytes))
     cols = class_cols[supported]
     warped = _WarpedMaps(sal, sub_rows[sel], [specs[j] for j in sel.tolist()])
-    for b0 in range(0, n, batch):
-        b1 = min(n, b0 + batch)
-        clean = gather_maps(sal, np.repeat(clean_rows[b0:b1], cols.size), np.tile(cols, b1 - b0), dtype=np.float32)
-        clean = clean.reshape(b1 - b0, cols.size, *sal.shape[2:])
-        moved = warped.rows_of(int(starts[b0]), int(starts[b1]))[:, cols]
-        for i in range(b0, b1):
-            mine = moved[starts[i] - starts[b0]:starts[i + 1] - starts[b0]]
-            for k, col in enumerate(np.flatnonzero(supported)):
-                ref = resize_map(clean[i - b0, k], grid)
-                rhos = [spearman(ref, resize_map(m[k], grid)) for m in mine]
-                out["map_spearman_mean"][i, col] = float(np.mean(rhos))
-                out["map_spearman_worst"][i, col] = float(np.min(rhos))
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numba
+
+    def pair(task):  # numpy's sorts release the GIL: pairs run on several threads
+        i, k, col, ref_map, copy_maps = task
+        ref = unit_ranks(resize_map(ref_map, grid))  # once per pair, not per copy
+        rhos = [rho_of(ref, unit_ranks(resize_map(m, grid))) for m in copy_maps]
+        out["map_spearman_mean"][i, col] = float(np.mean(rhos))
+        out["map_spearman_worst"][i, col] = float(np.min(rhos))
+
+    with ThreadPoolExecutor(max(1, int(numba.get_num_threads()))) as pool:
+        for b0 in range(0, n, batch):
+            b1 = min(n, b0 + batch)
+            clean = gather_maps(sal, np.repeat(clean_rows[b0:b1], cols.size), np.tile(cols, b1 - b0), dtype=np.float32)
+            clean = clean.reshape(b1 - b0, cols.size, *sal.shape[2:])
+            moved = warped.rows_of(int(starts[b0]), int(starts[b1]))[:, cols]
+            tasks = [(i, k, col, clean[i - b0, k], moved[starts[i] - starts[b0]:starts[i + 1] - starts[b0], k])
+                     for i in range(b0, b1) for k, col in enumerate(np.flatnonzero(supported))]
+            list(pool.map(pair, tasks))
     for key in ("flip_rate", "flip_any"):
         out[key][:, ~supported] = np.nan
     return out, supported
