@@ -303,6 +303,10 @@ def test_an_inconsistent_perturbation_table_exits_2(stores, tmp_path, capsys, ho
     assert code == 2, err
     assert "Traceback" not in err and "perturb" in err
     assert not (tmp_path / "res").exists()
+    from xbench.cli import main
+
+    res = CliRunner().invoke(main, ["validate", str(bad)])
+    assert res.exit_code == 2 and "perturb" in res.output and "Traceback" not in res.output, res.output
 
 
 # ---------------------------------------------------------------------------------------------- prepare
