@@ -505,3 +505,23 @@ def test_a_run_killed_while_writing_copies_resumes_to_the_same_stores(tmp_path, 
     prepare_dataset(PhantomReader(n_cases=6, seed=1, size=64), tmp_path / "run", **kw)
     for store in ("images.zarr", "gt.zarr"):
         assert store_sha256(tmp_path / "ref" / store) == store_sha256(tmp_path / "run" / store)
+
+
+@pytest.mark.parametrize("model", ["dog", "center", "clip-tiny"])
+def test_clean_metrics_of_an_extraction_with_copies_equal_those_without(tmp_path, model):
+    """End to end: prepare with and without --perturb, extract on the whole store, score: the clean numbers
+    are identical (the copies only add rows, matched away by id)."""
+    pytest.importorskip("torch")
+    from xbench.cli import main
+
+    out = {}
+    for name, extra in (("plain", []), ("perturbed", ["--perturb", "hflip,noise", "--perturb-copies", "2"])):
+        d = tmp_path / name
+        assert _prepare(d, "--workers", "1", "--seed", "3", *extra).exit_code == 0
+        res = CliRunner().invoke(main, ["extract", "--model", model, "--images", str(d / "images.zarr"),
+                                        "--out", str(d / "sub.zarr"), "--workers", "0", "-q"])
+        assert res.exit_code == 0, res.output
+        out[name] = _score(d / "sub.zarr", d / "gt.zarr", bootstrap=30)
+    for key in ("datasets", "overall", "ci95"):
+        assert out["plain"][key] == out["perturbed"][key]
+    assert out["perturbed"]["robustness"]["datasets"]["phantom"]["available"] is True
