@@ -32,6 +32,8 @@ Examples:
   xbench-extract --list-models              # what each model needs (weights, text encoder, nothing)
   xbench-extract --list-methods             # the map methods, what they need, their papers
   xbench-extract --model dog --images images.zarr --out smoke.zarr --limit 8   # a smoke test
+  xbench-extract --model dog --images images.zarr --out tta.zarr \\
+      --augment hflip --augment rotate:degrees=5     # test-time augmentation (docs/augmentations.md)
 
 A killed run is resumed by running the same command again.
 """

@@ -43,6 +43,39 @@ def _model_option_args(overrides: Mapping) -> list[str]:
     return [f"{dotted}={json.dumps(value)}" for dotted, value in _flatten(overrides) if value is not None]
 
 
+class AugmentSpecs:
+    """Augmentation specs (xbench.schemas.augment): ``--augment`` repeated, or in a suite a list of specs or
+    one comma-separated text. Checked as a whole (``whole_list``), since one value may hold several specs."""
+
+    whole_list = True
+
+    def click_type(self) -> click.ParamType:
+        return click.STRING
+
+    def problem(self, value) -> str | None:
+        from xbench.schemas.augment import parse_specs
+        from xbench.schemas.errors import InputError
+
+        if not (isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))):
+            return "must be an augmentation spec or a list of them, e.g. [hflip, \"rotate:degrees=5\"]"
+        try:
+            parse_specs(value)
+        except InputError as e:
+            return "; ".join(str(p) for p in e.problems) or str(e)
+        return None
+
+    def argv(self, value) -> str:
+        return str(value)
+
+
+def _augment_list(items) -> list[str] | None:
+    """Canonical specs from ``--augment`` values (each may list several); None when none was given."""
+    from xbench.schemas.augment import canonical, parse_specs
+
+    specs = canonical(parse_specs(list(items) if not isinstance(items, str) else items)) if items else []
+    return specs or None
+
+
 def _dataset_list(text: str | None) -> list[str] | None:
     return [d.strip() for d in text.split(",") if d.strip()] if text else None
 
@@ -61,6 +94,16 @@ class ExtractOptions:
     method: str | None = opt(None, check=Text(),
                              help=f"Map method for dual encoders: {', '.join(method_names())} (default similarity; "
                                   "--list-methods says what each needs); cross-attention models use their own.")
+    augment: Sequence[str] | None = opt(None, check=AugmentSpecs(), multiple=True, suite=True, metavar="SPEC",
+                                        from_cli=_augment_list, to_cli=lambda v: _augment_list(v) or [],
+                                        help="Test-time augmentation, repeatable: NAME or NAME:key=value,... (hflip, "
+                                             "rotate, scale, translate, brightness, contrast, gamma, noise, blur, jpeg; "
+                                             "docs/augmentations.md). The submission holds the mean over the original "
+                                             "and each augmented view; maps are warped back first. Default: the model "
+                                             "config's augment: (none).")
+    augment_seed: int = opt(0, check=Int(0, 2**63 - 1), suite=True,
+                            help="Seed of the seeded augmentations (noise); each case's draw depends only on it, the "
+                                 "dataset, the case id and the view.")
     datasets: Sequence[str] | None = opt(None, check=Text(), from_cli=_dataset_list, to_cli=lambda v: [",".join(v)],
                                          help="Comma-separated dataset keys to extract (default: all in the images store).")
     batch_size: int = opt(32, check=Int(1), suite=True, help="Images per forward pass.")

@@ -34,11 +34,12 @@ from . import distributed
 from .models import create_adapter
 from .options import ExtractOptions
 from .pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
+from .tta import TTA, CombinedBlock, check_resume, resolve as resolve_tta
 from .writer_process import ProcessStore
 
 
 #: the options run_extraction checks itself, by their declared constraints
-_CHECKED = ("batch_size", "workers", "cases_per_block", "map_dtype", "writer", "limit")
+_CHECKED = ("batch_size", "workers", "cases_per_block", "map_dtype", "writer", "limit", "augment_seed")
 
 
 class ExtractError(InputError, RuntimeError):
@@ -53,12 +54,18 @@ class _Blocks(Dataset):
     store keeps them and the transform wants them), else the stored S x S image; ``images`` is
     then the stack of its outputs. With an :class:`~.pipeline.InputRing` the images are written
     into the ring's slot for the item instead, and the item is (block, item, orig_size).
+
+    With test-time augmentation (``tta``, extract/tta.py) a block of n cases gives V * n inputs, view-major
+    (rows v * n .. v * n + n - 1 are view v), each view made from the pixels the adapter starts from
+    before its transform; ``orig_size`` stays the n cases' sizes.
     """
 
     def __init__(self, images_path: str, dataset: str, blocks: Sequence[tuple[int, int, int]],
-                 transform=None, originals: bool = False, ring: InputRing | None = None) -> None:
+                 transform=None, originals: bool = False, ring: InputRing | None = None,
+                 tta: TTA | None = None) -> None:
         self.images_path, self.dataset, self.blocks = str(images_path), dataset, list(blocks)
         self.transform, self.originals, self.ring = transform, bool(originals), ring
+        self.tta = tta
         self._ds = None
 
     def __len__(self) -> int:
@@ -79,6 +86,8 @@ class _Blocks(Dataset):
     def _inputs(self, start: int, stop: int, sizes: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows start:stop as the adapter gets them, written into ``out`` when given."""
         ds = self._open()
+        if self.tta is not None:
+            return self._views(ds, start, stop, sizes, out)
         if self.transform is None:
             stored = np.asarray(ds.image[start:stop])
             if out is None:
@@ -94,12 +103,30 @@ class _Blocks(Dataset):
             out[k].copy_(case)
         return out
 
+    def _views(self, ds, start: int, stop: int, sizes: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
+        """The V views of rows start:stop, view-major (class doc); one case at a time, as above."""
+        n, views = stop - start, self.tta.views
+        stored = None if self.originals and self.transform is not None else np.asarray(ds.image[start:stop])
+        made: list = [None] * (views * n)
+        for r in range(start, stop):
+            base = ds.original(r) if stored is None else stored[r - start]
+            for v, img in enumerate(self.tta.view_images(base, self.dataset, str(ds.case_id[r]))):
+                k = v * n + (r - start)
+                case = torch.from_numpy(np.ascontiguousarray(img)) if self.transform is None \
+                    else self.transform(img, sizes[r - start])
+                if out is None:
+                    made[k] = case
+                else:
+                    out[k].copy_(case)
+        return torch.stack(made) if out is None else out
+
     def __getitem__(self, i: int):
         b, start, stop = self.blocks[i]
         sizes = np.asarray(self._open().orig_size[start:stop], dtype=np.int64)
         if self.ring is None:
             return b, self._inputs(start, stop, sizes), torch.from_numpy(sizes)
-        self._inputs(start, stop, sizes, self.ring.slot_for(i)[:stop - start])
+        rows = (stop - start) * (self.tta.views if self.tta is not None else 1)
+        self._inputs(start, stop, sizes, self.ring.slot_for(i)[:rows])
         return b, i, torch.from_numpy(sizes)
 
 
@@ -153,6 +180,10 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
 
     adapter = create_adapter(opts.model, **opts.model_overrides())
     config = adapter.config
+    try:
+        tta = resolve_tta(opts.augment, config, opts.augment_seed)
+    except InputError as e:
+        raise ExtractError(e.problems) from None
     device = pick_device(opts.device or config.get("device"), info.local_rank)
     precision = opts.precision or config.get("precision") or "fp32"
     if precision not in PRECISIONS:
@@ -181,9 +212,13 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         "images": {"path": Path(opts.images).name, "attrs": _jsonable(store.attrs)},
         "software": software_versions(),
     }
+    if tta is not None:  # only then: a run without augmentations writes the same attributes as before
+        provenance["augment"] = tta.provenance()
 
     error = None
     if info.is_main:
+        error = check_resume(opts.out, provenance.get("augment"), opts.overwrite)
+    if info.is_main and error is None:
         try:
             SubmissionWriter.create(opts.out, model=model_name, method=adapter.method, provenance=provenance,
                                     datasets=specs, cases_per_block=cpb, map_dtype=opts.map_dtype,
@@ -227,20 +262,26 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
             adapter.dataset = name
             adapter.set_classes(store.datasets[name].classes)  # text embeddings once per dataset
             blocks = [(b, *writer.block_rows(name, b)) for b in mine]
-            reader = _Blocks(opts.images, name, blocks, pixels[name]["transform"], pixels[name]["source"] == "original")
+            reader = _Blocks(opts.images, name, blocks, pixels[name]["transform"], pixels[name]["source"] == "original",
+                             tta=tta)
             shape, dtype = reader.case_layout()
-            with InputRing(ring_slots(opts.workers), max(b1 - b0 for _, b0, b1 in blocks), shape, dtype, device,
+            views = tta.views if tta is not None else 1
+            with InputRing(ring_slots(opts.workers), views * max(b1 - b0 for _, b0, b1 in blocks), shape, dtype, device,
                            shared=opts.workers > 0) as reader.ring:
                 loader = DataLoader(reader, batch_size=None, shuffle=False, num_workers=opts.workers,
                                     persistent_workers=False)
                 for b, item, sizes in loader:
-                    pending = compute_block(adapter, reader.ring.view(item, sizes.shape[0]), sizes, opts.batch_size,
+                    n = sizes.shape[0]
+                    pending = compute_block(adapter, reader.ring.view(item, n * views),
+                                            sizes if views == 1 else sizes.repeat(views, 1), opts.batch_size,
                                             device, precision, copy_stream)
+                    if tta is not None:
+                        pending = CombinedBlock(pending, tta, n)
                     reader.ring.consumed(item, pending.input_event)
                     block_writer.submit(name, int(b), pending)
     for name in names:  # phrase rows, after the class blocks (their own ledger; resumable the same way)
         if specs[name].query_ids and not specs[name].phrases_unsupported:
-            _phrase_pass(opts, writer, adapter, name, store.datasets[name], pixels[name], device, precision, info)
+            _phrase_pass(opts, writer, adapter, name, store.datasets[name], pixels[name], device, precision, info, tta)
     written = count["written"]
 
     distributed.barrier()
@@ -296,7 +337,7 @@ def _phrase_spec(ds, adapter, limit: int | None) -> dict:
             "phrases_unsupported": None if getattr(adapter, "supports_phrases", False) else adapter.phrase_reason}
 
 
-def _phrase_pass(opts, writer, adapter, name, ds, pixels, device, precision, info) -> None:
+def _phrase_pass(opts, writer, adapter, name, ds, pixels, device, precision, info, tta: TTA | None = None) -> None:
     """Write the phrase-row blocks of ``name`` still to do: per block, the images its phrases point at
     (a contiguous run of cases: phrases are listed in case order) and the adapter's phrase outputs."""
     todo = distributed.broadcast(writer.query_blocks_todo(name) if info.is_main else None)
@@ -308,13 +349,21 @@ def _phrase_pass(opts, writer, adapter, name, ds, pixels, device, precision, inf
         cases = q.case[s:e]
         c0, c1 = int(cases.min()), int(cases.max()) + 1
         _, images, sizes = _Blocks(opts.images, name, [(b, c0, c1)], pixels["transform"],
-                                   pixels["source"] == "original")[0]
+                                   pixels["source"] == "original", tta=tta)[0]
         # a model whose queries attend to each other (KAD) puts a phrase in its category's slot: it asks for them
         kw = {"categories": [str(c) for c in q.category[s:e]]} if getattr(adapter, "phrase_categories", False) else {}
-        with autocast(device, precision):
-            scores, maps = adapter.phrase_outputs(images.to(device), sizes, [str(t) for t in q.text[s:e]],
-                                                  torch.as_tensor(cases - c0, dtype=torch.long), **kw)
-        writer.write_query_block(name, b, scores.float().cpu().numpy(), maps.float().cpu().numpy())
+        n, outs = c1 - c0, []
+        for v in range(tta.views if tta is not None else 1):  # the views of the cases, one pass each (extract/tta.py)
+            with autocast(device, precision):
+                scores, maps = adapter.phrase_outputs(images[v * n:(v + 1) * n].to(device), sizes,
+                                                      [str(t) for t in q.text[s:e]],
+                                                      torch.as_tensor(cases - c0, dtype=torch.long), **kw)
+            outs.append((scores.float().cpu().numpy(), maps.float().cpu().numpy()))
+        if tta is None:
+            scores, maps = outs[0]
+        else:
+            scores, maps = tta.combine(np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs]))
+        writer.write_query_block(name, b, scores, maps)
 
 
 def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:

@@ -329,7 +329,8 @@ def problems(cls, values: Mapping[str, Any], where: str, *, suite: bool = True) 
             continue
         if suite and any(value == v and type(value) is type(v) for v in o.suite_also):
             continue
-        problem = o.check.problem(value) if not o.multiple else None
+        # a repeatable option's values are checked by its constraint when it checks lists as a whole (whole_list)
+        problem = o.check.problem(value) if not o.multiple or getattr(o.check, "whole_list", False) else None
         if problem:
             also = "".join(f" or {v}" for v in o.suite_also) if suite else ""
             name = f"{where}.{f.name}" if suite else flag_of(f, o)

@@ -40,6 +40,8 @@ NOT_RUN = {
     "127.0.0.1:8000": "needs a store served over HTTP; tests/schemas/test_remote_hostile.py runs it against one",
     "xbench demo": "takes a minute; tests/report/test_report_demo.py runs it (--quick)",
     "suites/robustness.yaml": "about a minute; tests/score/test_robustness_track.py runs it",
+    "suites/robustness-tta.yaml": "a minute on the full phantom set; tests/extract/test_augment_extract.py runs it "
+                                  "on 6 cases",
     "suites/paper.yaml": "needs the seven datasets and the weights; tests/test_suite.py runs its --dry-run on "
                          "fixture roots laid out as the data cards say",
 }

@@ -82,6 +82,8 @@ DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
 MODEL_KEYS = {"name", "model", "options", "methods", "extract"}
 #: extraction options that do not change a single byte of the submission (so not in its fingerprint)
 EXTRACT_NOT_IN_OUTPUT = ("workers", "nproc_per_node", "threads")
+#: extraction options added later: in the fingerprint only when set, so a suite without them keeps its fingerprints
+EXTRACT_FINGERPRINT_WHEN_SET = ("augment", "augment_seed")
 #: config keys that may name local files; a dry run checks that those which look like paths exist
 MODEL_PATH_KEYS = ("model", "weights", "text_encoder", "checkpoint", "embeddings_cache")
 
@@ -401,7 +403,8 @@ def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
         steps.append(Step("prepare", d.key, [], opts, [f"data/images.zarr/{d.key}", f"data/gt.zarr/{d.key}"]))
     for m in suite.models:
         opts = {"model": m.model, "overrides": m.options, "datasets": ds_keys,
-                **{k: v for k, v in m.extract.items() if k not in EXTRACT_NOT_IN_OUTPUT}}
+                **{k: v for k, v in m.extract.items() if k not in EXTRACT_NOT_IN_OUTPUT
+                   and not (k in EXTRACT_FINGERPRINT_WHEN_SET and v == EXTRACT_DEFAULTS[k])}}
         steps.append(Step("extract", m.key, [f"prepare/{k}" for k in ds_keys], opts, [f"submissions/{m.key}.zarr"]))
         steps.append(Step("score", m.key, [f"extract/{m.key}", *(f"prepare/{k}" for k in ds_keys)],
                           {"bootstrap": suite.score["bootstrap"], "seed": suite.seed, "datasets": ds_keys},

@@ -31,6 +31,7 @@ class Config:
     device: str | None = None
     precision: str | None = None
     method: str | None = None
+    augment: str | list | None = None  # test-time augmentation specs (extract/tta.py); --augment wins
 
 
 @dataclass(frozen=True)

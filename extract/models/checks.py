@@ -294,6 +294,12 @@ def _values(config: Mapping, overrides: Mapping, label: str, info, *, cli_device
         bad("device", f"{config['device']!r} is not a device; give cpu, cuda, cuda:N (or mps)"[:200])
     if not cli_precision and config.get("precision") is not None and config["precision"] not in PRECISIONS:
         bad("precision", f"must be one of {', '.join(PRECISIONS)}, got {config['precision']!r}"[:200])
+    if config.get("augment") is not None:
+        from ..options import AugmentSpecs
+
+        problem = AugmentSpecs().problem(config["augment"])
+        if problem:
+            bad("augment", problem[:400])
     for key in PATH_KEYS:
         if key in config and config[key] is not None and not isinstance(config[key], str):
             bad(key, f"must be text (a path or name), got {type(config[key]).__name__}")

@@ -140,8 +140,7 @@ class AugmentSpec:
         if not self.geometric:
             out = self.augmentation.image(image, self.params, int(seed))
             return np.ascontiguousarray(out, dtype=np.uint8)
-        warped = _warp.resample(image[None], _warp.invert(self.forward()), 0.0)[0]
-        return np.clip(np.rint(warped), 0, 255).astype(np.uint8)
+        return _warp.resample(image[None], _warp.invert(self.forward()), 0.0, to_uint8=True)[0]
 
     def invert_map(self, maps: np.ndarray, fill: float | None = None) -> np.ndarray:
         """Maps (..., h, w) over the augmented image -> float32 maps over the original frame: the value at

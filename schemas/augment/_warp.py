@@ -74,14 +74,16 @@ def in_view(source_of: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return _band_coordinates(source_of, np.arange(h, dtype=np.float64), h, w)[2]
 
 
-def resample(arrays: np.ndarray, source_of: np.ndarray, fill: np.ndarray | float) -> np.ndarray:
+def resample(arrays: np.ndarray, source_of: np.ndarray, fill: np.ndarray | float, *,
+             to_uint8: bool = False) -> np.ndarray:
     """Arrays (N, h, w) resampled onto their own grid: output pixel p reads ``arrays`` at ``source_of(p)``
     (normalised coordinates; module doc). ``fill``: a scalar, or one value per array (N,), for pixels whose
-    point is out of view. Returns float64 (N, h, w)."""
-    arrays = np.asarray(arrays, dtype=np.float64)
+    point is out of view. Returns float64 (N, h, w), or with ``to_uint8`` the values rounded half to even and
+    clipped to 0..255 band by band (a large original then needs no full-size float copy)."""
+    arrays = np.asarray(arrays) if to_uint8 else np.asarray(arrays, dtype=np.float64)
     n, h, w = arrays.shape
     fill = np.broadcast_to(np.asarray(fill, dtype=np.float64), (n,))
-    out = np.empty((n, h, w), dtype=np.float64)
+    out = np.empty((n, h, w), dtype=np.uint8 if to_uint8 else np.float64)
     band = max(1, _BAND_PIXELS // max(1, w))
     for r0 in range(0, h, band):
         rows = np.arange(r0, min(h, r0 + band), dtype=np.float64)
@@ -93,8 +95,9 @@ def resample(arrays: np.ndarray, source_of: np.ndarray, fill: np.ndarray | float
         fy, fx = y - y0, x - x0
         for k in range(n):
             a = arrays[k]
-            top = a[y0, x0] * (1.0 - fx) + a[y0, x1] * fx
-            bottom = a[y1, x0] * (1.0 - fx) + a[y1, x1] * fx
-            val = top * (1.0 - fy) + bottom * fy  # at a whole position the other weight is 0: the value is exact
-            out[k, int(r0):int(r0) + len(rows)] = np.where(inside, val, fill[k])
+            pick = lambda yy, xx: a[yy, xx].astype(np.float64)  # noqa: E731 - uint8 images read as float
+            top = pick(y0, x0) * (1.0 - fx) + pick(y0, x1) * fx
+            bottom = pick(y1, x0) * (1.0 - fx) + pick(y1, x1) * fx
+            val = np.where(inside, top * (1.0 - fy) + bottom * fy, fill[k])  # a zero weight keeps a value exact
+            out[k, int(r0):int(r0) + len(rows)] = np.clip(np.rint(val), 0, 255) if to_uint8 else val
     return out

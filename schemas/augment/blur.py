@@ -14,7 +14,8 @@ import numpy as np
 from ._base import Augmentation, Param
 
 #: taps up to which the axis is summed directly; longer kernels go through an FFT (same sum, float rounding)
-_DIRECT_TAPS = 65
+_DIRECT_TAPS = 25
+_BAND_PIXELS = 1 << 20
 
 
 def kernel(s: float) -> np.ndarray:
@@ -25,6 +26,7 @@ def kernel(s: float) -> np.ndarray:
 
 
 def _blur_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
+    """``x`` (float64) convolved along ``axis`` with ``weights``, border mirrored (module doc)."""
     r = len(weights) // 2
     if r == 0:
         return x
@@ -33,7 +35,7 @@ def _blur_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
     padded = np.pad(x, pad, mode="symmetric")
     n = x.shape[axis]
     if len(weights) <= _DIRECT_TAPS:
-        out = np.zeros_like(x)
+        out = np.zeros(x.shape)
         for t, wt in enumerate(weights):
             out += wt * (padded[t:t + n] if axis == 0 else padded[:, t:t + n])
         return out
@@ -47,10 +49,18 @@ def _blur_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
 
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:
     h, w = img.shape
-    x = img.astype(np.float64)
-    x = _blur_axis(x, kernel(params["sigma"] * h / params["side"]), 0)
-    x = _blur_axis(x, kernel(params["sigma"] * w / params["side"]), 1)
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    down = kernel(params["sigma"] * h / params["side"])
+    across = kernel(params["sigma"] * w / params["side"])
+    # each pass in bands of the other axis: a large original needs one float64 copy, not several
+    mid = np.empty((h, w))
+    cols = max(1, _BAND_PIXELS // h)
+    for c0 in range(0, w, cols):
+        mid[:, c0:c0 + cols] = _blur_axis(img[:, c0:c0 + cols].astype(np.float64), down, 0)
+    out = np.empty((h, w), dtype=np.uint8)
+    rows = max(1, _BAND_PIXELS // w)
+    for r0 in range(0, h, rows):
+        out[r0:r0 + rows] = np.clip(np.rint(_blur_axis(mid[r0:r0 + rows], across, 1)), 0, 255)
+    return out
 
 
 AUGMENTATION = Augmentation(

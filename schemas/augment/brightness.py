@@ -8,7 +8,9 @@ from ._base import Augmentation, Param
 
 
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:
-    return np.clip(np.rint(img.astype(np.float64) + params["delta"]), 0, 255).astype(np.uint8)
+    # per grey level (a 256-entry table): the same numbers as per pixel, without a float copy of a large original
+    levels = np.arange(256, dtype=np.float64)
+    return np.clip(np.rint(levels + params["delta"]), 0, 255).astype(np.uint8)[img]
 
 
 AUGMENTATION = Augmentation(

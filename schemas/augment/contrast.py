@@ -8,9 +8,9 @@ from ._base import Augmentation, Param
 
 
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:
-    x = img.astype(np.float64)
-    m = x.mean()
-    return np.clip(np.rint(m + params["factor"] * (x - m)), 0, 255).astype(np.uint8)
+    m = img.mean(dtype=np.float64)
+    levels = np.arange(256, dtype=np.float64)  # per grey level, as brightness does
+    return np.clip(np.rint(m + params["factor"] * (levels - m)), 0, 255).astype(np.uint8)[img]
 
 
 AUGMENTATION = Augmentation(

@@ -12,9 +12,21 @@ import numpy as np
 from ._base import Augmentation, Param
 
 
+#: pixels drawn at a time: the generator's stream is the same drawn in bands of rows or at once, and a large
+#: original then needs no full-size float64 field
+_BAND_PIXELS = 1 << 20
+
+
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:
-    z = np.random.default_rng(int(seed) & (2**64 - 1)).standard_normal(img.shape)
-    return np.clip(np.rint(img.astype(np.float64) + params["sigma"] * z), 0, 255).astype(np.uint8)
+    rng = np.random.default_rng(int(seed) & (2**64 - 1))
+    h, w = img.shape
+    out = np.empty_like(img)
+    band = max(1, _BAND_PIXELS // w)
+    for r0 in range(0, h, band):
+        rows = slice(r0, min(h, r0 + band))
+        z = rng.standard_normal((rows.stop - r0, w))
+        out[rows] = np.clip(np.rint(img[rows].astype(np.float64) + params["sigma"] * z), 0, 255)
+    return out
 
 
 AUGMENTATION = Augmentation(

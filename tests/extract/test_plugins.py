@@ -20,6 +20,7 @@ from xbench.extract.datasets import DATASETS
 from xbench.extract.models import MODELS, create_adapter
 from xbench.extract.prepare_cli import main as prepare_main
 from xbench.extract.saliency import METHODS
+from xbench.schemas.augment import AUGMENTATIONS, parse_spec
 from xbench.schemas.registry import declared_entries
 
 BIN = Path(sys.executable).parent
@@ -70,6 +71,21 @@ METHOD = '''
 
 
     METHOD = MapMethod(name="throwaway", run=run, description="minus the similarity map", reference="this test")
+    '''
+
+AUGMENTATION = '''
+    """A throw-away augmentation: invert the grey levels (photometric, one parameter)."""
+    import numpy as np
+
+    from xbench.schemas.augment import Augmentation, Param
+
+
+    def image(img, params, seed):
+        return (params["top"] - np.minimum(img.astype(np.int64), params["top"])).astype(np.uint8)
+
+
+    AUGMENTATION = Augmentation("throwaway_invert", "invert grey levels",
+                                params=(Param("top", int, 255, 0, 255, "the level black becomes"),), image=image)
     '''
 
 
@@ -144,6 +160,27 @@ def test_a_map_method_is_one_file(plugin_path, phantom_images, tiny_open_clip, t
         METHODS.unregister("throwaway")
 
 
+def test_an_augmentation_is_one_file(plugin_path, phantom_images, tmp_path):
+    from xbench.schemas import read_submission
+
+    pkg = _package(plugin_path, "tp_augment", {"throwaway_invert.py": AUGMENTATION})
+    assert AUGMENTATIONS.discover("tp_augment", [str(pkg)], attr="AUGMENTATION") == ["throwaway_invert"]
+    try:
+        spec = parse_spec("throwaway_invert:top=200")
+        assert str(spec) == "throwaway_invert:top=200"
+        assert (spec.apply_image(np.array([[0, 10, 250]], np.uint8), seed=0) == [[200, 190, 0]]).all()
+        with pytest.raises(Exception, match="did you mean top"):
+            parse_spec("throwaway_invert:tpo=3")
+        out = tmp_path / "aug.zarr"
+        res = CliRunner().invoke(extract_main, [
+            "--model", "dog", "--images", str(phantom_images / "images.zarr"), "--out", str(out),
+            "--augment", "throwaway_invert", "--workers", "0", "--limit", "3", "--quiet"])
+        assert res.exit_code == 0, res.output
+        assert read_submission(out).attrs["augment"]["specs"] == ["throwaway_invert:top=255"]
+    finally:
+        AUGMENTATIONS.unregister("throwaway_invert")
+
+
 def test_a_metric_is_one_registered_definition(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "score"))
     try:
@@ -179,8 +216,9 @@ def _dist_info(root: Path, groups: dict[str, list[str]]) -> None:
 
 def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     """An installed distribution (a dist-info folder with entry_points.txt on the path) adds a reader, a model,
-    a map method and a metric without any file of XBench changing; the real commands list them."""
+    a map method, a metric and an augmentation without any file of XBench changing; the real commands list them."""
     _package(tmp_path, "tp_installed", {"reader.py": READER, "model.py": MODEL, "method.py": METHOD,
+                                        "augment.py": AUGMENTATION,
                                         "metric.py": '''
         import numpy as np
 
@@ -196,7 +234,8 @@ def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     _dist_info(tmp_path, {"xbench.datasets": ["throwaway_set = tp_installed.reader:ThrowawayReader"],
                           "xbench.models": ["throwaway-model = tp_installed.model:build"],
                           "xbench.methods": ["throwaway = tp_installed.method:METHOD"],
-                          "xbench.metrics": ["throwaway = tp_installed.metric:METRIC"]})
+                          "xbench.metrics": ["throwaway = tp_installed.metric:METRIC"],
+                          "xbench.augmentations": ["throwaway_invert = tp_installed.augment:AUGMENTATION"]})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
     def run(*argv: str) -> str:
@@ -209,6 +248,8 @@ def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     assert any(line.startswith("throwaway ") for line in run(str(BIN / "xbench-extract"), "--list-methods").splitlines())
     keys = run(sys.executable, "-c", "from xbench.score.registry import REGISTRY; print(' '.join(REGISTRY))").split()
     assert keys[-1] == "throwaway_miss"  # after every built-in metric
+    spec = run(sys.executable, "-c", "from xbench.schemas.augment import parse_spec; print(parse_spec('throwaway_invert'))")
+    assert spec.strip() == "throwaway_invert:top=255"
 
 
 def test_a_plug_in_of_the_wrong_kind_is_refused_by_name(tmp_path):
