@@ -332,6 +332,18 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
     return check(table, case_ids, where)
 
 
+def images_attr_problems(value, n_rows: int, minor: int, where: str) -> list[Problem]:
+    """An images group's ``perturbed_copies``: a count of its rows (fewer than all: clean cases come first),
+    in a store of minor >= 3."""
+    out = []
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < max(n_rows, 1)):
+        out.append(Problem(where, f"attribute '{IMAGES_ATTR}' must be a count of copy rows below the {n_rows} rows"))
+    if minor < IMAGES_MINOR:
+        out.append(Problem(where, f"has perturbed copies but the root attribute xbench.schema_minor is {minor}; "
+                                  f"they need schema_minor >= {IMAGES_MINOR}"))
+    return out
+
+
 def require_valid(p: Perturbations, case_ids, where: str) -> None:
     problems = check(p, case_ids, where)
     if problems:

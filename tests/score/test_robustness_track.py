@@ -525,3 +525,19 @@ def test_clean_metrics_of_an_extraction_with_copies_equal_those_without(tmp_path
     for key in ("datasets", "overall", "ci95"):
         assert out["plain"][key] == out["perturbed"][key]
     assert out["perturbed"]["robustness"]["datasets"]["phantom"]["available"] is True
+
+
+@pytest.mark.parametrize("value,minor", [(-1, 3), ("7", 3), (10**9, 3), (True, 3), (4, 2)])
+def test_an_images_store_with_a_wrong_copy_count_is_invalid(tmp_path, value, minor):
+    from xbench.schemas import validate_images
+    from xbench.schemas.store import consolidate
+
+    assert _prepare(tmp_path / "a", "--workers", "1", "--perturb", "hflip").exit_code == 0
+    store = tmp_path / "a" / "images.zarr"
+    assert validate_images(store) == []
+    root = zarr.open_group(str(store), mode="r+")
+    root["phantom"].attrs["perturbed_copies"] = value
+    root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": minor}
+    consolidate(store)
+    problems = validate_images(store)
+    assert problems and all("perturbed copies" in p.message or "perturbed_copies" in p.message for p in problems)
