@@ -187,4 +187,15 @@ class PrepareOptions:
                         from_cli=_reader_options, to_cli=lambda d: [f"{k}={v}" for k, v in d.items()],
                         help="Reader option, repeatable (see the dataset's data card), e.g. --option negatives=data_entry.")
     n_cases: int | None = opt(None, check=Int(1), help="phantom only: number of cases (default 200).")
-    seed: int | None = opt(None, check=Int(0), help="phantom only: random seed (default 0).")
+    seed: int | None = opt(None, check=Int(0, 2**63 - 1),
+                           help="phantom: its random seed (default 0); with --perturb also the private key of the copies' "
+                                "ids and seeds (default 0: choose a secret one for a real benchmark).")
+    # the robustness track (docs/robustness.md); a SPEC may give a parameter as a range LOW..HIGH
+    perturb: tuple = opt((), check=Text(), multiple=True, suite=True, metavar="SPEC[,SPEC...]",
+                         from_cli=tuple, to_cli=lambda v: [v] if isinstance(v, str) else list(v),
+                         help="Add perturbed copies of every case under opaque ids (robustness track), e.g. "
+                              "--perturb hflip,rotate:degrees=-10..10. Repeatable.")
+    perturb_copies: int = opt(1, check=Int(1, 32), suite=True,
+                              help="Copies per SPEC and case, each with its own seed and drawn parameters.")
+    perturb_seed: int | None = opt(None, check=Int(0, 2**63 - 1), suite=True, cli=False,
+                                   help="Suites only: the key of the copies' ids and seeds (the command's --seed).")

@@ -57,6 +57,7 @@ def main(dataset, list_only, quiet, as_json, **params):
       xbench-prepare siim_acr --root ~/data/siim --out prepared --workers 16
       xbench-prepare vindr_cxr --root ~/data/vindr --out prepared --split test
       xbench-prepare phantom --out prepared --n-cases 20 --option phrases=true --text-probes
+      xbench-prepare phantom --out prepared --perturb hflip,rotate:degrees=-10..10 --perturb-copies 2
 
     Several datasets share one pair of stores; preparing one again replaces only its own group.
     An interrupted run resumes where it stopped when started again with the same options.
@@ -83,6 +84,8 @@ def main(dataset, list_only, quiet, as_json, **params):
         if value is not None:
             opts[key] = value
     if dataset != "phantom":
+        if p.perturb and "seed" in opts:  # --seed keys the perturbed copies of any dataset
+            opts.pop("seed")
         wrong = [k for k in _PHANTOM_ONLY if k in opts]
         if wrong:
             _fail(f"--{wrong[0].replace('_', '-')} applies to phantom only")
@@ -102,6 +105,7 @@ def main(dataset, list_only, quiet, as_json, **params):
             reader, out_dir, grid=p.grid, image_size=p.image_size, workers=p.workers, cases_per_block=p.cases_per_block,
             max_skip_fraction=p.max_skip_fraction, progress=not quiet and not as_json, keep_original=p.keep_original,
             text_probes=p.text_probes,
+            perturb=p.perturb, perturb_copies=p.perturb_copies, perturb_seed=p.seed,
         )
     except TooManySkippedError as exc:
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",
@@ -116,6 +120,12 @@ def main(dataset, list_only, quiet, as_json, **params):
             f"{s.n_fallback_regions} lesion(s) kept by the centroid rule, {s.n_clipped_boxes} box(es) clipped; "
             f"{s.seconds:.1f} s -> {s.images}, {s.gt}"
         )
+        if p.perturb:  # the robustness track (extract/datasets/perturb.py): how many copies, never which
+            from xbench.schemas.perturbations import parse_templates
+
+            n_specs = len(parse_templates(p.perturb))
+            click.echo(f"  + {s.n_written * n_specs * p.perturb_copies} perturbed copies ({n_specs} SPEC(s) x "
+                       f"{p.perturb_copies}) in the images store; their mapping is in the ground truth only")
         for item in s.skipped[:_MAX_LINES]:
             click.echo(f"  skipped {item['case_id']}: {item['source']}: {item['reason']}", err=True)
         if len(s.skipped) > _MAX_LINES:

@@ -12,6 +12,8 @@ Layout (contract §gt.zarr)::
       optional, root xbench.schema_minor >= 2, all or none (phrase rows, schemas/queries.py):
         query_id (Q,) str, query_case (Q,) int64, query_category (Q,) str,
         query_mask (Q, H, W) bool (the union of the phrase's boxes; never empty)
+      optional, root xbench.schema_minor >= 3, all or none (the robustness track's perturbed copies,
+      schemas/perturbations.py): perturb_id, perturb_case, perturb_group, perturb_spec, perturb_seed (P,)
 
 A dataset group is written whole by :func:`write_ground_truth` into a temporary folder and moved
 into place, so a reader never sees half a ground truth and preparing one dataset again replaces
@@ -72,6 +74,7 @@ class GroundTruthDataset:
     queries: Queries | None = None  # phrase rows (no text: it is public in images.zarr)
     query_mask: zarr.Array | None = None  # (Q, H, W) bool
     query_probes: "TextProbes | None" = None  # which phrase rows are text probes (gt minor 4, schemas/probes.py)
+    perturbations: object = None  # schemas/perturbations.Perturbations: the perturbed copies (gt minor 3)
 
 
 @dataclass
@@ -100,6 +103,7 @@ def write_ground_truth(
     queries: Queries | None = None,
     query_mask: np.ndarray | None = None,
     query_probes: "TextProbes | None" = None,
+    perturbations=None,
 ) -> None:
     """Write (or replace) one dataset group of a ground-truth store, atomically.
 
@@ -124,6 +128,10 @@ def write_ground_truth(
     if query_probes is not None:
         problems += (check_probes(queries.id, queries.case, queries.category, query_probes, f"ground truth {dataset}")
                      if queries is not None else [Problem(f"ground truth {dataset}", "text probes need phrase rows")])
+    if perturbations is not None:  # the robustness track's copies (schemas/perturbations.py)
+        from . import perturbations as PT
+
+        problems += PT.check(perturbations, case_ids, f"ground truth {dataset}")
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")
@@ -131,6 +139,8 @@ def write_ground_truth(
         declare_minor(root, "ground-truth")
     if query_probes is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PROBE_MINOR, root_minor(root))}
+    if perturbations is not None:
+        root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PT.GT_MINOR, root_minor(root))}
     # Built beside the store, not inside it, so a crash never leaves a stray group in it.
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
     try:
@@ -156,6 +166,8 @@ def write_ground_truth(
             qm[:] = query_mask
         if query_probes is not None:
             write_probe_arrays(g, query_probes)
+        if perturbations is not None:
+            PT.write_arrays(g, perturbations)
         atomic_replace_dir(tmp, path / dataset)
     finally:
         if tmp.exists():
@@ -232,6 +244,7 @@ def read_ground_truth(path: str | os.PathLike) -> GroundTruth:
             queries=read_queries(g, with_text=False),
             query_mask=g["query_mask"] if "query_mask" in g else None,
             query_probes=read_probes(g),
+            perturbations=_perturbations(g),
         )
     return GroundTruth(path=store_path(path), attrs=dict(group.attrs.get("xbench", {})), datasets=datasets)
 
@@ -249,7 +262,27 @@ def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -
     for name, g in groups.items():
         problems += _validate_gt_dataset(g, f"{where}/{name}", scan_masks=scan_masks)
         problems += _validate_gt_queries(g, f"{where}/{name}", root_minor(group), scan_masks=scan_masks)
+        problems += _validate_perturbations(g, f"{where}/{name}", root_minor(group))
     return problems
+
+
+def _perturbations(g: zarr.Group):
+    from .perturbations import read
+
+    return read(g)
+
+
+def _validate_perturbations(g: zarr.Group, where: str, minor: int) -> list[Problem]:
+    """The perturbation table of a group (schemas/perturbations.py), once the group's case ids are readable."""
+    from .perturbations import ARRAYS, ATTR, validate
+
+    if not any(a in g for a in ARRAYS) and ATTR not in g.attrs:
+        return []
+    try:
+        ids = read_strings(g["case_id"])
+    except Exception:  # the group's own checks report it
+        return []
+    return validate(g, where, minor, ids)
 
 
 def _validate_gt_queries(g: zarr.Group, where: str, minor: int, *, scan_masks: bool) -> list[Problem]:

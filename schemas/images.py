@@ -313,6 +313,10 @@ def validate_images(path: str | os.PathLike) -> list[Problem]:
         validate_query_arrays(g, w, "images", IMAGES_ARRAYS, n, classes if isinstance(classes, list) else (),
                               _minor(group), problems)
         originals = _originals_arrays(g, w, n, _minor(group), problems)
+        if "perturbed_copies" in g.attrs:  # the robustness track (schemas/perturbations.py): a count, minor 3
+            from .perturbations import images_attr_problems
+
+            problems += images_attr_problems(g.attrs["perturbed_copies"], n, _minor(group), w)
         for k, arr in {**arrays, **(originals or {})}.items():
             gone = missing_chunks(arr)
             if gone:

@@ -422,6 +422,10 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     from .probe_table import write_probe_table  # text probes: only with probes in the ground truth
 
     paths += write_probe_table({label: metrics}, folder)
+    if "robustness" in metrics:  # only then (score/robustness_table.py): other outputs keep their file list
+        from .robustness_table import write_robustness_table
+
+        paths += write_robustness_table({label: metrics}, folder)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
         paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")

@@ -74,6 +74,8 @@ __all__ = [
 PHRASES_METRICS_MINOR = row_scope("phrase").minor
 #: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
 PARTIAL_METRICS_MINOR = 3
+#: metrics.json minor version that adds "robustness" (perturbed copies in the ground truth; score/robustness.py)
+ROBUSTNESS_METRICS_MINOR = 4
 
 
 @dataclass
@@ -426,6 +428,9 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                           cases={d: run.aligned[d][0] >= 0 for d in run.partial})
     if probes:  # only with text probes in the ground truth (metrics.json minor 5)
         metrics["text_probes"] = probes
+    robustness = _robustness(run, bootstrap=bootstrap, seed=seed, pointing_tolerance=pointing_tolerance, timings=timings)
+    if robustness:  # likewise: only with perturbed copies in the ground truth (score/robustness.py)
+        metrics["robustness"] = robustness
     release_freed_memory()
     t0 = time.perf_counter()
     gt_sha256 = run.gt.sha256
@@ -434,10 +439,23 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                      pointing_tolerance=pointing_tolerance)
     if probes:
         header["schema_minor"] = max(PROBES_METRICS_MINOR, int(header["schema_minor"]))
+    if robustness:
+        header["schema_minor"] = max(ROBUSTNESS_METRICS_MINOR, int(header.get("schema_minor", 0)))
     if run.partial or run.not_scored:  # only then: a full run's metrics.json is unchanged
         metrics = _with_partial(metrics, run.partial, sum(run.n_in.values()), sum(run.n_of.values()), run.not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
                        scope_counts=scope_counts, notes=undefined_notes(undefined))
+
+
+def _robustness(run: "_Run", *, bootstrap: int, seed: int, pointing_tolerance: float, timings: dict) -> dict:
+    """The "robustness" section (score/robustness.py); {} without perturbed copies in the ground truth."""
+    if not any(getattr(run.gt.datasets[d], "perturbations", None) is not None for d in run.scored):
+        return {}
+    from .robustness import score_robustness
+
+    return score_robustness(run.sub, run.gt, run.scored, run.aligned, partial=run.partial,
+                            metrics_from_counts=metrics_from_counts, bootstrap=bootstrap, seed=seed,
+                            thresholds=run.thresholds, pointing_tolerance=pointing_tolerance, timings=timings)
 
 
 class _Run(NamedTuple):

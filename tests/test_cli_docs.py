@@ -39,6 +39,7 @@ NOT_RUN = {
     "--datasets vindr_cxr,chexlocalize": "names datasets the phantom set does not have",
     "127.0.0.1:8000": "needs a store served over HTTP; tests/schemas/test_remote_hostile.py runs it against one",
     "xbench demo": "takes a minute; tests/report/test_report_demo.py runs it (--quick)",
+    "suites/robustness.yaml": "about a minute; tests/score/test_robustness_track.py runs it",
     "suites/robustness-tta.yaml": "a minute on the full phantom set; tests/extract/test_augment_extract.py runs it "
                                   "on 6 cases",
     "chexlocalize_test/": "docs/human.md's worked example runs on a CheXlocalize fixture; "

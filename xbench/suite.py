@@ -188,6 +188,10 @@ def _grid(value) -> tuple[int, int] | None:
 
 def _check_prepare(prep: dict, where: str, problems: list[str]) -> None:
     problems += _options.problems(PrepareOptions, prep, where)
+    if prep.get("perturb"):  # the robustness track's SPECs, checked before anything runs
+        from xbench.extract.datasets.perturb import perturb_problems
+
+        problems += [f"{where}.perturb: {p}" for p in perturb_problems(prep["perturb"], prep.get("perturb_copies", 1))]
 
 
 def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str]) -> list[ModelEntry]:
@@ -393,7 +397,8 @@ def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
     ds_keys = [d.key for d in suite.datasets]
     for d in suite.datasets:
         opts = {"dataset": d.key, "split": d.split, "options": d.options, "limit": limit,
-                **{k: (list(_grid(v)) if k == "grid" else v) for k, v in d.prepare.items() if k != "workers"}}
+                **{k: (list(_grid(v)) if k == "grid" else v) for k, v in d.prepare.items()
+                   if k != "workers" and (d.prepare.get("perturb") or not k.startswith("perturb"))}}  # old fingerprints stay
         steps.append(Step("prepare", d.key, [], opts, [f"data/images.zarr/{d.key}", f"data/gt.zarr/{d.key}"]))
     for m in suite.models:
         opts = {"model": m.model, "overrides": m.options, "datasets": ds_keys,

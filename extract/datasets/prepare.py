@@ -424,6 +424,9 @@ def prepare_dataset(
     progress: bool = True,
     keep_original: bool = _DEFAULTS.keep_original,
     text_probes: bool = _DEFAULTS.text_probes,
+    perturb: Sequence[str] = (),
+    perturb_copies: int = _DEFAULTS.perturb_copies,
+    perturb_seed: int | None = None,
 ) -> PrepareSummary:
     """Prepare one dataset into ``out_dir/images.zarr`` and ``out_dir/gt.zarr`` (see module doc).
 
@@ -437,19 +440,24 @@ def prepare_dataset(
     max_skip_fraction : the run fails when more than this fraction of the cases is skipped.
     keep_original : also store every image at its original resolution (see module doc).
     text_probes : add the text probes of every phrase row (:mod:`.text_probes`; needs phrase rows).
+    perturb, perturb_copies, perturb_seed : the robustness track's perturbed copies (``--perturb``; SPECs,
+        copies per SPEC and case, the key of their ids and seeds, default 0; :mod:`.perturb`).
 
     Returns the :class:`PrepareSummary`. Raises :class:`PrepareError` for bad input (fatal
     reader problems, every case skipped, too many skipped).
     """
     with _DeferredInterrupt() as guard:  # Ctrl-C never lands inside a write to the stores
         grid = (grid, grid) if isinstance(grid, int) else grid
+        from .perturb import Copies
+
+        copies = Copies.of(perturb, perturb_copies, perturb_seed)  # bad SPECs fail before any work
         return _prepare(reader, Path(out_dir), (int(grid[0]), int(grid[1])), image_size, workers, cases_per_block,
-                        max_skip_fraction, progress, keep_original, guard, text_probes)
+                        max_skip_fraction, progress, keep_original, guard, text_probes, copies)
 
 
 def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size: int, workers: int | None,
              cases_per_block: int, max_skip_fraction: float, progress: bool, keep_original: bool,
-             guard: _DeferredInterrupt, text_probes: bool = False) -> PrepareSummary:
+             guard: _DeferredInterrupt, text_probes: bool = False, copies=None) -> PrepareSummary:
     from xbench.schemas import ImagesWriter, read_images, write_ground_truth
     from xbench.schemas.queries import Queries
 
@@ -505,6 +513,8 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
 
         probes = add_probes(queries, case_ids)
         plan["text_probes"] = True  # only then, so that the plans of earlier runs stay resumable
+    if copies:  # likewise: only with perturbed copies
+        plan["perturb"] = copies.plan()
     work = out / WORK_DIR / reader.key
     out.mkdir(parents=True, exist_ok=True)
     images_path, gt_path = out / "images.zarr", out / "gt.zarr"
@@ -577,11 +587,18 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         if writer is not None:
             writer.finish()
             (work / "stage1.done").write_text("")
-    if failed:
+    copies_done = bool(copies) and (work / "copies.done").exists()
+    if failed and not copies_done:
         with guard.critical():  # one block at a time would do; the rewrite is rare and short
             _rewrite_without(images_path, reader.key, work, good, survivors, classes, image_size, cases_per_block,
                              attrs, ImagesWriter, read_images, keep_original, q_survivors)
 
+    perturbations = None
+    if copies:  # the robustness track: perturbed copies appended to the images group (extract/datasets/perturb.py)
+        from .perturb import write_copies
+
+        perturbations = write_copies(copies, images_path, reader.key, work, survivors, classes, image_size,
+                                     cases_per_block, attrs, keep_original, q_survivors, guard, progress)
     with guard.critical():
         write_ground_truth(
             gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
@@ -589,7 +606,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
             region_mask=region_mask, orig_size=orig_size[good], grid=grid,
             attrs={**attrs, "rasterisation": RASTERISATION},
             queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
-            query_mask=q_mask, query_probes=q_probes,
+            query_mask=q_mask, query_probes=q_probes, perturbations=perturbations,
         )
     # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
     # stage1.done whose side files are partly gone

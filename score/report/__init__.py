@@ -293,6 +293,9 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
         from .html import _box, _e
 
         page = page.replace("</body>", f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}</body>", 1)
+    robust = _robustness_html(results)
+    if robust:  # the robustness track's table, only for results that have one (score/robustness_table.py)
+        page = page.replace("<h2>Figures</h2>", robust + "<h2>Figures</h2>", 1)
     if checks:  # one more section, before the page ends
         page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
     index = _write_text(out / "index.html", page)
@@ -403,3 +406,15 @@ def sanity_html(checks) -> str:
     return (f"<section><h2>Do the maps depend on the weights?</h2><p>xbench sanity (model randomisation test, "
             f"Adebayo et al. 2018): similarity to the original maps after re-initialising the weights.</p>"
             f"<table><tr>{head}</tr>{rows}</table></section>\n")
+
+
+def _robustness_html(results) -> str:
+    """The robustness table's section of the page, or "" when no result has a robustness section."""
+    from xbench.score.robustness_table import robustness_table
+
+    from .html import _box, _e
+
+    t = robustness_table({r.name: r.metrics for r in results})
+    if t is None:
+        return ""
+    return f"<h2>{_e(t.title)}</h2><p>{_e(t.caption)}</p>{_box(t.to_html())}"

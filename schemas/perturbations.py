@@ -1,0 +1,350 @@
+"""Perturbed copies of a dataset's cases (the weight-free robustness track; contract §Robustness track).
+
+``xbench-prepare ... --perturb SPEC[,SPEC...] [--perturb-copies K]`` adds, to each dataset group of the
+images store, K perturbed copies of every case per SPEC, as ordinary-looking case rows under opaque ids; the
+private ground truth keeps which clean case each copy comes from and the exact augmentation applied to it:
+
+    gt.zarr/<dataset>/   (gt minor 3, all or none)
+        perturb_id     (P,) str    the copy's case id in images.zarr (and in a submission)
+        perturb_case   (P,) int64  the clean case's row in this group
+        perturb_group  (P,) int32  which SPEC of the ``perturbation`` attribute made the copy
+        perturb_spec   (P,) str    the augmentation applied, canonical, parameters drawn (``rotate:degrees=3.2``)
+        perturb_seed   (P,) int64  the seed the augmentation's image function was given
+      attrs: perturbation = {"specs": [SPEC, ...], "copies": K, "seed": S}
+
+The copies are not cases of the ground truth (``case_id`` and ``labels`` hold the clean cases only), so every
+clean metric is exactly what it is without them.
+
+Drawing (the design in one place, all of it a function of ``seed``, the dataset key, the clean case id, the
+SPEC's position and the copy's number k, never of worker counts or order):
+
+* a SPEC is an augmentation spec (``xbench.schemas.augment``) whose numeric parameters may be given as a
+  closed range ``LOW..HIGH`` (``rotate:degrees=-10..10``); each copy draws each ranged parameter uniformly in
+  it (an integer parameter: uniformly among the integers, both ends included; a real one: uniformly,
+  rounded to 4 decimals) from its own generator; fixed parameters are used as given;
+* each copy's seed (for seeded augmentations such as ``noise``) and id come from keyed SHA-256 hashes of
+  (dataset, case id, SPEC position, k) with the key ``seed``: different copies get unrelated seeds, and the
+  id cannot be linked to its clean case without the key, which is written only to the ground truth.
+
+This module imports numpy and the augmentation package only (the schemas layer).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError, InvalidStoreError, Problem
+
+GT_MINOR = 3       # the gt minor version that adds the perturbation table
+IMAGES_MINOR = 3   # the images minor version of a store holding perturbed copies
+ARRAYS = ("perturb_id", "perturb_case", "perturb_group", "perturb_spec", "perturb_seed")
+ATTR = "perturbation"
+IMAGES_ATTR = "perturbed_copies"  # count of copy rows in an images group (public: how many, never which)
+MAX_SPECS = 16
+MAX_COPIES = 32
+MAX_SPEC_CHARS = 200
+ID_PREFIX = "p"
+_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*=")  # a key=value token (a SPEC's name has no "=" before its ":")
+_RANGE = re.compile(r"^([+-]?[0-9.eE+-]+)\.\.([+-]?[0-9.eE+-]+)$")
+
+
+@dataclass(frozen=True)
+class Template:
+    """One ``--perturb`` SPEC: the augmentation's name, its fixed parameters and its ranged ones."""
+
+    text: str                        # as given (canonical for a SPEC without ranges)
+    name: str
+    fixed: dict
+    ranges: dict                     # {key: (low, high, is_int)}
+
+    def draw(self, rng: np.random.Generator) -> str:
+        """A spec with every ranged parameter drawn (module doc), as canonical text."""
+        from .augment import parse_spec
+
+        params = dict(self.fixed)
+        for key in sorted(self.ranges):
+            low, high, is_int = self.ranges[key]
+            params[key] = int(rng.integers(int(low), int(high), endpoint=True)) if is_int \
+                else round(float(rng.uniform(low, high)), 4)
+        text = self.name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        return str(parse_spec(text))
+
+
+def split_specs(text: str) -> list[str]:
+    """``a,b:k=1,j=2,c`` -> [``a``, ``b:k=1,j=2``, ``c``]: a comma starts a new SPEC unless the token after it
+    is a ``key=value`` of the SPEC before (the augmentation package's rule)."""
+    out: list[str] = []
+    for token in str(text).split(","):
+        token = token.strip()
+        if out and _PARAM.match(token):
+            out[-1] += "," + token
+        else:
+            out.append(token)
+    return out
+
+
+def parse_template(text: str) -> Template:
+    """A ``--perturb`` SPEC; :class:`InputError` (one line) when it or a range in it is wrong."""
+    from .augment import parse_spec
+
+    text = str(text).strip()
+    if not text or len(text) > MAX_SPEC_CHARS:
+        raise InputError([f"--perturb: a SPEC must have 1 to {MAX_SPEC_CHARS} characters, got {len(text)}"])
+    name, _, rest = text.partition(":")
+    fixed: dict = {}
+    ranged: dict = {}
+    for token in filter(None, (t.strip() for t in rest.split(","))):
+        key, eq, value = token.partition("=")
+        m = _RANGE.match(value.strip()) if eq else None
+        if m:
+            ranged[key.strip()] = (m.group(1), m.group(2))
+        else:
+            fixed[key.strip()] = value.strip()
+    head = name.strip() + (":" + ",".join(f"{k}={v}" for k, v in fixed.items()) if fixed else "")
+    base = parse_spec(head)  # unknown name (did you mean), bad fixed parameters: the package's own lines
+    ranges = {}
+    for key, (lo, hi) in ranged.items():
+        if key not in base.params:
+            import difflib
+
+            close = difflib.get_close_matches(key, list(base.params), n=1)
+            raise InputError([f"--perturb {text}: {base.name} has no parameter {key!r}"
+                              + (f" (did you mean {close[0]}?)" if close else "")
+                              + f"; it takes {', '.join(base.params) or 'none'}"])
+        is_int = isinstance(base.params[key], int) and not isinstance(base.params[key], bool)
+        try:
+            low, high = (int(lo), int(hi)) if is_int else (float(lo), float(hi))
+        except ValueError:
+            raise InputError([f"--perturb {text}: {key}={lo}..{hi} needs two {'integers' if is_int else 'numbers'}"]) from None
+        if not (np.isfinite(low) and np.isfinite(high)) or low > high:
+            raise InputError([f"--perturb {text}: {key}={lo}..{hi} must go from a low to a high finite value"])
+        for end in (low, high):  # both ends must be values the augmentation takes
+            parse_spec(f"{base.name}:{key}={end}" + "".join(f",{k}={v}" for k, v in fixed.items() if k != key))
+        ranges[key] = (low, high, is_int)
+    fixed_canonical = {k: v for k, v in base.params.items() if k not in ranges}
+    shown = str(base) if not ranges else text
+    return Template(shown, base.name, fixed_canonical, ranges)
+
+
+def parse_templates(items) -> list[Template]:
+    """Every SPEC of ``--perturb`` (repeatable, each comma-separated); bounded to :data:`MAX_SPECS`."""
+    texts = [t for item in items for t in split_specs(item) if t]
+    if len(texts) > MAX_SPECS:
+        raise InputError([f"--perturb: {len(texts)} SPECs; at most {MAX_SPECS}"])
+    if not texts:
+        return []
+    problems, out = [], []
+    for t in texts:
+        try:
+            out.append(parse_template(t))
+        except InputError as exc:
+            problems += [str(p) for p in exc.problems] or [str(exc)]
+    if problems:
+        raise InputError(problems)
+    if len({t.text for t in out}) != len(out):
+        raise InputError(["--perturb: a SPEC is given twice (ask for more copies with --perturb-copies)"])
+    return out
+
+
+def _digest(key: int, *parts: str) -> bytes:
+    return hmac.new(str(int(key)).encode(), "\0".join(parts).encode(), hashlib.sha256).digest()
+
+
+def copy_id(seed: int, dataset: str, case_id: str, spec_index: int, k: int) -> str:
+    return ID_PREFIX + _digest(seed, "id", dataset, case_id, str(spec_index), str(k)).hex()[:24]
+
+
+def copy_seed(seed: int, dataset: str, case_id: str, spec_index: int, k: int) -> int:
+    return int.from_bytes(_digest(seed, "seed", dataset, case_id, str(spec_index), str(k))[:8], "little") >> 1
+
+
+@dataclass(frozen=True)
+class Perturbations:
+    """The perturbation table of one dataset group (module doc); rows ordered by copy id."""
+
+    id: np.ndarray      # (P,) str
+    case: np.ndarray    # (P,) int64
+    group: np.ndarray   # (P,) int32
+    spec: np.ndarray    # (P,) str
+    seed: np.ndarray    # (P,) int64
+    specs: tuple[str, ...]
+    copies: int
+    key: int
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def attrs(self) -> dict:
+        return {"specs": list(self.specs), "copies": int(self.copies), "seed": int(self.key)}
+
+
+def plan_copies(dataset: str, case_ids, templates: list[Template], copies: int, seed: int) -> Perturbations:
+    """Every copy of every case (module doc), sorted by id, so that row order says nothing of the clean case."""
+    if not 1 <= copies <= MAX_COPIES:
+        raise InputError([f"--perturb-copies must be between 1 and {MAX_COPIES}, got {copies}"])
+    ids, cases, groups, specs, seeds = [], [], [], [], []
+    for row, cid in enumerate(np.asarray(case_ids, dtype=str).tolist()):
+        for s, t in enumerate(templates):
+            for k in range(copies):
+                cs = copy_seed(seed, dataset, cid, s, k)
+                ids.append(copy_id(seed, dataset, cid, s, k))
+                cases.append(row)
+                groups.append(s)
+                specs.append(t.draw(np.random.default_rng(cs)) if t.ranges else t.text)
+                seeds.append(cs)
+    order = np.argsort(np.asarray(ids, dtype=str), kind="stable")
+    taken = set(np.asarray(case_ids, dtype=str).tolist())
+    if len(set(ids)) != len(ids) or taken & set(ids):  # 96-bit ids: never in practice, refused if ever
+        raise InputError([f"{dataset}: two perturbed copies (or a copy and a case) drew the same id; use another --seed"])
+    return Perturbations(np.asarray(ids, dtype=str)[order], np.asarray(cases, np.int64)[order],
+                         np.asarray(groups, np.int32)[order], np.asarray(specs, dtype=str)[order],
+                         np.asarray(seeds, np.int64)[order], tuple(t.text for t in templates), int(copies), int(seed))
+
+
+# ----------------------------------------------------------------------------------------- the gt arrays
+def write_arrays(g, p: Perturbations) -> None:
+    """The table into a dataset group being built (write_ground_truth); the attribute beside it."""
+    n = max(len(p), 1)
+    for name, values in zip(ARRAYS, (p.id, p.case, p.group, p.spec, p.seed)):
+        if values.dtype.kind == "U":
+            a = g.create_array(name, shape=(len(values),), dtype=str, chunks=(n,), dimension_names=("copy",))
+            a[:] = values
+        else:
+            g.create_array(name, data=values, chunks=(n,), dimension_names=("copy",), config={"write_empty_chunks": True})
+    g.attrs[ATTR] = p.attrs()
+
+
+def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
+    """Every inconsistency of a table against its dataset's case ids (writer and validator alike)."""
+    from .augment import parse_spec
+    from .store import MAX_CASES, check_strings
+
+    out: list[Problem] = []
+    n = len(case_ids)
+    if not (isinstance(p.specs, tuple) and 1 <= len(p.specs) <= MAX_SPECS and all(isinstance(s, str) for s in p.specs)):
+        return [Problem(where, f"attribute '{ATTR}.specs' must list 1 to {MAX_SPECS} augmentation specs")]
+    if not (isinstance(p.copies, int) and not isinstance(p.copies, bool) and 1 <= p.copies <= MAX_COPIES):
+        return [Problem(where, f"attribute '{ATTR}.copies' must be an integer between 1 and {MAX_COPIES}")]
+    if not (isinstance(p.key, int) and not isinstance(p.key, bool) and p.key >= 0):
+        return [Problem(where, f"attribute '{ATTR}.seed' must be an integer >= 0")]
+    size = len(p.id)
+    if len(p) > MAX_CASES:
+        return [Problem(f"{where}/perturb_id", f"declares {size} copies; the limit is {MAX_CASES}")]
+    if any(len(a) != size for a in (p.case, p.group, p.spec, p.seed)):
+        return [Problem(where, "perturb_* arrays differ in length")]
+    if size != n * len(p.specs) * p.copies:
+        out.append(Problem(f"{where}/perturb_id", f"{size} copies; {n} case(s) x {len(p.specs)} spec(s) x "
+                                                  f"{p.copies} copies make {n * len(p.specs) * p.copies}"))
+    check_strings(p.id, f"{where}/perturb_id", "copy id", out)
+    check_strings(p.spec, f"{where}/perturb_spec", "spec", out)
+    if out:
+        return out
+    if len(np.unique(p.id)) != size or (p.id == "").any():
+        out.append(Problem(f"{where}/perturb_id", "copy ids must be unique and non-empty"))
+    if np.isin(p.id, np.asarray(case_ids, dtype=str)).any():
+        out.append(Problem(f"{where}/perturb_id", "a copy id is also a case id"))
+    if size and ((p.case < 0).any() or (p.case >= n).any()):
+        return out + [Problem(f"{where}/perturb_case", f"rows must be in 0..{n - 1}")]
+    if size and ((p.group < 0).any() or (p.group >= len(p.specs)).any()):
+        return out + [Problem(f"{where}/perturb_group", f"must be in 0..{len(p.specs) - 1}")]
+    if size and (p.seed < 0).any():
+        out.append(Problem(f"{where}/perturb_seed", "seeds must be >= 0"))
+    if size:
+        per = np.bincount(p.case * len(p.specs) + p.group, minlength=n * len(p.specs))
+        if (per != p.copies).any():
+            out.append(Problem(f"{where}/perturb_case", f"every case needs exactly {p.copies} copies per spec; "
+                                                        f"case row {int(np.argmax(per != p.copies)) // len(p.specs)} has not"))
+    templates = []
+    for s, text in enumerate(p.specs):
+        try:
+            templates.append(parse_template(text).name)
+        except InputError as exc:
+            out.append(Problem(f"{where}", f"attribute '{ATTR}.specs' item {s}: {exc.problems[0] if exc.problems else exc}"))
+            return out
+    texts, inverse = np.unique(p.spec, return_inverse=True)
+    names = []
+    for text in texts.tolist():  # each distinct spec parsed once (linear in P)
+        try:
+            names.append(parse_spec(text).name)
+        except InputError as exc:
+            return out + [Problem(f"{where}/perturb_spec", f"{text!r}: {exc.problems[0] if exc.problems else exc}")]
+    wrong = np.asarray(names, dtype=object)[inverse.ravel()] != np.asarray(templates, dtype=object)[p.group]
+    if size and wrong.any():
+        j = int(np.argmax(wrong))
+        out.append(Problem(f"{where}/perturb_spec", f"row {j}: {str(p.spec[j])!r} is not an instance of its "
+                                                    f"perturb_group's spec {p.specs[int(p.group[j])]!r}"))
+    return out
+
+
+def read(g, where: str = "") -> Perturbations | None:
+    """The table of a ground-truth dataset group, or None when it has none (read whole: P strings)."""
+    from .store import read_strings
+
+    if not all(a in g for a in ARRAYS):  # none: no copies; some: validate() says what is wrong
+        return None
+    meta = g.attrs.get(ATTR)
+    meta = meta if isinstance(meta, dict) else {}
+    specs = meta.get("specs")
+    return Perturbations(read_strings(g["perturb_id"]), np.asarray(g["perturb_case"][...], np.int64),
+                         np.asarray(g["perturb_group"][...], np.int64), read_strings(g["perturb_spec"]),
+                         np.asarray(g["perturb_seed"][...], np.int64),
+                         tuple(specs) if isinstance(specs, list) else specs, meta.get("copies"), meta.get("seed"))
+
+
+def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
+    """Problems of a ground-truth group's perturbation table (metadata first, then the values)."""
+    import zarr
+
+    from .store import check_array, missing_chunks, describe_missing, stored_problems
+
+    have = [a for a in ARRAYS if a in g]
+    if not have and ATTR not in g.attrs:
+        return []
+    p: list[Problem] = []
+    if len(have) != len(ARRAYS):
+        return [Problem(where, f"perturbation table incomplete: has {', '.join(have) or 'none'} of {', '.join(ARRAYS)} "
+                               f"(and the '{ATTR}' attribute); all or none")]
+    if minor < GT_MINOR:
+        p.append(Problem(where, f"has perturbed copies but the root attribute xbench.schema_minor is {minor}; "
+                                f"they need schema_minor >= {GT_MINOR}"))
+    if not isinstance(g.attrs.get(ATTR), dict):
+        p.append(Problem(where, f"attribute '{ATTR}' is missing or not an object"))
+    for name, dt in zip(ARRAYS, (("string",), ("int64",), ("int32",), ("string",), ("int64",))):
+        arr = g[name]
+        if not isinstance(arr, zarr.Array):
+            p.append(Problem(f"{where}/{name}", "must be an array, not a group"))
+            continue
+        if check_array(arr, f"{where}/{name}", shape=(None,), dtypes=dt, problems=p, whole=True):
+            gone = missing_chunks(arr)
+            if gone:
+                p.append(Problem(f"{where}/{name}", describe_missing(arr, gone)))
+            p += stored_problems(arr, f"{where}/{name}", trusted=True)
+    if p:
+        return p
+    try:
+        table = read(g, where)
+    except Exception as exc:  # a chunk that does not decode
+        return [Problem(where, f"perturbation table unreadable ({type(exc).__name__}: {exc})")]
+    return check(table, case_ids, where)
+
+
+def images_attr_problems(value, n_rows: int, minor: int, where: str) -> list[Problem]:
+    """An images group's ``perturbed_copies``: a count of its rows (fewer than all: clean cases come first),
+    in a store of minor >= 3."""
+    out = []
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < max(n_rows, 1)):
+        out.append(Problem(where, f"attribute '{IMAGES_ATTR}' must be a count of copy rows below the {n_rows} rows"))
+    if minor < IMAGES_MINOR:
+        out.append(Problem(where, f"has perturbed copies but the root attribute xbench.schema_minor is {minor}; "
+                                  f"they need schema_minor >= {IMAGES_MINOR}"))
+    return out
+
+
+def require_valid(p: Perturbations, case_ids, where: str) -> None:
+    problems = check(p, case_ids, where)
+    if problems:
+        raise InvalidStoreError(problems)
