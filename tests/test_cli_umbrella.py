@@ -90,3 +90,15 @@ def test_help_imports_nothing_heavy(module, func):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_contract_gives_exit_codes_for_every_subcommand():
+    """The contract's exit-code list names every `xbench` subcommand (a new one cannot be left out)."""
+    import re
+
+    from xbench.cli import SUBCOMMANDS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "contract.md").read_text()
+    section = text.split("## Exit codes of every command", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(?:xbench[- ])?([a-z-]+)`", section.split("ends with one of", 1)[0]))
+    assert set(SUBCOMMANDS) - listed == set()
