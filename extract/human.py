@@ -16,6 +16,10 @@ outside ``--root``):
   present when any of them boxed it; ``--rule majority``: the cells more than half of them boxed, a class
   present when more than half of them boxed it).
 
+* **Phantom** (built in, no download): ``--readers N`` simulated readers ``R1`` ... ``RN``
+  (:func:`xbench.extract.datasets.phantom.draw_reading`, the reader model of docs/human.md), each against the
+  ground truth ``--gt``; the phantom's seed, split and size are the images store's.
+
 A reader's map, per case and class, on the ground truth's evaluation grid [H, W] (so the scorer's resize is
 the identity): the reader's region rasterised exactly as the ground truth is (per lesion, docs/contract.md,
 gt.zarr), with value 1 - 2**-10 on its cells, 0 elsewhere, and the value 1 on the cell of the reader's salient

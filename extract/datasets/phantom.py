@@ -28,6 +28,10 @@ are drawn, in which order, or on how many workers: the same seed gives byte-iden
 whose text names the finding and its side, e.g. "left pneumothorax", from the case's own parameters
 (no extra random draw, so images and labels are the same with or without phrases), and whose region is
 the finding's region: the whole phrase-grounding path runs offline.
+
+Simulated readers (:func:`draw_reading`, used by ``xbench human phantom``): extra readers who re-read each case
+and mark its findings with a stated error model (misses, jittered and resized regions, false marks), drawn
+from their own stream, so that the human ceiling exists on the phantom; the stores never change.
 """
 from __future__ import annotations
 
