@@ -116,7 +116,6 @@ def test_readings_differ_from_the_truth_as_the_model_says():
     assert abs(s.mean()) < 4.5 * ph.READER_SHIFT_SD / math.sqrt(s.size)
     assert s.std() == pytest.approx(ph.READER_SHIFT_SD, rel=0.06)
     assert ls.std() == pytest.approx(ph.READER_SCALE_SD, rel=0.08)
-    assert max(kinds["Nodule"]["missed"] / max(1, kinds["Nodule"]["drawn"] + kinds["Nodule"]["missed"]), 0) > 0.1
 
 
 @pytest.fixture(scope="module")
