@@ -16,6 +16,10 @@ outside ``--root``):
   present when any of them boxed it; ``--rule majority``: the cells more than half of them boxed, a class
   present when more than half of them boxed it).
 
+* **Phantom** (built in, no download): ``--readers N`` simulated readers ``R1`` ... ``RN``
+  (:func:`xbench.extract.datasets.phantom.draw_reading`, the reader model of docs/human.md), each against the
+  ground truth ``--gt``; the phantom's seed, split and size are the images store's.
+
 A reader's map, per case and class, on the ground truth's evaluation grid [H, W] (so the scorer's resize is
 the identity): the reader's region rasterised exactly as the ground truth is (per lesion, docs/contract.md,
 gt.zarr), with value 1 - 2**-10 on its cells, 0 elsewhere, and the value 1 on the cell of the reader's salient
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,10 +54,10 @@ from .datasets.base import Box, Mask, Polygon
 from .datasets.chexlocalize import _RLEMask, rle_area
 from .datasets.rasterise import rasterise_region
 
-__all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "reader_map", "run_human",
-           "MASK_LEVEL"]
+__all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
+           "run_human", "MASK_LEVEL"]
 
-DATASETS = ("chexlocalize", "vindr_cxr")
+DATASETS = ("chexlocalize", "vindr_cxr", "phantom")
 RULES = ("union", "majority")
 SOURCES = ("segmentations", "annotations")
 #: the value of a region's cells in a reader's map: >= 0.99 after normalisation (every tau <= 0.99 sees the
@@ -303,6 +307,74 @@ def read_vindr(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str
     return Reading(marks, cases, truth, [path], notes)
 
 
+class _PhantomMarks(Mapping):
+    """One simulated reader's marks, ``{case_id: {class: Mark}}``, drawn when a case is asked for (one case's
+    masks in memory at a time, whatever the number of cases and the native size)."""
+
+    def __init__(self, reader: int, seed: int, split: str, size: int, index: dict[str, int]):
+        self._reader, self._seed, self._split, self._size, self._index = reader, seed, split, size, index
+
+    def __getitem__(self, case_id: str) -> dict[str, Mark]:
+        from .datasets.phantom import draw_reading
+
+        got = draw_reading(self._seed, self._split, self._index[case_id], self._reader, self._size)
+        return {c: Mark(shapes=[Mask(load=lambda m=r.mask: m)], points=[r.point])
+                for c, r in got.items() if r.mask is not None}
+
+    def __iter__(self):
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+def _int_attr(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_phantom(attrs: dict, case_ids: list[str], sizes: dict[str, tuple[int, int]], labels: dict[str, dict],
+                 n_readers: int, where: str) -> tuple[Reading, dict]:
+    """``n_readers`` simulated readers of the phantom cases ``case_ids`` (readers ``R1``, ``R2``, ...), from the
+    phantom options the images store records (``attrs["reader"]``: seed, split, size). ``labels``: the ground
+    truth's ``{case_id: {class: label}}``, which the options must reproduce (else the store was not made by
+    these options and the readers would read other cases). Returns the reading and the options."""
+    from .datasets.phantom import MAX_CASES, MAX_READERS, MAX_SIZE, PHANTOM_CLASSES, _SPLITS, draw_case
+
+    opts = attrs.get("reader") if isinstance(attrs, dict) else None
+    opts = opts if isinstance(opts, dict) else {}
+    seed, size, split = _int_attr(opts.get("seed")), _int_attr(opts.get("size")), opts.get("split")
+    if seed is None or seed < 0 or size is None or not 64 <= size <= MAX_SIZE or split not in _SPLITS:
+        raise InputError([Problem(f"{where}/phantom", "does not record the phantom's options (reader: seed, split, "
+                                                      "size); prepare it with xbench prepare phantom")])
+    if not 1 <= n_readers <= MAX_READERS:
+        raise InputError([Problem("--readers", f"must be 1 to {MAX_READERS}; got {n_readers}")])
+    problems = _Problems()
+    index = {}
+    prefix = f"phantom-{split}-"
+    for case in case_ids:
+        tail = case[len(prefix):] if case.startswith(prefix) else ""
+        if not (len(tail) == 6 and tail.isdigit() and int(tail) < MAX_CASES):
+            problems.add(f"{where}/phantom", f"case id {case!r} is not a phantom {split} case id")
+        elif sizes[case] != (size, size):
+            problems.add(f"{where}/phantom:{case}", f"original size {list(sizes[case])} is not the phantom's {size}")
+        else:
+            index[case] = int(tail)
+    problems.raise_if_any()
+    for case, i in index.items():
+        drawn = draw_case(seed, split, i).findings
+        truth = {c: int(v) for c, v in labels.get(case, {}).items()}
+        if truth != {c: int(c in drawn) for c in PHANTOM_CLASSES if c in truth}:
+            problems.add(f"{where}/phantom:{case}", f"the ground truth's labels are not those the phantom options "
+                                                    f"(seed {seed}, split {split}) draw: another store's ground truth?")
+            if len(problems) >= _MAX_LISTED:
+                break
+    problems.raise_if_any()
+    names = [f"R{r}" for r in range(1, n_readers + 1)]
+    marks = {name: _PhantomMarks(r, seed, split, size, index) for r, name in enumerate(names, 1)}
+    return Reading(marks, {name: list(case_ids) for name in names}, None, []), \
+        {"seed": seed, "split": split, "size": size, "readers": n_readers}
+
+
 def reader_map(mark: Mark | None, size: tuple[int, int], grid: tuple[int, int]) -> np.ndarray:
     """A reader's (H, W) float32 map of one case and class (the rule in the module docstring)."""
     out = np.zeros(grid, np.float32)
@@ -391,7 +463,7 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
 
 def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
               rule: str = "union", source: str = "segmentations", bootstrap: int = 1000, seed: int = 0,
-              say: Callable[[str], None] = lambda s: None) -> dict:
+              readers: int = 3, say: Callable[[str], None] = lambda s: None) -> dict:
     """Make each reader's submission, score it, and write the ceiling; returns human.json's content."""
     from xbench.schemas.ground_truth import read_ground_truth
     from xbench.schemas.images import read_images
@@ -418,6 +490,20 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
         classes = tuple(truth_store.datasets[dataset].classes)
         rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
                      " and salient points against the ground truth")
+    elif dataset == "phantom":
+        if gt is None:
+            raise InputError([Problem("--gt", "the phantom's readers are scored against the ground truth: give --gt gt.zarr")])
+        truth_store = read_ground_truth(gt)
+        if dataset not in truth_store.datasets:
+            raise InputError([Problem(str(gt), f"holds no {dataset} group")])
+        tds = truth_store.datasets[dataset]
+        grid, classes = tuple(tds.grid), tuple(tds.classes)
+        gt_labels = np.asarray(tds.labels)
+        labels = {str(c): {cls: int(v) for cls, v in zip(classes, row)} for c, row in zip(tds.case_id, gt_labels)}
+        reading, phantom = read_phantom(ds.attrs, [str(c) for c in ds.case_id], sizes, labels, readers, str(images))
+        split = phantom["split"]
+        rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
+                     "model of docs/human.md), averaged over readers")
     else:
         grid = (224, 224)
         if gt is not None:
@@ -428,8 +514,14 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
         rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
                      "averaged over readers")
     info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
-            "rule": rule_text, "source": source if dataset == "chexlocalize" else "boxes",
+            "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
             "files": {p.name: file_sha256(p) for p in reading.files}}
+    if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
+        from .datasets import phantom as ph
+
+        info["phantom"] = {**phantom, "model": {"miss": dict(ph.READER_MISS), "false_mark": ph.READER_FALSE_MARK,
+                                                "shift_sd": ph.READER_SHIFT_SD, "log_scale_sd": ph.READER_SCALE_SD,
+                                                "scale_range": list(ph.READER_SCALE_RANGE)}}
     for note in reading.notes:
         say(note)
     per_reader, own = {}, {}

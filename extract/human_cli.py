@@ -12,14 +12,15 @@ from xbench.schemas.errors import escape_text
 
 
 @command("human", on_interrupt=NOT_WRITTEN_HINT)
-@click.argument("dataset", type=click.Choice(["chexlocalize", "vindr_cxr"]))
-@click.option("--root", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="The dataset as downloaded (the folder given to xbench-prepare); only read.")
+@click.argument("dataset", type=click.Choice(["chexlocalize", "vindr_cxr", "phantom"]))
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The dataset as downloaded (the folder given to xbench-prepare); only read. Required for "
+                   "chexlocalize and vindr_cxr; the phantom has none.")
 @click.option("--images", "images", required=True, type=click.Path(exists=True, path_type=Path),
               help="images.zarr of the same split (each case's original size and the case list).")
 @click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path),
-              help="gt.zarr: required for chexlocalize (the readers are scored against it); for vindr_cxr only its "
-                   "evaluation grid is used (default 224x224).")
+              help="gt.zarr: required for chexlocalize and phantom (the readers are scored against it); for "
+                   "vindr_cxr only its evaluation grid is used (default 224x224).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
               help="Output folder: human.json and, per reader, its submission, ground truth and scores.")
 @click.option("--split", type=click.Choice(["train", "test"]), default=None,
@@ -30,25 +31,31 @@ from xbench.schemas.errors import escape_text
 @click.option("--source", type=click.Choice(["segmentations", "annotations"]), default="segmentations",
               show_default=True,
               help="chexlocalize: hb_segmentations_test.json (RLE masks) or hb_annotations_test.json (polygons).")
+@click.option("--readers", type=click.IntRange(1, 16), default=None,
+              help="phantom: how many simulated readers re-read every case [default: 3]; each is drawn from the "
+                   "phantom's seed by the reader model of docs/human.md.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
               help="Bootstrap resamples for the 95% intervals.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Bootstrap seed.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ceiling (human.json) on stdout.")
 @budget_options
-def human(dataset, root, images, gt_path, out, split, rule, source, bootstrap, seed, quiet, as_json, max_memory,
-          timeout):
+def human(dataset, root, images, gt_path, out, split, rule, source, readers, bootstrap, seed, quiet, as_json,
+          max_memory, timeout):
     """Score the dataset's own radiologists like a model: the human ceiling.
 
     Each reader's annotations become a submission (binary masks on the evaluation grid, the salient point as
     the map's maximum) and are scored with the pointing game, Dice and IoU at the same thresholds as any
     model. CheXlocalize: the human benchmark (hb_*_test.json) against the ground truth. VinDr-CXR train:
-    each reader against the other readers of the same image (--rule), averaged over readers.
+    each reader against the other readers of the same image (--rule), averaged over readers. Phantom:
+    --readers simulated readers (jittered, sometimes missed, sometimes false marks), each against the
+    ground truth, averaged over readers.
 
     \b
     Examples:
       xbench human chexlocalize --root CheXlocalize/ --images images.zarr --gt gt.zarr --out human/
       xbench human vindr_cxr --root vindr/ --split train --images images_train.zarr --out human_vindr/
+      xbench human phantom --images data/images.zarr --gt data/gt.zarr --out human_phantom/ --readers 3
       xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
     """
     from .human import run_human
@@ -58,6 +65,12 @@ def human(dataset, root, images, gt_path, out, split, rule, source, bootstrap, s
         raise UserError("--split: CheXlocalize's human benchmark exists for the test split only")
     if dataset == "vindr_cxr" and split == "test":
         raise UserError("--split test: VinDr-CXR's test labels are one consensus, with no reader to compare; use train")
+    if dataset == "phantom" and (root is not None or split is not None):
+        raise UserError("--root, --split: the phantom has no download; its split and seed are the images store's")
+    if dataset != "phantom" and root is None:
+        raise UserError(f"--root: required for {dataset} (the folder given to xbench-prepare)")
+    if dataset != "phantom" and readers is not None:
+        raise UserError("--readers: only the phantom's readers are simulated; the other datasets' are in their files")
     from xbench.schemas.paths import output_problems
 
     problems = output_problems(out, {"the dataset root": root, "the --images store": images, "the ground truth": gt_path})
@@ -66,7 +79,7 @@ def human(dataset, root, images, gt_path, out, split, rule, source, bootstrap, s
     lines = []
     say = (lambda s: None) if (quiet or as_json) else (lambda s: click.echo(escape_text(s), err=True))
     doc = run_human(dataset, root, images, gt_path, out, split=split, rule=rule, source=source, bootstrap=bootstrap,
-                    seed=seed, say=say)
+                    seed=seed, readers=3 if readers is None else readers, say=say)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     elif not quiet:

@@ -28,6 +28,10 @@ are drawn, in which order, or on how many workers: the same seed gives byte-iden
 whose text names the finding and its side, e.g. "left pneumothorax", from the case's own parameters
 (no extra random draw, so images and labels are the same with or without phrases), and whose region is
 the finding's region: the whole phrase-grounding path runs offline.
+
+Simulated readers (:func:`draw_reading`, used by ``xbench human phantom``): extra readers who re-read each case
+and mark its findings with a stated error model (misses, jittered and resized regions, false marks), drawn
+from their own stream, so that the human ceiling exists on the phantom; the stores never change.
 """
 from __future__ import annotations
 
@@ -40,7 +44,9 @@ import numpy as np
 
 from .base import CaseRecord, DatasetReader, Mask, Phrase, ReaderError
 
-__all__ = ["PHANTOM_CLASSES", "PREVALENCE", "PhantomCase", "PhantomReader", "render_image", "render_finding"]
+__all__ = ["PHANTOM_CLASSES", "PREVALENCE", "PhantomCase", "PhantomReader", "render_image", "render_finding",
+           "ReaderMark", "draw_reading", "jitter_mask", "salient_point", "READER_MISS", "READER_FALSE_MARK",
+           "READER_SHIFT_SD", "READER_SCALE_SD", "READER_SCALE_RANGE", "MAX_READERS"]
 
 PHANTOM_CLASSES: tuple[str, ...] = ("Cardiomegaly", "Pleural effusion", "Consolidation", "Nodule", "Pneumothorax")
 PREVALENCE: dict[str, float] = {
@@ -327,6 +333,108 @@ def phrase_text(case: PhantomCase, finding: str) -> str:
     if finding == "Nodule":
         return f"small nodule in the {_SIDE[case.nodule_side]} lung"
     return f"{_SIDE[case.pneumothorax_side]} pneumothorax"
+
+
+# -- simulated readers (``xbench human phantom``) ------------------------------------------------------------
+# The phantom's truth is exact; a radiologist's is not. Each simulated reader re-reads every case and marks
+# what they see by the model below (docs/human.md, data_cards/phantom.md), so that the human ceiling exists on
+# the phantom too. The readers draw from their own generator: the cases, images and stores do not change.
+
+#: chance that a reader leaves a present finding unmarked (small and subtle findings are missed more often)
+READER_MISS: dict[str, float] = {
+    "Cardiomegaly": 0.05,
+    "Pleural effusion": 0.10,
+    "Consolidation": 0.10,
+    "Nodule": 0.25,
+    "Pneumothorax": 0.15,
+}
+#: chance that a reader marks an absent finding (a false mark)
+READER_FALSE_MARK = 0.04
+#: standard deviation of a drawn region's shift, per axis, in image widths
+READER_SHIFT_SD = 0.02
+#: standard deviation of the log of a drawn region's scale about its centroid, and the scale's bounds
+READER_SCALE_SD = 0.15
+READER_SCALE_RANGE = (0.7, 1.4)
+MAX_READERS = 16
+#: the readers' stream tag in the seed sequence (nonzero: SeedSequence pads with zeros, so a trailing 0
+#: would not tell a stream apart)
+_READER_STREAM = 0x68756D
+
+
+@dataclass(frozen=True)
+class ReaderMark:
+    """One simulated reader's reading of one finding of one case.
+
+    ``kind``: ``"drawn"`` (a present finding, marked: the true region shifted by ``shift`` = (dx, dy) pixels
+    and scaled by ``scale`` about its centroid), ``"missed"`` (present, unmarked), ``"false"`` (absent,
+    marked anyway) or ``"none"`` (absent, unmarked). ``mask`` (size, size) bool and ``point`` (x, y) in native
+    pixel coordinates are set when the reader marked the finding, else None."""
+
+    finding: str
+    kind: str
+    shift: tuple[float, float]
+    scale: float
+    mask: np.ndarray | None
+    point: tuple[float, float] | None
+
+
+def jitter_mask(mask: np.ndarray, shift: tuple[float, float], scale: float) -> np.ndarray:
+    """``mask`` scaled by ``scale`` about its centroid c and moved by ``shift`` = (dx, dy), pixels
+    (nearest neighbour): pixel p (centre) is set when the pixel holding c + (p - c - shift) / scale is.
+    What falls outside the image is cut (a reader draws on the film)."""
+    rows, cols = np.nonzero(mask)
+    if rows.size == 0:
+        return np.zeros_like(mask, dtype=bool)
+    cy, cx = rows.mean() + 0.5, cols.mean() + 0.5
+    h, w = mask.shape
+    sy = np.floor(cy + ((np.arange(h) + 0.5) - cy - shift[1]) / scale).astype(np.int64)
+    sx = np.floor(cx + ((np.arange(w) + 0.5) - cx - shift[0]) / scale).astype(np.int64)
+    oky, okx = (sy >= 0) & (sy < h), (sx >= 0) & (sx < w)
+    out = mask[np.clip(sy, 0, h - 1)][:, np.clip(sx, 0, w - 1)]
+    return out & oky[:, None] & okx[None, :]
+
+
+def salient_point(mask: np.ndarray) -> tuple[float, float]:
+    """A reader's most representative point of a non-empty region: the centre (x, y) of the region's pixel
+    nearest the region's centroid (the first in row-major order on a tie), so it always lies in the region,
+    even in a crescent whose centroid does not."""
+    rows, cols = np.nonzero(mask)
+    cy, cx = rows.mean() + 0.5, cols.mean() + 0.5
+    k = int(np.argmin((rows + 0.5 - cy) ** 2 + (cols + 0.5 - cx) ** 2))  # nonzero is row-major: first on a tie
+    return float(cols[k] + 0.5), float(rows[k] + 0.5)
+
+
+def draw_reading(seed: int, split: str, index: int, reader: int, size: int) -> dict[str, ReaderMark]:
+    """Reader ``reader`` (1, 2, ...)'s reading of case ``index`` of ``split``: one :class:`ReaderMark` per
+    class, drawn from ``numpy.random.default_rng([seed, split, index, tag, reader])``.
+
+    Every class draws the same numbers whether present or not (a miss/false-mark uniform, a shift, a log
+    scale, a false mark's side, place and radius), so one finding's reading never depends on another's."""
+    case = draw_case(seed, split, index)
+    rng = np.random.default_rng([seed, _SPLITS.index(split), index, _READER_STREAM, reader])
+    out = {}
+    for c in PHANTOM_CLASSES:
+        u = float(rng.uniform())
+        dx, dy = (float(v) * size for v in rng.normal(0.0, READER_SHIFT_SD, 2))
+        scale = float(np.clip(np.exp(rng.normal(0.0, READER_SCALE_SD)), *READER_SCALE_RANGE))
+        side = int(rng.integers(0, 2))
+        fx, fy = _point_in_lung(rng, case.lung_cx[side], case.lung_cy, case.lung_rx, case.lung_ry, 0.7)
+        fr = float(rng.uniform(0.03, 0.07))
+        mask = None
+        if c in case.findings:
+            kind = "missed" if u < READER_MISS[c] else "drawn"
+            if kind == "drawn":
+                mask = jitter_mask(render_finding(case, size, c), (dx, dy), scale)
+                if not mask.any():  # drawn wholly off the film: nothing marked
+                    kind, mask = "missed", None
+        else:
+            kind = "false" if u < READER_FALSE_MARK else "none"
+            if kind == "false":
+                # an overcalled heart is the normal silhouette; any other false mark a round patch in a lung
+                v, uu = _coords(size)
+                mask = _heart(case, size) if c == "Cardiomegaly" else _ellipse(uu, v, fx, fy, fr, fr) < 1
+        out[c] = ReaderMark(c, kind, (dx, dy), scale, mask, salient_point(mask) if mask is not None else None)
+    return out
 
 
 #: The dataset registry's entry for this module, read from the source without importing it (see
