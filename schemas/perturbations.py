@@ -1,7 +1,8 @@
 """Perturbed copies of a dataset's cases (the weight-free robustness track; contract §Robustness track).
 
 ``xbench-prepare ... --perturb SPEC[,SPEC...] [--perturb-copies K]`` adds, to each dataset group of the
-images store, K perturbed copies of every case per SPEC, as ordinary-looking case rows under opaque ids; the
+images store, K perturbed copies of every case per SPEC (one for a SPEC whose copies could not differ: neither
+seeded nor ranged, e.g. ``hflip``), as ordinary-looking case rows under opaque ids; the
 private ground truth keeps which clean case each copy comes from and the exact augmentation applied to it:
 
     gt.zarr/<dataset>/   (gt minor 3, all or none)
@@ -56,10 +57,21 @@ _RANGE = re.compile(r"^([+-]?[0-9.eE+-]+)\.\.([+-]?[0-9.eE+-]+)$")
 class Template:
     """One ``--perturb`` SPEC: the augmentation's name, its fixed parameters and its ranged ones."""
 
-    text: str                        # as given (canonical for a SPEC without ranges)
+    text: str                        # canonical: every parameter in declared order, a range as LOW..HIGH
     name: str
     fixed: dict
     ranges: dict                     # {key: (low, high, is_int)}
+    seeded: bool = False             # the augmentation's image depends on the seed (noise)
+
+    @property
+    def varies(self) -> bool:
+        """Whether two copies may differ: the augmentation is seeded or a range has LOW < HIGH."""
+        return self.seeded or any(lo < hi for lo, hi, _ in self.ranges.values())
+
+    def copies(self, k: int) -> int:
+        """Copies per case for ``--perturb-copies k``: k, or 1 when every copy would be the same image (K
+        identical copies would only cost extraction and weigh one perturbation K times in ``flip_any``)."""
+        return int(k) if self.varies else 1
 
     def draw(self, rng: np.random.Generator) -> str:
         """A spec with every ranged parameter drawn (module doc), as canonical text."""
@@ -126,8 +138,25 @@ def parse_template(text: str) -> Template:
             parse_spec(f"{base.name}:{key}={end}" + "".join(f",{k}={v}" for k, v in fixed.items() if k != key))
         ranges[key] = (low, high, is_int)
     fixed_canonical = {k: v for k, v in base.params.items() if k not in ranges}
-    shown = str(base) if not ranges else text
-    return Template(shown, base.name, fixed_canonical, ranges)
+    return Template(canonical_text(base, ranges), base.name, fixed_canonical, ranges, bool(base.seeded))
+
+
+def canonical_text(base, ranges: dict) -> str:
+    """The canonical SPEC: the augmentation's canonical spec with each ranged parameter written ``LOW..HIGH``
+    (the same number formatting), so two spellings of one SPEC (``rotate``, ``rotate:degrees=10``;
+    ``rotate:degrees=-10.0..10``, ``rotate:degrees=-10..10``) are one text: one fingerprint, one key."""
+    from .augment import fmt
+
+    if not ranges:
+        return str(base)
+    order = [p.name for p in base.augmentation.params]
+    return base.name + ":" + ",".join(f"{k}={fmt(ranges[k][0])}..{fmt(ranges[k][1])}" if k in ranges
+                                      else f"{k}={fmt(base.params[k])}" for k in order)
+
+
+def copies_per_spec(specs, k: int) -> list[int]:
+    """Copies per case of each SPEC text of a table (:meth:`Template.copies`); InputError for a bad SPEC."""
+    return [parse_template(t).copies(k) for t in specs]
 
 
 def parse_templates(items) -> list[Template]:
@@ -189,7 +218,7 @@ def plan_copies(dataset: str, case_ids, templates: list[Template], copies: int, 
     ids, cases, groups, specs, seeds = [], [], [], [], []
     for row, cid in enumerate(np.asarray(case_ids, dtype=str).tolist()):
         for s, t in enumerate(templates):
-            for k in range(copies):
+            for k in range(t.copies(copies)):
                 cs = copy_seed(seed, dataset, cid, s, k)
                 ids.append(copy_id(seed, dataset, cid, s, k))
                 cases.append(row)
@@ -236,9 +265,17 @@ def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
         return [Problem(f"{where}/perturb_id", f"declares {size} copies; the limit is {MAX_CASES}")]
     if any(len(a) != size for a in (p.case, p.group, p.spec, p.seed)):
         return [Problem(where, "perturb_* arrays differ in length")]
-    if size != n * len(p.specs) * p.copies:
-        out.append(Problem(f"{where}/perturb_id", f"{size} copies; {n} case(s) x {len(p.specs)} spec(s) x "
-                                                  f"{p.copies} copies make {n * len(p.specs) * p.copies}"))
+    templates, counts = [], []
+    for s, text in enumerate(p.specs):
+        try:
+            t = parse_template(text)
+        except InputError as exc:
+            return [Problem(f"{where}", f"attribute '{ATTR}.specs' item {s}: {exc.problems[0] if exc.problems else exc}")]
+        templates.append(t.name)
+        counts.append(t.copies(p.copies))
+    if size != n * sum(counts):
+        out.append(Problem(f"{where}/perturb_id", f"{size} copies; {n} case(s) x ({' + '.join(map(str, counts))}) "
+                                                  f"copies per case of the {len(p.specs)} spec(s) make {n * sum(counts)}"))
     check_strings(p.id, f"{where}/perturb_id", "copy id", out)
     check_strings(p.spec, f"{where}/perturb_spec", "spec", out)
     if out:
@@ -255,16 +292,13 @@ def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
         out.append(Problem(f"{where}/perturb_seed", "seeds must be >= 0"))
     if size:
         per = np.bincount(p.case * len(p.specs) + p.group, minlength=n * len(p.specs))
-        if (per != p.copies).any():
-            out.append(Problem(f"{where}/perturb_case", f"every case needs exactly {p.copies} copies per spec; "
-                                                        f"case row {int(np.argmax(per != p.copies)) // len(p.specs)} has not"))
-    templates = []
-    for s, text in enumerate(p.specs):
-        try:
-            templates.append(parse_template(text).name)
-        except InputError as exc:
-            out.append(Problem(f"{where}", f"attribute '{ATTR}.specs' item {s}: {exc.problems[0] if exc.problems else exc}"))
-            return out
+        want = np.tile(np.asarray(counts, np.int64), n)
+        if (per != want).any():
+            bad = int(np.argmax(per != want))
+            out.append(Problem(f"{where}/perturb_case", f"every case needs exactly {want[bad]} copies of spec "
+                                                        f"{p.specs[bad % len(p.specs)]!r} (copies {p.copies}; one for "
+                                                        f"a spec whose copies cannot differ); case row "
+                                                        f"{bad // len(p.specs)} has {per[bad]}"))
     texts, inverse = np.unique(p.spec, return_inverse=True)
     names = []
     for text in texts.tolist():  # each distinct spec parsed once (linear in P)

@@ -8,8 +8,10 @@ every SPEC of it, on the copies that SPEC made:
   the same counting pass and estimates, on a view in which each copy is a case with its clean case's labels,
   regions and original size, and its maps are the submission's maps warped back to the original frame by the
   augmentation's ``invert_map`` with the private parameters. Thresholds: searched on the copies as on clean
-  cases, or the transferred ones when the run transfers them. Intervals: the case bootstrap, only with one copy
-  per case and SPEC (with K > 1 the copies of a case are not independent draws; then none).
+  cases, or the transferred ones when the run transfers them. Intervals: the cluster bootstrap over clean cases
+  (a resample draws clean cases with replacement and takes all copies of each drawn case: copies of one case are
+  not independent draws); with one copy per case it is the case bootstrap over the copies, bit for bit. Its
+  draws are those of the stability intervals (one ``numpy.random.default_rng(--seed)`` per SPEC).
 * ``stability``: per (clean case, supported class) pair and its K copies,
   - map stability: Spearman's rho between the clean map and each copy's warped-back map, both resized to the
     evaluation grid (the contract's resize); ties get average ranks; a pair of constant maps has rho 1 (no
@@ -238,6 +240,7 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
     import time
 
     from xbench.schemas.augment import parse_spec
+    from xbench.schemas.perturbations import copies_per_spec
 
     from .counting import count_dataset
     from .localisation import DEFAULT_POINTING_TOLERANCE
@@ -263,6 +266,7 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
         clean_rows, class_cols = aligned[name]
         parsed: dict = {}
         specs = [parsed.setdefault(t, parse_spec(t)) for t in table.spec.tolist()]
+        per_case = copies_per_spec(table.specs, table.copies)
         per_spec: dict = {}
         for s, text in enumerate(table.specs):
             sel = np.flatnonzero(table.group == s)
@@ -272,10 +276,12 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
                                    where=f"{gt.path}/{name} (copies of {text})",
                                    pointing_tolerance=DEFAULT_POINTING_TOLERANCE if pointing_tolerance is None
                                    else pointing_tolerance)
-            metrics, _ = metrics_from_counts({name: counts}, bootstrap=bootstrap if table.copies == 1 else 0,
-                                             seed=seed, thresholds=thresholds)
+            # the cluster bootstrap: a resample draws clean cases and takes all copies of each (copies sorted by
+            # clean case); the same draws as the stability intervals below (one default_rng(seed) per SPEC)
+            metrics, _ = metrics_from_counts({name: counts}, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
+                                             clusters={name: np.asarray(table.case[sel], np.int64)})
             values, supported = _stability(gt_ds, sub_ds, clean_rows, class_cols, table, sel, rows, specs,
-                                           int(table.copies))
+                                           per_case[s])
             per_spec[text] = {"n_copies": int(sel.size), "metrics": metrics["datasets"][name],
                               "stability": _stability_entry(values, gt_ds.classes, supported, bootstrap=bootstrap,
                                                             seed=seed)}

@@ -52,10 +52,12 @@ class Copies:
     def table(self, dataset: str, case_ids) -> PT.Perturbations:
         from xbench.schemas.store import MAX_CASES
 
-        total = len(case_ids) * (1 + len(self.templates) * self.copies)
+        per_case = sum(t.copies(self.copies) for t in self.templates)
+        total = len(case_ids) * (1 + per_case)
         if total > MAX_CASES:
-            raise PT.InputError([f"{dataset}: {len(case_ids)} case(s) with {len(self.templates)} SPEC(s) x "
-                                 f"{self.copies} copies make {total} rows; the limit is {MAX_CASES}"])
+            raise PT.InputError([f"{dataset}: {len(case_ids)} case(s) with {per_case} cop{'y' if per_case == 1 else 'ies'} "
+                                 f"each ({len(self.templates)} SPEC(s), --perturb-copies {self.copies}) make {total} "
+                                 f"rows; the limit is {MAX_CASES}"])
         return PT.plan_copies(dataset, case_ids, list(self.templates), self.copies, self.seed)
 
 
