@@ -12,10 +12,11 @@ every SPEC of it, on the copies that SPEC made:
   (a resample draws clean cases with replacement and takes all copies of each drawn case: copies of one case are
   not independent draws); with one copy per case it is the case bootstrap over the copies, bit for bit. Its
   draws are those of the stability intervals (one ``numpy.random.default_rng(--seed)`` per SPEC).
-* ``stability``: per (clean case, supported class) pair and its K copies,
+* ``stability``: per (clean case, supported class) pair and its K_s copies (K, or one for a SPEC whose copies
+  cannot differ: :meth:`xbench.schemas.perturbations.Template.copies`),
   - map stability: Spearman's rho between the clean map and each copy's warped-back map, both resized to the
     evaluation grid (the contract's resize); ties get average ranks; a pair of constant maps has rho 1 (no
-    ranking to lose), exactly one constant map rho 0; per pair the mean over the K copies and the worst
+    ranking to lose), exactly one constant map rho 0; per pair the mean over its copies and the worst
     (smallest) one;
   - score stability: the prediction at 0.5 is ``p >= 0.5`` on probabilities (logits go through the sigmoid
     first, as everywhere in the scorer: ``p >= 0.5`` is ``logit >= 0``); a copy flips when its prediction

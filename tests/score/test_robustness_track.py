@@ -368,6 +368,36 @@ def test_table_design_ranges_seeds_ids():
     assert set(ints.spec.tolist()) == {"jpeg:quality=40", "jpeg:quality=41"}
 
 
+@pytest.mark.parametrize("a,b", [("rotate", "rotate:degrees=10"), ("rotate:degrees=-10.0..10", "rotate:degrees=-10..10"),
+                                 ("translate:y=0..4, x=2", "translate:x=2,y=0..4,side=512"),
+                                 ("noise:sigma=8.0", "noise:sigma=8"), ("jpeg:quality=20..60", "jpeg:quality=20..60")])
+def test_two_spellings_of_one_spec_are_one_canonical_spec(a, b):
+    ta, tb = PT.parse_templates([a])[0], PT.parse_templates([b])[0]
+    assert ta.text == tb.text == b and PT.parse_template(ta.text) == ta  # canonical text parses back to itself
+    with pytest.raises(PT.InputError, match="twice"):
+        PT.parse_templates([a, b])
+    ids = [f"c{i}" for i in range(4)]
+    pa, pb = (PT.plan_copies("d", ids, [t], 3, 5) for t in (ta, tb))
+    assert all(np.array_equal(getattr(pa, k), getattr(pb, k)) for k in ("id", "case", "group", "spec", "seed"))
+
+
+@pytest.mark.parametrize("spec,k,want", [("hflip", 4, 1), ("jpeg:quality=30", 4, 1), ("rotate:degrees=5..5", 4, 1),
+                                         ("rotate", 3, 1), ("noise", 4, 4), ("noise:sigma=0", 2, 2),
+                                         ("rotate:degrees=-5..5", 3, 3), ("jpeg:quality=40..41", 2, 2), ("hflip", 1, 1)])
+def test_a_spec_whose_copies_cannot_differ_makes_one_copy_whatever_k(spec, k, want):
+    t = PT.parse_templates([spec])[0]
+    assert t.copies(k) == want
+    table = PT.plan_copies("d", ["a", "b", "c"], [t], k, 0)
+    assert len(table) == 3 * want and np.bincount(table.case).tolist() == [want] * 3
+    assert table.attrs()["copies"] == k  # the run's K is recorded as asked
+    assert PT.check(table, ["a", "b", "c"], "gt/d") == []
+    if want == 1 and k > 1:  # a table with K copies of such a SPEC (the layout before) is refused, one line
+        many = PT.plan_copies("d", ["a", "b", "c"], [PT.parse_templates(["noise"])[0]], k, 0)
+        bad = PT.Perturbations(many.id, many.case, many.group, np.full(len(many), t.text), many.seed, (t.text,), k, 0)
+        problems = PT.check(bad, ["a", "b", "c"], "gt/d")
+        assert problems and any("copies" in str(p) for p in problems)
+
+
 def _corrupt(src: Path, dst: Path, how: str) -> None:
     from xbench.schemas.store import consolidate
 
