@@ -132,6 +132,10 @@ def write_ground_truth(
         from . import perturbations as PT
 
         problems += PT.check(perturbations, case_ids, f"ground truth {dataset}")
+        if perturbations.query_id is not None:  # the copies' phrase rows: originals of their clean case, each once
+            original = None if queries is None else (np.ones(len(queries), bool) if query_probes is None
+                                                     else ~query_probes.is_probe)
+            problems += PT.check_queries(perturbations, queries, original, f"ground truth {dataset}", len(case_ids))
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")

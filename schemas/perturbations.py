@@ -43,6 +43,7 @@ from .errors import InputError, InvalidStoreError, Problem
 GT_MINOR = 3       # the gt minor version that adds the perturbation table
 IMAGES_MINOR = 3   # the images minor version of a store holding perturbed copies
 ARRAYS = ("perturb_id", "perturb_case", "perturb_group", "perturb_spec", "perturb_seed")
+QUERY_ARRAYS = ("perturb_query_id", "perturb_query_of", "perturb_query_copy")  # the copies' phrase rows
 ATTR = "perturbation"
 IMAGES_ATTR = "perturbed_copies"  # count of copy rows in an images group (public: how many, never which)
 MAX_SPECS = 16
@@ -187,6 +188,10 @@ def copy_id(seed: int, dataset: str, case_id: str, spec_index: int, k: int) -> s
     return ID_PREFIX + _digest(seed, "id", dataset, case_id, str(spec_index), str(k)).hex()[:24]
 
 
+def query_copy_id(seed: int, dataset: str, copy_id_: str, query_id: str) -> str:
+    return "q" + _digest(seed, "query", dataset, copy_id_, query_id).hex()[:24]
+
+
 def copy_seed(seed: int, dataset: str, case_id: str, spec_index: int, k: int) -> int:
     return int.from_bytes(_digest(seed, "seed", dataset, case_id, str(spec_index), str(k))[:8], "little") >> 1
 
@@ -203,9 +208,44 @@ class Perturbations:
     specs: tuple[str, ...]
     copies: int
     key: int
+    # the copies' phrase rows (only on a dataset with phrase rows): each copy gets one row per original phrase row
+    # of its clean case, in the clean rows' order; copies in table order (module doc, "Phrase rows")
+    query_id: np.ndarray | None = None     # (R,) str   the copy's phrase row id in images.zarr / a submission
+    query_of: np.ndarray | None = None     # (R,) int64 the clean phrase row (row of the gt's query arrays)
+    query_copy: np.ndarray | None = None   # (R,) int64 the copy (row of this table)
 
     def __len__(self) -> int:
         return len(self.id)
+
+    def with_queries(self, dataset: str, query_ids, query_case, original) -> "Perturbations":
+        """This table with its copies' phrase rows: copy j (in table order) gets, for every original (not probe)
+        phrase row q of its clean case in row order, the row ``query_copy_id(key, dataset, id_j, query_id_q)``."""
+        qids = np.asarray(query_ids, dtype=str)
+        qcase = np.asarray(query_case, np.int64)
+        rows_of: dict[int, list[int]] = {}
+        for q in np.flatnonzero(np.asarray(original, bool)).tolist():
+            rows_of.setdefault(int(qcase[q]), []).append(q)
+        ids, of, copy = [], [], []
+        for j, (cid, case) in enumerate(zip(self.id.tolist(), self.case.tolist())):
+            for q in rows_of.get(case, ()):
+                ids.append(query_copy_id(self.key, dataset, cid, str(qids[q])))
+                of.append(q)
+                copy.append(j)
+        if len(set(ids)) != len(ids) or set(ids) & set(qids.tolist()):
+            raise InputError([f"{dataset}: two phrase rows of the perturbed copies drew the same id; use another --seed"])
+        from dataclasses import replace
+
+        return replace(self, query_id=np.asarray(ids, dtype=str), query_of=np.asarray(of, np.int64),
+                       query_copy=np.asarray(copy, np.int64))
+
+    def copy_queries(self, queries, n_cases: int):
+        """The copies' phrase rows as images.zarr rows (``queries``: the clean rows with text; the copies' image
+        rows follow the ``n_cases`` clean ones in table order)."""
+        from .queries import Queries
+
+        of = self.query_of
+        return Queries(self.query_id, n_cases + self.query_copy, np.asarray(queries.category)[of],
+                       None if queries.text is None else np.asarray(queries.text)[of])
 
     def attrs(self) -> dict:
         return {"specs": list(self.specs), "copies": int(self.copies), "seed": int(self.key)}
@@ -238,13 +278,64 @@ def plan_copies(dataset: str, case_ids, templates: list[Template], copies: int, 
 def write_arrays(g, p: Perturbations) -> None:
     """The table into a dataset group being built (write_ground_truth); the attribute beside it."""
     n = max(len(p), 1)
-    for name, values in zip(ARRAYS, (p.id, p.case, p.group, p.spec, p.seed)):
+    names, columns = list(ARRAYS), [p.id, p.case, p.group, p.spec, p.seed]
+    if p.query_id is not None:  # only on a dataset with phrase rows: a store without them is as before
+        names += QUERY_ARRAYS
+        columns += [p.query_id, p.query_of, p.query_copy]
+    for name, values in zip(names, columns):
+        n = max(len(values), 1)
+        dim = ("copy",) if name in ARRAYS else ("copy_query",)
         if values.dtype.kind == "U":
-            a = g.create_array(name, shape=(len(values),), dtype=str, chunks=(n,), dimension_names=("copy",))
+            a = g.create_array(name, shape=(len(values),), dtype=str, chunks=(n,), dimension_names=dim)
             a[:] = values
         else:
-            g.create_array(name, data=values, chunks=(n,), dimension_names=("copy",), config={"write_empty_chunks": True})
+            g.create_array(name, data=values, chunks=(n,), dimension_names=dim, config={"write_empty_chunks": True})
     g.attrs[ATTR] = p.attrs()
+
+
+def check_queries(p: Perturbations, queries, original, where: str, n_cases: int) -> list[Problem]:
+    """The copies' phrase rows against the dataset's phrase rows ``queries`` (ids, cases) and which of them are
+    originals (not text probes): every copy has exactly one row per original phrase row of its clean case."""
+    from .store import check_strings
+
+    if p.query_id is None:
+        return []
+    if queries is None:
+        return [Problem(f"{where}/perturb_query_id", "the copies have phrase rows but the dataset has none")]
+    size = len(p.query_id)
+    if any(a is None or len(a) != size for a in (p.query_of, p.query_copy)):
+        return [Problem(where, "perturb_query_* arrays differ in length")]
+    out: list[Problem] = []
+    check_strings(p.query_id, f"{where}/perturb_query_id", "phrase row id", out)
+    if out:
+        return out
+    if len(np.unique(p.query_id)) != size or (p.query_id == "").any():
+        out.append(Problem(f"{where}/perturb_query_id", "the copies' phrase row ids must be unique and non-empty"))
+    if size and np.isin(p.query_id, np.asarray(queries.id, dtype=str)).any():
+        out.append(Problem(f"{where}/perturb_query_id", "a copy's phrase row id is also a phrase row id"))
+    nq = len(queries)
+    if size and ((p.query_of < 0).any() or (p.query_of >= nq).any()):
+        return out + [Problem(f"{where}/perturb_query_of", f"rows must be in 0..{nq - 1}")]
+    if size and ((p.query_copy < 0).any() or (p.query_copy >= len(p)).any()):
+        return out + [Problem(f"{where}/perturb_query_copy", f"rows must be in 0..{len(p) - 1}")]
+    original = np.asarray(original, bool)
+    qcase = np.asarray(queries.case, np.int64)
+    if original.shape != qcase.shape or (qcase.size and (qcase.min() < 0 or qcase.max() >= n_cases)):
+        return out  # broken phrase rows: their own checks report them
+    if size and not original[p.query_of].all():
+        out.append(Problem(f"{where}/perturb_query_of", "a copy's phrase row must copy an original phrase row, not a probe"))
+    if size and (qcase[p.query_of] != p.case[p.query_copy]).any():
+        out.append(Problem(f"{where}/perturb_query_of", "a copy's phrase row must copy a phrase row of its clean case"))
+    pair = p.query_copy * max(nq, 1) + p.query_of
+    if size and len(np.unique(pair)) != size:
+        out.append(Problem(f"{where}/perturb_query_of", "a copy has one phrase row copied twice"))
+    want = np.bincount(qcase[original], minlength=n_cases)[p.case]
+    have = np.bincount(p.query_copy, minlength=len(p)) if size else np.zeros(len(p), np.int64)
+    if (have != want).any():
+        j = int(np.argmax(have != want))
+        out.append(Problem(f"{where}/perturb_query_copy", f"copy {str(p.id[j])!r} has {have[j]} phrase rows; its clean "
+                                                          f"case has {want[j]} original phrase rows"))
+    return out
 
 
 def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
@@ -323,10 +414,16 @@ def read(g, where: str = "") -> Perturbations | None:
     meta = g.attrs.get(ATTR)
     meta = meta if isinstance(meta, dict) else {}
     specs = meta.get("specs")
+    queries = {}
+    if all(a in g for a in QUERY_ARRAYS):  # the copies' phrase rows (some only: validate() says what is wrong)
+        queries = dict(query_id=read_strings(g["perturb_query_id"]),
+                       query_of=np.asarray(g["perturb_query_of"][...], np.int64),
+                       query_copy=np.asarray(g["perturb_query_copy"][...], np.int64))
     return Perturbations(read_strings(g["perturb_id"]), np.asarray(g["perturb_case"][...], np.int64),
                          np.asarray(g["perturb_group"][...], np.int64), read_strings(g["perturb_spec"]),
                          np.asarray(g["perturb_seed"][...], np.int64),
-                         tuple(specs) if isinstance(specs, list) else specs, meta.get("copies"), meta.get("seed"))
+                         tuple(specs) if isinstance(specs, list) else specs, meta.get("copies"), meta.get("seed"),
+                         **queries)
 
 
 def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
@@ -347,7 +444,13 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
                                 f"they need schema_minor >= {GT_MINOR}"))
     if not isinstance(g.attrs.get(ATTR), dict):
         p.append(Problem(where, f"attribute '{ATTR}' is missing or not an object"))
-    for name, dt in zip(ARRAYS, (("string",), ("int64",), ("int32",), ("string",), ("int64",))):
+    have_q = [a for a in QUERY_ARRAYS if a in g]
+    if have_q and len(have_q) != len(QUERY_ARRAYS):
+        p.append(Problem(where, f"the copies' phrase rows are incomplete: has {', '.join(have_q)} of "
+                                f"{', '.join(QUERY_ARRAYS)}; all or none"))
+        return p
+    for name, dt in zip(ARRAYS + (QUERY_ARRAYS if have_q else ()),
+                        (("string",), ("int64",), ("int32",), ("string",), ("int64",), ("string",), ("int64",), ("int64",))):
         arr = g[name]
         if not isinstance(arr, zarr.Array):
             p.append(Problem(f"{where}/{name}", "must be an array, not a group"))
@@ -363,7 +466,20 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
         table = read(g, where)
     except Exception as exc:  # a chunk that does not decode
         return [Problem(where, f"perturbation table unreadable ({type(exc).__name__}: {exc})")]
-    return check(table, case_ids, where)
+    out = check(table, case_ids, where)
+    if out or table.query_id is None:
+        return out
+    from .probes import read_probes
+    from .queries import read_queries
+
+    try:
+        queries, probes = read_queries(g, with_text=False), read_probes(g)
+    except Exception:  # broken phrase arrays: their own checks report them
+        return [Problem(where, "the copies have phrase rows but the dataset's phrase rows are unreadable")]
+    original = np.ones(len(queries), bool) if queries is not None else None
+    if queries is not None and probes is not None and len(probes.kind) == len(queries):
+        original = ~probes.is_probe
+    return check_queries(table, queries, original, where, len(case_ids))
 
 
 def images_attr_problems(value, n_rows: int, minor: int, where: str) -> list[Problem]:

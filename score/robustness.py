@@ -155,6 +155,48 @@ def _view(name, gt_ds, sub_ds, table, sel: np.ndarray, sub_rows: np.ndarray, spe
     return vgt, vsub
 
 
+def _phrases(name, gt_ds, sub_ds, table, s: int, specs: list, *, phrase_metrics, bootstrap: int, seed: int,
+             where: str, pointing_tolerance) -> dict | None:
+    """The phrase grounding of SPEC s's copies (module doc, "phrases"); None when the copies have no phrase rows."""
+    from xbench.schemas.queries import UNSUPPORTED_ATTR
+
+    from .counting import count_dataset
+    from .counts import PhraseCounts
+
+    if table.query_id is None or getattr(gt_ds, "queries", None) is None:
+        return None
+    mine = np.flatnonzero(table.group[table.query_copy] == s)
+    copy = table.query_copy[mine]
+    # by clean case, then copy id, then phrase row: the clean rows each view reads rise within a case
+    mine = mine[np.lexsort((table.query_of[mine], table.id[copy], table.case[copy]))]
+    copy, of = table.query_copy[mine], table.query_of[mine]
+    entry: dict = {"n_phrases": int(mine.size)}
+    reason = sub_ds.attrs.get(UNSUPPORTED_ATTR)
+    if reason is not None or sub_ds.query_id is None:
+        return {**entry, "unsupported": True, "reason": str(reason or "the submission has no phrase rows")}
+    row_of = {qid: i for i, qid in enumerate(sub_ds.query_id.tolist())}
+    rows = np.fromiter((row_of.get(q, -1) for q in table.query_id[mine].tolist()), np.int64, count=mine.size)
+    if (rows < 0).any():
+        return {**entry, "available": False,
+                "reason": f"the submission holds {int((rows >= 0).sum())} of the copies' {mine.size} phrase rows"}
+    categories = tuple(gt_ds.classes)
+    col = np.array([categories.index(c) for c in np.asarray(gt_ds.queries.category)[of].tolist()], np.int64)
+    labels = np.full((mine.size, len(categories)), -1, np.int8)
+    labels[np.arange(mine.size), col] = 1
+    vgt = SimpleNamespace(name=name, classes=categories, case_id=table.query_id[mine], labels=labels,
+                          region_index=np.stack([np.arange(mine.size), col], axis=1),
+                          region_mask=_RegionView(gt_ds.query_mask, of), grid=tuple(gt_ds.grid))
+    vsub = SimpleNamespace(name=name, unsupported=(), score_kind="logit",
+                           scores=np.asarray(sub_ds.query_scores, np.float32)[rows].reshape(-1, 1),
+                           saliency=_WarpedMaps(sub_ds.query_saliency, rows, [specs[j] for j in copy.tolist()]))
+    dc = count_dataset(vsub, vgt, case_rows=np.arange(mine.size, dtype=np.int64),
+                       class_cols=np.zeros(len(categories), np.int64), where=where, scope="phrase",
+                       **({} if pointing_tolerance is None else {"pointing_tolerance": pointing_tolerance}))
+    # the phrase scope's bootstrap resamples images: here the clean cases, each with every copy's phrase rows
+    pc = PhraseCounts(counts=dc, image=table.case[copy][dc.pair_case], n_images=int(len(gt_ds.case_id)))
+    return phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
+
+
 def _stability(gt_ds, sub_ds, clean_rows, class_cols, table, sel, sub_rows, specs, copies: int):
     """Per (clean case, class): mean and worst rho over the K copies, flip share and any-flip (module doc).
     Arrays (N, C) float64 (NaN for unsupported classes)."""
@@ -234,7 +276,7 @@ def _stability_entry(values: dict, classes, supported, *, bootstrap: int, seed: 
 
 def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_from_counts, bootstrap: int = 1000,
                      seed: int = 0, thresholds=None, pointing_tolerance: float | None = None,
-                     timings: dict | None = None) -> dict:
+                     timings: dict | None = None, phrase_metrics=None) -> dict:
     """The metrics.json "robustness" section for the datasets ``names`` whose ground truth has perturbed copies
     ({} when none has: metrics.json is then unchanged). ``metrics_from_counts``: the scorer's
     (:func:`xbench.score.scoring.metrics_from_counts`, handed in so this module sits below the orchestration)."""
@@ -286,6 +328,12 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
             per_spec[text] = {"n_copies": int(sel.size), "metrics": metrics["datasets"][name],
                               "stability": _stability_entry(values, gt_ds.classes, supported, bootstrap=bootstrap,
                                                             seed=seed)}
+            phrases = None if phrase_metrics is None else _phrases(
+                name, gt_ds, sub_ds, table, s, specs, phrase_metrics=phrase_metrics, bootstrap=bootstrap, seed=seed,
+                where=f"{gt.path}/{name} (phrase rows of the copies of {text})",
+                pointing_tolerance=None)  # as the clean phrase rows are counted (score_phrases: the default)
+            if phrases is not None:  # only on a dataset whose copies have phrase rows: the section is as before
+                per_spec[text]["phrases"] = phrases
         section[name] = {**entry, "available": True, "specs": per_spec}
     if timings is not None and section:
         timings["robustness"] = time.perf_counter() - t0

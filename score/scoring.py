@@ -459,7 +459,8 @@ def _robustness(run: "_Run", *, bootstrap: int, seed: int, pointing_tolerance: f
 
     return score_robustness(run.sub, run.gt, run.scored, run.aligned, partial=run.partial,
                             metrics_from_counts=metrics_from_counts, bootstrap=bootstrap, seed=seed,
-                            thresholds=run.thresholds, pointing_tolerance=pointing_tolerance, timings=timings)
+                            thresholds=run.thresholds, pointing_tolerance=pointing_tolerance, timings=timings,
+                            phrase_metrics=phrase_metrics)
 
 
 class _Run(NamedTuple):
