@@ -11,6 +11,9 @@ private ground truth keeps which clean case each copy comes from and the exact a
         perturb_group  (P,) int32  which SPEC of the ``perturbation`` attribute made the copy
         perturb_spec   (P,) str    the augmentation applied, canonical, parameters drawn (``rotate:degrees=3.2``)
         perturb_seed   (P,) int64  the seed the augmentation's image function was given
+        perturb_query_id   (R,) str    with phrase rows only: the copies' phrase row ids (images.zarr, submission)
+        perturb_query_of   (R,) int64  the clean phrase row each copies (a row of query_id; never a text probe)
+        perturb_query_copy (R,) int64  the copy that carries it (a row of perturb_id)
       attrs: perturbation = {"specs": [SPEC, ...], "copies": K, "seed": S}
 
 The copies are not cases of the ground truth (``case_id`` and ``labels`` hold the clean cases only), so every
