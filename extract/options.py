@@ -196,6 +196,7 @@ class PrepareOptions:
                          help="Add perturbed copies of every case under opaque ids (robustness track), e.g. "
                               "--perturb hflip,rotate:degrees=-10..10. Repeatable.")
     perturb_copies: int = opt(1, check=Int(1, 32), suite=True,
-                              help="Copies per SPEC and case, each with its own seed and drawn parameters.")
+                              help="Copies per SPEC and case, each with its own seed and drawn parameters (one for a "
+                                   "SPEC that is neither seeded nor ranged, e.g. hflip: its copies would be identical).")
     perturb_seed: int | None = opt(None, check=Int(0, 2**63 - 1), suite=True, cli=False,
                                    help="Suites only: the key of the copies' ids and seeds (the command's --seed).")

@@ -13,7 +13,8 @@ Layout (contract §gt.zarr)::
         query_id (Q,) str, query_case (Q,) int64, query_category (Q,) str,
         query_mask (Q, H, W) bool (the union of the phrase's boxes; never empty)
       optional, root xbench.schema_minor >= 3, all or none (the robustness track's perturbed copies,
-      schemas/perturbations.py): perturb_id, perturb_case, perturb_group, perturb_spec, perturb_seed (P,)
+      schemas/perturbations.py): perturb_id, perturb_case, perturb_group, perturb_spec, perturb_seed (P,);
+      with phrase rows also perturb_query_id, perturb_query_of, perturb_query_copy (R,) (the copies' phrase rows)
 
 A dataset group is written whole by :func:`write_ground_truth` into a temporary folder and moved
 into place, so a reader never sees half a ground truth and preparing one dataset again replaces
@@ -132,6 +133,10 @@ def write_ground_truth(
         from . import perturbations as PT
 
         problems += PT.check(perturbations, case_ids, f"ground truth {dataset}")
+        if perturbations.query_id is not None:  # the copies' phrase rows: originals of their clean case, each once
+            original = None if queries is None else (np.ones(len(queries), bool) if query_probes is None
+                                                     else ~query_probes.is_probe)
+            problems += PT.check_queries(perturbations, queries, original, f"ground truth {dataset}", len(case_ids))
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")

@@ -1,7 +1,8 @@
 """Perturbed copies of a dataset's cases (the weight-free robustness track; contract §Robustness track).
 
 ``xbench-prepare ... --perturb SPEC[,SPEC...] [--perturb-copies K]`` adds, to each dataset group of the
-images store, K perturbed copies of every case per SPEC, as ordinary-looking case rows under opaque ids; the
+images store, K perturbed copies of every case per SPEC (one for a SPEC whose copies could not differ: neither
+seeded nor ranged, e.g. ``hflip``), as ordinary-looking case rows under opaque ids; the
 private ground truth keeps which clean case each copy comes from and the exact augmentation applied to it:
 
     gt.zarr/<dataset>/   (gt minor 3, all or none)
@@ -10,6 +11,9 @@ private ground truth keeps which clean case each copy comes from and the exact a
         perturb_group  (P,) int32  which SPEC of the ``perturbation`` attribute made the copy
         perturb_spec   (P,) str    the augmentation applied, canonical, parameters drawn (``rotate:degrees=3.2``)
         perturb_seed   (P,) int64  the seed the augmentation's image function was given
+        perturb_query_id   (R,) str    with phrase rows only: the copies' phrase row ids (images.zarr, submission)
+        perturb_query_of   (R,) int64  the clean phrase row each copies (a row of query_id; never a text probe)
+        perturb_query_copy (R,) int64  the copy that carries it (a row of perturb_id)
       attrs: perturbation = {"specs": [SPEC, ...], "copies": K, "seed": S}
 
 The copies are not cases of the ground truth (``case_id`` and ``labels`` hold the clean cases only), so every
@@ -42,6 +46,7 @@ from .errors import InputError, InvalidStoreError, Problem
 GT_MINOR = 3       # the gt minor version that adds the perturbation table
 IMAGES_MINOR = 3   # the images minor version of a store holding perturbed copies
 ARRAYS = ("perturb_id", "perturb_case", "perturb_group", "perturb_spec", "perturb_seed")
+QUERY_ARRAYS = ("perturb_query_id", "perturb_query_of", "perturb_query_copy")  # the copies' phrase rows
 ATTR = "perturbation"
 IMAGES_ATTR = "perturbed_copies"  # count of copy rows in an images group (public: how many, never which)
 MAX_SPECS = 16
@@ -56,10 +61,21 @@ _RANGE = re.compile(r"^([+-]?[0-9.eE+-]+)\.\.([+-]?[0-9.eE+-]+)$")
 class Template:
     """One ``--perturb`` SPEC: the augmentation's name, its fixed parameters and its ranged ones."""
 
-    text: str                        # as given (canonical for a SPEC without ranges)
+    text: str                        # canonical: every parameter in declared order, a range as LOW..HIGH
     name: str
     fixed: dict
     ranges: dict                     # {key: (low, high, is_int)}
+    seeded: bool = False             # the augmentation's image depends on the seed (noise)
+
+    @property
+    def varies(self) -> bool:
+        """Whether two copies may differ: the augmentation is seeded or a range has LOW < HIGH."""
+        return self.seeded or any(lo < hi for lo, hi, _ in self.ranges.values())
+
+    def copies(self, k: int) -> int:
+        """Copies per case for ``--perturb-copies k``: k, or 1 when every copy would be the same image (K
+        identical copies would only cost extraction and weigh one perturbation K times in ``flip_any``)."""
+        return int(k) if self.varies else 1
 
     def draw(self, rng: np.random.Generator) -> str:
         """A spec with every ranged parameter drawn (module doc), as canonical text."""
@@ -126,8 +142,25 @@ def parse_template(text: str) -> Template:
             parse_spec(f"{base.name}:{key}={end}" + "".join(f",{k}={v}" for k, v in fixed.items() if k != key))
         ranges[key] = (low, high, is_int)
     fixed_canonical = {k: v for k, v in base.params.items() if k not in ranges}
-    shown = str(base) if not ranges else text
-    return Template(shown, base.name, fixed_canonical, ranges)
+    return Template(canonical_text(base, ranges), base.name, fixed_canonical, ranges, bool(base.seeded))
+
+
+def canonical_text(base, ranges: dict) -> str:
+    """The canonical SPEC: the augmentation's canonical spec with each ranged parameter written ``LOW..HIGH``
+    (the same number formatting), so two spellings of one SPEC (``rotate``, ``rotate:degrees=10``;
+    ``rotate:degrees=-10.0..10``, ``rotate:degrees=-10..10``) are one text: one fingerprint, one key."""
+    from .augment import fmt
+
+    if not ranges:
+        return str(base)
+    order = [p.name for p in base.augmentation.params]
+    return base.name + ":" + ",".join(f"{k}={fmt(ranges[k][0])}..{fmt(ranges[k][1])}" if k in ranges
+                                      else f"{k}={fmt(base.params[k])}" for k in order)
+
+
+def copies_per_spec(specs, k: int) -> list[int]:
+    """Copies per case of each SPEC text of a table (:meth:`Template.copies`); InputError for a bad SPEC."""
+    return [parse_template(t).copies(k) for t in specs]
 
 
 def parse_templates(items) -> list[Template]:
@@ -158,6 +191,10 @@ def copy_id(seed: int, dataset: str, case_id: str, spec_index: int, k: int) -> s
     return ID_PREFIX + _digest(seed, "id", dataset, case_id, str(spec_index), str(k)).hex()[:24]
 
 
+def query_copy_id(seed: int, dataset: str, copy_id_: str, query_id: str) -> str:
+    return "q" + _digest(seed, "query", dataset, copy_id_, query_id).hex()[:24]
+
+
 def copy_seed(seed: int, dataset: str, case_id: str, spec_index: int, k: int) -> int:
     return int.from_bytes(_digest(seed, "seed", dataset, case_id, str(spec_index), str(k))[:8], "little") >> 1
 
@@ -174,9 +211,44 @@ class Perturbations:
     specs: tuple[str, ...]
     copies: int
     key: int
+    # the copies' phrase rows (only on a dataset with phrase rows): each copy gets one row per original phrase row
+    # of its clean case, in the clean rows' order; copies in table order (module doc, "Phrase rows")
+    query_id: np.ndarray | None = None     # (R,) str   the copy's phrase row id in images.zarr / a submission
+    query_of: np.ndarray | None = None     # (R,) int64 the clean phrase row (row of the gt's query arrays)
+    query_copy: np.ndarray | None = None   # (R,) int64 the copy (row of this table)
 
     def __len__(self) -> int:
         return len(self.id)
+
+    def with_queries(self, dataset: str, query_ids, query_case, original) -> "Perturbations":
+        """This table with its copies' phrase rows: copy j (in table order) gets, for every original (not probe)
+        phrase row q of its clean case in row order, the row ``query_copy_id(key, dataset, id_j, query_id_q)``."""
+        qids = np.asarray(query_ids, dtype=str)
+        qcase = np.asarray(query_case, np.int64)
+        rows_of: dict[int, list[int]] = {}
+        for q in np.flatnonzero(np.asarray(original, bool)).tolist():
+            rows_of.setdefault(int(qcase[q]), []).append(q)
+        ids, of, copy = [], [], []
+        for j, (cid, case) in enumerate(zip(self.id.tolist(), self.case.tolist())):
+            for q in rows_of.get(case, ()):
+                ids.append(query_copy_id(self.key, dataset, cid, str(qids[q])))
+                of.append(q)
+                copy.append(j)
+        if len(set(ids)) != len(ids) or set(ids) & set(qids.tolist()):
+            raise InputError([f"{dataset}: two phrase rows of the perturbed copies drew the same id; use another --seed"])
+        from dataclasses import replace
+
+        return replace(self, query_id=np.asarray(ids, dtype=str), query_of=np.asarray(of, np.int64),
+                       query_copy=np.asarray(copy, np.int64))
+
+    def copy_queries(self, queries, n_cases: int):
+        """The copies' phrase rows as images.zarr rows (``queries``: the clean rows with text; the copies' image
+        rows follow the ``n_cases`` clean ones in table order)."""
+        from .queries import Queries
+
+        of = self.query_of
+        return Queries(self.query_id, n_cases + self.query_copy, np.asarray(queries.category)[of],
+                       None if queries.text is None else np.asarray(queries.text)[of])
 
     def attrs(self) -> dict:
         return {"specs": list(self.specs), "copies": int(self.copies), "seed": int(self.key)}
@@ -189,7 +261,7 @@ def plan_copies(dataset: str, case_ids, templates: list[Template], copies: int, 
     ids, cases, groups, specs, seeds = [], [], [], [], []
     for row, cid in enumerate(np.asarray(case_ids, dtype=str).tolist()):
         for s, t in enumerate(templates):
-            for k in range(copies):
+            for k in range(t.copies(copies)):
                 cs = copy_seed(seed, dataset, cid, s, k)
                 ids.append(copy_id(seed, dataset, cid, s, k))
                 cases.append(row)
@@ -209,13 +281,64 @@ def plan_copies(dataset: str, case_ids, templates: list[Template], copies: int, 
 def write_arrays(g, p: Perturbations) -> None:
     """The table into a dataset group being built (write_ground_truth); the attribute beside it."""
     n = max(len(p), 1)
-    for name, values in zip(ARRAYS, (p.id, p.case, p.group, p.spec, p.seed)):
+    names, columns = list(ARRAYS), [p.id, p.case, p.group, p.spec, p.seed]
+    if p.query_id is not None:  # only on a dataset with phrase rows: a store without them is as before
+        names += QUERY_ARRAYS
+        columns += [p.query_id, p.query_of, p.query_copy]
+    for name, values in zip(names, columns):
+        n = max(len(values), 1)
+        dim = ("copy",) if name in ARRAYS else ("copy_query",)
         if values.dtype.kind == "U":
-            a = g.create_array(name, shape=(len(values),), dtype=str, chunks=(n,), dimension_names=("copy",))
+            a = g.create_array(name, shape=(len(values),), dtype=str, chunks=(n,), dimension_names=dim)
             a[:] = values
         else:
-            g.create_array(name, data=values, chunks=(n,), dimension_names=("copy",), config={"write_empty_chunks": True})
+            g.create_array(name, data=values, chunks=(n,), dimension_names=dim, config={"write_empty_chunks": True})
     g.attrs[ATTR] = p.attrs()
+
+
+def check_queries(p: Perturbations, queries, original, where: str, n_cases: int) -> list[Problem]:
+    """The copies' phrase rows against the dataset's phrase rows ``queries`` (ids, cases) and which of them are
+    originals (not text probes): every copy has exactly one row per original phrase row of its clean case."""
+    from .store import check_strings
+
+    if p.query_id is None:
+        return []
+    if queries is None:
+        return [Problem(f"{where}/perturb_query_id", "the copies have phrase rows but the dataset has none")]
+    size = len(p.query_id)
+    if any(a is None or len(a) != size for a in (p.query_of, p.query_copy)):
+        return [Problem(where, "perturb_query_* arrays differ in length")]
+    out: list[Problem] = []
+    check_strings(p.query_id, f"{where}/perturb_query_id", "phrase row id", out)
+    if out:
+        return out
+    if len(np.unique(p.query_id)) != size or (p.query_id == "").any():
+        out.append(Problem(f"{where}/perturb_query_id", "the copies' phrase row ids must be unique and non-empty"))
+    if size and np.isin(p.query_id, np.asarray(queries.id, dtype=str)).any():
+        out.append(Problem(f"{where}/perturb_query_id", "a copy's phrase row id is also a phrase row id"))
+    nq = len(queries)
+    if size and ((p.query_of < 0).any() or (p.query_of >= nq).any()):
+        return out + [Problem(f"{where}/perturb_query_of", f"rows must be in 0..{nq - 1}")]
+    if size and ((p.query_copy < 0).any() or (p.query_copy >= len(p)).any()):
+        return out + [Problem(f"{where}/perturb_query_copy", f"rows must be in 0..{len(p) - 1}")]
+    original = np.asarray(original, bool)
+    qcase = np.asarray(queries.case, np.int64)
+    if original.shape != qcase.shape or (qcase.size and (qcase.min() < 0 or qcase.max() >= n_cases)):
+        return out  # broken phrase rows: their own checks report them
+    if size and not original[p.query_of].all():
+        out.append(Problem(f"{where}/perturb_query_of", "a copy's phrase row must copy an original phrase row, not a probe"))
+    if size and (qcase[p.query_of] != p.case[p.query_copy]).any():
+        out.append(Problem(f"{where}/perturb_query_of", "a copy's phrase row must copy a phrase row of its clean case"))
+    pair = p.query_copy * max(nq, 1) + p.query_of
+    if size and len(np.unique(pair)) != size:
+        out.append(Problem(f"{where}/perturb_query_of", "a copy has one phrase row copied twice"))
+    want = np.bincount(qcase[original], minlength=n_cases)[p.case]
+    have = np.bincount(p.query_copy, minlength=len(p)) if size else np.zeros(len(p), np.int64)
+    if (have != want).any():
+        j = int(np.argmax(have != want))
+        out.append(Problem(f"{where}/perturb_query_copy", f"copy {str(p.id[j])!r} has {have[j]} phrase rows; its clean "
+                                                          f"case has {want[j]} original phrase rows"))
+    return out
 
 
 def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
@@ -236,9 +359,17 @@ def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
         return [Problem(f"{where}/perturb_id", f"declares {size} copies; the limit is {MAX_CASES}")]
     if any(len(a) != size for a in (p.case, p.group, p.spec, p.seed)):
         return [Problem(where, "perturb_* arrays differ in length")]
-    if size != n * len(p.specs) * p.copies:
-        out.append(Problem(f"{where}/perturb_id", f"{size} copies; {n} case(s) x {len(p.specs)} spec(s) x "
-                                                  f"{p.copies} copies make {n * len(p.specs) * p.copies}"))
+    templates, counts = [], []
+    for s, text in enumerate(p.specs):
+        try:
+            t = parse_template(text)
+        except InputError as exc:
+            return [Problem(f"{where}", f"attribute '{ATTR}.specs' item {s}: {exc.problems[0] if exc.problems else exc}")]
+        templates.append(t.name)
+        counts.append(t.copies(p.copies))
+    if size != n * sum(counts):
+        out.append(Problem(f"{where}/perturb_id", f"{size} copies; {n} case(s) x ({' + '.join(map(str, counts))}) "
+                                                  f"copies per case of the {len(p.specs)} spec(s) make {n * sum(counts)}"))
     check_strings(p.id, f"{where}/perturb_id", "copy id", out)
     check_strings(p.spec, f"{where}/perturb_spec", "spec", out)
     if out:
@@ -255,16 +386,13 @@ def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
         out.append(Problem(f"{where}/perturb_seed", "seeds must be >= 0"))
     if size:
         per = np.bincount(p.case * len(p.specs) + p.group, minlength=n * len(p.specs))
-        if (per != p.copies).any():
-            out.append(Problem(f"{where}/perturb_case", f"every case needs exactly {p.copies} copies per spec; "
-                                                        f"case row {int(np.argmax(per != p.copies)) // len(p.specs)} has not"))
-    templates = []
-    for s, text in enumerate(p.specs):
-        try:
-            templates.append(parse_template(text).name)
-        except InputError as exc:
-            out.append(Problem(f"{where}", f"attribute '{ATTR}.specs' item {s}: {exc.problems[0] if exc.problems else exc}"))
-            return out
+        want = np.tile(np.asarray(counts, np.int64), n)
+        if (per != want).any():
+            bad = int(np.argmax(per != want))
+            out.append(Problem(f"{where}/perturb_case", f"every case needs exactly {want[bad]} copies of spec "
+                                                        f"{p.specs[bad % len(p.specs)]!r} (copies {p.copies}; one for "
+                                                        f"a spec whose copies cannot differ); case row "
+                                                        f"{bad // len(p.specs)} has {per[bad]}"))
     texts, inverse = np.unique(p.spec, return_inverse=True)
     names = []
     for text in texts.tolist():  # each distinct spec parsed once (linear in P)
@@ -289,10 +417,16 @@ def read(g, where: str = "") -> Perturbations | None:
     meta = g.attrs.get(ATTR)
     meta = meta if isinstance(meta, dict) else {}
     specs = meta.get("specs")
+    queries = {}
+    if all(a in g for a in QUERY_ARRAYS):  # the copies' phrase rows (some only: validate() says what is wrong)
+        queries = dict(query_id=read_strings(g["perturb_query_id"]),
+                       query_of=np.asarray(g["perturb_query_of"][...], np.int64),
+                       query_copy=np.asarray(g["perturb_query_copy"][...], np.int64))
     return Perturbations(read_strings(g["perturb_id"]), np.asarray(g["perturb_case"][...], np.int64),
                          np.asarray(g["perturb_group"][...], np.int64), read_strings(g["perturb_spec"]),
                          np.asarray(g["perturb_seed"][...], np.int64),
-                         tuple(specs) if isinstance(specs, list) else specs, meta.get("copies"), meta.get("seed"))
+                         tuple(specs) if isinstance(specs, list) else specs, meta.get("copies"), meta.get("seed"),
+                         **queries)
 
 
 def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
@@ -313,7 +447,13 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
                                 f"they need schema_minor >= {GT_MINOR}"))
     if not isinstance(g.attrs.get(ATTR), dict):
         p.append(Problem(where, f"attribute '{ATTR}' is missing or not an object"))
-    for name, dt in zip(ARRAYS, (("string",), ("int64",), ("int32",), ("string",), ("int64",))):
+    have_q = [a for a in QUERY_ARRAYS if a in g]
+    if have_q and len(have_q) != len(QUERY_ARRAYS):
+        p.append(Problem(where, f"the copies' phrase rows are incomplete: has {', '.join(have_q)} of "
+                                f"{', '.join(QUERY_ARRAYS)}; all or none"))
+        return p
+    for name, dt in zip(ARRAYS + (QUERY_ARRAYS if have_q else ()),
+                        (("string",), ("int64",), ("int32",), ("string",), ("int64",), ("string",), ("int64",), ("int64",))):
         arr = g[name]
         if not isinstance(arr, zarr.Array):
             p.append(Problem(f"{where}/{name}", "must be an array, not a group"))
@@ -329,7 +469,20 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
         table = read(g, where)
     except Exception as exc:  # a chunk that does not decode
         return [Problem(where, f"perturbation table unreadable ({type(exc).__name__}: {exc})")]
-    return check(table, case_ids, where)
+    out = check(table, case_ids, where)
+    if out or table.query_id is None:
+        return out
+    from .probes import read_probes
+    from .queries import read_queries
+
+    try:
+        queries, probes = read_queries(g, with_text=False), read_probes(g)
+    except Exception:  # broken phrase arrays: their own checks report them
+        return [Problem(where, "the copies have phrase rows but the dataset's phrase rows are unreadable")]
+    original = np.ones(len(queries), bool) if queries is not None else None
+    if queries is not None and probes is not None and len(probes.kind) == len(queries):
+        original = ~probes.is_probe
+    return check_queries(table, queries, original, where, len(case_ids))
 
 
 def images_attr_problems(value, n_rows: int, minor: int, where: str) -> list[Problem]:

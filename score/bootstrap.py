@@ -482,19 +482,48 @@ def _resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) -
     return out
 
 
+def n_clusters(cluster: np.ndarray | None, n_cases: int) -> int:
+    """How many units a resample draws: the cases, or the clusters ``0..max(cluster)`` of a clustered dataset."""
+    if cluster is None:
+        return int(n_cases)
+    return int(cluster.max()) + 1 if cluster.size else 0
+
+
+def cluster_weights(cluster: np.ndarray | None, n_cases: int, n_resamples: int,
+                    rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Blocks of case multiplicities (b, n_cases) of a cluster bootstrap: each resample draws the clusters
+    ``0..M-1`` with replacement (:func:`resample_weights` over M units, the same draws) and every case takes its
+    cluster's multiplicity, so all cases of a drawn cluster come together (copies of one clean case are not
+    independent). ``cluster=None``: the case bootstrap itself. With one case per cluster, in cluster order, the
+    weights are those of the case bootstrap bit for bit."""
+    if cluster is None:
+        yield from resample_weights(n_cases, n_resamples, rng)
+        return
+    cluster = np.asarray(cluster, dtype=np.int64)
+    if cluster.shape != (n_cases,) or (cluster.size and cluster.min() < 0):
+        raise ValueError(f"a cluster index per case is needed: {cluster.shape} for {n_cases} cases")
+    m = n_clusters(cluster, n_cases)
+    # blocks sized by the expanded (b, n_cases) weights; the draws do not depend on the block size
+    chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, m, 1)))
+    for w in resample_weights(m, n_resamples, rng, chunk=chunk):
+        yield w[:, cluster]
+
+
 def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Generator, *,
-                      taus: Mapping[str, tuple[int, int]] | None = None) -> Replicates:
+                      taus: Mapping[str, tuple[int, int]] | None = None,
+                      cluster: np.ndarray | None = None) -> Replicates:
     """One dataset's replicates (:func:`dataset_replicates` block by block) from ``rng`` positioned where the
     dataset's draws start (the one generator in order, or :func:`_resample_streams`); consumes ``rng``. Run it
-    inside :func:`serial_blas`."""
+    inside :func:`serial_blas`. ``cluster``: resample clusters of cases (:func:`cluster_weights`)."""
     cache: dict = {}  # per dataset, dropped with this call
     blocks = [Replicates(*dataset_replicates(dc, w, taus=taus, per_pair=cache))
-              for w in resample_weights(dc.n_cases, n_resamples, rng)]
+              for w in cluster_weights(cluster, dc.n_cases, n_resamples, rng)]
     return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=taus))])
 
 
 def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: int, seed: int,
-                         taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None) -> dict[str, Replicates]:
+                         taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                         clusters: Mapping[str, np.ndarray] | None = None) -> dict[str, Replicates]:
     """Every class and dataset statistic on each of ``n_resamples`` case resamples, per dataset.
 
     The resamples come from one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as
@@ -509,6 +538,8 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
     n_resamples, seed : int
         ``n_resamples = 0`` gives (0,) arrays.
     taus : optional {dataset: {class: (dice index, iou index)}} transferred thresholds.
+    clusters : optional {dataset: (n_cases,) int cluster of each case}: that dataset's resamples draw clusters
+        (:func:`cluster_weights`; the robustness track's copies, clustered by clean case).
 
     Returns
     -------
@@ -519,7 +550,8 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
     with serial_blas():
         if workers <= 1:  # one generator consumed in order: nothing to position, nothing drawn twice
             rng = np.random.default_rng(seed)
-            return {name: _dataset_bootstrap(counts[name], n_resamples, rng, taus=(taus or {}).get(name))
+            return {name: _dataset_bootstrap(counts[name], n_resamples, rng, taus=(taus or {}).get(name),
+                                             cluster=(clusters or {}).get(name))
                     for name in names}
         # Datasets are independent given where their draws start in the one stream (_resample_streams), so the
         # replicates are those of the serial loop, bit for bit, whichever thread computes them. Largest first,
@@ -527,10 +559,12 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
         # the GIL.
         from concurrent.futures import ThreadPoolExecutor
 
-        gens = _resample_streams({name: counts[name].n_cases for name in names}, n_resamples, seed)
+        gens = _resample_streams({name: n_clusters((clusters or {}).get(name), counts[name].n_cases)
+                                  for name in names}, n_resamples, seed)
 
         def one(name: str) -> Replicates:
-            return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name))
+            return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name),
+                                      cluster=(clusters or {}).get(name))
 
         with ThreadPoolExecutor(workers) as pool:
             futures = {name: pool.submit(one, name) for name in sorted(names, key=lambda n: -_bootstrap_cost(counts[n]))}

@@ -8,12 +8,15 @@ every SPEC of it, on the copies that SPEC made:
   the same counting pass and estimates, on a view in which each copy is a case with its clean case's labels,
   regions and original size, and its maps are the submission's maps warped back to the original frame by the
   augmentation's ``invert_map`` with the private parameters. Thresholds: searched on the copies as on clean
-  cases, or the transferred ones when the run transfers them. Intervals: the case bootstrap, only with one copy
-  per case and SPEC (with K > 1 the copies of a case are not independent draws; then none).
-* ``stability``: per (clean case, supported class) pair and its K copies,
+  cases, or the transferred ones when the run transfers them. Intervals: the cluster bootstrap over clean cases
+  (a resample draws clean cases with replacement and takes all copies of each drawn case: copies of one case are
+  not independent draws); with one copy per case it is the case bootstrap over the copies, bit for bit. Its
+  draws are those of the stability intervals (one ``numpy.random.default_rng(--seed)`` per SPEC).
+* ``stability``: per (clean case, supported class) pair and its K_s copies (K, or one for a SPEC whose copies
+  cannot differ: :meth:`xbench.schemas.perturbations.Template.copies`),
   - map stability: Spearman's rho between the clean map and each copy's warped-back map, both resized to the
     evaluation grid (the contract's resize); ties get average ranks; a pair of constant maps has rho 1 (no
-    ranking to lose), exactly one constant map rho 0; per pair the mean over the K copies and the worst
+    ranking to lose), exactly one constant map rho 0; per pair the mean over its copies and the worst
     (smallest) one;
   - score stability: the prediction at 0.5 is ``p >= 0.5`` on probabilities (logits go through the sigmoid
     first, as everywhere in the scorer: ``p >= 0.5`` is ``logit >= 0``); a copy flips when its prediction
@@ -152,6 +155,48 @@ def _view(name, gt_ds, sub_ds, table, sel: np.ndarray, sub_rows: np.ndarray, spe
     return vgt, vsub
 
 
+def _phrases(name, gt_ds, sub_ds, table, s: int, specs: list, *, phrase_metrics, bootstrap: int, seed: int,
+             where: str, pointing_tolerance) -> dict | None:
+    """The phrase grounding of SPEC s's copies (module doc, "phrases"); None when the copies have no phrase rows."""
+    from xbench.schemas.queries import UNSUPPORTED_ATTR
+
+    from .counting import count_dataset
+    from .counts import PhraseCounts
+
+    if table.query_id is None or getattr(gt_ds, "queries", None) is None:
+        return None
+    mine = np.flatnonzero(table.group[table.query_copy] == s)
+    copy = table.query_copy[mine]
+    # by clean case, then copy id, then phrase row: the clean rows each view reads rise within a case
+    mine = mine[np.lexsort((table.query_of[mine], table.id[copy], table.case[copy]))]
+    copy, of = table.query_copy[mine], table.query_of[mine]
+    entry: dict = {"n_phrases": int(mine.size)}
+    reason = sub_ds.attrs.get(UNSUPPORTED_ATTR)
+    if reason is not None or sub_ds.query_id is None:
+        return {**entry, "unsupported": True, "reason": str(reason or "the submission has no phrase rows")}
+    row_of = {qid: i for i, qid in enumerate(sub_ds.query_id.tolist())}
+    rows = np.fromiter((row_of.get(q, -1) for q in table.query_id[mine].tolist()), np.int64, count=mine.size)
+    if (rows < 0).any():
+        return {**entry, "available": False,
+                "reason": f"the submission holds {int((rows >= 0).sum())} of the copies' {mine.size} phrase rows"}
+    categories = tuple(gt_ds.classes)
+    col = np.array([categories.index(c) for c in np.asarray(gt_ds.queries.category)[of].tolist()], np.int64)
+    labels = np.full((mine.size, len(categories)), -1, np.int8)
+    labels[np.arange(mine.size), col] = 1
+    vgt = SimpleNamespace(name=name, classes=categories, case_id=table.query_id[mine], labels=labels,
+                          region_index=np.stack([np.arange(mine.size), col], axis=1),
+                          region_mask=_RegionView(gt_ds.query_mask, of), grid=tuple(gt_ds.grid))
+    vsub = SimpleNamespace(name=name, unsupported=(), score_kind="logit",
+                           scores=np.asarray(sub_ds.query_scores, np.float32)[rows].reshape(-1, 1),
+                           saliency=_WarpedMaps(sub_ds.query_saliency, rows, [specs[j] for j in copy.tolist()]))
+    dc = count_dataset(vsub, vgt, case_rows=np.arange(mine.size, dtype=np.int64),
+                       class_cols=np.zeros(len(categories), np.int64), where=where, scope="phrase",
+                       **({} if pointing_tolerance is None else {"pointing_tolerance": pointing_tolerance}))
+    # the phrase scope's bootstrap resamples images: here the clean cases, each with every copy's phrase rows
+    pc = PhraseCounts(counts=dc, image=table.case[copy][dc.pair_case], n_images=int(len(gt_ds.case_id)))
+    return phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
+
+
 def _stability(gt_ds, sub_ds, clean_rows, class_cols, table, sel, sub_rows, specs, copies: int):
     """Per (clean case, class): mean and worst rho over the K copies, flip share and any-flip (module doc).
     Arrays (N, C) float64 (NaN for unsupported classes)."""
@@ -231,13 +276,14 @@ def _stability_entry(values: dict, classes, supported, *, bootstrap: int, seed: 
 
 def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_from_counts, bootstrap: int = 1000,
                      seed: int = 0, thresholds=None, pointing_tolerance: float | None = None,
-                     timings: dict | None = None) -> dict:
+                     timings: dict | None = None, phrase_metrics=None) -> dict:
     """The metrics.json "robustness" section for the datasets ``names`` whose ground truth has perturbed copies
     ({} when none has: metrics.json is then unchanged). ``metrics_from_counts``: the scorer's
     (:func:`xbench.score.scoring.metrics_from_counts`, handed in so this module sits below the orchestration)."""
     import time
 
     from xbench.schemas.augment import parse_spec
+    from xbench.schemas.perturbations import copies_per_spec
 
     from .counting import count_dataset
     from .localisation import DEFAULT_POINTING_TOLERANCE
@@ -263,6 +309,7 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
         clean_rows, class_cols = aligned[name]
         parsed: dict = {}
         specs = [parsed.setdefault(t, parse_spec(t)) for t in table.spec.tolist()]
+        per_case = copies_per_spec(table.specs, table.copies)
         per_spec: dict = {}
         for s, text in enumerate(table.specs):
             sel = np.flatnonzero(table.group == s)
@@ -272,13 +319,21 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
                                    where=f"{gt.path}/{name} (copies of {text})",
                                    pointing_tolerance=DEFAULT_POINTING_TOLERANCE if pointing_tolerance is None
                                    else pointing_tolerance)
-            metrics, _ = metrics_from_counts({name: counts}, bootstrap=bootstrap if table.copies == 1 else 0,
-                                             seed=seed, thresholds=thresholds)
+            # the cluster bootstrap: a resample draws clean cases and takes all copies of each (copies sorted by
+            # clean case); the same draws as the stability intervals below (one default_rng(seed) per SPEC)
+            metrics, _ = metrics_from_counts({name: counts}, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
+                                             clusters={name: np.asarray(table.case[sel], np.int64)})
             values, supported = _stability(gt_ds, sub_ds, clean_rows, class_cols, table, sel, rows, specs,
-                                           int(table.copies))
+                                           per_case[s])
             per_spec[text] = {"n_copies": int(sel.size), "metrics": metrics["datasets"][name],
                               "stability": _stability_entry(values, gt_ds.classes, supported, bootstrap=bootstrap,
                                                             seed=seed)}
+            phrases = None if phrase_metrics is None else _phrases(
+                name, gt_ds, sub_ds, table, s, specs, phrase_metrics=phrase_metrics, bootstrap=bootstrap, seed=seed,
+                where=f"{gt.path}/{name} (phrase rows of the copies of {text})",
+                pointing_tolerance=None)  # as the clean phrase rows are counted (score_phrases: the default)
+            if phrases is not None:  # only on a dataset whose copies have phrase rows: the section is as before
+                per_spec[text]["phrases"] = phrases
         section[name] = {**entry, "available": True, "specs": per_spec}
     if timings is not None and section:
         timings["robustness"] = time.perf_counter() - t0

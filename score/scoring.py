@@ -111,7 +111,8 @@ class ScoreResult:
 def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int = 1000, seed: int = 0,
                         thresholds: Thresholds | None = None, level: float = 0.95,
                         timings: dict[str, float] | None = None,
-                        undefined: list | None = None) -> tuple[dict, dict]:
+                        undefined: list | None = None,
+                        clusters: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict]:
     """Metrics (``metrics.json`` "overall" and "datasets" parts) from per-dataset counts.
 
     Every metric of :data:`xbench.score.registry.REGISTRY` is computed: per class, the dataset summary
@@ -130,6 +131,9 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
     undefined : list, optional
         Gets one :class:`Undefined` per class and reason a metric is undefined (reported as null); no
         Python warning is issued either way (:func:`undefined_notes` words them for people).
+    clusters : {dataset: (n_cases,) int}, optional
+        Resample these datasets' cases in clusters (all cases of a drawn cluster together;
+        :func:`xbench.score.bootstrap.cluster_weights`): the robustness track's copies of one clean case.
 
     Returns
     -------
@@ -144,7 +148,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         # computed here, and fill the cores that one dataset's bootstrap leaves idle at the end
         t_boot = time.perf_counter()
         reps = (pool.submit(bootstrap_replicates, counts, n_resamples=bootstrap, seed=seed,
-                            taus=taus if thresholds is not None else None)
+                            taus=taus if thresholds is not None else None, clusters=clusters)
                 if bootstrap > 0 and counts else None)
         metrics, per_pair_all = point_metrics(counts, taus, timings, undefined)
         if reps is not None:
@@ -455,7 +459,8 @@ def _robustness(run: "_Run", *, bootstrap: int, seed: int, pointing_tolerance: f
 
     return score_robustness(run.sub, run.gt, run.scored, run.aligned, partial=run.partial,
                             metrics_from_counts=metrics_from_counts, bootstrap=bootstrap, seed=seed,
-                            thresholds=run.thresholds, pointing_tolerance=pointing_tolerance, timings=timings)
+                            thresholds=run.thresholds, pointing_tolerance=pointing_tolerance, timings=timings,
+                            phrase_metrics=phrase_metrics)
 
 
 class _Run(NamedTuple):

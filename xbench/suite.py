@@ -20,7 +20,8 @@ store edited, truncated or replaced by hand runs again, whatever files are prese
 as started with the same fingerprint is resumed (prepare and extract resume block by block on their
 own); any other step starts from an empty output. Content digests are sha256 over every file's bytes,
 cached by (size, mtime) in ``OUT/.xbench-suite/digests.json`` as git's index does, so a second run
-reads no unchanged file again.
+reads no unchanged file again. Augmentation and perturbation specs are fingerprinted in their canonical text
+(:func:`canonical_specs`): two spellings of one spec are one fingerprint.
 
 One run at a time per output folder: a run holds an exclusive ``flock`` on ``OUT/.xbench-suite/lock``
 (dropped by the kernel however the process ends), and a second one is refused with one line.
@@ -391,19 +392,52 @@ class Step:
         return f"{self.kind}/{self.key}" if self.key else self.kind
 
 
+def canonical_specs(kind: str, value):
+    """A suite's ``augment`` (kind "augment") or ``perturb`` (kind "perturb") as the list of canonical spec texts,
+    so two spellings of one spec (``rotate``, ``rotate:degrees=10``) are one fingerprint and one command line;
+    the value itself when it does not parse (the suite's checks refuse it before any step runs)."""
+    try:
+        if kind == "augment":
+            from xbench.schemas.augment import canonical, parse_specs
+
+            return canonical(parse_specs(value))
+        from xbench.schemas.perturbations import parse_templates
+
+        return [t.text for t in parse_templates([value] if isinstance(value, str) else list(value))]
+    except Exception:  # noqa: BLE001 - reported by the suite's own checks, with the key's path
+        return value
+
+
+def _extract_fingerprinted(m: "ModelEntry") -> dict:
+    """The extraction options that shape a model's submission: specs canonical, a later option only when set (an
+    empty ``augment`` is no augmentation), so a suite without them keeps its fingerprints."""
+    out = {}
+    for k, v in m.extract.items():
+        if k in EXTRACT_NOT_IN_OUTPUT:
+            continue
+        if k == "augment" and v is not None:
+            v = canonical_specs("augment", v) or None
+        if k in EXTRACT_FINGERPRINT_WHEN_SET and v == EXTRACT_DEFAULTS[k]:
+            continue
+        out[k] = v
+    return out
+
+
 def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
     """The steps of a suite in the order they run (each after the steps it depends on)."""
     steps: list[Step] = []
     ds_keys = [d.key for d in suite.datasets]
     for d in suite.datasets:
         opts = {"dataset": d.key, "split": d.split, "options": d.options, "limit": limit,
-                **{k: (list(_grid(v)) if k == "grid" else v) for k, v in d.prepare.items()
+                **{k: (list(_grid(v)) if k == "grid" else canonical_specs("perturb", v) if k == "perturb" else v)
+                   for k, v in d.prepare.items()
                    if k != "workers" and (d.prepare.get("perturb") or not k.startswith("perturb"))}}  # old fingerprints stay
         steps.append(Step("prepare", d.key, [], opts, [f"data/images.zarr/{d.key}", f"data/gt.zarr/{d.key}"]))
     for m in suite.models:
-        opts = {"model": m.model, "overrides": m.options, "datasets": ds_keys,
-                **{k: v for k, v in m.extract.items() if k not in EXTRACT_NOT_IN_OUTPUT
-                   and not (k in EXTRACT_FINGERPRINT_WHEN_SET and v == EXTRACT_DEFAULTS[k])}}
+        overrides = m.options
+        if isinstance(overrides, dict) and overrides.get("augment") is not None:  # a model config's augment: too
+            overrides = {**overrides, "augment": canonical_specs("augment", overrides["augment"])}
+        opts = {"model": m.model, "overrides": overrides, "datasets": ds_keys, **_extract_fingerprinted(m)}
         steps.append(Step("extract", m.key, [f"prepare/{k}" for k in ds_keys], opts, [f"submissions/{m.key}.zarr"]))
         steps.append(Step("score", m.key, [f"extract/{m.key}", *(f"prepare/{k}" for k in ds_keys)],
                           {"bootstrap": suite.score["bootstrap"], "seed": suite.seed, "datasets": ds_keys},
@@ -488,6 +522,8 @@ def model_digest(model: str, overrides: Mapping, cache: DigestCache) -> dict:
     except InputError as e:  # reported by the dry run's checks, or by the extraction itself
         return {"error": str(e)}
     files = {key: tree_digest(path, cache) for key, path in config_paths(config).items() if path.exists()}
+    if isinstance(config, Mapping) and config.get("augment") is not None:  # one spec, one fingerprint (plan_steps)
+        config = {**config, "augment": canonical_specs("augment", config["augment"])}
     return {"config": config, "files": files}
 
 

@@ -52,10 +52,12 @@ class Copies:
     def table(self, dataset: str, case_ids) -> PT.Perturbations:
         from xbench.schemas.store import MAX_CASES
 
-        total = len(case_ids) * (1 + len(self.templates) * self.copies)
+        per_case = sum(t.copies(self.copies) for t in self.templates)
+        total = len(case_ids) * (1 + per_case)
         if total > MAX_CASES:
-            raise PT.InputError([f"{dataset}: {len(case_ids)} case(s) with {len(self.templates)} SPEC(s) x "
-                                 f"{self.copies} copies make {total} rows; the limit is {MAX_CASES}"])
+            raise PT.InputError([f"{dataset}: {len(case_ids)} case(s) with {per_case} cop{'y' if per_case == 1 else 'ies'} "
+                                 f"each ({len(self.templates)} SPEC(s), --perturb-copies {self.copies}) make {total} "
+                                 f"rows; the limit is {MAX_CASES}"])
         return PT.plan_copies(dataset, case_ids, list(self.templates), self.copies, self.seed)
 
 
@@ -105,13 +107,27 @@ def _row_image(r: int, n: int, clean, table: PT.Perturbations, specs: dict) -> n
 
 
 def write_copies(copies: Copies, images_path: Path, key: str, work: Path, case_ids, classes, image_size: int,
-                 cases_per_block: int, attrs: dict, keep_original: bool, queries, guard, progress: bool) -> PT.Perturbations:
-    """Append the perturbed copies to the images group ``key`` (module doc); their table for the ground truth."""
+                 cases_per_block: int, attrs: dict, keep_original: bool, queries, guard, progress: bool,
+                 query_probes=None) -> PT.Perturbations:
+    """Append the perturbed copies to the images group ``key`` (module doc); their table for the ground truth.
+
+    ``queries`` (the clean cases' phrase rows, with text; None without): every copy gets a phrase row for each
+    original phrase row of its clean case (``query_probes``: which rows are text probes; probes are not copied),
+    under a new opaque id, after the clean rows; the table records which row each copies."""
     from xbench.schemas import ImagesWriter
     from xbench.schemas.augment import parse_spec
     from xbench.schemas.store import ensure_root
 
     table = copies.table(key, case_ids)
+    if queries is not None:
+        original = np.ones(len(queries), bool) if query_probes is None else ~query_probes.is_probe
+        table = table.with_queries(key, queries.id, queries.case, original)
+        extra = table.copy_queries(queries, len(case_ids))
+        queries = type(queries)(np.concatenate([np.asarray(queries.id, dtype=str), extra.id]),
+                                np.concatenate([np.asarray(queries.case, np.int64), extra.case]),
+                                np.concatenate([np.asarray(queries.category, dtype=str), extra.category]),
+                                None if queries.text is None else np.concatenate([np.asarray(queries.text, dtype=str),
+                                                                                  extra.text]))
     if (work / "copies.done").exists():
         return table
     _stage_clean(images_path, key, work, keep_original)

@@ -598,7 +598,8 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         from .perturb import write_copies
 
         perturbations = write_copies(copies, images_path, reader.key, work, survivors, classes, image_size,
-                                     cases_per_block, attrs, keep_original, q_survivors, guard, progress)
+                                     cases_per_block, attrs, keep_original, q_survivors, guard, progress,
+                                     query_probes=q_probes)
     with guard.critical():
         write_ground_truth(
             gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLASSES = ["Cardiomegaly", "Nodule/Mass", "Pneumothorax"]
 SPECS = ["hflip", "brightness:delta=-20..20", "rotate:degrees=90"]
 K = 2
+KS = (1, K, 1)  # copies per case of each SPEC: one for a SPEC whose copies could not differ (neither seeded nor ranged)
 
 
 # --------------------------------------------------------------------------------------------- fixtures
@@ -123,7 +124,7 @@ def test_a_submission_without_the_copies_scores_clean_and_says_why(stores, score
     assert m["datasets"] == scored["datasets"]
     entry = m["robustness"]["datasets"]["phantom"]
     assert entry["available"] is False and "none of the perturbed copies" in entry["reason"]
-    assert entry["n_copies"] == len(stores["table"]) == 9 * len(SPECS) * K
+    assert entry["n_copies"] == len(stores["table"]) == 9 * sum(KS)
 
 
 # ----------------------------------------------------------------------------------------------- brute force
@@ -156,7 +157,7 @@ def test_copies_metrics_equal_an_explicit_store_of_warped_copies(stores, scored,
     got = _score(stores["dir"] / "sub.zarr", stores["dir"] / "gt.zarr")["robustness"]["datasets"]["phantom"]
     spec = PT.parse_templates([SPECS[s]])[0].text
     entry = got["specs"][spec]
-    assert entry["n_copies"] == len(ids) == 9 * K
+    assert entry["n_copies"] == len(ids) == 9 * KS[s]
     _close(entry["metrics"], want)
 
 
@@ -185,6 +186,102 @@ def _rho(a, b):
     return float(spearmanr(a.ravel(), b.ravel()).statistic)
 
 
+# ------------------------------------------------------------------------------------- the cluster bootstrap
+def test_cluster_weights_are_the_case_bootstrap_with_one_case_per_cluster_and_else_whole_clusters():
+    from xbench.score.bootstrap import cluster_weights, resample_weights
+
+    n, b = 7, 300  # several blocks
+    one = np.concatenate(list(cluster_weights(np.arange(n), n, b, np.random.default_rng(5))))
+    case = np.concatenate(list(resample_weights(n, b, np.random.default_rng(5))))
+    assert np.array_equal(one, case)
+    cluster = np.array([0, 0, 1, 2, 2, 2, 3])  # 4 clean cases with 2, 1, 3, 1 copies
+    got = np.concatenate(list(cluster_weights(cluster, cluster.size, b, np.random.default_rng(5))))
+    draws = np.random.default_rng(5).integers(0, 4, size=(b, 4))  # one call: the draws do not depend on blocks
+    for r in range(b):
+        taken = [j for i in draws[r] for j in np.flatnonzero(cluster == i)]  # every copy of every drawn case
+        assert np.array_equal(got[r], np.bincount(taken, minlength=cluster.size))
+
+
+def _auroc_or_nan(y, p):
+    from sklearn.metrics import roc_auc_score
+
+    keep = y >= 0
+    y, p = y[keep], p[keep]
+    return float(roc_auc_score(y, p)) if 0 < y.sum() < y.size else np.nan
+
+
+@pytest.mark.parametrize("s", [0, 1])  # hflip (one copy per case) and brightness (K = 2 per case)
+def test_copy_intervals_are_a_cluster_bootstrap_over_clean_cases(stores, tmp_path, s):
+    """An explicit loop over the draws of default_rng(seed) (clean cases with replacement, every copy of each):
+    the copies' metric intervals (all metrics, via the explicit copies store's counts; AUROC also by sklearn) and
+    the stability intervals come from the same draws."""
+    from xbench.score import bootstrap as BS
+    from xbench.score.scoring import score_submission
+
+    b, seed = 40, 7
+    ids, labels, ri, masks, orig, scores, maps, sel = _copies_view(stores, s)
+    write_ground_truth(tmp_path / "gt.zarr", "phantom", case_ids=ids, classes=CLASSES, labels=labels, region_index=ri,
+                       region_mask=masks, orig_size=orig, grid=stores["clean"]["grid"])
+    _write_sub(tmp_path / "sub.zarr", ids, scores, maps)
+    dc = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=0).counts["phantom"]
+    m = score_submission(stores["dir"] / "sub.zarr", stores["dir"] / "gt.zarr", bootstrap=b, seed=seed).metrics
+    entry = m["robustness"]["datasets"]["phantom"]["specs"][PT.parse_templates([SPECS[s]])[0].text]
+    t, n = stores["table"], len(stores["clean"]["case_ids"])
+    case_of = t.case[sel]
+    draws = np.random.default_rng(seed).integers(0, n, size=(b, n))
+    reps_cls: dict = {}
+    reps_sum: dict = {}
+    aurocs = []
+    for r in range(b):
+        taken = np.concatenate([np.flatnonzero(case_of == i) for i in draws[r]])  # explicit-store rows
+        w = np.bincount(taken, minlength=len(ids)).astype(np.float64)
+        classes, summary = BS.dataset_replicates(dc, w[None])
+        for c, stats in classes.items():
+            for k, v in stats.items():
+                reps_cls.setdefault(c, {}).setdefault(k, []).append(float(v[0]))
+        for k, v in summary.items():
+            reps_sum.setdefault(k, []).append(float(v[0]))
+        aurocs.append([_auroc_or_nan(labels[taken, c], scores[taken, c]) for c in range(len(CLASSES))])
+    got = entry["metrics"]
+    for k, v in reps_sum.items():
+        _close(got["ci95"][k], BS.percentile_interval(np.array(v)), f"ci95.{k}")
+    for c, stats in reps_cls.items():
+        for k, v in stats.items():
+            _close(got["classes"][c]["ci95"][k], BS.percentile_interval(np.array(v)), f"{c}.ci95.{k}")
+    aurocs = np.array(aurocs)
+    for c, name in enumerate(CLASSES):
+        _close(got["classes"][name]["ci95"]["auroc"], BS.percentile_interval(aurocs[:, c]), f"{name} auroc by sklearn")
+    # stability: the same draws, the per-case values averaged over the drawn cases
+    row = {cid: i for i, cid in enumerate(stores["ids"])}
+    sig = lambda x: 1.0 / (1.0 + np.exp(-np.float64(x)))  # noqa: E731
+    for c, name in enumerate(CLASSES):
+        rate = np.zeros(n)
+        for i, cid in enumerate(stores["clean"]["case_ids"]):
+            mine = [j for j in sel if t.case[j] == i]
+            rate[i] = np.mean([(sig(stores["scores"][row[t.id[j]], c]) >= 0.5)
+                               != (sig(stores["scores"][row[cid], c]) >= 0.5) for j in mine])
+        want = BS.percentile_interval(rate[draws].mean(axis=1))
+        _close(entry["stability"]["classes"][name]["ci95"]["flip_rate"], want, f"{name} flip_rate")
+
+
+def test_with_one_copy_per_case_the_intervals_are_the_case_bootstrap_over_the_copies(stores, tmp_path):
+    """K = 1 (hflip): the numbers the case bootstrap gave before the cluster bootstrap existed, on the copies
+    ordered by clean case (the scorer's view)."""
+    ids, labels, ri, masks, orig, scores, maps, sel = _copies_view(stores, 0)
+    order = np.argsort(stores["table"].case[sel], kind="stable")
+    assert len(order) == 9
+    inv = {v: k for k, v in enumerate(order.tolist())}
+    ri2 = np.array([(inv[v], c) for v, c in ri], np.int32)
+    keep = np.lexsort((ri2[:, 1], ri2[:, 0]))
+    write_ground_truth(tmp_path / "gt.zarr", "phantom", case_ids=[ids[i] for i in order], classes=CLASSES,
+                       labels=labels[order], region_index=ri2[keep], region_mask=masks[keep], orig_size=orig[order],
+                       grid=stores["clean"]["grid"])
+    _write_sub(tmp_path / "sub.zarr", [ids[i] for i in order], scores[order], maps[order])
+    want = _score(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=30, seed=4)["datasets"]["phantom"]
+    got = _score(stores["dir"] / "sub.zarr", stores["dir"] / "gt.zarr", bootstrap=30, seed=4)
+    _close(got["robustness"]["datasets"]["phantom"]["specs"]["hflip"]["metrics"], want)
+
+
 @pytest.mark.parametrize("s", range(len(SPECS)))
 def test_stability_equals_brute_force(stores, scored, s):
     t, clean = stores["table"], stores["clean"]
@@ -194,7 +291,7 @@ def test_stability_equals_brute_force(stores, scored, s):
     sig = lambda x: 1.0 / (1.0 + np.exp(-np.float64(x)))  # noqa: E731
     for i, cid in enumerate(clean["case_ids"]):
         mine = [j for j in range(len(t)) if t.group[j] == s and t.case[j] == i]
-        assert len(mine) == K
+        assert len(mine) == KS[s]
         for c in range(len(CLASSES)):
             a = stores["maps"][row[cid], c].astype(np.float64)  # map size = grid: the resize is the identity
             rhos, flips = [], []
@@ -257,7 +354,7 @@ def test_a_symmetric_baseline_is_exactly_stable_under_hflip(stores, tmp_path):
 # ------------------------------------------------------------------------------------------- the gt table
 def test_table_design_ranges_seeds_ids():
     t = _table([f"c{i}" for i in range(5)])
-    assert len(t) == 5 * len(SPECS) * K and list(t.id) == sorted(t.id)
+    assert len(t) == 5 * sum(KS) and list(t.id) == sorted(t.id)
     drawn = [float(s.split("=")[1]) for s in t.spec if s.startswith("brightness")]
     assert len(set(drawn)) == len(drawn) and all(-20 <= v <= 20 for v in drawn)
     assert all(round(v, 4) == v for v in drawn)
@@ -269,6 +366,36 @@ def test_table_design_ranges_seeds_ids():
     # an integer parameter draws integers, both ends included
     ints = PT.plan_copies("d", [f"c{i}" for i in range(200)], PT.parse_templates(["jpeg:quality=40..41"]), 1, 0)
     assert set(ints.spec.tolist()) == {"jpeg:quality=40", "jpeg:quality=41"}
+
+
+@pytest.mark.parametrize("a,b", [("rotate", "rotate:degrees=10"), ("rotate:degrees=-10.0..10", "rotate:degrees=-10..10"),
+                                 ("translate:y=0..4, x=2", "translate:x=2,y=0..4,side=512"),
+                                 ("noise:sigma=8.0", "noise:sigma=8"), ("jpeg:quality=20..60", "jpeg:quality=20..60")])
+def test_two_spellings_of_one_spec_are_one_canonical_spec(a, b):
+    ta, tb = PT.parse_templates([a])[0], PT.parse_templates([b])[0]
+    assert ta.text == tb.text == b and PT.parse_template(ta.text) == ta  # canonical text parses back to itself
+    with pytest.raises(PT.InputError, match="twice"):
+        PT.parse_templates([a, b])
+    ids = [f"c{i}" for i in range(4)]
+    pa, pb = (PT.plan_copies("d", ids, [t], 3, 5) for t in (ta, tb))
+    assert all(np.array_equal(getattr(pa, k), getattr(pb, k)) for k in ("id", "case", "group", "spec", "seed"))
+
+
+@pytest.mark.parametrize("spec,k,want", [("hflip", 4, 1), ("jpeg:quality=30", 4, 1), ("rotate:degrees=5..5", 4, 1),
+                                         ("rotate", 3, 1), ("noise", 4, 4), ("noise:sigma=0", 2, 2),
+                                         ("rotate:degrees=-5..5", 3, 3), ("jpeg:quality=40..41", 2, 2), ("hflip", 1, 1)])
+def test_a_spec_whose_copies_cannot_differ_makes_one_copy_whatever_k(spec, k, want):
+    t = PT.parse_templates([spec])[0]
+    assert t.copies(k) == want
+    table = PT.plan_copies("d", ["a", "b", "c"], [t], k, 0)
+    assert len(table) == 3 * want and np.bincount(table.case).tolist() == [want] * 3
+    assert table.attrs()["copies"] == k  # the run's K is recorded as asked
+    assert PT.check(table, ["a", "b", "c"], "gt/d") == []
+    if want == 1 and k > 1:  # a table with K copies of such a SPEC (the layout before) is refused, one line
+        many = PT.plan_copies("d", ["a", "b", "c"], [PT.parse_templates(["noise"])[0]], k, 0)
+        bad = PT.Perturbations(many.id, many.case, many.group, np.full(len(many), t.text), many.seed, (t.text,), k, 0)
+        problems = PT.check(bad, ["a", "b", "c"], "gt/d")
+        assert problems and any("copies" in str(p) for p in problems)
 
 
 def _corrupt(src: Path, dst: Path, how: str) -> None:
@@ -343,8 +470,8 @@ def test_too_many_copies_for_the_store_limit_exit_2(tmp_path, monkeypatch):
     import xbench.schemas.images  # noqa: F401
     import xbench.schemas.store as store
 
-    monkeypatch.setattr(store, "MAX_CASES", 40)  # 6 cases x (1 + 3 SPECs x 2 copies) = 42 rows
-    res = _prepare(tmp_path / "out", "--perturb", "hflip,noise,blur", "--perturb-copies", "2", "--workers", "1")
+    monkeypatch.setattr(store, "MAX_CASES", 30)  # 6 cases x (1 + 1 hflip + 2 noise + 2 blur copies) = 36 rows
+    res = _prepare(tmp_path / "out", "--perturb", "hflip,noise,blur:sigma=0.5..2", "--perturb-copies", "2", "--workers", "1")
     assert res.exit_code == 2 and "limit" in res.output, res.output
     assert not (tmp_path / "out" / "gt.zarr").exists()
 
@@ -364,6 +491,7 @@ def test_prepare_writes_copies_deterministically_with_any_worker_count(tmp_path)
     gt = read_ground_truth(tmp_path / "a" / "gt.zarr").datasets["phantom"]
     n = len(gt.case_id)
     assert ia.case_id[:n].tolist() == gt.case_id.tolist() and ia.case_id[n:].tolist() == ta.id.tolist()
+    assert np.bincount(ta.group).tolist() == [n, 2 * n, 2 * n]  # hflip: one copy whatever K; ranged and seeded: K
     root = zarr.open_group(str(tmp_path / "a" / "images.zarr"), mode="r")
     assert root.attrs["xbench"]["schema_minor"] >= 3 and root["phantom"].attrs["perturbed_copies"] == len(ta)
     assert ta.attrs() == {"specs": ["hflip", "rotate:degrees=-10..10", "noise:sigma=8"], "copies": 2, "seed": 99}
@@ -385,7 +513,7 @@ def test_the_robustness_table_and_hostile_sections(stores, scored, tmp_path):
 
     t = robustness_table({"m": scored})
     assert [r[2] for r in t.rows] == ["clean", "hflip", "brightness:delta=-20..20", "rotate:degrees=90"]
-    assert t.rows[("m", "Phantom", "hflip", str(9 * K))][4].value == \
+    assert t.rows[("m", "Phantom", "hflip", str(9 * KS[0]))][4].value == \
         scored["robustness"]["datasets"]["phantom"]["specs"]["hflip"]["stability"]["summary"]["map_spearman_mean"]
     for junk in ([], {"datasets": []}, {"datasets": {"phantom": []}},
                  {"datasets": {"phantom": {"available": True, "specs": {"x": {"metrics": 3, "stability": {"summary": {
