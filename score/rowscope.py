@@ -58,7 +58,15 @@ class RowScope:
       "phrases/<dataset>") so the report tells them apart;
     * ``table_rows(results)``, ``markdown(rows)``, ``csv(rows)``, ``table(results)``: the report's table of
       the scope (rows per model and dataset; leaderboard.md; ``<section>.csv``; index.html), for a scope the
-      report shows apart from the primary tables.
+      report shows apart from the primary tables;
+    * ``save_counts(prefix, counts)``, ``counts_problems(z, prefix, where)``, ``load_counts(z, prefix, name)``:
+      one dataset's counts in ``pair_counts.npz`` (:mod:`xbench.score.counts`), so that ``xbench compare``
+      and ``xbench report`` compare the scope from result folders. ``save_counts`` returns the arrays, each
+      key starting with ``prefix`` (``"<dataset>.<section>"``; the file lists the datasets under
+      :attr:`counts_key`); ``counts_problems`` says, one line each, what makes the arrays of a file from
+      outside unusable (``z``: {key: array}; every array the scope indexes with is checked here, before
+      ``load_counts`` builds the counts from them). A scope without them is not saved (its comparisons
+      then need the scoring run's own counts).
     """
 
     name: str
@@ -75,7 +83,20 @@ class RowScope:
     markdown: Ref = None
     csv: Ref = None
     table: Ref = None
+    save_counts: Ref = None
+    counts_problems: Ref = None
+    load_counts: Ref = None
     doc: str = field(default="", compare=False)
+
+    @property
+    def counts_key(self) -> str:
+        """The ``pair_counts.npz`` key listing the datasets whose counts of this scope the file holds."""
+        return f"{self.name}_datasets"
+
+    @property
+    def saved(self) -> bool:
+        """True when the scope's counts are written to (and read back from) ``pair_counts.npz``."""
+        return None not in (self.save_counts, self.counts_problems, self.load_counts)
 
     def fn(self, what: str) -> Callable | None:
         """The behaviour ``what`` as a callable (a lazy reference imported now), or None."""
@@ -94,6 +115,9 @@ def declare_scope(scope: RowScope) -> RowScope:
     """Add ``scope`` (a name already declared is refused: two definitions of one scope)."""
     if scope.name in ROW_SCOPES:
         raise ValueError(f"row scope {scope.name!r} is already declared")
+    if scope.section is not None and ("." in scope.section or scope.section == "extra"):
+        # pair_counts.npz keys its arrays "<dataset>.<section>.<...>" beside the class rows' "<dataset>.extra.<...>"
+        raise ValueError(f"row scope {scope.name!r}: a section holds no '.' and is not 'extra'")
     ROW_SCOPES[scope.name] = scope
     return scope
 
@@ -140,4 +164,7 @@ declare_scope(RowScope(
     markdown="xbench.score.phrases:phrase_markdown",
     csv="xbench.score.phrases:phrase_csv",
     table="xbench.score.tables:phrase_table",
+    save_counts="xbench.score.counts:phrase_arrays",
+    counts_problems="xbench.score.counts:phrase_arrays_problems",
+    load_counts="xbench.score.counts:phrase_from_arrays",
     doc="the phrase rows (free-text queries) of each category; one image carries several phrases"))
