@@ -27,6 +27,7 @@ __all__ = [
     "ReportInputError",
     "load_result",
     "load_results",
+    "metric_groups",
     "metrics_problems",
     "read_metrics",
     "read_pairs",
@@ -153,9 +154,28 @@ def _entries_problems(entries: dict, where: str, problems: list) -> None:
 
 
 def _metric_keys() -> frozenset:
+    """The keys checked as metric values: every registered metric and every opt-in group's (a result scored
+    with ``xbench-score --metrics GROUP`` holds them; the report then shows them, :func:`metric_groups`)."""
     from xbench.score import registry as R
 
-    return frozenset(R.REGISTRY)
+    return frozenset(R.REGISTRY) | frozenset(R.opt_in_keys())
+
+
+def metric_groups(results) -> tuple[str, ...]:
+    """The opt-in metric groups (``xbench.score.registry.OPT_IN``) whose metrics some result's metrics.json
+    holds (in its ``overall`` or a row scope's): registered while the report or a comparison runs, so the
+    metrics a result was scored with are listed, and results without them keep every output unchanged."""
+    from xbench.score import registry as R
+    from xbench.score.rowscope import row_scopes
+
+    keys: set[str] = set()
+    for r in results:
+        sections = [r.metrics] + [r.metrics.get(s.section) for s in row_scopes(primary=False)]
+        for sec in sections:
+            overall = sec.get("overall") if isinstance(sec, dict) else None
+            if isinstance(overall, dict):
+                keys.update(k for k in overall if isinstance(k, str))
+    return R.opt_in_groups_of(keys)
 
 
 def _obj(parent: dict, key: str, where: str, problems: list, *, required: bool = False):
