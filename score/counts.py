@@ -182,7 +182,7 @@ def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts],
             prefix = f"{name}.{scope.section}"
             for key, arr in save(prefix, value).items():
                 if not key.startswith(prefix + "."):
-                    raise ValueError(f"row scope {scope.name!r} saved {key!r} outside {prefix}.*")
+                    raise RuntimeError(f"row scope {scope.name!r} saved {key!r} outside {prefix}.*")  # its bug
                 arrays[key] = arr
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
