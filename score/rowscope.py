@@ -13,8 +13,10 @@ Built-in scopes:
 
 ``"class"`` (the primary scope)
     the positive (and labelled) pairs of each finding class; metrics.json's top level ("overall",
-    "datasets"); resamples cases. Its counting is the orchestration's own (aligned case rows, transferred
-    thresholds, the pairs table), so it has no ``score`` function.
+    "datasets"); resamples cases. Its ``score`` (:func:`xbench.score.scoring.count_classes`) is the counting
+    pass alone: it also takes the aligned case rows and class columns, the progress bar and the pointing
+    tolerance, and returns no section, because the class metrics (thresholds searched or transferred, the
+    pairs table) are computed by the orchestration once every scope's regions are checked.
 ``"phrase"``
     the phrase rows of each category (:mod:`xbench.score.phrases`); metrics.json "phrases"; resamples images.
 
@@ -48,8 +50,8 @@ class RowScope:
 
     * ``keys()``: the metric keys an entry of the scope reports, in order;
     * ``score(sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases)``: its metrics.json
-      section ({} when no dataset has rows of the scope) and {dataset: counts} (None for the primary scope,
-      counted by the orchestration);
+      section ({} when no dataset has rows of the scope) and {dataset: counts}; the primary scope's also takes
+      ``aligned``, ``progress`` and ``pointing_tolerance`` and returns the section {} (see above);
     * ``ground_truth_problems(a, b)``: one line per shared dataset whose two counts differ in ground truth;
     * ``paired_rows(a, b, *, n_resamples, seed, level, per_group, cache, names)``: rows of
       :data:`xbench.score.bootstrap.PAIRED_COLUMNS` comparing two submissions' counts of the scope, on the
@@ -150,6 +152,7 @@ def row_scopes(*, primary: bool = True) -> list[RowScope]:
 declare_scope(RowScope(
     "class", "finding classes", unit="cases", kinds=("grounding", "recognition", "dataset"),
     keys="xbench.score.registry:class_keys",
+    score="xbench.score.scoring:count_classes",
     ground_truth_problems="xbench.score.bootstrap:ground_truth_problems",
     paired_rows="xbench.score.bootstrap:paired_class_rows",
     doc="positive and labelled pairs of each finding class"))

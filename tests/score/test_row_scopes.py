@@ -101,6 +101,9 @@ def test_the_built_in_scopes_are_declared_in_order():
                 pass
     assert "odd" not in scope_names()
     assert phrase.saved and phrase.counts_key == "phrase_datasets" and not cls.saved
+    from xbench.score.scoring import count_classes, score_phrases
+
+    assert cls.fn("score") is count_classes and phrase.fn("score") is score_phrases  # every scope counted alike
     assert row_scope("phrase").section == "phrases"  # a refused declaration leaves the first one
 
 
