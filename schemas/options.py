@@ -80,18 +80,37 @@ class Float:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of a few words."""
+    """One of a few words: a tuple, or a function returning them, called when a value is first checked (a
+    list kept elsewhere, e.g. a registry, whose import would slow every ``--help``; give the option a
+    ``metavar``, as click would otherwise list the words in the help)."""
 
-    choices: tuple[str, ...]
+    source: tuple[str, ...] | Callable[[], Iterable[str]]
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self.source()) if callable(self.source) else tuple(self.source)
 
     def click_type(self) -> click.ParamType:
-        return click.Choice(list(self.choices))
+        return _LazyChoice(self.source) if callable(self.source) else click.Choice(list(self.source))
 
     def problem(self, value) -> str | None:
-        return None if isinstance(value, str) and value in self.choices else f"must be {_or_list(self.choices)}"
+        choices = self.choices
+        return None if isinstance(value, str) and value in choices else f"must be {_or_list(choices)}"
 
     def argv(self, value) -> str:
         return str(value)
+
+
+class _LazyChoice(click.Choice):
+    """click's Choice over words listed by a function, called on first use (a value to check, a completion),
+    never while ``--help`` is printed under an explicit metavar."""
+
+    def __init__(self, source: Callable[[], Iterable[str]], case_sensitive: bool = True) -> None:
+        self._source, self.case_sensitive = source, case_sensitive  # no super().__init__: it would list them
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._source())
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,12 @@ by column index because class names may contain ``/``)::
     <d>.extra.<name>        (P,) any          optional extra per-pair columns (DatasetCounts.extra), in the
                                               pair order; absent in files written before they existed
 
+Every other row scope (:mod:`xbench.score.rowscope`) that saves its counts follows, in declaration order,
+only for the datasets that have rows of it: ``<scope>_datasets`` lists them and each one's arrays are
+``<d>.<section>.<...>``, written by the scope's ``save_counts``, checked by its ``counts_problems`` and read
+back by its ``load_counts``. A file without ``<scope>_datasets`` (one written before the scope's counts were
+saved) has none of its rows.
+
 Phrase rows (:class:`PhraseCounts`, metrics.json "phrases"), only for datasets whose ground truth has
 them and whose submission scored them; a file without ``phrase_datasets`` (every file written before
 phrase counts were saved) has none::
@@ -47,9 +53,10 @@ import numpy as np
 
 from .kernels import THRESHOLDS
 from .registry import CNR_COLUMN
+from .rowscope import row_scopes
 
 __all__ = ["DatasetCounts", "PhraseCounts", "count_dtype", "save_pair_counts", "load_pair_counts",
-           "load_phrase_counts"]
+           "load_phrase_counts", "load_scope_counts", "read_counts_file"]
 
 _FIELDS = ("classes", "supported", "case_id", "labels", "prob", "pair_case", "pair_class", "region_pixels",
            "hit", "b", "br", "grid")
@@ -151,20 +158,62 @@ def _get(z, prefix: str, name: str) -> DatasetCounts:
 
 
 def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts],
-                     phrases: Mapping[str, PhraseCounts] | None = None) -> None:
-    """Write ``counts`` (and the phrase counts ``phrases``, when any) to an ``.npz`` file at ``path``
-    (uncompressed: it is written on every run)."""
+                     phrases: Mapping[str, PhraseCounts] | None = None, *,
+                     scopes: Mapping[str, Mapping] | None = None) -> None:
+    """Write ``counts`` (the class rows) and the counts of every other row scope to an ``.npz`` file at
+    ``path`` (uncompressed: it is written on every run).
+
+    ``scopes``: {row scope name: {dataset: counts}} (``ScoreResult.scope_counts``); ``phrases`` is short for
+    ``scopes={"phrase": phrases}``. Each declared scope that saves its counts (:attr:`RowScope.saved
+    <xbench.score.rowscope.RowScope.saved>`) and has some is written after the class rows, in declaration
+    order: ``<scope>_datasets`` then each dataset's arrays from the scope's ``save_counts`` (a file without
+    such rows keeps the layout it always had)."""
     arrays: dict[str, np.ndarray] = {"datasets": np.array(list(counts), dtype=str), "thresholds": THRESHOLDS}
     for name, dc in counts.items():
         _put(arrays, name, dc)
-    if phrases:  # only then: a file without phrase rows keeps the layout it always had
-        arrays["phrase_datasets"] = np.array(list(phrases), dtype=str)
-        for name, pc in phrases.items():
-            _put(arrays, f"{name}.phrases", pc.counts)
-            arrays[f"{name}.phrases.image"] = np.asarray(pc.image, dtype=np.int64)
-            arrays[f"{name}.phrases.n_images"] = np.asarray(int(pc.n_images), dtype=np.int64)
+    given = {**({"phrase": phrases} if phrases else {}), **(scopes or {})}
+    for scope in row_scopes(primary=False):
+        found = given.get(scope.name)
+        if not found or not scope.saved:
+            continue
+        arrays[scope.counts_key] = np.array(list(found), dtype=str)
+        save = scope.fn("save_counts")
+        for name, value in found.items():
+            prefix = f"{name}.{scope.section}"
+            for key, arr in save(prefix, value).items():
+                if not key.startswith(prefix + "."):
+                    raise RuntimeError(f"row scope {scope.name!r} saved {key!r} outside {prefix}.*")  # its bug
+                arrays[key] = arr
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
+
+
+def phrase_arrays(prefix: str, pc: PhraseCounts) -> dict[str, np.ndarray]:
+    """The phrase scope's ``save_counts``: one dataset's phrase counts as ``pair_counts.npz`` arrays."""
+    arrays: dict[str, np.ndarray] = {}
+    _put(arrays, prefix, pc.counts)
+    arrays[f"{prefix}.image"] = np.asarray(pc.image, dtype=np.int64)
+    arrays[f"{prefix}.n_images"] = np.asarray(int(pc.n_images), dtype=np.int64)
+    return arrays
+
+
+def phrase_from_arrays(z: Mapping[str, np.ndarray], prefix: str, name: str) -> PhraseCounts:
+    """The phrase scope's ``load_counts``: the inverse of :func:`phrase_arrays`."""
+    return PhraseCounts(counts=_get(z, prefix, name), image=np.asarray(z[f"{prefix}.image"], np.int64),
+                        n_images=int(z[f"{prefix}.n_images"]))
+
+
+def phrase_arrays_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> list[str]:
+    """The phrase scope's ``counts_problems``: the counts' layout (:func:`_counts_problems`), then the image
+    of each pair (the unit a resample draws) within the dataset's images."""
+    problems = _counts_problems(z, prefix, where)
+    image, n_images = z.get(f"{prefix}.image"), z.get(f"{prefix}.n_images")
+    if image is None or n_images is None or image.dtype.kind not in "iu" or n_images.dtype.kind not in "iu" \
+            or n_images.shape != () or image.shape != z.get(f"{prefix}.pair_case", np.zeros(0)).shape:
+        problems.append(f"{where}: {prefix}.image / .n_images missing or of the wrong type or shape")
+    elif image.size and (image.min() < 0 or image.max() >= int(n_images)):
+        problems.append(f"{where}: {prefix}.image refers to an image that does not exist")
+    return problems
 
 
 def _kind_ok(arr: np.ndarray, kinds: str) -> bool:
@@ -227,13 +276,20 @@ def _counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> li
     return problems
 
 
+def _saved_scopes() -> list:
+    return [s for s in row_scopes(primary=False) if s.saved]
+
+
 def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
-                     ) -> tuple[dict[str, DatasetCounts], dict[str, PhraseCounts]]:
-    """(class counts, phrase counts) of a ``pair_counts.npz`` from outside, read once and checked.
+                     ) -> tuple[dict[str, DatasetCounts], dict[str, dict]]:
+    """(class counts, {row scope: {dataset: counts}}) of a ``pair_counts.npz`` from outside, read once and
+    checked.
 
     Read through :func:`xbench.schemas.inputs.load_npz` (regular file, no pickle, each member's declared size
     checked against ``max_bytes`` before it is inflated), then every dataset's arrays against the layout above
-    (:func:`_counts_problems`). Raises :class:`~xbench.schemas.errors.InputError`, one line per problem.
+    (:func:`_counts_problems`; a row scope's by its ``counts_problems``). The second item holds every declared
+    scope that saves its counts ({} for a scope the file has no rows of). Raises
+    :class:`~xbench.schemas.errors.InputError`, one line per problem.
     """
     from xbench.schemas.errors import InputError
     from xbench.schemas.inputs import load_npz
@@ -244,35 +300,34 @@ def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
     if names is None or names.dtype.kind != "U" or names.ndim != 1:
         raise InputError([f"{where}: no 'datasets' list of names (not a pair_counts.npz)"])
     names = [str(n) for n in names]
-    phrase_names = z.get("phrase_datasets")
-    if phrase_names is not None and (phrase_names.dtype.kind != "U" or phrase_names.ndim != 1):
-        raise InputError([f"{where}: 'phrase_datasets' must be a list of names"])
-    phrase_names = [str(n) for n in phrase_names] if phrase_names is not None else []
+    scopes = _saved_scopes()
+    scope_names: dict[str, list[str]] = {}
+    for scope in scopes:
+        listed = z.get(scope.counts_key)
+        if listed is not None and (listed.dtype.kind != "U" or listed.ndim != 1):
+            raise InputError([f"{where}: '{scope.counts_key}' must be a list of names"])
+        scope_names[scope.name] = [str(n) for n in listed] if listed is not None else []
     problems = []
-    for group in (names, phrase_names):
+    for group in (names, *scope_names.values()):
         if len(set(group)) != len(group) or any(not n for n in group):
             problems.append(f"{where}: dataset names must be unique and non-empty")
     if problems:
         raise InputError(problems)
     for name in names:
         problems += _counts_problems(z, name, where)
-    for name in phrase_names:
-        prefix = f"{name}.phrases"
-        problems += _counts_problems(z, prefix, where)
-        image, n_images = z.get(f"{prefix}.image"), z.get(f"{prefix}.n_images")
-        if image is None or n_images is None or image.dtype.kind not in "iu" or n_images.dtype.kind not in "iu" \
-                or n_images.shape != () or image.shape != z.get(f"{prefix}.pair_case", np.zeros(0)).shape:
-            problems.append(f"{where}: {prefix}.image / .n_images missing or of the wrong type or shape")
-        elif image.size and (image.min() < 0 or image.max() >= int(n_images)):
-            problems.append(f"{where}: {prefix}.image refers to an image that does not exist")
+    for scope in scopes:
+        check = scope.fn("counts_problems")
+        for name in scope_names[scope.name]:
+            problems += check(z, f"{name}.{scope.section}", where)
     if problems:
         raise InputError(problems[:20])
     counts = {name: _get(z, name, name) for name in names}
-    phrases = {name: PhraseCounts(counts=_get(z, f"{name}.phrases", name),
-                                  image=np.asarray(z[f"{name}.phrases.image"], np.int64),
-                                  n_images=int(z[f"{name}.phrases.n_images"]))
-               for name in phrase_names}
-    return counts, phrases
+    return counts, {scope.name: _scope_from(z, scope, scope_names[scope.name]) for scope in scopes}
+
+
+def _scope_from(z, scope, names) -> dict:
+    load = scope.fn("load_counts")
+    return {name: load(z, f"{name}.{scope.section}", name) for name in names}
 
 
 def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:
@@ -284,16 +339,20 @@ def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:
         return {name: _get(z, name, name) for name in (str(n) for n in z["datasets"])}
 
 
-def load_phrase_counts(path: str | os.PathLike) -> dict[str, PhraseCounts]:
-    """The phrase counts of a ``pair_counts.npz`` ({dataset: PhraseCounts}); {} for a file without phrase
-    rows (one written before they were saved, or of a ground truth without any)."""
+def load_scope_counts(path: str | os.PathLike) -> dict[str, dict]:
+    """{row scope: {dataset: counts}} of a ``pair_counts.npz`` written by :func:`save_pair_counts`: every
+    declared scope that saves its counts, {} for one the file has no rows of (a file written before the
+    scope's counts were saved, or of a ground truth without such rows). A file from outside goes through
+    :func:`read_counts_file` instead."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no pair_counts.npz here; run `xbench-score` with --out first.")
-    with np.load(path, allow_pickle=False) as z:
-        if "phrase_datasets" not in z.files:
-            return {}
-        return {name: PhraseCounts(counts=_get(z, f"{name}.phrases", name),
-                                   image=np.asarray(z[f"{name}.phrases.image"], np.int64),
-                                   n_images=int(z[f"{name}.phrases.n_images"]))
-                for name in (str(n) for n in z["phrase_datasets"])}
+    with np.load(path, allow_pickle=False) as z:  # only the members named are read
+        return {scope.name: _scope_from(z, scope, [str(n) for n in z[scope.counts_key]] if scope.counts_key in z
+                                        else []) for scope in _saved_scopes()}
+
+
+def load_phrase_counts(path: str | os.PathLike) -> dict[str, PhraseCounts]:
+    """The phrase counts of a ``pair_counts.npz`` ({dataset: PhraseCounts}); {} for a file without phrase
+    rows (one written before they were saved, or of a ground truth without any)."""
+    return load_scope_counts(path)["phrase"]

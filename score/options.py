@@ -13,6 +13,14 @@ from xbench.schemas.options import Choice, Flag, Float, Int, Text, opt
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
 
+def metric_groups() -> tuple[str, ...]:
+    """The opt-in metric groups ``--metrics`` takes: the metric registry's (``xbench.score.registry.OPT_IN``),
+    read when a value is checked, so ``--help`` imports no registry (numpy, the installed plug-ins)."""
+    from .registry import OPT_IN
+
+    return tuple(OPT_IN)
+
+
 @dataclass
 class ScoreOptions:
     """What one ``xbench-score`` run takes besides its SUBMISSION stores (the fields are its options)."""
@@ -49,7 +57,7 @@ class ScoreOptions:
     human_dir: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag="--human", metavar="HUMAN_DIR",
                                  help="The output folder of `xbench human`: metrics.json, the tables and the report add "
                                       "the human ceiling and the model's % of human beside each grounding value.")
-    metric_groups: tuple = opt(default_factory=tuple, check=Choice(("complexity",)), flag="--metrics", multiple=True,
+    metric_groups: tuple = opt(default_factory=tuple, check=Choice(metric_groups), flag="--metrics", multiple=True,
                                metavar="GROUP",
                                help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
                                     "entropy of each normalised map (docs/score.md). Default outputs never change.")

@@ -410,7 +410,7 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     paths = [folder / "metrics.json"]
     paths[0].write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
     write_pairs_parquet(folder / "pairs.parquet", result.counts, result.per_pair)
-    save_pair_counts(folder / "pair_counts.npz", result.counts, getattr(result, "phrase_counts", None))
+    save_pair_counts(folder / "pair_counts.npz", result.counts, scopes=getattr(result, "scope_counts", None))
     paths += [folder / "pairs.parquet", folder / "pair_counts.npz"]
     from .tables import write_tables
 

@@ -47,7 +47,7 @@ the weighted mean with image-resampling weights.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -91,6 +91,8 @@ __all__ = [
     "OPT_IN",
     "opt_in",
     "opt_in_metrics",
+    "opt_in_keys",
+    "opt_in_groups_of",
 ]
 
 
@@ -572,6 +574,18 @@ def opt_in_metrics(group: str) -> tuple[Metric, ...]:
         raise UnknownNameError(f"unknown metric group {group!r}; the opt-in groups are {', '.join(OPT_IN)}")
     module, attr = OPT_IN[group].split(":")
     return tuple(getattr(importlib.import_module(module), attr))
+
+
+def opt_in_keys() -> dict[str, str]:
+    """{metric key: opt-in group} of every opt-in group's metrics (imports each group's module)."""
+    return {m.key: group for group in OPT_IN for m in opt_in_metrics(group)}
+
+
+def opt_in_groups_of(keys: Iterable[str]) -> tuple[str, ...]:
+    """The opt-in groups (in :data:`OPT_IN` order) one of whose metrics is among ``keys``, e.g. the keys of a
+    metrics.json scored with ``--metrics GROUP``: what a later report registers to show them."""
+    found = set(keys)
+    return tuple(dict.fromkeys(g for k, g in opt_in_keys().items() if k in found))
 
 
 @contextmanager

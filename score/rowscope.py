@@ -13,8 +13,10 @@ Built-in scopes:
 
 ``"class"`` (the primary scope)
     the positive (and labelled) pairs of each finding class; metrics.json's top level ("overall",
-    "datasets"); resamples cases. Its counting is the orchestration's own (aligned case rows, transferred
-    thresholds, the pairs table), so it has no ``score`` function.
+    "datasets"); resamples cases. Its ``score`` (:func:`xbench.score.scoring.count_classes`) is the counting
+    pass alone: it also takes the aligned case rows and class columns, the progress bar and the pointing
+    tolerance, and returns no section, because the class metrics (thresholds searched or transferred, the
+    pairs table) are computed by the orchestration once every scope's regions are checked.
 ``"phrase"``
     the phrase rows of each category (:mod:`xbench.score.phrases`); metrics.json "phrases"; resamples images.
 
@@ -48,8 +50,8 @@ class RowScope:
 
     * ``keys()``: the metric keys an entry of the scope reports, in order;
     * ``score(sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases)``: its metrics.json
-      section ({} when no dataset has rows of the scope) and {dataset: counts} (None for the primary scope,
-      counted by the orchestration);
+      section ({} when no dataset has rows of the scope) and {dataset: counts}; the primary scope's also takes
+      ``aligned``, ``progress`` and ``pointing_tolerance`` and returns the section {} (see above);
     * ``ground_truth_problems(a, b)``: one line per shared dataset whose two counts differ in ground truth;
     * ``paired_rows(a, b, *, n_resamples, seed, level, per_group, cache, names)``: rows of
       :data:`xbench.score.bootstrap.PAIRED_COLUMNS` comparing two submissions' counts of the scope, on the
@@ -58,7 +60,15 @@ class RowScope:
       "phrases/<dataset>") so the report tells them apart;
     * ``table_rows(results)``, ``markdown(rows)``, ``csv(rows)``, ``table(results)``: the report's table of
       the scope (rows per model and dataset; leaderboard.md; ``<section>.csv``; index.html), for a scope the
-      report shows apart from the primary tables.
+      report shows apart from the primary tables;
+    * ``save_counts(prefix, counts)``, ``counts_problems(z, prefix, where)``, ``load_counts(z, prefix, name)``:
+      one dataset's counts in ``pair_counts.npz`` (:mod:`xbench.score.counts`), so that ``xbench compare``
+      and ``xbench report`` compare the scope from result folders. ``save_counts`` returns the arrays, each
+      key starting with ``prefix`` (``"<dataset>.<section>"``; the file lists the datasets under
+      :attr:`counts_key`); ``counts_problems`` says, one line each, what makes the arrays of a file from
+      outside unusable (``z``: {key: array}; every array the scope indexes with is checked here, before
+      ``load_counts`` builds the counts from them). A scope without them is not saved (its comparisons
+      then need the scoring run's own counts).
     """
 
     name: str
@@ -75,7 +85,20 @@ class RowScope:
     markdown: Ref = None
     csv: Ref = None
     table: Ref = None
+    save_counts: Ref = None
+    counts_problems: Ref = None
+    load_counts: Ref = None
     doc: str = field(default="", compare=False)
+
+    @property
+    def counts_key(self) -> str:
+        """The ``pair_counts.npz`` key listing the datasets whose counts of this scope the file holds."""
+        return f"{self.name}_datasets"
+
+    @property
+    def saved(self) -> bool:
+        """True when the scope's counts are written to (and read back from) ``pair_counts.npz``."""
+        return None not in (self.save_counts, self.counts_problems, self.load_counts)
 
     def fn(self, what: str) -> Callable | None:
         """The behaviour ``what`` as a callable (a lazy reference imported now), or None."""
@@ -94,6 +117,9 @@ def declare_scope(scope: RowScope) -> RowScope:
     """Add ``scope`` (a name already declared is refused: two definitions of one scope)."""
     if scope.name in ROW_SCOPES:
         raise ValueError(f"row scope {scope.name!r} is already declared")
+    if scope.section is not None and ("." in scope.section or scope.section == "extra"):
+        # pair_counts.npz keys its arrays "<dataset>.<section>.<...>" beside the class rows' "<dataset>.extra.<...>"
+        raise ValueError(f"row scope {scope.name!r}: a section holds no '.' and is not 'extra'")
     ROW_SCOPES[scope.name] = scope
     return scope
 
@@ -126,6 +152,7 @@ def row_scopes(*, primary: bool = True) -> list[RowScope]:
 declare_scope(RowScope(
     "class", "finding classes", unit="cases", kinds=("grounding", "recognition", "dataset"),
     keys="xbench.score.registry:class_keys",
+    score="xbench.score.scoring:count_classes",
     ground_truth_problems="xbench.score.bootstrap:ground_truth_problems",
     paired_rows="xbench.score.bootstrap:paired_class_rows",
     doc="positive and labelled pairs of each finding class"))
@@ -140,4 +167,7 @@ declare_scope(RowScope(
     markdown="xbench.score.phrases:phrase_markdown",
     csv="xbench.score.phrases:phrase_csv",
     table="xbench.score.tables:phrase_table",
+    save_counts="xbench.score.counts:phrase_arrays",
+    counts_problems="xbench.score.counts:phrase_arrays_problems",
+    load_counts="xbench.score.counts:phrase_from_arrays",
     doc="the phrase rows (free-text queries) of each category; one image carries several phrases"))

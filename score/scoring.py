@@ -18,8 +18,9 @@ This module is the orchestration only; the stages are modules of their own, each
 below it: :mod:`~xbench.score.counting` (the counting pass, for every row source),
 :mod:`~xbench.score.estimates` (point estimates), :mod:`~xbench.score.bootstrap` (intervals),
 :mod:`~xbench.score.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs` (the pairs
-table and every file written). The class rows are counted here; every other row scope declared in
-:mod:`~xbench.score.rowscope` (the phrase rows) is scored by its own ``score`` function, in declaration order. Their public names used to live here and are still importable from here.
+table and every file written). Every row scope declared in :mod:`~xbench.score.rowscope` is counted by its
+own ``score`` function, in declaration order: the class rows by :func:`count_classes` (their metrics are then
+computed here, once every scope's regions are checked), the phrase rows by :func:`score_phrases`. Their public names used to live here and are still importable from here.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ __all__ = [
     "ScoreResult",
     "score_submission",
     "count_dataset",
+    "count_classes",
     "region_mask_problems",
     "metrics_from_counts",
     "pairs_table",
@@ -518,30 +520,54 @@ def _open_inputs(submission_path, gt_path, *, datasets, validate: bool, allow_mi
     return _Run(gt, sub, aligned, scored, not_scored, partial, n_in, n_of, thresholds)
 
 
+def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: str = "",
+                  region_problems: list | None = None, timings: dict | None = None,
+                  cases: Mapping[str, np.ndarray] | None = None, aligned: Mapping, progress=None,
+                  pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE) -> tuple[dict, dict]:
+    """The class scope's row source (its ``score``, :mod:`xbench.score.rowscope`): the counting pass over the
+    positive pairs of each dataset of ``names`` ({dataset: DatasetCounts}), on the case rows and class columns
+    of ``aligned`` ({dataset: (case_rows, class_cols)}, the cases a partial run lacks marked -1, so ``cases``
+    adds nothing); then the region problems of the ground truth's datasets not scored, so every problem of
+    the ground truth is listed together. The section is {}: the class metrics are metrics.json's top level,
+    computed from these counts by :func:`metrics_from_counts` once every scope's regions are checked
+    (thresholds searched or transferred). ``bootstrap`` and ``seed`` are the other scopes' (their estimator
+    runs in their ``score``)."""
+    region_problems = region_problems if region_problems is not None else []
+    counts: dict[str, DatasetCounts] = {}
+    for name in names:
+        case_rows, class_cols = aligned[name]
+        counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
+                                     class_cols=class_cols, progress=progress, timings=timings,
+                                     region_problems=region_problems, where=f"{where}/{name}",
+                                     pointing_tolerance=pointing_tolerance)
+        release_freed_memory()
+    for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
+        region_problems += region_mask_problems(gt.datasets[name], f"{where}/{name}")
+    return {}, counts
+
+
 def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, pointing_tolerance: float):
-    """The counting pass over every scored dataset, for each row scope (classes, then every other declared
-    scope, :mod:`xbench.score.rowscope`); every region problem of the ground truth raised together, before any
-    metric: (class counts, {metrics.json section: section} of the other scopes with rows, {scope: counts})."""
+    """The counting pass over every scored dataset, for each declared row scope in order (the classes first,
+    :func:`count_classes`; then every other scope, each by its ``score``, :mod:`xbench.score.rowscope`); every
+    region problem of the ground truth raised together, before any class metric: (class counts, {metrics.json
+    section: section} of the other scopes with rows, {scope: counts} of the other scopes)."""
     from xbench.schemas import InvalidStoreError
 
     gt, gt_path = run.gt, run.gt.path
     counts: dict[str, DatasetCounts] = {}
     region_problems: list = []
-    for name in run.scored:
-        case_rows, class_cols = run.aligned[name]
-        counts[name] = count_dataset(run.sub.datasets[name], gt.datasets[name], case_rows=case_rows,
-                                     class_cols=class_cols, progress=progress, timings=timings,
-                                     region_problems=region_problems, where=f"{gt_path}/{name}",
-                                     pointing_tolerance=pointing_tolerance)
-        release_freed_memory()
-    for name in sorted(set(gt.datasets) - set(run.scored)):  # not scored, but part of the ground truth
-        region_problems += region_mask_problems(gt.datasets[name], f"{gt_path}/{name}")
     sections: dict = {}
     scope_counts: dict = {}
-    for scope in row_scopes(primary=False):
+    for scope in row_scopes():
+        # the primary (class) scope counts on the aligned case rows and class columns, with the progress bar
+        primary = {"aligned": run.aligned, "progress": progress, "pointing_tolerance": pointing_tolerance} \
+            if scope.section is None else {}
         section, found = scope.fn("score")(run.sub, gt, run.scored, bootstrap=bootstrap, seed=seed,
                                            where=str(gt_path), region_problems=region_problems, timings=timings,
-                                           cases={d: run.aligned[d][0] >= 0 for d in run.partial})
+                                           cases={d: run.aligned[d][0] >= 0 for d in run.partial}, **primary)
+        if scope.section is None:
+            counts = found
+            continue
         if section:
             sections[scope.section] = section
         scope_counts[scope.name] = found

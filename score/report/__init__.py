@@ -164,6 +164,20 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     model, whether its maps depend on the weights. Raises ReportInputError (one message per problem) for
     unusable inputs.
     """
+    from xbench.score import registry as R
+
+    from ._load import metric_groups
+
+    results = load_results([Path(p) for p in result_dirs])
+    with R.opt_in(*metric_groups(results)):  # the opt-in metrics the results were scored with are shown too
+        return _build_report(Path(out_dir), results, images=images, gt=gt, submissions=submissions, n_boot=n_boot,
+                             seed=seed, size_bins=size_bins, overlays=overlays, progress=progress, title=title,
+                             sanity=sanity)
+
+
+def _build_report(out: Path, results: list[Result], *, images, gt, submissions, n_boot: int, seed: int,
+                  size_bins: str, overlays: bool, progress: bool, title: str, sanity) -> Path:
+    """:func:`build_report` on the loaded results, the metrics they hold registered."""
     from tqdm import tqdm
 
     from . import figures as F
@@ -171,8 +185,6 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     from xbench.score.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
                                      recognition_table)
 
-    out = Path(out_dir)
-    results = load_results([Path(p) for p in result_dirs])
     previous = _previous_files(out)
     fig_dir = out / "figures"
     steps = tqdm(total=6, desc="report", disable=not progress, leave=False)

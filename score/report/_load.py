@@ -27,6 +27,7 @@ __all__ = [
     "ReportInputError",
     "load_result",
     "load_results",
+    "metric_groups",
     "metrics_problems",
     "read_metrics",
     "read_pairs",
@@ -55,7 +56,9 @@ class Result:
     name: display name (the model, made unique); path: the score output directory;
     metrics: the parsed metrics.json; pairs: pandas DataFrame or None; counts: {dataset:
     xbench.score.counts.DatasetCounts} from pair_counts.npz, or None; case_ids: dataset -> (N,) case ids
-    (from pair_counts.npz, else from pairs.parquet in first-seen order), used to pair cases.
+    (from pair_counts.npz, else from pairs.parquet in first-seen order), used to pair cases; scope_counts:
+    {row scope: {dataset: counts}} of every other declared row scope that pair_counts.npz holds rows of
+    (:mod:`xbench.score.rowscope`), as ``ScoreResult.scope_counts``.
     """
 
     name: str
@@ -64,8 +67,12 @@ class Result:
     pairs: object = None
     counts: dict | None = None
     case_ids: dict = field(default_factory=dict)
-    #: {dataset: xbench.score.counts.PhraseCounts} from pair_counts.npz ({} when it holds no phrase rows)
-    phrase_counts: dict = field(default_factory=dict)
+    scope_counts: dict = field(default_factory=dict)
+
+    @property
+    def phrase_counts(self) -> dict:
+        """{dataset: xbench.score.counts.PhraseCounts} from pair_counts.npz ({} when it holds no phrase rows)."""
+        return self.scope_counts.get("phrase", {})
 
     @property
     def datasets(self) -> list[str]:
@@ -147,9 +154,28 @@ def _entries_problems(entries: dict, where: str, problems: list) -> None:
 
 
 def _metric_keys() -> frozenset:
+    """The keys checked as metric values: every registered metric and every opt-in group's (a result scored
+    with ``xbench-score --metrics GROUP`` holds them; the report then shows them, :func:`metric_groups`)."""
     from xbench.score import registry as R
 
-    return frozenset(R.REGISTRY)
+    return frozenset(R.REGISTRY) | frozenset(R.opt_in_keys())
+
+
+def metric_groups(results) -> tuple[str, ...]:
+    """The opt-in metric groups (``xbench.score.registry.OPT_IN``) whose metrics some result's metrics.json
+    holds (in its ``overall`` or a row scope's): registered while the report or a comparison runs, so the
+    metrics a result was scored with are listed, and results without them keep every output unchanged."""
+    from xbench.score import registry as R
+    from xbench.score.rowscope import row_scopes
+
+    keys: set[str] = set()
+    for r in results:
+        sections = [r.metrics] + [r.metrics.get(s.section) for s in row_scopes(primary=False)]
+        for sec in sections:
+            overall = sec.get("overall") if isinstance(sec, dict) else None
+            if isinstance(overall, dict):
+                keys.update(k for k in overall if isinstance(k, str))
+    return R.opt_in_groups_of(keys)
 
 
 def _obj(parent: dict, key: str, where: str, problems: list, *, required: bool = False):
@@ -359,11 +385,11 @@ def read_pair_counts(path: Path) -> dict:
 
 def read_phrase_counts(path: Path) -> dict:
     """The phrase counts of pair_counts.npz ({dataset: PhraseCounts}; {} in a file without phrase rows)."""
-    return read_counts(path)[1]
+    return read_counts(path)[1].get("phrase", {})
 
 
 def read_counts(path: Path) -> tuple[dict, dict]:
-    """(class counts, phrase counts) of one pair_counts.npz, read once, bounded and checked
+    """(class counts, {row scope: {dataset: counts}}) of one pair_counts.npz, read once, bounded and checked
     (:func:`xbench.score.counts.read_counts_file`)."""
     from xbench.score.counts import read_counts_file
 
@@ -385,10 +411,11 @@ def load_result(path: str | os.PathLike, *, name: str | None = None) -> Result:
     metrics = read_metrics(mpath)
     ppath = path / "pairs.parquet"
     pairs = read_pairs(ppath) if ppath.exists() else None
-    counts, case_ids, phrase_counts = None, {}, {}
+    counts, case_ids, scope_counts = None, {}, {}
     cpath = path / "pair_counts.npz"
     if cpath.exists():
-        counts, phrase_counts = read_counts(cpath)
+        counts, scope_counts = read_counts(cpath)
+        scope_counts = {k: v for k, v in scope_counts.items() if v}
         case_ids = {d: np.asarray(dc.case_id, dtype=str) for d, dc in counts.items()}
     if pairs is not None:
         for d, sub in pairs.groupby("dataset", sort=False, observed=True):
@@ -399,7 +426,7 @@ def load_result(path: str | os.PathLike, *, name: str | None = None) -> Result:
         if attrs.get("method") in MARK_METHODS:  # converted boxes/points, not maps: the leaderboard says so
             name = f"{name} ({attrs['method']})"
     return Result(name=name, path=path, metrics=metrics, pairs=pairs, counts=counts, case_ids=case_ids,
-                  phrase_counts=phrase_counts)
+                  scope_counts=scope_counts)
 
 
 def _path_tag(path: Path) -> str:

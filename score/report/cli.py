@@ -106,21 +106,33 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
     Example:
       xbench compare scores/clip scores/random --n-boot 2000
     """
-    from . import comparison_csv, comparison_markdown
     from ._load import load_results
-    from .paired import compare_results
 
     apply_budget("xbench compare", max_memory, timeout)
-    from .paired import HOLM_FAMILY, with_holm
-
     if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
         from xbench.score.human import compare_human
 
         return compare_human(a_dir, b_dir, n_boot=n_boot, seed=seed, per_class=per_class, out_csv=out_csv,
                              quiet=quiet, as_json=as_json)
 
+    from xbench.score import registry as R
+
+    from ._load import metric_groups
+
     try:
         a, b = load_results([a_dir, b_dir])
+    except ReportInputError as err:
+        raise UserError(err.problems) from None
+    with R.opt_in(*metric_groups([a, b])):  # opt-in metrics the results were scored with are compared and shown
+        _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json)
+
+
+def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json) -> None:
+    """``xbench compare`` on two loaded results: the rows, the CSV and what is printed."""
+    from . import comparison_csv, comparison_markdown
+    from .paired import HOLM_FAMILY, compare_results, with_holm
+
+    try:
         rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))
     except ReportInputError as err:
         raise UserError(err.problems) from None

@@ -146,14 +146,14 @@ def _pairing_problems(a: Result, b: Result) -> list[str]:
     if not problems:
         sa, sb = _scope_counts(a), _scope_counts(b)
         problems = [f"{a.path} vs {b.path}: {p}" for p in BS.ground_truth_problems(a.counts, b.counts)
-                    + [q for s in row_scopes(primary=False)
+                    + [q for s in row_scopes(primary=False) if s.ground_truth_problems
                        for q in s.fn("ground_truth_problems")(sa.get(s.name, {}), sb.get(s.name, {}))]]
     return problems
 
 
 def _scope_counts(r: Result) -> dict:
-    """{row scope: {dataset: counts}} of a result's other row scopes (pair_counts.npz holds the phrase rows')."""
-    return {"phrase": r.phrase_counts}
+    """{row scope: {dataset: counts}} of a result's other row scopes (those pair_counts.npz holds rows of)."""
+    return r.scope_counts
 
 
 def _opt(x) -> float | None:
@@ -168,10 +168,11 @@ def _name(x) -> str | None:
 def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
     """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
-    (and class): :func:`xbench.score.bootstrap.paired_bootstrap` on the two results' pair counts; then the
-    phrase metrics of the datasets whose phrase rows both scored (``scope`` "phrases" for the mean over
-    datasets, "phrases/<dataset>" per dataset; ``cls`` None for the summary, "all phrases", or a category),
-    resampled by image as for their metrics.json phrase intervals.
+    (and class): :func:`xbench.score.bootstrap.paired_bootstrap` on the two results' pair counts; then, for
+    every other declared row scope whose counts pair_counts.npz holds (:mod:`xbench.score.rowscope`), its
+    rows, e.g. the phrase metrics of the datasets whose phrase rows both scored (``scope`` "phrases" for the
+    mean over datasets, "phrases/<dataset>" per dataset; ``cls`` None for the summary, "all phrases", or a
+    category), resampled by image as for their metrics.json phrase intervals.
 
     Both results must come from the same ground truth (same gt_sha256 when recorded, same datasets, cases,
     labels and regions). Point values are the engine's identity resample (equal to the metrics.json
@@ -203,7 +204,11 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
 
 
 def _section_overall(r: Result, section: str) -> dict:
-    return (r.metrics.get(section) or {}).get("overall") or {}
+    """A row scope's ``overall`` metrics in metrics.json; {} when absent or not an object (a file from outside
+    is checked only for the sections the report knows the layout of)."""
+    sec = r.metrics.get(section)
+    overall = sec.get("overall") if isinstance(sec, dict) else None
+    return overall if isinstance(overall, dict) else {}
 
 
 def _section_of(dataset) -> str | None:

@@ -161,3 +161,87 @@ def test_equals_quantus_where_installed():
     # Quantus adds 1e-7 to every cell (Gini) and 1e-12 inside the log (entropy)
     np.testing.assert_allclose(gini_of_maps(maps, grid), run(quantus.Sparseness), rtol=1e-5)
     np.testing.assert_allclose(entropy_of_maps(maps, grid), run(quantus.Complexity), rtol=1e-9)
+
+
+def test_metrics_option_takes_the_registry_opt_in_groups_and_help_imports_no_registry(monkeypatch):
+    """--metrics checks against ``R.OPT_IN`` itself (one list of names): a group added there is taken by the
+    option's click type and check, read when a value is checked, and --help stays free of the registry."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    import click
+
+    from xbench.score.options import ScoreOptions, metric_groups
+
+    assert metric_groups() == tuple(R.OPT_IN) == ("complexity",)
+    check = next(f.metadata["opt"].check for f in dataclasses.fields(ScoreOptions) if f.name == "metric_groups")
+    click_type = check.click_type()  # built before the group exists: the list is read when a value comes
+    monkeypatch.setitem(R.OPT_IN, "throwaway", "xbench.score.complexity:METRICS")
+    assert check.problem("throwaway") is None and "throwaway" in check.problem("nope")
+    assert click_type.convert("throwaway", None, None) == "throwaway"
+    with pytest.raises(click.BadParameter, match="throwaway"):
+        click_type.convert("nope", None, None)
+    code = ("import sys\n"
+            "from xbench.score.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('xbench.score.registry', 'numpy') if m in sys.modules), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--metrics GROUP" in out.stdout and out.stderr.strip() == "[]"
+
+
+def test_a_later_report_and_compare_show_the_opt_in_metrics_the_results_hold(tmp_path):
+    """Results scored with --metrics complexity: `xbench report` and `xbench compare` (run later, with nothing
+    registered) list Gini and entropy beside the default metrics, with the values of metrics.json; results
+    without them get the default columns only."""
+    import csv
+    import io
+
+    from click.testing import CliRunner
+
+    from test_phrases import make_phrase_stores
+    from xbench.score.outputs import write_outputs
+    from xbench.score.report import build_report
+    from xbench.score.report.cli import compare
+
+    gt, sub_a, *_ = make_phrase_stores(tmp_path / "a", seed=2)
+    _, sub_b, *_ = make_phrase_stores(tmp_path / "b", seed=2, maps_seed=11)
+    dirs = [tmp_path / "out" / n for n in ("a", "b")]
+    with R.opt_in("complexity"):  # as xbench-score --metrics complexity does
+        for sub, d in zip((sub_a, sub_b), dirs):
+            write_outputs(score_submission(sub, gt, bootstrap=5, seed=1), d)
+    plain = tmp_path / "out" / "plain"
+    write_outputs(score_submission(sub_a, gt, bootstrap=5, seed=1), plain)
+    assert "gini" not in R.REGISTRY
+    metrics = {d: json.loads((d / "metrics.json").read_text()) for d in dirs}
+
+    build_report(tmp_path / "report", dirs, n_boot=0, overlays=False)
+    assert "gini" not in R.REGISTRY  # registered for the report only
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "grounding_more.csv").read_text())))
+    assert len(rows) == 2 and all(f"ms_cxr/{k}" in rows[0] for k in ("gini", "entropy")), list(rows[0])
+    for r in rows:  # labels "m (similarity) [a]": one model name, told apart by the folder
+        summary = metrics[next(d for d in dirs if r["model"].endswith(f"[{d.name}]"))]["datasets"]["ms_cxr"]["summary"]
+        for k in ("gini", "entropy"):
+            assert float(r[f"ms_cxr/{k}"]) == pytest.approx(summary[k], rel=1e-9)
+    md = (tmp_path / "report" / "leaderboard.md").read_text()
+    assert "Gini" in md and "Entropy" in md
+
+    build_report(tmp_path / "report_plain", [plain], n_boot=0, overlays=False)
+    plain_rows = list(csv.DictReader(io.StringIO((tmp_path / "report_plain" / "grounding_more.csv").read_text())))
+    assert "ms_cxr/gini" not in plain_rows[0] and "Gini" not in (tmp_path / "report_plain" / "leaderboard.md").read_text()
+
+    out = tmp_path / "compare.csv"
+    res = CliRunner().invoke(compare, [str(dirs[0]), str(dirs[1]), "--n-boot", "0", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    got = {(r["scope"], r["metric"]): r for r in csv.DictReader(io.StringIO(out.read_text()))}
+    for key in ("gini", "entropy"):
+        row = got[("overall", key)]
+        assert float(row["value_a"]) == pytest.approx(metrics[dirs[0]]["overall"][key], rel=1e-9)
+        assert float(row["value_b"]) == pytest.approx(metrics[dirs[1]]["overall"][key], rel=1e-9)
+        assert ("phrases", key) in got  # the phrase scope's opt-in metrics too
+    assert "gini" not in R.REGISTRY
+    # a metrics.json from outside: an opt-in metric's value is checked like a registered one's
+    from xbench.score.report._load import metrics_problems
+
+    bad = metrics_problems({"datasets": {}, "overall": {"gini": "sparse", "not_a_metric": "x"}}, "m.json")
+    assert bad == ["m.json: overall.gini must be a number or null, not str"]

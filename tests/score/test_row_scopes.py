@@ -1,7 +1,8 @@
 """Row scopes (score/rowscope.py): a third scope is one declaration. A throw-away scope ("probe": one entry
 per dataset counting its images, its paired row the difference of those counts) is declared for the duration
 of a test and goes through scoring (metrics.json section, schema minor, partial runs), the metric registry's
-scope check, paired comparisons and the report's tables, none of which is edited for it."""
+scope check, paired comparisons, pair_counts.npz (written, checked and read back), `xbench compare` from
+result folders and the report's tables, none of which is edited for it."""
 from __future__ import annotations
 
 import csv
@@ -65,9 +66,24 @@ def _table(results):
     return t
 
 
+def _save(prefix, n):
+    return {f"{prefix}.n_images": np.asarray(n, np.int64)}
+
+
+def _counts_problems(z, prefix, where):
+    v = z.get(f"{prefix}.n_images")
+    return [] if v is not None and v.dtype.kind in "iu" and v.shape == () and int(v) >= 0 else \
+        [f"{where}: {prefix}.n_images must be a count"]
+
+
+def _load(z, prefix, name):
+    return int(z[f"{prefix}.n_images"])
+
+
 PROBE = RowScope("probe", "probe rows", unit="images", section="probes", minor=9, keys=lambda: ("n_images",),
                  score=_score, ground_truth_problems=_problems, paired_rows=_paired, table_rows=_rows,
-                 markdown=_markdown, csv=_csv, table=_table)
+                 markdown=_markdown, csv=_csv, table=_table, save_counts=_save, counts_problems=_counts_problems,
+                 load_counts=_load)
 
 
 def test_the_built_in_scopes_are_declared_in_order():
@@ -79,6 +95,15 @@ def test_the_built_in_scopes_are_declared_in_order():
     with pytest.raises(ValueError, match="already declared"):
         with declared_scopes(RowScope("phrase", "again", unit="images", section="again")):
             pass
+    for section in ("extra", "a.b"):  # would collide with the class rows' keys in pair_counts.npz
+        with pytest.raises(ValueError, match="section"):
+            with declared_scopes(RowScope("odd", "odd", unit="images", section=section)):
+                pass
+    assert "odd" not in scope_names()
+    assert phrase.saved and phrase.counts_key == "phrase_datasets" and not cls.saved
+    from xbench.score.scoring import count_classes, score_phrases
+
+    assert cls.fn("score") is count_classes and phrase.fn("score") is score_phrases  # every scope counted alike
     assert row_scope("phrase").section == "phrases"  # a refused declaration leaves the first one
 
 
@@ -126,6 +151,16 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         for name, r in (("a", ra), ("b", rb)):
             write_outputs(r, tmp_path / "out" / name)
             dirs.append(tmp_path / "out" / name)
+        # pair_counts.npz holds the scope's counts after the phrase rows', and they are read back
+        with np.load(dirs[0] / "pair_counts.npz") as z:
+            keys = list(z.files)
+            assert keys[-2:] == ["probe_datasets", "ms_cxr.probes.n_images"] and "phrase_datasets" in keys
+        from xbench.score.counts import load_scope_counts
+        from xbench.score.report import load_result
+
+        assert load_scope_counts(dirs[0] / "pair_counts.npz")["probe"] == {"ms_cxr": 9}
+        assert load_result(dirs[1]).scope_counts["probe"] == {"ms_cxr": 9}
+        _compare_from_folders(dirs, tmp_path)
         build_report(tmp_path / "report", dirs, n_boot=0, overlays=False)
         rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "probes.csv").read_text())))
         assert [(r["dataset"], r["n_images"]) for r in rows] == [("ms_cxr", "9")] * 2 and len({r["model"] for r in rows}) == 2
@@ -134,3 +169,62 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         assert "<h2>Probe rows</h2>" in page and '<a href="probes.csv">probes.csv</a>' in page
         assert page.index("<h2>Phrase grounding</h2>") < page.index("<h2>Probe rows</h2>")  # declaration order
     assert "probes" not in score_submission(sub_a, gt, bootstrap=0).metrics  # gone with its declaration
+
+
+def _compare_from_folders(dirs, tmp_path):
+    """`xbench compare A B` on the two result folders (in this process, where the scope is declared): the
+    scope's paired rows come from the counts read back from pair_counts.npz, after the phrase rows."""
+    from click.testing import CliRunner
+
+    from xbench.score.report.cli import compare
+
+    out = tmp_path / "compare.csv"
+    res = CliRunner().invoke(compare, [str(dirs[0]), str(dirs[1]), "--n-boot", "0", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    scopes = [r["scope"] for r in rows]
+    assert scopes[-1] == "probes/ms_cxr" and rows[-1]["metric"] == "n_images" and float(rows[-1]["diff"]) == 0
+    assert any(s.startswith("phrases") for s in scopes) and scopes.index("probes/ms_cxr") > max(
+        i for i, s in enumerate(scopes) if s.startswith("phrases"))
+
+
+def test_a_declared_scope_in_a_hostile_pair_counts_file_is_refused_line_by_line(tmp_path):
+    """A file from outside: the scope's dataset list and its arrays are checked by its ``counts_problems``
+    before any of them is used, after the class rows' checks (one line each, in that order)."""
+    from xbench.schemas.errors import InputError
+    from xbench.score.counts import read_counts_file, save_pair_counts
+
+    gt, sub, *_ = make_phrase_stores(tmp_path / "s", seed=2)
+    res = score_submission(sub, gt, bootstrap=0)
+    with declared_scopes(PROBE):
+        save_pair_counts(tmp_path / "good.npz", res.counts, scopes={**res.scope_counts, "probe": {"ms_cxr": 9}})
+        with np.load(tmp_path / "good.npz") as z:
+            good = dict(z)
+        counts, scopes = read_counts_file(tmp_path / "good.npz")
+        assert scopes["probe"] == {"ms_cxr": 9} and set(scopes["phrase"]) == {"ms_cxr"} and set(counts) == {"ms_cxr"}
+
+        def refused(change) -> list[str]:
+            arrays = dict(good)
+            change(arrays)
+            np.savez(tmp_path / "bad.npz", **arrays)
+            with pytest.raises(InputError) as err:
+                read_counts_file(tmp_path / "bad.npz")
+            return [str(p) for p in err.value.problems]
+
+        assert "'probe_datasets' must be a list of names" in refused(
+            lambda a: a.update(probe_datasets=np.arange(2)))[0]
+        assert "unique" in refused(lambda a: a.update(probe_datasets=np.array(["ms_cxr", "ms_cxr"])))[0]
+        bad_count = refused(lambda a: a.update({"ms_cxr.probes.n_images": np.float64(1.5)}))
+        assert len(bad_count) == 1 and "ms_cxr.probes.n_images must be a count" in bad_count[0]
+        missing = refused(lambda a: a.pop("ms_cxr.probes.n_images"))
+        assert len(missing) == 1 and "n_images" in missing[0]
+
+        def both(a):
+            a["ms_cxr.pair_case"] = a["ms_cxr.pair_case"] + 10_000
+            a["ms_cxr.probes.n_images"] = np.array([1, 2])
+
+        lines = refused(both)  # the class rows' problems first, then each scope's in declaration order
+        assert len(lines) == 2 and "does not exist" in lines[0] and "probes.n_images" in lines[1]
+    # a file holding rows of a scope no longer declared is read as before: those keys are not looked at
+    counts, scopes = read_counts_file(tmp_path / "good.npz")
+    assert "probe" not in scopes and set(counts) == {"ms_cxr"}
