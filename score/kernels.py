@@ -31,6 +31,7 @@ input.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import NamedTuple
 
@@ -130,10 +131,21 @@ def resize_plan(in_shape: tuple[int, int], grid: tuple[int, int]) -> ResizePlan:
     if min(h, w, H, W) < 1:
         raise ValueError(f"map shape {in_shape} and grid {grid} must be positive; got a zero or negative size.")
     area = h >= H and w >= W and (h > H or w > W)
-    axis = _area_axis if area else _bilinear_axis
-    row_idx, row_w = axis(h, H)
-    col_idx, col_w = axis(w, W)
+    row_idx, row_w = _axis(area, h, H)
+    col_idx, col_w = _axis(area, w, W)
     return ResizePlan(area, row_idx, row_w, col_idx, col_w)
+
+
+def _axis(area: bool, n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    # the per-map callers (robustness, probes, faithfulness) plan the same few shapes thousands of times, and
+    # the bilinear plan is a Python loop; copies keep the cached arrays safe from a caller that writes to them
+    idx, w = _axis_cached(area, n_in, n_out)
+    return idx.copy(), w.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _axis_cached(area: bool, n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    return (_area_axis if area else _bilinear_axis)(n_in, n_out)
 
 
 # -------------------------------------------------------------------------------------------- kernels

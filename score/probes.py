@@ -36,6 +36,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .intervals import mean_defined
+from .ranks import average_ranks
 
 __all__ = ["PROBES_METRICS_MINOR", "KEYS", "SIDE_KEYS", "originals_only", "probe_values", "score_probes",
            "rank_change", "mass_change", "left_share", "probe_rows", "COLUMNS"]
@@ -86,23 +87,12 @@ def originals_only(gt_ds):
 
 
 # --------------------------------------------------------------------------------------- the definitions
-def _average_ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="stable")
-    xs = x[order]
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-    ends = np.r_[starts[1:], xs.size]
-    mean_rank = (starts + ends - 1) / 2.0 + 1.0  # ranks start at 1; ties share the mean of theirs
-    ranks = np.empty(x.size, np.float64)
-    ranks[order] = np.repeat(mean_rank, ends - starts)
-    return ranks
-
-
 def rank_change(a: np.ndarray, b: np.ndarray) -> float:
     """1 - Spearman's rho of two resized maps (NaN when either is constant)."""
     a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
     if a.min() == a.max() or b.min() == b.max():
         return float("nan")
-    ra, rb = _average_ranks(a), _average_ranks(b)
+    ra, rb = average_ranks(a), average_ranks(b)
     ra -= ra.mean()
     rb -= rb.mean()
     return float(1.0 - (ra @ rb) / np.sqrt((ra @ ra) * (rb @ rb)))

@@ -34,24 +34,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .ranks import average_ranks
+
 #: the stability keys of a class entry and of the summary
 STABILITY_KEYS = ("map_spearman_mean", "map_spearman_worst", "flip_rate", "flip_any")
 _BATCH_BYTES = 64 * 2**20
 
 
 # ------------------------------------------------------------------------------------------ definitions
-def average_ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of a 1-D array, ties sharing the mean of the ranks they span (float64)."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    edges = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1], True])
-    mean_rank = (edges[:-1] + edges[1:] - 1) / 2.0 + 1.0
-    ranks = np.empty(x.size, dtype=np.float64)
-    ranks[order] = np.repeat(mean_rank, np.diff(edges))
-    return ranks
-
-
 def unit_ranks(m: np.ndarray) -> np.ndarray | None:
     """A map's average ranks, centred and scaled to unit length (so rho is one dot product); None for a
     constant map."""
