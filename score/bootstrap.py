@@ -501,7 +501,8 @@ def cluster_weights(cluster: np.ndarray | None, n_cases: int, n_resamples: int,
         return
     cluster = np.asarray(cluster, dtype=np.int64)
     if cluster.shape != (n_cases,) or (cluster.size and cluster.min() < 0):
-        raise ValueError(f"a cluster index per case is needed: {cluster.shape} for {n_cases} cases")
+        raise RuntimeError(  # the scorer built it from a validated table: a bug here, not an input
+            f"a cluster index per case is needed: {cluster.shape} for {n_cases} cases")
     m = n_clusters(cluster, n_cases)
     # blocks sized by the expanded (b, n_cases) weights; the draws do not depend on the block size
     chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, m, 1)))
