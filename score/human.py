@@ -509,15 +509,9 @@ def compare_human(a_dir, human_dir, *, n_boot: int, seed: int, per_class: bool, 
         raise UserError(f"{a_dir} and {human_dir} share no dataset")
     rows = human_rows(block, per_class=per_class)
     if out_csv is not None:
-        out_csv = Path(out_csv)
-        real = Path(os.path.realpath(out_csv))
-        inside = [d for d in (a_dir, human_dir) if Path(os.path.realpath(d)) in real.parents]
-        if inside:  # the compared folders are inputs: never written into
-            raise UserError(f"--out {out_csv}: lies inside {inside[0]}; choose a file elsewhere")
-        out_csv.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_csv.with_name(f".{out_csv.name}.tmp")
-        tmp.write_text(human_csv(rows))
-        tmp.replace(out_csv)
+        from .report._files import write_csv_outside
+
+        write_csv_outside(out_csv, human_csv(rows), (a_dir, human_dir), what="the compared folder")
     if as_json:
         click.echo(json.dumps({"a": a.name, "b": "human", "n_boot": n_boot, "seed": seed, "rows": rows}, indent=2))
     elif not quiet:

@@ -6,7 +6,6 @@ Exit codes: 0 written; 2 unusable input (one problem per line on stderr, no trac
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -136,15 +135,10 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
         rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))
     except ReportInputError as err:
         raise UserError(err.problems) from None
-    if out_csv is not None:
-        real = Path(os.path.realpath(out_csv))
-        inside = [d for d in (a_dir, b_dir) if Path(os.path.realpath(d)) in real.parents]
-        if inside:  # the compared results are inputs: never written into
-            raise UserError(f"--out {out_csv}: lies inside the result folder {inside[0]}; choose a file elsewhere")
-        out_csv.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_csv.with_name(f".{out_csv.name}.tmp")
-        tmp.write_text(comparison_csv(rows, a.name, b.name))
-        tmp.replace(out_csv)
+    if out_csv is not None:  # the compared results are inputs: never written into
+        from ._files import write_csv_outside
+
+        write_csv_outside(out_csv, comparison_csv(rows, a.name, b.name), (a_dir, b_dir))
     if as_json:
         bs = sorted({r.n_valid for r in rows if r.p_value is not None})
         click.echo(json.dumps({
