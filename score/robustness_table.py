@@ -23,6 +23,8 @@ COLUMNS = (
     ("flip_rate", "stability", "Flips at 0.5"),
     ("flip_any", "stability", "Any copy flips"),
 )
+#: shown only when some copies carry phrase rows: (key, where, header)
+PHRASE_COLUMN = ("pointing_game", "phrases", "Phrase point")
 STEM = "table_robustness"
 
 
@@ -44,11 +46,19 @@ def _ci(entry, key: str):
     return None
 
 
+def _has_phrases(results: Mapping[str, dict]) -> bool:
+    """Whether some result's copies carry phrase rows (robustness.datasets.*.specs.*.phrases)."""
+    return any("phrases" in _d(spec) for m in results.values()
+               for entry in _d(_d(_d(m).get("robustness")).get("datasets")).values()
+               for spec in _d(_d(entry).get("specs")).values())
+
+
 def robustness_table(results: Mapping[str, dict]) -> Table | None:
     """One row per (model, dataset, "clean" or SPEC); None when no result has a robustness section. ``results``:
     {model: metrics.json dict}; anything malformed in it reads as absent (a null cell)."""
     rows: dict = {}
     notes = []
+    columns = COLUMNS + ((PHRASE_COLUMN,) if _has_phrases(results) else ())
     for model, m in results.items():
         section = _d(_d(_d(m).get("robustness")).get("datasets"))
         for name, entry in section.items():
@@ -56,13 +66,14 @@ def robustness_table(results: Mapping[str, dict]) -> Table | None:
             if entry.get("available") is not True:
                 notes.append(f"{model} on {title}: {entry.get('reason')}")
                 continue
-            clean = _d(_d(_d(m).get("datasets")).get(name))
+            clean = {"metrics": _d(_d(_d(m).get("datasets")).get(name)),
+                     "phrases": _d(_d(_d(_d(m).get("phrases")).get("datasets")).get(name))}
             rows[(model, title, "clean", "")] = [
-                Cell(_num(_d(clean.get("summary")).get(k)), _ci(clean, k)) if where == "metrics" else Cell(None, None)
-                for k, where, _ in COLUMNS]
+                Cell(_num(_d(clean[where].get("summary")).get(k)), _ci(clean[where], k)) if where in clean
+                else Cell(None, None) for k, where, _ in columns]
             for spec, e in _d(entry.get("specs")).items():
                 cells = []
-                for k, where, _ in COLUMNS:
+                for k, where, _ in columns:
                     part = _d(_d(e).get(where))
                     cells.append(Cell(_num(_d(part.get("summary")).get(k)), _ci(part, k)))
                 n = _d(e).get("n_copies")
@@ -73,9 +84,14 @@ def robustness_table(results: Mapping[str, dict]) -> Table | None:
                "warped back), and how far maps (Spearman rho with the clean map, mean and worst over the copies of a "
                "case) and predictions at 0.5 (share of copies that flip, share of cases with any flip) move; mean over "
                "classes, percent." + (" Not scored: " + "; ".join(notes) + "." if notes else ""))
-    t = Table(title="Robustness", key="robustness", columns=[(None, None, k) for k, _, _ in COLUMNS],
+    if len(columns) > len(COLUMNS):
+        caption += " Phrase point: the pointing game of the phrase rows (on the copies: the copies' phrase rows)."
+    def key(k: str, where: str) -> str:  # the phrase column's key must not clash with the class rows' pointing game
+        return f"phrase_{k}" if where == "phrases" else k
+
+    t = Table(title="Robustness", key="robustness", columns=[(None, None, key(k, w)) for k, w, _ in columns],
               caption=caption, index=("Model", "Dataset", "Copies of", "Copies"),
-              labels={k: label for k, _, label in COLUMNS})
+              labels={key(k, w): label for k, w, label in columns})
     t.rows = rows
     return t
 

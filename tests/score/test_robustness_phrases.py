@@ -174,6 +174,23 @@ def test_with_one_copy_per_case_the_phrase_intervals_are_those_of_the_explicit_s
     assert "ci95" in got and got["ci95"]["pointing_game"] is not None
 
 
+def test_the_robustness_table_shows_the_phrase_pointing_game_of_clean_rows_and_copies(scored):
+    from xbench.score.robustness_table import robustness_table
+
+    t = robustness_table({"m": scored})
+    col = [c[2] for c in t.columns].index("phrase_pointing_game")
+    assert t.labels["phrase_pointing_game"] == "Phrase point"
+    clean = scored["phrases"]["datasets"]["phantom"]["summary"]["pointing_game"]
+    specs = scored["robustness"]["datasets"]["phantom"]["specs"]
+    for (model, _, copies_of, _), cells in t.rows.items():
+        want = clean if copies_of == "clean" else specs[copies_of]["phrases"]["summary"]["pointing_game"]
+        assert cells[col].value == want
+    no_phrases = {**scored, "robustness": {"datasets": {"phantom": {
+        **scored["robustness"]["datasets"]["phantom"],
+        "specs": {k: {kk: vv for kk, vv in v.items() if kk != "phrases"} for k, v in specs.items()}}}}}
+    assert "phrase_pointing_game" not in [c[2] for c in robustness_table({"m": no_phrases}).columns]
+
+
 def test_a_submission_without_the_copies_phrase_rows_says_why(phr, scored):
     m = score_submission(phr["dir"] / "sub_noq.zarr", phr["dir"] / "gt.zarr", bootstrap=0).metrics
     assert m["phrases"] == scored["phrases"]  # the clean phrase rows score as before
