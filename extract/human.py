@@ -461,6 +461,18 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
     _write(out, converted, max(1, min(64, (32 << 20) // per_case)), "float16", None, None)
 
 
+def _truth_group(gt, dataset: str, who: str):
+    """The ground truth's group of ``dataset``, which ``who`` are scored against (--gt is then required)."""
+    from xbench.schemas.ground_truth import read_ground_truth
+
+    if gt is None:
+        raise InputError([Problem("--gt", f"{who} are scored against the ground truth: give --gt gt.zarr")])
+    truth_store = read_ground_truth(gt)
+    if dataset not in truth_store.datasets:
+        raise InputError([Problem(str(gt), f"holds no {dataset} group")])
+    return truth_store.datasets[dataset]
+
+
 def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
               rule: str = "union", source: str = "segmentations", bootstrap: int = 1000, seed: int = 0,
               readers: int = 3, say: Callable[[str], None] = lambda s: None) -> dict:
@@ -480,23 +492,13 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     sizes = {str(c): (int(s[0]), int(s[1])) for c, s in zip(ds.case_id, ds.orig_size)}
     classes = tuple(ds.classes)
     if dataset == "chexlocalize":
-        if gt is None:
-            raise InputError([Problem("--gt", "CheXlocalize's readers are scored against the ground truth: give --gt gt.zarr")])
-        truth_store = read_ground_truth(gt)
-        if dataset not in truth_store.datasets:
-            raise InputError([Problem(str(gt), f"holds no {dataset} group")])
-        grid = tuple(truth_store.datasets[dataset].grid)
-        reading = read_chexlocalize(root, sizes, tuple(truth_store.datasets[dataset].classes), source=source)
-        classes = tuple(truth_store.datasets[dataset].classes)
+        tds = _truth_group(gt, dataset, "CheXlocalize's readers")
+        grid, classes = tuple(tds.grid), tuple(tds.classes)
+        reading = read_chexlocalize(root, sizes, classes, source=source)
         rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
                      " and salient points against the ground truth")
     elif dataset == "phantom":
-        if gt is None:
-            raise InputError([Problem("--gt", "the phantom's readers are scored against the ground truth: give --gt gt.zarr")])
-        truth_store = read_ground_truth(gt)
-        if dataset not in truth_store.datasets:
-            raise InputError([Problem(str(gt), f"holds no {dataset} group")])
-        tds = truth_store.datasets[dataset]
+        tds = _truth_group(gt, dataset, "the phantom's readers")
         grid, classes = tuple(tds.grid), tuple(tds.classes)
         gt_labels = np.asarray(tds.labels)
         labels = {str(c): {cls: int(v) for cls, v in zip(classes, row)} for c, row in zip(tds.case_id, gt_labels)}
