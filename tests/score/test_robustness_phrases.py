@@ -19,6 +19,7 @@ from xbench.schemas import (DatasetSpec, SubmissionWriter, read_ground_truth, re
                             validate_images, write_ground_truth)
 from xbench.schemas.queries import Queries
 from xbench.score.scoring import score_submission
+from nested import assert_nested_close
 
 SPECS = "hflip,rotate:degrees=90,noise"
 
@@ -128,18 +129,7 @@ def _explicit(phr, tmp_path, spec_index: int):
 
 
 def _close(a, b, where="phrases"):
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and list(a) == list(b), where
-        for k in a:
-            _close(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), where
-        for x, y in zip(a, b):
-            _close(x, y, where)
-    elif isinstance(a, float):
-        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), where
-    else:
-        assert a == b, where
+    assert_nested_close(a, b, where, rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("s", [0, 1, 2])

@@ -23,6 +23,7 @@ from xbench.schemas.augment import parse_spec
 from xbench.score.scoring import score_submission
 
 from score_stores import run_score_cli
+from nested import assert_nested_close
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = ["Cardiomegaly", "Nodule/Mass", "Pneumothorax"]
@@ -163,18 +164,7 @@ def test_copies_metrics_equal_an_explicit_store_of_warped_copies(stores, scored,
 
 def _close(a, b, where="metrics"):
     """Nested metrics.json values equal up to float summation order."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and list(a) == list(b), where
-        for k in a:
-            _close(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), where
-        for x, y in zip(a, b):
-            _close(x, y, where)
-    elif isinstance(a, float):
-        assert b == pytest.approx(a, rel=1e-12, abs=1e-15), where
-    else:
-        assert a == b, where
+    assert_nested_close(a, b, where, rel=1e-12, abs=1e-15)
 
 
 def _rho(a, b):
