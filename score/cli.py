@@ -249,13 +249,11 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
                 "pointing_tolerance": pointing_tolerance, "allow_missing": allow_missing}
-    if faith is not None:
-        score_kw["faithfulness"] = faith
     from . import registry as R
 
     # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged
     with R.opt_in(*metric_groups), PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
-        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human)
+        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human, faith)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
             work, [work / d for d in subdirs], gt_path, images_path, dict(zip(stems, submissions)), bootstrap, seed,
@@ -288,14 +286,14 @@ def _faithfulness(round2, key, submissions, bootstrap: int, seed: int) -> dict |
     return faithfulness_section(k, curves, info, n_boot=bootstrap, seed=seed, round2_name=_stem(round2))
 
 
-def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool, human=None) -> dict:
+def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool, human=None,
+               faith: dict | None = None) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
     from .tables import ci_of
 
     prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
-    faith = score_kw.pop("faithfulness", None)
     t0 = time.perf_counter()
     bar = progress(desc=stem, unit="pair", enabled=show)
     try:
