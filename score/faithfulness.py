@@ -15,7 +15,6 @@ curve drops faster), insertion and ROAD-LeRF ``map - random`` (it rises faster, 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,12 +104,9 @@ def load_round2(round2_path, key_path) -> tuple[F.Key, dict[str, DatasetCurves],
         out[name] = curves
     if problems:
         raise InputError(problems)
-    digest = hashlib.sha256()
-    with open(key_path, "rb") as fh:  # in pieces: the key was bounded by its reader, not by its file size
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    digest = digest.hexdigest()
-    info = {"model": str(sub.attrs.get("model", "")), "key_sha256": digest}
+    from xbench.schemas.store import file_sha256  # in pieces: the key was bounded by its reader, not its size
+
+    info = {"model": str(sub.attrs.get("model", "")), "key_sha256": file_sha256(key_path)}
     return key, out, info
 
 
