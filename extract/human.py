@@ -380,17 +380,70 @@ def reader_map(mark: Mark | None, size: tuple[int, int], grid: tuple[int, int]) 
     out = np.zeros(grid, np.float32)
     if mark is None:
         return out
-    if mark.shapes:
-        raster = rasterise_region(mark.shapes, size, grid)
-        if raster is not None:
-            out[raster.mask] = MASK_LEVEL
-    if mark.points:
-        x, y = mark.points[0]
-        h, w = size
-        i = min(int(y * grid[0] / h), grid[0] - 1)
-        j = min(int(x * grid[1] / w), grid[1] - 1)
-        out[i, j] = 1.0
+    region = _reader_region(mark, size, grid)
+    if region is not None:
+        out[region] = MASK_LEVEL
+        # the map's peak: the first listed salient point whose cell lies in the region (a point outside it
+        # would add its cell to every thresholded set); the ceiling's pointing game does not use the map
+        for xy in mark.points:
+            i, j = _point_cell(xy, size, grid)
+            if region[i, j]:
+                out[i, j] = 1.0
+                break
     return out
+
+
+def _reader_region(mark: Mark | None, size: tuple[int, int], grid: tuple[int, int]) -> np.ndarray | None:
+    """The reader's region of one case and class on the grid (bool (H, W)), or None (no shape, or shapes that
+    cover no cell)."""
+    if mark is None or not mark.shapes:
+        return None
+    raster = rasterise_region(mark.shapes, size, grid)
+    return None if raster is None else raster.mask
+
+
+def _point_cell(xy: tuple[float, float], size: tuple[int, int], grid: tuple[int, int]) -> tuple[int, int]:
+    """The grid cell (floor(y * H / h), floor(x * W / w)) of a point (x, y) of an (h, w) image."""
+    x, y = xy
+    h, w = size
+    return min(int(y * grid[0] / h), grid[0] - 1), min(int(x * grid[1] / w), grid[1] - 1)
+
+
+def _reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, truth_region: Callable, *,
+                  points_rule: bool) -> dict[str, np.ndarray]:
+    """The reader's own pairs as CheXlocalize's eval.py scores them (docs/contract.md, "Human ceilings"): one row
+    per (case, class) where the ground truth or the reader has a region on the grid, with ``gt`` and ``seg``
+    (which of the two has one), ``iou`` (|reader & truth| / |reader | truth| of the two binary regions) and
+    ``hit`` (ground-truth rows only, else NaN). ``points_rule`` (CheXlocalize, phantom): a hit when any of the
+    reader's salient points lies in a cell of the truth's region, a miss without a point (a region alone never
+    hits); else (VinDr: boxes, no points) the region's first cell in row-major order; unmarked: a miss."""
+    rows = {"case_id": [], "cls": [], "gt": [], "seg": [], "iou": [], "hit": []}
+    for case in cases:
+        got = marks.get(case, {})
+        for cls in classes:
+            mark = got.get(cls)
+            mine = _reader_region(mark, sizes[case], grid)
+            truth = truth_region(case, cls)
+            if mine is None and truth is None:
+                continue
+            if mine is not None and truth is not None:
+                inter, union = int((mine & truth).sum()), int((mine | truth).sum())
+                iou = inter / union
+            else:
+                iou = 0.0
+            hit = math.nan
+            if truth is not None:
+                if points_rule:
+                    cells = [_point_cell(p, sizes[case], grid) for p in (mark.points if mark is not None else [])]
+                    hit = float(any(truth[i, j] for i, j in cells))
+                else:
+                    hit = float(mine is not None and truth.ravel()[int(np.argmax(mine.ravel()))])
+            for k, v in (("case_id", case), ("cls", cls), ("gt", truth is not None), ("seg", mine is not None),
+                         ("iou", iou), ("hit", hit)):
+                rows[k].append(v)
+    return {"case_id": np.asarray(rows["case_id"], dtype=str), "cls": np.asarray(rows["cls"], dtype=str),
+            "gt": np.asarray(rows["gt"], dtype=bool), "seg": np.asarray(rows["seg"], dtype=bool),
+            "iou": np.asarray(rows["iou"], dtype=np.float64), "hit": np.asarray(rows["hit"], dtype=np.float64)}
 
 
 def _truth_region(per_other: list[list], size, grid, rule: str) -> tuple[int, np.ndarray | None]:
@@ -481,7 +534,8 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     from xbench.schemas.images import read_images
     from xbench.schemas.paths import PublishedDir
     from xbench.schemas.store import file_sha256
-    from xbench.score.human import HUMAN_FILE, KEYS, ceiling, ceiling_json, reader_pairs
+    from xbench.score.human import (HUMAN_FILE, HUMAN_SCHEMA, KEYS, READING_FILE, ReaderReading, ceiling,
+                                    ceiling_json, chexlocalize_block, reader_pairs, save_reading, with_hits)
     from xbench.score.outputs import write_into
     from xbench.score.scoring import score_submission
 
@@ -526,7 +580,19 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                                                 "scale_range": list(ph.READER_SCALE_RANGE)}}
     for note in reading.notes:
         say(note)
-    per_reader, own = {}, {}
+    if reading.truth is None:  # one ground truth (--gt) for every reader: its regions by (case, class)
+        where = {(str(tds.case_id[i]), str(classes[c])): k for k, (i, c) in enumerate(np.asarray(tds.region_index))}
+
+        def truth_of(r: str):
+            return lambda case, cls: (np.asarray(tds.region_mask[where[(case, cls)]], bool)
+                                      if (case, cls) in where else None)
+    else:
+        def truth_of(r: str):
+            def region(case, cls):
+                per = reading.truth[r].get(case, {})
+                return _truth_region(per[cls], sizes[case], grid, rule)[1] if cls in per else None
+            return region
+    per_reader, own, readings = {}, {}, {}
     with PublishedDir(out) as work:
         for r in sorted(reading.cases):
             folder = work / "readers" / r
@@ -542,15 +608,22 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
             result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
                                       allow_missing=reading.truth is None)
             write_into(result, folder, formats=("xbench",), label=f"human {r}")
-            per_reader[r] = reader_pairs(result.counts[dataset])
+            rows = _reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, truth_of(r),
+                                 points_rule=dataset != "vindr_cxr")
+            readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))
+            save_reading(folder / READING_FILE, readings[r])
+            # the ceiling's pointing game is the reader's own points' (the reading), not the map's maximum
+            per_reader[r] = with_hits(reader_pairs(result.counts[dataset]), readings[r])
             summary = result.metrics["datasets"][dataset]["summary"]
             # each reader's own scores, recognition included (a reader's score is 1 where they marked the finding)
             own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *RECOGNITION) if k in summary}}
             say(f"reader {r}: {len(cases)} case(s) scored")
         h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
-        doc = {"xbench": {"kind": "human-ceiling", "schema": 1, **info,
+        doc = {"xbench": {"kind": "human-ceiling", "schema": HUMAN_SCHEMA, **info,
                           "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                                         "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
-               "datasets": {dataset: {**ceiling_json(h), "per_reader": own}}}
+               "datasets": {dataset: {**ceiling_json(h), "per_reader": own,
+                                      "chexlocalize": chexlocalize_block(readings, classes=classes,
+                                                                         n_resamples=bootstrap, seed=seed)}}}
         (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return doc

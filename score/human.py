@@ -34,8 +34,10 @@ from .counts import DatasetCounts
 from .grounding import FIXED_THRESHOLD_INDEX
 from .intervals import percentile_interval
 
-__all__ = ["KEYS", "HUMAN_METRICS_MINOR", "HUMAN_FILE", "ReaderPairs", "reader_pairs", "ceiling", "HumanCeiling",
-           "load_human", "human_block", "with_human", "percent_of_human", "percentage_decrease"]
+__all__ = ["KEYS", "HUMAN_METRICS_MINOR", "HUMAN_FILE", "HUMAN_SCHEMA", "READING_FILE", "ReaderPairs", "reader_pairs",
+           "ReaderReading", "save_reading", "load_reading", "with_hits", "chexlocalize_block", "CHEXLOCALIZE_KEYS",
+           "ceiling", "HumanCeiling", "load_human", "human_block", "with_human", "percent_of_human",
+           "percentage_decrease"]
 
 #: the grounding keys a ceiling exists for (the maps of a reader are binary masks, so the map-shape metrics
 #: of minor 1 measure nothing human)
@@ -44,6 +46,12 @@ KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
 HUMAN_METRICS_MINOR = 6
 #: what ``xbench human`` writes at the top of its output folder
 HUMAN_FILE = "human.json"
+#: human.json's schema: 2 adds each reader's reading (READING_FILE) and the "chexlocalize" block
+HUMAN_SCHEMA = 2
+#: each reader's own pairs as CheXlocalize's eval.py scores them, beside its pair_counts.npz
+READING_FILE = "reading.npz"
+#: CheXlocalize's human-benchmark values (eval.py): mIoU with true_pos_only True and False, the hit rate
+CHEXLOCALIZE_KEYS = ("miou_true_pos_only", "miou_all", "hit_rate")
 #: resamples computed at once (a block of case weights is (block, cases) int32)
 _BLOCK = 100
 #: a reader's name is a folder name in the human folder: this and nothing else
@@ -78,6 +86,192 @@ def reader_pairs(dc: DatasetCounts) -> ReaderPairs:
                        cls=classes[dc.pair_class[keep]].astype(str),
                        hit=dc.hit[keep].astype(np.float64),
                        dice=2.0 * br / (b + r), iou=br / (b + r - br), cases=np.asarray(dc.case_id, dtype=str))
+
+
+@dataclass(frozen=True)
+class ReaderReading:
+    """One reader's own pairs of one dataset as CheXlocalize's eval.py scores them: one row per (case, class)
+    where the ground truth (``gt``) or the reader (``seg``) has a region on the grid; ``iou`` the IoU of the two
+    binary regions (0 when one is empty), ``hit`` the reader's salient-point hit (NaN on rows without a ground
+    truth region); ``cases`` every case the reader read (the resampled units)."""
+
+    case_id: np.ndarray  # (R,) str
+    cls: np.ndarray      # (R,) str
+    gt: np.ndarray       # (R,) bool
+    seg: np.ndarray      # (R,) bool
+    iou: np.ndarray      # (R,) float64
+    hit: np.ndarray      # (R,) float64
+    cases: np.ndarray    # (N,) str, sorted, unique
+
+
+_READING_ARRAYS = ("case_id", "cls", "gt", "seg", "iou", "hit", "cases")
+
+
+def save_reading(path: str | os.PathLike, r: ReaderReading) -> None:
+    np.savez_compressed(path, **{k: getattr(r, k) for k in _READING_ARRAYS})
+
+
+def _reading_problems(z: Mapping[str, np.ndarray], where: str) -> list[str]:
+    missing = [k for k in _READING_ARRAYS if k not in z]
+    if missing:
+        return [f"missing array(s) {', '.join(missing)}"]
+    a = {k: z[k] for k in _READING_ARRAYS}
+    if any(v.ndim != 1 for v in a.values()):
+        return ["every array must be one-dimensional"]
+    n = len(a["case_id"])
+    if any(len(a[k]) != n for k in ("cls", "gt", "seg", "iou", "hit")):
+        return ["case_id, cls, gt, seg, iou and hit must have one length"]
+    kinds = {"case_id": "U", "cls": "U", "cases": "U", "gt": "b", "seg": "b", "iou": "f", "hit": "f"}
+    bad = [k for k, kind in kinds.items() if a[k].dtype.kind != kind]
+    if bad:
+        return [f"array(s) {', '.join(bad)} of the wrong type"]
+    out = []
+    if not np.all(a["gt"] | a["seg"]):
+        out.append("a row where neither the ground truth nor the reader has a region")
+    iou, hit, gt = a["iou"], a["hit"], a["gt"]
+    if not np.all((iou >= 0) & (iou <= 1)) or np.any(iou[~(gt & a["seg"])] != 0):
+        out.append("iou must be in [0, 1], and 0 where one of the two regions is empty")
+    if np.any(np.isnan(hit) != ~gt) or not np.all((hit[gt] == 0) | (hit[gt] == 1)):
+        out.append("hit must be 0 or 1 on the ground truth's rows and NaN elsewhere")
+    cases = a["cases"]
+    if cases.size and (np.any(cases[1:] <= cases[:-1])):
+        out.append("cases must be sorted and unique")
+    if n and not np.all(np.isin(a["case_id"], cases)):
+        out.append("a row's case is not among the reader's cases")
+    keys = np.char.add(np.char.add(a["case_id"], "\0"), a["cls"])
+    if np.unique(keys).size != n:
+        out.append("a (case, class) pair is listed twice")
+    return out
+
+
+def load_reading(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20) -> ReaderReading:
+    """Read and check a reader's ``reading.npz`` (untrusted: bounded, no pickle). Raises InputError."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > max_bytes:
+            raise InputError([Problem(str(path), f"larger than {max_bytes >> 20} MiB")])
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: np.asarray(z[k]) for k in z.files if k in _READING_ARRAYS}
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError([Problem(str(path), f"not a readable .npz of arrays ({type(exc).__name__})")]) from None
+    problems = _reading_problems(arrays, str(path))
+    if problems:
+        raise InputError([Problem(str(path), m) for m in problems])
+    return ReaderReading(**{k: arrays[k] for k in _READING_ARRAYS})
+
+
+def with_hits(pairs: ReaderPairs, reading: ReaderReading) -> ReaderPairs:
+    """``pairs`` with each pair's hit taken from the reader's reading (the reader's salient points), so that the
+    ceiling's pointing game is CheXlocalize's hit rate, not the maximum of the reader's map. Raises ValueError
+    when a pair of the counts has no ground-truth row in the reading."""
+    where = {(c, k): float(h) for c, k, g, h in zip(reading.case_id.tolist(), reading.cls.tolist(),
+                                                   reading.gt.tolist(), reading.hit.tolist()) if g}
+    keys = list(zip(pairs.case_id.tolist(), pairs.cls.tolist()))
+    lost = [k for k in keys if k not in where]
+    if lost:
+        raise ValueError(f"{len(lost)} pair(s) of the counts (e.g. {lost[0][0]}, {lost[0][1]}) have no ground-truth "
+                         "row in the reading")
+    hit = np.asarray([where[k] for k in keys], dtype=np.float64).reshape(-1)
+    return ReaderPairs(pairs.case_id, pairs.cls, hit, pairs.dice, pairs.iou, pairs.cases)
+
+
+def _chex_columns(r: ReaderReading) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per CheXlocalize key, (rows where the value is defined, their values): eval.py's calculate_iou with
+    true_pos_only (both regions non-empty) and without (either non-empty), and get_hb_hitrates (ground truth
+    non-empty)."""
+    return {"miou_true_pos_only": (np.flatnonzero(r.gt & r.seg), r.iou),
+            "miou_all": (np.flatnonzero(r.gt | r.seg), r.iou),
+            "hit_rate": (np.flatnonzero(r.gt), r.hit)}
+
+
+def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequence[str] | None = None,
+                       n_resamples: int = 1000, seed: int = 0) -> dict:
+    """CheXlocalize's own human-benchmark numbers (eval.py, --if_human_benchmark) from the readers' readings.
+
+    Per reader and class, each key is the mean over the rows where it is defined (``n_<key>`` rows); per
+    class the mean over the readers with a value; ``average`` the mean over classes
+    (calculate_percentage_decrease.py's "Average"). The bootstrap is eval.py's: ``numpy.random.seed(seed)``,
+    then per resample ``numpy.random.choice(n, size=n, replace=True)`` over the sorted union of the readers'
+    cases, the resample's value the mean over the drawn rows where defined; ``mean`` the mean of the
+    resamples, ``lower`` / ``upper`` the sorted resamples at positions int(0.025 B) - 1 and int(0.975 B) - 1
+    (NaN resamples sorted last, as pandas does)."""
+    names = list(readings)
+    order = list(classes or ())
+    for r in names:
+        for c in readings[r].cls.tolist():
+            if c not in order:
+                order.append(c)
+    order = [c for c in order if any(np.any(readings[r].cls == c) for r in names)]
+    cases = np.unique(np.concatenate([readings[r].cases for r in names] or [np.zeros(0, str)]))
+    index = {c: i for i, c in enumerate(cases.tolist())}
+    cols = {r: _chex_columns(readings[r]) for r in names}
+    groups = {r: {c: readings[r].cls == c for c in order} for r in names}
+
+    def per_class(w: np.ndarray) -> dict:
+        """{cls: {key: (B,)}} under case weights w (B, n)."""
+        out = {}
+        for c in order:
+            out[c] = {}
+            for k in CHEXLOCALIZE_KEYS:
+                per = []
+                for r in names:
+                    rows, values = cols[r][k]
+                    rows = rows[groups[r][c][rows]]
+                    if not rows.size:
+                        continue
+                    ww = w[:, [index[x] for x in readings[r].case_id[rows].tolist()]].astype(np.float64)
+                    den = ww.sum(axis=1)
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        per.append(np.where(den > 0, (ww @ values[rows]) / np.where(den > 0, den, 1.0), np.nan))
+                out[c][k] = _nanmean(per) if per else np.full(w.shape[0], np.nan)
+        return out
+
+    point = per_class(np.ones((1, len(cases)), np.int64))
+    reps = {c: {k: [] for k in CHEXLOCALIZE_KEYS} for c in order}
+    if n_resamples and len(cases):
+        rs = np.random.RandomState(seed)
+        done = 0
+        while done < n_resamples:
+            b = min(_BLOCK, n_resamples - done)
+            w = np.zeros((b, len(cases)), np.int64)
+            for i in range(b):
+                w[i] = np.bincount(rs.choice(len(cases), size=len(cases), replace=True), minlength=len(cases))
+            got = per_class(w)
+            for c in order:
+                for k in CHEXLOCALIZE_KEYS:
+                    reps[c][k].append(got[c][k])
+            done += b
+
+    def num(v) -> float | None:
+        return None if v is None or not np.isfinite(v) else float(v)
+
+    def summary(values: np.ndarray) -> dict:
+        if not values.size:
+            return {"mean": None, "lower": None, "upper": None}
+        ordered = np.sort(values)  # NaN last, as pandas' sort_values
+        lo, hi = int(0.05 / 2 * values.size) - 1, int((1 - 0.05 / 2) * values.size) - 1
+        ok = values[~np.isnan(values)]
+        return {"mean": num(ok.mean()) if ok.size else None, "lower": num(ordered[lo]), "upper": num(ordered[hi])}
+
+    out_classes, boot_means = {}, {k: [] for k in CHEXLOCALIZE_KEYS}
+    for c in order:
+        entry = {}
+        for k in CHEXLOCALIZE_KEYS:
+            n = int(sum(int(groups[r][c][cols[r][k][0]].sum()) for r in names))
+            values = np.concatenate(reps[c][k]) if reps[c][k] else np.zeros(0)
+            entry[k] = {"value": num(point[c][k][0]), "n": n, "bootstrap": summary(values)}
+            boot_means[k].append(entry[k]["bootstrap"]["mean"])
+        out_classes[c] = entry
+    average = {}
+    for k in CHEXLOCALIZE_KEYS:
+        pts = [out_classes[c][k]["value"] for c in order if out_classes[c][k]["value"] is not None]
+        bms = [v for v in boot_means[k] if v is not None]
+        average[k] = {"value": sum(pts) / len(pts) if pts else None,
+                      "bootstrap_mean": sum(bms) / len(bms) if bms else None}
+    return {"n_cases": int(len(cases)), "n_resamples": int(n_resamples), "seed": int(seed),
+            "classes": out_classes, "average": average}
 
 
 def _values(w: np.ndarray, p: ReaderPairs) -> dict[str, np.ndarray]:
@@ -252,6 +446,7 @@ class HumanSource:
     info: dict
     readers: dict[str, dict[str, ReaderPairs]]
     classes: dict[str, list[str]]
+    readings: dict[str, dict[str, ReaderReading]] | None = None
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -284,7 +479,12 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
     if not isinstance(info, dict) or info.get("kind") != "human-ceiling" or not isinstance(datasets, dict) or not datasets:
         raise InputError([Problem(str(path), 'not a human.json of `xbench human` (expected {"xbench": {"kind": '
                                              '"human-ceiling", ...}, "datasets": {...}})')])
+    if info.get("schema") != HUMAN_SCHEMA:
+        raise InputError([Problem(str(path), f"written by another version of `xbench human` (schema "
+                                             f"{info.get('schema')!r}, this one reads {HUMAN_SCHEMA}: each reader's "
+                                             f"{READING_FILE}); run xbench human again")])
     readers: dict[str, dict[str, ReaderPairs]] = {}
+    readings: dict[str, dict[str, ReaderReading]] = {}
     classes: dict[str, list[str]] = {}
     for name, entry in datasets.items():
         names = entry.get("readers") if isinstance(entry, dict) else None
@@ -312,12 +512,25 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
             if name not in counts:
                 problems.append(Problem(str(counts_path), f"holds no counts of dataset {name!r}"))
                 continue
-            got[r] = reader_pairs(counts[name])
+            reading_path = folder / "readers" / r / READING_FILE
+            if not reading_path.is_file() or not _inside(reading_path, folder):
+                problems.append(Problem(str(reading_path), "missing (or a link leaving the human folder)"))
+                continue
+            try:
+                reading = load_reading(reading_path)
+                got[r] = with_hits(reader_pairs(counts[name]), reading)
+            except InputError as exc:
+                problems.extend(exc.problems)
+                continue
+            except ValueError as exc:
+                problems.append(Problem(str(reading_path), f"does not match the reader's counts: {exc}"))
+                continue
+            readings.setdefault(str(name), {})[r] = reading
             classes.setdefault(name, list(counts[name].classes))
         readers[str(name)] = got
     if problems:
         raise InputError(problems)
-    return HumanSource(folder, hashlib.sha256(path.read_bytes()).hexdigest(), info, readers, classes)
+    return HumanSource(folder, hashlib.sha256(path.read_bytes()).hexdigest(), info, readers, classes, readings)
 
 
 # -- the "human" section of a model's metrics.json ---------------------------------------------------------
@@ -361,6 +574,9 @@ def human_block(metrics: Mapping, counts: Mapping[str, DatasetCounts], source: H
             entry["classes"][c] = {"n_pairs": h.n_pairs[c], "n_readers": h.n_readers[c],
                                    **({"n_paired": m.n_pairs[c]} if m is not None else {}),
                                    **{k: _entry(mc.get(k), h, m, c, k, level) for k in KEYS}}
+        if source.readings is not None and source.readings.get(name):
+            entry["chexlocalize"] = chexlocalize_block(source.readings[name], classes=source.classes.get(name),
+                                                       n_resamples=bootstrap, seed=seed)
         out["datasets"][name] = entry
     return out
 
