@@ -446,6 +446,66 @@ def _reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, truth_
             "iou": np.asarray(rows["iou"], dtype=np.float64), "hit": np.asarray(rows["hit"], dtype=np.float64)}
 
 
+def _chexlocalize_native_rows(root: Path, marks: Mapping, sizes: dict[str, tuple[int, int]], classes,
+                              files: list[Path]) -> dict[str, np.ndarray]:
+    """The reader's rows (as :func:`_reading_rows`) at the images' full resolution, as CheXlocalize's eval.py
+    computes them: against the ground truth's own masks (``gt_segmentations_test.json`` under ``--root``, the
+    file the ground truth store was prepared from), over the CXRs of that file the images store holds; a hit
+    when any listed point (x, y) has ``gt[int(y), int(x)]``. ``files`` gets the file read."""
+    key = "chexlocalize"
+    path = _find(root, "gt_segmentations_test.json")
+    files.append(path)
+    data = read_json(path, dict, "an object keyed by cxr_id", [root])
+    problems = _Problems()
+    rows = {"case_id": [], "cls": [], "gt": [], "seg": [], "iou": [], "hit": []}
+    for cxr in sorted(c for c in data if c in sizes):
+        tasks = data[cxr]
+        where = f"{path.name}:{cxr}"
+        if not isinstance(tasks, dict):
+            problems.add(where, "entry is not an object of pathology -> segmentation")
+            continue
+        got = marks.get(cxr, {})
+        truths = {}
+        for task, value in tasks.items():
+            cls = _canonical(key, task)
+            if cls is None or cls not in classes:
+                problems.add(where, f"unknown pathology key {task!r}")
+                continue
+            try:
+                rle_size, area = rle_area(value)
+            except ValueError as e:
+                problems.add(f"{where}:{task}", str(e))
+                continue
+            if tuple(rle_size) != tuple(sizes[cxr]):
+                problems.add(f"{where}:{task}", f"RLE size {list(rle_size)} is not the image's [height, width] "
+                                                f"{list(sizes[cxr])}")
+                continue
+            truths[cls] = _RLEMask(value) if area else None
+        for cls in classes:
+            mark = got.get(cls)
+            shapes = [s for s in (mark.shapes if mark is not None else []) if isinstance(s, Mask)]
+            mine = None
+            for shape in shapes:
+                m = np.asarray(shape.load(), bool)
+                mine = m if mine is None else (mine | m)
+            mine = mine if mine is not None and mine.any() else None
+            truth = truths[cls]() if truths.get(cls) is not None else None
+            if mine is None and truth is None:
+                continue
+            iou = float((mine & truth).sum() / (mine | truth).sum()) if mine is not None and truth is not None else 0.0
+            hit = math.nan
+            if truth is not None:
+                hit = float(any(truth[int(y), int(x)] for x, y in (mark.points if mark is not None else [])))
+            for k, v in (("case_id", cxr), ("cls", cls), ("gt", truth is not None), ("seg", mine is not None),
+                         ("iou", iou), ("hit", hit)):
+                rows[k].append(v)
+    problems.raise_if_any()
+    return {"case_id": np.asarray(rows["case_id"], dtype=str), "cls": np.asarray(rows["cls"], dtype=str),
+            "gt": np.asarray(rows["gt"], dtype=bool), "seg": np.asarray(rows["seg"], dtype=bool),
+            "iou": np.asarray(rows["iou"], dtype=np.float64), "hit": np.asarray(rows["hit"], dtype=np.float64),
+            "cases": np.asarray(sorted(c for c in data if c in sizes), dtype=str)}
+
+
 def _truth_region(per_other: list[list], size, grid, rule: str) -> tuple[int, np.ndarray | None]:
     """(label, region mask or None) of one case and class from the other readers' shapes under ``rule``."""
     votes = [bool(s) for s in per_other]
@@ -534,8 +594,9 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     from xbench.schemas.images import read_images
     from xbench.schemas.paths import PublishedDir
     from xbench.schemas.store import file_sha256
-    from xbench.score.human import (HUMAN_FILE, HUMAN_SCHEMA, KEYS, READING_FILE, ReaderReading, ceiling,
-                                    ceiling_json, chexlocalize_block, reader_pairs, save_reading, with_hits)
+    from xbench.score.human import (HUMAN_FILE, HUMAN_SCHEMA, KEYS, NATIVE_READING_FILE, READING_FILE,
+                                    ReaderReading, ceiling, ceiling_json, chexlocalize_block, reader_pairs,
+                                    save_reading, with_hits)
     from xbench.score.outputs import write_into
     from xbench.score.scoring import score_submission
 
@@ -569,6 +630,9 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
         reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
         rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
                      "averaged over readers")
+    native = None
+    if dataset == "chexlocalize" and source == "segmentations":  # CheXlocalize's own values at full resolution
+        native = ReaderReading(**_chexlocalize_native_rows(root, reading.marks["hb"], sizes, classes, reading.files))
     info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
             "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
             "files": {p.name: file_sha256(p) for p in reading.files}}
@@ -612,6 +676,8 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                                  points_rule=dataset != "vindr_cxr")
             readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))
             save_reading(folder / READING_FILE, readings[r])
+            if native is not None:
+                save_reading(folder / NATIVE_READING_FILE, native)
             # the ceiling's pointing game is the reader's own points' (the reading), not the map's maximum
             per_reader[r] = with_hits(reader_pairs(result.counts[dataset]), readings[r])
             summary = result.metrics["datasets"][dataset]["summary"]
@@ -623,7 +689,9 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                           "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                                         "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
                "datasets": {dataset: {**ceiling_json(h), "per_reader": own,
-                                      "chexlocalize": chexlocalize_block(readings, classes=classes,
-                                                                         n_resamples=bootstrap, seed=seed)}}}
+                                      "chexlocalize": chexlocalize_block(
+                                          {"hb": native} if native is not None else readings, classes=classes,
+                                          n_resamples=bootstrap, seed=seed,
+                                          resolution="native" if native is not None else "grid")}}}
         (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return doc

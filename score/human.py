@@ -35,7 +35,7 @@ from .grounding import FIXED_THRESHOLD_INDEX
 from .intervals import percentile_interval
 
 __all__ = ["KEYS", "HUMAN_METRICS_MINOR", "HUMAN_FILE", "HUMAN_SCHEMA", "READING_FILE", "ReaderPairs", "reader_pairs",
-           "ReaderReading", "save_reading", "load_reading", "with_hits", "chexlocalize_block", "CHEXLOCALIZE_KEYS",
+           "ReaderReading", "NATIVE_READING_FILE", "save_reading", "load_reading", "with_hits", "chexlocalize_block", "CHEXLOCALIZE_KEYS",
            "ceiling", "HumanCeiling", "load_human", "human_block", "with_human", "percent_of_human",
            "percentage_decrease"]
 
@@ -50,6 +50,8 @@ HUMAN_FILE = "human.json"
 HUMAN_SCHEMA = 2
 #: each reader's own pairs as CheXlocalize's eval.py scores them, beside its pair_counts.npz
 READING_FILE = "reading.npz"
+#: (CheXlocalize, masks) the reader's rows at the images' full resolution, against the ground truth's own file
+NATIVE_READING_FILE = "reading_native.npz"
 #: CheXlocalize's human-benchmark values (eval.py): mIoU with true_pos_only True and False, the hit rate
 CHEXLOCALIZE_KEYS = ("miou_true_pos_only", "miou_all", "hit_rate")
 #: resamples computed at once (a block of case weights is (block, cases) int32)
@@ -187,7 +189,7 @@ def _chex_columns(r: ReaderReading) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequence[str] | None = None,
-                       n_resamples: int = 1000, seed: int = 0) -> dict:
+                       n_resamples: int = 1000, seed: int = 0, resolution: str = "grid") -> dict:
     """CheXlocalize's own human-benchmark numbers (eval.py, --if_human_benchmark) from the readers' readings.
 
     Per reader and class, each key is the mean over the rows where it is defined (``n_<key>`` rows); per
@@ -270,8 +272,8 @@ def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequen
         bms = [v for v in boot_means[k] if v is not None]
         average[k] = {"value": sum(pts) / len(pts) if pts else None,
                       "bootstrap_mean": sum(bms) / len(bms) if bms else None}
-    return {"n_cases": int(len(cases)), "n_resamples": int(n_resamples), "seed": int(seed),
-            "classes": out_classes, "average": average}
+    return {"resolution": resolution, "n_cases": int(len(cases)), "n_resamples": int(n_resamples),
+            "seed": int(seed), "classes": out_classes, "average": average}
 
 
 def _values(w: np.ndarray, p: ReaderPairs) -> dict[str, np.ndarray]:
@@ -447,6 +449,7 @@ class HumanSource:
     readers: dict[str, dict[str, ReaderPairs]]
     classes: dict[str, list[str]]
     readings: dict[str, dict[str, ReaderReading]] | None = None
+    natives: dict[str, dict[str, ReaderReading]] | None = None
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -485,6 +488,7 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
                                              f"{READING_FILE}); run xbench human again")])
     readers: dict[str, dict[str, ReaderPairs]] = {}
     readings: dict[str, dict[str, ReaderReading]] = {}
+    natives: dict[str, dict[str, ReaderReading]] = {}
     classes: dict[str, list[str]] = {}
     for name, entry in datasets.items():
         names = entry.get("readers") if isinstance(entry, dict) else None
@@ -525,12 +529,28 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
             except ValueError as exc:
                 problems.append(Problem(str(reading_path), f"does not match the reader's counts: {exc}"))
                 continue
+            native_path = folder / "readers" / r / NATIVE_READING_FILE
+            if native_path.exists() or native_path.is_symlink():
+                if not native_path.is_file() or not _inside(native_path, folder):
+                    problems.append(Problem(str(native_path), "not a file inside the human folder"))
+                    continue
+                try:
+                    natives.setdefault(str(name), {})[r] = load_reading(native_path)
+                except InputError as exc:
+                    problems.extend(exc.problems)
+                    continue
             readings.setdefault(str(name), {})[r] = reading
             classes.setdefault(name, list(counts[name].classes))
         readers[str(name)] = got
     if problems:
         raise InputError(problems)
-    return HumanSource(folder, hashlib.sha256(path.read_bytes()).hexdigest(), info, readers, classes, readings)
+    for name, got in natives.items():
+        if set(got) != set(readings.get(name, {})):
+            problems.append(Problem(str(folder), f"{NATIVE_READING_FILE} is there for some readers of {name} only"))
+    if problems:
+        raise InputError(problems)
+    return HumanSource(folder, hashlib.sha256(path.read_bytes()).hexdigest(), info, readers, classes, readings,
+                       natives)
 
 
 # -- the "human" section of a model's metrics.json ---------------------------------------------------------
@@ -574,9 +594,11 @@ def human_block(metrics: Mapping, counts: Mapping[str, DatasetCounts], source: H
             entry["classes"][c] = {"n_pairs": h.n_pairs[c], "n_readers": h.n_readers[c],
                                    **({"n_paired": m.n_pairs[c]} if m is not None else {}),
                                    **{k: _entry(mc.get(k), h, m, c, k, level) for k in KEYS}}
-        if source.readings is not None and source.readings.get(name):
-            entry["chexlocalize"] = chexlocalize_block(source.readings[name], classes=source.classes.get(name),
-                                                       n_resamples=bootstrap, seed=seed)
+        native = (source.natives or {}).get(name)
+        chex = native or (source.readings or {}).get(name)
+        if chex:
+            entry["chexlocalize"] = chexlocalize_block(chex, classes=source.classes.get(name), n_resamples=bootstrap,
+                                                       seed=seed, resolution="native" if native else "grid")
         out["datasets"][name] = entry
     return out
 

@@ -137,12 +137,24 @@ def _class_values(pairs: list[dict]) -> dict:
 
 
 def _reader_map(shapes, size, point=None) -> np.ndarray:
+    """The contract's reader map: the region at 1 - 2**-10, the salient point's cell 1 when it lies in the
+    region (a point outside it is left out: every tau <= 0.99 sees exactly the region)."""
     m = np.zeros(GRID)
     if shapes:
-        m[rasterise_region(shapes, size, GRID).mask] = LEVEL
-    if point is not None:
-        m[int(point[1] * GRID[0] / size[0]), int(point[0] * GRID[1] / size[1])] = 1.0
+        region = rasterise_region(shapes, size, GRID).mask
+        m[region] = LEVEL
+        if point is not None:
+            cell = (int(point[1] * GRID[0] / size[0]), int(point[0] * GRID[1] / size[1]))
+            if region[cell]:
+                m[cell] = 1.0
     return m
+
+
+def _point_hit(point, size, region) -> float:
+    """CheXlocalize's hit of one salient point (x, y) on the grid: its cell lies in the truth's region."""
+    if point is None:
+        return 0.0
+    return float(region[int(point[1] * GRID[0] / size[0]), int(point[0] * GRID[1] / size[1])])
 
 
 def _mean(values):

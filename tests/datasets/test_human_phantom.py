@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from test_human import GRID, KEYS, _class_values, _mean, _metrics, _prepare, _reader_map, _run
+from test_human import GRID, KEYS, _class_values, _mean, _metrics, _point_hit, _prepare, _reader_map, _run
 
 from xbench import cli
 from xbench.extract.datasets import phantom as ph
@@ -143,7 +143,9 @@ def test_phantom_ceiling_equals_brute_force(phantom_data, tmp_path):
             mark = draw_reading(3, "test", int(case.rsplit("-", 1)[1]), r, SIZE)[cls]
             m = (np.zeros(GRID) if mark.mask is None
                  else _reader_map([Mask(load=lambda: mark.mask)], (SIZE, SIZE), mark.point))
-            per.setdefault((r, cls), []).append(_metrics(m, region))
+            # the ceiling's pointing game: the reader's salient point in the truth (unmarked: a miss)
+            hit = 0.0 if mark.mask is None else _point_hit(mark.point, (SIZE, SIZE), region)
+            per.setdefault((r, cls), []).append({**_metrics(m, region), "hit": hit})
     classes = sorted({c for _, c in per})
     per_class = {c: {k: _mean(_class_values(p)[k] for (r, cc), p in per.items() if cc == c) for k in KEYS}
                  for c in classes}
