@@ -22,16 +22,20 @@ outside ``--root``):
 
 A reader's map, per case and class, on the ground truth's evaluation grid [H, W] (so the scorer's resize is
 the identity): the reader's region rasterised exactly as the ground truth is (per lesion, docs/contract.md,
-gt.zarr), with value 1 - 2**-10 on its cells, 0 elsewhere, and the value 1 on the cell of the reader's salient
-point (the first listed; CheXlocalize only). After the scorer's min-max normalisation every threshold
-tau <= 0.99 sees exactly the region (tau = 0 the whole grid, as for any map), and the first maximum is the
-salient point's cell, or the region's first cell in row-major order without a point; a class the reader did
-not mark has the constant map 0. A reader's score is 1 when they marked the class, else 0 (a probability).
+gt.zarr), with value 1 - 2**-10 on its cells, 0 elsewhere, and the value 1 on the cell of the first listed
+salient point that lies in the region (a point outside it is left out). After the scorer's min-max
+normalisation every threshold tau <= 0.99 sees exactly the region (tau = 0 the whole grid, as for any map); a
+class the reader did not mark, or marked by points only, has the constant map 0. A reader's score is 1 when
+they marked the class, else 0 (a probability). The ceiling's pointing game is not the map's maximum: it is the
+reader's points' hit (``reading.npz``, CheXlocalize's hit-rate rule; see :func:`_reading_rows`), and
+CheXlocalize's own eval.py values are in human.json's ``chexlocalize`` block.
 
 Output folder (written atomically)::
 
     human.json                              the ceiling per dataset and class, its intervals, the rule
     readers/<reader>/submission.zarr        the reader's submission
+    readers/<reader>/reading.npz            the reader's pairs on the grid: regions, IoU, hits (the ceiling's)
+    readers/<reader>/reading_native.npz     (CheXlocalize masks) the same at full resolution
     readers/<reader>/gt.zarr                (VinDr) the other readers as ground truth
     readers/<reader>/metrics.json, pair_counts.npz, ...   the reader scored by xbench-score
 

@@ -44,9 +44,11 @@ def human(dataset, root, images, gt_path, out, split, rule, source, readers, boo
           max_memory, timeout):
     """Score the dataset's own radiologists like a model: the human ceiling.
 
-    Each reader's annotations become a submission (binary masks on the evaluation grid, the salient point as
-    the map's maximum) and are scored with the pointing game, Dice and IoU at the same thresholds as any
-    model. CheXlocalize: the human benchmark (hb_*_test.json) against the ground truth. VinDr-CXR train:
+    Each reader's annotations become a submission (binary masks on the evaluation grid) and are scored with
+    Dice and IoU at the same thresholds as any model; the pointing game is the reader's salient points'
+    (CheXlocalize's hit rate: a hit when any point lies in the truth, a miss without a point). human.json
+    also carries CheXlocalize's own eval.py values (mIoU with true_pos_only True and False, hit rate, their
+    bootstrap), at the images' full resolution for CheXlocalize's masks. CheXlocalize: the human benchmark (hb_*_test.json) against the ground truth. VinDr-CXR train:
     each reader against the other readers of the same image (--rule), averaged over readers. Phantom:
     --readers simulated readers (jittered, sometimes missed, sometimes false marks), each against the
     ground truth, averaged over readers.
@@ -87,5 +89,11 @@ def human(dataset, root, images, gt_path, out, split, rule, source, readers, boo
         shown = ", ".join(f"{k} {100 * v:.2f}" for k, v in s.items() if isinstance(v, float))
         lines.append(f"human ceiling of {dataset} ({len(doc['datasets'][dataset]['readers'])} reader(s)) -> {out}/")
         lines.append(f"  summary (%): {shown}")
+        chex = doc["datasets"][dataset].get("chexlocalize") or {}
+        if dataset == "chexlocalize" and chex.get("average"):
+            avg = chex["average"]
+            got = ", ".join(f"{k} {100 * avg[k]['value']:.2f}" for k in ("miou_true_pos_only", "miou_all", "hit_rate")
+                            if isinstance(avg.get(k, {}).get("value"), float))
+            lines.append(f"  CheXlocalize eval.py ({chex.get('resolution')} resolution, mean over classes, %): {got}")
         click.echo("\n".join(escape_text(x) for x in lines))
     return 0

@@ -454,6 +454,8 @@ def test_docs_worked_example_runs_as_written(tmp_path, monkeypatch):
     # the values docs/human.md quotes
     assert "summary (%): pointing_game 33.33, dice_fixed 34.29, iou_fixed 23.38, dice_best 34.75, iou_best 23.61" \
         in outputs[1]
+    assert ("CheXlocalize eval.py (native resolution, mean over classes, %): miou_true_pos_only 48.78, miou_all "
+            "24.39, hit_rate 33.33") in outputs[1]
     assert ("human (chexlocalize, 1 reader(s)): pointing_game 33.3 (0% of human), dice_best 34.7 (39% of human), "
             "iou_best 23.6 (33% of human)") in outputs[3]
     assert "| chexlocalize | (mean) | dice_best | 13.5 | 34.7 [1.4, 51.4] | 38.9 | -21.2 [-32.1, +0.6] |" in outputs[4]

@@ -12,8 +12,9 @@ import pytest
 
 from xbench.schemas.errors import InputError
 from xbench.score.counts import DatasetCounts, save_pair_counts
-from xbench.score.human import (KEYS, ceiling, human_block, load_human, percent_of_human, percentage_decrease,
-                                reader_pairs)
+from xbench.score.human import (CHEXLOCALIZE_KEYS, KEYS, READING_FILE, ReaderReading, ceiling, chexlocalize_block,
+                                human_block, load_human, percent_of_human, percentage_decrease, reader_pairs,
+                                save_reading, with_hits)
 
 CLASSES = ("A", "B", "C")
 T = 101
@@ -139,12 +140,36 @@ def test_percent_of_human_and_percentage_decrease():
     assert percent_of_human(None, 0.6) is None and percent_of_human(0.3, 0.0) is None
 
 
-def _human_folder(tmp_path, counts, name="d"):
+def _reading(rng, dc: DatasetCounts) -> ReaderReading:
+    """A reader's reading for the counts ``dc``: every pair of the counts as a ground-truth row (its hit the
+    counts' hit flipped at random: the reading, not the map, decides), some with no reader region (a miss), and
+    reader-only rows (false marks) on (case, class) pairs without a region."""
+    rows = []
+    pairs = set()
+    for i in range(len(dc.pair_case)):
+        case, cls = str(dc.case_id[dc.pair_case[i]]), dc.classes[dc.pair_class[i]]
+        pairs.add((case, cls))
+        seg = bool(rng.random() < 0.7)
+        rows.append((case, cls, True, seg, float(rng.random()) if seg else 0.0, float(rng.random() < 0.5)))
+    for case in dc.case_id.tolist():
+        for cls in dc.classes:
+            if (case, cls) not in pairs and rng.random() < 0.2:
+                rows.append((case, cls, False, True, 0.0, float("nan")))
+    cols = list(zip(*rows))
+    return ReaderReading(case_id=np.asarray(cols[0], str), cls=np.asarray(cols[1], str), gt=np.asarray(cols[2], bool),
+                         seg=np.asarray(cols[3], bool), iou=np.asarray(cols[4], float), hit=np.asarray(cols[5], float),
+                         cases=np.asarray(sorted(dc.case_id.tolist()), str))
+
+
+def _human_folder(tmp_path, counts, name="d", readings=None):
     folder = tmp_path / "human"
+    rng = np.random.default_rng(11)
     for r, dc in counts.items():
         (folder / "readers" / r).mkdir(parents=True)
         save_pair_counts(folder / "readers" / r / "pair_counts.npz", {name: dc})
-    doc = {"xbench": {"kind": "human-ceiling", "schema": 1, "rule": "test"},
+        reading = (readings or {}).get(r) or _reading(rng, dc)
+        save_reading(folder / "readers" / r / READING_FILE, reading)
+    doc = {"xbench": {"kind": "human-ceiling", "schema": 2, "rule": "test"},
            "datasets": {name: {"readers": list(counts)}}}
     (folder / "human.json").write_text(json.dumps(doc))
     return folder
@@ -158,7 +183,8 @@ def test_human_block_of_a_model(tmp_path):
                                                                                   for c in CLASSES}}}}
     block = human_block(metrics, {"d": model}, source, bootstrap=20, seed=0)
     s = block["datasets"]["d"]["summary"]["pointing_game"]
-    h, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, n_resamples=0)
+    h, _ = ceiling({r: with_hits(reader_pairs(dc), source.readings["d"][r]) for r, dc in counts.items()},
+                   classes=CLASSES, n_resamples=0)
     assert s["human"] == h.point[None]["pointing_game"]
     assert s["percent_of_human"] == pytest.approx(0.25 / s["human"] * 100)
     assert s["ci95"][0] <= s["human"] <= s["ci95"][1]
@@ -166,13 +192,13 @@ def test_human_block_of_a_model(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda f: (f / "human.json").write_text('{"xbench": {"kind": "human-ceiling"}, "datasets": {"d": {"readers": ["../x"]}}}'),
+    (lambda f: (f / "human.json").write_text('{"xbench": {"kind": "human-ceiling", "schema": 2}, "datasets": {"d": {"readers": ["../x"]}}}'),
      "not a plain folder name"),
     (lambda f: (f / "human.json").write_text('{"xbench": {"kind": "human-ceiling"}, "xbench": 1, "datasets": {}}'),
      "twice in one object"),
     (lambda f: (f / "human.json").write_text('[1, 2]'), "not a human.json"),
     (lambda f: (f / "readers" / "R1" / "pair_counts.npz").write_bytes(b"PK\x03\x04 not a zip"), "pair_counts"),
-    (lambda f: (f / "human.json").write_text('{"xbench": {"kind": "human-ceiling"}, "datasets": {"d": {"readers": ["R9"]}}}'),
+    (lambda f: (f / "human.json").write_text('{"xbench": {"kind": "human-ceiling", "schema": 2}, "datasets": {"d": {"readers": ["R9"]}}}'),
      "missing"),
 ])
 def test_hostile_human_folder(tmp_path, mutate, message):
@@ -191,4 +217,120 @@ def test_a_link_leaving_the_human_folder_is_refused(tmp_path):
     (folder / "readers" / "R1" / "pair_counts.npz").rename(outside)
     (folder / "readers" / "R1" / "pair_counts.npz").symlink_to(outside)
     with pytest.raises(InputError, match="link leaving"):
+        load_human(folder)
+
+
+# -- the reading: the ceiling's hits and CheXlocalize's own values ---------------------------------------------
+def _brute_chexlocalize(readings: dict, seed: int, n_boot: int):
+    """CheXlocalize's eval.py rules by loops: per reader and class the mean over the rows where a key is defined
+    (true_pos_only: gt and seg; all: gt or seg; hit: gt), per class the mean over readers, the average over
+    classes; bootstrap: numpy.random.seed(seed), choice(n, n) per resample over the sorted union of cases."""
+    cases = sorted({c for r in readings.values() for c in r.cases.tolist()})
+
+    def defined(r, i, key):
+        return {"miou_true_pos_only": r.gt[i] and r.seg[i], "miou_all": r.gt[i] or r.seg[i], "hit_rate": r.gt[i]}[key]
+
+    def value(r, i, key):
+        return float(r.hit[i]) if key == "hit_rate" else float(r.iou[i])
+
+    def per_class(weight):
+        out = {}
+        for c in CLASSES:
+            for key in CHEXLOCALIZE_KEYS:
+                vals = []
+                for r in readings.values():
+                    num = den = 0.0
+                    for i in range(len(r.case_id)):
+                        if r.cls[i] == c and defined(r, i, key):
+                            w = weight.get(str(r.case_id[i]), 0)
+                            num += w * value(r, i, key)
+                            den += w
+                    if den:
+                        vals.append(num / den)
+                out[(c, key)] = sum(vals) / len(vals) if vals else None
+        return out
+
+    point = per_class({c: 1 for c in cases})
+    rs = np.random.RandomState(seed)
+    reps = []
+    for _ in range(n_boot):
+        draw = rs.choice(len(cases), size=len(cases), replace=True)
+        weight = {}
+        for j in draw:
+            weight[cases[j]] = weight.get(cases[j], 0) + 1
+        reps.append(per_class(weight))
+    return point, reps
+
+
+def test_chexlocalize_block_equals_brute_force():
+    rng, ids, counts = _setup()
+    readings = {r: _reading(rng, dc) for r, dc in counts.items()}
+    block = chexlocalize_block(readings, classes=CLASSES, n_resamples=40, seed=5)
+    point, reps = _brute_chexlocalize(readings, 5, 40)
+    assert block["n_cases"] == len(ids) and block["resolution"] == "grid"
+    for c in CLASSES:
+        for key in CHEXLOCALIZE_KEYS:
+            got = block["classes"][c][key]
+            assert got["value"] == pytest.approx(point[(c, key)], rel=1e-12)
+            assert got["n"] == sum(int(((r.cls == c) & {"miou_true_pos_only": r.gt & r.seg, "miou_all": r.gt | r.seg,
+                                                          "hit_rate": r.gt}[key]).sum()) for r in readings.values())
+            boot = np.array([np.nan if rep[(c, key)] is None else rep[(c, key)] for rep in reps])
+            ordered = np.concatenate([np.sort(boot[~np.isnan(boot)]), boot[np.isnan(boot)]])
+            for name, want in (("mean", np.nanmean(boot)), ("lower", ordered[int(0.025 * 40) - 1]),
+                               ("upper", ordered[int(0.975 * 40) - 1])):
+                if np.isnan(want):  # an undefined resample at the position (NaN sorted last): null
+                    assert got["bootstrap"][name] is None
+                else:
+                    assert got["bootstrap"][name] == pytest.approx(want, rel=1e-12)
+    for key in CHEXLOCALIZE_KEYS:
+        vals = [point[(c, key)] for c in CLASSES if point[(c, key)] is not None]
+        assert block["average"][key]["value"] == pytest.approx(sum(vals) / len(vals), rel=1e-12)
+
+
+def test_the_ceilings_pointing_game_is_the_readings_hit_rate(tmp_path):
+    """The counts' hits (the map's maximum) are replaced by the reading's; the other keys stay the counts'."""
+    rng, ids, counts = _setup()
+    readings = {r: _reading(rng, dc) for r, dc in counts.items()}
+    source = load_human(_human_folder(tmp_path, counts, readings=readings))
+    h, _ = ceiling(source.readers["d"], classes=CLASSES, n_resamples=0)
+    plain, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, n_resamples=0)
+    for c in CLASSES:
+        rates = []
+        for r in readings.values():
+            hits = [r.hit[i] for i in range(len(r.case_id)) if r.cls[i] == c and r.gt[i]]
+            if hits:
+                rates.append(sum(hits) / len(hits))
+        assert h.point[c]["pointing_game"] == pytest.approx(sum(rates) / len(rates), rel=1e-12)
+        assert h.point[c]["dice_best"] == plain.point[c]["dice_best"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda z: z.pop("hit"), "missing array"),
+    (lambda z: z.update(hit=np.where(z["gt"], z["hit"], 1.0)), "nan elsewhere"),
+    (lambda z: z.update(iou=z["iou"] + 2.0), "iou must be"),
+    (lambda z: z.update(gt=np.zeros_like(z["gt"]), seg=np.zeros_like(z["seg"])), "neither"),
+    (lambda z: z.update(cases=z["cases"][::-1]), "sorted and unique"),
+    (lambda z: z.update(case_id=z["case_id"][:-1]), "one length"),
+    (lambda z: z.update(gt=z["gt"].astype(np.int8)), "wrong type"),
+    (lambda z: z.update({k: v[~z["gt"]] for k, v in z.items() if k != "cases"}),  # the pairs' rows dropped
+     "does not match the reader's counts"),
+])
+def test_hostile_reading_is_refused(tmp_path, mutate, message):
+    _, _, counts = _setup()
+    folder = _human_folder(tmp_path, counts)
+    path = folder / "readers" / "R1" / READING_FILE
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    mutate(arrays)
+    np.savez(path, **arrays)
+    with pytest.raises(InputError) as err:
+        load_human(folder)
+    assert message in str(err.value).lower(), str(err.value)
+
+
+def test_a_human_folder_without_readings_is_refused(tmp_path):
+    _, _, counts = _setup()
+    folder = _human_folder(tmp_path, counts)
+    (folder / "readers" / "R2" / READING_FILE).unlink()
+    with pytest.raises(InputError, match="reading.npz"):
         load_human(folder)
