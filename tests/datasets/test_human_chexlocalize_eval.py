@@ -124,6 +124,10 @@ def brute_force(root: Path, seed: int = SEED, n_boot: int = B) -> dict:
                 x = x[~np.isnan(x)]
                 reps.append(x.mean() if x.size else np.nan)
             reps = np.asarray(reps)
+            if not n_boot:
+                defined = v[~np.isnan(v)]
+                result[task][k] = (v, defined.mean() if defined.size else None, (None, None, None))
+                continue
             ordered = np.concatenate([np.sort(reps[~np.isnan(reps)]), reps[np.isnan(reps)]])
             lo, hi = int(0.025 * n_boot) - 1, int(0.975 * n_boot) - 1
             defined = v[~np.isnan(v)]
@@ -225,6 +229,29 @@ def test_ceiling_pointing_game_is_the_hit_rate_and_iou_the_readers_region(layout
     # the point outside the reader's region leaves the IoU of the region alone (a point cell would add one)
     g, p = GT[IDS[0]]["Cardiomegaly"], HB[IDS[0]]["Cardiomegaly"]
     assert not p[21, 42] and g[21, 42]
+
+
+@pytest.mark.parametrize("task, key, case", [
+    ("Cardiomegaly", "iou_fixed", "a salient point outside the reader's region leaves the region's IoU alone"),
+    ("Edema", "iou_fixed", "a salient point with no region: IoU 0, not > 0"),
+    ("Airspace Opacity", "pointing_game", "a region without a point: a miss (not the region's first cell)"),
+    ("Pleural Effusion", "pointing_game", "several points: a hit when any lies in the truth (not the first only)"),
+    ("Support Devices", "pointing_game", "unmarked, the truth holding pixel (0, 0): never a hit"),
+], ids=["point-outside-region", "point-without-region", "region-without-point", "several-points", "unmarked"])
+def test_each_case_of_the_issue(layout, task, key, case):
+    """One issue case each, on the native grid: the ceiling's class value equals the brute force's (one pair of
+    the class carries the case; the class's other pairs agree with or without the fix)."""
+    base, root, entry = layout
+    if not base.name.startswith(f"chexeval-{H}x{W}-"):
+        pytest.skip("the native grid checks the rule")
+    gt = _decode(root / "CheXlocalize/gt_segmentations_test.json")
+    hb = _decode(root / "CheXlocalize/hb_segmentations_test.json")
+    ids = [c for c in sorted(gt) if gt[c][task].any()]
+    if key == "pointing_game":
+        want = float(np.mean(brute_force(root, n_boot=0)[task]["hit_rate"][0][[sorted(gt).index(c) for c in ids]]))
+    else:
+        want = float(np.mean([(gt[c][task] & hb[c][task]).sum() / (gt[c][task] | hb[c][task]).sum() for c in ids]))
+    assert entry["classes"][_cls(task)][key] == pytest.approx(want, rel=1e-12), case
 
 
 def test_metrics_human_section_carries_the_block_and_the_hits(layout, tmp_path):
