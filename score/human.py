@@ -147,17 +147,12 @@ def _reading_problems(z: Mapping[str, np.ndarray], where: str) -> list[str]:
 
 
 def load_reading(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20) -> ReaderReading:
-    """Read and check a reader's ``reading.npz`` (untrusted: bounded, no pickle). Raises InputError."""
-    path = Path(path)
-    try:
-        if path.stat().st_size > max_bytes:
-            raise InputError([Problem(str(path), f"larger than {max_bytes >> 20} MiB")])
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: np.asarray(z[k]) for k in z.files if k in _READING_ARRAYS}
-    except InputError:
-        raise
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError([Problem(str(path), f"not a readable .npz of arrays ({type(exc).__name__})")]) from None
+    """Read and check a reader's ``reading.npz`` (untrusted: :func:`xbench.schemas.inputs.load_npz`, bounded
+    before inflating, no pickle). Raises InputError."""
+    from xbench.schemas.inputs import load_npz
+
+    z = load_npz(path, where=str(path), max_bytes=max_bytes)
+    arrays = {k: np.asarray(v) for k, v in z.items() if k in _READING_ARRAYS}
     problems = _reading_problems(arrays, str(path))
     if problems:
         raise InputError([Problem(str(path), m) for m in problems])

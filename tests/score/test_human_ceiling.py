@@ -334,3 +334,30 @@ def test_a_human_folder_without_readings_is_refused(tmp_path):
     (folder / "readers" / "R2" / READING_FILE).unlink()
     with pytest.raises(InputError, match="reading.npz"):
         load_human(folder)
+
+
+def test_a_native_reading_is_used_for_the_block_and_checked(tmp_path):
+    """reading_native.npz (CheXlocalize at full resolution), when there, is the block's source; a link leaving
+    the folder, a malformed one, or one for some readers only is refused."""
+    from xbench.score.human import NATIVE_READING_FILE
+
+    rng, ids, counts = _setup()
+    folder = _human_folder(tmp_path, counts)
+    natives = {r: _reading(rng, dc) for r, dc in counts.items()}
+    for r, reading in natives.items():
+        save_reading(folder / "readers" / r / NATIVE_READING_FILE, reading)
+    source = load_human(folder)
+    metrics = {"datasets": {"d": {"summary": {}, "classes": {}}}}
+    block = human_block(metrics, {}, source, bootstrap=10, seed=2)["datasets"]["d"]["chexlocalize"]
+    assert block == chexlocalize_block(natives, classes=CLASSES, n_resamples=10, seed=2, resolution="native")
+    outside = tmp_path / "elsewhere.npz"
+    (folder / "readers" / "R1" / NATIVE_READING_FILE).rename(outside)
+    (folder / "readers" / "R1" / NATIVE_READING_FILE).symlink_to(outside)
+    with pytest.raises(InputError, match="not a file inside the human folder"):
+        load_human(folder)
+    (folder / "readers" / "R1" / NATIVE_READING_FILE).unlink()
+    with pytest.raises(InputError, match="for some readers of d only"):
+        load_human(folder)
+    (folder / "readers" / "R1" / NATIVE_READING_FILE).write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(InputError, match="not a readable"):
+        load_human(folder)
