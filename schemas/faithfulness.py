@@ -113,8 +113,9 @@ def curve_steps(curve: str, steps: int) -> range:
 def cell_index(size: int, grid: int) -> np.ndarray:
     """(size, size) int64: the cell of each pixel; cell (i, j) covers rows floor(i*S/G) .. floor((i+1)*S/G) - 1
     and the same columns, so every pixel is in exactly one cell even when G does not divide S."""
-    edges = (np.arange(size, dtype=np.int64) * grid) // size
-    return edges[:, None] * grid + edges[None, :]
+    starts = (np.arange(grid + 1, dtype=np.int64) * size) // grid   # the first row of cell i, and S at i = G
+    of_row = np.searchsorted(starts, np.arange(size, dtype=np.int64), side="right") - 1
+    return of_row[:, None] * grid + of_row[None, :]
 
 
 def fill_value(image: np.ndarray) -> int:

@@ -37,12 +37,32 @@ def test_order_is_descending_with_row_major_ties():
     assert F.map_order(np.zeros((4, 4)), 4).tolist() == list(range(16))  # a constant map: row-major
 
 
+def _contract_cells(S, G):
+    """The contract's sentence, word for word: "Cell (i, j) covers the pixels of rows floor(i*S/G) ...
+    floor((i+1)*S/G) - 1 and the same columns". Each cell paints its own rows and columns; a pixel painted
+    twice or never fails here."""
+    cells = np.full((S, S), -1, dtype=np.int64)
+    for i in range(G):
+        for j in range(G):
+            for y in range(i * S // G, (i + 1) * S // G):          # rows floor(i*S/G) .. floor((i+1)*S/G) - 1
+                for x in range(j * S // G, (j + 1) * S // G):
+                    assert cells[y, x] == -1, "a pixel in two cells"
+                    cells[y, x] = i * G + j
+    assert (cells >= 0).all(), "a pixel in no cell"
+    return cells
+
+
+@pytest.mark.parametrize("S, G", [(40, 6), (30, 7), (32, 8), (10, 3), (5, 7), (1, 1), (17, 16), (64, 1)])
+def test_cell_partition_is_the_contracts(S, G):
+    """The partition when G does not divide S (S = 40, G = 6: the old rule floor(y*G/S) put row 6 in cell 0,
+    the contract in cell 1), when it does, and when there are more cells than pixels (empty cells)."""
+    assert np.array_equal(F.cell_index(S, G), _contract_cells(S, G))
+
+
 def test_steps_cells_and_masks_by_brute_force():
     assert F.step_cells(64, 10).tolist() == [(k * 64) // 10 for k in range(11)]
     cells = F.cell_index(30, 7)   # 7 does not divide 30: cells of 4 or 5 pixels
-    for y in range(30):
-        for x in range(30):
-            assert cells[y, x] == (y * 7 // 30) * 7 + (x * 7 // 30)
+    assert np.array_equal(cells, _contract_cells(30, 7))
     order = np.random.default_rng(0).permutation(49)
     for n in (0, 1, 20, 49):
         mask = F.changed_mask(order, n, cells)
