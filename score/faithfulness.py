@@ -69,6 +69,11 @@ def load_round2(round2_path, key_path) -> tuple[F.Key, dict[str, DatasetCurves],
         raise InputError([Problem(f"--faithfulness {p.where}", p.message) for p in problems])
     sub = read_submission(round2_path)
     out, problems = {}, []
+    unknown = sorted(set(sub.datasets) - set(key.dataset.tolist()))
+    if unknown:
+        problems.append(Problem(f"--faithfulness {round2_path}", f"holds {len(unknown)} dataset(s) the key does not know, "
+                                f"e.g. {unknown[0]!r}: the key belongs to another round 2 (or the submission to another "
+                                "round-2 store)"))
     for name in sorted(set(key.dataset.tolist())):
         w = f"--faithfulness {round2_path}/{name}"
         if name not in sub.datasets:
@@ -200,6 +205,7 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
     overall = {k: _mean(d["summary"].get(k) for d in datasets.values()) for k in keys}
     return {"curves": list(key.header["curves"]), "steps": key.steps, "grid": key.grid,
             "seed": key.header.get("seed"), "road_noise": key.header.get("road_noise") if "road" in key.header["curves"] else None,
+            **({"insertion_substrate": key.substrate} if "insertion" in key.header["curves"] else {}),
             "score": "probability: sigmoid of a logit, a probability as it is",
             "round2": {"submission": round2_name, "model": info["model"], "key_sha256": info["key_sha256"]},
             "bootstrap": n_boot, "overall": overall, "datasets": datasets}
