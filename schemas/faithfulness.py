@@ -363,6 +363,8 @@ def read_key(path: str | os.PathLike, *, where: str | None = None) -> Key:
         problems.append(Problem(f"{w}: header", "'grid' must be an integer in 1..1024"))
     if not (isinstance(curves, list) and curves and all(c in CURVES for c in curves)):
         problems.append(Problem(f"{w}: header", f"'curves' must list some of {', '.join(CURVES)}"))
+    if header.get("pairs", "all") not in ("positive", "all"):
+        problems.append(Problem(f"{w}: header", "'pairs' must be 'positive' or 'all'"))
     if header.get("insertion_substrate", "grey") not in SUBSTRATES:
         problems.append(Problem(f"{w}: header", f"'insertion_substrate' must be one of {', '.join(SUBSTRATES)}"))
     if isinstance(steps, int) and isinstance(curves, list) and "road" in curves and steps < 2:

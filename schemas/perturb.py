@@ -128,9 +128,12 @@ def images_per_pair(curves: Sequence[str], steps: int) -> int:
 
 
 def shared_per_case(curves: Sequence[str], substrate: str) -> int:
-    """Round-2 images each case writes once, whatever its pairs: the unperturbed image, the all-fill image and,
-    when insertion starts from RISE's blur, the blurred image."""
-    return 2 + int("insertion" in curves and substrate == "blur")
+    """Round-2 images each case writes once, whatever its pairs: the unperturbed image; the all-fill image when a
+    curve uses it (deletion's last step, insertion's first from the grey substrate); the blurred image when
+    insertion starts from RISE's blur. (Until 2026-11 the all-fill image was written for ROAD alone too, which no
+    key row named, so a ROAD-only round 2 could not be scored.)"""
+    insertion = "insertion" in curves
+    return 1 + int("deletion" in curves or (insertion and substrate == "grey")) + int(insertion and substrate == "blur")
 
 
 def _opaque_ids(n: int) -> list[str]:
@@ -212,6 +215,8 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
                   "submission_model": str(submission.attrs.get("model", "")), "datasets": sorted(plan)}
         if "insertion" in opts.curves:
             header["insertion_substrate"] = opts.insertion_substrate
+        if "road" in opts.curves:  # whose labels are known: ROAD's accuracy needs them
+            header["pairs"] = "positive" if gt is not None else "all"
         columns = {k: [] for k in F.KEY_COLUMNS}
         for name, (pairs, sub_rows) in plan.items():
             _write_dataset(store, name, images.datasets[name], submission.datasets[name], pairs, sub_rows, opts,
@@ -276,7 +281,9 @@ def _write_dataset(store: Path, name: str, ds, sub, pairs: list[_Pair], sub_rows
     for row in sorted(by_case):
         image = np.asarray(ds.image[row], dtype=np.uint8)
         osize = ds.orig_size[row]
-        shared = {ORIG: put(image, osize), FILL: put(np.full_like(image, F.fill_value(image)), osize)}
+        shared = {ORIG: put(image, osize)}
+        if "deletion" in opts.curves or ("insertion" in opts.curves and opts.insertion_substrate == "grey"):
+            shared[FILL] = put(np.full_like(image, F.fill_value(image)), osize)
         base = None
         if "insertion" in opts.curves:
             base = F.substrate_image(image, opts.insertion_substrate)

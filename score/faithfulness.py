@@ -183,6 +183,9 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
                          seed: int = 0, round2_name: str = "") -> dict:
     """The metrics.json ``faithfulness`` section."""
     datasets = {}
+    # ROAD's own measure (the authors' road_eval: accuracy on the imputed images) needs the pairs' labels: only a
+    # round 2 made from the positive pairs of a ground truth (xbench perturb --gt) has them (every label 1)
+    road_accuracy = "road" in key.header["curves"] and key.header.get("pairs") == "positive"
     for name, dc in curves.items():
         values = pair_values(key, dc)
         per_class = _class_means(values, dc)
@@ -197,9 +200,12 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
             entry["curves"] = {curve: {"fractions": fractions(curve, key).tolist(),
                                        **{o: arr[sel, j].mean(axis=0).tolist() for j, o in enumerate(F.ORDERS[curve])}}
                                for curve, arr in dc.probs.items()}
+            if road_accuracy:
+                entry["road_accuracy"] = _road_accuracy(dc.probs["road"][sel])
             classes[c] = entry
         datasets[name] = {"n_pairs": len(dc.pair_class), "n_cases": len(dc.cases), "summary": summary,
                           **({"ci95": {k: percentile_interval(boot_ds[k]) for k in values}} if n_boot else {}),
+                          **({"road_accuracy": _road_accuracy(dc.probs["road"])} if road_accuracy else {}),
                           "classes": classes}
     keys = [k for curve in key.header["curves"] for k, _ in KEYS[curve]]
     overall = {k: _mean(d["summary"].get(k) for d in datasets.values()) for k in keys}
@@ -209,6 +215,13 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
             "score": "probability: sigmoid of a logit, a probability as it is",
             "round2": {"submission": round2_name, "model": info["model"], "key_sha256": info["key_sha256"]},
             "bootstrap": n_boot, "overall": overall, "datasets": datasets}
+
+
+def _road_accuracy(arr: np.ndarray) -> dict:
+    """ROAD's measure per step (Rong et al. 2022; road/retraining.py:25-51 at e6b9987, which counts the images whose
+    predicted class is the label): here every pair is positive, so the share of the pairs whose class is still
+    predicted present, probability >= 0.5, per order; ``arr`` (pairs, orders, steps)."""
+    return {o: (arr[:, j] >= 0.5).mean(axis=0).tolist() for j, o in enumerate(F.ORDERS["road"])}
 
 
 def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, n_boot: int, rng: np.random.Generator):

@@ -39,8 +39,8 @@ def test_two_rounds_by_hand_equal_one_go(data, tmp_path, model):
     _xb(["extract", "--model", model, *common, "--out", tmp_path / "sub.zarr", "--faithfulness", tmp_path / "faith",
          "--faithfulness-curve", "deletion,insertion", "--faithfulness-steps", "3"])
     # by hand, as the organiser and the team do it
-    _xb(["perturb", tmp_path / "sub.zarr", "--images", images, "--out", tmp_path / "round2.zarr", "--curve",
-         "deletion,insertion", "--steps", "3", "-q"])
+    _xb(["perturb", tmp_path / "sub.zarr", "--images", images, "--out", tmp_path / "round2.zarr", "--key",
+         tmp_path / "round2.key.npz", "--curve", "deletion,insertion", "--steps", "3", "-q"])
     _xb(["extract", "--model", model, "--images", tmp_path / "round2.zarr", "--out", tmp_path / "round2-sub.zarr",
          "--scores-only", "--workers", "0", "-q"])
     metrics = {}
@@ -87,3 +87,19 @@ def test_scores_only_store_has_no_maps_and_rerun_resumes(data, tmp_path):
     assert all(ds.saliency is None for ds in sub.datasets.values())
     res = _xb(["extract", "--model", "dog", "--images", images, "--out", tmp_path / "s.zarr", "--scores-only", "--workers", "0"])
     assert "already complete" in res.output
+
+
+@pytest.mark.parametrize("where", ["images", "out"])
+def test_faithfulness_folder_inside_a_store_is_refused(data, tmp_path, where):
+    """DIR receives round 2, its key and its scores: inside the images store (or the round-1 store) it would write
+    into an input or hand the key out with it. Exit 2, one line, nothing written (not even round 1)."""
+    images = tmp_path / "images.zarr"
+    shutil.copytree(data / "data/images.zarr", images)
+    before = sorted(p.relative_to(images) for p in images.rglob("*"))
+    out = tmp_path / "sub.zarr"
+    inside = (images if where == "images" else out) / "faith"
+    res = CliRunner().invoke(cli.main, [str(a) for a in ["extract", "--model", "dog", "--images", images, "--out", out,
+                                                         "--faithfulness", inside, "--workers", "0", "-q"]])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and f"inside the store --{where}" in res.output, res.output
+    assert sorted(p.relative_to(images) for p in images.rglob("*")) == before and not out.exists()

@@ -718,3 +718,48 @@ def test_grand_challenge_phase2_folder_must_be_a_folder(flow, gt_for_flow, tmp_p
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("XBENCH_FAITHFULNESS")
     assert ("is not a folder" if what == "file" else "does not exist") in err
     assert not (tmp_path / "out").exists()
+
+
+def test_road_accuracy_is_the_share_still_predicted(flow, gt_for_flow, tmp_path, capsys):
+    """ROAD's own measure (accuracy on the imputed images) where it is defined: a round 2 of the positive pairs
+    (--gt). Brute force: every ROAD row of the key, the model on its image, the share of the class's pairs with
+    probability >= 0.5 per order and step; the dataset's share pooled over its pairs. Without --gt: absent."""
+    d = flow[0]
+
+    def model(image):  # a probability that crosses 0.5 as the region's grey changes
+        return np.array([min(1.0, image[REGION[c]].astype(np.float64).mean() / 150.0) for c in CLASSES])
+
+    for gt, name in ((gt_for_flow, "with"), (None, "without")):
+        r2 = tmp_path / f"{name}.zarr"
+        args = ["perturb", d / "sub.zarr", "--images", d / "images.zarr", "--out", r2, "--key", tmp_path / f"{name}.npz",
+                "--curve", "road", "--steps", "3", "--grid", "8", "-q", "--road-noise", "30"]
+        assert _xb(args + (["--gt", gt] if gt else [])).exit_code == 0
+        _score_round2(r2, tmp_path / f"{name}-sub.zarr", model=model)
+        code, _, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / f"res-{name}", "--bootstrap", "0",
+                               "-q", "--faithfulness", tmp_path / f"{name}-sub.zarr", "--key", tmp_path / f"{name}.npz"], capsys)
+        assert code == 0, err
+        sec = json.loads((tmp_path / f"res-{name}/metrics.json").read_text())["faithfulness"]
+        if gt is None:
+            assert "road_accuracy" not in json.dumps(sec)
+            continue
+        key = F.read_key(tmp_path / f"{name}.npz")
+        ds = read_images(r2).datasets["phantom"]
+        row = {str(c): i for i, c in enumerate(ds.case_id)}
+        hits: dict = {}
+        for r in range(len(key)):
+            p = model(np.asarray(ds.image[row[str(key.round2_id[r])]]))[CLASSES.index(key.class_name[r])]
+            p = float(np.float32(p))  # the round-2 submission stores float32
+            hits.setdefault((key.class_name[r], key.order[r], int(key.step[r])), []).append(p >= 0.5)
+        seen_both = set()
+        for cls in CLASSES:
+            got = sec["datasets"]["phantom"]["classes"][cls]["road_accuracy"]
+            for order in ("map", "reverse", "random"):
+                expect = [np.mean(hits[(cls, order, k)]) for k in range(3)]
+                assert got[order] == pytest.approx(expect, abs=1e-12)
+                seen_both |= {v for v in expect}
+        pooled = sec["datasets"]["phantom"]["road_accuracy"]
+        for order in ("map", "reverse", "random"):
+            expect = [sum(sum(hits[(c, order, k)]) for c in CLASSES) / sum(len(hits[(c, order, k)]) for c in CLASSES)
+                      for k in range(3)]
+            assert pooled[order] == pytest.approx(expect, abs=1e-12)
+        assert len(seen_both) > 1, "the model should cross 0.5 somewhere, else the test cannot fail"
