@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 from xbench import cli  # noqa: E402
 from xbench.schemas import faithfulness as F  # noqa: E402
 from xbench.schemas import read_submission  # noqa: E402
+from nested import assert_nested_close  # noqa: E402
 
 
 def _xb(args):
@@ -52,7 +53,10 @@ def test_two_rounds_by_hand_equal_one_go(data, tmp_path, model):
     for m in metrics.values():
         m["round2"].pop("key_sha256")
         m["round2"].pop("submission")
-    assert metrics["go"] == metrics["hand"]  # same images and seeds; only the opaque ids differ
+    # same images and seeds; only the opaque ids and the secret row order differ, so the model sees each image in
+    # another batch (with the blurred substrate's extra image per case, clip-tiny's float32 scores then differed in
+    # the last bits: 6e-10 on an area)
+    assert_nested_close(metrics["go"], metrics["hand"], rel=0, abs=1e-6)
     assert set(metrics["go"]["overall"]) == {"deletion_auc", "deletion_auc_random", "deletion_gain",
                                              "insertion_auc", "insertion_auc_random", "insertion_gain"}
 
