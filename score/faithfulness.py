@@ -305,8 +305,15 @@ def faithfulness_html(results) -> str:
         cells = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in row) + "</tr>" for row in rows)
         sec = r.metrics["faithfulness"]
+        notes = ""
+        if sec.get("insertion_substrate"):
+            notes += (" Insertion starts from a blurred copy of the image (RISE's substrate)."
+                      if sec["insertion_substrate"] == "blur" else " Insertion starts from the image's mean grey.")
+        if "road" in sec["curves"]:
+            notes += (" The ROAD areas and gains are XBench's summaries: ROAD's authors report the accuracy per removal "
+                      "step (metrics.json road_accuracy, with --gt) and define no area.")
         blocks.append(f"<p class=\"meta\">{html.escape(r.name)}: curves {html.escape(', '.join(sec['curves']))}, "
-                      f"{sec['steps']} steps, {sec['grid']}x{sec['grid']} cells.</p>"
+                      f"{sec['steps']} steps, {sec['grid']}x{sec['grid']} cells.{html.escape(notes)}</p>"
                       f"<div class=\"table\"><table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table></div>")
     if not blocks:
         return ""

@@ -374,6 +374,7 @@ def test_score_command_writes_the_section_and_tables(flow, gt_for_flow, tmp_path
     assert rep.exit_code == 0, rep.output
     page = (tmp_path / "rep/index.html").read_text()
     assert "<h2>Faithfulness</h2>" in page and "Deletion gain" in page
+    assert "Insertion starts from the image&#x27;s mean grey" in page and "define no area" in page  # the flow's substrate
     # without the options: no section, no minor 7, no table
     code, out, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / "plain", "--bootstrap", "0", "-q"], capsys)
     assert code == 0, err
