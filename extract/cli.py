@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads: set 
 import click
 
 from xbench.extract.options import ExtractOptions
-from xbench.schemas._cli import RESUME_HINT, command, progress, warn
+from xbench.schemas._cli import RESUME_HINT, UserError, command, progress, warn
 from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.options import click_options, from_params
 
@@ -194,6 +194,12 @@ def main(as_json, list_models, list_methods, **params):
     if opts.faithfulness and ((opts.nproc_per_node or 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
         raise click.UsageError("--faithfulness runs on one process; with several ranks run round 1, then xbench perturb "
                                "and xbench-extract --scores-only (docs/faithfulness.md)")
+    if opts.faithfulness:
+        from .faithfulness import folder_problems
+
+        problems = folder_problems(opts)
+        if problems:
+            raise UserError(problems, "nothing was written")
     _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch

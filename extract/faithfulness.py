@@ -9,10 +9,32 @@ DIR/round2.key.npz`` scores them. A rerun resumes: a finished round-2 store and 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Callable
 
 ROUND2, KEY, ROUND2_SUB = "round2.zarr", "round2.key.npz", "round2-sub.zarr"
+
+
+def folder_problems(opts) -> list[str]:
+    """Why ``--faithfulness DIR`` may not be written, one line per problem: DIR receives round 2, the key and the
+    round-2 scores, so it may be neither the images store nor the round-1 store (``--out``) nor inside either."""
+    from xbench.schemas.errors import escape_text
+    from xbench.schemas.paths import is_remote
+
+    def real(p) -> Path:
+        return Path(os.path.realpath(os.path.abspath(os.fspath(p))))
+
+    d = real(opts.faithfulness)
+    problems = []
+    for flag, path in (("--images", opts.images), ("--out", opts.out)):
+        if path is None or is_remote(path):
+            continue
+        src = real(path)
+        if d == src or src in d.parents:
+            problems.append(escape_text(f"--faithfulness {opts.faithfulness}: is {'' if d == src else 'inside '}the store "
+                                        f"{flag} {path}; round 2, its key and its scores need a folder of their own"))
+    return problems
 
 
 def run_faithfulness(opts, progress: Callable | None = None) -> dict:

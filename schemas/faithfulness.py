@@ -35,6 +35,13 @@ DEFAULT_STEPS = 10
 DEFAULT_ROAD_NOISE = 0.01 * 255.0
 #: the most round-2 images one run may write (each is one chunk file of the store, S x S bytes)
 MAX_ROUND2_IMAGES = 40_000
+#: what insertion starts from (the *substrate*): "blur", RISE's choice (Petsiuk et al. 2018; the authors'
+#: Evaluation.ipynb, eclique/RISE at d91ea00: a Gaussian blur of the image, kernel 11 x 11, sigma 5), or "grey",
+#: the image's fill grey everywhere (XBench's only substrate before 2026-11; a key without the header field has it)
+SUBSTRATES = ("blur", "grey")
+DEFAULT_SUBSTRATE = "blur"
+#: RISE's blur: klen = 11, ksig = 5 (Evaluation.ipynb, the cell defining ``blur``)
+BLUR_KLEN, BLUR_SIGMA = 11, 5.0
 #: ROAD's neighbour weights (road/imputations.py:94): 1/6 for the four edge neighbours, 1/12 for the diagonals
 ROAD_NEIGHBOURS = (((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1 / 12),
                    ((0, -1), 1 / 6), ((-1, -1), 1 / 12), ((1, 0), 1 / 6), ((-1, 0), 1 / 6))
@@ -113,13 +120,52 @@ def curve_steps(curve: str, steps: int) -> range:
 def cell_index(size: int, grid: int) -> np.ndarray:
     """(size, size) int64: the cell of each pixel; cell (i, j) covers rows floor(i*S/G) .. floor((i+1)*S/G) - 1
     and the same columns, so every pixel is in exactly one cell even when G does not divide S."""
-    edges = (np.arange(size, dtype=np.int64) * grid) // size
-    return edges[:, None] * grid + edges[None, :]
+    starts = (np.arange(grid + 1, dtype=np.int64) * size) // grid   # the first row of cell i, and S at i = G
+    of_row = np.searchsorted(starts, np.arange(size, dtype=np.int64), side="right") - 1
+    return of_row[:, None] * grid + of_row[None, :]
 
 
 def fill_value(image: np.ndarray) -> int:
     """The grey a deleted pixel takes: the mean of the whole image, rounded half to even."""
     return int(np.rint(np.asarray(image, dtype=np.float64).mean()))
+
+
+def rise_kernel_1d(klen: int = BLUR_KLEN, sigma: float = BLUR_SIGMA) -> np.ndarray:
+    """One axis of RISE's blur kernel. The authors' ``gkern(klen, nsig)`` (evaluation.py:9-22) smooths a klen x klen
+    delta with ``scipy.ndimage.gaussian_filter(inp, nsig)`` at scipy's defaults (mode "reflect", truncate 4): the
+    Gaussian's taps beyond the 11 x 11 square are folded back into it, so the kernel sums to 1 and is the outer
+    product of this vector with itself (the filter is separable and the delta is one). float64 here (theirs is cast to
+    float32)."""
+    from scipy.ndimage import gaussian_filter1d
+
+    delta = np.zeros(klen, dtype=np.float64)
+    delta[klen // 2] = 1.0
+    return gaussian_filter1d(delta, sigma)
+
+
+def blurred(image: np.ndarray, pad: float) -> np.ndarray:
+    """RISE's insertion substrate: ``conv2d(x, gkern(11, 5), padding=5)`` (Evaluation.ipynb), i.e. each pixel the
+    kernel-weighted sum of the 11 x 11 square around it, the pixels outside the image taking the value ``pad`` (their
+    zero padding is 0 of the normalised input, the normalisation's mean; here the fill grey, the same stand-in for
+    RISE's zero as deletion's), in float64, rounded half to even, clipped to 0..255 (uint8)."""
+    from scipy.ndimage import correlate1d
+
+    k = rise_kernel_1d()
+    x = np.asarray(image, dtype=np.float64)
+    # separable: along the columns, then the rows; a padded row is pad * sum(k) = pad either way
+    x = correlate1d(x, k, axis=1, mode="constant", cval=float(pad))
+    x = correlate1d(x, k, axis=0, mode="constant", cval=float(pad))
+    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+
+
+def substrate_image(image: np.ndarray, substrate: str) -> np.ndarray:
+    """The image insertion starts from: the blurred image ("blur") or the fill grey everywhere ("grey")."""
+    image = np.asarray(image, dtype=np.uint8)
+    if substrate == "blur":
+        return blurred(image, fill_value(image))
+    if substrate == "grey":
+        return np.full_like(image, fill_value(image))
+    raise ValueError(f"unknown insertion substrate {substrate!r}")
 
 
 def changed_mask(order: np.ndarray, n_changed: int, cells: np.ndarray) -> np.ndarray:
@@ -130,16 +176,18 @@ def changed_mask(order: np.ndarray, n_changed: int, cells: np.ndarray) -> np.nda
 
 
 def perturbed_image(image: np.ndarray, curve: str, mask: np.ndarray, *, noise: float = DEFAULT_ROAD_NOISE,
-                    rng: np.random.Generator | None = None) -> np.ndarray:
+                    rng: np.random.Generator | None = None, substrate: str = DEFAULT_SUBSTRATE,
+                    base: np.ndarray | None = None) -> np.ndarray:
     """The round-2 image (uint8, S x S) of one step: ``mask`` holds the pixels of the cells taken so far.
 
-    deletion: those pixels take the fill grey; insertion: only those pixels are the image's, the rest is the fill
-    grey; road: those pixels are imputed by ROAD's noisy linear imputation (:func:`road_impute`)."""
+    deletion: those pixels take the fill grey; insertion: only those pixels are the image's, the rest is the
+    ``substrate`` (:func:`substrate_image`; ``base``: that image, when the caller has made it already); road: those
+    pixels are imputed by ROAD's noisy linear imputation (:func:`road_impute`)."""
     image = np.asarray(image, dtype=np.uint8)
     if curve == "deletion":
         return np.where(mask, np.uint8(fill_value(image)), image)
     if curve == "insertion":
-        return np.where(mask, image, np.uint8(fill_value(image)))
+        return np.where(mask, image, substrate_image(image, substrate) if base is None else base)
     if curve == "road":
         return road_impute(image, mask, noise=noise, rng=rng)
     raise ValueError(f"unknown curve {curve!r}")
@@ -260,6 +308,11 @@ class Key:
     def grid(self) -> int:
         return int(self.header["grid"])
 
+    @property
+    def substrate(self) -> str:
+        """Insertion's substrate; keys written before it was recorded used the fill grey."""
+        return str(self.header.get("insertion_substrate", "grey"))
+
 
 def write_key(path: str | os.PathLike, key: Key) -> None:
     """Write the key atomically (a temporary file in the same folder, renamed into place)."""
@@ -310,6 +363,15 @@ def read_key(path: str | os.PathLike, *, where: str | None = None) -> Key:
         problems.append(Problem(f"{w}: header", "'grid' must be an integer in 1..1024"))
     if not (isinstance(curves, list) and curves and all(c in CURVES for c in curves)):
         problems.append(Problem(f"{w}: header", f"'curves' must list some of {', '.join(CURVES)}"))
+    if header.get("pairs", "all") not in ("positive", "all"):
+        problems.append(Problem(f"{w}: header", "'pairs' must be 'positive' or 'all'"))
+    if header.get("insertion_substrate", "grey") not in SUBSTRATES:
+        problems.append(Problem(f"{w}: header", f"'insertion_substrate' must be one of {', '.join(SUBSTRATES)}"))
+    if isinstance(steps, int) and isinstance(curves, list) and "road" in curves and steps < 2:
+        problems.append(Problem(f"{w}: header", "ROAD needs 'steps' >= 2 (its curve stops one step before every "
+                                                "pixel is removed; with 1 step it has no area)"))
+    if n == 0:
+        problems.append(Problem(w, "the key has no rows (no round-2 image to score)"))
     if problems:
         raise InputError(problems)
     key = Key(header, *(arrays[k] for k in KEY_COLUMNS))

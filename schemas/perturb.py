@@ -27,7 +27,7 @@ import numpy as np
 from . import faithfulness as F
 from .errors import InputError, InputLimitError, Problem
 
-ORIG, FILL = "original", "fill"
+ORIG, FILL, BASE = "original", "fill", "substrate"
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Round2Options:
     grid: int = F.DEFAULT_GRID
     seed: int = 0
     road_noise: float = F.DEFAULT_ROAD_NOISE
+    insertion_substrate: str = F.DEFAULT_SUBSTRATE   # what insertion starts from: RISE's blur or the fill grey
     classes: tuple[str, ...] | None = None   # only these classes (default: every class the model supports)
     datasets: tuple[str, ...] | None = None
     limit: int | None = None                  # only the first N cases of each dataset
@@ -56,9 +57,40 @@ class Round2Options:
                                         "each step changes at least one cell)"))
         if "road" in self.curves and self.steps < 2:
             p.append(Problem("--steps", "ROAD needs at least 2 steps (its curve stops one step before every pixel is removed)"))
+        if self.insertion_substrate not in F.SUBSTRATES:
+            p.append(Problem("--insertion-substrate", f"must be one of {', '.join(F.SUBSTRATES)}"))
         if not (self.road_noise >= 0 and np.isfinite(self.road_noise)):
             p.append(Problem("--road-noise", "must be a finite number >= 0"))
         return p
+
+
+def key_problems(key: str | os.PathLike, out: str | os.PathLike, inputs: dict, *, flag: str = "--key",
+                 out_flag: str = "--out") -> list[str]:
+    """Why the private key may not be written at ``key``, one line per problem: it may be neither the public
+    round-2 store ``out`` nor inside it (it would be handed out with it) nor hold it, nor equal to, inside or
+    holding an input (``inputs``: {what: path}, e.g. the images store). Symbolic links are followed."""
+    from .paths import is_remote
+
+    def real(p) -> Path:
+        return Path(os.path.realpath(os.path.abspath(os.fspath(p))))
+
+    k = real(key)
+    problems = []
+    for what, path in {f"the public round-2 store ({out_flag} {out})": out, **inputs}.items():
+        if path is None or is_remote(path):
+            continue
+        src = real(path)
+        public = path is out
+        if k == src:
+            problems.append(f"{flag} {key}: is {what}; the key must be a file of its own"
+                            + (", kept apart from the store the team receives" if public else ""))
+        elif src in k.parents:
+            problems.append(f"{flag} {key}: is inside {what}; "
+                            + ("the key would be handed out with it: keep it outside" if public
+                               else "nothing may be written into an input"))
+        elif k in src.parents:
+            problems.append(f"{flag} {key}: holds {what}; the key is a file, choose another path")
+    return problems
 
 
 @dataclass
@@ -90,8 +122,18 @@ def select_pairs(ids: np.ndarray, classes: Sequence[str], unsupported: Sequence[
 
 
 def images_per_pair(curves: Sequence[str], steps: int) -> int:
-    """Round-2 images one pair adds besides its case's two shared ones: the inner steps of each order."""
+    """Round-2 images one pair adds besides its case's shared ones (:func:`shared_per_case`): the inner steps of
+    each order."""
     return sum(len(F.ORDERS[c]) * (len(F.curve_steps(c, steps)) - 1 - (c != "road")) for c in curves)
+
+
+def shared_per_case(curves: Sequence[str], substrate: str) -> int:
+    """Round-2 images each case writes once, whatever its pairs: the unperturbed image; the all-fill image when a
+    curve uses it (deletion's last step, insertion's first from the grey substrate); the blurred image when
+    insertion starts from RISE's blur. (Until 2026-11 the all-fill image was written for ROAD alone too, which no
+    key row named, so a ROAD-only round 2 could not be scored.)"""
+    insertion = "insertion" in curves
+    return 1 + int("deletion" in curves or (insertion and substrate == "grey")) + int(insertion and substrate == "blur")
 
 
 def _opaque_ids(n: int) -> list[str]:
@@ -153,7 +195,7 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
         raise InputError(problems)
     cases = sum(len({p.row for p in pairs}) for pairs, _ in plan.values())
     n_pairs = sum(len(pairs) for pairs, _ in plan.values())
-    total = 2 * cases + n_pairs * images_per_pair(opts.curves, opts.steps)
+    total = shared_per_case(opts.curves, opts.insertion_substrate) * cases + n_pairs * images_per_pair(opts.curves, opts.steps)
     if n_pairs == 0:
         raise InputError([Problem("round 2", "no (case, class) pair to perturb (no positive pair, or --classes/--limit left none)")])
     if total > opts.max_images:
@@ -165,11 +207,16 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
 
     out = Path(out)
     built = work_dir(out)
+    key_tmp = None
     try:
         store = built / out.name
         header = {"kind": F.KEY_KIND, "schema": 1, "curves": list(opts.curves), "steps": opts.steps, "grid": opts.grid,
                   "seed": opts.seed, "road_noise": opts.road_noise, "store": out.name,
                   "submission_model": str(submission.attrs.get("model", "")), "datasets": sorted(plan)}
+        if "insertion" in opts.curves:
+            header["insertion_substrate"] = opts.insertion_substrate
+        if "road" in opts.curves:  # whose labels are known: ROAD's accuracy needs them
+            header["pairs"] = "positive" if gt is not None else "all"
         columns = {k: [] for k in F.KEY_COLUMNS}
         for name, (pairs, sub_rows) in plan.items():
             _write_dataset(store, name, images.datasets[name], submission.datasets[name], pairs, sub_rows, opts,
@@ -179,11 +226,21 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
                                 "faithfulness": {"round": 2, "curves": list(opts.curves), "steps": opts.steps, "grid": opts.grid}}
         consolidate(store)
         key = F.Key(header, *(np.asarray(columns[k], dtype=str if t == "U" else np.int64) for k, t in F.KEY_COLUMNS.items()))
+        # the key first, under a hidden name beside its place: a key that cannot be written leaves no public store
+        key_path = Path(key_path)
+        key_tmp = key_path.with_name(f".{key_path.name}.xbench-new-{os.getpid()}")
+        F.write_key(key_tmp, key)
         os.rename(store, built / "store-done")
         swap_in(built / "store-done", out)
-        F.write_key(key_path, key)
+        try:
+            os.replace(key_tmp, key_path)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)  # the store without its key is no round 2
+            raise
     finally:
         shutil.rmtree(built, ignore_errors=True)
+        if key_tmp is not None and key_tmp.exists():
+            key_tmp.unlink()
     return {"out": str(out), "key": str(key_path), "datasets": {n: {"pairs": len(p), "cases": len({x.row for x in p})}
                                                                 for n, (p, _) in plan.items()},
             "images": total, "curves": list(opts.curves), "steps": opts.steps, "grid": opts.grid}
@@ -198,7 +255,7 @@ def _write_dataset(store: Path, name: str, ds, sub, pairs: list[_Pair], sub_rows
     by_case: dict[int, list[_Pair]] = {}
     for p in pairs:
         by_case.setdefault(p.row, []).append(p)
-    n = 2 * len(by_case) + len(pairs) * images_per_pair(opts.curves, opts.steps)
+    n = shared_per_case(opts.curves, opts.insertion_substrate) * len(by_case) + len(pairs) * images_per_pair(opts.curves, opts.steps)
     ids = _opaque_ids(n)
     position = np.random.default_rng(int.from_bytes(secrets.token_bytes(16), "little")).permutation(n)
     writer = ImagesWriter(store, name, case_ids=[ids[k] for k in np.argsort(position)], classes=ds.classes,
@@ -224,7 +281,13 @@ def _write_dataset(store: Path, name: str, ds, sub, pairs: list[_Pair], sub_rows
     for row in sorted(by_case):
         image = np.asarray(ds.image[row], dtype=np.uint8)
         osize = ds.orig_size[row]
-        shared = {ORIG: put(image, osize), FILL: put(np.full_like(image, F.fill_value(image)), osize)}
+        shared = {ORIG: put(image, osize)}
+        if "deletion" in opts.curves or ("insertion" in opts.curves and opts.insertion_substrate == "grey"):
+            shared[FILL] = put(np.full_like(image, F.fill_value(image)), osize)
+        base = None
+        if "insertion" in opts.curves:
+            base = F.substrate_image(image, opts.insertion_substrate)
+            shared[BASE] = put(base, osize) if opts.insertion_substrate == "blur" else shared[FILL]
         maps = np.asarray(sub.saliency[int(sub_rows[row])], dtype=np.float64)  # the case's maps, read once
         for p in by_case[row]:
             raw = maps[p.col]
@@ -232,12 +295,12 @@ def _write_dataset(store: Path, name: str, ds, sub, pairs: list[_Pair], sub_rows
                 for order_name, order in F.orders_for(curve, raw, opts.grid, opts.seed, name, p.case, p.cls).items():
                     for step in F.curve_steps(curve, opts.steps):
                         if step == 0:
-                            rid = shared[FILL if curve == "insertion" else ORIG]
+                            rid = shared[BASE if curve == "insertion" else ORIG]
                         elif step == opts.steps:  # deletion and insertion only: every cell changed
                             rid = shared[ORIG if curve == "insertion" else FILL]
                         else:
                             mask = F.changed_mask(order, int(counts[step]), cells)
                             rng = np.random.default_rng(F.seed_of(opts.seed, name, p.case, p.cls, curve, order_name, step))
-                            rid = put(F.perturbed_image(image, curve, mask, noise=opts.road_noise, rng=rng), osize)
+                            rid = put(F.perturbed_image(image, curve, mask, noise=opts.road_noise, rng=rng, base=base), osize)
                         record(rid, p, curve, order_name, step)
     writer.finish()

@@ -69,6 +69,11 @@ def load_round2(round2_path, key_path) -> tuple[F.Key, dict[str, DatasetCurves],
         raise InputError([Problem(f"--faithfulness {p.where}", p.message) for p in problems])
     sub = read_submission(round2_path)
     out, problems = {}, []
+    unknown = sorted(set(sub.datasets) - set(key.dataset.tolist()))
+    if unknown:
+        problems.append(Problem(f"--faithfulness {round2_path}", f"holds {len(unknown)} dataset(s) the key does not know, "
+                                f"e.g. {unknown[0]!r}: the key belongs to another round 2 (or the submission to another "
+                                "round-2 store)"))
     for name in sorted(set(key.dataset.tolist())):
         w = f"--faithfulness {round2_path}/{name}"
         if name not in sub.datasets:
@@ -178,6 +183,9 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
                          seed: int = 0, round2_name: str = "") -> dict:
     """The metrics.json ``faithfulness`` section."""
     datasets = {}
+    # ROAD's own measure (the authors' road_eval: accuracy on the imputed images) needs the pairs' labels: only a
+    # round 2 made from the positive pairs of a ground truth (xbench perturb --gt) has them (every label 1)
+    road_accuracy = "road" in key.header["curves"] and key.header.get("pairs") == "positive"
     for name, dc in curves.items():
         values = pair_values(key, dc)
         per_class = _class_means(values, dc)
@@ -192,17 +200,28 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
             entry["curves"] = {curve: {"fractions": fractions(curve, key).tolist(),
                                        **{o: arr[sel, j].mean(axis=0).tolist() for j, o in enumerate(F.ORDERS[curve])}}
                                for curve, arr in dc.probs.items()}
+            if road_accuracy:
+                entry["road_accuracy"] = _road_accuracy(dc.probs["road"][sel])
             classes[c] = entry
         datasets[name] = {"n_pairs": len(dc.pair_class), "n_cases": len(dc.cases), "summary": summary,
                           **({"ci95": {k: percentile_interval(boot_ds[k]) for k in values}} if n_boot else {}),
+                          **({"road_accuracy": _road_accuracy(dc.probs["road"])} if road_accuracy else {}),
                           "classes": classes}
     keys = [k for curve in key.header["curves"] for k, _ in KEYS[curve]]
     overall = {k: _mean(d["summary"].get(k) for d in datasets.values()) for k in keys}
     return {"curves": list(key.header["curves"]), "steps": key.steps, "grid": key.grid,
             "seed": key.header.get("seed"), "road_noise": key.header.get("road_noise") if "road" in key.header["curves"] else None,
+            **({"insertion_substrate": key.substrate} if "insertion" in key.header["curves"] else {}),
             "score": "probability: sigmoid of a logit, a probability as it is",
             "round2": {"submission": round2_name, "model": info["model"], "key_sha256": info["key_sha256"]},
             "bootstrap": n_boot, "overall": overall, "datasets": datasets}
+
+
+def _road_accuracy(arr: np.ndarray) -> dict:
+    """ROAD's measure per step (Rong et al. 2022; road/retraining.py:25-51 at e6b9987, which counts the images whose
+    predicted class is the label): here every pair is positive, so the share of the pairs whose class is still
+    predicted present, probability >= 0.5, per order; ``arr`` (pairs, orders, steps)."""
+    return {o: (arr[:, j] >= 0.5).mean(axis=0).tolist() for j, o in enumerate(F.ORDERS["road"])}
 
 
 def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, n_boot: int, rng: np.random.Generator):
@@ -286,8 +305,15 @@ def faithfulness_html(results) -> str:
         cells = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in row) + "</tr>" for row in rows)
         sec = r.metrics["faithfulness"]
+        notes = ""
+        if sec.get("insertion_substrate"):
+            notes += (" Insertion starts from a blurred copy of the image (RISE's substrate)."
+                      if sec["insertion_substrate"] == "blur" else " Insertion starts from the image's mean grey.")
+        if "road" in sec["curves"]:
+            notes += (" The ROAD areas and gains are XBench's summaries: ROAD's authors report the accuracy per removal "
+                      "step (metrics.json road_accuracy, with --gt) and define no area.")
         blocks.append(f"<p class=\"meta\">{html.escape(r.name)}: curves {html.escape(', '.join(sec['curves']))}, "
-                      f"{sec['steps']} steps, {sec['grid']}x{sec['grid']} cells.</p>"
+                      f"{sec['steps']} steps, {sec['grid']}x{sec['grid']} cells.{html.escape(notes)}</p>"
                       f"<div class=\"table\"><table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table></div>")
     if not blocks:
         return ""

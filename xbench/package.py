@@ -161,10 +161,17 @@ def round2_pair(round2: Path, folder: Path) -> tuple[Path, Path]:
         raise PlatformError(f"invalid submission: {problems[0]}")
     sub = read_submission(round2)
     uploaded = {(name, str(c)) for name, ds in sub.datasets.items() for c in ds.case_id.tolist()}
-    teams = sorted(p for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith("."))
+    try:
+        teams = sorted(p for p in Path(folder).iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as exc:
+        raise PlatformError(f"the phase's folder of round-1 stores and keys {escape_text(str(folder))} cannot be read "
+                            f"({escape_text(exc.strerror or type(exc).__name__)})") from None
     for team in teams:
-        keys = sorted(team.glob("*.key.npz"))
-        stores = sorted(p for p in team.iterdir() if _is_store(p))
+        try:
+            keys = sorted(team.glob("*.key.npz"))
+            stores = sorted(p for p in team.iterdir() if _is_store(p))
+        except OSError:  # one unreadable team folder must not stop the others' scoring
+            continue
         if len(keys) != 1 or len(stores) != 1:
             continue
         try:
@@ -204,6 +211,9 @@ def grand_challenge_main(input_dir: str | None = None, output_dir: str | None = 
     except PlatformError as exc:
         return _fail(str(exc))
     faith = os.environ.get("XBENCH_FAITHFULNESS")  # a phase-2 (faithfulness) evaluation: the round-1 stores and keys
+    if faith and not Path(faith).is_dir():
+        return _fail(f"XBENCH_FAITHFULNESS {escape_text(faith)}: {'is not a folder' if os.path.lexists(faith) else 'does not exist'} "
+                     "(it names the phase's folder of round-1 stores and keys, one sub-folder per team)")
     return score_for_platform(submission, gt, Path(output_dir), "grand-challenge",
                               faithfulness=Path(faith) if faith else None)
 

@@ -19,23 +19,13 @@ from xbench.schemas.errors import escape_text
 
 EXAMPLES = """\b
 Examples:
-  xbench perturb sub.zarr --images images.zarr --out round2.zarr --curve deletion,insertion --steps 8
-  xbench perturb sub.zarr --images images.zarr --gt gt.zarr --out round2.zarr --curve road --steps 5
+  xbench perturb sub.zarr --images images.zarr --out round2.zarr --key private/round2.key.npz --steps 8
+  xbench perturb sub.zarr --images images.zarr --gt gt.zarr --out round2.zarr --key private/road.key.npz --curve road --steps 5
 """
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(t.strip() for t in text.split(",") if t.strip()) if text else None
-
-
-def default_key_path(out: Path) -> Path:
-    """round2.zarr -> round2.key.npz beside it."""
-    name = out.name
-    for suffix in (".zarr.zip", ".zarr"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return out.with_name(f"{name}.key.npz")
 
 
 @command("perturb", epilog=EXAMPLES, on_interrupt=NOT_WRITTEN_HINT)
@@ -45,7 +35,7 @@ def default_key_path(out: Path) -> Path:
 @click.option("--out", "out_path", required=True, type=click.Path(path_type=Path),
               help="The round-2 images store to write (public: give it to the team). Must not exist.")
 @click.option("--key", "key_path", type=click.Path(path_type=Path), default=None,
-              help="The private key to write (default: OUT's name with .key.npz). Keep it; never hand it out.")
+              help="The private key to write (required; not inside OUT nor any input). Keep it apart from OUT; never hand it out.")
 @click.option("--curve", "curves", default="deletion,insertion", show_default=True, metavar="CURVE[,CURVE...]",
               help="deletion, insertion and/or road (comma-separated).")
 @click.option("--steps", type=click.IntRange(1), default=10, show_default=True,
@@ -61,13 +51,16 @@ def default_key_path(out: Path) -> Path:
               help="Seed of the random-order baseline and of ROAD's noise (ids are drawn from a secret salt instead).")
 @click.option("--road-noise", type=float, default=2.55, show_default=True,
               help="Standard deviation, in grey levels, of the noise ROAD adds to imputed pixels (the authors' 0.01 of the range).")
+@click.option("--insertion-substrate", type=click.Choice(["blur", "grey"]), default="blur", show_default=True,
+              help="What insertion starts from: RISE's Gaussian blur of the image (kernel 11, sigma 5, as Petsiuk et al.) "
+                   "or the image's mean grey everywhere.")
 @click.option("--max-images", type=click.IntRange(1, 40_000), default=40_000, show_default=True,
               help="Refuse (exit 2) a run that would write more round-2 images than this.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @budget_options
 def perturb(submission, images_path, out_path, key_path, curves, steps, grid, gt_path, classes, datasets, limit, seed,
-            road_noise, max_images, quiet, as_json, max_memory, timeout):
+            road_noise, insertion_substrate, max_images, quiet, as_json, max_memory, timeout):
     """Write round 2 of the faithfulness flow: SUBMISSION's images perturbed in the order of its own maps.
 
     OUT (public) holds one image per (case, class, curve, order, step) under an opaque id; the key (private)
@@ -77,14 +70,16 @@ def perturb(submission, images_path, out_path, key_path, curves, steps, grid, gt
     apply_budget("xbench perturb", max_memory, timeout)
     from xbench.schemas import read_images, read_submission, validate_images, validate_submission
     from xbench.schemas.paths import output_problems
-    from xbench.schemas.perturb import Round2Options, make_round2
+    from xbench.schemas.perturb import Round2Options, key_problems, make_round2
 
-    key_path = key_path or default_key_path(out_path)
+    if key_path is None:
+        raise UserError("--key: required: the path of the private key (a file kept apart from the public --out store, "
+                        "e.g. in a folder the team never sees)", "nothing was written")
     require_kind(submission, "submission", "SUBMISSION", swap_with="--images")
     require_kind(images_path, "images", "--images")
     inputs = {"the submission": submission, "the images store": images_path, "the ground truth": gt_path}
     problems = [str(p) for p in output_problems(out_path, inputs)]
-    problems += [f"--key: {p}" for p in output_problems(key_path, inputs)]
+    problems += [escape_text(p) for p in key_problems(key_path, out_path, inputs)]
     if str(out_path).endswith(".zip"):
         problems.append(f"--out {escape_text(str(out_path))}: round 2 is written as a folder store (*.zarr); zip it afterwards if needed")
     if os.path.lexists(out_path):
@@ -105,7 +100,7 @@ def perturb(submission, images_path, out_path, key_path, curves, steps, grid, gt
     if gt_path is not None:
         gt = read_ground_truth(gt_path)
     opts = Round2Options(curves=_csv(curves) or (), steps=steps, grid=grid, seed=seed, road_noise=road_noise,
-                         classes=_csv(classes), datasets=_csv(datasets), limit=limit, max_images=max_images)
+                         insertion_substrate=insertion_substrate, classes=_csv(classes), datasets=_csv(datasets), limit=limit, max_images=max_images)
     bar = progress(desc="round 2", unit="image", enabled=not (quiet or as_json))
     try:
         summary = make_round2(read_submission(submission), read_images(images_path), out_path, key_path, opts, gt=gt,

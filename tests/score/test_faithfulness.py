@@ -37,12 +37,32 @@ def test_order_is_descending_with_row_major_ties():
     assert F.map_order(np.zeros((4, 4)), 4).tolist() == list(range(16))  # a constant map: row-major
 
 
+def _contract_cells(S, G):
+    """The contract's sentence, word for word: "Cell (i, j) covers the pixels of rows floor(i*S/G) ...
+    floor((i+1)*S/G) - 1 and the same columns". Each cell paints its own rows and columns; a pixel painted
+    twice or never fails here."""
+    cells = np.full((S, S), -1, dtype=np.int64)
+    for i in range(G):
+        for j in range(G):
+            for y in range(i * S // G, (i + 1) * S // G):          # rows floor(i*S/G) .. floor((i+1)*S/G) - 1
+                for x in range(j * S // G, (j + 1) * S // G):
+                    assert cells[y, x] == -1, "a pixel in two cells"
+                    cells[y, x] = i * G + j
+    assert (cells >= 0).all(), "a pixel in no cell"
+    return cells
+
+
+@pytest.mark.parametrize("S, G", [(40, 6), (30, 7), (32, 8), (10, 3), (5, 7), (1, 1), (17, 16), (64, 1)])
+def test_cell_partition_is_the_contracts(S, G):
+    """The partition when G does not divide S (S = 40, G = 6: the old rule floor(y*G/S) put row 6 in cell 0,
+    the contract in cell 1), when it does, and when there are more cells than pixels (empty cells)."""
+    assert np.array_equal(F.cell_index(S, G), _contract_cells(S, G))
+
+
 def test_steps_cells_and_masks_by_brute_force():
     assert F.step_cells(64, 10).tolist() == [(k * 64) // 10 for k in range(11)]
     cells = F.cell_index(30, 7)   # 7 does not divide 30: cells of 4 or 5 pixels
-    for y in range(30):
-        for x in range(30):
-            assert cells[y, x] == (y * 7 // 30) * 7 + (x * 7 // 30)
+    assert np.array_equal(cells, _contract_cells(30, 7))
     order = np.random.default_rng(0).permutation(49)
     for n in (0, 1, 20, 49):
         mask = F.changed_mask(order, n, cells)
@@ -56,7 +76,7 @@ def test_deletion_and_insertion_images_by_brute_force():
     fill = int(np.rint(image.astype(np.float64).mean()))
     mask = rng.random((S, S)) < 0.3
     d = F.perturbed_image(image, "deletion", mask)
-    i = F.perturbed_image(image, "insertion", mask)
+    i = F.perturbed_image(image, "insertion", mask, substrate="grey")
     for y in range(S):
         for x in range(S):
             assert d[y, x] == (fill if mask[y, x] else image[y, x])
@@ -185,7 +205,7 @@ def flow(tmp_path_factory):
     d = tmp_path_factory.mktemp("faith")
     imgs = _images(d / "images.zarr")
     _round1(d / "sub.zarr")
-    opts = Round2Options(curves=("deletion", "insertion", "road"), steps=4, grid=G, seed=3)
+    opts = Round2Options(curves=("deletion", "insertion", "road"), steps=4, grid=G, seed=3, insertion_substrate="grey")
     summary = make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), d / "round2.zarr",
                           d / "round2.key.npz", opts)
     _score_round2(d / "round2.zarr", d / "round2-sub.zarr")
@@ -221,7 +241,7 @@ def test_key_rows_point_at_the_images_they_name(flow):
         raw = np.asarray(sub.saliency[i, CLASSES.index(cls)], np.float64)
         o = F.orders_for(curve, raw, G, 3, "phantom", case, cls)[order]
         mask = F.changed_mask(o, int(F.step_cells(G * G, 4)[step]), cells)
-        expect = F.perturbed_image(imgs[i], curve, mask)
+        expect = F.perturbed_image(imgs[i], curve, mask, substrate="grey")
         assert np.array_equal(np.asarray(ds.image[row[str(key.round2_id[r])]]), expect)
 
 
@@ -280,7 +300,7 @@ def test_flow_equals_brute_force_for_every_order(flow):
                     for k in steps:
                         mask = F.changed_mask(o, int(F.step_cells(G * G, 4)[k]), cells)
                         rng = np.random.default_rng(F.seed_of(3, "phantom", f"case{i}", cls, curve, order, k))
-                        ys.append(_region_model(F.perturbed_image(imgs[i], curve, mask, rng=rng))[j])
+                        ys.append(_region_model(F.perturbed_image(imgs[i], curve, mask, rng=rng, substrate="grey"))[j])
                     ys = np.array(ys, np.float32).astype(np.float64)
                     per_case.append(sum((x[k] - x[k - 1]) * (ys[k] + ys[k - 1]) / 2 for k in range(1, len(x))) / (x[-1] - x[0]))
                 areas[order] = np.mean(per_case)
@@ -354,6 +374,7 @@ def test_score_command_writes_the_section_and_tables(flow, gt_for_flow, tmp_path
     assert rep.exit_code == 0, rep.output
     page = (tmp_path / "rep/index.html").read_text()
     assert "<h2>Faithfulness</h2>" in page and "Deletion gain" in page
+    assert "Insertion starts from the image&#x27;s mean grey" in page and "define no area" in page  # the flow's substrate
     # without the options: no section, no minor 7, no table
     code, out, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / "plain", "--bootstrap", "0", "-q"], capsys)
     assert code == 0, err
@@ -367,7 +388,7 @@ def test_score_command_writes_the_section_and_tables(flow, gt_for_flow, tmp_path
 def test_perturb_with_gt_takes_the_positive_pairs(flow, gt_for_flow, tmp_path):
     d = flow[0]
     res = _xb(["perturb", d / "sub.zarr", "--images", d / "images.zarr", "--gt", gt_for_flow, "--out", tmp_path / "r.zarr",
-               "--curve", "deletion", "--steps", "2", "--grid", "8", "--json"])
+               "--key", tmp_path / "r.key.npz", "--curve", "deletion", "--steps", "2", "--grid", "8", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["datasets"]["phantom"]["pairs"] == 4
     key = F.read_key(tmp_path / "r.key.npz")
@@ -419,7 +440,7 @@ def test_hostile_round2_inputs(flow, gt_for_flow, tmp_path, capsys):
 
 def test_hostile_perturb_inputs(flow, tmp_path):
     d = flow[0]
-    args = [d / "sub.zarr", "--images", d / "images.zarr"]
+    args = [d / "sub.zarr", "--images", d / "images.zarr", "--key", tmp_path / "a.key.npz"]
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--steps", "65", "--grid", "8"]), "--steps")
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--curve", "blur"]), "--curve")
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--curve", "road", "--steps", "1"]), "ROAD")
@@ -429,8 +450,10 @@ def test_hostile_perturb_inputs(flow, tmp_path):
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr.zip"]), "folder store")
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--road-noise", "nan", "--curve", "road"]), "--road-noise")
     _fails(_xb(["perturb", *args, "--out", tmp_path / "a.zarr", "--classes", "Nope"]), "Nope")
-    _fails(_xb(["perturb", d / "round2-sub.zarr", "--images", d / "images.zarr", "--out", tmp_path / "a.zarr"]), "scores-only")
-    _fails(_xb(["perturb", d / "images.zarr", "--images", d / "sub.zarr", "--out", tmp_path / "a.zarr"]))
+    _fails(_xb(["perturb", d / "round2-sub.zarr", "--images", d / "images.zarr", "--out", tmp_path / "a.zarr",
+                "--key", tmp_path / "a.key.npz"]), "scores-only")
+    _fails(_xb(["perturb", d / "images.zarr", "--images", d / "sub.zarr", "--out", tmp_path / "a.zarr",
+                "--key", tmp_path / "a.key.npz"]))
     _fails(_xb(["perturb", *args, "--out", d / "images.zarr" / "inside.zarr"]))
     assert not (tmp_path / "a.zarr").exists() and not (tmp_path / "a.key.npz").exists()
 
@@ -486,3 +509,258 @@ def test_grand_challenge_phase2(flow, gt_for_flow, tmp_path, monkeypatch, capsys
     assert grand_challenge_main(str(tmp_path / "input"), str(tmp_path / "out")) == 0, capsys.readouterr().err
     m = json.loads((tmp_path / "out/metrics.json").read_text())
     assert "faithfulness" in m and "phantom_deletion_gain_error" in m["aggregates"]
+
+
+# ------------------------------------------------------------------------------------------ RISE's blurred substrate
+def _rise_kernel_by_hand(klen=11, sigma=5.0, truncate=4.0):
+    """RISE's gkern(11, 5) rebuilt from its definition, without scipy: a klen x klen delta smoothed by a Gaussian
+    of sigma 5 whose taps reach round(truncate * sigma) = 20 pixels, each tap normalised to sum 1, the delta's
+    border extended by half-sample reflection (scipy's "reflect": d c b a | a b c d | d c b a), applied on both
+    axes. Returns the klen x klen kernel."""
+    r = int(truncate * sigma + 0.5)
+    taps = {j: np.exp(-0.5 * j * j / sigma ** 2) for j in range(-r, r + 1)}
+    total = sum(taps.values())
+
+    def fold(m):  # half-sample reflection into 0..klen-1, as often as needed
+        while not 0 <= m < klen:
+            m = -m - 1 if m < 0 else 2 * klen - m - 1
+        return m
+
+    k1 = [sum(w / total for j, w in taps.items() if fold(i + j) == klen // 2) for i in range(klen)]
+    return np.array([[a * b for b in k1] for a in k1])
+
+
+def _blur_by_hand(image, kernel, pad):
+    """Each pixel: the sum over the 11 x 11 square around it of kernel * value, a pixel outside the image
+    counting as ``pad``; rounded half to even (Python's round), clipped."""
+    H, W = image.shape
+    h = kernel.shape[0] // 2
+    out = np.zeros((H, W), np.uint8)
+    for y in range(H):
+        for x in range(W):
+            acc = 0.0
+            for a in range(-h, h + 1):
+                for b in range(-h, h + 1):
+                    v = image[y + a, x + b] if 0 <= y + a < H and 0 <= x + b < W else pad
+                    acc += kernel[a + h, b + h] * float(v)
+            out[y, x] = min(255, max(0, round(acc)))
+    return out
+
+
+def test_rise_kernel_by_hand():
+    k = _rise_kernel_by_hand()
+    assert k.sum() == pytest.approx(1.0, abs=1e-12) and np.allclose(k, k.T) and k.argmax() == 5 * 11 + 5
+    np.testing.assert_allclose(np.outer(F.rise_kernel_1d(), F.rise_kernel_1d()), k, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("size", [23, 7, 12])   # 7 < 11: every pixel sees the border
+def test_blur_substrate_equals_a_brute_force_convolution(size):
+    rng = np.random.default_rng(size)
+    image = rng.integers(0, 256, (size, size), dtype=np.uint8)
+    image[: size // 2, : size // 3] = 250                 # an edge, so the blur moves values a lot
+    f = F.fill_value(image)
+    expect = _blur_by_hand(image, _rise_kernel_by_hand(), f)
+    got = F.substrate_image(image, "blur")
+    # float64 sums in another order: a value within 1e-9 of a half may round the other way
+    assert np.abs(got.astype(int) - expect.astype(int)).max() <= 1 and (got != expect).mean() < 0.01
+    assert np.array_equal(F.substrate_image(image, "grey"), np.full_like(image, f))
+    mask = rng.random((size, size)) < 0.4
+    ins = F.perturbed_image(image, "insertion", mask)       # the default substrate is RISE's
+    assert np.array_equal(ins[mask], image[mask]) and np.array_equal(ins[~mask], got[~mask])
+
+
+def test_blur_substrate_equals_rises_conv2d():
+    """RISE blurs the normalised input with torch's conv2d(x, gkern(11, 5), padding=5): zero padding, zero being
+    the normalisation's mean; here the mean is the fill grey f, so conv2d on (image - f) plus f, the kernel made
+    as gkern makes it (scipy's gaussian_filter of an 11 x 11 delta, sigma 5, cast to float32)."""
+    torch = pytest.importorskip("torch")
+    from scipy.ndimage import gaussian_filter
+
+    delta = np.zeros((11, 11))
+    delta[5, 5] = 1
+    kern = torch.from_numpy(gaussian_filter(delta, 5).astype("float32"))[None, None]
+    rng = np.random.default_rng(11)
+    image = rng.integers(0, 256, (40, 40), dtype=np.uint8)
+    f = F.fill_value(image)
+    x = torch.from_numpy(image.astype(np.float32) - f)[None, None]
+    theirs = torch.nn.functional.conv2d(x, kern, padding=5)[0, 0].double().numpy() + f
+    mine = F.substrate_image(image, "blur").astype(np.float64)
+    assert np.abs(mine - theirs).max() <= 0.5 + 1e-3        # ours is theirs rounded to grey levels (theirs float32)
+    assert np.array_equal(mine, np.clip(np.rint(theirs), 0, 255)) or np.abs(mine - np.rint(theirs)).max() <= 1
+
+
+def test_round2_with_rises_substrate(flow, tmp_path):
+    """A round 2 made with the default substrate: insertion's step 0 is the blurred image (one shared image per
+    case), every inner step the blurred image with the taken cells restored, brute force; deletion unchanged;
+    the key and the metrics.json section say which substrate."""
+    from xbench.score.faithfulness import faithfulness_section, load_round2
+
+    d, imgs, _ = flow
+    summary = make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), tmp_path / "r.zarr",
+                          tmp_path / "k.npz", Round2Options(curves=("deletion", "insertion"), steps=4, grid=G, seed=3))
+    key = F.read_key(tmp_path / "k.npz")
+    assert key.header["insertion_substrate"] == "blur" == key.substrate
+    assert summary["images"] == 3 * 3 + 6 * (2 * 3 + 2 * 3)    # original, fill and blurred image per case
+    ds = read_images(tmp_path / "r.zarr").datasets["phantom"]
+    row = {str(c): i for i, c in enumerate(ds.case_id)}
+    kern = _rise_kernel_by_hand()
+    cells = _contract_cells(S, G)
+    sub = read_submission(d / "sub.zarr").datasets["phantom"]
+    base = {i: _blur_by_hand(imgs[i], kern, F.fill_value(imgs[i])) for i in range(3)}
+    checked = 0
+    for r in range(len(key)):
+        if key.curve[r] != "insertion":
+            continue
+        i, cls, step = int(key.case_id[r][4:]), key.class_name[r], int(key.step[r])
+        o = F.orders_for("insertion", np.asarray(sub.saliency[i, CLASSES.index(cls)], np.float64), G, 3, "phantom",
+                         key.case_id[r], cls)[key.order[r]]
+        taken = set(o[: (step * G * G) // 4].tolist())
+        expect = np.where(np.isin(cells, list(taken)), imgs[i], base[i])
+        got = np.asarray(ds.image[row[str(key.round2_id[r])]])
+        assert np.abs(got.astype(int) - expect.astype(int)).max() <= 1 and (got != expect).mean() < 0.01
+        checked += 1
+    assert checked == 6 * 2 * 5
+    _score_round2(tmp_path / "r.zarr", tmp_path / "r-sub.zarr")
+    k2, curves, info = load_round2(tmp_path / "r-sub.zarr", tmp_path / "k.npz")
+    assert faithfulness_section(k2, curves, info, n_boot=0)["insertion_substrate"] == "blur"
+    k3, curves3, info3 = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
+    assert faithfulness_section(k3, curves3, info3, n_boot=0)["insertion_substrate"] == "grey"
+
+
+def test_a_key_without_the_substrate_is_grey(flow, tmp_path):
+    """Keys written before the substrate was recorded were made with the fill grey."""
+    d = flow[0]
+    arrays = dict(np.load(d / "round2.key.npz"))
+    hdr = json.loads(str(arrays["header"]))
+    hdr.pop("insertion_substrate")
+    np.savez(tmp_path / "old.npz", **{**arrays, "header": np.asarray(json.dumps(hdr))})
+    assert F.read_key(tmp_path / "old.npz").substrate == "grey"
+    np.savez(tmp_path / "bad.npz", **{**arrays, "header": np.asarray(json.dumps({**hdr, "insertion_substrate": "x"}))})
+    with pytest.raises(InputError, match="insertion_substrate"):
+        F.read_key(tmp_path / "bad.npz")
+
+
+# ------------------------------------------------------------------------------------------ the key's place
+def test_perturb_refuses_a_key_near_the_public_store(flow, tmp_path):
+    """The key is private: --key is required, and may be neither the public store, nor inside it, nor inside an
+    input; each refusal is exit 2, one line, nothing written."""
+    d = flow[0]
+    args = [d / "sub.zarr", "--images", d / "images.zarr", "--curve", "deletion", "--steps", "2"]
+    out = tmp_path / "r2.zarr"
+    res = _xb(["perturb", *args, "--out", out])
+    _fails(res, "--key: required")
+    for key, fragment in [(out / "r2.key.npz", "inside the public round-2 store"), (out, "is the public round-2 store"),
+                          (d / "images.zarr" / "k.npz", "inside the images store"),
+                          (d / "sub.zarr" / "k.npz", "inside the submission"), (out.parent, "holds the public")]:
+        res = _xb(["perturb", *args, "--out", out, "--key", key])
+        _fails(res, fragment)
+        assert not out.exists() and not (d / "images.zarr" / "k.npz").exists() and not (d / "sub.zarr" / "k.npz").exists()
+        assert res.output.splitlines()[-1] == "xbench perturb: nothing was written", res.output
+    res = _xb(["perturb", *args, "--out", out, "--key", tmp_path / "private" / "r2.key.npz", "-q"])
+    assert res.exit_code == 0, res.output
+    assert F.read_key(tmp_path / "private" / "r2.key.npz").header["store"] == "r2.zarr"
+
+
+def test_a_key_that_cannot_be_written_leaves_no_public_store(flow, tmp_path):
+    d = flow[0]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(OSError):
+        make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), tmp_path / "r2.zarr",
+                    tmp_path / "afile" / "k.npz", Round2Options(curves=("deletion",), steps=2, grid=G))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+# ------------------------------------------------------------------------------------------ hostile keys, round 2
+def test_hostile_keys_and_round2_are_refused(flow, gt_for_flow, tmp_path, capsys):
+    d = flow[0]
+    base = [d / "sub.zarr", "--gt", gt_for_flow, "--bootstrap", "0", "-q"]
+    arrays = dict(np.load(d / "round2.key.npz"))
+    hdr = json.loads(str(arrays["header"]))
+    np.savez(tmp_path / "empty.npz", **{k: (v[:0] if v.ndim else v) for k, v in arrays.items()})
+    road = arrays["curve"] == "road"
+    one = {k: (v[road & (arrays["step"] == 0)] if v.ndim else v) for k, v in arrays.items()}
+    np.savez(tmp_path / "road1.npz", **{**one, "header": np.asarray(json.dumps({**hdr, "curves": ["road"], "steps": 1}))})
+    for name, fragment in [("empty.npz", "no rows"), ("road1.npz", "ROAD needs 'steps' >= 2")]:
+        code, out, err = _score([*base, "--out", tmp_path / f"o-{name}", "--faithfulness", d / "round2-sub.zarr", "--key",
+                                 tmp_path / name], capsys)
+        assert code == 2 and fragment in err and "Traceback" not in err and "Warning" not in err, (name, err)
+        assert not (tmp_path / f"o-{name}").exists()
+    # a round 2 holding a dataset the key does not know (every id of the key scored, plus another dataset)
+    ds = read_images(d / "round2.zarr").datasets["phantom"]
+    ids = [str(x) for x in ds.case_id]
+    scores = np.stack([_region_model(np.asarray(ds.image[i])) for i in range(len(ids))]).astype(np.float32)
+    w = SubmissionWriter.create(tmp_path / "extra.zarr", model="region", method="test", scores_only=True, datasets={
+        "phantom": DatasetSpec(ids, CLASSES, (1, 1), "probability"),
+        "chexlocalize": DatasetSpec(["r2-000000000000000000000000"], CLASSES, (1, 1), "probability")}, cases_per_block=64)
+    for name, sc in (("phantom", scores), ("chexlocalize", scores[:1])):
+        for b in w.blocks_todo(name):
+            s, e = w.block_rows(name, b)
+            w.write_block(name, b, sc[s:e], None)
+    w.finish()
+    code, out, err = _score([*base, "--out", tmp_path / "o-extra", "--faithfulness", tmp_path / "extra.zarr", "--key",
+                             d / "round2.key.npz"], capsys)
+    assert code == 2 and "1 dataset(s) the key does not know, e.g. 'chexlocalize'" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o-extra").exists()
+
+
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_grand_challenge_phase2_folder_must_be_a_folder(flow, gt_for_flow, tmp_path, monkeypatch, capsys, what):
+    from xbench.package import grand_challenge_main
+
+    d = flow[0]
+    shutil.copytree(d / "round2-sub.zarr", tmp_path / "input/round2-sub.zarr")
+    faith = tmp_path / "faith"
+    if what == "file":
+        faith.write_text("not a folder")
+    monkeypatch.setenv("XBENCH_GT", str(gt_for_flow))
+    monkeypatch.setenv("XBENCH_FAITHFULNESS", str(faith))
+    assert grand_challenge_main(str(tmp_path / "input"), str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("XBENCH_FAITHFULNESS")
+    assert ("is not a folder" if what == "file" else "does not exist") in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_road_accuracy_is_the_share_still_predicted(flow, gt_for_flow, tmp_path, capsys):
+    """ROAD's own measure (accuracy on the imputed images) where it is defined: a round 2 of the positive pairs
+    (--gt). Brute force: every ROAD row of the key, the model on its image, the share of the class's pairs with
+    probability >= 0.5 per order and step; the dataset's share pooled over its pairs. Without --gt: absent."""
+    d = flow[0]
+
+    def model(image):  # a probability that crosses 0.5 as the region's grey changes
+        return np.array([min(1.0, image[REGION[c]].astype(np.float64).mean() / 150.0) for c in CLASSES])
+
+    for gt, name in ((gt_for_flow, "with"), (None, "without")):
+        r2 = tmp_path / f"{name}.zarr"
+        args = ["perturb", d / "sub.zarr", "--images", d / "images.zarr", "--out", r2, "--key", tmp_path / f"{name}.npz",
+                "--curve", "road", "--steps", "3", "--grid", "8", "-q", "--road-noise", "30"]
+        assert _xb(args + (["--gt", gt] if gt else [])).exit_code == 0
+        _score_round2(r2, tmp_path / f"{name}-sub.zarr", model=model)
+        code, _, err = _score([d / "sub.zarr", "--gt", gt_for_flow, "--out", tmp_path / f"res-{name}", "--bootstrap", "0",
+                               "-q", "--faithfulness", tmp_path / f"{name}-sub.zarr", "--key", tmp_path / f"{name}.npz"], capsys)
+        assert code == 0, err
+        sec = json.loads((tmp_path / f"res-{name}/metrics.json").read_text())["faithfulness"]
+        if gt is None:
+            assert "road_accuracy" not in json.dumps(sec)
+            continue
+        key = F.read_key(tmp_path / f"{name}.npz")
+        ds = read_images(r2).datasets["phantom"]
+        row = {str(c): i for i, c in enumerate(ds.case_id)}
+        hits: dict = {}
+        for r in range(len(key)):
+            p = model(np.asarray(ds.image[row[str(key.round2_id[r])]]))[CLASSES.index(key.class_name[r])]
+            p = float(np.float32(p))  # the round-2 submission stores float32
+            hits.setdefault((key.class_name[r], key.order[r], int(key.step[r])), []).append(p >= 0.5)
+        seen_both = set()
+        for cls in CLASSES:
+            got = sec["datasets"]["phantom"]["classes"][cls]["road_accuracy"]
+            for order in ("map", "reverse", "random"):
+                expect = [np.mean(hits[(cls, order, k)]) for k in range(3)]
+                assert got[order] == pytest.approx(expect, abs=1e-12)
+                seen_both |= {v for v in expect}
+        pooled = sec["datasets"]["phantom"]["road_accuracy"]
+        for order in ("map", "reverse", "random"):
+            expect = [sum(sum(hits[(c, order, k)]) for c in CLASSES) / sum(len(hits[(c, order, k)]) for c in CLASSES)
+                      for k in range(3)]
+            assert pooled[order] == pytest.approx(expect, abs=1e-12)
+        assert len(seen_both) > 1, "the model should cross 0.5 somewhere, else the test cannot fail"
