@@ -161,8 +161,13 @@ def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, 
     _as_program = args is None
     args = list(sys.argv[1:] if args is None else args)
     debug = _flag(args, "--debug") or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")
+    import signal
+
+    from .paths import terminate_as_interrupt
+
     try:
-        rv = invoke(args)
+        with terminate_as_interrupt((signal.SIGTERM,)):  # SIGTERM as Ctrl-C: work folders removed, exit 130
+            rv = invoke(args)
     except click.exceptions.Exit as exc:  # --help, --version, ctx.exit(n)
         sys.exit(exc.exit_code)
     except SystemExit:
