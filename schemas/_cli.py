@@ -5,7 +5,7 @@ Exit codes (the same for every command, documented in docs/contract.md):
     0    done
     1    unexpected failure (a bug or an environment problem; one line, ``--debug`` shows the traceback)
     2    invalid input or usage (one line per problem, nothing half-written)
-    130  interrupted (Ctrl-C); resumable commands say "run the same command again to resume"
+    130  interrupted (Ctrl-C or SIGTERM); resumable commands say "run the same command again to resume"
 
 Commands are :class:`Command` objects (``@command(...)`` instead of ``@click.command(...)``): their
 ``main`` maps every exception to one of the codes above, both when run on their own (``xbench-score``)
