@@ -236,7 +236,7 @@ def test_a_memory_budget_stop_leaves_no_work_folder(stores, tmp_path):
     """The issue's case: the watchdog stops the scorer mid-bootstrap (os._exit from its thread)."""
     out = tmp_path / "res"
     proc, seen = _start_and_wait_for_staging([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", out,
-                                              "--bootstrap", "100000", "--max-memory", "450MiB", "-q"], tmp_path)
+                                              "--bootstrap", "200000", "--max-memory", "450MiB", "-q"], tmp_path)
     _, err = proc.communicate(timeout=300)
     assert seen, err  # the budget stopped it while the work folder existed (else this test tests nothing)
     lines = err.strip().splitlines()
