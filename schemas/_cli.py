@@ -5,7 +5,7 @@ Exit codes (the same for every command, documented in docs/contract.md):
     0    done
     1    unexpected failure (a bug or an environment problem; one line, ``--debug`` shows the traceback)
     2    invalid input or usage (one line per problem, nothing half-written)
-    130  interrupted (Ctrl-C); resumable commands say "run the same command again to resume"
+    130  interrupted (Ctrl-C or SIGTERM); resumable commands say "run the same command again to resume"
 
 Commands are :class:`Command` objects (``@command(...)`` instead of ``@click.command(...)``): their
 ``main`` maps every exception to one of the codes above, both when run on their own (``xbench-score``)
@@ -161,8 +161,13 @@ def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, 
     _as_program = args is None
     args = list(sys.argv[1:] if args is None else args)
     debug = _flag(args, "--debug") or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")
+    import signal
+
+    from .paths import terminate_as_interrupt
+
     try:
-        rv = invoke(args)
+        with terminate_as_interrupt((signal.SIGTERM,)):  # SIGTERM as Ctrl-C: work folders removed, exit 130
+            rv = invoke(args)
     except click.exceptions.Exit as exc:  # --help, --version, ctx.exit(n)
         sys.exit(exc.exit_code)
     except SystemExit:

@@ -613,6 +613,12 @@ def on_stop(fn):
 
 def _stop(message: str) -> None:
     try:
+        from .paths import remove_staged
+
+        try:
+            remove_staged()  # every command's hidden work folders (schemas/paths.py), before leaving
+        except Exception:  # noqa: BLE001 - leaving is what matters now
+            pass
         for fn in list(_on_stop):
             try:
                 fn()

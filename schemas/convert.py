@@ -36,11 +36,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -48,7 +44,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import InputError, InputLimitError, InvalidStoreError, Problem
-from .paths import _pid_alive, is_remote  # the one rule for telling a dead writer
+from .paths import STOP, _pid_alive, check_stop, is_remote, terminate_as_interrupt  # noqa: F401 - the one stop, shared
 from .submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
 
 ProgressFn = Callable[[int], None]
@@ -543,43 +539,10 @@ def _user_terms(exc: InputError, tmp: Path, out: Path) -> InputError:
     return InvalidStoreError(problems, None if exc.headline is None else fix(exc.headline))
 
 
-_STOP = threading.Event()  # set by a SIGTERM/SIGINT during a conversion (see terminate_as_interrupt)
-
-
-def _check_stop() -> None:
-    """Raise KeyboardInterrupt when a stop was asked for: the exception a signal handler raises can land
-    inside a finaliser or a weakref callback, where Python prints and drops it; the flag is not dropped."""
-    if _STOP.is_set():
-        raise KeyboardInterrupt
-
-
-@contextmanager
-def terminate_as_interrupt():
-    """SIGTERM (a platform stopping the job, ``kill``) and SIGINT behave as Ctrl-C: the work folder is removed
-    on the way out and nothing is published, even when the interrupt lands where Python swallows it. Only in
-    the main thread (elsewhere signal handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        _STOP.set()
-        raise KeyboardInterrupt
-
-    def unraisable(info, default=sys.unraisablehook):
-        if not (_STOP.is_set() and isinstance(info.exc_value, KeyboardInterrupt)):
-            default(info)  # our own interrupt, dropped inside a finaliser, is not a traceback on stderr
-
-    _STOP.clear()
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    hook, sys.unraisablehook = sys.unraisablehook, unraisable
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        sys.unraisablehook = hook
-        _STOP.clear()
+# SIGTERM and Ctrl-C during a conversion: the one mechanism every command shares (schemas/paths.py); the
+# names stay importable from here
+_STOP = STOP
+_check_stop = check_stop
 
 
 #: root attributes of the store that a source's own attributes may not set (they say what the store is)
@@ -615,15 +578,12 @@ def _stored(scores, maps, map_dtype: str, where: str, start: int, row: str) -> t
 
 def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) -> Path:
     """Write ``converted`` into a hidden folder, validate it (against ``gt`` when given), rename it to ``out``."""
-    from .budget import on_stop
-
     out = Path(out)
     if os.path.lexists(out):
         raise InvalidStoreError(Problem(str(out), "already exists; remove it or choose another --out"))
     out.parent.mkdir(parents=True, exist_ok=True)
     folder = _work_dir(out)
     tmp = folder / out.name
-    forget = on_stop(lambda: _remove(folder))  # the watchdog's exit (--timeout, --max-memory) removes it too
     try:
         writer = SubmissionWriter.create(
             tmp, model=converted.model, method=converted.method, provenance=_provenance(converted.provenance),
@@ -655,7 +615,6 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
         os.rename(tmp, out)
     except InputError as exc:
         raise _user_terms(exc, tmp, out) from None
-    finally:
-        forget()
+    finally:  # the watchdog's exit (--timeout, --max-memory) and SIGTERM remove it too (schemas/paths.py)
         _remove(folder)
     return out

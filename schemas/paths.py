@@ -23,12 +23,17 @@ from .errors import InputError
 import hashlib
 import os
 import re
+import signal
+import sys
+import threading
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "UnsafeOutputError", "carry_over", "check_output",
-           "clean_leftovers", "is_remote", "output_problems", "replace_contents", "safe_name", "store_path", "swap_in",
-           "work_dir", "write_marker", "written_before"]
+__all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "STOP", "UnsafeOutputError", "carry_over", "check_output",
+           "check_stop", "clean_leftovers", "is_remote", "output_problems", "remove_staged", "replace_contents",
+           "safe_name", "store_path", "swap_in", "terminate_as_interrupt", "work_dir", "write_marker",
+           "written_before", "written_by"]
 
 MAX_NAME = 80  # well under every file system's 255-byte limit, with room for a suffix such as ".png"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -119,8 +124,13 @@ def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike 
 
 
 def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None], *,
-                    may_hold: tuple[str, ...] = ()) -> list[str]:
+                    may_hold: tuple[str, ...] = (), command: str | None = None, overwrite: bool = False) -> list[str]:
     """Why ``out`` may not be written, one line per problem (empty when it may).
+
+    ``command`` (e.g. "xbench-score"): a command that refuses to replace earlier results unless asked. A folder
+    holding an earlier run's outputs is then refused without ``overwrite``; with it, only a folder that this
+    very command wrote (its marker names ``command``) is replaced, the files it did not write carried over
+    (:class:`PublishedDir`); a folder another command wrote is refused either way.
 
     ``inputs``: {what (e.g. "the ground truth"): path}. The output folder is replaced as a whole, so it may
     be neither equal to an input, nor inside one (it would write into it), nor hold one (it would
@@ -153,6 +163,14 @@ def output_problems(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLi
     elif target.is_dir() and not _is_ours(target, held):
         problems.append(f"--out {out}: is a folder with files XBench did not write, and the output folder is "
                         "replaced as a whole; choose a new or empty folder")
+    elif command is not None and target.is_dir() and _holds_outputs(target, held):
+        writer = written_by(target)
+        if writer is not None and writer != command:
+            problems.append(f"--out {out}: holds the outputs of {writer}, which {command} does not replace; "
+                            "choose a new or empty folder")
+        elif not overwrite:
+            problems.append(f"--out {out}: holds the results of an earlier run; pass --overwrite to replace them "
+                            "(only what that run wrote), or choose a new or empty folder")
     elif not _swappable(target) and not (target.is_dir() and os.access(target, os.W_OK | os.X_OK)):
         parent = _nearest_existing(target.parent)
         problems.append(f"--out {out}: cannot write into {parent} (permission denied); choose a writable folder")
@@ -243,14 +261,95 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+# -- every way out removes the work folders ------------------------------------------------------------
+#
+# Each hidden work folder this process creates (:func:`work_dir`, :class:`PublishedDir`) is recorded here, so
+# that every way a run can stop removes it, for every command that stages an output:
+# - an exception, Ctrl-C (SIGINT): the ``finally`` of whoever created the folder;
+# - SIGTERM: :func:`terminate_as_interrupt` (every command runs inside it: schemas/_cli.py ``run_main``) turns
+#   it into the same interrupt, and sets :data:`STOP`, which :func:`swap_in` checks before it publishes
+#   (an interrupt Python swallowed inside a finaliser still publishes nothing);
+# - the watchdog (--max-memory, --timeout), which leaves with os._exit from its thread: it calls
+#   :func:`remove_staged` first (schemas/budget.py).
+
+_STAGED: set[Path] = set()
+STOP = threading.Event()  # set by a SIGTERM (or a conversion's SIGINT) while a command runs
+
+
+def _staged(folder: Path) -> Path:
+    _STAGED.add(folder)
+    return folder
+
+
+def remove_staged() -> list[Path]:
+    """Remove every work folder this process created and has not published yet; the paths removed."""
+    import shutil
+    import time
+
+    removed = []
+    for folder in sorted(_STAGED):
+        _STAGED.discard(folder)
+        if not os.path.lexists(folder):  # published (renamed into place) or removed already
+            continue
+        for _ in range(5):  # a write in flight on another thread may recreate a file after the first pass
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.lexists(folder):
+                break
+            time.sleep(0.05)
+        removed.append(folder)
+    return removed
+
+
+@contextmanager
+def terminate_as_interrupt(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)):
+    """While inside, ``signals`` (SIGTERM: a platform stopping the job, ``kill``) behave as Ctrl-C: a
+    KeyboardInterrupt unwinds the command, whose work folders are removed on the way out, and :data:`STOP` is
+    set, so nothing is published even when the interrupt lands where Python swallows it. Only in the main
+    thread (elsewhere signal handlers cannot be set); a process forked inside (a worker) keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:  # a forked worker inherited the handler: it stops as it always did
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        STOP.set()
+        raise KeyboardInterrupt
+
+    def unraisable(info, default=sys.unraisablehook):
+        if not (STOP.is_set() and isinstance(info.exc_value, KeyboardInterrupt)):
+            default(info)  # our own interrupt, dropped inside a finaliser, is not a traceback on stderr
+
+    STOP.clear()
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        sys.unraisablehook = hook
+        STOP.clear()
+
+
+def check_stop() -> None:
+    """Raise KeyboardInterrupt when a stop was asked for (see :func:`terminate_as_interrupt`)."""
+    if STOP.is_set():
+        raise KeyboardInterrupt
+
+
 def work_dir(target: str | os.PathLike) -> Path:
-    """A new hidden folder beside ``target`` to build it in (after cleaning what killed runs left there)."""
+    """A new hidden folder beside ``target`` to build it in (after cleaning what killed runs left there); every
+    way the run stops removes it (:func:`remove_staged`)."""
     import tempfile
 
     target = Path(os.path.abspath(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{_NEW}-{os.getpid()}-", dir=target.parent))
+    return _staged(Path(tempfile.mkdtemp(prefix=f".{target.name}.{_NEW}-{os.getpid()}-", dir=target.parent)))
 
 
 def swap_in(built: str | os.PathLike, target: str | os.PathLike) -> None:
@@ -262,6 +361,7 @@ def swap_in(built: str | os.PathLike, target: str | os.PathLike) -> None:
     import shutil
 
     built, target = Path(built), Path(os.path.abspath(target))
+    check_stop()  # the last word before publishing: a stop asked for publishes nothing
     if not os.path.lexists(target):
         os.rename(built, target)  # refuses a non-empty folder that appeared meanwhile
         return
@@ -356,6 +456,26 @@ def written_before(folder: str | os.PathLike) -> set[str]:
     return found
 
 
+def _holds_outputs(folder: Path, held: set[str] = frozenset()) -> bool:
+    """Whether ``folder`` holds anything but our own hidden work folders and the ``held`` inputs."""
+    return any(_leftover(e, folder.name) is None and not e.startswith(f".{folder.name}.") and e not in held
+               for e in os.listdir(folder))
+
+
+def written_by(folder: str | os.PathLike) -> str | None:
+    """The command that wrote ``folder``, as its marker says; None without a readable marker (a folder of a
+    version before the marker: its outputs are known by their file names, :func:`written_before`)."""
+    from .errors import InputError
+    from .inputs import DEFAULT, load_json, with_limits
+
+    folder = Path(folder)
+    try:
+        by = load_json(folder / MARKER, limits=with_limits(DEFAULT, max_bytes=64 * 2**20))["written_by"]
+        return by if isinstance(by, str) else None
+    except (InputError, KeyError, TypeError):
+        return None
+
+
 def _is_ours(folder: Path, held: set[str] = frozenset()) -> bool:
     """Empty (but for our own work folders and the ``held`` inputs), or written by XBench (the marker, or an
     older run's main file)."""
@@ -403,7 +523,8 @@ class PublishedDir:
 
         if self.in_place:  # build inside the target itself, the one place known to be writable
             clean_leftovers(self.target / self.target.name)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.{_NEW}-{os.getpid()}-", dir=self.target))
+            self.tmp = _staged(Path(tempfile.mkdtemp(prefix=f".{self.target.name}.{_NEW}-{os.getpid()}-",
+                                                     dir=self.target)))
         else:
             self.tmp = work_dir(self.target)
         return self.tmp
@@ -415,6 +536,7 @@ class PublishedDir:
             if exc_type is None:
                 stale = (written_before(self.target) - self.keep) if self.target.is_dir() else set()
                 if self.in_place:
+                    check_stop()
                     replace_contents(self.tmp, self.target, stale=stale)
                 else:
                     if self.target.is_dir():

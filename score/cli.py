@@ -36,13 +36,22 @@ def _stem(path: Path | str) -> str:
 
 
 def _unique_stems(paths: list[Path]) -> list[str]:
-    """Display names: the stems, with -2, -3 ... for repeats."""
-    seen: dict[str, int] = {}
+    """One name per submission, no two alike (they name the result folders and the report's rows): the stem,
+    and for a stem given again the stem with the smallest -2, -3 ... that is neither another submission's stem
+    nor a name handed out before (``a-2.zarr a.zarr a.zarr.zip`` -> a-2, a, a-3). The folders are these
+    names through :class:`~xbench.schemas.paths.NameTable`, which keeps names that differ by letter case alone
+    apart on every file system."""
+    stems = [_stem(p) for p in paths]
+    taken = set(stems)  # every stem as given keeps its own name, wherever it comes
+    given: set[str] = set()
     out = []
-    for p in paths:
-        s = _stem(p)
-        seen[s] = seen.get(s, 0) + 1
-        out.append(s if seen[s] == 1 else f"{s}-{seen[s]}")
+    for s in stems:
+        name, k = s, 1
+        while name in given or (k > 1 and name in taken):
+            k += 1
+            name = f"{s}-{k}"
+        given.add(name)
+        out.append(name)
     return out
 
 
@@ -51,10 +60,13 @@ _REPORT_ENTRIES = ("index.html", "report.json", "leaderboard.md", "leaderboard.c
                    "recognition.csv", "comparisons.csv", "per_class.md", "per_class", "figures")
 
 
-def _input_paths(submissions, gt_path, thresholds_from, images_path=None) -> dict:
-    """What ``--out`` must neither be, lie inside, nor hold."""
+def _input_paths(submissions, gt_path, thresholds_from, images_path=None, *, faithfulness=None, key=None,
+                 human_dir=None) -> dict:
+    """Every path the command reads: what ``--out`` must neither be, lie inside, nor hold (the one list; an
+    input added to the command is added here)."""
     found = {"the ground truth": gt_path, "the --thresholds-from file": thresholds_from,
-             "the --images store": images_path}
+             "the --images store": images_path, "the --faithfulness submission": faithfulness,
+             "the --key file": key, "the --human folder": human_dir}
     found.update({f"submission {s}": s for s in submissions})
     return found
 
@@ -178,8 +190,8 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, metric_groups, quiet, as_json,
-                  max_memory, timeout):
+                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, metric_groups, quiet, overwrite,
+                  as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -209,9 +221,9 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
     gt_path = store_path(gt_path)
-    faith_inputs = {"the --faithfulness submission": faithfulness, "the --key file": key}
-    out_problems = output_problems(out_dir, {**_input_paths(submissions, gt_path, thresholds_from, images_path),
-                                             **faith_inputs})
+    inputs = _input_paths(submissions, gt_path, thresholds_from, images_path, faithfulness=faithfulness, key=key,
+                          human_dir=human_dir)
+    out_problems = output_problems(out_dir, inputs, command="xbench-score", overwrite=overwrite)
     if out_problems:
         raise UserError(out_problems, _NOTHING_WRITTEN)
     thresholds = _load_thresholds(thresholds_from) if thresholds_from else None
@@ -260,9 +272,11 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
             show)
         write_marker(work, "xbench-score", {"submissions": folders.mapping})
     if len(submissions) > 1 and show:
-        click.echo(ranked_table([(s["label"] + (f" (partial: {s['partial']['cases']} of {s['partial']['of']} cases)"
-                                                if s.get("partial") else ""), s["overall"], s["ci95"])
-                                 for s in summaries]))
+        labels = [s["label"] for s in summaries]  # a model name given twice: each row also names its folder
+        labels = [f"{lab} [{stem}]" if labels.count(lab) > 1 else lab for lab, stem in zip(labels, stems)]
+        click.echo(ranked_table([(lab + (f" (partial: {s['partial']['cases']} of {s['partial']['of']} cases)"
+                                         if s.get("partial") else ""), s["overall"], s["ci95"])
+                                 for lab, s in zip(labels, summaries)]))
     if reported and show:
         click.echo(f"report -> {out_dir}/")
     if as_json:

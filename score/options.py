@@ -62,6 +62,9 @@ class ScoreOptions:
                                help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
                                     "entropy of each normalised map (docs/score.md). Default outputs never change.")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
+    overwrite: bool = opt(False, check=Flag(),
+                          help="Replace the results an earlier xbench-score run wrote in --out (only the files it "
+                               "wrote; anything else there is kept). Without it such a folder is refused.")
 
 
 @dataclass

@@ -166,9 +166,11 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     """
     from xbench.score import registry as R
 
-    from ._load import metric_groups
+    from ._load import ground_truth_problems, metric_groups
 
     results = load_results([Path(p) for p in result_dirs])
+    if ground_truth_problems(results):  # ranked together only against one ground truth, as compare pairs them
+        raise ReportInputError(ground_truth_problems(results))
     with R.opt_in(*metric_groups(results)):  # the opt-in metrics the results were scored with are shown too
         return _build_report(Path(out_dir), results, images=images, gt=gt, submissions=submissions, n_boot=n_boot,
                              seed=seed, size_bins=size_bins, overlays=overlays, progress=progress, title=title,

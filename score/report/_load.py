@@ -469,6 +469,21 @@ def unique_labels(results: list[Result]) -> None:
                 seen.add(r.name)
 
 
+def ground_truth_problems(results: list[Result]) -> list[str]:
+    """Why ``results`` cannot be ranked in one table: they were scored against different ground truths (their
+    ``gt_sha256``, as ``xbench compare`` compares them; a result that recorded none is not counted). One line
+    per ground truth, naming its results."""
+    by_gt: dict[str, list[str]] = {}
+    for r in results:
+        if r.gt_sha256:
+            by_gt.setdefault(str(r.gt_sha256), []).append(str(r.path))
+    if len(by_gt) < 2:
+        return []
+    return [("the results were scored against different ground truths, and one report ranks the results of one "
+             "ground truth; make one report per ground truth")] + \
+        [f"gt_sha256 {sha[:12]}: {', '.join(paths)}" for sha, paths in sorted(by_gt.items())]
+
+
 def load_results(paths) -> list[Result]:
     """Load several score outputs; display names are made unique (:func:`unique_labels`)."""
     results: list[Result] = []

@@ -70,8 +70,8 @@ def test_rerun_replaces_the_whole_output(stores, tmp_path, capsys):
     marker["files"].append("table_stale.csv")  # pretend the previous run wrote it
     (out / "xbench-output.json").write_text(json.dumps(marker))
     (out / "mine.txt").write_text("keep")
-    assert run([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", out, "--bootstrap", "0", "--quiet"],
-               capsys)[0] == 0
+    assert run([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", out, "--bootstrap", "0", "--quiet",
+                "--overwrite"], capsys)[0] == 0  # without --overwrite refused (tests/score/test_nothing_lost.py)
     assert not (out / "table_stale.csv").exists() and (out / "mine.txt").read_text() == "keep"
     assert sorted(os.listdir(tmp_path)) == ["res"]
 
