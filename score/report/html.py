@@ -75,7 +75,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
-    from .paired import ALPHA, floor_note, format_p, p_note
+    from .paired import floor_note, format_p, p_note
     from xbench.score.tables import METRIC_TITLES
 
     rows = []
@@ -101,8 +101,7 @@ def _gaps_html(gaps) -> str:
                 "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>Gap</th></tr></thead><tbody>"
                 + "".join(rows)
                 + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
-                  "datasets. A gap is called real when its Holm-adjusted p is below " + f"{ALPHA:g}" + " (the 95% interval "
-                  "is not adjusted). " + _e(p_note(shown))
+                  "datasets; the 95% interval is not adjusted for multiplicity. " + _e(p_note(shown))
                 + "</caption></table>")
 
 

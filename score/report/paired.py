@@ -30,7 +30,7 @@ ALPHA = BS.ALPHA
 #: what the Holm adjustment treats as one family, said wherever adjusted p-values are shown
 HOLM_FAMILY = "all metric × pair tests shown together, each distinct test once"
 #: the one definition of "significant" / "real" / ``*`` (:func:`xbench.score.bootstrap.significant`), in words
-VERDICT = f"significant (a real gap) when the Holm-adjusted p is below {ALPHA:g}"
+VERDICT = f"significant (a gap is called real) when its Holm-adjusted p is below {ALPHA:g}"
 
 
 @dataclass(frozen=True)

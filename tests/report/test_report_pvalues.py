@@ -247,7 +247,8 @@ def test_page_calls_real_only_what_holm_passes(result_dirs, tmp_path_factory):
     assert [v == "real" for v in verdicts] == sig == [r["significant"] == "1" for r in rows]
     assert any(sig) and not all(sig)  # both verdicts occur on this fixture
     page = (out / "index.html").read_text()
-    assert "A gap is called real when its Holm-adjusted p is below 0.05" in page and "too few" not in page
+    assert "A difference is significant (a gap is called real) when its Holm-adjusted p is below 0.05" in page
+    assert "too few" not in page
 
 
 def test_page_says_when_b_is_too_small_for_any_gap(built_report):
