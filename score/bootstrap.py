@@ -66,6 +66,12 @@ __all__ = [
     "paired_class_rows",
     "phrase_replicates",
     "paired_phrase_rows",
+    "ALPHA",
+    "holm",
+    "holm_family",
+    "significant",
+    "holm_min_resamples",
+    "holm_floor_note",
 ]
 
 #: The contract's grounding and recognition keys of schema minor 0 (every registered metric is bootstrapped:
@@ -678,7 +684,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
                      names: tuple[str, str] | None = None,
                      phrases_a: Mapping | None = None, phrases_b: Mapping | None = None,
                      scopes_a: Mapping[str, Mapping] | None = None,
-                     scopes_b: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
+                     scopes_b: Mapping[str, Mapping] | None = None, with_tests: bool = False) -> pd.DataFrame:
     """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth: the one paired bootstrap
     of XBench (the report's comparisons call it too).
 
@@ -703,6 +709,8 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     scopes_a, scopes_b : optional {row scope name: {dataset: counts}} of every other declared row scope
         (:mod:`xbench.score.rowscope`; ``phrases_a`` is ``{"phrase": phrases_a}``): each scope's rows follow
         the class rows, in declaration order, from the scope's ``paired_rows``.
+    with_tests : add a column ``test``, each row's :func:`xbench.score.intervals.test_identity` (rows with the
+        same one are one test: :func:`holm_family` counts them once); None for a scope's rows that lack it.
 
     Returns
     -------
@@ -726,20 +734,21 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
 
             raise GroundTruthMismatchError(problems)
     common = dict(n_resamples=n_resamples, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
+    columns = PAIRED_COLUMNS + ["test"] if with_tests else PAIRED_COLUMNS
     table, rows = None, []
     for scope, sa, sb in pairs:
         compare = scope.fn("paired_rows")
         if scope.section is None:
             import pandas as pd
 
-            table = pd.DataFrame(compare(a, b, taus_a=taus_a, taus_b=taus_b, **common), columns=PAIRED_COLUMNS)
+            table = pd.DataFrame(compare(a, b, taus_a=taus_a, taus_b=taus_b, **common), columns=columns)
         else:
             rows += compare(sa, sb, **common)
     if not rows:
         return table
     import pandas as pd
 
-    return pd.DataFrame(table.to_dict("records") + rows, columns=PAIRED_COLUMNS)
+    return pd.DataFrame(table.to_dict("records") + rows, columns=columns)
 
 
 def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int,
@@ -919,3 +928,84 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
                                  rb["categories"][c][k], level)
                      for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
     return rows
+
+
+# ------------------------------------------------------------------------------ one definition of "significant"
+#: The family-wise error rate of every verdict ("significant", "real", ``*``): 1 - the 95 % intervals' level.
+ALPHA = 0.05
+
+
+def holm(pvalues) -> list[float | None]:
+    """Holm's step-down adjustment (Holm 1979) of the p-values given (None: no test, left out of the family).
+
+    Sorted ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)), m the number of tests; the
+    result is in the input order. Controls the family-wise error rate under any dependence between the tests.
+    """
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    m = len(idx)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: (pvalues[i], i))):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
+def holm_family(pvalues, tests=None) -> tuple[list[float | None], int]:
+    """Holm over the family of *distinct* tests among the rows shown: (adjusted p per row, m).
+
+    ``pvalues``: each row's p (None: no test, outside the family). ``tests``: each row's identity
+    (:func:`xbench.score.intervals.test_identity`; None: a test of its own). Rows with the same identity are one
+    test (with one dataset the overall row and that dataset's row resample the same statistic): it enters the
+    family once, with the largest p of its rows (they are equal), and every one of its rows gets its adjusted p.
+    m is the number of distinct tests.
+    """
+    pvalues = list(pvalues)
+    tests = [None] * len(pvalues) if tests is None else list(tests)
+    if len(tests) != len(pvalues):
+        raise ValueError(f"{len(pvalues)} p-values but {len(tests)} test identities")
+    group: dict = {}  # identity -> index into the family
+    family: list[float] = []
+    where: list[int | None] = []
+    for i, (p, t) in enumerate(zip(pvalues, tests)):
+        if p is None:
+            where.append(None)
+            continue
+        key = ("row", i) if t is None else ("test", t)
+        if key not in group:
+            group[key] = len(family)
+            family.append(float(p))
+        else:
+            family[group[key]] = max(family[group[key]], float(p))
+        where.append(group[key])
+    adjusted = holm(family)
+    return [None if j is None else adjusted[j] for j in where], len(family)
+
+
+def significant(p_holm: float | None, alpha: float = ALPHA) -> bool:
+    """The one verdict of XBench's paired comparisons ("significant", a gap "real", ``*``): the Holm-adjusted p
+    over the family of distinct tests shown together (:func:`holm_family`) is below ``alpha``. False without an
+    adjusted p (no resamples, or not adjusted)."""
+    return p_holm is not None and p_holm < alpha
+
+
+def holm_min_resamples(m: int, alpha: float = ALPHA) -> int:
+    """The fewest resamples B for which a test can pass Holm over m tests: the smallest bootstrap p is 1/(B+1)
+    (the floor), so the smallest adjusted p is m/(B+1), and it must be below ``alpha``."""
+    if m <= 0:
+        return 0
+    b = max(0, int(m / alpha) - 2)
+    while m / (b + 1) >= alpha:
+        b += 1
+    return b
+
+
+def holm_floor_note(m: int, n_resamples: int, alpha: float = ALPHA, option: str = "--n-boot") -> str | None:
+    """The sentence saying that B = ``n_resamples`` is too few for any of m tests to pass the Holm adjustment
+    (m/(B+1) >= ``alpha``: even a test at the floor 1/(B+1) is not significant), naming the option to raise and
+    the least B that can; None when some test could pass (or there is no test)."""
+    if m <= 0 or n_resamples <= 0 or m / (n_resamples + 1) < alpha:
+        return None
+    return (f"B = {n_resamples} resamples are too few for any gap to pass the Holm adjustment over {m} tests "
+            f"(the smallest adjusted p is {m}/(B+1) = {m / (n_resamples + 1):.3f}, not below {alpha:g}), so none "
+            f"is called significant whatever the data; raise {option} to at least {holm_min_resamples(m, alpha)}.")

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["nanmean_rows", "mean_defined", "percentile_interval", "percentile_intervals", "paired_row", "defined"]
+__all__ = ["nanmean_rows", "mean_defined", "percentile_interval", "percentile_intervals", "paired_row", "defined",
+           "test_identity"]
 
 
 def nanmean_rows(stack: np.ndarray) -> np.ndarray:
@@ -64,16 +65,36 @@ def defined(x) -> float | None:
     return None if x is None or np.isnan(x) else float(x)
 
 
+def test_identity(d: np.ndarray, diff: float | None) -> str:
+    """Which test a paired row is: a digest of its resampled statistic, the replicate differences ``d`` (B,) bit
+    for bit (which resamples are undefined, then the defined values; -0.0 counted as 0.0), and its point
+    difference. Two rows with the same identity are one test whatever they are called (with one dataset the
+    overall mean is that dataset's mean, resample by resample), so a multiplicity family counts them once
+    (:func:`xbench.score.bootstrap.holm_family`)."""
+    import hashlib
+
+    d = np.asarray(d, dtype=np.float64)
+    nan = np.isnan(d)
+    h = hashlib.blake2b(digest_size=12)
+    h.update(np.packbits(nan).tobytes())
+    h.update(np.ascontiguousarray(np.where(nan, 0.0, d) + 0.0).tobytes())
+    h.update(repr(None if diff is None else float(diff) + 0.0).encode())
+    return h.hexdigest()
+
+
 def paired_row(dataset, cls, metric, point_a, point_b, reps_a, reps_b, level) -> dict:
     """One row of a paired comparison (:data:`xbench.score.bootstrap.PAIRED_COLUMNS`): the two point values,
     their difference, and the percentile interval and two-sided bootstrap p-value of the paired replicate
     differences (resamples where either side is undefined left out; see
-    :func:`xbench.score.bootstrap.paired_differences`)."""
+    :func:`xbench.score.bootstrap.paired_differences`); ``test``: the row's :func:`test_identity`, kept only
+    when the caller asks for it (``paired_bootstrap(..., with_tests=True)``)."""
     a, b = defined(point_a), defined(point_b)
     d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
     ok = d[~np.isnan(d)]
     ci = percentile_interval(ok, level)
     p = float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0)))) if ok.size else None
+    diff = None if a is None or b is None else a - b
     return {"dataset": dataset, "class": cls, "metric": metric, "a": a, "b": b,
-            "diff": None if a is None or b is None else a - b, "diff_lo": None if ci is None else ci[0],
-            "diff_hi": None if ci is None else ci[1], "p_value": p, "n_valid": int(ok.size)}
+            "diff": diff, "diff_lo": None if ci is None else ci[0],
+            "diff_hi": None if ci is None else ci[1], "p_value": p, "n_valid": int(ok.size),
+            "test": test_identity(d, diff)}

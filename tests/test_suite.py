@@ -342,6 +342,18 @@ def test_demo_suite_is_what_xbench_demo_runs():
     S.parse_suite(data, ROOT / "suites")
 
 
+def test_demo_gaps_have_resamples_enough_for_holm():
+    """The demo page's gaps (neighbours x GAP_METRICS tests) can pass the Holm adjustment: m/(B+1) < 0.05 with room
+    (contract "Significant"), both in the shipped suite and in what `xbench demo` runs."""
+    from xbench.demo import DEMO_MODELS, GAP_RESAMPLES
+    from xbench.score.report import GAP_METRICS
+
+    m = (len(DEMO_MODELS) - 1) * len(GAP_METRICS)
+    data = yaml.safe_load((ROOT / "suites" / "demo.yaml").read_text())
+    for b in (data["report"]["bootstrap"], GAP_RESAMPLES):
+        assert m / (b + 1) < 0.05 / 2, (m, b)  # a test at the floor passes, with a factor 2 to spare
+
+
 def _paper_roots(base: Path, suite: str = "paper") -> tuple[Path, Path]:
     """Every dataset of ``suites/<suite>.yaml`` laid out as its data card says (the reader fixtures), and empty
     weight files and folders where the suite names them."""

@@ -45,6 +45,9 @@ def _demo_suite() -> tuple[dict, Path]:
 
 
 DEMO_MODELS = ("random", "center", "dog", "clip-tiny")  # the order of suites/demo.yaml (a test checks it)
+#: resamples of the report's paired gaps (the report command's default): with 4 models the page shows 12 tests,
+#: and the scorer's 200 resamples cannot pass Holm over them (12/201 >= 0.05, contract "Significant")
+GAP_RESAMPLES = 1000
 
 
 #: what the demo's prepare and extract steps import (the extract extra); checked before OUT is touched
@@ -64,7 +67,8 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     """Run the demo suite into ``out_dir``; returns the report's index.html.
 
     n_cases: phantom cases (``quick`` uses 24 and 100 bootstrap resamples, for CI).
-    models: which of DEMO_MODELS to run. n_boot: resamples (default 200; 100 when quick).
+    models: which of DEMO_MODELS to run. n_boot: the scorer's resamples (default 200; 100 when quick); the
+    report's paired gaps take at least GAP_RESAMPLES (0 when n_boot is 0).
     Writes OUT/data, OUT/submissions, OUT/scores, OUT/report and OUT/demo.json (timings).
     """
     _require_extract_extra()  # before anything is written: the demo prepares and extracts
@@ -80,9 +84,11 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     data["datasets"]["phantom"]["options"].update(n_cases=n_cases, seed=seed)
     data["models"] = [m for m in data["models"] if m in models]
     data["seed"] = seed
-    data["score"]["bootstrap"] = data["report"]["bootstrap"] = n_boot
+    gap_boot = max(n_boot, GAP_RESAMPLES) if n_boot else 0
+    data["score"]["bootstrap"], data["report"]["bootstrap"] = n_boot, gap_boot
     # the demo's settings differ from the commands' defaults: say so where the numbers are shown
-    data["title"] = f"XBench demo (phantom; {n_boot} bootstrap resamples, 256 px images, float32 maps)"
+    boot = f"{n_boot} bootstrap resamples" + (f" ({gap_boot} for the paired gaps)" if gap_boot != n_boot else "")
+    data["title"] = f"XBench demo (phantom; {boot}, 256 px images, float32 maps)"
     suite = parse_suite(data, path.parent, source=str(path))
     say = (lambda msg: click.echo(msg, err=True)) if progress else None
     t0 = time.perf_counter()
@@ -93,7 +99,7 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
         timings[f"extract_{m}"] = seconds[f"extract/{m}"]
         timings[f"score_{m}"] = seconds[f"score/{m}"]
     timings["total"] = time.perf_counter() - t0
-    summary = {"n_cases": n_cases, "models": list(data["models"]), "n_boot": n_boot,
+    summary = {"n_cases": n_cases, "models": list(data["models"]), "n_boot": n_boot, "n_boot_gaps": gap_boot,
                "timings_s": {k: round(v, 2) for k, v in timings.items()}, "report": str(result.report),
                "steps": result.steps, "leaderboard": result.leaderboard}
     (Path(out_dir) / "demo.json").write_text(json.dumps(summary, indent=1))
@@ -116,8 +122,8 @@ def demo(out_dir, n_cases, quick, models, quiet, as_json):
     the phantom cases, extracts maps with three baselines (random, center, dog) and an untrained
     tiny CLIP, scores all four and writes the report, all offline on the CPU (about a minute on two
     cores). A second run skips what is done. Open the printed index.html in a browser. The demo's
-    settings differ from the commands' defaults (256 px images, float32 maps, 200 resamples); the
-    page says so.
+    settings differ from the commands' defaults (256 px images, float32 maps, 200 resamples for the
+    scores, 1000 for the report's paired gaps); the page says so.
 
     \b
     Example:

@@ -22,7 +22,7 @@ from pathlib import Path
 from xbench.schemas.paths import NameTable
 
 from ._load import ReportInputError, Result, load_result, load_results
-from .paired import compare_results, floor_text, format_p, missing_intervals, p_note
+from .paired import ALPHA, compare_results, floor_text, format_p, missing_intervals, p_note
 
 __all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "compare_results",
            "PER_CLASS_METRICS", "floor_text", "format_p", "p_note"]
@@ -108,14 +108,15 @@ def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> st
 
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None, note: bool = True) -> str:
-    """Markdown table of paired differences A - B in percentage points, * where the 95 % CI excludes 0, the
-    p-value (floored at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
+    """Markdown table of paired differences A - B in percentage points, * where the difference is significant
+    (Holm-adjusted p below alpha: :func:`xbench.score.bootstrap.significant`), the 95 % CI, the p-value (floored
+    at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
     from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
              f"Paired bootstrap of {md_cell(a_name)} − {md_cell(b_name)} (percentage points; CNR as a ratio); "
-             "* = 95% interval excludes 0." + (f" {p_note(rows)}" if note else ""), "",
+             f"* = significant: Holm-adjusted p < {ALPHA:g}." + (f" {p_note(rows)}" if note else ""), "",
              "| Scope | Class | Metric | A | B | A − B | 95% CI | p | p (Holm) |",
              "|---|---|---|---:|---:|---:|---|---:|---:|"]
 

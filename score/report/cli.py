@@ -96,10 +96,12 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
     """Paired bootstrap of A - B for every metric, on the same ground truth.
 
     Both directories are xbench-score outputs for the same gt.zarr. The same resampled cases are
-    used for both submissions, so the 95% interval reflects how they differ case by case; a gap
-    whose interval excludes 0 is marked with *. p-values are never below 1/(B+1) for B resamples
-    (printed "< 1/(B+1)" there) and are shown beside their Holm adjustment over every row printed
-    (all metric x pair tests shown together form one family).
+    used for both submissions, so the 95% interval reflects how they differ case by case.
+    p-values are never below 1/(B+1) for B resamples (printed "< 1/(B+1)" there) and are shown
+    beside their Holm adjustment over every row printed (all metric x pair tests shown together
+    form one family; a test shown in two rows, e.g. the overall mean of a single dataset, counts
+    once). A difference is significant, marked with *, when its Holm-adjusted p is below 0.05;
+    when B is too small for any to pass the adjustment, the output says so.
 
     \b
     Example:
@@ -129,7 +131,7 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
 def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json) -> None:
     """``xbench compare`` on two loaded results: the rows, the CSV and what is printed."""
     from . import comparison_csv, comparison_markdown
-    from .paired import HOLM_FAMILY, compare_results, with_holm
+    from .paired import ALPHA, HOLM_FAMILY, VERDICT, compare_results, family_size, floor_note, with_holm
 
     try:
         rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))
@@ -145,7 +147,8 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
             "a": a.name, "b": b.name, "n_boot": n_boot, "seed": seed,
             "p_values": {"test": "two-sided paired bootstrap", "floor": "1/(B+1), B = n_valid resamples",
                          "resamples": bs, "adjustment": "holm", "family": HOLM_FAMILY,
-                         "n_tests": sum(r.p_value is not None for r in rows)},
+                         "n_tests": family_size(rows), "n_rows": sum(r.p_value is not None for r in rows),
+                         "alpha": ALPHA, "significant": VERDICT, "too_few_resamples": floor_note(rows)},
             "rows": [dict(r.__dict__, significant=r.significant, p_floor=r.p_floor, at_floor=r.at_floor)
                      for r in rows]}, indent=1))
     elif not quiet:

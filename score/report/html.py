@@ -75,10 +75,12 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
-    from .paired import format_p, p_note
+    from .paired import floor_note, format_p, p_note
     from xbench.score.tables import METRIC_TITLES
 
     rows = []
+    # B too small for any gap to pass Holm: the cells say so instead of "within noise" (nothing was decided)
+    undecidable = floor_note([r for g in gaps for r in g.get("rows", [])]) is not None
     for g in gaps:
         if "rows" not in g:
             continue
@@ -87,7 +89,7 @@ def _gaps_html(gaps) -> str:
                 continue
             ci = "–" if r.ci_lo is None else f"{100 * r.ci_lo:+.2f} to {100 * r.ci_hi:+.2f}"
             cls = "sig" if r.significant else "ns"
-            verdict = "real" if r.significant else "within noise"
+            verdict = "real" if r.significant else "too few resamples" if undecidable else "within noise"
             rows.append(f"<tr><th class=\"model\">{_e(g['a'])} vs {_e(g['b'])}</th>"
                         f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{100 * r.diff:+.2f}</td>"
                         f"<td>{ci}</td><td>{_e(format_p(r.p_value, r.p_floor))}</td>"
@@ -99,7 +101,7 @@ def _gaps_html(gaps) -> str:
                 "<th>A − B (pp)</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>Gap</th></tr></thead><tbody>"
                 + "".join(rows)
                 + "</tbody><caption>Paired bootstrap over cases (same resamples for both models), means over "
-                  "datasets. A gap is called real when its 95% interval excludes 0. " + _e(p_note(shown))
+                  "datasets; the 95% interval is not adjusted for multiplicity. " + _e(p_note(shown))
                 + "</caption></table>")
 
 

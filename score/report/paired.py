@@ -22,10 +22,15 @@ from xbench.score.rowscope import row_scopes
 from ._load import ReportInputError, Result
 
 __all__ = ["ComparisonRow", "result_taus", "missing_intervals", "compare_results", "holm", "with_holm", "p_floor",
-           "HOLM_FAMILY"]
+           "HOLM_FAMILY", "ALPHA", "family_size", "floor_note", "VERDICT"]
+
+holm = BS.holm  # the one implementation (xbench.score.bootstrap), kept importable from here
+ALPHA = BS.ALPHA
 
 #: what the Holm adjustment treats as one family, said wherever adjusted p-values are shown
-HOLM_FAMILY = "all metric × pair tests shown together"
+HOLM_FAMILY = "all metric × pair tests shown together, each distinct test once"
+#: the one definition of "significant" / "real" / ``*`` (:func:`xbench.score.bootstrap.significant`), in words
+VERDICT = f"significant (a gap is called real) when its Holm-adjusted p is below {ALPHA:g}"
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,10 @@ class ComparisonRow:
     1/(B+1) with B = n_valid: B resamples cannot resolve a smaller p, so a p of 0 is reported at that floor
     (``at_floor``; printed "< 1/(B+1)"). p_holm: Holm's step-down adjustment over the family the caller shows
     together (:func:`with_holm`), None until adjusted.
-    significant: the interval excludes 0. n_valid: replicates where both values are defined.
+    significant: ``p_holm < ALPHA`` (:func:`xbench.score.bootstrap.significant`, the one definition; False until
+    adjusted). n_valid: replicates where both values are defined. test: the identity of the resampled
+    statistic (:func:`xbench.score.intervals.test_identity`): rows with the same one are one test, counted once
+    in the Holm family (None: a test of its own).
     """
 
     scope: str
@@ -51,10 +59,11 @@ class ComparisonRow:
     p_value: float | None
     n_valid: int
     p_holm: float | None = None
+    test: str | None = None
 
     @property
     def significant(self) -> bool:
-        return self.ci_lo is not None and (self.ci_lo > 0 or self.ci_hi < 0)
+        return BS.significant(self.p_holm)
 
     @property
     def p_floor(self) -> float | None:
@@ -79,28 +88,25 @@ def _floored(p: float | None, n_valid: int) -> float | None:
     return max(float(p), 1.0 / (n_valid + 1))
 
 
-def holm(pvalues) -> list[float | None]:
-    """Holm's step-down adjustment (Holm 1979) of the p-values given (None: no test, left out of the family).
-
-    Sorted ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)), m the number of tests; the
-    result is in the input order. Controls the family-wise error rate under any dependence between the tests.
-    """
-    idx = [i for i, p in enumerate(pvalues) if p is not None]
-    m = len(idx)
-    out: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(sorted(idx, key=lambda i: (pvalues[i], i))):
-        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
-        out[i] = running
-    return out
-
-
 def with_holm(rows: list[ComparisonRow]) -> list[ComparisonRow]:
-    """``rows`` with ``p_holm`` set: one family of every row that has a p-value (:data:`HOLM_FAMILY`)."""
+    """``rows`` with ``p_holm`` set: one family of every distinct test among the rows that have a p-value
+    (:data:`HOLM_FAMILY`; :func:`xbench.score.bootstrap.holm_family`)."""
     from dataclasses import replace
 
-    adjusted = holm([r.p_value for r in rows])
+    adjusted, _ = BS.holm_family([r.p_value for r in rows], [r.test for r in rows])
     return [replace(r, p_holm=a) for r, a in zip(rows, adjusted)]
+
+
+def family_size(rows) -> int:
+    """m: the distinct tests among ``rows`` (rows with a p-value; one test counted once)."""
+    return BS.holm_family([r.p_value for r in rows], [r.test for r in rows])[1]
+
+
+def floor_note(rows, option: str = "--n-boot") -> str | None:
+    """The sentence that no row can be significant because B is too small for the Holm adjustment over the
+    family (:func:`xbench.score.bootstrap.holm_floor_note`, B the most resamples of any row); None otherwise."""
+    bs = [r.n_valid for r in rows if r.p_value is not None]
+    return BS.holm_floor_note(family_size(rows), max(bs), ALPHA, option) if bs else None
 
 
 def result_taus(result: Result) -> dict | None:
@@ -190,7 +196,7 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     table = BS.paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
                                 n_resamples=n_boot, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
                                 per_class=per_class, cache=cache, names=(str(a.path), str(b.path)),
-                                scopes_a=_scope_counts(a), scopes_b=_scope_counts(b))
+                                scopes_a=_scope_counts(a), scopes_b=_scope_counts(b), with_tests=True)
     # only metrics both metrics.json files report: a result scored before a metric was registered does not
     # grow comparisons of it (its metrics.json has no value to compare with); per row scope, from its section
     known = {None: set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))}
@@ -198,7 +204,8 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
                   for s in row_scopes(primary=False)})
     return [ComparisonRow(_name(r["dataset"]) or "overall", _name(r["class"]), r["metric"],
                           _opt(r["a"]), _opt(r["b"]), _opt(r["diff"]), _opt(r["diff_lo"]), _opt(r["diff_hi"]),
-                          _floored(_opt(r["p_value"]), int(r["n_valid"])), int(r["n_valid"]))
+                          _floored(_opt(r["p_value"]), int(r["n_valid"])), int(r["n_valid"]),
+                          test=r["test"] if isinstance(r["test"], str) else None)
             for r in table.to_dict("records")
             if r["metric"] in known[_section_of(r["dataset"])]]
 
@@ -244,13 +251,17 @@ def format_p(p: float | None, floor: float | None = None) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def p_note(rows) -> str:
-    """One sentence on the p-values of ``rows``: resamples, the floor, Holm's family."""
+def p_note(rows, option: str = "--n-boot") -> str:
+    """The sentences on the p-values of ``rows``: resamples, the floor, Holm's family, the verdict, and when B is
+    too small for any row to pass the adjustment, that sentence (:func:`floor_note`, naming ``option``)."""
     bs = sorted({r.n_valid for r in rows if r.p_value is not None})
     if not bs:
         return "No p-values (no resamples)."
     b_text = str(bs[0]) if len(bs) == 1 else f"{bs[0]}–{bs[-1]}"
     floor = floor_text(p_floor(bs[-1])) if len(bs) == 1 else f"{floor_text(p_floor(bs[-1]))}–{floor_text(p_floor(bs[0]))}"
+    m, n = family_size(rows), sum(r.p_value is not None for r in rows)
+    tests = f"{m} tests" + (f" in {n} rows" if n != m else "")
+    note = floor_note(rows, option)
     return (f"p: two-sided paired-bootstrap p-value from B = {b_text} resamples, never below 1/(B+1) "
             f"(shown as \"< {floor}\" at that floor); p (Holm): Holm-adjusted over {HOLM_FAMILY} "
-            f"({sum(r.p_value is not None for r in rows)} tests).")
+            f"({tests}). A difference is {VERDICT}." + (f" {note}" if note else ""))

@@ -94,3 +94,170 @@ def test_report_page_states_resamples_floor_and_holm(built_report):
     header = csv[0].split(",")
     assert "p_holm" in header and "p_floor" in header and len(csv) > 2
     assert sum(line.startswith("a,b,") for line in csv) == 1  # one header for every gap
+
+
+# -- one definition of "significant": Holm over the distinct tests shown, p_holm < alpha (issue 34) ---------------
+def stepdown_by_counting(p: list[float]) -> list[float]:
+    """Holm from its definition, without sorting: hypothesis i is rejected at level a once every test with
+    p_j <= p_i has min(1, #{k: p_k >= p_j} p_j) <= a, so its adjusted p is the largest of those (ties share it).
+    O(m^2); equal to closed testing (checked below) where that is too slow (m > 10)."""
+    return [max(min(1.0, sum(pk >= pj for pk in p) * pj) for pj in p if pj <= pi) for pi in p]
+
+
+def brute_family(p, tests, alpha=0.05):
+    """The verdicts written from the definition alone: the distinct tests (rows with the same identity are one;
+    None: a test of its own), each adjusted by closed testing over them (by counting when there are more than
+    10), then adjusted p < alpha per row."""
+    distinct: dict = {}
+    for i, (pi, t) in enumerate(zip(p, tests)):
+        if pi is not None:
+            distinct.setdefault(("t", t) if t is not None else ("r", i), []).append(pi)
+    keys = list(distinct)
+    family = [max(v) for v in distinct.values()]
+    adj = dict(zip(keys, closed_bonferroni(family) if len(family) <= 10 else stepdown_by_counting(family)))
+    out = [None if pi is None else adj[("t", t) if t is not None else ("r", i)]
+           for i, (pi, t) in enumerate(zip(p, tests))]
+    return out, len(keys), [a is not None and a < alpha for a in out]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_holm_family_counts_each_test_once_against_brute_force(seed):
+    from xbench.score.bootstrap import holm_family, significant
+
+    rng = np.random.default_rng(100 + seed)
+    n_tests = int(rng.integers(1, 9))
+    pool = rng.choice([1 / 201, 0.004, 0.006, 0.01, 0.02, 0.03, 0.3, 1.0], size=n_tests)  # ties and the floor
+    if seed % 4 == 0:
+        pool = rng.random(n_tests) * 0.1
+    n_rows = int(rng.integers(n_tests, 2 * n_tests + 2))
+    which = np.concatenate([np.arange(n_tests), rng.integers(0, n_tests, n_rows - n_tests)])  # every test shown
+    rng.shuffle(which)
+    tests = [f"t{k}" for k in which]
+    p = [float(pool[k]) for k in which]
+    for i in rng.choice(n_rows, size=int(rng.integers(0, 3)), replace=False):  # rows without a test,
+        p[i] = None if rng.random() < 0.5 else p[i]
+        tests[i] = None if p[i] is not None else tests[i]  # or a row whose identity is unknown: its own test
+    got, m = holm_family(p, tests)
+    want, m_want, verdicts = brute_family(p, tests)
+    family = [q for q in p if q is not None]
+    assert stepdown_by_counting(family) == pytest.approx(closed_bonferroni(family), abs=1e-12)
+    assert m == m_want
+    assert [None if g is None else round(g, 12) for g in got] == [None if w is None else round(w, 12) for w in want]
+    assert [significant(g) for g in got] == verdicts
+
+
+def test_holm_family_of_duplicated_rows_is_the_family_of_the_distinct_tests():
+    from xbench.score.bootstrap import holm_family
+
+    p = [0.01, 0.02, 0.01, 0.02]
+    assert holm_family(p, ["x", "y", "x", "y"]) == ([0.02, 0.02, 0.02, 0.02], 2)
+    assert holm_family(p, None)[1] == 4 and holm_family(p, None)[0] == pytest.approx([0.04, 0.04, 0.04, 0.04])
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 12, 13, 20, 23, 46, 50, 51, 120])
+def test_the_least_resamples_for_holm_and_the_sentence(m):
+    from xbench.score.bootstrap import holm_floor_note, holm_min_resamples
+
+    least = next(b for b in range(0, 100_000) if m / (b + 1) < 0.05)  # brute force over B
+    assert holm_min_resamples(m) == least
+    assert holm_floor_note(m, least) is None and holm_floor_note(m, least + 5) is None
+    if least > 1:
+        note = holm_floor_note(m, least - 1, option="--bootstrap")
+        assert f"B = {least - 1} resamples are too few for any gap to pass the Holm adjustment over {m} tests" in note
+        assert f"raise --bootstrap to at least {least}" in note
+
+
+def _one_dataset_results(root):
+    import report_fixtures
+
+    return report_fixtures.make_results(root, n_cases=20, datasets={"phantom": ("disc", "square", "ring")})
+
+
+def test_one_dataset_overall_rows_are_the_dataset_rows_and_count_once(tmp_path):
+    from xbench.score.report import load_results
+    from xbench.score.report.paired import compare_results, family_size
+
+    a, _, b = load_results(_one_dataset_results(tmp_path))
+    rows = with_holm(compare_results(a, b, n_boot=300, seed=1, per_class=False))
+    overall = {r.metric: r for r in rows if r.scope == "overall"}
+    dataset = {r.metric: r for r in rows if r.scope == "phantom"}
+    assert overall and set(overall) <= set(dataset)
+    for k, r in overall.items():  # the same statistic, resample by resample: one identity
+        d = dataset[k]
+        assert r.test == d.test and (r.p_value, r.ci_lo, r.ci_hi) == (d.p_value, d.ci_lo, d.ci_hi)
+    assert len({dataset[k].test for k in dataset}) == len(dataset)  # distinct metrics are distinct tests
+    ps = [r for r in rows if r.p_value is not None]
+    want, m, verdicts = brute_family([r.p_value for r in ps], [(r.metric if r.scope == "overall" else r.metric)
+                                                               + "/" + ("phantom" if r.scope in ("overall", "phantom")
+                                                                        else r.scope) for r in ps])
+    assert family_size(rows) == m == len(ps) - len(overall)
+    assert [r.p_holm for r in ps] == pytest.approx(want, abs=1e-12)
+    assert [r.significant for r in ps] == verdicts
+
+
+def test_compare_significant_is_holm_below_alpha(result_dirs):
+    """compare --json: significant <=> p_holm < 0.05 on every row, the family the distinct tests, and with too few
+    resamples for any test to pass Holm the output says so (and marks none)."""
+    from xbench.score.report.cli import compare
+
+    a, b = str(result_dirs[0]), str(result_dirs[1])
+    branches = []
+    for n_boot in (200, 1000):
+        res = CliRunner().invoke(compare, [a, b, "--n-boot", str(n_boot), "--json"])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.output)
+        ps = [r for r in doc["rows"] if r["p_value"] is not None]
+        want, m, verdicts = brute_family([r["p_value"] for r in ps], [r["test"] for r in ps])
+        assert doc["p_values"]["n_tests"] == m and doc["p_values"]["alpha"] == 0.05
+        assert [r["p_holm"] for r in ps] == pytest.approx(want, abs=1e-12)
+        assert [r["significant"] for r in ps] == verdicts
+        assert all(r["significant"] == (r["p_holm"] is not None and r["p_holm"] < 0.05) for r in doc["rows"])
+        note = doc["p_values"]["too_few_resamples"]
+        branches.append(m / (n_boot + 1) >= 0.05)
+        if branches[-1]:
+            assert note and f"over {m} tests" in note and not any(verdicts)
+            text = CliRunner().invoke(compare, [a, b, "--n-boot", str(n_boot)]).output
+            assert "too few for any gap to pass the Holm adjustment" in text
+            assert not re.search(r"\d\*", text)  # no difference is marked
+        else:
+            assert note is None and any(verdicts)
+            text = CliRunner().invoke(compare, [a, b, "--n-boot", str(n_boot)]).output
+            marked = len(re.findall(r"\| [+-]\d+\.\d\d\* \|", text))
+            assert marked == sum(r["significant"] for r in doc["rows"]) and "Holm-adjusted p < 0.05" in text
+    assert branches == [True, False]  # 27 tests: 27/201 >= 0.05 > 27/1001
+
+
+def _page_verdicts(page: str) -> list[str]:
+    table = page[page.index('id="gaps"'):]
+    return re.findall(r'<td class="(?:sig|ns)">([^<]+)</td>', table[:table.index("</table>")])
+
+
+def test_page_calls_real_only_what_holm_passes(result_dirs, tmp_path_factory):
+    from xbench.score.report import build_report
+
+    out = tmp_path_factory.mktemp("report-holm")
+    build_report(out, result_dirs, n_boot=500, seed=3, overlays=False)
+    import csv
+
+    rows = list(csv.DictReader((out / "comparisons.csv").open()))
+    verdicts = _page_verdicts((out / "index.html").read_text())
+    assert len(verdicts) == len(rows) == 8
+    want, m, sig = brute_family([float(r["p_value"]) for r in rows], [None] * len(rows))
+    assert m == 8 and [float(r["p_holm"]) for r in rows] == pytest.approx(want, abs=1e-12)
+    assert [v == "real" for v in verdicts] == sig == [r["significant"] == "1" for r in rows]
+    assert any(sig) and not all(sig)  # both verdicts occur on this fixture
+    page = (out / "index.html").read_text()
+    assert "A difference is significant (a gap is called real) when its Holm-adjusted p is below 0.05" in page
+    assert "too few" not in page
+
+
+def test_page_says_when_b_is_too_small_for_any_gap(built_report):
+    """100 resamples, 2 gaps x 4 metrics: Holm's smallest p is 8/101 >= 0.05, so nothing can be real and the page says
+    so (the demo's situation: 12 tests at B = 200)."""
+    page = (built_report / "index.html").read_text()
+    verdicts = _page_verdicts(page)
+    assert verdicts and set(verdicts) == {"too few resamples"}
+    assert "B = 100 resamples are too few for any gap to pass the Holm adjustment over 8 tests" in page
+    assert "raise --n-boot to at least 160" in page
+    md = (built_report / "leaderboard.md").read_text()
+    assert "too few for any gap to pass the Holm adjustment over 8 tests" in md and not re.search(r"\d\* \|", md)
