@@ -96,6 +96,56 @@ METRICS_ATTACKS = {
 }
 
 
+def section(name: str, body: str):
+    """The good text with a top-level section ``name`` holding ``body`` (raw JSON text)."""
+    return lambda t: t.replace('"overall": {', f'"{name}": {body}, "overall": {{', 1)
+
+
+FAITH = '"curves": ["deletion"], "steps": 10, "grid": 4'
+FAITH_DS = FAITH + ', "datasets": {"phantom": {"n_pairs": 3, "summary": %s, "classes": %s}}'
+PROBES = '{"datasets": {"phantom": {"n_probes": 2, "kinds": %s}}}'
+#: the sections of the newer surfaces (faithfulness, text probes, human ceiling, robustness), malformed: exit 1
+#: (KeyError, AttributeError) or a silently empty table before they were checked where report loads metrics.json
+SECTION_ATTACKS = {
+    "faith_not_an_object": (section("faithfulness", "[1, 2]"), "faithfulness must be an object, not list"),
+    "faith_no_datasets": (section("faithfulness", "{%s}" % FAITH), "faithfulness.datasets must be an object"),
+    "faith_unknown_curve": (section("faithfulness", '{"curves": ["erase"], "steps": 10, "grid": 4, "datasets": {}}'),
+                            "faithfulness.curves must be a list of distinct curve names"),
+    "faith_huge_curve_list": (section("faithfulness", '{"curves": [%s], "steps": 10, "grid": 4, "datasets": {}}'
+                                      % ", ".join(['"deletion"'] * 200_000)), "faithfulness.curves"),
+    "faith_string_value": (section("faithfulness", "{%s}" % (FAITH_DS % ('{"deletion_auc": "low"}', "{}"))),
+                           "summary.deletion_auc must be a number or null"),
+    "faith_nan_value": (section("faithfulness", "{%s}" % (FAITH_DS % ('{"deletion_auc": NaN}', "{}"))), "NaN"),
+    "faith_deep_value": (section("faithfulness", "{%s}" % (FAITH_DS % ('{"deletion_auc": %s}' % nested(40), "{}"))),
+                         "deletion_auc must be a number or null"),
+    "faith_half_interval": (section("faithfulness", "{%s}" % (FAITH_DS % ("{}", '{"disc": {"n_pairs": 1, "ci95": '
+                                                                                '{"deletion_gain": [null, 1]}}}'))),
+                            "classes.disc.ci95.deletion_gain must be [low, high]"),
+    "faith_no_n_pairs": (section("faithfulness", "{%s}" % (FAITH_DS % ("{}", '{"disc": {"deletion_auc": 0.5}}'))),
+                         "classes.disc.n_pairs must be a count"),
+    "faith_huge_class_table": (section("faithfulness", "{%s}" % (FAITH_DS % ("{}", "{%s}" % ", ".join(
+        f'"c{i}": 0' for i in range(100_001))))), "at most 100,000"),
+    "probes_kinds_a_list": (section("text_probes", PROBES % "[1]"), "text_probes.datasets.phantom.kinds must be an object"),
+    "probes_no_n_probes": (section("text_probes", PROBES % '{"negation": {"rank_change": 0.1}}'),
+                           "kinds.negation.n_probes must be a count"),
+    "probes_wrong_value": (section("text_probes", PROBES % '{"negation": {"n_probes": 2, "rank_change": [0.1]}}'),
+                           "kinds.negation.rank_change must be a number or null"),
+    "probes_unsupported_no_count": (section("text_probes", '{"datasets": {"phantom": {"unsupported": true}}}'),
+                                    "text_probes.datasets.phantom.n_probes must be a count"),
+    "human_readers_a_string": (section("human", '{"datasets": {"phantom": {"readers": "R1"}}}'),
+                               "human.datasets.phantom.readers must be a list"),
+    "human_wrong_value": (section("human", '{"datasets": {"phantom": {"summary": {"pointing_game": {"human": "90%"}}}}}'),
+                          "summary.pointing_game.human must be a number or null"),
+    "robustness_available_a_word": (section("robustness", '{"datasets": {"phantom": {"available": "yes"}}}'),
+                                    "robustness.datasets.phantom.available must be true or false"),
+    "robustness_spec_value": (section("robustness", '{"datasets": {"phantom": {"available": true, "specs": {"hflip": '
+                                                    '{"metrics": {"summary": {}}, "stability": {"summary": '
+                                                    '{"flip_rate": "high"}}}}}}}'),
+                              "specs.hflip.stability.summary.flip_rate must be a number or null"),
+}
+METRICS_ATTACKS.update(SECTION_ATTACKS)
+
+
 @pytest.fixture(scope="module")
 def corpus(result_dirs, tmp_path_factory):
     """Every attack through report and compare (and show's oversized chunk), run once for the module."""
