@@ -309,3 +309,41 @@ def test_overlay_stores_named_by_a_metrics_json_are_held_to_the_budget(result_di
     manifest = json.loads((out / "report.json").read_text())
     assert any("strong" in s and "saliency" in s and "limit" in s for s in manifest["skipped"]), manifest["skipped"]
     assert not any("strong" in f for f in manifest["files"]["overlays"])
+
+
+def test_sections_as_the_scorer_writes_them_pass_the_checks():
+    """The section checks refuse only what the writers never write: nulls, absent intervals, an unavailable
+    robustness dataset, an unsupported probe dataset and every faithfulness curve are all accepted."""
+    from xbench.score.faithfulness import KEYS as CURVES
+    from xbench.score.report._load import metrics_problems
+
+    keys = [k for c in CURVES for k, _ in CURVES[c]]
+    vals = {k: (None if i % 3 == 0 else 0.25 * (i % 4)) for i, k in enumerate(keys)}
+    faith = {"curves": list(CURVES), "steps": 10, "grid": 6, "seed": 0, "road_noise": None, "bootstrap": 20,
+             "overall": vals, "datasets": {"phantom": {
+                 "n_pairs": 4, "n_cases": 3, "summary": vals, "ci95": {k: None if v is None else [0.0, 1.0]
+                                                                      for k, v in vals.items()},
+                 "classes": {"disc": {"n_pairs": 4, **vals, "curves": {"deletion": {"fractions": [0, 1]}}}}}}}
+    kind = {"n_probes": 3, "rank_change": 0.5, "mass_change": None, "ci95": {"rank_change": [0.1, 0.9],
+                                                                            "mass_change": None}}
+    probes = {"overall": {"negation": {"rank_change": 0.5}}, "datasets": {
+        "ms_cxr": {"n_probes": 3, "kinds": {"negation": kind, "laterality": {**kind, "moved": 1.0, "side_shift": 0.2}},
+                   "categories": {"Edema": {"n_probes": 3, "kinds": {"negation": kind}}}},
+        "phantom": {"n_probes": 2, "unsupported": True, "reason": "the submission has no phrase rows"}}}
+    entry = {"model": 0.5, "human": None, "ci95": None, "percent_of_human": None, "percentage_decrease": None,
+             "paired": {"model": 0.5, "gap": None, "gap_ci95": [-0.1, 0.2], "p_value": None}}
+    human = {"source": {"file": "human.json", "sha256": "0" * 64, "rule": None}, "keys": ["pointing_game"],
+             "datasets": {"chexlocalize": {"readers": ["hb"], "n_cases": 2, "summary": {"pointing_game": entry},
+                                           "classes": {"Edema": {"n_pairs": 2, "n_readers": 1,
+                                                                 "pointing_game": entry}}}}}
+    part = {"summary": {"pointing_game": 0.5, "auroc": None}, "ci95": {"pointing_game": [0.2, 0.7], "auroc": None}}
+    robust = {"datasets": {"phantom": {"n_cases": 3, "copies": 1, "n_copies": 3, "available": True, "specs": {
+        "hflip": {"n_copies": 3, "metrics": part, "stability": {"summary": {"flip_rate": 0.0, "map_spearman_mean": None},
+                                                                "ci95": {"flip_rate": None}}, "phrases": part}}},
+        "chexlocalize": {"n_cases": 2, "copies": 1, "n_copies": 2, "available": False,
+                         "reason": "the run scores part of the cases only"}}}
+    m = {"datasets": {}, "faithfulness": faith, "text_probes": probes, "human": human, "robustness": robust}
+    assert metrics_problems(m, "m.json") == []
+    m["faithfulness"]["datasets"]["phantom"]["classes"]["disc"]["deletion_auc"] = True  # a bool is not a number
+    assert metrics_problems(m, "m.json") == [
+        "m.json: faithfulness.datasets.phantom.classes.disc.deletion_auc must be a number or null, not bool"]
