@@ -443,14 +443,13 @@ def _text_probes_problems(sec, where: str, problems: list) -> None:
 def _human_problems(sec, where: str, problems: list) -> None:
     """What human_rows and human_lines read: per dataset the readers, and per summary or class and key the
     model, human, percentages, interval and paired gap."""
-    from xbench.score.human import KEYS
-
+    keys = _metric_keys()  # the section's keys are metric keys (not score.human's list: it imports this module)
     s = _Section(where, "human", problems)
     if s.obj(sec, s.w) is None:
         return
 
     def block(b: dict, w: str) -> None:
-        for k in KEYS:
+        for k in [k for k in b if k in keys]:
             v = s.obj(b.get(k), f"{w}.{k}", required=False)
             if v is None:
                 continue
@@ -480,11 +479,10 @@ def _human_problems(sec, where: str, problems: list) -> None:
 def _robustness_problems(sec, where: str, problems: list) -> None:
     """What robustness_table reads: per dataset available (and the reason when not), and per SPEC n_copies and
     the summaries and intervals of its columns (metrics, stability, phrase rows)."""
-    from xbench.score.robustness_table import COLUMNS, PHRASE_COLUMN
+    from xbench.score.robustness import STABILITY_KEYS  # (not robustness_table: it imports the tables, a circle)
 
-    parts: dict[str, list[str]] = {}
-    for k, part, _ in (*COLUMNS, PHRASE_COLUMN):
-        parts.setdefault(part, []).append(k)
+    metric_keys = sorted(_metric_keys())
+    parts = {"metrics": metric_keys, "stability": STABILITY_KEYS, "phrases": metric_keys}
     s = _Section(where, "robustness", problems)
     if s.obj(sec, s.w) is None:
         return
