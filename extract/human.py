@@ -57,6 +57,7 @@ from .datasets._io import CSVFile, check_box, parse_float, read_json
 from .datasets.base import Box, Mask, Polygon
 from .datasets.chexlocalize import _RLEMask, rle_area
 from .datasets.rasterise import rasterise_region
+from .datasets.vindr import is_rad_id
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
            "run_human", "MASK_LEVEL"]
@@ -269,7 +270,7 @@ def read_vindr(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str
         if not image or not rad:
             problems.add(where, "empty image_id or rad_id")
             continue
-        if not (rad[:1] == "R" and rad[1:].isdigit() and len(rad) <= 8):
+        if not is_rad_id(rad):  # R + ASCII digits, a reader's name xbench-score --human reads back
             problems.add(where, f"rad_id {rad!r} is not like R8")
             continue
         if image not in sizes:

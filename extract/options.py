@@ -186,6 +186,11 @@ class PrepareOptions:
     options: dict = opt(default_factory=dict, check=Text(), flag="--option", multiple=True, metavar="KEY=VALUE",
                         from_cli=_reader_options, to_cli=lambda d: [f"{k}={v}" for k, v in d.items()],
                         help="Reader option, repeatable (see the dataset's data card), e.g. --option negatives=data_entry.")
+    allow_links_to: tuple = opt((), check=Text(click.Path(path_type=Path, file_okay=False)), multiple=True,
+                                metavar="DIR", from_cli=tuple, to_cli=lambda v: [str(x) for x in v],
+                                help="A folder that links under --root may lead to (for example images/ linked to "
+                                     "another disk). Repeatable. Without it a link leading outside --root is refused; "
+                                     "judged by real paths, every link resolved (docs/prepare.md).")
     n_cases: int | None = opt(None, check=Int(1), help="phantom only: number of cases (default 200).")
     seed: int | None = opt(None, check=Int(0, 2**63 - 1),
                            help="phantom: its random seed (default 0); with --perturb also the private key of the copies' "

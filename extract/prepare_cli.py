@@ -7,12 +7,13 @@ interrupted ("run the same command again to resume"). Never a traceback.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import RESUME_HINT, UserError, command
-from xbench.schemas.errors import InputError
+from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.options import click_options, from_params
 
 from .datasets import DATASETS
@@ -39,6 +40,22 @@ def _dataset_lines() -> list[dict]:
             splits = []
         rows.append({"dataset": name, "splits": splits, "default_split": splits[0] if splits else None})
     return rows
+
+
+def _link_targets(folders) -> list[Path]:
+    """The folders of --allow-links-to, each an existing folder (a link to one counts as that folder) that is not
+    the file system's root; refused otherwise (exit 2, one line each)."""
+    problems = []
+    for f in folders:
+        f = Path(f)
+        if not f.is_dir():
+            problems.append(f"--allow-links-to {escape_text(str(f))}: no such folder")
+        elif os.path.realpath(f) == os.path.realpath(os.sep):
+            problems.append(f"--allow-links-to {escape_text(str(f))}: is the file system's root; name the folder "
+                            "the links lead to")
+    if problems:
+        raise UserError(problems, "invalid input (problems above); nothing was written")
+    return [Path(f) for f in folders]
 
 
 @command(on_interrupt=RESUME_HINT)
@@ -100,6 +117,8 @@ def main(dataset, list_only, quiet, as_json, **params):
         reader = reader_cls(root, p.split, **opts)
     except InputError as exc:  # an unknown split or option, a bad option value (ReaderOptionError)
         _fail(str(exc))
+    if p.allow_links_to:
+        reader.allow_links_to(_link_targets(p.allow_links_to))
     try:
         summary = prepare_dataset(
             reader, out_dir, grid=p.grid, image_size=p.image_size, workers=p.workers, cases_per_block=p.cases_per_block,

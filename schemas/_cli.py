@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -149,6 +150,48 @@ def report_failure(prog: str, failure: _Failure, *, as_json: bool) -> None:
         click.echo(f"{prog}: {escape_text(failure.summary)}", err=True)
 
 
+#: zarr's words for an entry of a store folder that is no Zarr node (a stray plain folder or file), which it warns
+#: about on every listing; shown as one line of our own instead
+_ZARR_STRAY = re.compile(r"Object at (.*) is not recognized as a component of a Zarr hierarchy\.?", re.DOTALL)
+
+
+def _warning_line(message: object) -> str:
+    text = str(message)
+    stray = _ZARR_STRAY.fullmatch(text)
+    if stray:
+        text = (f"{stray.group(1)}: a file or folder in the store that is not part of it (no zarr.json), ignored; "
+                "remove it")
+    return escape_text(text)
+
+
+class _WarningsAsLines:
+    """While a command runs, a Python warning (from numpy, zarr, ... on any thread) prints as one escaped line
+    ``PROG: warning: ...`` (each distinct line once) instead of its source file, line and excerpt, which read
+    like a crash. The hook is the command's, not the library's: the previous one is restored after."""
+
+    def __init__(self, prog: str) -> None:
+        self.prog, self.seen, self.shown = prog, set(), None
+
+    def show(self, message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG002 - the hook's signature
+        text = _warning_line(message)
+        if text not in self.seen:
+            self.seen.add(text)
+            click.echo(f"{self.prog}: warning: {text}", err=True)
+
+    def __enter__(self):
+        import warnings
+
+        self.shown = warnings.showwarning
+        warnings.showwarning = self.show
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import warnings
+
+        if warnings.showwarning == self.show:
+            warnings.showwarning = self.shown
+
+
 #: whether the command runs as its own program (a console script: arguments from sys.argv) rather than called
 #: from Python with arguments (tests, notebooks, a driver): the watchdog then counts only the memory the
 #: command adds, and never ends a host process for memory it held before (see apply_budget)
@@ -166,7 +209,7 @@ def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, 
     from .paths import terminate_as_interrupt
 
     try:
-        with terminate_as_interrupt((signal.SIGTERM,)):  # SIGTERM as Ctrl-C: work folders removed, exit 130
+        with terminate_as_interrupt((signal.SIGTERM,)), _WarningsAsLines(prog):  # SIGTERM as Ctrl-C: work folders removed, exit 130
             rv = invoke(args)
     except click.exceptions.Exit as exc:  # --help, --version, ctx.exit(n)
         sys.exit(exc.exit_code)

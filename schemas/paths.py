@@ -30,15 +30,23 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["MARKER", "MAX_NAME", "NameTable", "PublishedDir", "STOP", "UnsafeOutputError", "carry_over", "check_output",
-           "check_stop", "clean_leftovers", "is_remote", "output_problems", "remove_staged", "replace_contents",
-           "safe_name", "store_path", "swap_in", "terminate_as_interrupt", "work_dir", "write_marker",
-           "written_before", "written_by"]
+__all__ = ["MARKER", "MAX_NAME", "READER_NAME", "NameTable", "PublishedDir", "STOP", "UnsafeOutputError", "carry_over",
+           "check_output", "check_stop", "clean_leftovers", "is_reader_name", "is_remote", "output_problems",
+           "remove_staged", "replace_contents", "safe_name", "store_path", "swap_in", "terminate_as_interrupt",
+           "work_dir", "write_marker", "written_before", "written_by"]
 
 MAX_NAME = 80  # well under every file system's 255-byte limit, with room for a suffix such as ".png"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _WINDOWS_DEVICES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
 _HASH_LEN = 10
+#: A reader's name in a human folder (``readers/<name>/``): ASCII letters and digits, then also ``_ . -``,
+#: 1 to 64 characters. The one definition ``xbench human`` writes by and ``xbench-score --human`` reads by.
+READER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def is_reader_name(name: object) -> bool:
+    """Whether ``name`` is a reader's name (:data:`READER_NAME`, the whole string: no trailing newline)."""
+    return isinstance(name, str) and READER_NAME.fullmatch(name) is not None
 
 
 def _digest(original: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from xbench.schemas.errors import InputError, Problem
+from xbench.schemas.paths import is_reader_name
 
 from .counts import DatasetCounts
 from .grounding import FIXED_THRESHOLD_INDEX
@@ -56,8 +56,6 @@ NATIVE_READING_FILE = "reading_native.npz"
 CHEXLOCALIZE_KEYS = ("miou_true_pos_only", "miou_all", "hit_rate")
 #: resamples computed at once (a block of case weights is (block, cases) int32)
 _BLOCK = 100
-#: a reader's name is a folder name in the human folder: this and nothing else
-_READER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -495,7 +493,7 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
             continue
         got = {}
         for r in names:
-            if not isinstance(r, str) or not _READER_NAME.match(r):
+            if not is_reader_name(r):  # the definition xbench human writes by
                 problems.append(Problem(f"{path}: {name}", f"reader name {r!r} is not a plain folder name "
                                                            "(letters, digits, _ . -)"))
                 continue

@@ -33,6 +33,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -444,7 +445,24 @@ def _yaml_scalar(v) -> str:
         return (mantissa if "." in mantissa else mantissa + ".0") + (f"e{exponent}" if exponent else "")
     if isinstance(v, _dt.datetime):
         return v.strftime(DATE_FORMAT)  # a YAML timestamp, the form Codabench's documentation shows
-    return json.dumps(str(v), ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
+    return _yaml_string(str(v))
+
+
+#: What a YAML stream may hold raw (YAML 1.1 and 1.2 "printable", PyYAML's reader check), less the
+#: line breaks YAML folds inside a quoted scalar (U+0085, U+2028, U+2029) and the byte-order mark.
+_YAML_RAW = re.compile("[\t\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+
+
+def _yaml_string(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar: JSON's escapes (a JSON string is a YAML double-quoted
+    scalar) and every other character a YAML stream may not carry raw as ``\\xXX``, ``\\uXXXX`` or
+    ``\\UXXXXXXXX``, so any string PyYAML's safe loader reads back equal (U+007F, U+FFFE, U+2028 ...)."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    if all(_YAML_RAW.match(c) for c in quoted):
+        return quoted
+    return "".join(c if _YAML_RAW.match(c) else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                    else f"\\U{ord(c):08x}") for c in quoted)
 
 
 #: Words YAML 1.1 (PyYAML) reads as booleans or null: a key spelled so is quoted.
@@ -454,7 +472,7 @@ _YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 def _yaml_key(k) -> str:
     k = str(k)
     plain = k[:1].isalpha() and all(c.isalnum() or c == "_" for c in k) and k.isascii()
-    return k if plain and k.lower() not in _YAML_WORDS else json.dumps(k, ensure_ascii=False)
+    return k if plain and k.lower() not in _YAML_WORDS else _yaml_string(k)
 
 
 def to_yaml(value, indent: int = 0) -> str:
@@ -720,12 +738,23 @@ def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_pa
     problems = _check_gt("--gt-validation", gt_val, out_real) + _check_gt("--gt-test", gt_test, out_real)
     if not problems and Path(os.path.realpath(gt_val)) == Path(os.path.realpath(gt_test)):
         problems.append("--gt-test: is the validation ground truth; the test phase needs its own")
+    if not title.strip():
+        problems.append("--title: must not be empty")
+    elif any("\ud800" <= c <= "\udfff" for c in title):
+        problems.append(f"--title {escape_text(title)}: holds bytes that are not UTF-8 (a lone surrogate); "
+                        "competition.yaml and the pages are UTF-8")
     if not docker_image.strip() or any(c.isspace() for c in docker_image):
         problems.append(f"--docker-image {docker_image!r}: expected an image name such as docker.io/team/xbench:0.1.0")
     try:
         today = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
         v_start = _parse_when(validation_start, "--validation-start") if validation_start else today
-        t_start = _parse_when(test_start, "--test-start") if test_start else v_start + _dt.timedelta(days=60)
+        if test_start:
+            t_start = _parse_when(test_start, "--test-start")
+        elif v_start > _dt.datetime.max - _dt.timedelta(days=60):
+            raise PlatformError(f"--validation-start {validation_start!r}: the test phase would start 60 days "
+                                "later, past the year 9999; give an earlier date or --test-start")
+        else:
+            t_start = v_start + _dt.timedelta(days=60)
         t_end = _parse_when(test_end, "--test-end") if test_end else None
     except PlatformError as exc:
         problems.append(str(exc))

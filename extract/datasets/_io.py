@@ -86,7 +86,7 @@ def check_inside(path: str | os.PathLike, roots, what: str = "file") -> None:
     if roots and not is_inside(path, roots):
         raise ReaderError(f"{path}: this {what} is a link to {os.path.realpath(path)}, outside the dataset root "
                           f"{', '.join(str(r) for r in roots)}; nothing is read outside the given folders "
-                          "(give the real folder as the root)")
+                          "(give the real folder as the root, or allow its folder with --allow-links-to DIR)")
 
 
 def read_annotation_bytes(path: Path, roots=(), *, max_bytes: int = MAX_ANNOTATION_BYTES) -> bytes:

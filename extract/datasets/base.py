@@ -134,10 +134,23 @@ class DatasetReader(abc.ABC):
     def load_image(self, record: CaseRecord) -> np.ndarray:
         """Decode the image: (height, width) uint8, brighter = denser, at native resolution."""
 
-    def source_roots(self) -> list[Path]:
-        """The folders (and files) the user gave as this dataset's source: every file read must lie inside
-        one of them once links are resolved (a link in the root that leads elsewhere is refused)."""
+    #: folders the organiser allowed links to lead to (``xbench-prepare --allow-links-to DIR``, :meth:`allow_links_to`)
+    link_targets: tuple[Path, ...] = ()
+
+    def given_roots(self) -> list[Path]:
+        """The folders (and files) the user gave as this dataset's source (a reader with more than --root, such
+        as an images folder option, lists them here)."""
         return [self.root]
+
+    def source_roots(self) -> list[Path]:
+        """Where every file read must lie once links are resolved: :meth:`given_roots` and the folders allowed
+        by :meth:`allow_links_to` (a link in the root that leads anywhere else is refused)."""
+        return [*self.given_roots(), *self.link_targets]
+
+    def allow_links_to(self, folders) -> None:
+        """Let links under the root lead into ``folders`` (each judged by its real path, so a folder given
+        as a link counts as the folder it leads to)."""
+        self.link_targets = tuple(Path(f) for f in folders)
 
     def describe(self) -> dict:
         """Reader options that change the ground truth, recorded in the store's attributes."""

@@ -58,7 +58,7 @@ class MSCXRReader(DatasetReader):
                                           "csv": "the local-alignment CSV (default: the newest under --root)"})
         self.images = Path(options.get("images") or self.root)
 
-    def source_roots(self) -> list[Path]:
+    def given_roots(self) -> list[Path]:
         given = [self.root, self.images]
         return given + [Path(self.options["csv"])] if self.options.get("csv") else given
 

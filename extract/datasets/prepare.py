@@ -208,7 +208,7 @@ def _process_case(reader: DatasetReader, rec: CaseRecord, classes, grid, size, k
     if isinstance(rec.image_ref, (str, os.PathLike)) and not is_inside(rec.image_ref, reader.source_roots()):
         return _CaseResult(None, (1, 1), None, labels, [], failure=(
             f"the image {rec.image_ref} is a link to {os.path.realpath(rec.image_ref)}, outside the dataset root; "
-            "nothing is read outside the given folders"))
+            "nothing is read outside the given folders (allow its folder with --allow-links-to DIR)"))
     try:
         image = reader.load_image(rec)
     except Exception as exc:  # one unreadable image must not stop the others

@@ -22,6 +22,7 @@ outside-the-image box, no DICOM, an unreadable DICOM header.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +31,21 @@ from ._io import (CSVFile, CaseProblems, ImageReadError, check_box, check_option
                   require_file)
 from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from .dicom import read_dicom, read_dicom_size
+from xbench.schemas.paths import is_reader_name
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
 LAYOUT = """  annotations/annotations_test.csv, annotations/annotations_train.csv
   test/<image_id>.dicom, train/<image_id>.dicom"""
 _REQUIRED = ("image_id", "class_name", "x_min", "y_min", "x_max", "y_max")
+
+
+#: A VinDr-CXR reader's rad_id: R and 1 to 7 ASCII digits (``str.isdigit`` also takes ``R²``, ``R١``), which
+#: is also a reader's name (:data:`xbench.schemas.paths.READER_NAME`), the folder ``xbench human`` writes.
+_RAD_ID = re.compile(r"R[0-9]{1,7}")
+
+
+def is_rad_id(text: object) -> bool:
+    return isinstance(text, str) and _RAD_ID.fullmatch(text) is not None and is_reader_name(text)
 
 
 #: The dataset registry's entry for this module, read from the source without importing it (see
@@ -60,7 +71,7 @@ class VinDrCXRReader(DatasetReader):
         self.options.setdefault("reader", "union")
         self.options.setdefault("voi", "header")
         reader = options.get("reader", "union")
-        if not isinstance(reader, str) or not (reader == "union" or (reader[:1] == "R" and reader[1:].isdigit())):
+        if not isinstance(reader, str) or not (reader == "union" or is_rad_id(reader)):
             raise ReaderOptionError(f"vindr_cxr: reader must be 'union' or a rad_id like 'R8'; got {reader!r}")
         if options.get("voi", "header") not in ("header", "minmax"):
             raise ReaderOptionError(f"vindr_cxr: voi must be 'header' or 'minmax'; got {options['voi']!r}")

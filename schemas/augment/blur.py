@@ -4,7 +4,12 @@ As for ``translate``, the width is normalised: on an H x W image the kernel's st
 ``sigma * W / side`` across and ``sigma * H / side`` down, so the blur covers the same part of the picture at
 every resolution. Per axis: weights ``exp(-k^2 / (2 s^2))`` for k = -r..r, r = ceil(4 s), divided by their
 sum; the border mirrored with its edge pixel repeated (``d c b a | a b c d | d c b a``); the two axes one
-after the other in float64, then rounded half to even. An axis whose r is 0 is left alone."""
+after the other in float64, then rounded half to even. An axis whose r is 0 is left alone.
+
+The mirrored image repeats with period 2n along an axis of n pixels, so a kernel longer than that adds the
+same pixels again and again: when r exceeds 2n (a large ``sigma`` on a small ``side``) the weights are first
+summed per offset modulo 2n (:func:`axis_weights`), which gives the same sum, up to float rounding, at a cost bounded
+by the image's size rather than by ``sigma * side``. Kernels with r <= 2n take the unchanged path."""
 from __future__ import annotations
 
 import math
@@ -16,6 +21,8 @@ from ._base import Augmentation, Param
 #: taps up to which the axis is summed directly; longer kernels go through an FFT (same sum, float rounding)
 _DIRECT_TAPS = 25
 _BAND_PIXELS = 1 << 20
+#: offsets of a long kernel summed at a time when it is folded (axis_weights)
+_FOLD_SLICE = 1 << 20
 
 
 def kernel(s: float) -> np.ndarray:
@@ -23,6 +30,25 @@ def kernel(s: float) -> np.ndarray:
     k = np.arange(-r, r + 1, dtype=np.float64)
     w = np.exp(-(k * k) / (2.0 * s * s)) if r else np.ones(1)
     return w / w.sum()
+
+
+def axis_weights(s: float, n: int) -> np.ndarray:
+    """The weights one axis of n pixels is convolved with: :func:`kernel` (offsets -r..r) when r <= 2n;
+    otherwise the kernel summed per offset modulo 2n, the period of the axis mirrored as ``dcba|abcd|dcba``,
+    as offsets -n..n (the mass of offset n = -n modulo 2n split evenly between the two ends, so the weights
+    stay symmetric). The long kernel is summed in slices, never held whole."""
+    r = math.ceil(4.0 * s) if s > 0 else 0
+    if r <= 2 * n:
+        return kernel(s)
+    folded = np.zeros(2 * n)
+    for k0 in range(-r, r + 1, _FOLD_SLICE):
+        k = np.arange(k0, min(k0 + _FOLD_SLICE, r + 1), dtype=np.float64)
+        folded += np.bincount(((k.astype(np.int64) + n) % (2 * n)), weights=np.exp(-(k * k) / (2.0 * s * s)),
+                              minlength=2 * n)  # index m holds offset m - n
+    out = np.empty(2 * n + 1)
+    out[:2 * n] = folded
+    out[0] = out[2 * n] = folded[0] / 2.0
+    return out / out.sum()
 
 
 def _blur_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
@@ -49,8 +75,8 @@ def _blur_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
 
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:
     h, w = img.shape
-    down = kernel(params["sigma"] * h / params["side"])
-    across = kernel(params["sigma"] * w / params["side"])
+    down = axis_weights(params["sigma"] * h / params["side"], h)
+    across = axis_weights(params["sigma"] * w / params["side"], w)
     # each pass in bands of the other axis: a large original needs one float64 copy, not several
     mid = np.empty((h, w))
     cols = max(1, _BAND_PIXELS // h)

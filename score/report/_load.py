@@ -13,6 +13,7 @@ never more memory than a quarter of the budget (``--max-memory``) per file.
 from __future__ import annotations
 
 import hashlib
+import math
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -219,7 +220,9 @@ def metrics_problems(m, where: str) -> list[str]:
 
     Checks the parts the report reads (types and shapes, not the values' meaning): ``datasets`` (each with
     ``summary``/``ci95``/``classes``/``grid``), ``overall``, ``ci95``, ``xbench`` (schema, gt_sha256,
-    submission, inputs, bootstrap), ``phrases`` and ``partial``. Unknown keys are allowed (a newer scorer).
+    submission, inputs, bootstrap), ``phrases`` and ``partial``, and the sections of the newer surfaces when present
+    (``faithfulness``, ``text_probes``, ``human``, ``robustness``: :data:`SECTIONS`, the parts their tables read,
+    bounded in size). Unknown keys are allowed (a newer scorer).
     """
     problems: list[str] = []
     if not isinstance(m, dict) or not isinstance(m.get("datasets"), dict):
@@ -281,7 +284,246 @@ def metrics_problems(m, where: str) -> list[str]:
             _values_problems(_obj(entry, "summary", w, problems), f"{w}.summary", problems)
             _ci_problems(entry.get("ci95"), f"{w}.ci95", problems)
             _entries_problems(_obj(entry, "categories", w, problems), f"{w}.categories", problems)
+    _sections_problems(m, where, problems)
     return problems[:20]  # a file wrong everywhere: the first twenty say enough
+
+
+# -- the sections of the newer surfaces (faithfulness, text probes, human ceiling, robustness) -------------------
+#: at most this many datasets in one section, and class, category, SPEC or reader entries in all (the largest
+#: real ones hold a few dozen of each): a file over it is refused before a table is built from it
+SECTION_MAX_DATASETS = 1_000
+SECTION_MAX_ENTRIES = 100_000
+
+
+def _label(name) -> str:
+    """A key from the file as it appears in a problem line: at most 60 characters."""
+    text = str(name)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _finite(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _count_ok(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10**12
+
+
+class _Section:
+    """One section's checker: the problems found and the entries counted against SECTION_MAX_ENTRIES."""
+
+    def __init__(self, where: str, name: str, problems: list) -> None:
+        self.w, self.problems, self.entries = f"{where}: {name}", problems, 0
+
+    def add(self, text: str) -> None:
+        self.problems.append(text)
+
+    def obj(self, v, where: str, *, required: bool = True, limit: int | None = None) -> dict | None:
+        """``v`` when it is an object (of at most ``limit`` keys), else None after a problem (none when absent
+        and not required)."""
+        if v is None and not required:
+            return None
+        if not isinstance(v, dict):
+            self.add(f"{where} must be an object, not {'nothing' if v is None else type(v).__name__}")
+            return None
+        if limit is not None and len(v) > limit:
+            self.add(f"{where} holds {len(v):,} entries; at most {limit:,} are read")
+            return None
+        return v
+
+    def entries_of(self, v, where: str, *, required: bool = False) -> dict:
+        """A {name: entry} object whose entries count against the section's total."""
+        d = self.obj(v, where, required=required, limit=SECTION_MAX_ENTRIES)
+        if d is None:
+            return {}
+        self.entries += len(d)
+        if self.entries > SECTION_MAX_ENTRIES:
+            self.add(f"{self.w} holds more than {SECTION_MAX_ENTRIES:,} entries; not a section XBench writes")
+            raise _TooMany
+        return d
+
+    def datasets(self, sec: dict) -> dict:
+        return self.obj(sec.get("datasets"), f"{self.w}.datasets", limit=SECTION_MAX_DATASETS) or {}
+
+    def value(self, v, where: str) -> None:
+        if v is not None and not _finite(v):
+            self.add(f"{where} must be a number or null, not {type(v).__name__}")
+
+    def values(self, d: dict, keys, where: str) -> None:
+        for k in keys:
+            self.value(d.get(k), f"{where}.{k}")
+
+    def interval(self, v, where: str) -> None:
+        if v is not None and not (isinstance(v, list) and len(v) == 2 and all(_finite(x) for x in v)):
+            self.add(f"{where} must be [low, high] (two numbers) or null")
+
+    def intervals(self, ci, keys, where: str) -> None:
+        ci = self.obj(ci, where, required=False)
+        for k in keys if ci else ():
+            self.interval(ci.get(k), f"{where}.{k}")
+
+    def count(self, v, where: str, *, required: bool = True) -> None:
+        if (v is not None or required) and not _count_ok(v):
+            self.add(f"{where} must be a count (an integer >= 0)")
+
+
+class _TooMany(Exception):
+    pass
+
+
+def _faithfulness_problems(sec, where: str, problems: list) -> None:
+    """What faithfulness_html / table_rows read: curves (known names), steps, grid, and per dataset and class
+    n_pairs, the curves' values (numbers or null) and their intervals."""
+    from xbench.score.faithfulness import KEYS as CURVES
+
+    s = _Section(where, "faithfulness", problems)
+    if s.obj(sec, s.w) is None:
+        return
+    curves = sec.get("curves")
+    if not (isinstance(curves, list) and 0 < len(curves) <= len(CURVES)
+            and all(isinstance(c, str) and c in CURVES for c in curves) and len(set(curves)) == len(curves)):
+        s.add(f"{s.w}.curves must be a list of distinct curve names ({', '.join(CURVES)})")
+        return
+    for key, high in (("steps", 10**6), ("grid", 65_536)):
+        v = sec.get(key)
+        if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= high):
+            s.add(f"{s.w}.{key} must be an integer in [1, {high}]")
+    keys = [k for c in curves for k, _ in CURVES[c]]
+    for d, e in s.datasets(sec).items():
+        w = f"{s.w}.datasets.{_label(d)}"
+        if s.obj(e, w) is None:
+            continue
+        s.count(e.get("n_pairs"), f"{w}.n_pairs")
+        summary = s.obj(e.get("summary"), f"{w}.summary")
+        if summary is not None:
+            s.values(summary, keys, f"{w}.summary")
+        s.intervals(e.get("ci95"), keys, f"{w}.ci95")
+        for c, v in s.entries_of(e.get("classes"), f"{w}.classes", required=True).items():
+            wc = f"{w}.classes.{_label(c)}"
+            if s.obj(v, wc) is None:
+                continue
+            s.count(v.get("n_pairs"), f"{wc}.n_pairs")
+            s.values(v, keys, wc)
+            s.intervals(v.get("ci95"), keys, f"{wc}.ci95")
+
+
+def _text_probes_problems(sec, where: str, problems: list) -> None:
+    """What probe_rows reads: per dataset n_probes, unsupported, kinds and categories; per kind n_probes, the
+    columns' values and intervals."""
+    from xbench.score.probes import COLUMNS
+
+    keys = [k for k, _ in COLUMNS]
+    s = _Section(where, "text_probes", problems)
+    if s.obj(sec, s.w) is None:
+        return
+
+    def kinds(v, w: str) -> None:
+        for kind, e in s.entries_of(v, w).items():
+            wk = f"{w}.{_label(kind)}"
+            if s.obj(e, wk) is not None:
+                s.count(e.get("n_probes"), f"{wk}.n_probes")
+                s.values(e, keys, wk)
+                s.intervals(e.get("ci95"), keys, f"{wk}.ci95")
+
+    for d, e in s.datasets(sec).items():
+        w = f"{s.w}.datasets.{_label(d)}"
+        if s.obj(e, w) is None:
+            continue
+        if e.get("unsupported") not in (None, True, False):
+            s.add(f"{w}.unsupported must be true or false")
+        s.count(e.get("n_probes"), f"{w}.n_probes", required=bool(e.get("unsupported")))
+        kinds(e.get("kinds"), f"{w}.kinds")
+        for c, v in s.entries_of(e.get("categories"), f"{w}.categories").items():
+            wc = f"{w}.categories.{_label(c)}"
+            if s.obj(v, wc) is not None:
+                s.count(v.get("n_probes"), f"{wc}.n_probes", required=False)
+                kinds(v.get("kinds"), f"{wc}.kinds")
+
+
+def _human_problems(sec, where: str, problems: list) -> None:
+    """What human_rows and human_lines read: per dataset the readers, and per summary or class and key the
+    model, human, percentages, interval and paired gap."""
+    keys = _metric_keys()  # the section's keys are metric keys (not score.human's list: it imports this module)
+    s = _Section(where, "human", problems)
+    if s.obj(sec, s.w) is None:
+        return
+
+    def block(b: dict, w: str) -> None:
+        for k in [k for k in b if k in keys]:
+            v = s.obj(b.get(k), f"{w}.{k}", required=False)
+            if v is None:
+                continue
+            s.values(v, ("model", "human", "percent_of_human", "percentage_decrease"), f"{w}.{k}")
+            s.interval(v.get("ci95"), f"{w}.{k}.ci95")
+            paired = s.obj(v.get("paired"), f"{w}.{k}.paired", required=False)
+            if paired is not None:
+                s.values(paired, ("model", "gap", "p_value"), f"{w}.{k}.paired")
+                s.interval(paired.get("gap_ci95"), f"{w}.{k}.paired.gap_ci95")
+
+    for d, e in s.datasets(sec).items():
+        w = f"{s.w}.datasets.{_label(d)}"
+        if s.obj(e, w) is None:
+            continue
+        readers = e.get("readers")
+        if readers is not None and not (isinstance(readers, list) and len(readers) <= 10_000
+                                        and all(isinstance(r, str) for r in readers)):
+            s.add(f"{w}.readers must be a list of at most 10,000 reader names")
+        summary = s.obj(e.get("summary"), f"{w}.summary", required=False)
+        if summary is not None:
+            block(summary, f"{w}.summary")
+        for c, v in s.entries_of(e.get("classes"), f"{w}.classes").items():
+            if s.obj(v, f"{w}.classes.{_label(c)}") is not None:
+                block(v, f"{w}.classes.{_label(c)}")
+
+
+def _robustness_problems(sec, where: str, problems: list) -> None:
+    """What robustness_table reads: per dataset available (and the reason when not), and per SPEC n_copies and
+    the summaries and intervals of its columns (metrics, stability, phrase rows)."""
+    from xbench.score.robustness import STABILITY_KEYS  # (not robustness_table: it imports the tables, a circle)
+
+    metric_keys = sorted(_metric_keys())
+    parts = {"metrics": metric_keys, "stability": STABILITY_KEYS, "phrases": metric_keys}
+    s = _Section(where, "robustness", problems)
+    if s.obj(sec, s.w) is None:
+        return
+    for d, e in s.datasets(sec).items():
+        w = f"{s.w}.datasets.{_label(d)}"
+        if s.obj(e, w) is None:
+            continue
+        available = e.get("available")
+        if available not in (True, False):
+            s.add(f"{w}.available must be true or false")
+            continue
+        if not available:
+            if not isinstance(e.get("reason"), str):
+                s.add(f"{w}.reason must say why (a string)")
+            continue
+        for spec, v in s.entries_of(e.get("specs"), f"{w}.specs", required=True).items():
+            ws = f"{w}.specs.{_label(spec)}"
+            if s.obj(v, ws) is None:
+                continue
+            s.count(v.get("n_copies"), f"{ws}.n_copies", required=False)
+            for part, keys in parts.items():
+                p = s.obj(v.get(part), f"{ws}.{part}", required=part != "phrases")
+                if p is not None:
+                    summary = s.obj(p.get("summary"), f"{ws}.{part}.summary")
+                    if summary is not None:
+                        s.values(summary, keys, f"{ws}.{part}.summary")
+                    s.intervals(p.get("ci95"), keys, f"{ws}.{part}.ci95")
+
+
+#: the sections checked by :func:`metrics_problems` when present, by their checkers
+SECTIONS = {"faithfulness": _faithfulness_problems, "text_probes": _text_probes_problems, "human": _human_problems,
+            "robustness": _robustness_problems}
+
+
+def _sections_problems(m: dict, where: str, problems: list) -> None:
+    for name, check in SECTIONS.items():
+        if name in m:
+            try:
+                check(m[name], where, problems)
+            except _TooMany:
+                pass
 
 
 def read_metrics(path: Path) -> dict:

@@ -205,3 +205,140 @@ def test_a_link_inside_the_root_is_followed():
 
     assert is_inside(__file__, [Path(__file__).parent])
     assert not is_inside(__file__, [Path(__file__).parent / "nowhere"])
+
+
+# -- --allow-links-to: a dataset root whose images folder is a link to another disk ----------------------------
+def _prepare(root: Path, out: Path, *allow: Path):
+    from click.testing import CliRunner
+
+    from xbench.extract.prepare_cli import main
+
+    argv = ["chestx_det10", "--root", str(root), "--out", str(out), "--workers", "1", "--quiet", "--grid", "16",
+            "--image-size", "32"]
+    for a in allow:
+        argv += ["--allow-links-to", str(a)]
+    return CliRunner().invoke(main, argv)
+
+
+def _images(out: Path) -> dict:
+    import zarr
+
+    g = zarr.open_group(str(out / "images.zarr"), mode="r")["chestx_det10"]
+    return {k: np.asarray(g[k][...]) for k in ("case_id", "image", "orig_size")}
+
+
+@pytest.fixture(scope="module")
+def disks(tmp_path_factory):
+    """base/plain: the dataset as downloaded, prepared (the reference); base/root: the same annotations with
+    test_data/ a link to base/bigdisk/test_data (another disk)."""
+    base = tmp_path_factory.mktemp("links")
+    F.write_det10(base / "plain")
+    ref = _prepare(base / "plain", base / "ref")
+    assert ref.exit_code == 0, ref.output
+    shutil.copytree(base / "plain", base / "root")
+    (base / "bigdisk").mkdir()
+    shutil.move(str(base / "root" / "test_data"), str(base / "bigdisk" / "test_data"))
+    (base / "root" / "test_data").symlink_to(base / "bigdisk" / "test_data")
+    (base / "bigdisk2").mkdir()  # a folder whose name starts like the allowed one
+    return base
+
+
+import numpy as np  # noqa: E402 - only the tests below read arrays
+
+
+def test_a_linked_images_folder_is_refused_by_default(disks, tmp_path):
+    res = _prepare(disks / "root", tmp_path / "out")
+    assert res.exit_code == 2 and "outside the dataset root" in res.output and "--allow-links-to" in res.output
+    assert not (tmp_path / "out" / "gt.zarr").exists()
+
+
+def test_allowing_the_other_disk_prepares_what_the_real_folder_gives(disks, tmp_path):
+    res = _prepare(disks / "root", tmp_path / "out", disks / "bigdisk")
+    assert res.exit_code == 0, res.output
+    got, want = _images(tmp_path / "out"), _images(disks / "ref")
+    assert all(np.array_equal(got[k], want[k]) for k in want) and len(want["case_id"]) == 3
+    # the allowed folder given with `..` and a trailing separator is the same folder
+    res = _prepare(disks / "root", tmp_path / "out2", Path(f"{disks / 'bigdisk' / 'test_data'}/../"))
+    assert res.exit_code == 0, res.output
+
+
+def _variant(disks: Path, tmp: Path, target: Path) -> Path:
+    """A copy of the annotations whose test_data/ is a link to ``target``."""
+    root = tmp / "root"
+    root.mkdir()
+    shutil.copyfile(disks / "plain" / "test.json", root / "test.json")
+    (root / "test_data").symlink_to(target)
+    return root
+
+
+def test_a_link_to_a_place_not_allowed_is_still_refused(disks, tmp_path):
+    # allowed: a folder whose name is a prefix of the link's target's folder
+    (disks / "bigdisk2" / "x").mkdir(exist_ok=True)
+    root = _variant(disks, tmp_path, disks / "bigdisk")
+    res = _prepare(root, tmp_path / "out", disks / "bigdisk2")
+    assert res.exit_code == 2 and "outside the dataset root" in res.output
+    # allowed: only a subfolder of where the images are
+    sub = tmp_path / "images"
+    shutil.copytree(disks / "bigdisk" / "test_data", sub)
+    (sub / "inner").mkdir()
+    root2 = tmp_path / "r2"
+    root2.mkdir()
+    shutil.copyfile(disks / "plain" / "test.json", root2 / "test.json")
+    (root2 / "test_data").symlink_to(sub)
+    res = _prepare(root2, tmp_path / "out2", sub / "inner")
+    assert res.exit_code == 2 and "outside the dataset root" in res.output
+
+
+def test_a_chain_of_links_is_judged_by_where_it_ends(disks, tmp_path):
+    hop = tmp_path / "hop"
+    hop.mkdir()
+    (hop / "test_data").symlink_to(disks / "bigdisk" / "test_data")  # root/test_data -> hop/test_data -> bigdisk
+    root = _variant(disks, tmp_path, hop / "test_data")
+    assert _prepare(root, tmp_path / "a", disks / "bigdisk").exit_code == 0
+    res = _prepare(root, tmp_path / "b", hop)  # the middle of the chain is not where the files are
+    assert res.exit_code == 2 and "outside the dataset root" in res.output
+
+
+def test_dot_dot_in_a_link_cannot_leave_the_allowed_folder(disks, tmp_path):
+    outside = tmp_path / "secret"
+    shutil.copytree(disks / "bigdisk" / "test_data", outside)
+    # a link that names the allowed folder, then climbs out of it
+    start = disks / "bigdisk" / "test_data"
+    climb = "/".join([".."] * (len(start.resolve().parts) - 1))  # up to / from inside the allowed folder
+    root = _variant(disks, tmp_path, Path(f"{start}/{climb}{outside.resolve()}"))
+    assert os.path.realpath(root / "test_data") == str(outside.resolve())
+    res = _prepare(root, tmp_path / "out", disks / "bigdisk")
+    assert res.exit_code == 2 and "outside the dataset root" in res.output
+
+
+def test_a_link_to_an_annotation_file_outside_is_judged_alike(disks, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(disks / "root", root, symlinks=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _link_outside(root / "test.json", elsewhere / "test.json")
+    res = _prepare(root, tmp_path / "a", disks / "bigdisk")  # the images' disk is allowed, not the file's
+    assert res.exit_code == 2 and "annotation file is a link" in res.output and "outside the dataset root" in res.output
+    assert _prepare(root, tmp_path / "b", disks / "bigdisk", elsewhere).exit_code == 0  # repeatable
+
+
+def test_an_allowed_folder_given_as_a_link_is_the_folder_it_leads_to(disks, tmp_path):
+    alias = tmp_path / "alias"
+    alias.symlink_to(disks / "bigdisk")
+    assert _prepare(disks / "root", tmp_path / "a", alias).exit_code == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    decoy = tmp_path / "decoy"
+    decoy.symlink_to(other)  # named like an allowed folder, leads elsewhere
+    res = _prepare(disks / "root", tmp_path / "b", decoy)
+    assert res.exit_code == 2 and "outside the dataset root" in res.output
+
+
+@pytest.mark.parametrize("allow,says", [("missing", "no such folder"), ("/", "the file system's root"),
+                                        ("file", "is a file")])
+def test_allow_links_to_must_name_a_real_folder(disks, tmp_path, allow, says):
+    (tmp_path / "file").write_text("x")
+    target = Path(allow) if allow == "/" else tmp_path / allow
+    res = _prepare(disks / "root", tmp_path / "out", target)
+    assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "out").exists()

@@ -376,7 +376,10 @@ def hostile(chex, tmp_path_factory):
                        ("box past the image", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"
                                               f"{F.VINDR_IDS['d']},R1,Nodule/Mass,10,10,80,20\n"),
                        ("bad rad_id", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"
-                                      f"{F.VINDR_IDS['d']},../R1,No finding,,,,\n")):
+                                      f"{F.VINDR_IDS['d']},../R1,No finding,,,,\n"),
+                       ("unicode digit rad_id", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"  # str.isdigit
+                                                f"{F.VINDR_IDS['d']},R\u00b2,No finding,,,,\n"
+                                                f"{F.VINDR_IDS['d']},R1,No finding,,,,\n")):
         case = vroot / name.replace(" ", "_")
         r = case / "root"
         (r / "annotations").mkdir(parents=True)
@@ -386,7 +389,8 @@ def hostile(chex, tmp_path_factory):
     results = run_forked(jobs, tmp_path_factory.mktemp("hostile-human"), entry="xbench.extract.human_cli:human",
                          prog="xbench human", preload=("xbench.extract.human", "xbench.extract.human_cli",
                                                        "xbench.score.scoring"))
-    return dict(zip([*HOSTILE, "no rad_id", "box past the image", "bad rad_id"], zip(jobs, results)))
+    return dict(zip([*HOSTILE, "no rad_id", "box past the image", "bad rad_id", "unicode digit rad_id"],
+                    zip(jobs, results)))
 
 
 _VINDR_IMAGES: list = []
@@ -406,7 +410,28 @@ def vindr_images(factory) -> Path:
 
 
 HOSTILE_MESSAGES = {**{k: v[1] for k, v in HOSTILE.items()}, "no rad_id": "rad_id", "box past the image": "bad box",
-                    "bad rad_id": "not like R8"}
+                    "bad rad_id": "not like R8", "unicode digit rad_id": "not like R8"}
+
+
+@pytest.mark.parametrize("rad", ["R8", "R17", "R1234567", "R\u00b2", "R\u0661", "R\uff18", "R8\n", "R", "r8",
+                                 "R12345678", "R-1", "../R1", "R 8"])
+def test_a_rad_id_is_written_only_when_score_human_reads_its_folder_back(rad):
+    """The writer's rule (a VinDr rad_id, also the reader option) never takes a name the reading side
+    (xbench-score --human: a reader's folder name) refuses; both checked against the contract's text."""
+    import re
+
+    from xbench.extract.datasets.vindr import VinDrCXRReader, is_rad_id
+    from xbench.schemas.paths import is_reader_name
+
+    folder_name = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", rad, flags=re.ASCII) is not None
+    vindr_form = rad[:1] == "R" and 2 <= len(rad) <= 8 and all(c in "0123456789" for c in rad[1:])
+    assert is_reader_name(rad) == folder_name
+    assert is_rad_id(rad) == (vindr_form and folder_name)
+    if not is_rad_id(rad):
+        with pytest.raises(ValueError, match="reader must be 'union' or a rad_id"):
+            VinDrCXRReader("x", split="train", reader=rad)
+    else:
+        assert VinDrCXRReader("x", split="train", reader=rad).options["reader"] == rad
 
 
 @pytest.mark.parametrize("name", list(HOSTILE_MESSAGES))

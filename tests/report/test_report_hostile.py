@@ -96,6 +96,56 @@ METRICS_ATTACKS = {
 }
 
 
+def section(name: str, body: str):
+    """The good text with a top-level section ``name`` holding ``body`` (raw JSON text)."""
+    return lambda t: t.replace('"overall": {', f'"{name}": {body}, "overall": {{', 1)
+
+
+FAITH = '"curves": ["deletion"], "steps": 10, "grid": 4'
+FAITH_DS = FAITH + ', "datasets": {"phantom": {"n_pairs": 3, "summary": %s, "classes": %s}}'
+PROBES = '{"datasets": {"phantom": {"n_probes": 2, "kinds": %s}}}'
+#: the sections of the newer surfaces (faithfulness, text probes, human ceiling, robustness), malformed: exit 1
+#: (KeyError, AttributeError) or a silently empty table before they were checked where report loads metrics.json
+SECTION_ATTACKS = {
+    "faith_not_an_object": (section("faithfulness", "[1, 2]"), "faithfulness must be an object, not list"),
+    "faith_no_datasets": (section("faithfulness", "{%s}" % FAITH), "faithfulness.datasets must be an object"),
+    "faith_unknown_curve": (section("faithfulness", '{"curves": ["erase"], "steps": 10, "grid": 4, "datasets": {}}'),
+                            "faithfulness.curves must be a list of distinct curve names"),
+    "faith_huge_curve_list": (section("faithfulness", '{"curves": [%s], "steps": 10, "grid": 4, "datasets": {}}'
+                                      % ", ".join(['"deletion"'] * 200_000)), "faithfulness.curves"),
+    "faith_string_value": (section("faithfulness", "{%s}" % (FAITH_DS % ('{"deletion_auc": "low"}', "{}"))),
+                           "summary.deletion_auc must be a number or null"),
+    "faith_nan_value": (section("faithfulness", "{%s}" % (FAITH_DS % ('{"deletion_auc": NaN}', "{}"))), "NaN"),
+    "faith_deep_value": (section("faithfulness", "{%s}" % (FAITH_DS % ('{"deletion_auc": %s}' % nested(40), "{}"))),
+                         "deletion_auc must be a number or null"),
+    "faith_half_interval": (section("faithfulness", "{%s}" % (FAITH_DS % ("{}", '{"disc": {"n_pairs": 1, "ci95": '
+                                                                                '{"deletion_gain": [null, 1]}}}'))),
+                            "classes.disc.ci95.deletion_gain must be [low, high]"),
+    "faith_no_n_pairs": (section("faithfulness", "{%s}" % (FAITH_DS % ("{}", '{"disc": {"deletion_auc": 0.5}}'))),
+                         "classes.disc.n_pairs must be a count"),
+    "faith_huge_class_table": (section("faithfulness", "{%s}" % (FAITH_DS % ("{}", "{%s}" % ", ".join(
+        f'"c{i}": 0' for i in range(100_001))))), "at most 100,000"),
+    "probes_kinds_a_list": (section("text_probes", PROBES % "[1]"), "text_probes.datasets.phantom.kinds must be an object"),
+    "probes_no_n_probes": (section("text_probes", PROBES % '{"negation": {"rank_change": 0.1}}'),
+                           "kinds.negation.n_probes must be a count"),
+    "probes_wrong_value": (section("text_probes", PROBES % '{"negation": {"n_probes": 2, "rank_change": [0.1]}}'),
+                           "kinds.negation.rank_change must be a number or null"),
+    "probes_unsupported_no_count": (section("text_probes", '{"datasets": {"phantom": {"unsupported": true}}}'),
+                                    "text_probes.datasets.phantom.n_probes must be a count"),
+    "human_readers_a_string": (section("human", '{"datasets": {"phantom": {"readers": "R1"}}}'),
+                               "human.datasets.phantom.readers must be a list"),
+    "human_wrong_value": (section("human", '{"datasets": {"phantom": {"summary": {"pointing_game": {"human": "90%"}}}}}'),
+                          "summary.pointing_game.human must be a number or null"),
+    "robustness_available_a_word": (section("robustness", '{"datasets": {"phantom": {"available": "yes"}}}'),
+                                    "robustness.datasets.phantom.available must be true or false"),
+    "robustness_spec_value": (section("robustness", '{"datasets": {"phantom": {"available": true, "specs": {"hflip": '
+                                                    '{"metrics": {"summary": {}}, "stability": {"summary": '
+                                                    '{"flip_rate": "high"}}}}}}}'),
+                              "specs.hflip.stability.summary.flip_rate must be a number or null"),
+}
+METRICS_ATTACKS.update(SECTION_ATTACKS)
+
+
 @pytest.fixture(scope="module")
 def corpus(result_dirs, tmp_path_factory):
     """Every attack through report and compare (and show's oversized chunk), run once for the module."""
@@ -259,3 +309,41 @@ def test_overlay_stores_named_by_a_metrics_json_are_held_to_the_budget(result_di
     manifest = json.loads((out / "report.json").read_text())
     assert any("strong" in s and "saliency" in s and "limit" in s for s in manifest["skipped"]), manifest["skipped"]
     assert not any("strong" in f for f in manifest["files"]["overlays"])
+
+
+def test_sections_as_the_scorer_writes_them_pass_the_checks():
+    """The section checks refuse only what the writers never write: nulls, absent intervals, an unavailable
+    robustness dataset, an unsupported probe dataset and every faithfulness curve are all accepted."""
+    from xbench.score.faithfulness import KEYS as CURVES
+    from xbench.score.report._load import metrics_problems
+
+    keys = [k for c in CURVES for k, _ in CURVES[c]]
+    vals = {k: (None if i % 3 == 0 else 0.25 * (i % 4)) for i, k in enumerate(keys)}
+    faith = {"curves": list(CURVES), "steps": 10, "grid": 6, "seed": 0, "road_noise": None, "bootstrap": 20,
+             "overall": vals, "datasets": {"phantom": {
+                 "n_pairs": 4, "n_cases": 3, "summary": vals, "ci95": {k: None if v is None else [0.0, 1.0]
+                                                                      for k, v in vals.items()},
+                 "classes": {"disc": {"n_pairs": 4, **vals, "curves": {"deletion": {"fractions": [0, 1]}}}}}}}
+    kind = {"n_probes": 3, "rank_change": 0.5, "mass_change": None, "ci95": {"rank_change": [0.1, 0.9],
+                                                                            "mass_change": None}}
+    probes = {"overall": {"negation": {"rank_change": 0.5}}, "datasets": {
+        "ms_cxr": {"n_probes": 3, "kinds": {"negation": kind, "laterality": {**kind, "moved": 1.0, "side_shift": 0.2}},
+                   "categories": {"Edema": {"n_probes": 3, "kinds": {"negation": kind}}}},
+        "phantom": {"n_probes": 2, "unsupported": True, "reason": "the submission has no phrase rows"}}}
+    entry = {"model": 0.5, "human": None, "ci95": None, "percent_of_human": None, "percentage_decrease": None,
+             "paired": {"model": 0.5, "gap": None, "gap_ci95": [-0.1, 0.2], "p_value": None}}
+    human = {"source": {"file": "human.json", "sha256": "0" * 64, "rule": None}, "keys": ["pointing_game"],
+             "datasets": {"chexlocalize": {"readers": ["hb"], "n_cases": 2, "summary": {"pointing_game": entry},
+                                           "classes": {"Edema": {"n_pairs": 2, "n_readers": 1,
+                                                                 "pointing_game": entry}}}}}
+    part = {"summary": {"pointing_game": 0.5, "auroc": None}, "ci95": {"pointing_game": [0.2, 0.7], "auroc": None}}
+    robust = {"datasets": {"phantom": {"n_cases": 3, "copies": 1, "n_copies": 3, "available": True, "specs": {
+        "hflip": {"n_copies": 3, "metrics": part, "stability": {"summary": {"flip_rate": 0.0, "map_spearman_mean": None},
+                                                                "ci95": {"flip_rate": None}}, "phrases": part}}},
+        "chexlocalize": {"n_cases": 2, "copies": 1, "n_copies": 2, "available": False,
+                         "reason": "the run scores part of the cases only"}}}
+    m = {"datasets": {}, "faithfulness": faith, "text_probes": probes, "human": human, "robustness": robust}
+    assert metrics_problems(m, "m.json") == []
+    m["faithfulness"]["datasets"]["phantom"]["classes"]["disc"]["deletion_auc"] = True  # a bool is not a number
+    assert metrics_problems(m, "m.json") == [
+        "m.json: faithfulness.datasets.phantom.classes.disc.deletion_auc must be a number or null, not bool"]

@@ -231,6 +231,73 @@ def test_blur_in_bands_is_the_blur_at_once(monkeypatch):
         monkeypatch.undo()
 
 
+def _brute_blur_separable(img: np.ndarray, sy: float, sx: float) -> np.ndarray:
+    """The contract's blur one axis after the other, every tap of the full kernel (r = ceil(4 s)) summed
+    over the mirrored image, however long the kernel is (no folding)."""
+    def axis(a: np.ndarray, s: float) -> np.ndarray:
+        n = a.shape[0]
+        r = math.ceil(4 * s)
+        ks = np.arange(-r, r + 1)
+        w = np.exp(-(ks * ks) / (2 * s * s))
+        w /= w.sum()
+        src = np.array([[_reflect(i + k, n) for k in ks] for i in range(n)])  # n x (2r+1) indexes
+        return np.einsum("ik,ik...->i...", np.broadcast_to(w, src.shape), a[src])
+    out = axis(axis(img.astype(np.float64), sy).T, sx).T
+    return np.clip(np.rint(out), 0, 255)
+
+
+#: sha256 (first 16 hex) of blur outputs written by the code before long kernels were folded (r <= 2n there:
+#: those outputs must not move by a single byte); images from default_rng(11) in this order
+_BLUR_BEFORE = {
+    ((23, 17), "blur:sigma=1,side=512"): "b037526d05636f4b", ((23, 17), "blur:sigma=9.2,side=23"): "65d63207745a7ee4",
+    ((23, 17), "blur:sigma=11.5,side=23"): "52515a414d4fea8b",  # r = 46 = 2n down, 34 = 2n across: the edge
+    ((64, 48), "blur:sigma=32,side=512"): "30a32c03455f6e51", ((64, 48), "blur:sigma=32,side=64"): "4035247c7aa98ad1",
+    ((200, 160), "blur:sigma=1,side=512"): "a45a9e6c1ec6b9c4", ((200, 160), "blur:sigma=2.5,side=10"): "6a3f39b9e100c80b",
+    ((200, 160), "blur:sigma=0.3,side=7"): "759c4d18b769ec68", ((200, 160), "blur:sigma=32,side=200"): "45f5a3b5bcd00b53",
+}
+
+
+def test_blur_outputs_for_kernels_within_twice_the_image_are_byte_identical_to_before():
+    import hashlib
+
+    rng = np.random.default_rng(11)
+    imgs = {shape: rng.integers(0, 256, size=shape, dtype=np.uint8) for shape in ((23, 17), (64, 48), (200, 160))}
+    for (shape, text), digest in _BLUR_BEFORE.items():
+        out = parse_spec(text).apply_image(imgs[shape], seed=0)
+        assert hashlib.sha256(out.tobytes()).hexdigest()[:16] == digest, (shape, text)
+
+
+@pytest.mark.parametrize("text,shape", [("blur:sigma=12,side=23", (23, 17)),  # r = 48 > 46 down, 36 > 34 across
+                                        ("blur:sigma=3,side=2", (19, 13)),    # r several periods long
+                                        ("blur:sigma=32,side=1", (9, 7))])    # the hostile spec: r = 1152 and 896
+def test_blur_with_a_kernel_longer_than_twice_the_image_equals_the_full_sum(text, shape):
+    y, x = np.mgrid[:shape[0], :shape[1]]
+    img = np.clip(30 + 9 * y + 5 * x + RNG.integers(0, 40, size=shape), 0, 255).astype(np.uint8)  # not flat
+    spec = parse_spec(text)
+    sy, sx = (spec.params["sigma"] * n / spec.params["side"] for n in shape)
+    want = _brute_blur_separable(img, sy, sx)
+    got = spec.apply_image(img, seed=0).astype(np.float64)
+    assert np.abs(got - want).max() <= 1 and (got == want).mean() > 0.95
+    if text == "blur:sigma=12,side=23":
+        assert np.abs(got - _brute_blur(img, sy, sx)).max() <= 1 and np.ptp(want) > 20  # the 2-D sum too
+
+
+def test_the_largest_documented_blur_runs_in_bounded_time_and_memory():
+    import time
+    import tracemalloc
+
+    img = RNG.integers(0, 256, size=(512, 512), dtype=np.uint8)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        out = parse_spec("blur:sigma=32,side=1").apply_image(img, seed=0)  # s = 16384 px, r = 65536 taps
+        elapsed, peak = time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 10 and peak < 100e6, (elapsed, peak)  # it took about a minute and 3.1 GB unfolded
+    assert (out == round(float(img.mean()))).all() or np.ptp(out) <= 1  # the blur of the whole picture: its mean
+
+
 def test_jpeg_is_pillows_round_trip_at_the_quality():
     from PIL import Image
 

@@ -198,3 +198,35 @@ def test_the_yaml_writer_round_trips_any_title_through_pyyaml():
     spec = {"title": title, "n": None, "on": True, "p": 4, "f": 0.5, "tiny": 1e-05, "when": dt.datetime(2027, 1, 2, 3, 4, 5),
             "cols": [{"key": "a", "hidden": False, "tasks": [0, 1]}, {"key": "b", "empty": [], "nested": {}}]}
     assert yaml.safe_load(to_yaml(spec)) == spec
+
+
+def test_competition_refuses_a_validation_start_whose_default_test_phase_overflows(stores, tmp_path):
+    out = tmp_path / "competition.zip"
+    res = CliRunner().invoke(package, ["codabench-competition", "--gt-validation", str(stores / "val.zarr"),
+                                       "--gt-test", str(stores / "test.zarr"), "--docker-image", "a/b:1",
+                                       "--out", str(out), "--validation-start", "9999-12-31"])
+    assert res.exit_code == 2 and "past the year 9999" in res.output, res.output
+    assert "Traceback" not in res.output and "OverflowError" not in res.output and not out.exists()
+    res = CliRunner().invoke(package, ["codabench-competition", "--gt-validation", str(stores / "val.zarr"),
+                                       "--gt-test", str(stores / "test.zarr"), "--docker-image", "a/b:1",
+                                       "--out", str(out), "--validation-start", "9999-10-01", "--test-start",
+                                       "9999-12-31 23:59:59"])
+    assert res.exit_code == 0, res.output  # the last dates there are, given: fine
+
+
+@pytest.mark.parametrize("title", ["delete \x7f here", "non-character \ufffe", "\ufeffbom, \x85 nel, \u2028 ls \u2029 ps",
+                                   "c1 \x9b and \x00 nul and \x1b esc", "astral \U0001f600 and \U0010ffff"])
+def test_competition_yaml_carries_any_title_pyyaml_can_read(stores, tmp_path, title):
+    yaml = pytest.importorskip("yaml")
+    out, res = _bundle(stores, tmp_path, "--title", title)
+    assert res.exit_code == 0, res.output
+    with zipfile.ZipFile(out) as zf:
+        spec = yaml.safe_load(zf.read("competition.yaml"))  # refused before: "special characters are not allowed"
+    assert spec["title"] == title
+
+
+def test_competition_refuses_a_title_that_is_not_text(stores, tmp_path):
+    for title, message in (("  ", "--title: must not be empty"), ("bad \udcff byte", "not UTF-8")):
+        out, res = _bundle(stores, tmp_path, "--title", title)
+        assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+        assert not out.exists()
