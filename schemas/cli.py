@@ -20,8 +20,8 @@ from .errors import Problem
               help="Ground-truth store (a folder, a .zarr.zip or a URL): also check every case and class of it is present.")
 @click.option("--images", "images_path", type=click.Path(path_type=str),
               help="The public images store (a folder, a .zarr.zip or a URL) the submission was made from: also check "
-                   "it holds every case id, class and phrase row id of it, one line per one missing (a check a team "
-                   "can run before submitting, without the private ground truth).")
+                   "that it holds every case id, class and phrase row id of it, each one missing on its own line (a "
+                   "check a team can run before submitting, without the private ground truth).")
 @click.option("--kind", type=click.Choice(["auto", "submission", "images", "ground-truth"]), default="auto", show_default=True,
               help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
