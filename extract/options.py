@@ -205,3 +205,6 @@ class PrepareOptions:
                                    "SPEC that is neither seeded nor ranged, e.g. hflip: its copies would be identical).")
     perturb_seed: int | None = opt(None, check=Int(0, 2**63 - 1), suite=True, cli=False,
                                    help="Suites only: the key of the copies' ids and seeds (the command's --seed).")
+    overwrite: bool = opt(False, check=Flag(),
+                          help="Replace a dataset that OUT already holds prepared with other options (without it, "
+                               "that is refused, listing what differs).")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas._cli import RESUME_HINT, UserError, command
+from xbench.schemas._cli import RESUME_HINT, UserError, command, warn
 from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.options import click_options, from_params
 
@@ -119,6 +119,11 @@ def main(dataset, list_only, quiet, as_json, **params):
         _fail(str(exc))
     if p.allow_links_to:
         reader.allow_links_to(_link_targets(p.allow_links_to))
+    earlier = _earlier_run(out_dir, reader.key)
+    changed = [] if earlier is None else _differences(earlier, _this_run(reader, p))
+    if changed and not p.overwrite:
+        _fail(f"{out_dir}: already holds {reader.key} prepared with other options ({earlier['cases']} cases); this run "
+              f"would replace it: pass --overwrite to replace it, or choose another --out", changed)
     try:
         summary = prepare_dataset(
             reader, out_dir, grid=p.grid, image_size=p.image_size, workers=p.workers, cases_per_block=p.cases_per_block,
@@ -130,6 +135,9 @@ def main(dataset, list_only, quiet, as_json, **params):
         _fail(f"{exc} (the ground truth was not written; rerun with a higher --max-skip-fraction to accept them)",
               exc.problems, summary=exc.summary)
 
+    if changed:  # --overwrite: say what was replaced (shown even with --quiet and --json: data was deleted)
+        warn("xbench-prepare", f"replaced {reader.key} in {out_dir} ({earlier['cases']} cases, prepared with other "
+                               f"options: {'; '.join(changed)})")
     if as_json:
         click.echo(json.dumps({"ok": True, "summary": summary.to_dict()}, indent=2))
     elif not quiet:
@@ -149,6 +157,45 @@ def main(dataset, list_only, quiet, as_json, **params):
             click.echo(f"  skipped {item['case_id']}: {item['source']}: {item['reason']}", err=True)
         if len(s.skipped) > _MAX_LINES:
             click.echo(f"  ... and {len(s.skipped) - _MAX_LINES} more (listed in the stores' 'skipped' attribute)", err=True)
+
+
+def _earlier_run(out_dir: Path, key: str) -> dict | None:
+    """What a finished earlier run left of dataset ``key`` in ``out_dir``: its recorded options, or None when
+    there is none (or an unfinished run that this one resumes or restarts: its work folder is there, or the
+    ground truth, written last, is not). The stores' own attributes are the record, so nothing new is written."""
+    from xbench.schemas.store import open_store_group
+
+    from .datasets.prepare import WORK_DIR
+
+    images, gt = out_dir / "images.zarr", out_dir / "gt.zarr"
+    if (out_dir / WORK_DIR / key).exists() or not (gt / key).is_dir():
+        return None
+    try:
+        ig, gg = open_store_group(images)[key], open_store_group(gt)[key]
+        return {"reader": dict(ig.attrs.get("reader") or {}), "cases": int(gg["case_id"].shape[0]),
+                "image size": int(ig["image"].shape[1]), "grid": "x".join(map(str, gg.attrs.get("grid") or ())),
+                "originals kept": "orig_pixels" in ig, "perturbed copies": "perturbed_copies" in ig.attrs,
+                "text probes": "query_probe_of" in gg}
+    except Exception:  # noqa: BLE001 - a store this run cannot read: replacing it loses nothing readable
+        return None
+
+
+def _this_run(reader, p: PrepareOptions) -> dict:
+    grid = p.grid if isinstance(p.grid, (tuple, list)) else (p.grid, p.grid)
+    return {"reader": reader.describe(), "image size": int(p.image_size), "grid": "x".join(map(str, grid)),
+            "originals kept": bool(p.keep_original), "perturbed copies": bool(p.perturb),
+            "text probes": bool(p.text_probes)}
+
+
+def _differences(earlier: dict, now: dict) -> list[str]:
+    """One line per option that differs: "n_cases: 100 in OUT, 50 in this run"."""
+    def flat(d: dict) -> dict:
+        return {**{k: v for k, v in d.items() if k != "reader"}, **{k: v for k, v in d["reader"].items()}}
+
+    was, will = flat({**earlier, "reader": earlier["reader"]}), flat(now)
+    keys = [k for k in dict.fromkeys([*will, *was]) if k != "cases"]
+    return [f"{k}: {was.get(k, '(not set)')} there, {will.get(k, '(not set)')} in this run"
+            for k in keys if was.get(k) != will.get(k)]
 
 
 if __name__ == "__main__":  # pragma: no cover

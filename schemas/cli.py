@@ -11,20 +11,24 @@ from pathlib import Path
 import click
 
 from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
-                   store_kind_problem)
+                   store_kind_problem, warn)
 from .errors import Problem
 
 @command()
 @click.argument("store", type=click.Path(path_type=str))
 @click.option("--gt", "gt_path", type=click.Path(path_type=str),
               help="Ground-truth store (a folder, a .zarr.zip or a URL): also check every case and class of it is present.")
+@click.option("--images", "images_path", type=click.Path(path_type=str),
+              help="The public images store (a folder, a .zarr.zip or a URL) the submission was made from: also check "
+                   "that it holds every case id, class and phrase row id of it, each one missing on its own line (a "
+                   "check a team can run before submitting, without the private ground truth).")
 @click.option("--kind", type=click.Choice(["auto", "submission", "images", "ground-truth"]), default="auto", show_default=True,
               help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when valid.")
 @budget_options
-def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quiet: bool, max_memory: str,
-                 timeout: float) -> None:
+def validate_cmd(store: str, gt_path: str | None, images_path: str | None, kind: str, as_json: bool, quiet: bool,
+                 max_memory: str, timeout: float) -> None:
     """Check STORE (a .zarr directory, a .zarr.zip, or an https://, http:// or s3:// URL of a .zarr folder)
     against the XBench contract.
 
@@ -37,6 +41,7 @@ def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quie
     Examples:
       xbench-validate submission.zarr
       xbench-validate submission.zarr.zip --gt gt.zarr --json
+      xbench-validate submission.zarr --images images.zarr
       xbench-validate http://127.0.0.1:8000/submission.zarr --gt gt.zarr --timeout 600
     """
     from .ground_truth import validate_ground_truth
@@ -47,6 +52,7 @@ def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quie
     apply_budget("xbench-validate", max_memory, timeout)
     store = store_path(store)  # a URL stays a string: Path would fold its "//"
     gt_path = None if gt_path is None else store_path(gt_path)
+    images_path = None if images_path is None else store_path(images_path)
     if kind == "auto":
         kind = store_kind(store)[0] or "submission"
     # a store of another kind, a zipped folder, an unfinished extraction: one line saying so, not every
@@ -55,13 +61,22 @@ def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quie
     if gt_path is not None and kind != "submission":
         raise UserError(f"{store}: is {'an' if kind[0] in 'aeiou' else 'a'} {kind} store; --gt checks a submission "
                         "against the ground truth", data={"valid": False})
+    if images_path is not None and kind != "submission":
+        raise UserError(f"{store}: is {'an' if kind[0] in 'aeiou' else 'a'} {kind} store; --images checks a "
+                        "submission's coverage of the images store", data={"valid": False})
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
+    if images_path is not None:
+        _require(images_path, "images", "--images")
+    notes: list[str] = []
     try:
         if kind == "submission":
             # alone, a scores-only submission (round 2 of faithfulness) is checked as one; against a ground truth,
             # whose scoring needs maps, it is refused with the reason
             problems = validate_submission(store, scores_only=True) if gt_path is None else _with_gt(store, gt_path)
+            if images_path is not None:
+                more, notes = _with_images(store, images_path, problems)
+                problems = problems + more
         elif kind == "images":
             problems = validate_images(store)
         else:
@@ -69,11 +84,15 @@ def validate_cmd(store: str, gt_path: str | None, kind: str, as_json: bool, quie
     except MemoryError:
         problems = [f"{store}: reading it needs more memory than the budget allows (--max-memory)"]
     if problems:
-        raise UserError(problems, data={"valid": False})
+        raise UserError(problems, data={"valid": False, **({"notes": notes} if notes else {})})
+    for note in notes:  # cases the images store lacks: valid, but they would not be scored
+        warn("xbench-validate", note)
     if as_json:
-        click.echo(json.dumps({"ok": True, "valid": True, "kind": kind, "problems": []}, indent=2))
+        click.echo(json.dumps({"ok": True, "valid": True, "kind": kind, "problems": [],
+                               **({"notes": notes} if notes else {})}, indent=2))
     elif not quiet:
-        click.echo(f"{store}: valid {kind} store")
+        covered = f", holding every case, class and phrase row of {images_path}" if images_path is not None else ""
+        click.echo(f"{store}: valid {kind} store{covered}")
 
 
 def _require(path: Path | str, kind: str, role: str) -> None:
@@ -90,6 +109,18 @@ def _with_gt(store: Path | str, gt_path: Path | str) -> list[Problem]:
     if gt_problems:
         return gt_problems
     return validate_submission(store, gt_path)
+
+
+def _with_images(store: Path | str, images_path: Path | str, problems: list[Problem]) -> tuple[list[Problem], list[str]]:
+    """The coverage problems and notes of ``store`` against the images store (its own problems first: an images
+    store that breaks its contract is listed instead)."""
+    from .images import validate_images
+    from .submission import coverage_problems
+
+    image_problems = validate_images(images_path)
+    if image_problems:
+        return image_problems, []
+    return coverage_problems(store, images_path, skip=problems)
 
 
 @command(on_interrupt=NOT_WRITTEN_HINT)

@@ -73,6 +73,15 @@ class Problems(list):
         raise cls(shown)
 
 
+class PartialBlock(InvalidStoreError):
+    """Rows of a block that could not be read (``problems``), with the block itself (``block``: those rows
+    zero-filled), so the other rows are still checked and every problem of the source is listed in one run."""
+
+    def __init__(self, problems, block: tuple) -> None:
+        super().__init__(problems)
+        self.block = block
+
+
 @dataclass
 class Converted:
     """A source read and checked, ready to write: what the submission says and how to read its rows.
@@ -87,6 +96,17 @@ class Converted:
     blocks: Callable
     phrase_blocks: Callable | None = None
     where: str = ""  # the source, as the user named it (for problems found while writing)
+    #: ``row_where(name, phrase, row)``: what names row ``row`` of dataset ``name`` (a phrase row when ``phrase``)
+    #: in a problem line: its file for a folder of .npz files; default "SOURCE: DATASET: case 'ID'"
+    row_where: Callable | None = None
+
+    def where_of(self, name: str, phrase: bool, row: int) -> str:
+        if self.row_where is not None:
+            return self.row_where(name, phrase, row)
+        spec = self.specs[name]
+        ids = spec.query_ids if phrase else spec.case_ids
+        head = f"{self.where}: {name}" if self.where else name
+        return f"{head}: {'phrase row' if phrase else 'case'} {str(ids[row])!r}"
 
 
 def phrase_fields(where: str, query_ids, reason, *, require: bool, default_reason: str | None = None) -> dict:
@@ -438,8 +458,8 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
     problems.raise_if_any()
 
     def read_rows(paths: list[Path], c: int, h: int, w: int, flat: bool):
-        scores = np.empty((len(paths), c), np.float32)
-        maps = np.empty((len(paths), c, h, w), np.float32)
+        scores = np.zeros((len(paths), c), np.float32)  # zeros: a bad file's row is finite, found by itself
+        maps = np.zeros((len(paths), c, h, w), np.float32)
         bad = Problems()
         bound = _npz_bound(c, h, w)
         for i, path in enumerate(paths):
@@ -458,7 +478,8 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
                 bad.add(str(path), f"expected {want}{f' = (1, {h}, {w})' if flat else ''}, got {s.shape} and {m.shape}")
                 continue
             scores[i], maps[i] = s, m
-        bad.raise_if_any()
+        if bad:  # every bad file of the block, and the block, whose other rows are checked too
+            raise PartialBlock(list(bad), (scores, maps))
         return scores, maps
 
     def blocks(name: str, start: int, stop: int):
@@ -466,12 +487,18 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
         return read_rows(files[name][start:stop], len(spec.classes), *spec.map_shape, flat=False)
 
     def phrase_blocks(name: str, start: int, stop: int):
-        scores, maps = read_rows(phrase_files[name][start:stop], 1, *specs[name].map_shape, flat=True)
+        try:
+            scores, maps = read_rows(phrase_files[name][start:stop], 1, *specs[name].map_shape, flat=True)
+        except PartialBlock as exc:
+            raise PartialBlock(exc.problems, (exc.block[0][:, 0], exc.block[1][:, 0])) from None
         return scores[:, 0], maps[:, 0]
+
+    def row_where(name: str, phrase: bool, row: int) -> str:
+        return str((phrase_files if phrase else files)[name][row])
 
     return Converted(str(meta.get("model", src.name)), str(meta.get("method", "unknown")),
                      {"source": {"format": "npz-folder", "folder": src.name}, **meta.get("provenance", {})},
-                     specs, blocks, phrase_blocks, str(src))
+                     specs, blocks, phrase_blocks, str(src), row_where)
 
 
 # -- writing ----------------------------------------------------------------------------------------
@@ -558,22 +585,69 @@ def _provenance(attrs: dict) -> dict:
     return {"converted_by": "xbench-convert", **kept, **({"source_attributes": apart} if apart else {})}
 
 
-def _stored(scores, maps, map_dtype: str, where: str, start: int, row: str) -> tuple[np.ndarray, np.ndarray]:
-    """A block as it will be stored: scores float32, maps in ``map_dtype``. A value that is not finite, or
-    that the stored dtype cannot hold (it would become inf, with a NumPy warning), is one problem line."""
+def _stored(scores, maps, map_dtype: str, where_of: Callable[[int], str], start: int) -> tuple[list[Problem], tuple]:
+    """A block as it will be stored (scores float32, maps in ``map_dtype``), or the problems that stop it: one
+    line per row (``where_of(row)`` names its file or case id) holding a value that is not finite, or that the
+    stored dtype cannot hold (it would become inf, with a NumPy warning)."""
     scores, maps = np.asarray(scores), np.asarray(maps)
+    problems: list[Problem] = []
     for label, values, dtype in (("scores", scores, np.dtype(np.float32)), ("maps", maps, np.dtype(map_dtype))):
         if values.dtype.kind != "f":
             continue
         top = np.finfo(dtype).max
+        flat = values.reshape(values.shape[0], -1)
         with np.errstate(invalid="ignore"):
-            bad = ~np.isfinite(values) | (np.abs(values) > top)
-        if bad.any():
-            first = start + int(np.argwhere(bad)[0][0])
-            hint = "" if label == "scores" or map_dtype == "float32" else "; --map-dtype float32 holds up to 3.4e38"
-            raise InvalidStoreError(Problem(where, f"{label} hold non-finite values (NaN, inf) or values beyond {dtype.name}'s "
-                                                   f"range (±{top:.5g}), first in {row} row {first}{hint}"))
-    return scores.astype(np.float32), maps.astype(map_dtype)
+            finite = np.isfinite(flat)
+            nonfinite, beyond = (~finite).any(axis=1), (finite & (np.abs(flat) > top)).any(axis=1)
+        hint = "" if label == "scores" or map_dtype == "float32" else "; --map-dtype float32 holds up to 3.4e38"
+        for r in np.flatnonzero(nonfinite | beyond):
+            what = (["non-finite values (NaN, inf)"] if nonfinite[r] else []) + (
+                [f"values beyond {dtype.name}'s range (±{top:.5g}){hint}"] if beyond[r] else [])
+            problems.append(Problem(where_of(start + int(r)), f"{label} hold {' and '.join(what)}"))
+    if problems:
+        return problems, ()
+    return [], (scores.astype(np.float32), maps.astype(map_dtype))
+
+
+def _gt_problems(converted: Converted, gt, out: Path) -> list[Problem]:
+    """What the source lacks of the ground truth (datasets, cases, classes, phrase rows), from its case and phrase
+    ids alone, before any block is read, so it is listed with the problems of the blocks; worded as
+    :func:`~xbench.schemas.submission.validate_submission` words them."""
+    from .ground_truth import GroundTruth, read_ground_truth
+    from .queries import UNSUPPORTED_ATTR
+    from .submission import no_match_text
+
+    truth = gt if isinstance(gt, GroundTruth) else read_ground_truth(gt)
+    problems: list[Problem] = []
+    for name, ds in truth.datasets.items():
+        w = f"{out}/{name}"
+        spec = converted.specs.get(name)
+        if spec is None:
+            problems.append(Problem(w, "dataset of the ground truth is missing from the submission"))
+            continue
+        gt_ids = [str(c) for c in ds.case_id.tolist()]
+        have = set(map(str, spec.case_ids))
+        missing = sorted(c for c in gt_ids if c not in have)
+        if missing and len(missing) == len(gt_ids):
+            problems.append(Problem(f"{w}/case_id", no_match_text(len(have), min(have), missing[0], of=len(gt_ids))))
+        elif missing:
+            problems.append(Problem(f"{w}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. "
+                                                    f"{', '.join(map(repr, missing[:3]))}"))
+        lacking = [c for c in ds.classes if c not in spec.classes]
+        if lacking:
+            problems.append(Problem(w, f"class(es) of the ground truth missing from 'classes': {', '.join(lacking)}"))
+        if ds.queries is None or spec.phrases_unsupported:
+            continue
+        if not len(spec.query_ids):
+            problems.append(Problem(w, f"the ground truth has {len(ds.queries.id)} phrase rows but the submission has "
+                                       f"no query arrays (nor the attribute '{UNSUPPORTED_ATTR}')"))
+            continue
+        have_q = set(map(str, spec.query_ids))
+        gone = sorted(q for q in map(str, ds.queries.id.tolist()) if q not in have_q)
+        if gone:
+            problems.append(Problem(f"{w}/query_id", f"{len(gone)} phrase row(s) of the ground truth are missing, e.g. "
+                                                     f"{', '.join(map(repr, gone[:3]))}"))
+    return problems
 
 
 def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) -> Path:
@@ -589,22 +663,34 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
             tmp, model=converted.model, method=converted.method, provenance=_provenance(converted.provenance),
             datasets=converted.specs, cases_per_block=cases_per_block, map_dtype=map_dtype,
         )
+        # Every block is read and checked even after a problem (then nothing more is written): every problem of
+        # the source is listed in one run, the first MAX_LISTED one a line, the rest counted.
+        problems = Problems(_gt_problems(converted, gt, out) if gt is not None else [])
         for name, spec in converted.specs.items():
-            where = f"{converted.where}: {name}" if converted.where else name
-            for b in writer.blocks_todo(name):
-                start, stop = writer.block_rows(name, b)
-                scores, maps = _stored(*converted.blocks(name, start, stop), map_dtype, where, start, "case")
-                writer.write_block(name, b, scores, maps)
-                _check_stop()
-                if progress:
-                    progress(stop - start)
-            if len(spec.query_ids) and not spec.phrases_unsupported:
-                for b in writer.query_blocks_todo(name):
-                    start, stop = writer.query_block_rows(name, b)
-                    scores, maps = _stored(*converted.phrase_blocks(name, start, stop), map_dtype, where, start,
-                                           "phrase row")
-                    writer.write_query_block(name, b, scores, maps)
+            phrases = len(spec.query_ids) and not spec.phrases_unsupported
+            for phrase, todo, rows, read, write in (
+                    (False, writer.blocks_todo, writer.block_rows, converted.blocks, writer.write_block),
+                    (True, writer.query_blocks_todo, writer.query_block_rows, converted.phrase_blocks,
+                     writer.write_query_block)):
+                if phrase and not phrases:
+                    continue
+                for b in todo(name):
+                    start, stop = rows(name, b)
+                    where_of = lambda r, name=name, phrase=phrase: converted.where_of(name, phrase, r)  # noqa: E731
+                    try:
+                        bad, block = _stored(*read(name, start, stop), map_dtype, where_of, start)
+                    except PartialBlock as exc:  # files that cannot be read, each its own line; the others checked
+                        bad = list(exc.problems) + _stored(*exc.block, map_dtype, where_of, start)[0]
+                        bad, block = sorted(bad, key=lambda p: p.where), ()  # in file order
+                    except InputError as exc:  # a block that cannot be read
+                        bad, block = list(exc.problems), ()
+                    problems.extend(bad)
+                    if not problems:
+                        write(name, b, *block)
                     _check_stop()
+                    if progress and not phrase:
+                        progress(stop - start)
+        problems.raise_if_any()
         writer.finish()
         problems = validate_submission(tmp, gt)
         if problems:

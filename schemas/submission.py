@@ -436,6 +436,7 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
     if gt_obj is not None:
         names = [n for n in names if n in gt_obj.datasets]
     any_present = False
+    examples: dict[str, tuple[int, str, str]] = {}  # dataset -> (its case ids, one of them, one of the ground truth's)
     for name in names:
         seen: dict = {}
         problems += _validate_dataset(groups[name], f"{where}/{name}", gt_obj.datasets[name] if gt_obj else None,
@@ -444,10 +445,29 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
                                       gt_obj.datasets[name] if gt_obj else None,
                                       cases=seen.get("present") if allow_missing else None)
         any_present |= bool(np.any(seen.get("present", True)))
+        if "mismatch" in seen:
+            examples[name] = seen["mismatch"]
     if gt_obj is not None and allow_missing and not any_present and not problems:
-        problems.append(Problem(where, f"holds none of the ground truth's cases (of {', '.join(wanted) or 'no dataset'}); "
-                                       "there is nothing to score"))
+        problems.append(Problem(where, f"holds none of the ground truth's cases (of {', '.join(wanted) or 'no dataset'})"
+                                       f"{_mismatch_example(examples)}; there is nothing to score"))
     return problems
+
+
+def no_match_text(n_sub: int, sub_example: str, gt_example: str, of: int | None = None,
+                  other: str = "the ground truth") -> str:
+    """The words for "none of the submission's case ids is one of the ground truth's" (or ``other``'s), with one
+    id of each side (a submission made from another split's or dataset's images.zarr: --allow-missing has
+    nothing to score)."""
+    of_text = "" if of is None else f" ({of} case(s))"
+    return (f"none of the submission's {n_sub} case id(s) is a case of {other}{of_text}: e.g. the submission "
+            f"has {sub_example!r}, {other} {gt_example!r} (made from another split's or dataset's images.zarr?)")
+
+
+def _mismatch_example(examples: dict[str, tuple[int, str, str]]) -> str:
+    if not examples:
+        return ""
+    n_sub, sub_ex, gt_ex = next(iter(examples.values()))
+    return "; " + no_match_text(sum(v[0] for v in examples.values()), sub_ex, gt_ex)
 
 
 def _validate_queries(g: zarr.Group, where: str, minor: int, gt_ds, cases: np.ndarray | None = None) -> list[Problem]:
@@ -594,7 +614,14 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool =
         if seen is not None:
             seen["present"] = present
         missing = sorted(np.asarray(gt_ds.case_id, dtype=str)[~present].tolist())
-        if missing and not allow_missing:
+        if missing and len(ids) and not present.any():  # no id matches: another split's or dataset's cases
+            if seen is not None:
+                seen["mismatch"] = (len(ids), str(min(ids.tolist())), missing[0])
+            if not allow_missing:
+                problems.append(MissingCases(f"{where}/case_id", no_match_text(len(ids), str(min(ids.tolist())),
+                                                                               missing[0], of=int(present.size)),
+                                             present=0, of=int(present.size)))
+        elif missing and not allow_missing:
             problems.append(MissingCases(f"{where}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. "
                                          f"{', '.join(map(repr, missing[:3]))}",
                                          present=int(present.sum()), of=int(present.size)))
@@ -674,3 +701,95 @@ def align(sub_ds: SubmissionDataset, gt_ds, *, allow_missing: bool = False) -> t
     except KeyError as exc:
         raise InvalidStoreError(Problem(sub_ds.name, f"{exc.args[0]!r} of the ground truth is missing from the submission")) from None
     return case_rows, class_cols
+
+
+# -- coverage against the public images store (xbench-validate --images) ------------------------------------
+#: ids of one kind (cases, classes, phrase rows) listed one a line per dataset before the rest are counted
+COVERAGE_LISTED = 10
+
+
+def _listed(where: str, what: str, names: Sequence[str], hint=None) -> list[Problem]:
+    """One problem per missing name (sorted), the first :data:`COVERAGE_LISTED`, then one counted line."""
+    hint = hint or (lambda name: "")
+    lines = [Problem(where, f"{what} {name!r} is missing{hint(name)}") for name in names[:COVERAGE_LISTED]]
+    if len(names) > COVERAGE_LISTED:
+        lines.append(Problem(where, f"… and {len(names) - COVERAGE_LISTED} more missing {what}s "
+                                    f"({len(names)} in all)"))
+    return lines
+
+
+def _class_hint(extra: Sequence[str]):
+    """" (the submission has 'Effusion': misnamed?)" for a missing class that an extra class of the submission
+    resembles (case and spacing aside, or close in spelling)."""
+    import difflib
+
+    folded = {"".join(e.lower().split()): e for e in extra}
+
+    def hint(name: str) -> str:
+        close = folded.get("".join(name.lower().split()))
+        if close is None:
+            near = difflib.get_close_matches(name.lower(), [e.lower() for e in extra], n=1, cutoff=0.5)
+            close = next((e for e in extra if near and e.lower() == near[0]), None)
+        if close is None:  # a word of the class alone ("Effusion" for "Pleural effusion")
+            words = set(name.lower().split())
+            close = next((e for e in extra if set(e.lower().split()) & words), None)
+        return f" (the submission has {close!r}: misnamed?)" if close is not None else ""
+    return hint
+
+
+def coverage_problems(path: str | os.PathLike, images, *, skip: Sequence[Problem] = ()) -> tuple[list[Problem], list[str]]:
+    """Every case id, class and phrase row id that the public images store ``images`` (a path or an
+    :class:`~xbench.schemas.images.ImagesStore`) says a submission must hold, checked against the submission at
+    ``path``, before it is sent to be scored against the private ground truth (whose cases, classes and phrase
+    rows are the images store's).
+
+    Returns ``(problems, notes)``: one problem per missing dataset, class, case id and phrase row id (the first
+    :data:`COVERAGE_LISTED` of a kind per dataset, then one counted line); notes, one counted line per dataset,
+    for case ids of the submission that the images store lacks (they would not be scored). A dataset that
+    declares ``phrases_unsupported`` needs no phrase rows. Call after :func:`validate_submission`, passing its
+    problems as ``skip``: a dataset whose attributes or case ids it found broken is not read here.
+    """
+    from .images import ImagesStore, read_images
+
+    img = images if isinstance(images, ImagesStore) else read_images(images)
+    where = str(path)
+    broken = {p.where for p in skip}
+    if where in broken:
+        return [], []
+    group = open_store_group(path)
+    groups = dict(group.groups())
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for name, ds in sorted(img.datasets.items()):
+        w = f"{where}/{name}"
+        if name not in groups:
+            problems.append(Problem(w, f"dataset of the images store is missing from the submission "
+                                       f"({len(ds.case_id)} cases)"))
+            continue
+        if w in broken or f"{w}/case_id" in broken:
+            continue
+        g = groups[name]
+        classes = list(g.attrs.get("classes") or [])
+        lacking = [c for c in ds.classes if c not in classes]
+        problems += _listed(w, "class", lacking, _class_hint([c for c in classes if c not in ds.classes]))
+        ids = read_strings(g["case_id"])
+        wanted = np.asarray(ds.case_id, dtype=str)
+        missing = sorted(set(wanted.tolist()) - set(ids.tolist()))
+        if missing and len(missing) == len(wanted) and len(ids):
+            problems.append(Problem(f"{w}/case_id", no_match_text(len(ids), str(min(ids.tolist())), missing[0],
+                                                                  of=len(wanted), other="the images store")))
+        else:
+            problems += _listed(f"{w}/case_id", "case", missing)
+        extra = sorted(set(ids.tolist()) - set(wanted.tolist()))
+        if extra and len(missing) < len(wanted):
+            notes.append(f"{w}: {len(extra)} of the submission's {len(ids)} case ids are not in the images store "
+                         f"(they would not be scored), e.g. {extra[0]!r}")
+        if ds.queries is None or g.attrs.get(UNSUPPORTED_ATTR) is not None or f"{w}/query_id" in broken:
+            continue
+        if "query_id" not in g:
+            problems.append(Problem(w, f"the images store has {len(ds.queries.id)} phrase rows but the submission has "
+                                       f"no query arrays (nor the attribute '{UNSUPPORTED_ATTR}')"))
+            continue
+        have = set(read_strings(g["query_id"]).tolist())
+        problems += _listed(f"{w}/query_id", "phrase row", sorted(set(ds.queries.id.tolist()) - have))
+    return problems, notes

@@ -124,7 +124,11 @@ def _load_thresholds(path: Path):
 
 def _missing_hint(coverage: dict[str, tuple[int, int]], only_missing: bool = True) -> str:
     """The last line of a refusal for missing cases: how to score the cases present on purpose
-    (``only_missing``: no other problem was found)."""
+    (``only_missing``: no other problem was found). When no submission holds a single case of the ground truth
+    (its ids are another split's or dataset's), --allow-missing would have nothing to score: it is not offered."""
+    if coverage and all(present == 0 for present, _ in coverage.values()):
+        return (f"{_NOTHING_WRITTEN}; none of the case ids match, so --allow-missing would have nothing to score: "
+                "score the submission against the ground truth of the images it was made from")
     if len(coverage) == 1:
         (present, of), = coverage.values()
         what = f"the {present} of {of} cases present"

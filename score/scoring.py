@@ -407,7 +407,8 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         it a missing case is a problem (:class:`~xbench.score.errors.MissingCasesError`).
 
     The result never issues a Python warning: classes whose metrics are undefined (null in metrics.json)
-    are listed in ``ScoreResult.notes``, one counted line per dataset and reason (:func:`undefined_notes`).
+    are listed in ``ScoreResult.notes``, one counted line per dataset and reason (:func:`undefined_notes`),
+    after one counted line per dataset whose submission holds cases the ground truth lacks (not scored).
 
     Raises
     ------
@@ -450,7 +451,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     if run.partial or run.not_scored:  # only then: a full run's metrics.json is unchanged
         metrics = _with_partial(metrics, run.partial, sum(run.n_in.values()), sum(run.n_of.values()), run.not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
-                       scope_counts=scope_counts, notes=undefined_notes(undefined))
+                       scope_counts=scope_counts, notes=[*run.notes, *undefined_notes(undefined)])
 
 
 def _robustness(run: "_Run", *, bootstrap: int, seed: int, pointing_tolerance: float, timings: dict) -> dict:
@@ -477,6 +478,7 @@ class _Run(NamedTuple):
     n_in: dict
     n_of: dict
     thresholds: Thresholds | None
+    notes: tuple = ()  # submission cases outside the ground truth, not scored: one counted line per dataset
 
 
 def _open_inputs(submission_path, gt_path, *, datasets, validate: bool, allow_missing: bool, thresholds,
@@ -517,7 +519,23 @@ def _open_inputs(submission_path, gt_path, *, datasets, validate: bool, allow_mi
         for name in scored:
             class_taus(_classes_with_pairs(sub.datasets[name], gt.datasets[name], aligned[name][0]), thresholds)
     timings["open"] = time.perf_counter() - t0
-    return _Run(gt, sub, aligned, scored, not_scored, partial, n_in, n_of, thresholds)
+    return _Run(gt, sub, aligned, scored, not_scored, partial, n_in, n_of, thresholds,
+                tuple(_extra_case_notes(sub, gt, names)))
+
+
+def _extra_case_notes(sub, gt, names) -> list[str]:
+    """One counted line per dataset scored whose submission holds cases the ground truth lacks (they are not
+    scored: a submission of the whole set scored on part of it, or cases of another split among its own)."""
+    notes = []
+    for name in names:
+        if name not in sub.datasets:
+            continue
+        ids = np.asarray(sub.datasets[name].case_id, dtype=str)
+        extra = ids[~np.isin(ids, np.asarray(gt.datasets[name].case_id, dtype=str))]
+        if extra.size:
+            notes.append(f"{name}: {extra.size} of the submission's {ids.size} cases are not in the ground truth and "
+                         f"were not scored (e.g. {str(min(extra.tolist()))!r})")
+    return notes
 
 
 def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: str = "",
