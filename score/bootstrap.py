@@ -962,12 +962,10 @@ def holm_family(pvalues, tests=None) -> tuple[list[float | None], int]:
     """
     pvalues = list(pvalues)
     tests = [None] * len(pvalues) if tests is None else list(tests)
-    if len(tests) != len(pvalues):
-        raise ValueError(f"{len(pvalues)} p-values but {len(tests)} test identities")
     group: dict = {}  # identity -> index into the family
     family: list[float] = []
     where: list[int | None] = []
-    for i, (p, t) in enumerate(zip(pvalues, tests)):
+    for i, (p, t) in enumerate(zip(pvalues, tests, strict=True)):  # one identity per row
         if p is None:
             where.append(None)
             continue

@@ -157,17 +157,17 @@ def load_reading(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20) -> R
     return ReaderReading(**{k: arrays[k] for k in _READING_ARRAYS})
 
 
-def with_hits(pairs: ReaderPairs, reading: ReaderReading) -> ReaderPairs:
+def with_hits(pairs: ReaderPairs, reading: ReaderReading, source: str = "reading") -> ReaderPairs:
     """``pairs`` with each pair's hit taken from the reader's reading (the reader's salient points), so that the
-    ceiling's pointing game is CheXlocalize's hit rate, not the maximum of the reader's map. Raises ValueError
-    when a pair of the counts has no ground-truth row in the reading."""
+    ceiling's pointing game is CheXlocalize's hit rate, not the maximum of the reader's map. Raises InputError
+    (naming ``source``, the reading's file) when a pair of the counts has no ground-truth row in the reading."""
     where = {(c, k): float(h) for c, k, g, h in zip(reading.case_id.tolist(), reading.cls.tolist(),
                                                    reading.gt.tolist(), reading.hit.tolist()) if g}
     keys = list(zip(pairs.case_id.tolist(), pairs.cls.tolist()))
     lost = [k for k in keys if k not in where]
     if lost:
-        raise ValueError(f"{len(lost)} pair(s) of the counts (e.g. {lost[0][0]}, {lost[0][1]}) have no ground-truth "
-                         "row in the reading")
+        raise InputError([Problem(source, f"does not match the reader's counts: {len(lost)} pair(s) of the counts "
+                                          f"(e.g. {lost[0][0]}, {lost[0][1]}) have no ground-truth row in the reading")])
     hit = np.asarray([where[k] for k in keys], dtype=np.float64).reshape(-1)
     return ReaderPairs(pairs.case_id, pairs.cls, hit, pairs.dice, pairs.iou, pairs.cases)
 
@@ -515,12 +515,9 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
                 continue
             try:
                 reading = load_reading(reading_path)
-                got[r] = with_hits(reader_pairs(counts[name]), reading)
+                got[r] = with_hits(reader_pairs(counts[name]), reading, str(reading_path))
             except InputError as exc:
                 problems.extend(exc.problems)
-                continue
-            except ValueError as exc:
-                problems.append(Problem(str(reading_path), f"does not match the reader's counts: {exc}"))
                 continue
             native_path = folder / "readers" / r / NATIVE_READING_FILE
             if native_path.exists() or native_path.is_symlink():
