@@ -158,7 +158,9 @@ def compare(want, got, where: str = "") -> list[str]:
             return [f"{where}: a list of {len(want)} expected, got {got!r:.80}"]
         return [p for i, (a, b) in enumerate(zip(want, got)) for p in compare(a, b, f"{where}[{i}]")]
     if type(want) is float and type(got) is float:
-        return [] if _float_close(want, got) else [f"{where}: {got!r} written, {want!r} expected (beyond rtol {RTOL}, atol {ATOL})"]
+        if _float_close(want, got):
+            return []
+        return [f"{where}: {got!r} written, {want!r} expected (beyond rtol {RTOL}, atol {ATOL})"]
     if type(want) is not type(got) or want != got:
         return [f"{where}: {got!r} written, {want!r} expected"]
     return []
