@@ -7,7 +7,8 @@ folder conventions:
   (a ``*.zarr`` folder, a ``*.zarr.zip`` or ``*.zip`` file), the ground truth from ``$XBENCH_GT``, else the
   platform's ground-truth folder ``/opt/ml/input/data/ground_truth``, else the copy baked into the image at
   ``/opt/xbench/gt.zarr.zip``, and writes ``/output/metrics.json`` (with ``aggregates`` for the leaderboard).
-- **Codabench**: ``xbench package codabench --gt gt.zarr --out scoring_program.zip`` writes a scoring program:
+- **Codabench**: ``xbench package codabench --gt gt.zarr --gt-in-program --out scoring_program.zip`` writes a
+  scoring program:
   ``metadata.yaml`` (the command Codabench runs), ``score.py`` (calls :func:`codabench_main`) and the ground
   truth as ``gt.zarr.zip``. Codabench runs ``score.py INPUT OUTPUT``: the submission is in ``INPUT/res``, a
   ground truth in ``INPUT/ref`` (reference data) wins over the packaged one, and ``OUTPUT/scores.json`` is the
@@ -625,24 +626,39 @@ def package() -> None:
               help="Ground-truth store (gt.zarr or gt.zarr.zip) to package with the scoring program.")
 @click.option("--out", "out_path", default=Path("scoring_program.zip"), show_default=True,
               type=click.Path(path_type=Path), help="The scoring program zip to write.")
+@click.option("--gt-in-program", is_flag=True,
+              help="Accept that the scoring program holds the private ground truth (required: see above).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def codabench(gt_path: Path, out_path: Path, quiet: bool, as_json: bool) -> None:
+def codabench(gt_path: Path, out_path: Path, gt_in_program: bool, quiet: bool, as_json: bool) -> None:
     """Write a Codabench scoring program: metadata.yaml, score.py and the ground truth.
+
+    The ground truth sits inside the scoring program, and a competition may share its scoring program with
+    the participants (Codabench's make_programs_available): the command refuses unless --gt-in-program
+    acknowledges it. `xbench package codabench-competition` keeps each phase's ground truth in its
+    reference data instead, which participants never see.
 
     \b
     Example:
-      xbench package codabench --gt data/gt.zarr --out scoring_program.zip
+      xbench package codabench --gt data/gt.zarr --gt-in-program --out scoring_program.zip
     """
     from xbench.schemas import validate_ground_truth
 
     problems = [str(p) for p in validate_ground_truth(gt_path)]
+    if not gt_in_program:
+        problems.append(f"--gt {gt_path}: the scoring program would hold the private ground truth, and a "
+                        "competition may share its scoring program with participants (make_programs_available); "
+                        "use `xbench package codabench-competition`, which keeps it in the reference data, or pass "
+                        "--gt-in-program to accept it")
     gt_real, out_real = Path(os.path.realpath(gt_path)), Path(os.path.realpath(out_path))
     if out_real == gt_real or gt_real in out_real.parents:
         problems.append(f"--out {out_path}: is or lies inside the ground truth ({gt_path}); nothing may be written there")
     if problems:
         raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
     write_codabench_bundle(gt_path, out_path)
+    click.echo(f"WARNING: {out_path} holds the private ground truth ({gt_path.name} as gt.zarr.zip): never make "
+               "this scoring program available to participants (Codabench: make_programs_available: false)",
+               err=True)
     if as_json:
         click.echo(json.dumps({"ok": True, "scoring_program": str(out_path)}))
     elif not quiet:
