@@ -157,7 +157,7 @@ def test_extract_warns_on_ignored_method_and_says_nothing_to_do(ph, tmp_path):
     assert res.exit_code == 0 and "already complete, nothing to do" in res.stdout
     res = xb("extract", "--model", "dog", "--images", ph / "data/images.zarr", "--out", tmp_path / "m.zarr",
              "--workers", "0", "--method", "maskclip", "-q")
-    assert res.exit_code == 0 and "warning: --method maskclip was ignored" in res.stderr
+    assert res.exit_code == 0 and "warning: --method maskclip will be ignored" in res.stderr
 
 
 def test_extract_limit(ph, tmp_path):
