@@ -111,11 +111,12 @@ def test_the_version_is_written_in_pyproject_alone():
     found = []
     for rel in files.stdout.splitlines():
         path = ROOT / rel
-        if rel in ("pyproject.toml", "tests/test_packaging.py") or rel.startswith("tests/fixtures/") or not path.is_file() \
+        if rel in ("pyproject.toml", "tests/test_packaging.py") or rel.startswith("tests/fixtures/") \
+                or not path.is_file() \
                 or path.suffix not in (".py", ".toml", ".cfg", ".yml", ".yaml", ".sh") and path.name != "Dockerfile":
             continue
-        found += [f"{rel}:{n}: {line.strip()}" for n, line in
-                  enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1) if _hard_coded(line, version)]
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        found += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(lines, 1) if _hard_coded(line, version)]
     assert found == [], "the version is hard-coded outside pyproject.toml"
 
 
