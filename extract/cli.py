@@ -195,6 +195,12 @@ def main(as_json, list_models, list_methods, **params):
         raise click.UsageError("--faithfulness runs on one process; with several ranks run round 1, then xbench perturb "
                                "and xbench-extract --scores-only (docs/faithfulness.md)")
     _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
+    from .noop import nothing_to_do
+
+    done = nothing_to_do(opts)  # a finished --out is known before torch is imported and the model built
+    if done is not None:
+        _say_summary(done, opts.method, as_json, opts.quiet)
+        return
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
 
@@ -215,6 +221,11 @@ def main(as_json, list_models, list_methods, **params):
         close()
     if rank != 0:
         return
+    _say_summary(summary, method, as_json, quiet)
+
+
+def _say_summary(summary: dict, method, as_json: bool, quiet: bool) -> None:
+    """What a finished run prints (rank 0): the summary as JSON, or one line (and the faithfulness line)."""
     ignored = _method_ignored(method, summary)
     if ignored:
         warn("xbench-extract", ignored)
