@@ -216,7 +216,8 @@ def main(as_json, list_models, list_methods, **params):
         if opts.faithfulness and rank == 0:
             from .faithfulness import run_faithfulness
 
-            summary["faithfulness"] = run_faithfulness(opts, progress=callback)
+            summary["faithfulness"] = run_faithfulness(
+                opts, progress=callback, say=None if (quiet or as_json) else lambda line: click.echo(escape_text(line), err=True))
     finally:
         close()
     if rank != 0:
