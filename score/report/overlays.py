@@ -21,7 +21,7 @@ from xbench.score.tables import DATASET_TITLES
 from ._load import Result
 from .figures import plain, save_figure
 
-__all__ = ["pick_cases", "draw_panel", "overlay_figure", "overlay_figures"]
+__all__ = ["pick_cases", "draw_panel", "map_peak", "overlay_figure", "overlay_figures", "pointing_peak"]
 
 MAX_CLASSES = 24  # rows per figure; a larger dataset is cut (the figure says so)
 
@@ -52,6 +52,14 @@ HALO = 3.6
 PEAK = {"marker": "x", "color": "white", "markersize": 11, "markeredgewidth": 2.2}
 
 
+def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
+    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
+    from xbench.score.kernels import resize_map
+
+    resized = resize_map(np.asarray(saliency), grid)
+    return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
+
+
 def map_peak(smap: np.ndarray) -> tuple[int, int]:
     """(row, col) of the map's first maximum in row-major order, on the map's own grid (NaN cells never win)."""
     m = np.asarray(smap, dtype=np.float64)
@@ -80,8 +88,6 @@ def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None,
         cs = ax.contour(xs, ys, np.pad(mask.astype(float), 1), levels=[0.5], **OUTLINE)
         cs.set_path_effects([patheffects.withStroke(linewidth=HALO, foreground="black")])
     if peak is None:  # the scorer's rule: the first maximum of the map resized to the region's grid
-        from .show import pointing_peak
-
         peak = pointing_peak(smap, mask.shape) if mask is not None else map_peak(smap)
     if peak is not False:
         h, w = mask.shape if mask is not None else np.shape(smap)[-2:]
