@@ -217,6 +217,12 @@ def main(as_json, list_models, list_methods, **params):
     early = _method_ignored_early(opts.model, opts.overrides, opts.method)
     if early and int(os.environ.get("RANK", 0)) == 0:
         warn("xbench-extract", early)
+    from .noop import nothing_to_do
+
+    done = nothing_to_do(opts)  # a finished --out is known before torch is imported and the model built
+    if done is not None:
+        _say_summary(done, opts.method, as_json, opts.quiet, early)
+        return
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
 
@@ -232,11 +238,18 @@ def main(as_json, list_models, list_methods, **params):
         if opts.faithfulness and rank == 0:
             from .faithfulness import run_faithfulness
 
-            summary["faithfulness"] = run_faithfulness(opts, progress=callback)
+            summary["faithfulness"] = run_faithfulness(
+                opts, progress=callback, say=None if (quiet or as_json) else lambda line: click.echo(escape_text(line), err=True))
     finally:
         close()
     if rank != 0:
         return
+    _say_summary(summary, method, as_json, quiet, early)
+
+
+def _say_summary(summary: dict, method, as_json: bool, quiet: bool, early: str | None = None) -> None:
+    """What a finished run prints (rank 0): the summary as JSON, or one line (and the faithfulness line).
+    ``early``: the ignored-method warning already printed before the run (said once, reported in --json)."""
     ignored = early or _method_ignored(method, summary)
     if ignored and not early:  # a model whose method the catalog could not tell (a plug-in): said after the run
         warn("xbench-extract", ignored)

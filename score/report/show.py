@@ -19,11 +19,11 @@ __all__ = ["pointing_peak", "show_case", "show", "store_problems"]
 
 
 def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
-    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
-    from xbench.score.kernels import resize_map
+    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does
+    (score/report/overlays.py's, which the report's overlays mark too)."""
+    from .overlays import pointing_peak as peak
 
-    resized = resize_map(np.asarray(saliency), grid)
-    return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
+    return peak(saliency, grid)
 
 
 def _numbers(text: str) -> tuple[int, ...]:
