@@ -7,6 +7,20 @@ DEMO_OUT ?= demo-out
 # Torch is installed at the exact build in constraints/torch.txt (a CUDA build that also runs on
 # CPU); pyproject.toml only bounds it, so a GPU machine may bring its own build.
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
+# TORCH_INDEX: the package index torch and torchvision come from. Empty: PyPI, whose Linux torch is the CUDA
+# build (about 6.8 GB with its nvidia-* and triton wheels, ~5 minutes to install); on a machine without a GPU,
+# `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU build (about 0.2 GB) at
+# the same pinned version.
+TORCH_INDEX ?=
+TORCH_PINS := $(shell sed -n 's/^\(torch[a-z]*\)==.*/\1/p' constraints/torch.txt 2>/dev/null | tr '\n' ' ')
+ifeq ($(strip $(TORCH_INDEX)),)
+TORCH_FROM := PyPI: the CUDA build, about 6.8 GB with its CUDA libraries, ~5 minutes; without a GPU, \
+	make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (about 0.2 GB)
+TORCH_INDEX_ARGS :=
+else
+TORCH_FROM := $(TORCH_INDEX)
+TORCH_INDEX_ARGS := --index-url $(TORCH_INDEX)
+endif
 
 # Test workers: pytest-xdist processes (auto = one per usable core). Modules stay whole on one worker
 # (--dist loadscope), so a module's shared fixture is built once, not once per worker.
@@ -21,6 +35,10 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints/torch.txt
 	$(PYTHON) -m venv $(VENV)
+	@echo "installing $(TORCH_PINS)(constraints/torch.txt) from $(TORCH_FROM)"
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on $(TORCH_INDEX_ARGS) \
+		-c constraints/torch.txt $(TORCH_PINS)
+	@echo "installing XBench with the extract and dev extras (torch is kept)"
 	$(PIP_INSTALL) -e ".[extract,dev]" -c constraints/torch.txt
 	$(BIN)/python -m xbench.score.warm  # compile the scorer's kernels once, on all cores (score/warm.py)
 	@touch $@

@@ -143,6 +143,19 @@ def _list_models(as_json: bool) -> None:
         click.echo(f"{r['name']:<{width}}  {r['kind']}: {r['summary']}. Needs {r['needs']}{trust}. Maps: {methods}")
 
 
+def _method_ignored_early(model: str, overrides: dict, requested: str | None) -> str | None:
+    """The warning for a --method the model will not use (it has one method of its own), known before the run:
+    from the model's catalog entry, without torch (issue 35: it came only after the whole extraction)."""
+    if not requested:
+        return None
+    from .models import catalog, load_config
+
+    info = catalog.info(str(load_config(model, **dict(overrides)).get("adapter")))
+    if info is not None and not info.methods and info.own_method and requested != info.own_method:
+        return f"--method {requested} will be ignored: model {info.name!r} uses its own method ({info.own_method})"
+    return None
+
+
 def _method_ignored(requested: str | None, summary: dict) -> str | None:
     if requested and summary.get("method") != requested:
         return (f"--method {requested} was ignored: model {summary['model']!r} uses its own method "
@@ -201,6 +214,15 @@ def main(as_json, list_models, list_methods, **params):
         if problems:
             raise UserError(problems, "nothing was written")
     _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
+    early = _method_ignored_early(opts.model, opts.overrides, opts.method)
+    if early and int(os.environ.get("RANK", 0)) == 0:
+        warn("xbench-extract", early)
+    from .noop import nothing_to_do
+
+    done = nothing_to_do(opts)  # a finished --out is known before torch is imported and the model built
+    if done is not None:
+        _say_summary(done, opts.method, as_json, opts.quiet, early)
+        return
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         from .distributed import relaunch
 
@@ -216,13 +238,20 @@ def main(as_json, list_models, list_methods, **params):
         if opts.faithfulness and rank == 0:
             from .faithfulness import run_faithfulness
 
-            summary["faithfulness"] = run_faithfulness(opts, progress=callback)
+            summary["faithfulness"] = run_faithfulness(
+                opts, progress=callback, say=None if (quiet or as_json) else lambda line: click.echo(escape_text(line), err=True))
     finally:
         close()
     if rank != 0:
         return
-    ignored = _method_ignored(method, summary)
-    if ignored:
+    _say_summary(summary, method, as_json, quiet, early)
+
+
+def _say_summary(summary: dict, method, as_json: bool, quiet: bool, early: str | None = None) -> None:
+    """What a finished run prints (rank 0): the summary as JSON, or one line (and the faithfulness line).
+    ``early``: the ignored-method warning already printed before the run (said once, reported in --json)."""
+    ignored = early or _method_ignored(method, summary)
+    if ignored and not early:  # a model whose method the catalog could not tell (a plug-in): said after the run
         warn("xbench-extract", ignored)
     if as_json:
         click.echo(json.dumps({"ok": True, **summary, "warnings": [ignored] if ignored else []}))

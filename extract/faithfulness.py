@@ -37,8 +37,9 @@ def folder_problems(opts) -> list[str]:
     return problems
 
 
-def run_faithfulness(opts, progress: Callable | None = None) -> dict:
-    """Perturb (unless DIR already holds round 2 and its key) and extract round 2; returns a summary."""
+def run_faithfulness(opts, progress: Callable | None = None, say: Callable[[str], None] | None = None) -> dict:
+    """Perturb (unless DIR already holds round 2 and its key) and extract round 2; returns a summary. ``say``
+    gets the cost line (images, estimated size) before round 2 is written (schemas/round2_cost.py)."""
     from xbench.schemas import read_images, read_submission
     from xbench.schemas.errors import InputError, Problem
     from xbench.schemas.perturb import Round2Options, make_round2
@@ -56,7 +57,11 @@ def run_faithfulness(opts, progress: Callable | None = None) -> dict:
     if not store.exists():
         opts_r2 = Round2Options(curves=curves, steps=int(opts.faithfulness_steps),
                                 datasets=tuple(opts.datasets) if opts.datasets else None, limit=opts.limit)
-        made = make_round2(read_submission(opts.out), read_images(opts.images), store, key, opts_r2)
+        from xbench.schemas.round2_cost import announcer
+
+        images = read_images(opts.images)
+        made = make_round2(read_submission(opts.out), images, store, key, opts_r2,
+                           on_total=announcer(opts.images, images, opts_r2.datasets, opts.limit, say))
     round2 = dataclasses.replace(opts, images=str(store), out=str(folder / ROUND2_SUB), scores_only=True,
                                  faithfulness=None, limit=None, datasets=None)
     summary = run_extraction(round2, progress=progress)

@@ -32,6 +32,7 @@ from xbench.schemas.options import problems
 
 from . import distributed
 from .models import create_adapter
+from .noop import jsonable as _jsonable
 from .options import ExtractOptions
 from .pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
 from .tta import TTA, CombinedBlock, check_resume, resolve as resolve_tta
@@ -375,16 +376,3 @@ def input_pixels(adapter, dataset: str, store_has_originals: bool) -> dict:
         return {"transform": None, "source": "stored", "steps": "the adapter's own (see adapter.preprocess)"}
     source = "original" if store_has_originals and transform.wants_original else "stored"
     return {"transform": transform, "source": source, "steps": transform.describe()}
-
-
-def _jsonable(obj: Any) -> Any:
-    """Config values as plain JSON types (paths and tuples become strings and lists)."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return str(obj)

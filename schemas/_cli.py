@@ -37,7 +37,8 @@ EXIT_INTERRUPTED = 130
 
 RESUME_HINT = "interrupted; run the same command again to resume"
 NOT_WRITTEN_HINT = "interrupted; nothing was written"
-EXTRA_HINT = "needs the extract extra: pip install 'xbench-cxr[extract]'"
+EXTRA_HINT = ("needs the extract extra: pip install '.[extract]' in a checkout of XBench "
+              "(pip install 'xbench-cxr[extract]' once it is released on PyPI)")
 
 #: Top-level modules that only the extract extra installs: an ImportError naming one of them is a missing extra.
 EXTRA_MODULES = frozenset({"torch", "torchvision", "open_clip", "transformers", "timm", "pydicom", "pylibjpeg",

@@ -564,8 +564,9 @@ def _check_scheme(url: str) -> None:
 
 
 def _extra_missing(url: str, exc: ImportError) -> InvalidStoreError:
-    return _problem(url, f"reading remote stores needs the 'remote' extra: pip install 'xbench-cxr[remote]' "
-                         f"(missing: {exc.name})")
+    return _problem(url, f"reading remote stores needs the 'remote' extra: pip install '.[remote]' in a checkout "
+                         f"of XBench (pip install 'xbench-cxr[remote]' once it is released on PyPI; "
+                         f"missing: {exc.name})")
 
 
 def snapshot(url: str) -> Snapshot:

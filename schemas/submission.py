@@ -175,7 +175,30 @@ class SubmissionWriter:
             raise InvalidStoreError(Problem("cases_per_block", "must be at least 1"))
         for name, spec in datasets.items():
             spec.check(name)
-        spec_hash = _blocks.spec_digest(
+        spec_hash = cls.spec_hash(model=model, method=method, datasets=datasets, cases_per_block=cases_per_block,
+                                  map_dtype=map_dtype, scores_only=scores_only)
+        if path.exists() and not overwrite:
+            existing = open_store_group(path, mode="r+")
+            meta = existing.attrs.get("xbench", {})
+            if meta.get("kind") == "submission" and meta.get(_blocks.SPEC_ATTR) == spec_hash:
+                return cls(path, existing)
+            if not _blocks.interrupted_creation(existing):  # an older version's killed creation is started again
+                if not meta.get(_blocks.SPEC_ATTR):
+                    raise InvalidStoreError(Problem(str(path), "exists but is not a store this writer started (or its creation was "
+                                                    "interrupted); remove it, choose another path or pass --overwrite (overwrite=True from Python)"))
+                raise InvalidStoreError(
+                    Problem(str(path), "exists and was written with a different specification; choose another path or pass --overwrite (overwrite=True from Python)")
+                )
+        _blocks.create_beside(path, lambda folder: cls._create_skeleton(folder, model, method, provenance, datasets,
+                                                                       cases_per_block, map_dtype, spec_hash, scores_only))
+        return cls(path, open_store_group(path, mode="r+"))
+
+    @staticmethod
+    def spec_hash(*, model: str, method: str, datasets: Mapping[str, DatasetSpec], cases_per_block: int,
+                  map_dtype: str, scores_only: bool = False) -> str:
+        """The digest of a store's specification, recorded in its root attributes: :meth:`create` resumes a store
+        only when it is the same, and ``xbench-extract`` compares it before loading the model (extract/noop.py)."""
+        return _blocks.spec_digest(
             {
                 "model": model,
                 "method": method,
@@ -196,21 +219,6 @@ class SubmissionWriter:
                 },
             }
         )
-        if path.exists() and not overwrite:
-            existing = open_store_group(path, mode="r+")
-            meta = existing.attrs.get("xbench", {})
-            if meta.get("kind") == "submission" and meta.get(_blocks.SPEC_ATTR) == spec_hash:
-                return cls(path, existing)
-            if not _blocks.interrupted_creation(existing):  # an older version's killed creation is started again
-                if not meta.get(_blocks.SPEC_ATTR):
-                    raise InvalidStoreError(Problem(str(path), "exists but is not a store this writer started (or its creation was "
-                                                    "interrupted); remove it, choose another path or pass --overwrite (overwrite=True from Python)"))
-                raise InvalidStoreError(
-                    Problem(str(path), "exists and was written with a different specification; choose another path or pass --overwrite (overwrite=True from Python)")
-                )
-        _blocks.create_beside(path, lambda folder: cls._create_skeleton(folder, model, method, provenance, datasets,
-                                                                       cases_per_block, map_dtype, spec_hash, scores_only))
-        return cls(path, open_store_group(path, mode="r+"))
 
     @staticmethod
     def _create_skeleton(path, model, method, provenance, datasets, cases_per_block, map_dtype, spec_hash,

@@ -20,7 +20,7 @@ from xbench.schemas.errors import escape_text
 from xbench.schemas.options import click_options
 
 from .options import ScoreOptions
-from .ranking import TERMINAL_COLUMNS, format_cell
+from .ranking import TERMINAL_COLUMNS
 
 __all__ = ["main", "score_command"]
 
@@ -77,33 +77,16 @@ def _split_datasets(values: tuple[str, ...]) -> list[str] | None:
 
 
 #: the ranked terminal table's columns: (metrics.json key, header); ranked by the first. The same columns and
-#: cells as ``xbench report``'s leaderboard.txt (score/report/terminal.py), so both terminals agree.
+#: cells as ``xbench report``'s leaderboard.txt and ``xbench run``'s board (score/report/terminal.py).
 RANK_COLUMNS = TERMINAL_COLUMNS
 
 
 def ranked_table(rows: list[tuple]) -> str:
-    """Models ranked by overall pointing game, one line each, in percent with the 95 % interval beside each
-    value (COCOeval ``summarize`` style).
+    """Models ranked by overall pointing game: the one terminal board (score/report/terminal.py's
+    ``board_text``). ``rows``: (name, the metrics.json "overall" dict[, {key: (low, high)}])."""
+    from .report.terminal import board_text
 
-    ``rows``: (name, the metrics.json "overall" dict[, {key: (low, high)}]). Missing values print as "-" and
-    rank last; a value without an interval (``--bootstrap 0``) as "41.43 [–]".
-    """
-    def key(row):
-        v = row[1].get(RANK_COLUMNS[0][0])
-        return (v is None, -(v or 0.0), row[0])
-
-    # model names come from submissions: one line each
-    rows = [(escape_text(r[0]), r[1], (r[2] if len(r) > 2 else None) or {}) for r in rows]
-    cells = [[format_cell(ov.get(k), ci.get(k)) for k, _ in RANK_COLUMNS] for _, ov, ci in rows]
-    order = sorted(range(len(rows)), key=lambda i: key(rows[i]))
-    width = max([len("model")] + [len(n) for n, _, _ in rows])
-    widths = [max([len(h)] + [len(c[j]) for c in cells]) for j, (_, h) in enumerate(RANK_COLUMNS)]
-    head = f"{'#':>2}  {'model':<{width}}" + "".join(f"  {h:>{w}}" for (_, h), w in zip(RANK_COLUMNS, widths))
-    lines = ["overall (%), ranked by pointing game, 95% interval in brackets; * best threshold, @.5 fixed threshold",
-             head]
-    for rank, i in enumerate(order, start=1):
-        lines.append(f"{rank:>2}  {rows[i][0]:<{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells[i], widths)))
-    return "\n".join(lines)
+    return board_text(rows)
 
 
 def _thresholds_path(path: Path) -> Path:
@@ -334,12 +317,13 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     if show:
         for m in result.notes:  # undefined metrics: one counted line per dataset and reason
             click.echo(f"note: {escape_text(m)}", err=True)
-        ov = result.metrics["overall"]
-        pretty = ", ".join(f"{k} {100 * v:.2f}" for k, v in ov.items() if v is not None)
         click.echo(escape_text(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)"))
         if partial:
             click.echo(escape_text(f"  {partial}"))
-        click.echo(f"  overall (%): {pretty}")
+        from .report.terminal import overall_lines
+
+        ov = result.metrics["overall"]
+        click.echo("\n".join(overall_lines(ov, {k: ci_of(result.metrics, "overall", k) for k in ov})))
         if "human" in result.metrics:
             from .human import human_lines
 

@@ -314,10 +314,11 @@ def faithfulness_html(results) -> str:
                       "step (metrics.json road_accuracy, with --gt) and define no area.")
         blocks.append(f"<p class=\"meta\">{html.escape(r.name)}: curves {html.escape(', '.join(sec['curves']))}, "
                       f"{sec['steps']} steps, {sec['grid']}x{sec['grid']} cells.{html.escape(notes)}</p>"
-                      f"<div class=\"table\"><table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table></div>")
+                      f"<div class=\"scroll\"><table class=\"lb\"><thead><tr>{cells}</tr></thead><tbody>{body}"
+                      "</tbody></table></div>")  # the report's table style (score/report/html.py)
     if not blocks:
         return ""
     return ("<h2>Faithfulness</h2><p>Does the score fall when the map's most relevant cells are removed first (deletion, "
             "ROAD MoRF) and rise when they are inserted first? Areas under the class-probability curves in percent; "
-            "gains &gt; 0: better than a random order of the same cells; 95% bootstrap interval over cases.</p>"
+            "gains &gt; 0: better than a random order of the same cells; 95% bootstrap interval over cases in brackets.</p>"
             + "".join(blocks))

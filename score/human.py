@@ -704,14 +704,23 @@ def human_lines(metrics: Mapping) -> list[str]:
     rows = [r for r in human_rows(_mapping(metrics.get("human")), per_class=False)
             if r["metric"] in ("pointing_game", "dice_best", "iou_best") and r["human"] is not None]
     readers = {d: _mapping(e).get("readers") for d, e in _mapping(_mapping(metrics.get("human")).get("datasets")).items()}
+    kind = "simulated reader(s)" if simulated(metrics) else "reader(s)"
     for d in dict.fromkeys(r["dataset"] for r in rows):
         parts = []
         for r in (r for r in rows if r["dataset"] == d):
-            pct = "–" if r["percent_of_human"] is None else f"{r['percent_of_human']:.0f}% of human"
-            parts.append(f"{r['metric']} {_pct(r['human'])} ({pct})")
+            pct = ("model: –" if r["percent_of_human"] is None
+                   else f"model at {r['percent_of_human']:.0f}% of it")
+            parts.append(f"{r['metric']} {_pct(r['human'])}% ({pct})")
         n = readers.get(d)
-        lines.append(f"human ({d}, {len(n) if isinstance(n, list) else '?'} reader(s)): " + ", ".join(parts))
+        lines.append(f"human ceiling ({d}, {len(n) if isinstance(n, list) else '?'} {kind}): " + ", ".join(parts))
     return lines
+
+
+def simulated(metrics: Mapping) -> bool:
+    """Whether the ``human`` section's readers are simulated (``xbench human phantom``: its rule says so), not
+    radiologists."""
+    rule = _mapping(_mapping(metrics.get("human")).get("source")).get("rule")
+    return isinstance(rule, str) and "simulated" in rule.lower()
 
 
 def compare_human(a_dir, human_dir, *, n_boot: int, seed: int, per_class: bool, out_csv, quiet: bool,
@@ -756,10 +765,14 @@ def report_sections(results) -> tuple[list[str], str]:
     with_h = [r for r in results if "human" in r.metrics]
     if not with_h:
         return [], ""
-    md = ["## Human ceiling (radiologists scored like a model; % of human = model / human x 100)", ""]
-    parts = ["<section id='human'><h2>Human ceiling</h2><p>Radiologists' own annotations scored like a model "
-             "(xbench human); % of human = model / human &times; 100; gap = model &minus; human on the (case, class) "
-             "pairs both were scored on, paired bootstrap 95% interval.</p>"]
+    sim = all(simulated(r.metrics) for r in with_h)
+    who = "simulated readers (xbench human phantom)" if sim else "radiologists' own annotations"
+    md = [f"## Human ceiling ({who} scored like a model; % of human = model / human x 100)", ""]
+    parts = ["<section id='human'><h2>Human ceiling</h2><p>"
+             + ("Simulated readers of the phantom (they miss, shift and resize regions; not radiologists)"
+                if sim else "Radiologists' own annotations")
+             + " scored like a model (xbench human); % of human = model / human &times; 100; gap = model &minus; "
+             "human on the (case, class) pairs both were scored on, paired bootstrap; 95% intervals in brackets.</p>"]
     for r in with_h:
         rows = human_rows(r.metrics["human"], per_class=False)
         lines = human_lines(r.metrics)
@@ -777,6 +790,8 @@ def report_sections(results) -> tuple[list[str], str]:
             pct = "–" if row["percent_of_human"] is None else f"{row['percent_of_human']:.1f}"
             cells = [str(row["dataset"]), row["metric"], _pct(row["model"]), human, pct, gap]
             body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-        parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+        # the report's table style (score/report/html.py: class "lb", no wrapping, in a scrolling box)
+        parts.append(f"<div class=\"scroll\"><table class=\"lb\"><thead><tr>{head}</tr></thead>"
+                     f"<tbody>{''.join(body)}</tbody></table></div>")
     parts.append("</section>")
     return md, "".join(parts)

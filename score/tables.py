@@ -418,7 +418,7 @@ def grounding_table(results, computed=None, *, best: bool = True, layout: Layout
     keys = ("pointing_game", dice, iou) if best else (dice, iou)
     if best:
         title, key, caption = ("Grounding (best threshold)", "grounding",
-                               "Pointing game and best-threshold Dice/IoU, percent; 95% bootstrap interval in brackets. "
+                               "Pointing game and best-threshold Dice/IoU, percent; 95% bootstrap interval as low–high. "
                                "Best in each column bold, second best underlined.")
     else:
         title, key, caption = "Grounding (fixed threshold 0.5)", "grounding_fixed", "Dice and IoU at tau = 0.5, percent."
@@ -497,8 +497,9 @@ def phrase_table(results) -> Table | None:
         return None
     notes = [f"{r['model']} on {r['dataset']}: {r['note']}" for r in rows if r["note"]]
     caption = ("Per category, and the mean over categories (all categories); CNR = |mu_in - mu_out| / "
-               "sqrt(var_in + var_out) on the map resized to the grid, a ratio; the others in percent; 95% "
-               "bootstrap interval over images below." + (" Not scored: " + "; ".join(notes) + "." if notes else ""))
+               "sqrt(var_in + var_out) on the map resized to the grid, a ratio; CNR± = (mu_in - mu_out) / "
+               "sqrt(var_in + var_out), the same with its sign (negative: the map is lower inside the region than "
+               "outside); the others in percent; 95% bootstrap interval over images as low–high." + (" Not scored: " + "; ".join(notes) + "." if notes else ""))
     columns = phrase_columns()
     t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, k) for k, _ in columns],
               caption=caption, index=("Model", "Dataset", "Category", "Phrases"), labels=dict(columns))

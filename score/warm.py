@@ -116,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     from ._numba_cache import choose_cache_dir
 
     seconds = warm_cache(jobs)
-    where = os.environ.get("NUMBA_CACHE_DIR") or choose_cache_dir(os.path.dirname(__file__)) or "beside the sources"
-    print(f"compiled {', '.join(jobs)} in {seconds:.1f} s into {where}")
+    where = choose_cache_dir(os.path.dirname(__file__))
+    if where is None:  # Numba's default: a __pycache__ folder beside the kernels' sources
+        where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+    print(f"compiled {', '.join(jobs)} in {seconds:.1f} s; the kernels are cached in {where}")
     return 0
 
 

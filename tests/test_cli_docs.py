@@ -80,6 +80,53 @@ def documented_commands() -> list[tuple[str, str]]:
 COMMANDS = documented_commands()
 
 
+def _help_texts(cmd: click.Command, path: tuple[str, ...]):
+    """(command path, its --help text) for xbench and every command under it, groups included."""
+    ctx = click.Context(cmd, info_name=" ".join(path))
+    yield path, cmd.get_help(ctx)
+    if isinstance(cmd, click.Group):
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None:
+                yield from _help_texts(sub, (*path, name))
+
+
+def help_examples() -> list[tuple[str, str]]:
+    """("xbench COMMAND --help", example line without its comment) for every example in a --help text (the
+    description or the epilog after the options): the lines that start with a program name, continuation
+    lines joined. An option's wrapped help text (indented past the option names) is left out."""
+    found = []
+    for path, text in _help_texts(cli.main, ("xbench",)):
+        body = [ln.strip() if len(ln) - len(ln.lstrip()) < 12 else "" for ln in text.splitlines()]
+        for line in _logical_lines("\n".join(body)):
+            line = re.sub(r"\s+#.*$", "", line.strip()).strip()
+            if line.split(" ", 1)[0] in PROGRAMS and " " in line:
+                found.append((f"{' '.join(path)} --help", line))
+    return found
+
+
+HELP_EXAMPLES = help_examples()
+#: --help example substring -> why the help walk cannot run it (the option check still applies; beside NOT_RUN)
+HELP_NOT_RUN = {
+    "...": "a fragment of a command (`xbench-extract ... --nproc-per-node 4`)",
+    "--root ": "reads a real dataset download",
+    "--text-encoder ~/models": "needs Bio_ClinicalBERT and the upstream description files",
+    "--root CheXlocalize/": "reads the CheXlocalize download",
+    "--human human/": "needs `xbench human`'s output; docs/human.md's walk and tests/datasets/test_human.py run it",
+    "--faithfulness round2-sub.zarr": "needs the round-2 pair `xbench perturb` + `--scores-only` write; "
+                                      "docs/faithfulness.md's walk runs the sequence",
+    "--images round2.zarr": "needs `xbench perturb`'s output; docs/faithfulness.md's walk runs the sequence",
+    "--faithfulness faith/": "both faithfulness rounds: about a minute; tests/extract/test_faithfulness_flow.py",
+    "suites/demo.yaml": "the demo suite: tests/report/test_report_demo.py runs it",
+    "suites/paper.yaml --limit": "needs the seven datasets and the weights",
+    "suites/paper.yaml --only": "needs the seven datasets and the weights",
+    "sanity --model clip-tiny": "the randomisation test: tests/extract/test_sanity.py runs it",
+}
+#: the help walk's rewrites: the phantom's size (the sandbox's data/ is the 12-case set already)
+HELP_REWRITES = {"--n-cases 200": "--n-cases 12", "xbench prepare phantom --out data/": "xbench prepare phantom "
+                 "--out data_flow/ --n-cases 12"}
+
+
 def _argv(line: str) -> list[str]:
     """`xbench-score ...` and `xbench score ...` as the umbrella's argv."""
     tokens = shlex.split(line)
@@ -227,3 +274,54 @@ def test_documented_commands_run_as_written(doc, template, tmp_path, monkeypatch
         assert "Traceback" not in res.output
         ran += 1
     assert ran, f"{doc}: nothing ran"
+
+
+# -- the examples of every --help text (issue 35: `xbench --help`'s report example had drifted) -----------------
+def test_every_help_example_is_collected():
+    commands = {where for where, _ in HELP_EXAMPLES}
+    assert {"xbench --help", "xbench score --help", "xbench report --help", "xbench extract --help",
+            "xbench package codabench --help"} <= commands
+    assert len(HELP_EXAMPLES) >= 40
+    assert ("xbench --help", "xbench report results/ --out report/") in HELP_EXAMPLES
+
+
+@pytest.mark.parametrize("where,line", HELP_EXAMPLES, ids=[f"{w}:{c[:60]}" for w, c in HELP_EXAMPLES])
+def test_help_example_options_exist(where, line):
+    test_documented_options_exist(where, line)
+
+
+def test_every_help_not_run_entry_is_still_an_example():
+    for key in HELP_NOT_RUN:
+        assert any(key in line for _, line in HELP_EXAMPLES), f"HELP_NOT_RUN[{key!r}] matches no example any more"
+
+
+def _help_skip_reason(line: str) -> str | None:
+    return next((why for key, why in HELP_NOT_RUN.items() if key in line), None) or _skip_reason(line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", sorted({w for w, line in HELP_EXAMPLES if not _help_skip_reason(line)}))
+def test_help_examples_run_as_written(where, template, tmp_path, monkeypatch):
+    """Each command's examples, in order, in a sandbox of their own holding the names the docs' walk uses."""
+    sandbox = tmp_path / "sandbox"
+    shutil.copytree(template, sandbox, symlinks=True)
+    _npz_folder(sandbox)
+    shutil.copytree(sandbox / "dog.zarr", sandbox / "smoke.zarr")  # xbench score's --allow-missing example
+    monkeypatch.chdir(sandbox)
+    for w, line in HELP_EXAMPLES:
+        if w != where or _help_skip_reason(line):
+            continue
+        for key, value in {**REWRITES, **HELP_REWRITES}.items():
+            line = line.replace(key, value)
+        argv = [m for t in _argv(line) for m in (sorted(glob.glob(t)) if "*" in t else [t])]
+        out = argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None
+        # Examples are alternatives that may build on each other's outputs, never on their own: each writes
+        # its --out (and perturb's key beside it) anew, as on a fresh machine.
+        for stale in ([Path(out), Path(out.rstrip("/")).with_suffix(".key.npz")] if out else []):
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            elif stale.exists():
+                stale.unlink()
+        res = _xb(argv)
+        assert res.exit_code == 0, f"{where}: `{line}` exited {res.exit_code}:\n{res.output}"
+        assert "Traceback" not in res.output

@@ -13,32 +13,41 @@ from xbench.score.cli import RANK_COLUMNS, ranked_table
 from xbench.score.report import format_p
 
 
+def _ranked(lines):
+    """The board's ranked rows (a rank, a name, the values), without the interval lines under them."""
+    return [ln for ln in lines if re.match(r"^\s*\d+\s", ln)]
+
+
 def test_ranked_table_orders_by_pointing_game_and_prints_percent():
     rows = [("b", {"pointing_game": 0.25, "auroc": 0.5}), ("a", {"pointing_game": 0.75, "dice_best": 0.123456}),
             ("none", {"pointing_game": None}), ("c", {"pointing_game": 0.25, "auroc": 0.9})]
     lines = ranked_table(rows).splitlines()
     assert "ranked by pointing game" in lines[0] and "95% interval" in lines[0]
-    body = [ln.split() for ln in lines[2:]]
+    body = [ln.split() for ln in _ranked(lines)]
     assert [r[1] for r in body] == ["a", "b", "c", "none"]  # ties by name, a missing key last
     assert [r[0] for r in body] == ["1", "2", "3", "4"]
-    assert lines[2].split()[2:4] == ["75.00", "[–]"]  # no interval given: said so
-    assert "12.35 [–]" in lines[2]
+    assert body[0][2:4] == ["75.00", "12.35"]
+    under_a = lines[lines.index(_ranked(lines)[0]) + 1]
+    assert under_a.split()[:2] == ["[–]", "[–]"]  # no interval given: said so, under the value
     assert body[3][2:] == ["-"] * len(RANK_COLUMNS)
 
 
-def test_ranked_table_prints_intervals_beside_values():
+def test_ranked_table_prints_intervals_under_values():
     rows = [("m", {"pointing_game": 0.4143, "auroc": 0.5}, {"pointing_game": (0.3021, 0.538), "auroc": None})]
-    line = ranked_table(rows).splitlines()[2]
-    assert "41.43 [30.21, 53.80]" in line and "50.00 [–]" in line
-    header = ranked_table(rows).splitlines()[1]
+    lines = ranked_table(rows).splitlines()
+    row, under = lines[2], lines[3]
+    assert "41.43" in row and "50.00" in row and "[30.21, 53.80]" in under and "[–]" in under
+    # each interval ends in the column of its value (right-aligned under it)
+    assert row.index("41.43") + len("41.43") == under.index("[30.21, 53.80]") + len("[30.21, 53.80]")
+    header = lines[1]
     assert header.index("pointing") < header.index("auroc")
 
 
 def test_ranked_table_keeps_each_model_on_its_line():
     # model names come from submissions: a newline or an escape sequence in one cannot forge a row
     lines = ranked_table([("evil\n 1  forged", {"pointing_game": 0.5}), ("x\x1b[2J", {"pointing_game": 0.1})]).splitlines()
-    assert len(lines) == 4
-    assert "evil\\n 1  forged" in lines[2] and "x\\x1b[2J" in lines[3]
+    assert len(_ranked(lines)) == 2
+    assert "evil\\n 1  forged" in _ranked(lines)[0] and "x\\x1b[2J" in _ranked(lines)[1]
 
 
 @pytest.mark.parametrize("p,shown", [(None, "–"), (0.0, "< 0.001"), (0.000999, "< 0.001"), (0.001, "0.001"),
@@ -69,8 +78,8 @@ def flow(tmp_path_factory):
 
 def test_multi_submission_scoring_prints_the_ranking_and_draws_overlays(flow):
     d, res, _ = flow
-    table = res.stdout[res.stdout.index("overall (%), ranked"):].splitlines()
-    names = [ln.split()[1] for ln in table[2:4]]
+    table = res.stdout[res.stdout.index("overall (%) ranked"):].splitlines()
+    names = [ln.split()[1] for ln in _ranked(table)[:2]]
     pg = {m: json.loads((d / "results" / m / "metrics.json").read_text())["overall"]["pointing_game"]
           for m in ("dog", "random")}
     assert names == sorted(pg, key=lambda m: -pg[m])

@@ -53,6 +53,19 @@ class LazyGroup(click.Group):
             raise UserError(f"'xbench {name}' {EXTRA_HINT} ({exc.name} is not installed)") from None
         return getattr(module, attr)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """An unknown command names the closest ones (issue 35: `xbench scor` got no "did you mean")."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in SUBCOMMANDS:
+            import difflib
+
+            close = [n for n in SUBCOMMANDS if n.startswith(name)] if len(name) >= 2 else []
+            close += difflib.get_close_matches(name, list(SUBCOMMANDS), n=3, cutoff=0.6)
+            close = list(dict.fromkeys(close))[:3]
+            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, help_text) for name, (_, help_text, _) in SUBCOMMANDS.items()]
         with formatter.section("Commands"):
@@ -76,7 +89,7 @@ def main() -> None:
 
     \b
     The flow:
-      xbench prepare phantom --out data/        images.zarr (public) + gt.zarr (private)
+      xbench prepare phantom --out data/        # images.zarr (public) + gt.zarr (private)
       xbench extract --model clip-tiny --images data/images.zarr --out sub.zarr
       xbench score sub.zarr --gt data/gt.zarr --out results/
       xbench report results/ --out report/

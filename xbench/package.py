@@ -7,11 +7,12 @@ folder conventions:
   (a ``*.zarr`` folder, a ``*.zarr.zip`` or ``*.zip`` file), the ground truth from ``$XBENCH_GT``, else the
   platform's ground-truth folder ``/opt/ml/input/data/ground_truth``, else the copy baked into the image at
   ``/opt/xbench/gt.zarr.zip``, and writes ``/output/metrics.json`` (with ``aggregates`` for the leaderboard).
-- **Codabench**: ``xbench package codabench --gt gt.zarr --out scoring_program.zip`` writes a scoring program:
+- **Codabench**: ``xbench package codabench --gt gt.zarr --gt-in-program --out scoring_program.zip`` writes a
+  scoring program:
   ``metadata.yaml`` (the command Codabench runs), ``score.py`` (calls :func:`codabench_main`) and the ground
   truth as ``gt.zarr.zip``. Codabench runs ``score.py INPUT OUTPUT``: the submission is in ``INPUT/res``, a
   ground truth in ``INPUT/ref`` (reference data) wins over the packaged one, and ``OUTPUT/scores.json`` is the
-  leaderboard file. The competition's Docker image needs ``pip install xbench-cxr`` (the scorer alone, no
+  leaderboard file. The competition's Docker image needs xbench-cxr installed (the scorer alone, no
   torch); ``make container`` builds one (``platforms/grand-challenge/Dockerfile``, target ``codabench``).
 - **Codabench competition**: ``xbench package codabench-competition --gt-validation val.zarr --gt-test
   test.zarr --docker-image IMAGE --out competition.zip`` writes a whole competition bundle in Codabench's
@@ -389,6 +390,9 @@ def check_competition(spec: dict, files: set[str]) -> list[str]:
     phases = sorted(spec.get("phases") or [], key=lambda p: p.get("index", 0))
     for i, phase in enumerate(phases):
         need(f"phases[{i}]", phase, ("name", "start", "tasks"))
+        for key in ("starting_kit", "public_data"):
+            if phase.get(key) and phase[key] not in files:
+                problems.append(f"phases[{i}]: {key} {phase[key]!r} is not in the bundle")
         missing = [t for t in phase.get("tasks") or [] if t not in task_index]
         if missing:
             problems.append(f"phases[{i}]: tasks {missing} are not defined")
@@ -523,7 +527,28 @@ def _logo_png(size: int = 96) -> bytes:
         chunk(b"IEND", b"")
 
 
-def _pages(title: str, spec: dict, bootstrap: int) -> dict[str, str]:
+def _install_lines(wheel_name: str | None) -> str:
+    """How a participant installs the validator: from the wheel in the starting kit when the bundle ships
+    one (xbench-cxr is not published on PyPI yet), else from the source repository."""
+    if wheel_name:
+        return f"""Install the validator (XBench's scorer side: no torch, no GPU) from the wheel in this
+competition's starting kit (the *Files* / *Get Starting Kit* tab, `starting_kit.zip`):
+
+```bash
+unzip starting_kit.zip
+pip install {wheel_name}
+xbench-validate submission.zarr
+```"""
+    return """Install the validator (XBench's scorer side: no torch, no GPU) from a clone of XBench's source
+repository, as the organisers direct (it is not published on PyPI yet), then check the submission:
+
+```bash
+pip install .
+xbench-validate submission.zarr
+```"""
+
+
+def _pages(title: str, spec: dict, bootstrap: int, wheel_name: str | None = None) -> dict[str, str]:
     """The competition's pages (Markdown), written from the metric registry and the phases."""
     from xbench.score import registry as R
 
@@ -536,16 +561,10 @@ def _pages(title: str, spec: dict, bootstrap: int) -> dict[str, str]:
 
 Does a chest X-ray vision-language model look where the radiologist looked? Each submission gives, for every
 case and finding class, a probability and a raw explanation map; it is scored on recognition (is the finding
-present?) and on grounding (does the map fall on the radiologist's region?) with
-[XBench](https://pypi.org/project/xbench-cxr/).
+present?) and on grounding (does the map fall on the radiologist's region?) with XBench.
 
 Submit one `submission.zarr` (zip the store, or upload the `.zarr.zip` file): the format is XBench's
-contract. Check it before you submit:
-
-```bash
-pip install xbench-cxr
-xbench-validate submission.zarr
-```
+contract. Check it before you submit. {_install_lines(wheel_name)}
 
 Phases: **Validation** from {when(val['start'])} to {when(val['end'])} (scores on the validation ground truth),
 then **Test** from {when(test['start'])}{' to ' + when(test['end']) if 'end' in test else ''} (the final ranking;
@@ -607,22 +626,68 @@ def _reference_zip(gt: str | os.PathLike) -> bytes:
     return buf.getvalue()
 
 
+def check_wheel(path: Path) -> list[str]:
+    """Problems of ``path`` as the scorer's wheel to ship to participants ([] when it is one): a
+    ``xbench_cxr-<version>-*.whl`` zip of this very version, with its metadata, requiring no torch."""
+    from importlib.metadata import version
+
+    mine = version("xbench-cxr")
+    name = path.name
+    if not path.is_file():
+        return [f"--wheel {path}: no such file (`make dist` builds it into dist/)"]
+    if not (name.startswith("xbench_cxr-") and name.endswith(".whl")):
+        return [f"--wheel {path}: expected xbench-cxr's wheel, xbench_cxr-{mine}-py3-none-any.whl"]
+    wheel_version = name.split("-")[1]
+    if wheel_version != mine:
+        return [f"--wheel {path}: is version {wheel_version}, this xbench is {mine} (the scoring image's version); "
+                "build it from the same source (`make dist`)"]
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = zf.read(f"xbench_cxr-{mine}.dist-info/METADATA").decode("utf-8", "replace")
+    except (zipfile.BadZipFile, KeyError, OSError) as exc:
+        return [f"--wheel {path}: not a wheel with xbench_cxr-{mine}.dist-info/METADATA ({exc})"]
+    torch = [line for line in meta.splitlines() if line.startswith("Requires-Dist: torch") and "extra ==" not in line]
+    if torch:
+        return [f"--wheel {path}: requires torch outside the extract extra ({torch[0]})"]
+    return []
+
+
+def _starting_kit(wheel: Path) -> bytes:
+    """starting_kit.zip: the scorer's wheel and a README saying how to install it and validate."""
+    readme = f"""XBench starting kit
+
+The validator and scorer (XBench's scorer side: no torch, no GPU), as the wheel this competition scores with.
+
+    pip install {wheel.name}
+    xbench-validate submission.zarr
+
+Upload the checked store (zip it, or the .zarr.zip file) to the competition.
+"""
+    return _zip_bytes({wheel.name: wheel.read_bytes(), "README.txt": readme})
+
+
 def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os.PathLike, out: str | os.PathLike,
-                             spec: dict, *, bootstrap: int = 1000) -> Path:
+                             spec: dict, *, bootstrap: int = 1000, wheel: Path | None = None) -> Path:
     """Write the competition zip for ``spec`` (:func:`competition_spec`) atomically; raises PlatformError
-    listing what :func:`check_competition` finds wrong (nothing is written then)."""
+    listing what :func:`check_competition` finds wrong (nothing is written then). ``wheel``: the scorer's
+    wheel, shipped to participants as every phase's starting kit (``starting_kit.zip``)."""
     import tempfile
+
+    if wheel is not None:
+        spec = {**spec, "phases": [{**phase, "starting_kit": "starting_kit.zip"} for phase in spec["phases"]]}
 
     program = _zip_bytes({"metadata.yaml": CODABENCH_METADATA, "score.py": COMPETITION_SCORE.format(bootstrap=int(bootstrap))})
     members: dict[str, bytes | str] = {
         "competition.yaml": "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
                             + to_yaml(spec),
         "logo.png": _logo_png(),
-        **_pages(spec["title"], spec, bootstrap),
+        **_pages(spec["title"], spec, bootstrap, wheel.name if wheel is not None else None),
         "scoring_program.zip": program,
         "reference_data_validation.zip": _reference_zip(gt_validation),
         "reference_data_test.zip": _reference_zip(gt_test),
     }
+    if wheel is not None:
+        members["starting_kit.zip"] = _starting_kit(wheel)
     problems = check_competition(spec, set(members))
     if problems:
         raise PlatformError(problems, "the competition does not follow Codabench's format; nothing was written")
@@ -653,24 +718,39 @@ def package() -> None:
               help="Ground-truth store (gt.zarr or gt.zarr.zip) to package with the scoring program.")
 @click.option("--out", "out_path", default=Path("scoring_program.zip"), show_default=True,
               type=click.Path(path_type=Path), help="The scoring program zip to write.")
+@click.option("--gt-in-program", is_flag=True,
+              help="Accept that the scoring program holds the private ground truth (required: see above).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def codabench(gt_path: Path, out_path: Path, quiet: bool, as_json: bool) -> None:
+def codabench(gt_path: Path, out_path: Path, gt_in_program: bool, quiet: bool, as_json: bool) -> None:
     """Write a Codabench scoring program: metadata.yaml, score.py and the ground truth.
+
+    The ground truth sits inside the scoring program, and a competition may share its scoring program with
+    the participants (Codabench's make_programs_available): the command refuses unless --gt-in-program
+    acknowledges it. `xbench package codabench-competition` keeps each phase's ground truth in its
+    reference data instead, which participants never see.
 
     \b
     Example:
-      xbench package codabench --gt data/gt.zarr --out scoring_program.zip
+      xbench package codabench --gt data/gt.zarr --gt-in-program --out scoring_program.zip
     """
     from xbench.schemas import validate_ground_truth
 
     problems = [str(p) for p in validate_ground_truth(gt_path)]
+    if not gt_in_program:
+        problems.append(f"--gt {gt_path}: the scoring program would hold the private ground truth, and a "
+                        "competition may share its scoring program with participants (make_programs_available); "
+                        "use `xbench package codabench-competition`, which keeps it in the reference data, or pass "
+                        "--gt-in-program to accept it")
     gt_real, out_real = Path(os.path.realpath(gt_path)), Path(os.path.realpath(out_path))
     if out_real == gt_real or gt_real in out_real.parents:
         problems.append(f"--out {out_path}: is or lies inside the ground truth ({gt_path}); nothing may be written there")
     if problems:
         raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
     write_codabench_bundle(gt_path, out_path)
+    click.echo(f"WARNING: {out_path} holds the private ground truth ({gt_path.name} as gt.zarr.zip): never make "
+               "this scoring program available to participants (Codabench: make_programs_available: false)",
+               err=True)
     if as_json:
         click.echo(json.dumps({"ok": True, "scoring_program": str(out_path)}))
     elif not quiet:
@@ -699,7 +779,7 @@ def _datasets(gt: Path) -> list[str]:
 @click.option("--gt-test", "gt_test", required=True, type=click.Path(path_type=Path),
               help="Ground truth of the test phase (a different one; it decides the final ranking).")
 @click.option("--docker-image", required=True,
-              help="The image Codabench scores in: one with `pip install xbench-cxr`, pushed to a registry "
+              help="The image Codabench scores in: one with xbench-cxr installed, pushed to a registry "
                    "Codabench can pull from (see docs/platforms.md).")
 @click.option("--out", "out_path", default=Path("competition.zip"), show_default=True, type=click.Path(path_type=Path),
               help="The competition bundle to write.")
@@ -718,11 +798,16 @@ def _datasets(gt: Path) -> list[str]:
               help="Seconds a scoring run may take.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
               help="Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).")
+@click.option("--wheel", default=None, type=click.Path(path_type=Path), metavar="FILE",
+              help="The scorer's wheel (dist/xbench_cxr-VERSION-py3-none-any.whl, from `make dist`), shipped to "
+                   "participants as the phases' starting kit so they can validate before submitting (xbench-cxr "
+                   "is not on PyPI yet). [default: none; the overview page then points to the source]")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_path: Path, title: str,
                           validation_start: str | None, test_start: str | None, test_end: str | None, max_per_day: int,
-                          max_test_submissions: int, time_limit: int, bootstrap: int, quiet: bool, as_json: bool) -> None:
+                          max_test_submissions: int, time_limit: int, bootstrap: int, wheel: Path | None, quiet: bool,
+                          as_json: bool) -> None:
     """Write a whole Codabench competition: a validation and a test phase, each with its own reference data,
     the leaderboard (every metric with its 95 % interval), the scoring program, pages and a logo.
 
@@ -745,6 +830,8 @@ def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_pa
                         "competition.yaml and the pages are UTF-8")
     if not docker_image.strip() or any(c.isspace() for c in docker_image):
         problems.append(f"--docker-image {docker_image!r}: expected an image name such as docker.io/team/xbench:0.1.0")
+    if wheel is not None:
+        problems += check_wheel(wheel)
     try:
         today = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
         v_start = _parse_when(validation_start, "--validation-start") if validation_start else today
@@ -770,9 +857,12 @@ def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_pa
     spec = competition_spec(title=title, docker_image=docker_image, validation_start=v_start, test_start=t_start,
                             test_end=t_end, datasets=datasets, max_per_day=max_per_day,
                             max_test=max_test_submissions, time_limit=time_limit)
-    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap)
+    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel)
     n_cols = len(spec["leaderboards"][0]["columns"])
     if as_json:
         click.echo(json.dumps({"ok": True, "competition": str(out_path), "columns": n_cols, "datasets": datasets}))
     elif not quiet:
         click.echo(f"competition bundle -> {escape_text(str(out_path))} (2 phases, {n_cols} leaderboard columns)")
+        if wheel is None:
+            click.echo("note: no --wheel: participants get no validator with the competition (xbench-cxr is not on "
+                       "PyPI yet); `make dist` builds the wheel to pass", err=True)

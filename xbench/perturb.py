@@ -101,10 +101,20 @@ def perturb(submission, images_path, out_path, key_path, curves, steps, grid, gt
         gt = read_ground_truth(gt_path)
     opts = Round2Options(curves=_csv(curves) or (), steps=steps, grid=grid, seed=seed, road_noise=road_noise,
                          insertion_substrate=insertion_substrate, classes=_csv(classes), datasets=_csv(datasets), limit=limit, max_images=max_images)
+    images = read_images(images_path)
+    say = None if (quiet or as_json) else (lambda line: click.echo(escape_text(line), err=True))
+    from xbench.schemas.round2_cost import announcer
+
+    announce = announcer(images_path, images, opts.datasets, limit, say)
     bar = progress(desc="round 2", unit="image", enabled=not (quiet or as_json))
+
+    def on_total(n: int) -> None:  # before the first image is written: the cost, then the bar
+        announce(n)
+        bar.set_total(n)
+
     try:
-        summary = make_round2(read_submission(submission), read_images(images_path), out_path, key_path, opts, gt=gt,
-                              progress=bar.update, on_total=bar.set_total)
+        summary = make_round2(read_submission(submission), images, out_path, key_path, opts, gt=gt,
+                              progress=bar.update, on_total=on_total)
     finally:
         bar.close()
     if as_json:

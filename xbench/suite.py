@@ -891,19 +891,11 @@ def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
 
 
 def format_leaderboard(rows: Sequence[dict]) -> str:
-    """The ranked table printed by ``xbench run`` and ``xbench demo``: overall values in percent, each with its
-    95 % interval in brackets where the scorer wrote one (``[–]`` where it did not)."""
-    from xbench.score.report.terminal import format_cell
+    """The ranked board printed by ``xbench run`` and ``xbench demo``: the one terminal board
+    (score/report/terminal.py's ``board_text``, as ``xbench-score`` and ``xbench report`` print it)."""
+    from xbench.score.report.terminal import board_text
 
-    cols = [("pointing_game", "Point"), ("dice_best", "Dice"), ("iou_best", "IoU"), ("dice_fixed", "Dice@0.5"), ("auroc", "AUROC")]
-    width = max([len("model")] + [len(r["model"]) for r in rows])
-    table = [[format_cell(r[c], (r.get("ci95") or {}).get(c)) for c, _ in cols] for r in rows]
-    widths = [max([len(t)] + [len(cells[k]) for cells in table]) for k, (_, t) in enumerate(cols)]
-    lines = ["overall (%), 95% interval in brackets",
-             f"{'#':>2}  {'model':<{width}}  " + "  ".join(f"{t:>{w}}" for (_, t), w in zip(cols, widths))]
-    for i, (r, cells) in enumerate(zip(rows, table), 1):
-        lines.append(f"{i:>2}  {r['model']:<{width}}  " + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
-    return "\n".join(lines)
+    return board_text([(r["model"], r, r.get("ci95") or {}) for r in rows])
 
 
 def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int | None = None, dry_run: bool = False,

@@ -14,7 +14,8 @@ def image(img: np.ndarray, params, seed: int) -> np.ndarray:
     try:
         from PIL import Image
     except ImportError:  # the scoring-only install has no Pillow; only the image side needs it
-        raise InputError("augmentation jpeg needs Pillow: pip install 'xbench-cxr[extract]'") from None
+        raise InputError("augmentation jpeg needs Pillow: pip install '.[extract]' in a checkout of XBench "
+                         "(pip install 'xbench-cxr[extract]' once it is released on PyPI)") from None
     buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(img), mode="L").save(buf, format="JPEG", quality=int(params["quality"]),
                                                               optimize=False, progressive=False)

@@ -295,24 +295,27 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        scope_tables=scope_tables)
+    from .html import DEFINITIONS_AT, FIGURES_AT, insert_before
+
+    # results sections sit with the results, before the figures (not after the definitions)
+    if human_html:
+        page = insert_before(page, FIGURES_AT, human_html)
     if any("faithfulness" in r.metrics for r in results):  # only where a score run had --faithfulness
         from ..faithfulness import faithfulness_html
 
-        page = page.replace("</body>", faithfulness_html(results) + "</body>", 1)
-    if human_html:
-        page = page.replace("</body>", human_html + "</body>", 1)
+        page = insert_before(page, FIGURES_AT, faithfulness_html(results))
     from xbench.score.probe_table import probe_table
 
     probe_section = probe_table([(r.name, r.metrics) for r in results])
     if probe_section is not None:  # text probes (only with probes in the ground truth): a section before the end
         from .html import _box, _e
 
-        page = page.replace("</body>", f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}</body>", 1)
+        page = insert_before(page, DEFINITIONS_AT, f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}")
     robust = _robustness_html(results)
     if robust:  # the robustness track's table, only for results that have one (score/robustness_table.py)
         page = page.replace("<h2>Figures</h2>", robust + "<h2>Figures</h2>", 1)
     if checks:  # one more section, before the page ends
-        page = page.replace("</body>", sanity_html(checks) + "</body>", 1)
+        page = insert_before(page, DEFINITIONS_AT, sanity_html(checks))  # the definitions stay last
     index = _write_text(out / "index.html", page)
     manifest = {
         "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],

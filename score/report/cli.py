@@ -130,7 +130,7 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
 
 def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json) -> None:
     """``xbench compare`` on two loaded results: the rows, the CSV and what is printed."""
-    from . import comparison_csv, comparison_markdown
+    from . import comparison_csv
     from .paired import ALPHA, HOLM_FAMILY, VERDICT, compare_results, family_size, floor_note, with_holm
 
     try:
@@ -152,7 +152,9 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
             "rows": [dict(r.__dict__, significant=r.significant, p_floor=r.p_floor, at_floor=r.at_floor)
                      for r in rows]}, indent=1))
     elif not quiet:
-        click.echo(comparison_markdown(rows, a.name, b.name))
+        from .terminal import comparison_text
+
+        click.echo(comparison_text(rows, a.name, b.name))
 
 
 def main(argv=None):

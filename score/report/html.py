@@ -9,7 +9,7 @@ import datetime as _dt
 import html
 from pathlib import Path
 
-__all__ = ["render_html"]
+__all__ = ["DEFINITIONS_AT", "FIGURES_AT", "OVERLAYS_OPEN", "insert_before", "model_notes", "render_html"]
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
@@ -33,6 +33,11 @@ figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.85em;color:#555;max-width:560px}
 details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 ul.skipped{color:#8a5300;font-size:.9em}
+details.overlay{margin:.3em 0}details.overlay summary{font-weight:normal;color:#333}
+details.overlay figure img{max-width:460px}
+ul.notes{font-size:.9em;margin:.3em 0 1em}.tag{display:inline-block;font-size:.75em;font-weight:600;padding:0 .4em;
+border-radius:.6em;margin-left:.3em;vertical-align:middle;white-space:nowrap}
+.tag.untrained{background:#fde68a;color:#713f12}.tag.baseline{background:#e5e7eb;color:#374151}
 .partial{border-left:4px solid #c2410c;background:#fff7ed;padding:.3em .8em;margin:1em 0}
 """
 
@@ -45,6 +50,86 @@ FIGURE_CAPTIONS = {
     "region_size": "Pointing game and best-threshold Dice by lesion size (region area as a fraction of the "
                    "image).",
 }
+
+
+#: where the results sections (robustness, human ceiling, faithfulness) go: before the figures
+FIGURES_AT = "<h2>Figures</h2>"
+#: the definitions close the page: later sections (text probes, sanity checks) go before them
+DEFINITIONS_AT = "<h2>Definitions</h2>"
+#: overlay figures shown open on the page (the first model's); the others are folded in <details>
+OVERLAYS_OPEN = 1
+
+
+def insert_before(page: str, marker: str, fragment: str) -> str:
+    """``fragment`` inserted before the first ``marker`` of ``page`` (before ``</body>`` when there is none)."""
+    return page.replace(marker, fragment + marker, 1) if marker in page else page.replace("</body>", fragment + "</body>", 1)
+
+
+def _mapping(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def model_notes(results) -> dict[str, tuple[str, str]]:
+    """{model: (tag, sentence)} for the models whose recorded provenance (metrics.json
+    ``xbench.submission``: the extraction's config and adapter) says they are not trained models: ``untrained``
+    when the config draws random weights (``weights: random``, ``random_init: true``; the demo's clip-tiny), or
+    ``baseline`` when the adapter is one of XBench's baselines (random, center, dog: no learned model)."""
+    out = {}
+    for r in results:
+        sub = _mapping(_mapping(r.metrics.get("xbench")).get("submission"))
+        config, adapter = _mapping(sub.get("config")), _mapping(sub.get("adapter"))
+        if config.get("weights") == "random" or config.get("random_init") is True or adapter.get("weights") == "random":
+            out[r.name] = ("untrained", "untrained: its weights are random (its config says weights: random), a "
+                                        "plumbing check; its rank says nothing about the architecture")
+        elif str(adapter.get("adapter", "")).endswith("Baseline"):
+            out[r.name] = ("baseline", f"baseline without a learned model ({adapter['adapter']}); a floor to beat")
+    return out
+
+
+def _notes_html(results) -> str:
+    notes = model_notes(results)
+    if not notes:
+        return ""
+    return ('<ul class="notes">' + "".join(f'<li><b>{_e(n)}</b><span class="tag {t}">{t}</span> {_e(text)}</li>'
+                                           for n, (t, text) in notes.items()) + "</ul>")
+
+
+def _tag_models(table_html: str, notes: dict) -> str:
+    """The leaderboard's model cells with their tag (untrained, baseline) beside the name."""
+    for name, (tag, _) in notes.items():
+        cell = f'<th class="model">{_e(name)}</th>'
+        table_html = table_html.replace(cell, f'<th class="model">{_e(name)}<span class="tag {tag}">{tag}</span></th>')
+    return table_html
+
+
+#: the row of a per-category table that holds the mean over categories (score/phrases.py)
+SUMMARY_CATEGORY = "all categories"
+
+
+def _scope_html(table, notes) -> str:
+    """A row-scope table (the phrase-grounding table): the rows of the means over categories, one per model and
+    dataset, in the page; the per-category rows folded below them (they repeat each model per category)."""
+    import dataclasses
+
+    index = list(getattr(table, "index", ()))
+    if "Category" not in index:
+        return _box(_tag_models(table.to_html(), notes))
+    at = index.index("Category")
+    summary = {k: v for k, v in table.rows.items() if isinstance(k, tuple) and k[at] == SUMMARY_CATEGORY}
+    rest = {k: v for k, v in table.rows.items() if k not in summary}
+    if not summary or not rest:
+        return _box(_tag_models(table.to_html(), notes))
+    top = dataclasses.replace(table, rows=summary)
+    per = dataclasses.replace(table, rows=rest, key=f"{table.key}_categories",
+                              caption=f"{table.title} per category ({len(rest)} rows).")
+    return (_box(_tag_models(top.to_html(), notes))
+            + f'<details class="categories"><summary>Per category ({len(rest)} rows)</summary>{_box(per.to_html())}'
+            "</details>")
+
+
+def _pointing_key(r):
+    v = _mapping(r.metrics.get("overall")).get("pointing_game")
+    return (not isinstance(v, (int, float)), -(v if isinstance(v, (int, float)) else 0.0), r.name)
 
 
 def _e(s) -> str:
@@ -161,10 +246,12 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
     if partial:
         parts.append(partial)
     parts.append("<h2>Leaderboard</h2>")
+    parts.append(_notes_html(results))
+    notes = model_notes(results)
     for t in main_tables:
-        parts.append(f"<h3>{_e(t.title)}</h3>{_box(t.to_html())}")
+        parts.append(f"<h3>{_e(t.title)}</h3>{_box(_tag_models(t.to_html(), notes))}")
     for _, table in scope_tables:
-        parts.append(f"<h2>{_e(table.title)}</h2>{_box(table.to_html())}")
+        parts.append(f"<h2>{_e(table.title)}</h2>{_scope_html(table, notes)}")
     gap_html = _gaps_html(gaps)
     if gap_html:
         parts.append("<h2>Are the gaps real?</h2>")
@@ -190,14 +277,24 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
         if key == "dice_fixed_vs_best" and info.get("intervals"):
             cap += " Error bars: 95% intervals, as in the tables."
         parts.append(_fig(png, cap))
-    if overlay_files:
-        parts.append("<h2>Best and worst cases</h2><p>Saliency (jet, normalised) over the image; "
-                     "ground-truth region outlined in cyan. Best and worst positive pair of each class by "
-                     "best-threshold Dice.</p>")
-        for p in overlay_files:
-            if p.endswith(".png"):
-                caption = (overlay_captions or {}).get(Path(p).name) or Path(p).stem.replace("overlay_", "")
-                parts.append(_fig(p, caption, svg=False))
+    pngs = [p for p in overlay_files or [] if p.endswith(".png")]
+    rank = {r.name: i for i, r in enumerate(sorted(results, key=_pointing_key))}
+
+    def owner_rank(p):  # the top-ranked model's figure first (the one shown open)
+        cap = (overlay_captions or {}).get(Path(p).name, "")
+        return min((i for n, i in rank.items() if cap.startswith(f"{n} on ")), default=len(rank))
+
+    pngs.sort(key=owner_rank)
+    if pngs:
+        parts.append("<h2>Best and worst cases</h2><p>Saliency (jet, normalised) over the image; the "
+                     "ground-truth region outlined in white (black halo); the white cross marks the map's maximum, "
+                     "the pointing-game peak. Best and worst positive pair of each class by best-threshold Dice. "
+                     f"{'The first figure is shown; open' if len(pngs) > OVERLAYS_OPEN else 'Open'} a model's line "
+                     "to see its figure.</p>")
+        for i, p in enumerate(pngs):
+            caption = (overlay_captions or {}).get(Path(p).name) or Path(p).stem.replace("overlay_", "")
+            parts.append(f'<details class="overlay"{" open" if i < OVERLAYS_OPEN else ""}><summary>{_e(caption)}'
+                         f"</summary>{_fig(p, caption, svg=False)}</details>")
     parts.append("<h2>Per-class tables</h2>")
     for t in per_class:
         parts.append(f"<details><summary>{_e(t.title)}</summary>{_box(t.to_html())}</details>")

@@ -21,7 +21,7 @@ from xbench.score.tables import DATASET_TITLES
 from ._load import Result
 from .figures import plain, save_figure
 
-__all__ = ["pick_cases", "draw_panel", "overlay_figure", "overlay_figures"]
+__all__ = ["pick_cases", "draw_panel", "map_peak", "overlay_figure", "overlay_figures", "pointing_peak"]
 
 MAX_CLASSES = 24  # rows per figure; a larger dataset is cut (the figure says so)
 
@@ -44,10 +44,37 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     return np.zeros_like(m) if hi == lo else (m - lo) / (hi - lo)
 
 
+#: the region's outline: white with a black halo, visible on the jet map's blues and reds and on grey alike
+#: (cyan vanished where the map is cyan or light blue)
+OUTLINE = {"colors": "white", "linewidths": 1.6}
+HALO = 3.6
+#: the pointing-game peak: a white cross with a black halo
+PEAK = {"marker": "x", "color": "white", "markersize": 11, "markeredgewidth": 2.2}
+
+
+def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
+    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
+    from xbench.score.kernels import resize_map
+
+    resized = resize_map(np.asarray(saliency), grid)
+    return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
+
+
+def map_peak(smap: np.ndarray) -> tuple[int, int]:
+    """(row, col) of the map's first maximum in row-major order, on the map's own grid (NaN cells never win)."""
+    m = np.asarray(smap, dtype=np.float64)
+    m = np.where(np.isnan(m), -np.inf, m)
+    r, c = np.unravel_index(int(np.argmax(m)), m.shape)
+    return int(r), int(c)
+
+
 def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None, *, peak=None):
     """One overlay: the S x S image, the min-max normalised map stretched over it (jet, 40 %), the region's
-    outline (cyan) and, when given, the pointing-game peak (grid row, col) as a white cross. Returns the
-    map's image artist (for a colour bar)."""
+    outline (white, black halo) and the pointing-game peak as a white cross (black halo): ``peak`` (row, col) on
+    the region's grid, by default the scorer's (the first maximum of the map resized to that grid; without a
+    region the map's own first maximum, :func:`map_peak`); ``peak=False`` draws none. Returns the map's image
+    artist (for a colour bar)."""
+    from matplotlib import patheffects
     S = image.shape[-1]
     ext = (0, S, S, 0)
     ax.imshow(image, cmap="gray", extent=ext, vmin=0, vmax=255)
@@ -58,11 +85,14 @@ def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None,
         # the outline closed where the region touches the image edge
         ys = (np.arange(-1, H + 1) + 0.5) * S / H
         xs = (np.arange(-1, W + 1) + 0.5) * S / W
-        ax.contour(xs, ys, np.pad(mask.astype(float), 1), levels=[0.5], colors="cyan", linewidths=1.2)
-    if peak is not None and mask is not None:
-        H, W = mask.shape
-        ax.plot((peak[1] + 0.5) * S / W, (peak[0] + 0.5) * S / H, marker="x", color="white", markersize=10,
-                markeredgewidth=2)
+        cs = ax.contour(xs, ys, np.pad(mask.astype(float), 1), levels=[0.5], **OUTLINE)
+        cs.set_path_effects([patheffects.withStroke(linewidth=HALO, foreground="black")])
+    if peak is None:  # the scorer's rule: the first maximum of the map resized to the region's grid
+        peak = pointing_peak(smap, mask.shape) if mask is not None else map_peak(smap)
+    if peak is not False:
+        h, w = mask.shape if mask is not None else np.shape(smap)[-2:]
+        ax.plot((peak[1] + 0.5) * S / w, (peak[0] + 0.5) * S / h, **PEAK,
+                path_effects=[patheffects.withStroke(linewidth=4.5, foreground="black")])
     ax.set_xlim(0, S)
     ax.set_ylim(S, 0)
     ax.set_xticks([])

@@ -19,18 +19,38 @@ __all__ = ["pointing_peak", "show_case", "show", "store_problems"]
 
 
 def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
-    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
-    from xbench.score.kernels import resize_map
+    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does
+    (score/report/overlays.py's, which the report's overlays mark too)."""
+    from .overlays import pointing_peak as peak
 
-    resized = resize_map(np.asarray(saliency), grid)
-    return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
+    return peak(saliency, grid)
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(d) for d in re.findall(r"\d+", text))
+
+
+def _digits_normalised(text: str) -> str:
+    """``phantom-test-00006`` -> ``phantom-test-6``: the same id however many leading zeros it was typed with."""
+    import re
+
+    return re.sub(r"\d+", lambda m: str(int(m.group())), text.casefold())
 
 
 def _suggest(value: str, names) -> str:
-    """"; did you mean a, b?" with the closest names (difflib's ratio), or "" when none is close."""
+    """"; did you mean a, b?" with the closest names, or "" when none is close. First the names equal once
+    leading zeros and case are ignored, then those holding the same numbers, then difflib's closest (issue 35:
+    difflib alone offered 000096, 000086, 000076 for 00006, whose digits it reads as letters)."""
     import difflib
 
-    close = difflib.get_close_matches(value, [str(n) for n in names], n=3, cutoff=0.6)
+    names = [str(n) for n in names]
+    key, numbers = _digits_normalised(value), _numbers(value)
+    close = [n for n in names if _digits_normalised(n) == key]
+    close += [n for n in names if numbers and _numbers(n) == numbers]
+    close += difflib.get_close_matches(value, names, n=3, cutoff=0.6)
+    close = list(dict.fromkeys(close))[:3]
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 

@@ -303,7 +303,8 @@ def test_score_with_human_adds_the_section_and_without_it_nothing(chex, chex_hum
     # the page: a "human: ..." line and the rows, only for a result that carries the section
     _run(["report", str(with_h), str(human / "readers/hb"), "--out", str(tmp_path / "report"), "--n-boot", "0", "-q"])
     page = (tmp_path / "report/index.html").read_text()
-    assert "Human ceiling" in page and "human (chexlocalize, 1 reader(s)): pointing_game" in page
+    assert "Human ceiling" in page and "human ceiling (chexlocalize, 1 reader(s)): pointing_game" in page
+    assert "Radiologists' own annotations" in page  # CheXlocalize's readers are radiologists, not simulated
     _run(["report", str(plain), str(human / "readers/hb"), "--out", str(tmp_path / "report2"), "--n-boot", "0", "-q"])
     assert "Human ceiling" not in (tmp_path / "report2/index.html").read_text()
 
@@ -481,8 +482,8 @@ def test_docs_worked_example_runs_as_written(tmp_path, monkeypatch):
         in outputs[1]
     assert ("CheXlocalize eval.py (native resolution, mean over classes, %): miou_true_pos_only 48.78, miou_all "
             "24.39, hit_rate 33.33") in outputs[1]
-    assert ("human (chexlocalize, 1 reader(s)): pointing_game 33.3 (0% of human), dice_best 34.7 (39% of human), "
-            "iou_best 23.6 (33% of human)") in outputs[3]
+    assert ("human ceiling (chexlocalize, 1 reader(s)): pointing_game 33.3% (model at 0% of it), dice_best 34.7% "
+            "(model at 39% of it), iou_best 23.6% (model at 33% of it)") in outputs[3]
     assert "| chexlocalize | (mean) | dice_best | 13.5 | 34.7 [1.4, 51.4] | 38.9 | -21.2 [-32.1, +0.6] |" in outputs[4]
     assert "| chexlocalize | (mean) | dice_best |" in outputs[4]
     metrics = json.loads((tmp_path / "chexlocalize_test/results/metrics.json").read_text())

@@ -43,7 +43,9 @@ def test_compare_cli_markdown_json_and_csv(result_dirs, tmp_path):
     a, b = str(result_dirs[0]), str(result_dirs[2])
     res = CliRunner().invoke(compare, [a, b, "--n-boot", "50"])
     assert res.exit_code == 0, res.output
-    assert "strong − weak" in res.output and "| Overall |" in res.output
+    # plain text for a terminal (score/report/terminal.py): the pair, the scope as a heading, no Markdown table
+    assert "strong vs weak: paired bootstrap of A − B" in res.output and "\nOverall\n" in res.output
+    assert "|" not in res.output
     res = CliRunner().invoke(compare, [a, b, "--n-boot", "0", "--json", "--per-class", "--out", str(tmp_path / "c.csv")])
     rows = json.loads(res.output)["rows"]
     assert any(r["cls"] == "disc" for r in rows)

@@ -35,11 +35,14 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     res = CliRunner().invoke(demo, ["--out", str(out), "--quick"])
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
-    board = [ln.split() for ln in lines if ln.split() and ln.split()[0].isdigit()]
+    at = [i for i, ln in enumerate(lines) if ln.split() and ln.split()[0].isdigit()]
+    board = [lines[i].split() for i in at]
     assert sorted(r[1] for r in board) == ["center", "clip-tiny", "dog", "random"]
     assert [r[0] for r in board] == ["1", "2", "3", "4"] and lines[-1].startswith("report: ")
-    # point estimates with their 95 % intervals (the demo scores with resamples)
-    assert all(len(re.findall(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", " ".join(r))) == 5 for r in board), board
+    # point estimates, and their 95 % intervals on the line under them (the demo scores with resamples)
+    assert all(len(re.findall(r"^\d+\.\d\d$", " ".join(r[2:]).replace(" ", "\n"), re.M)) == 5 for r in board), board
+    assert all(len(re.findall(r"\[\d+\.\d\d, \d+\.\d\d\]", lines[i + 1])) == 5 for i in at), lines
+    assert all(len(ln) <= 100 for ln in lines)
 
 
 def test_dog_beats_random_on_phantom(tmp_path):

@@ -125,9 +125,12 @@ def test_terminal_leaderboard_prints_intervals(built_report, result_dirs):
     assert "95% interval" in lines[0]
     with open(built_report / "leaderboard.csv", newline="") as fh:
         rows = {r["model"]: r for r in csv.DictReader(fh)}
-    for line in lines[2:]:
+    ranked = [i for i, ln in enumerate(lines) if re.match(r"\s*\d+\s", ln)]
+    assert len(ranked) == len(rows)
+    for i in ranked:  # a model's row, then its intervals on the line under it (first column: pointing game)
+        line = lines[i] + " " + lines[i + 1]
         name = line.split()[1]
-        m = re.search(r"(\d+\.\d\d) \[(\d+\.\d\d), (\d+\.\d\d)\]", line)  # the first column: pointing game
+        m = re.search(r"^\s*\d+\s+\S+\s+(\d+\.\d\d)\s.*?\[(\d+\.\d\d), (\d+\.\d\d)\]", line)
         row = rows[name]
         key = "overall/pointing_game" if "overall/pointing_game" in row else next(k for k in row if k.endswith("/pointing_game"))
         assert float(m.group(1)) == pytest.approx(100 * float(row[key]), abs=0.0051)
@@ -143,8 +146,9 @@ def test_report_command_prints_the_leaderboard_with_intervals(result_dirs, tmp_p
     res = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(tmp_path / "o"), "--n-boot", "20",
                                       "--no-overlays"])
     assert res.exit_code == 0, res.output
-    board = [ln for ln in res.stdout.splitlines() if re.match(r"\s*\d+\s", ln)]
-    assert len(board) == 3 and all(re.search(r"\d \[\d+\.\d\d, \d+\.\d\d\]", ln) for ln in board)
+    out = res.stdout.splitlines()
+    board = [i for i, ln in enumerate(out) if re.match(r"\s*\d+\s", ln)]
+    assert len(board) == 3 and all(re.search(r"^\s+\[\d+\.\d\d, \d+\.\d\d\]", out[i + 1]) for i in board)
 
 
 @pytest.mark.parametrize("where", ["dataset", "top"])

@@ -4,11 +4,11 @@ platform puts it; valid and hostile submissions. Needs a Docker daemon and the i
 ($XBENCH_EVAL_IMAGE, default xbench-eval); skipped, with the reason, where either is missing."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
-import time
 import zipfile
 from pathlib import Path
 
@@ -16,13 +16,16 @@ import numpy as np
 import pytest
 import zarr
 
+from docker_run import docker_run
 from score_stores import make_gt, make_submission
 
 IMAGE = os.environ.get("XBENCH_EVAL_IMAGE", "xbench-eval")
 USER = "54321:54321"  # not the image's own user: the platform may pick any
 
 
+@functools.cache
 def _docker_skip_reason() -> str | None:
+    """Asked once per process (each xdist worker imports this module)."""
     if shutil.which("docker") is None:
         return "no docker command on this machine"
     try:
@@ -101,16 +104,14 @@ def run_container(image: str, inp: Path, out: Path, *, gt: Path | None = None, e
     """`docker run` as grand-challenge runs an evaluation; returns (exit status, stdout, stderr, seconds)."""
     out.mkdir()
     out.chmod(0o777)
-    argv = ["docker", "run", "--rm", "--network", "none", "--user", USER, "--cap-drop", "ALL",
+    argv = ["--rm", "--network", "none", "--user", USER, "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges", "--memory", "4g",
             "-v", f"{inp}:/input:ro", "-v", f"{out}:/output"]
     if gt is not None:
         argv += ["-v", f"{gt}:/opt/ml/input/data/ground_truth:ro"]
     for k, v in (env or {}).items():
         argv += ["-e", f"{k}={v}"]
-    t0 = time.monotonic()
-    done = subprocess.run([*argv, image], capture_output=True, text=True, timeout=600)
-    return done.returncode, done.stdout, done.stderr, time.monotonic() - t0
+    return docker_run([*argv, image])  # killed by name past XBENCH_CONTAINER_TIMEOUT (docker_run.py)
 
 
 EXPECT = {  # case -> (exit status, text the last stderr line must hold; None = scored)
@@ -198,12 +199,12 @@ def test_the_codabench_image_runs_a_competitions_scoring_program_as_codabench_do
         command = command.replace(var, path)
     drop = ["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
             "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"]
-    argv = ["docker", "run", "--rm", "--network", "none", "--security-opt", "no-new-privileges", "-w", "/app/program",
+    argv = ["--rm", "--network", "none", "--security-opt", "no-new-privileges", "-w", "/app/program",
             *(f"--cap-drop={c}" for c in drop), "-e", "PYTHONUNBUFFERED=1",
             "-v", f"{app / 'program'}:/app/program", "-v", f"{app / 'input'}:/app/input",
             "-v", f"{app / 'output'}:/app/output", image, *command.split()]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, _, err, _ = docker_run(argv)
+    assert code == 0, err[-3000:]
     scores = json.loads((app / "output" / "scores.json").read_text())
     metrics = json.loads((app / "output" / "metrics.json").read_text())
     assert metrics["xbench"]["bootstrap"]["n_resamples"] == 40

@@ -4,6 +4,7 @@ version-2 format and run as the platform runs its scoring program."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
 import os
@@ -230,3 +231,57 @@ def test_competition_refuses_a_title_that_is_not_text(stores, tmp_path):
         out, res = _bundle(stores, tmp_path, "--title", title)
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
         assert not out.exists()
+
+
+def _fake_wheel(folder: Path, version: str, requires: str = "numpy>=1.26") -> Path:
+    """A wheel-shaped zip (name, dist-info METADATA): what the bundle checks and ships, built in a blink."""
+    path = folder / f"xbench_cxr-{version}-py3-none-any.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"xbench_cxr-{version}.dist-info/METADATA",
+                    f"Metadata-Version: 2.4\nName: xbench-cxr\nVersion: {version}\nRequires-Dist: {requires}\n"
+                    "Requires-Dist: torch>=2.2; extra == \"extract\"\n")
+        zf.writestr("xbench/__init__.py", "")
+    return path
+
+
+def test_the_bundle_ships_the_scorers_wheel_as_the_starting_kit_and_says_how_to_install_it(stores, tmp_path):
+    """Issue 35: xbench-cxr is not on PyPI; the competition itself gives participants the validator."""
+    yaml = pytest.importorskip("yaml")
+    from importlib.metadata import version
+
+    wheel = _fake_wheel(tmp_path / "dist", version("xbench-cxr"))
+    out, res = _bundle(stores, tmp_path, "--wheel", str(wheel))
+    assert res.exit_code == 0, res.output
+    assert "no --wheel" not in res.output
+    with zipfile.ZipFile(out) as zf:
+        spec = yaml.safe_load(zf.read("competition.yaml"))
+        assert check_competition(spec, set(zf.namelist())) == []
+        kit = zipfile.ZipFile(io.BytesIO(zf.read("starting_kit.zip")))
+        overview = zf.read("pages/overview.md").decode()
+    assert [p["starting_kit"] for p in spec["phases"]] == ["starting_kit.zip", "starting_kit.zip"]
+    assert sorted(kit.namelist()) == sorted(["README.txt", wheel.name])
+    assert kit.read(wheel.name) == wheel.read_bytes()
+    assert f"pip install {wheel.name}" in kit.read("README.txt").decode()
+    assert f"pip install {wheel.name}" in overview and "starting_kit.zip" in overview
+    assert "pip install xbench-cxr" not in overview and "pypi.org" not in overview
+
+
+def test_without_a_wheel_the_page_claims_no_published_package_and_the_organiser_is_told(stores, tmp_path):
+    out, res = _bundle(stores, tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "no --wheel" in res.stderr
+    with zipfile.ZipFile(out) as zf:
+        overview = zf.read("pages/overview.md").decode()
+        assert "starting_kit.zip" not in zf.namelist()
+    assert "pip install xbench-cxr" not in overview and "not published on PyPI" in overview
+
+
+def test_a_wheel_of_another_version_or_needing_torch_is_refused(stores, tmp_path):
+    from importlib.metadata import version
+
+    for wheel, reason in ((_fake_wheel(tmp_path / "old", "0.0.1"), "is version 0.0.1"),
+                          (_fake_wheel(tmp_path / "torch", version("xbench-cxr"), "torch>=2.2"), "requires torch"),
+                          (tmp_path / "missing.whl", "no such file")):
+        out, res = _bundle(stores, tmp_path, "--wheel", str(wheel))
+        assert res.exit_code == 2 and reason in res.output and not out.exists(), res.output

@@ -112,7 +112,7 @@ def test_grand_challenge_without_a_ground_truth_says_where_to_put_it(world, tmp_
 
 def test_codabench_bundle_scores_like_the_platform(world, tmp_path):
     bundle = tmp_path / "scoring_program.zip"
-    res = CliRunner().invoke(package, ["codabench", "--gt", str(world["gt"]), "--out", str(bundle)])
+    res = CliRunner().invoke(package, ["codabench", "--gt", str(world["gt"]), "--gt-in-program", "--out", str(bundle)])
     assert res.exit_code == 0, res.output
     program = tmp_path / "program"
     with zipfile.ZipFile(bundle) as zf:
@@ -136,6 +136,22 @@ def test_codabench_bundle_scores_like_the_platform(world, tmp_path):
     assert json.loads((direct / "scores.json").read_text()) == scores
 
 
+def test_a_scoring_program_holding_the_ground_truth_needs_an_explicit_flag_and_warns(world, tmp_path):
+    """Issue 35: the scoring program may be shared with participants (make_programs_available); the ground
+    truth inside it is refused unless --gt-in-program acknowledges it, and then warned about on stderr."""
+    bundle = tmp_path / "scoring_program.zip"
+    res = CliRunner().invoke(package, ["codabench", "--gt", str(world["gt"]), "--out", str(bundle)])
+    assert res.exit_code == 2 and not bundle.exists()
+    assert "--gt-in-program" in res.output and "make_programs_available" in res.output
+    assert "Traceback" not in res.output
+    res = CliRunner().invoke(package, ["codabench", "--gt", str(world["gt"]), "--gt-in-program", "--out", str(bundle)])
+    assert res.exit_code == 0 and bundle.exists()
+    assert res.stderr.startswith("WARNING: ") and "private ground truth" in res.stderr
+    assert "WARNING" not in res.stdout
+    with zipfile.ZipFile(bundle) as zf:
+        assert "gt.zarr.zip" in zf.namelist()
+
+
 @pytest.mark.parametrize("name", ["nan-maps", "zip-slip", "empty", "two"])
 def test_codabench_hostile_submissions_fail_with_a_reason(world, tmp_path, capsys, name):
     inp = tmp_path / "input"
@@ -153,6 +169,7 @@ def test_package_refuses_an_invalid_ground_truth_and_an_out_inside_it(world, tmp
                                        str(tmp_path / "p.zip")])
     assert res.exit_code == 2 and not (tmp_path / "p.zip").exists()
     before = sorted(p.name for p in world["gt"].rglob("*"))
-    res = CliRunner().invoke(package, ["codabench", "--gt", str(world["gt"]), "--out", str(world["gt"] / "p.zip")])
+    res = CliRunner().invoke(package, ["codabench", "--gt", str(world["gt"]), "--gt-in-program", "--out",
+                                       str(world["gt"] / "p.zip")])
     assert res.exit_code == 2 and "inside the ground truth" in res.output
     assert sorted(p.name for p in world["gt"].rglob("*")) == before
