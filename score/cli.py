@@ -185,7 +185,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     Examples:
       xbench-score sub.zarr --gt gt.zarr --out results/
       xbench-score a.zarr b.zarr --gt gt.zarr --out results/ --bootstrap 2000
-      xbench-score test.zarr --gt gt_test.zarr --thresholds-from results_val/metrics.json
+      xbench-score test.zarr --gt gt_test.zarr --thresholds-from results_val/metrics.json --out results_test/
       xbench-score sub.zarr --gt gt.zarr --out /output --format grand-challenge --quiet
       xbench-score smoke.zarr --gt gt.zarr --out results_smoke/ --allow-missing
       xbench-score sub.zarr --gt gt.zarr --faithfulness round2-sub.zarr --key round2.key.npz

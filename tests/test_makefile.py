@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None or not (ROOT / "Mak
 
 
 def dry_run(tmp_path, *args: str) -> list[str]:
-    done = subprocess.run(["make", "-n", "install", f"VENV={tmp_path / 'venv'}", *args], cwd=ROOT,
+    done = subprocess.run(["make", "--no-print-directory", "-n", "install", f"VENV={tmp_path / 'venv'}", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.replace("\\\n", " ").splitlines()

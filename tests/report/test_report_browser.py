@@ -24,15 +24,34 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 def _human(result_dir, reader_dir, folder):
     """A human folder by hand (xbench human's layout) whose one simulated reader is ``reader_dir``'s counts, and the
     ``human`` section it gives ``result_dir``'s metrics.json (score/human.py's own functions)."""
+    import numpy as np
+
     from xbench.score.counts import read_counts_file
-    from xbench.score.human import human_block, load_human
+    from xbench.score.grounding import FIXED_THRESHOLD_INDEX
+    from xbench.score.human import READING_FILE, ReaderReading, human_block, load_human, save_reading
 
     (folder / "readers" / "R1").mkdir(parents=True)
     shutil.copy(reader_dir / "pair_counts.npz", folder / "readers" / "R1" / "pair_counts.npz")
     m = json.loads((result_dir / "metrics.json").read_text())
     datasets = list(m["datasets"])
+    reader_counts, _ = read_counts_file(reader_dir / "pair_counts.npz")
+    cols = {k: [] for k in ("case_id", "cls", "iou", "hit")}
+    cases = set()
+    for dc in reader_counts.values():  # the reading (schema 2): every pair of the reader's counts, hit as counted
+        b, br = dc.b[:, FIXED_THRESHOLD_INDEX], dc.br[:, FIXED_THRESHOLD_INDEX]  # the region at the fixed threshold
+        cols["case_id"] += dc.case_id[dc.pair_case].astype(str).tolist()
+        cols["cls"] += [dc.classes[k] for k in dc.pair_class]
+        cols["iou"] += (br / np.maximum(b + dc.region_pixels - br, 1)).tolist()
+        cols["hit"] += dc.hit.astype(float).tolist()
+        cases |= set(dc.case_id.astype(str).tolist())
+    n = len(cols["case_id"])
+    save_reading(folder / "readers" / "R1" / READING_FILE, ReaderReading(
+        case_id=np.asarray(cols["case_id"], str), cls=np.asarray(cols["cls"], str), gt=np.ones(n, bool),
+        seg=np.ones(n, bool), iou=np.asarray(cols["iou"], float), hit=np.asarray(cols["hit"], float),
+        cases=np.asarray(sorted(cases), str)))
     (folder / "human.json").write_text(json.dumps({
-        "xbench": {"kind": "human-ceiling", "rule": "1 simulated reader(s) of the phantom, each against the ground truth"},
+        "xbench": {"kind": "human-ceiling", "schema": 2,
+                   "rule": "1 simulated reader(s) of the phantom, each against the ground truth"},
         "datasets": {d: {"readers": ["R1"]} for d in datasets}}))
     counts, _ = read_counts_file(result_dir / "pair_counts.npz")
     m["human"] = human_block(m, counts, load_human(folder), bootstrap=20, seed=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -147,9 +148,10 @@ def test_every_submission_gets_its_own_folder_and_row(stores, tmp_path, capsys):
     models = json.loads((out / "report.json").read_text())["models"]
     assert sorted(m["path"] for m in models) == ["a", "a-2", "a-3"]  # the report: one row per submission
     assert len({m["name"] for m in models}) == 3
-    table = stdout[stdout.index("overall (%), ranked"):].splitlines()[2:5]
-    # the terminal ranking: three rows, each named (one model name thrice: with its folder)
-    assert sorted(ln.split()[2] for ln in table) == ["[a-2]", "[a-3]", "[a]"]
+    board = stdout[stdout.index("overall (%) ranked"):].splitlines()
+    rows = [ln for ln in board if re.match(r"\s*\d+\s", ln)]  # the terminal ranking: "rank  model  values"
+    # three rows, each named (one model name thrice: with its folder)
+    assert sorted(ln.split()[2] for ln in rows) == ["[a-2]", "[a-3]", "[a]"]
 
 
 def test_unique_stems_rule():

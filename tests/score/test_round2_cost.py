@@ -51,7 +51,8 @@ def _perturb(d, out, *extra):
     from xbench import cli
 
     return CliRunner().invoke(cli.main, ["perturb", str(d / "sub.zarr"), "--images", str(d / "images.zarr"),
-                                         "--out", str(d / out), "--steps", "4", "--grid", str(G), *map(str, extra)])
+                                         "--out", str(d / out), "--key", str(d / f"{out}.key.npz"), "--steps", "4",
+                                         "--grid", str(G), *map(str, extra)])
 
 
 def _number(text: str) -> int:
@@ -72,8 +73,9 @@ def test_perturb_prints_the_images_and_size_before_writing(stores):
 
     written = len(read_images(stores / "full.zarr").datasets["phantom"].case_id)
     assert _number(m.group(1)) == written and _number(m.group(2)) == N
-    # every case x class pair: 2 shared images per case + (K - 1) per order of deletion and insertion
-    assert written == 2 * N + N * len(CLASSES) * 2 * 2 * (4 - 1)
+    # 3 shared images per case (the original, deletion's all-fill end, insertion's RISE-blurred start) + for every
+    # case x class pair (K - 1) per order of deletion and insertion
+    assert written == 3 * N + N * len(CLASSES) * 2 * 2 * (4 - 1)
     est, actual = _bytes(m.group(3)), _du(stores / "full.zarr")
     assert actual <= est <= 3 * actual, (est, actual)  # errs high, within a factor 3 of what was written
     assert res.stderr.index("round 2:") < res.output.index("wrote ")  # said before the summary of the work
