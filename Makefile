@@ -29,7 +29,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
 # The grand-challenge evaluation image `make container` builds (platforms/grand-challenge/build.sh).
 IMAGE ?= xbench-eval
 
-.PHONY: install demo test test-scorer-only dist container bench clean s3rver
+.PHONY: install demo test lint test-scorer-only dist container bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,10 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 
 demo: install
 	$(BIN)/xbench demo --out $(DEMO_OUT)
+
+# The lint configuration is [tool.ruff] in pyproject.toml; CI runs this and expects no finding.
+lint: install
+	$(BIN)/ruff check .
 
 test: install s3rver
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)

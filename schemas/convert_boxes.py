@@ -52,7 +52,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .convert import MAX_LISTED, Problems, phrase_fields
+from .convert import Problems, phrase_fields
 from .errors import InputLimitError, InvalidStoreError, Problem
 from .inputs import CONFIG, MiB, TextLimits, load_json, load_toml
 from .store import file_sha256

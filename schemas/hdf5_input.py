@@ -284,7 +284,7 @@ def _storage_checks(dset, where: str, kind: str):
     from .budget import limits
 
     h5py = _h5()
-    h5d, h5z = h5py.h5d, h5py.h5z
+    h5d = h5py.h5d
     lim = limits()
     dcpl = dset.id.get_create_plist()
     layout = dcpl.get_layout()

@@ -148,7 +148,6 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
     ``submission``, ``images`` and ``gt`` are opened stores (:func:`read_submission`, :func:`read_images`,
     :func:`read_ground_truth`), already validated. Nothing is written when an input is refused; the store is
     built beside ``out`` and renamed into place, then the key is written."""
-    from .images import ImagesWriter
     from .paths import swap_in, work_dir
     from .store import consolidate, open_store_group
 

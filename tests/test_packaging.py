@@ -42,7 +42,6 @@ def test_umbrella_help_lists_every_step_without_torch():
 
 
 def test_a_subcommand_whose_extra_is_missing_says_what_to_install(monkeypatch):
-    import click
     from click.testing import CliRunner
 
     from xbench import cli

@@ -6,7 +6,12 @@ patches. Every block takes part, as in the paper's rule (the authors' CLIP noteb
 the last block only)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+
+if TYPE_CHECKING:  # annotations only
+    import torch
 
 
 def relevance(probs: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:

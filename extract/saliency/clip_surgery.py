@@ -8,7 +8,12 @@ similarity minus its redundant part shared by all classes. With a single class t
 feature is the empty prompt's embedding instead: p . (t - t_empty)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+
+if TYPE_CHECKING:  # annotations only
+    import torch
 
 DEPTH = 6  # the authors' surgery replaces the last six blocks' attention
 

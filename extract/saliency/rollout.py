@@ -4,7 +4,12 @@ rows renormalised; the rollout is the product A'_L ... A'_1 and the map is the c
 over the patch tokens. It does not depend on the text: every class gets the same map."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+
+if TYPE_CHECKING:  # annotations only
+    import torch
 
 
 def rollout_matrix(probs: list[torch.Tensor]) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-from ..errors import InputError, UnknownNameError
+from ..errors import InputError
 from ..registry import ENTRY_POINT_GROUPS, PluginError, Registry
 from ._base import AugmentSpec, Augmentation, Param, fmt
 

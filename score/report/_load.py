@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...schemas.errors import InputError, Problem
+from ...schemas.errors import InputError
 
 __all__ = [
     "Result",

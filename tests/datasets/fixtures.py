@@ -72,7 +72,7 @@ def write_dicom(
     pixel_data False writes a header-only file (the VinDr files that lack PixelData).
     """
     from pydicom.encaps import encapsulate
-    from pydicom.uid import ExplicitVRLittleEndian, ImplicitVRLittleEndian, JPEGBaseline8Bit
+    from pydicom.uid import ExplicitVRLittleEndian, JPEGBaseline8Bit
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

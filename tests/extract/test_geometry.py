@@ -3,7 +3,6 @@ then end to end with image-driven saliency (DoG baseline, and an image-driven fa
 dual-encoder adapter) so that a wrong undo moves the peak to a different cell."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import zipfile
 import zlib
 from pathlib import Path
 

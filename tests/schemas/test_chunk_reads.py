@@ -40,7 +40,7 @@ def test_fast_path_equals_zarr_for_every_chunk_including_the_last_partial_one(tm
 
 def test_zip_store_takes_the_fast_path(tmp_path):
     data = np.random.default_rng(1).random((10, 4, 4)) > 0.5
-    arr = _array(tmp_path, data, (4, 4, 4))
+    _array(tmp_path, data, (4, 4, 4))
     zip_path = tmp_path / "a.zarr.zip"
     shutil.move(shutil.make_archive(str(tmp_path / "a"), "zip", root_dir=tmp_path / "a.zarr"), zip_path)
     zarr_zip = zarr.open_array(zarr.storage.ZipStore(zip_path, mode="r"), mode="r")

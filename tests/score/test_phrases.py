@@ -107,7 +107,7 @@ def make_phrase_stores(tmp_path, *, seed=0, n=9, map_shape=(5, 6), unsupported=N
     qmask[0] = True  # a phrase whose region covers the whole grid: CNR undefined
     q = Queries.of([f"{ids[c]}#{k}" for k, c in enumerate(qcase)], qcase, qcat)
     # class regions: union of the phrases of that category (labels 1 there, -1 elsewhere)
-    pairs, masks = {}, {}
+    masks = {}
     for k, (c, cat) in enumerate(zip(qcase, qcat)):
         key = (c, CATS.index(cat))
         masks[key] = masks.get(key, np.zeros(GRID, bool)) | qmask[k]

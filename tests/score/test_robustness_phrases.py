@@ -139,7 +139,7 @@ def test_phrase_grounding_on_the_copies_equals_an_explicit_store(phr, scored, tm
     spec = parse_templates([SPECS.split(",")[s]])[0].text
     got = scored["robustness"]["datasets"]["phantom"]["specs"][spec]["phrases"]
     want = score_submission(*_explicit(phr, tmp_path, s), bootstrap=0).metrics["phrases"]["datasets"]["phantom"]
-    t, gt = phr["gt"].perturbations, phr["gt"]
+    gt = phr["gt"]
     k = [1, 1, 2][s]  # hflip and rotate:degrees=90 cannot differ: one copy each
     assert got["n_phrases"] == want["n_phrases"] == k * int((gt.query_probes.kind == "").sum())
     # images: the clean cases whose copies have phrase rows (the units the bootstrap draws), also per category

@@ -217,7 +217,7 @@ def test_memory_bounded_batches_give_the_same_counts(stores, monkeypatch):
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         a = score_submission(d / "sub.zarr", d / "gt.zarr", bootstrap=0, validate=False)
         monkeypatch.setattr(counting, "MAP_BATCH_BYTES", 1)  # one mask chunk of maps at a time
-        from xbench.schemas import align, read_ground_truth, read_submission
+        from xbench.schemas import read_ground_truth, read_submission
 
         g, s = read_ground_truth(d / "gt.zarr"), read_submission(d / "sub.zarr")
         for name in gt:
