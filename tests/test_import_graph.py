@@ -67,6 +67,11 @@ def test_schemas_import_neither_side_nor_torch():
     assert _offenders("schemas", ("xbench.extract", "xbench.score", "torch", "torchvision")) == []
 
 
+def test_score_imports_neither_extract_nor_torch():
+    """docs/architecture.md's layer table: score imports ``schemas``, never ``extract``, never torch."""
+    assert _offenders("score", ("xbench.extract", "torch", "torchvision")) == []
+
+
 def test_the_scanner_sees_relative_lazy_and_from_imports(tmp_path, monkeypatch):
     """The checks above can fail: each spelling of an import of the readers is caught."""
     pkg = tmp_path / "extract" / "models"
