@@ -30,9 +30,8 @@ def test_a_finished_store_is_nothing_to_do_without_importing_torch(finished, tmp
     assert res.rc == 0, res.stderr[-2000:]
     assert "TORCH WAS IMPORTED" not in res.stderr
     assert "already complete, nothing to do (12 cases)" in res.stdout
-    # the strict check is the one above (no torch); the time is bounded loosely so a loaded CI box does not
-    # flake: 1.8 s measured on a loaded 2-core machine, against 6.5 s (dog) and 20 s (clip-tiny) before
-    assert res.seconds < 8.0, res.seconds
+    # the check is the one above (no torch, no model built); the time saved (1.8 s against 6.5 s for dog and
+    # 20 s for clip-tiny, measured on a loaded 2-core machine) is docs/extract.md's figure, not a timed test
 
 
 def test_the_json_summary_of_a_no_op(finished, tmp_path):
