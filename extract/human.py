@@ -1,4 +1,5 @@
-"""``xbench human``: radiologists' own annotations as submissions, scored like any model (the human ceiling).
+"""The producing side of ``xbench human``: radiologists' own annotations read and made into submissions (the
+command, which then scores each reader like any model, is the umbrella's :mod:`xbench.human`).
 
 Two sources, each read in its published format (every file is untrusted input, read within bounds and never
 outside ``--root``):
@@ -27,7 +28,7 @@ salient point that lies in the region (a point outside it is left out). After th
 normalisation every threshold tau <= 0.99 sees exactly the region (tau = 0 the whole grid, as for any map); a
 class the reader did not mark, or marked by points only, has the constant map 0. A reader's score is 1 when
 they marked the class, else 0 (a probability). The ceiling's pointing game is not the map's maximum: it is the
-reader's points' hit (``reading.npz``, CheXlocalize's hit-rate rule; see :func:`_reading_rows`), and
+reader's points' hit (``reading.npz``, CheXlocalize's hit-rate rule; see :func:`reading_rows`), and
 CheXlocalize's own eval.py values are in human.json's ``chexlocalize`` block.
 
 Output folder (written atomically)::
@@ -43,7 +44,6 @@ Output folder (written atomically)::
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +60,7 @@ from .datasets.rasterise import rasterise_region
 from .datasets.vindr import is_rad_id
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
-           "run_human", "MASK_LEVEL"]
+           "reading_rows", "write_submission", "write_truth", "MASK_LEVEL"]
 
 DATASETS = ("chexlocalize", "vindr_cxr", "phantom")
 RULES = ("union", "majority")
@@ -70,8 +70,6 @@ SOURCES = ("segmentations", "annotations")
 MASK_LEVEL = 1.0 - 2.0 ** -10
 #: problems listed one a line before the rest are counted
 _MAX_LISTED = 20
-#: the recognition keys copied from each reader's own metrics.json into human.json
-RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
 #: points one CXR and pathology may list (the published files hold one to a few)
 _MAX_POINTS = 1000
 
@@ -414,7 +412,7 @@ def _point_cell(xy: tuple[float, float], size: tuple[int, int], grid: tuple[int,
     return min(int(y * grid[0] / h), grid[0] - 1), min(int(x * grid[1] / w), grid[1] - 1)
 
 
-def _reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, truth_region: Callable, *,
+def reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, region_of: Callable, *,
                   points_rule: bool) -> dict[str, np.ndarray]:
     """The reader's own pairs as CheXlocalize's eval.py scores them (docs/contract.md, "Human ceilings"): one row
     per (case, class) where the ground truth or the reader has a region on the grid, with ``gt`` and ``seg``
@@ -428,7 +426,7 @@ def _reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, truth_
         for cls in classes:
             mark = got.get(cls)
             mine = _reader_region(mark, sizes[case], grid)
-            truth = truth_region(case, cls)
+            truth = region_of(case, cls)
             if mine is None and truth is None:
                 continue
             if mine is not None and truth is not None:
@@ -451,9 +449,9 @@ def _reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, truth_
             "iou": np.asarray(rows["iou"], dtype=np.float64), "hit": np.asarray(rows["hit"], dtype=np.float64)}
 
 
-def _chexlocalize_native_rows(root: Path, marks: Mapping, sizes: dict[str, tuple[int, int]], classes,
+def chexlocalize_native_rows(root: Path, marks: Mapping, sizes: dict[str, tuple[int, int]], classes,
                               files: list[Path]) -> dict[str, np.ndarray]:
-    """The reader's rows (as :func:`_reading_rows`) at the images' full resolution, as CheXlocalize's eval.py
+    """The reader's rows (as :func:`reading_rows`) at the images' full resolution, as CheXlocalize's eval.py
     computes them: against the ground truth's own masks (``gt_segmentations_test.json`` under ``--root``, the
     file the ground truth store was prepared from), over the CXRs of that file the images store holds; a hit
     when any listed point (x, y) has ``gt[int(y), int(x)]``. ``files`` gets the file read."""
@@ -511,7 +509,7 @@ def _chexlocalize_native_rows(root: Path, marks: Mapping, sizes: dict[str, tuple
             "cases": np.asarray(sorted(c for c in data if c in sizes), dtype=str)}
 
 
-def _truth_region(per_other: list[list], size, grid, rule: str) -> tuple[int, np.ndarray | None]:
+def truth_region(per_other: list[list], size, grid, rule: str) -> tuple[int, np.ndarray | None]:
     """(label, region mask or None) of one case and class from the other readers' shapes under ``rule``."""
     votes = [bool(s) for s in per_other]
     n = len(per_other)
@@ -529,7 +527,7 @@ def _truth_region(per_other: list[list], size, grid, rule: str) -> tuple[int, np
     return 1, (region if region.any() else None)
 
 
-def _write_truth(path: Path, dataset: str, cases: list[str], classes, truth: dict, sizes, grid, rule: str) -> None:
+def write_truth(path: Path, dataset: str, cases: list[str], classes, truth: dict, sizes, grid, rule: str) -> None:
     from xbench.schemas.ground_truth import write_ground_truth
 
     labels = np.zeros((len(cases), len(classes)), np.int8)
@@ -538,7 +536,7 @@ def _write_truth(path: Path, dataset: str, cases: list[str], classes, truth: dic
         for j, cls in enumerate(classes):
             if cls not in truth.get(case, {}):
                 continue
-            label, region = _truth_region(truth[case][cls], sizes[case], grid, rule)
+            label, region = truth_region(truth[case][cls], sizes[case], grid, rule)
             labels[i, j] = label
             if region is not None:
                 index.append((i, j))
@@ -550,7 +548,7 @@ def _write_truth(path: Path, dataset: str, cases: list[str], classes, truth: dic
                        attrs={"rasterisation": "per-lesion", "human_rule": rule})
 
 
-def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], classes, marks: dict, sizes, grid,
+def write_submission(out: Path, dataset: str, reader: str, cases: list[str], classes, marks: dict, sizes, grid,
                       info: dict) -> None:
     from xbench.schemas.convert import Converted, _write
     from xbench.schemas.submission import DatasetSpec
@@ -579,7 +577,7 @@ def _write_submission(out: Path, dataset: str, reader: str, cases: list[str], cl
     _write(out, converted, max(1, min(64, (32 << 20) // per_case)), "float16", None, None)
 
 
-def _truth_group(gt, dataset: str, who: str):
+def truth_group(gt, dataset: str, who: str):
     """The ground truth's group of ``dataset``, which ``who`` are scored against (--gt is then required)."""
     from xbench.schemas.ground_truth import read_ground_truth
 
@@ -589,114 +587,3 @@ def _truth_group(gt, dataset: str, who: str):
     if dataset not in truth_store.datasets:
         raise InputError([Problem(str(gt), f"holds no {dataset} group")])
     return truth_store.datasets[dataset]
-
-
-def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
-              rule: str = "union", source: str = "segmentations", bootstrap: int = 1000, seed: int = 0,
-              readers: int = 3, say: Callable[[str], None] = lambda s: None) -> dict:
-    """Make each reader's submission, score it, and write the ceiling; returns human.json's content."""
-    from xbench.schemas.ground_truth import read_ground_truth
-    from xbench.schemas.images import read_images
-    from xbench.schemas.paths import PublishedDir
-    from xbench.schemas.store import file_sha256
-    from xbench.score.human import (HUMAN_FILE, HUMAN_SCHEMA, KEYS, NATIVE_READING_FILE, READING_FILE,
-                                    ReaderReading, ceiling, ceiling_json, chexlocalize_block, reader_pairs,
-                                    save_reading, with_hits)
-    from xbench.score.outputs import write_into
-    from xbench.score.scoring import score_submission
-
-    store = read_images(images)
-    if dataset not in store.datasets:
-        raise InputError([Problem(str(images), f"holds no {dataset} group; prepare it with xbench-prepare {dataset}")])
-    ds = store.datasets[dataset]
-    sizes = {str(c): (int(s[0]), int(s[1])) for c, s in zip(ds.case_id, ds.orig_size)}
-    classes = tuple(ds.classes)
-    if dataset == "chexlocalize":
-        tds = _truth_group(gt, dataset, "CheXlocalize's readers")
-        grid, classes = tuple(tds.grid), tuple(tds.classes)
-        reading = read_chexlocalize(root, sizes, classes, source=source)
-        rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
-                     " and salient points against the ground truth")
-    elif dataset == "phantom":
-        tds = _truth_group(gt, dataset, "the phantom's readers")
-        grid, classes = tuple(tds.grid), tuple(tds.classes)
-        gt_labels = np.asarray(tds.labels)
-        labels = {str(c): {cls: int(v) for cls, v in zip(classes, row)} for c, row in zip(tds.case_id, gt_labels)}
-        reading, phantom = read_phantom(ds.attrs, [str(c) for c in ds.case_id], sizes, labels, readers, str(images))
-        split = phantom["split"]
-        rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
-                     "model of docs/human.md), averaged over readers")
-    else:
-        grid = (224, 224)
-        if gt is not None:
-            truth_store = read_ground_truth(gt)
-            if dataset in truth_store.datasets:
-                grid = tuple(truth_store.datasets[dataset].grid)
-        reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
-        rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
-                     "averaged over readers")
-    native = None
-    if dataset == "chexlocalize" and source == "segmentations":  # CheXlocalize's own values at full resolution
-        native = ReaderReading(**_chexlocalize_native_rows(root, reading.marks["hb"], sizes, classes, reading.files))
-    info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
-            "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
-            "files": {p.name: file_sha256(p) for p in reading.files}}
-    if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
-        from .datasets import phantom as ph
-
-        info["phantom"] = {**phantom, "model": {"miss": dict(ph.READER_MISS), "false_mark": ph.READER_FALSE_MARK,
-                                                "shift_sd": ph.READER_SHIFT_SD, "log_scale_sd": ph.READER_SCALE_SD,
-                                                "scale_range": list(ph.READER_SCALE_RANGE)}}
-    for note in reading.notes:
-        say(note)
-    if reading.truth is None:  # one ground truth (--gt) for every reader: its regions by (case, class)
-        where = {(str(tds.case_id[i]), str(classes[c])): k for k, (i, c) in enumerate(np.asarray(tds.region_index))}
-
-        def truth_of(r: str):
-            return lambda case, cls: (np.asarray(tds.region_mask[where[(case, cls)]], bool)
-                                      if (case, cls) in where else None)
-    else:
-        def truth_of(r: str):
-            def region(case, cls):
-                per = reading.truth[r].get(case, {})
-                return _truth_region(per[cls], sizes[case], grid, rule)[1] if cls in per else None
-            return region
-    per_reader, own, readings = {}, {}, {}
-    with PublishedDir(out) as work:
-        for r in sorted(reading.cases):
-            folder = work / "readers" / r
-            folder.mkdir(parents=True)
-            cases = reading.cases[r]
-            if reading.truth is not None:
-                truth_path = folder / "gt.zarr"
-                _write_truth(truth_path, dataset, cases, classes, reading.truth[r], sizes, grid, rule)
-            else:
-                truth_path = gt
-            sub = folder / "submission.zarr"
-            _write_submission(sub, dataset, r, cases, classes, reading.marks.get(r, {}), sizes, grid, info)
-            result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
-                                      allow_missing=reading.truth is None)
-            write_into(result, folder, formats=("xbench",), label=f"human {r}")
-            rows = _reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, truth_of(r),
-                                 points_rule=dataset != "vindr_cxr")
-            readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))
-            save_reading(folder / READING_FILE, readings[r])
-            if native is not None:
-                save_reading(folder / NATIVE_READING_FILE, native)
-            # the ceiling's pointing game is the reader's own points' (the reading), not the map's maximum
-            per_reader[r] = with_hits(reader_pairs(result.counts[dataset]), readings[r])
-            summary = result.metrics["datasets"][dataset]["summary"]
-            # each reader's own scores, recognition included (a reader's score is 1 where they marked the finding)
-            own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *RECOGNITION) if k in summary}}
-            say(f"reader {r}: {len(cases)} case(s) scored")
-        h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
-        doc = {"xbench": {"kind": "human-ceiling", "schema": HUMAN_SCHEMA, **info,
-                          "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
-                                        "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
-               "datasets": {dataset: {**ceiling_json(h), "per_reader": own,
-                                      "chexlocalize": chexlocalize_block(
-                                          {"hb": native} if native is not None else readings, classes=classes,
-                                          n_resamples=bootstrap, seed=seed,
-                                          resolution="native" if native is not None else "grid")}}}
-        (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    return doc

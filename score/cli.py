@@ -234,7 +234,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     faith = _faithfulness(faithfulness, key, submissions, bootstrap, seed)  # validated before anything is written
     human = None
     if human_dir is not None:  # read and checked before anything is scored or written
-        from .human import load_human
+        from .human.reading import load_human
 
         human = load_human(human_dir)
         scored = set(names or gt.datasets)
@@ -303,7 +303,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
     finally:
         bar.close()
     if human is not None:  # only then: without --human metrics.json is unchanged
-        from .human import with_human
+        from .human.section import with_human
 
         result = with_human(result, human, bootstrap=score_kw["bootstrap"], seed=score_kw["seed"])
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
@@ -325,7 +325,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         ov = result.metrics["overall"]
         click.echo("\n".join(overall_lines(ov, {k: ci_of(result.metrics, "overall", k) for k in ov})))
         if "human" in result.metrics:
-            from .human import human_lines
+            from .human.tables import human_lines
 
             for line in human_lines(result.metrics):
                 click.echo(escape_text(f"  {line}"))

@@ -30,7 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "package": ("xbench.package:package", "Bundles for challenge platforms (a Codabench scoring program).", None),
     "sanity": ("xbench.extract.sanity:sanity", "Do the maps depend on the weights? The model randomisation test.", "extract"),
     "perturb": ("xbench.perturb:perturb", "Faithfulness round 2: images perturbed in the order of a submission's maps.", None),
-    "human": ("xbench.extract.human_cli:human", "The human ceiling: a dataset's own radiologists scored like a model.",
+    "human": ("xbench.human:human", "The human ceiling: a dataset's own radiologists scored like a model.",
               "extract"),
     "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from an HDF5 file or a folder of .npz files.", None),
 }

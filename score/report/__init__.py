@@ -253,7 +253,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
-    from xbench.score.human import report_sections
+    from xbench.score.human.page import report_sections
 
     human_md, human_html = report_sections(results)  # only when a result carries a human ceiling
     md += human_md

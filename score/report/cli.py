@@ -111,7 +111,7 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
 
     apply_budget("xbench compare", max_memory, timeout)
     if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
-        from xbench.score.human import compare_human
+        from xbench.score.human.compare import compare_human
 
         return compare_human(a_dir, b_dir, n_boot=n_boot, seed=seed, per_class=per_class, out_csv=out_csv,
                              quiet=quiet, as_json=as_json)

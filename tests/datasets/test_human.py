@@ -386,8 +386,8 @@ def hostile(chex, tmp_path_factory):
         (r / "annotations/annotations_train.csv").write_text(text)
         jobs.append({"argv": ["vindr_cxr", "--root", str(r), "--images", str(vindr_images(tmp_path_factory)),
                               "--out", str(case / "out"), "--bootstrap", "0", "-q"], "case": str(case)})
-    results = run_forked(jobs, tmp_path_factory.mktemp("hostile-human"), entry="xbench.extract.human_cli:human",
-                         prog="xbench human", preload=("xbench.extract.human", "xbench.extract.human_cli",
+    results = run_forked(jobs, tmp_path_factory.mktemp("hostile-human"), entry="xbench.human:human",
+                         prog="xbench human", preload=("xbench.extract.human", "xbench.human",
                                                        "xbench.score.scoring"))
     return dict(zip([*HOSTILE, "no rad_id", "box past the image", "bad rad_id", "unicode digit rad_id"],
                     zip(jobs, results)))

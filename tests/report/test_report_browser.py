@@ -23,12 +23,14 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 def _human(result_dir, reader_dir, folder):
     """A human folder by hand (xbench human's layout) whose one simulated reader is ``reader_dir``'s counts, and the
-    ``human`` section it gives ``result_dir``'s metrics.json (score/human.py's own functions)."""
+    ``human`` section it gives ``result_dir``'s metrics.json (score/human/ own functions)."""
     import numpy as np
 
     from xbench.score.counts import read_counts_file
     from xbench.score.grounding import FIXED_THRESHOLD_INDEX
-    from xbench.score.human import READING_FILE, ReaderReading, human_block, load_human, save_reading
+    from xbench.score.human.ceiling import ReaderReading
+    from xbench.score.human.reading import READING_FILE, load_human, save_reading
+    from xbench.score.human.section import human_block
 
     (folder / "readers" / "R1").mkdir(parents=True)
     shutil.copy(reader_dir / "pair_counts.npz", folder / "readers" / "R1" / "pair_counts.npz")
@@ -147,7 +149,7 @@ def test_human_lines_say_what_the_numbers_are(page):
 
 
 def test_human_lines_of_radiologists_are_not_called_simulated():
-    from xbench.score.human import human_lines, simulated
+    from xbench.score.human.tables import human_lines, simulated
 
     metrics = {"human": {"source": {"rule": "radiologist annotations of CheXlocalize"}, "datasets": {}}}
     assert not simulated(metrics) and simulated({"human": {"source": {"rule": "3 simulated reader(s)"}}})

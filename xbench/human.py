@@ -1,0 +1,222 @@
+"""``xbench human``: the human ceiling of a dataset, its radiologists (or the phantom's simulated readers)
+scored like a model (docs/human.md).
+
+The command joins the two sides, so it lives in the umbrella: :mod:`xbench.extract.human` reads each reader's
+annotations and writes them as a submission (and, for VinDr-CXR, the other readers as its ground truth);
+:func:`xbench.score.scoring.score_submission` scores it like any model; :mod:`xbench.score.human.ceiling` turns
+the readers' pairs into the ceiling and :mod:`xbench.score.human.reading` writes the readers' readings. The
+output folder is described in :mod:`xbench.extract.human`.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
+from xbench.schemas.errors import escape_text
+
+#: the recognition keys copied from each reader's own metrics.json into human.json
+RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
+@command("human", on_interrupt=NOT_WRITTEN_HINT)
+@click.argument("dataset", type=click.Choice(["chexlocalize", "vindr_cxr", "phantom"]))
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The dataset as downloaded (the folder given to xbench-prepare); only read. Required for "
+                   "chexlocalize and vindr_cxr; the phantom has none.")
+@click.option("--images", "images", required=True, type=click.Path(exists=True, path_type=Path),
+              help="images.zarr of the same split (each case's original size and the case list).")
+@click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path),
+              help="gt.zarr: required for chexlocalize and phantom (the readers are scored against it); for "
+                   "vindr_cxr only its evaluation grid is used (default 224x224).")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Output folder: human.json and, per reader, its submission, ground truth and scores.")
+@click.option("--split", type=click.Choice(["train", "test"]), default=None,
+              help="vindr_cxr: the split whose readers are compared [default: train, the one read by 3 readers]. "
+                   "chexlocalize: the human benchmark exists for test only.")
+@click.option("--rule", type=click.Choice(["union", "majority"]), default="union", show_default=True,
+              help="vindr_cxr: how the other readers' boxes make a reader's ground truth.")
+@click.option("--source", type=click.Choice(["segmentations", "annotations"]), default="segmentations",
+              show_default=True,
+              help="chexlocalize: hb_segmentations_test.json (RLE masks) or hb_annotations_test.json (polygons).")
+@click.option("--readers", type=click.IntRange(1, 16), default=None,
+              help="phantom: how many simulated readers re-read every case [default: 3]; each is drawn from the "
+                   "phantom's seed by the reader model of docs/human.md.")
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
+              help="Bootstrap resamples for the 95% intervals.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Bootstrap seed.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ceiling (human.json) on stdout.")
+@budget_options
+def human(dataset, root, images, gt_path, out, split, rule, source, readers, bootstrap, seed, quiet, as_json,
+          max_memory, timeout):
+    """Score the dataset's own radiologists like a model: the human ceiling.
+
+    Each reader's annotations become a submission (binary masks on the evaluation grid) and are scored with
+    Dice and IoU at the same thresholds as any model; the pointing game is the reader's salient points'
+    (CheXlocalize's hit rate: a hit when any point lies in the truth, a miss without a point). human.json
+    also carries CheXlocalize's own eval.py values (mIoU with true_pos_only True and False, hit rate, their
+    bootstrap), at the images' full resolution for CheXlocalize's masks. CheXlocalize: the human benchmark (hb_*_test.json) against the ground truth. VinDr-CXR train:
+    each reader against the other readers of the same image (--rule), averaged over readers. Phantom:
+    --readers simulated readers (jittered, sometimes missed, sometimes false marks), each against the
+    ground truth, averaged over readers.
+
+    \b
+    Examples:
+      xbench human chexlocalize --root CheXlocalize/ --images images.zarr --gt gt.zarr --out human/
+      xbench human vindr_cxr --root vindr/ --split train --images images_train.zarr --out human_vindr/
+      xbench human phantom --images data/images.zarr --gt data/gt.zarr --out human_phantom/ --readers 3
+      xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
+    """
+    apply_budget("xbench human", max_memory, timeout)
+    if dataset == "chexlocalize" and split not in (None, "test"):
+        raise UserError("--split: CheXlocalize's human benchmark exists for the test split only")
+    if dataset == "vindr_cxr" and split == "test":
+        raise UserError("--split test: VinDr-CXR's test labels are one consensus, with no reader to compare; use train")
+    if dataset == "phantom" and (root is not None or split is not None):
+        raise UserError("--root, --split: the phantom has no download; its split and seed are the images store's")
+    if dataset != "phantom" and root is None:
+        raise UserError(f"--root: required for {dataset} (the folder given to xbench-prepare)")
+    if dataset != "phantom" and readers is not None:
+        raise UserError("--readers: only the phantom's readers are simulated; the other datasets' are in their files")
+    from xbench.schemas.paths import output_problems
+
+    problems = output_problems(out, {"the dataset root": root, "the --images store": images, "the ground truth": gt_path})
+    if problems:  # the output folder is replaced as a whole: never an input, inside one, or holding one
+        raise UserError(problems)
+    lines = []
+    say = (lambda s: None) if (quiet or as_json) else (lambda s: click.echo(escape_text(s), err=True))
+    doc = run_human(dataset, root, images, gt_path, out, split=split, rule=rule, source=source, bootstrap=bootstrap,
+                    seed=seed, readers=3 if readers is None else readers, say=say)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    elif not quiet:
+        s = doc["datasets"][dataset]["summary"]
+        shown = ", ".join(f"{k} {100 * v:.2f}" for k, v in s.items() if isinstance(v, float))
+        lines.append(f"human ceiling of {dataset} ({len(doc['datasets'][dataset]['readers'])} reader(s)) -> {out}/")
+        lines.append(f"  summary (%): {shown}")
+        chex = doc["datasets"][dataset].get("chexlocalize") or {}
+        if dataset == "chexlocalize" and chex.get("average"):
+            avg = chex["average"]
+            got = ", ".join(f"{k} {100 * avg[k]['value']:.2f}" for k in ("miou_true_pos_only", "miou_all", "hit_rate")
+                            if isinstance(avg.get(k, {}).get("value"), float))
+            lines.append(f"  CheXlocalize eval.py ({chex.get('resolution')} resolution, mean over classes, %): {got}")
+        click.echo("\n".join(escape_text(x) for x in lines))
+    return 0
+
+
+def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
+              rule: str = "union", source: str = "segmentations", bootstrap: int = 1000, seed: int = 0,
+              readers: int = 3, say: Callable[[str], None] = lambda s: None) -> dict:
+    """Make each reader's submission, score it, and write the ceiling; returns human.json's content."""
+    import numpy as np
+
+    from xbench.extract.human import (chexlocalize_native_rows, read_chexlocalize, read_phantom, read_vindr,
+                                      reading_rows, truth_group, truth_region, write_submission, write_truth)
+    from xbench.schemas.errors import InputError, Problem
+    from xbench.schemas.ground_truth import read_ground_truth
+    from xbench.schemas.images import read_images
+    from xbench.schemas.paths import PublishedDir
+    from xbench.schemas.store import file_sha256
+    from xbench.score.human.ceiling import (KEYS, ReaderReading, ceiling, ceiling_json, chexlocalize_block,
+                                            reader_pairs, with_hits)
+    from xbench.score.human.reading import HUMAN_FILE, HUMAN_SCHEMA, NATIVE_READING_FILE, READING_FILE, save_reading
+    from xbench.score.outputs import write_into
+    from xbench.score.scoring import score_submission
+
+    store = read_images(images)
+    if dataset not in store.datasets:
+        raise InputError([Problem(str(images), f"holds no {dataset} group; prepare it with xbench-prepare {dataset}")])
+    ds = store.datasets[dataset]
+    sizes = {str(c): (int(s[0]), int(s[1])) for c, s in zip(ds.case_id, ds.orig_size)}
+    classes = tuple(ds.classes)
+    if dataset == "chexlocalize":
+        tds = truth_group(gt, dataset, "CheXlocalize's readers")
+        grid, classes = tuple(tds.grid), tuple(tds.classes)
+        reading = read_chexlocalize(root, sizes, classes, source=source)
+        rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
+                     " and salient points against the ground truth")
+    elif dataset == "phantom":
+        tds = truth_group(gt, dataset, "the phantom's readers")
+        grid, classes = tuple(tds.grid), tuple(tds.classes)
+        gt_labels = np.asarray(tds.labels)
+        labels = {str(c): {cls: int(v) for cls, v in zip(classes, row)} for c, row in zip(tds.case_id, gt_labels)}
+        reading, phantom = read_phantom(ds.attrs, [str(c) for c in ds.case_id], sizes, labels, readers, str(images))
+        split = phantom["split"]
+        rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
+                     "model of docs/human.md), averaged over readers")
+    else:
+        grid = (224, 224)
+        if gt is not None:
+            truth_store = read_ground_truth(gt)
+            if dataset in truth_store.datasets:
+                grid = tuple(truth_store.datasets[dataset].grid)
+        reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
+        rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
+                     "averaged over readers")
+    native = None
+    if dataset == "chexlocalize" and source == "segmentations":  # CheXlocalize's own values at full resolution
+        native = ReaderReading(**chexlocalize_native_rows(root, reading.marks["hb"], sizes, classes, reading.files))
+    info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
+            "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
+            "files": {p.name: file_sha256(p) for p in reading.files}}
+    if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
+        from xbench.extract.datasets import phantom as ph
+
+        info["phantom"] = {**phantom, "model": {"miss": dict(ph.READER_MISS), "false_mark": ph.READER_FALSE_MARK,
+                                                "shift_sd": ph.READER_SHIFT_SD, "log_scale_sd": ph.READER_SCALE_SD,
+                                                "scale_range": list(ph.READER_SCALE_RANGE)}}
+    for note in reading.notes:
+        say(note)
+    if reading.truth is None:  # one ground truth (--gt) for every reader: its regions by (case, class)
+        where = {(str(tds.case_id[i]), str(classes[c])): k for k, (i, c) in enumerate(np.asarray(tds.region_index))}
+
+        def truth_of(r: str):
+            return lambda case, cls: (np.asarray(tds.region_mask[where[(case, cls)]], bool)
+                                      if (case, cls) in where else None)
+    else:
+        def truth_of(r: str):
+            def region(case, cls):
+                per = reading.truth[r].get(case, {})
+                return truth_region(per[cls], sizes[case], grid, rule)[1] if cls in per else None
+            return region
+    per_reader, own, readings = {}, {}, {}
+    with PublishedDir(out) as work:
+        for r in sorted(reading.cases):
+            folder = work / "readers" / r
+            folder.mkdir(parents=True)
+            cases = reading.cases[r]
+            if reading.truth is not None:
+                truth_path = folder / "gt.zarr"
+                write_truth(truth_path, dataset, cases, classes, reading.truth[r], sizes, grid, rule)
+            else:
+                truth_path = gt
+            sub = folder / "submission.zarr"
+            write_submission(sub, dataset, r, cases, classes, reading.marks.get(r, {}), sizes, grid, info)
+            result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
+                                      allow_missing=reading.truth is None)
+            write_into(result, folder, formats=("xbench",), label=f"human {r}")
+            rows = reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, truth_of(r),
+                                 points_rule=dataset != "vindr_cxr")
+            readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))
+            save_reading(folder / READING_FILE, readings[r])
+            if native is not None:
+                save_reading(folder / NATIVE_READING_FILE, native)
+            # the ceiling's pointing game is the reader's own points' (the reading), not the map's maximum
+            per_reader[r] = with_hits(reader_pairs(result.counts[dataset]), readings[r])
+            summary = result.metrics["datasets"][dataset]["summary"]
+            # each reader's own scores, recognition included (a reader's score is 1 where they marked the finding)
+            own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *RECOGNITION) if k in summary}}
+            say(f"reader {r}: {len(cases)} case(s) scored")
+        h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
+        doc = {"xbench": {"kind": "human-ceiling", "schema": HUMAN_SCHEMA, **info,
+                          "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
+                                        "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
+               "datasets": {dataset: {**ceiling_json(h), "per_reader": own,
+                                      "chexlocalize": chexlocalize_block(
+                                          {"hb": native} if native is not None else readings, classes=classes,
+                                          n_resamples=bootstrap, seed=seed,
+                                          resolution="native" if native is not None else "grid")}}}
+        (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return doc
