@@ -64,13 +64,13 @@ def _bar_callback(enabled: bool):
 
 def _check(model: str, overrides: dict, method, device, precision, images: str, out: str) -> None:
     """Every check that needs no torch, all problems at once: the model request (names, config keys and
-    values, weights paths: extract/models/checks.py) and the kinds of --images and --out.
+    values, weights paths: extract/models/request.py) and the kinds of --images and --out.
 
     Runs before the heavy imports (torch, open_clip, transformers: seconds) and the model load (up to a
     minute), so a typo costs a second."""
     from xbench.schemas._cli import store_kind_problem
 
-    from .models.checks import check_request
+    from .models.request import check_request
 
     problems = []
     try:
@@ -90,7 +90,7 @@ def _check(model: str, overrides: dict, method, device, precision, images: str, 
 
 def _preflight(model: str, overrides: dict) -> None:
     """The model request's torch-free checks alone (kept for callers such as ``xbench run --dry-run``)."""
-    from .models.checks import check_request
+    from .models.request import check_request
 
     check_request(model, overrides)
 

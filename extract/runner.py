@@ -149,7 +149,7 @@ def software_versions() -> dict:
     """Installed versions of what shapes the numbers (read from package metadata: imports nothing)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from xbench import __version__
+    from xbench.schemas.version import __version__
 
     # xbench's own version from the package: its distribution is named xbench-cxr (pyproject.toml)
     out = {"python": platform.python_version(), "torch": torch.__version__, "xbench": __version__}

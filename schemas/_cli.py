@@ -11,8 +11,9 @@ Commands are :class:`Command` objects (``@command(...)`` instead of ``@click.com
 ``main`` maps every exception to one of the codes above, both when run on their own (``xbench-score``)
 and through the umbrella (``xbench score``, whose group calls :func:`run_main` too).
 
-This module imports nothing but click at import time, so ``--help`` is instant everywhere and the
-scorer-only install (no torch) can use it; the store-kind checks import the store code only when called.
+This module imports nothing but click (and ``errors`` and ``inputs``, standard library only) at import time,
+so ``--help`` is instant everywhere and the scorer-only install (no torch) can use it; the store-kind checks
+import the store code only when called.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import click
 from click.utils import _detect_program_name
 
 from .errors import InputError, escape_text
+from .inputs import DEFAULT_TIMEOUT
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -305,7 +307,6 @@ def command(name: str | None = None, **kwargs) -> Callable[[Callable], Command]:
 
 # -- the budget for untrusted input (xbench-score, xbench-validate) --------------------------------
 DEFAULT_MAX_MEMORY = "2GiB"
-DEFAULT_TIMEOUT = 1800.0  # seconds; schemas/budget.py's Limits takes the same default
 
 
 def budget_options(command):

@@ -37,10 +37,9 @@ from numcodecs import Blosc, Zstd
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
 from . import _zarr
-from ._cli import DEFAULT_TIMEOUT
 from ._zarr import as_numpy_array_wrapper
 from .errors import InputLimitError, Problem
-from .inputs import DuplicateKeyError, json_depth, unique_object  # noqa: F401  (json_depth: part of this module's interface)
+from .inputs import DEFAULT_TIMEOUT, DuplicateKeyError, json_depth, unique_object  # noqa: F401  (json_depth: part of this module's interface)
 
 MiB = 2**20
 GiB = 2**30

@@ -47,6 +47,9 @@ class TextLimits:
 DEFAULT = TextLimits()
 #: a configuration a person writes (a suite, a model config, a label mapping): small by nature
 CONFIG = TextLimits(max_bytes=4 * MiB, max_depth=32, max_elements=200_000)
+#: a whole command's time limit (seconds; ``--timeout``, :class:`xbench.schemas.budget.Limits`): defined here, in
+#: the light layer both the CLI layer and the budget import, so neither imports the other for it
+DEFAULT_TIMEOUT = 1800.0
 
 
 def _where(where: str | os.PathLike | None, path: str | os.PathLike | None) -> str:

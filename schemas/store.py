@@ -134,7 +134,7 @@ def ensure_root(path: Path, kind: str) -> zarr.Group:
 
 
 def root_attrs(kind: str, **extra: Any) -> dict:
-    from xbench import __version__
+    from xbench.schemas.version import __version__
 
     return {"xbench": {"kind": kind, "schema": SCHEMA_VERSION, "version": __version__, **extra}}
 

@@ -600,7 +600,7 @@ def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, poi
 def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed: int, sections: Mapping,
             pointing_tolerance: float) -> dict:
     """metrics.json's "xbench" entry: what was scored, how, and with which inputs."""
-    from xbench import __version__
+    from xbench.schemas.version import __version__
 
     header = {"schema": 1, "schema_minor": max(m.minor for m in R.metrics()), "version": __version__,
               "gt_sha256": gt_sha256, "submission": dict(run.sub.attrs),

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import InputError
-from . import _warp
+from ._warp import identity, in_view, invert, resample
 
 #: a number as a spec may write it: decimal, optional fraction and exponent (no inf, nan, hex or underscores)
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
@@ -131,7 +131,7 @@ class AugmentSpec:
     def forward(self) -> np.ndarray:
         """Geometric: the 2 x 3 map original -> augmented (normalised coordinates); the identity otherwise."""
         return np.asarray(self.augmentation.forward(self.params), dtype=np.float64) if self.geometric \
-            else _warp.identity()
+            else identity()
 
     def apply_image(self, image: np.ndarray, *, seed: int = 0) -> np.ndarray:
         """The augmented uint8 (H, W) image. Geometric: the image's pixel at normalised point p shows at
@@ -140,7 +140,7 @@ class AugmentSpec:
         if not self.geometric:
             out = self.augmentation.image(image, self.params, int(seed))
             return np.ascontiguousarray(out, dtype=np.uint8)
-        return _warp.resample(image[None], _warp.invert(self.forward()), 0.0, to_uint8=True)[0]
+        return resample(image[None], invert(self.forward()), 0.0, to_uint8=True)[0]
 
     def invert_map(self, maps: np.ndarray, fill: float | None = None) -> np.ndarray:
         """Maps (..., h, w) over the augmented image -> float32 maps over the original frame: the value at
@@ -156,7 +156,7 @@ class AugmentSpec:
             fills = flat.min(axis=(1, 2)) if flat.shape[0] else np.zeros(0)
         else:
             fills = np.full(flat.shape[0], float(fill))
-        out = _warp.resample(flat, self.forward(), fills)
+        out = resample(flat, self.forward(), fills)
         return out.astype(np.float32).reshape(maps.shape)
 
     def coverage(self, shape: tuple[int, int]) -> np.ndarray:
@@ -165,4 +165,4 @@ class AugmentSpec:
         h, w = int(shape[0]), int(shape[1])
         if not self.geometric:
             return np.ones((h, w), dtype=bool)
-        return _warp.in_view(self.forward(), (h, w))
+        return in_view(self.forward(), (h, w))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xbench.extract.models import catalog, checks, list_models
+from xbench.extract.models import catalog, checks, list_models, request
 from xbench.schemas.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def _doc_configs():
 def test_model_configs_in_the_docs_pass_the_key_checks(config):
     info = catalog.MODELS[config["adapter"]]
     assert checks._unknown_keys(config, info, {}, "doc") == []
-    assert checks._values(config, {}, "doc", info, cli_device=False, cli_precision=False) == []
+    assert request._values(config, {}, "doc", info, cli_device=False, cli_precision=False) == []
 
 
 def test_suite_model_options_pass_the_key_checks():
@@ -132,7 +132,7 @@ def test_suite_model_options_pass_the_key_checks():
             info = catalog.MODELS[model]
             config = {"adapter": model, **options}
             assert checks._unknown_keys(config, info, {}, suite.name) == [], (suite.name, model)
-            assert checks._values(config, {}, suite.name, info, cli_device=False, cli_precision=False) == []
+            assert request._values(config, {}, suite.name, info, cli_device=False, cli_precision=False) == []
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -156,6 +156,6 @@ def test_model_options_nest_and_refuse_conflicts():
 def test_trust_checkpoint_true_passes_the_checks(tmp_path):
     ckpt = tmp_path / "carzero.ckpt"
     ckpt.write_bytes(b"x")
-    cfg = checks.check_request("carzero", {"weights": str(ckpt), "text_encoder": str(tmp_path),
+    cfg = request.check_request("carzero", {"weights": str(ckpt), "text_encoder": str(tmp_path),
                                            "options": {"trust_checkpoint": True}})
     assert cfg["options"]["trust_checkpoint"] is True

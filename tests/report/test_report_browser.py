@@ -23,7 +23,7 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 def _human(result_dir, reader_dir, folder):
     """A human folder by hand (xbench human's layout) whose one simulated reader is ``reader_dir``'s counts, and the
-    ``human`` section it gives ``result_dir``'s metrics.json (score/human/ own functions)."""
+    ``human`` section it gives ``result_dir``'s metrics.json (the functions of score/human/)."""
     import numpy as np
 
     from xbench.score.counts import read_counts_file
