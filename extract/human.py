@@ -60,7 +60,7 @@ from .datasets.rasterise import rasterise_region
 from .datasets.vindr import is_rad_id
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
-           "reading_rows", "write_submission", "write_truth", "MASK_LEVEL"]
+           "reading_rows", "write_submission", "write_truth", "read_readers", "DatasetReaders", "MASK_LEVEL"]
 
 DATASETS = ("chexlocalize", "vindr_cxr", "phantom")
 RULES = ("union", "majority")
@@ -587,3 +587,90 @@ def truth_group(gt, dataset: str, who: str):
     if dataset not in truth_store.datasets:
         raise InputError([Problem(str(gt), f"holds no {dataset} group")])
     return truth_store.datasets[dataset]
+
+
+@dataclass
+class DatasetReaders:
+    """A dataset's readers read, with what scoring them needs (:func:`read_readers`)."""
+
+    dataset: str
+    reading: Reading
+    sizes: dict[str, tuple[int, int]]
+    classes: tuple[str, ...]
+    grid: tuple[int, int]
+    rule: str
+    #: human.json's header: dataset, split, rule (in words), source, the files read (and the phantom's model)
+    info: dict
+    #: the ground truth's group when every reader is scored against ``--gt`` (``reading.truth`` is None)
+    truth: object | None
+    #: (CheXlocalize masks) the reader's rows at the images' full resolution, :func:`reading_rows`' columns
+    native_rows: dict | None
+
+    def truth_of(self, reader: str) -> Callable:
+        """``(case, class) -> the region reader ``reader`` is scored against`` on the grid (None: no region)."""
+        if self.reading.truth is None:  # one ground truth (--gt) for every reader: its regions by (case, class)
+            tds, classes = self.truth, self.classes
+            where = {(str(tds.case_id[i]), str(classes[c])): k
+                     for k, (i, c) in enumerate(np.asarray(tds.region_index))}
+            return lambda case, cls: (np.asarray(tds.region_mask[where[(case, cls)]], bool)
+                                      if (case, cls) in where else None)
+
+        def region(case, cls):
+            per = self.reading.truth[reader].get(case, {})
+            return truth_region(per[cls], self.sizes[case], self.grid, self.rule)[1] if cls in per else None
+        return region
+
+
+def read_readers(dataset: str, root: Path | None, images: Path, gt: Path | None, *, split: str | None = None,
+                 rule: str = "union", source: str = "segmentations", readers: int = 3) -> DatasetReaders:
+    """Read the readers of ``dataset`` (CheXlocalize's human benchmark, VinDr-CXR's radiologists, or the
+    phantom's simulated readers) with the images store's case sizes and the ground truth's grid and classes."""
+    from xbench.schemas.ground_truth import read_ground_truth
+    from xbench.schemas.images import read_images
+    from xbench.schemas.store import file_sha256
+
+    tds = None
+    store = read_images(images)
+    if dataset not in store.datasets:
+        raise InputError([Problem(str(images), f"holds no {dataset} group; prepare it with xbench-prepare {dataset}")])
+    ds = store.datasets[dataset]
+    sizes = {str(c): (int(s[0]), int(s[1])) for c, s in zip(ds.case_id, ds.orig_size)}
+    classes = tuple(ds.classes)
+    if dataset == "chexlocalize":
+        tds = truth_group(gt, dataset, "CheXlocalize's readers")
+        grid, classes = tuple(tds.grid), tuple(tds.classes)
+        reading = read_chexlocalize(root, sizes, classes, source=source)
+        rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
+                     " and salient points against the ground truth")
+    elif dataset == "phantom":
+        tds = truth_group(gt, dataset, "the phantom's readers")
+        grid, classes = tuple(tds.grid), tuple(tds.classes)
+        gt_labels = np.asarray(tds.labels)
+        labels = {str(c): {cls: int(v) for cls, v in zip(classes, row)} for c, row in zip(tds.case_id, gt_labels)}
+        reading, phantom = read_phantom(ds.attrs, [str(c) for c in ds.case_id], sizes, labels, readers, str(images))
+        split = phantom["split"]
+        rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
+                     "model of docs/human.md), averaged over readers")
+    else:
+        grid = (224, 224)
+        if gt is not None:
+            truth_store = read_ground_truth(gt)
+            if dataset in truth_store.datasets:
+                grid = tuple(truth_store.datasets[dataset].grid)
+        reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
+        rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
+                     "averaged over readers")
+    native = None
+    if dataset == "chexlocalize" and source == "segmentations":  # CheXlocalize's own values at full resolution
+        native = chexlocalize_native_rows(root, reading.marks["hb"], sizes, classes, reading.files)
+    info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
+            "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
+            "files": {p.name: file_sha256(p) for p in reading.files}}
+    if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
+        from .datasets import phantom as ph
+
+        info["phantom"] = {**phantom, "model": {"miss": dict(ph.READER_MISS), "false_mark": ph.READER_FALSE_MARK,
+                                                "shift_sd": ph.READER_SHIFT_SD, "log_scale_sd": ph.READER_SCALE_SD,
+                                                "scale_range": list(ph.READER_SCALE_RANGE)}}
+    return DatasetReaders(dataset, reading, sizes, classes, grid, rule, info, tds if reading.truth is None else None,
+                          native)

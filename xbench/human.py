@@ -57,7 +57,8 @@ def human(dataset, root, images, gt_path, out, split, rule, source, readers, boo
     Dice and IoU at the same thresholds as any model; the pointing game is the reader's salient points'
     (CheXlocalize's hit rate: a hit when any point lies in the truth, a miss without a point). human.json
     also carries CheXlocalize's own eval.py values (mIoU with true_pos_only True and False, hit rate, their
-    bootstrap), at the images' full resolution for CheXlocalize's masks. CheXlocalize: the human benchmark (hb_*_test.json) against the ground truth. VinDr-CXR train:
+    bootstrap), at the images' full resolution for CheXlocalize's masks. CheXlocalize: the human benchmark
+    (hb_*_test.json) against the ground truth. VinDr-CXR train:
     each reader against the other readers of the same image (--rule), averaged over readers. Phantom:
     --readers simulated readers (jittered, sometimes missed, sometimes false marks), each against the
     ground truth, averaged over readers.
@@ -82,7 +83,8 @@ def human(dataset, root, images, gt_path, out, split, rule, source, readers, boo
         raise UserError("--readers: only the phantom's readers are simulated; the other datasets' are in their files")
     from xbench.schemas.paths import output_problems
 
-    problems = output_problems(out, {"the dataset root": root, "the --images store": images, "the ground truth": gt_path})
+    problems = output_problems(out, {"the dataset root": root, "the --images store": images,
+                                     "the ground truth": gt_path})
     if problems:  # the output folder is replaced as a whole: never an input, inside one, or holding one
         raise UserError(problems)
     lines = []
@@ -112,75 +114,19 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     """Make each reader's submission, score it, and write the ceiling; returns human.json's content."""
     import numpy as np
 
-    from xbench.extract.human import (chexlocalize_native_rows, read_chexlocalize, read_phantom, read_vindr,
-                                      reading_rows, truth_group, truth_region, write_submission, write_truth)
-    from xbench.schemas.errors import InputError, Problem
-    from xbench.schemas.ground_truth import read_ground_truth
-    from xbench.schemas.images import read_images
+    from xbench.extract.human import read_readers, reading_rows, write_submission, write_truth
     from xbench.schemas.paths import PublishedDir
-    from xbench.schemas.store import file_sha256
     from xbench.score.human.ceiling import (KEYS, ReaderReading, ceiling, ceiling_json, chexlocalize_block,
                                             reader_pairs, with_hits)
     from xbench.score.human.reading import HUMAN_FILE, HUMAN_SCHEMA, NATIVE_READING_FILE, READING_FILE, save_reading
     from xbench.score.outputs import write_into
     from xbench.score.scoring import score_submission
 
-    store = read_images(images)
-    if dataset not in store.datasets:
-        raise InputError([Problem(str(images), f"holds no {dataset} group; prepare it with xbench-prepare {dataset}")])
-    ds = store.datasets[dataset]
-    sizes = {str(c): (int(s[0]), int(s[1])) for c, s in zip(ds.case_id, ds.orig_size)}
-    classes = tuple(ds.classes)
-    if dataset == "chexlocalize":
-        tds = truth_group(gt, dataset, "CheXlocalize's readers")
-        grid, classes = tuple(tds.grid), tuple(tds.classes)
-        reading = read_chexlocalize(root, sizes, classes, source=source)
-        rule_text = ("CheXlocalize human benchmark (one reader, 'hb'): its " + source +
-                     " and salient points against the ground truth")
-    elif dataset == "phantom":
-        tds = truth_group(gt, dataset, "the phantom's readers")
-        grid, classes = tuple(tds.grid), tuple(tds.classes)
-        gt_labels = np.asarray(tds.labels)
-        labels = {str(c): {cls: int(v) for cls, v in zip(classes, row)} for c, row in zip(tds.case_id, gt_labels)}
-        reading, phantom = read_phantom(ds.attrs, [str(c) for c in ds.case_id], sizes, labels, readers, str(images))
-        split = phantom["split"]
-        rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
-                     "model of docs/human.md), averaged over readers")
-    else:
-        grid = (224, 224)
-        if gt is not None:
-            truth_store = read_ground_truth(gt)
-            if dataset in truth_store.datasets:
-                grid = tuple(truth_store.datasets[dataset].grid)
-        reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
-        rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
-                     "averaged over readers")
-    native = None
-    if dataset == "chexlocalize" and source == "segmentations":  # CheXlocalize's own values at full resolution
-        native = ReaderReading(**chexlocalize_native_rows(root, reading.marks["hb"], sizes, classes, reading.files))
-    info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
-            "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
-            "files": {p.name: file_sha256(p) for p in reading.files}}
-    if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
-        from xbench.extract.datasets import phantom as ph
-
-        info["phantom"] = {**phantom, "model": {"miss": dict(ph.READER_MISS), "false_mark": ph.READER_FALSE_MARK,
-                                                "shift_sd": ph.READER_SHIFT_SD, "log_scale_sd": ph.READER_SCALE_SD,
-                                                "scale_range": list(ph.READER_SCALE_RANGE)}}
+    got = read_readers(dataset, root, images, gt, split=split, rule=rule, source=source, readers=readers)
+    reading, sizes, classes, grid, info = got.reading, got.sizes, got.classes, got.grid, got.info
+    native = ReaderReading(**got.native_rows) if got.native_rows is not None else None
     for note in reading.notes:
         say(note)
-    if reading.truth is None:  # one ground truth (--gt) for every reader: its regions by (case, class)
-        where = {(str(tds.case_id[i]), str(classes[c])): k for k, (i, c) in enumerate(np.asarray(tds.region_index))}
-
-        def truth_of(r: str):
-            return lambda case, cls: (np.asarray(tds.region_mask[where[(case, cls)]], bool)
-                                      if (case, cls) in where else None)
-    else:
-        def truth_of(r: str):
-            def region(case, cls):
-                per = reading.truth[r].get(case, {})
-                return truth_region(per[cls], sizes[case], grid, rule)[1] if cls in per else None
-            return region
     per_reader, own, readings = {}, {}, {}
     with PublishedDir(out) as work:
         for r in sorted(reading.cases):
@@ -197,7 +143,7 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
             result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
                                       allow_missing=reading.truth is None)
             write_into(result, folder, formats=("xbench",), label=f"human {r}")
-            rows = reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, truth_of(r),
+            rows = reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, got.truth_of(r),
                                  points_rule=dataset != "vindr_cxr")
             readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))
             save_reading(folder / READING_FILE, readings[r])

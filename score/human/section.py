@@ -8,7 +8,8 @@ import numpy as np
 
 from ..counts import DatasetCounts
 from ..intervals import percentile_interval
-from .ceiling import KEYS, HumanCeiling, ceiling, chexlocalize_block, percent_of_human, percentage_decrease, reader_pairs
+from .ceiling import (KEYS, HumanCeiling, ceiling, chexlocalize_block, percent_of_human, percentage_decrease,
+                      reader_pairs)
 from .reading import HUMAN_FILE, HumanSource
 
 #: metrics.json minor version that adds the "human" section (contract, "Versions")
