@@ -410,7 +410,8 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
         return {m: mean_defined(np.array([np.nan if e[part][m] is None else e[part][m] for e in section.values()],
                                          dtype=np.float64)) for m in G.MEASURES}
 
-    return {"image_map": IMAGE_MAP, "overall": {"findings": over("findings"), "images": over("images")},
+    # overall: the finding rows' means at the top (the keys a comparison looks up), the image rows' under "images"
+    return {"image_map": IMAGE_MAP, "overall": {**over("findings"), "images": over("images")},
             "datasets": section}, counts
 
 

@@ -122,6 +122,7 @@ def test_section_equals_brute_force(stores):
         assert close(e["findings"][m], bf_mean(class_means[m])), m
         assert close(e["images"][m], bf_mean([v[m] for _, _, v in image])), m
         assert close(metrics["gaze"]["overall"]["images"][m], e["images"][m])
+        assert close(metrics["gaze"]["overall"][m], e["findings"][m])
     # the readers' ceiling: leave-one-out, each reading against the others' mean map
     assert e["ceiling"]["n_readings"] == len(ceiling) == 5  # case 0: three readers, case 1: two
     for m in MEASURES:
