@@ -158,7 +158,7 @@ def jitter(shape) -> np.ndarray:
 
 
 def auc_judd(m, rows, cols) -> float | None:
-    """AUC-Judd (pysaliency saliency_map_models.py:502-518 with roc_cython.pyx:77-108, ``judd=1``); None
+    """AUC-Judd (pysaliency saliency_map_models.py:502-518 with numba_utils.py:52-92, ``judd=1``); None
     without a fixation or when every cell is fixated."""
     a = _map(m)
     r, c = _check_cells(a, rows, cols)
@@ -182,7 +182,7 @@ def auc_judd(m, rows, cols) -> float | None:
 
 def auc_shuffled(m, rows, cols, negative_counts) -> float | None:
     """Shuffled AUC (pysaliency saliency_map_models.py:50-69 and 362-441 with ``nonfixations='shuffled'``,
-    roc_cython.pyx:77-108 with ``judd=0``): the fixations' values against the values at the other images'
+    numba_utils.py:52-92 with ``judd=0``): the fixations' values against the values at the other images'
     fixations, given as ``negative_counts`` (H, W), how many of those fall in each cell; the Mann-Whitney
     AUC, ties one half. None without a fixation or a negative."""
     a = _map(m)

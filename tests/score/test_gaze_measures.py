@@ -8,6 +8,7 @@ border and outside the image.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,3 +264,22 @@ def test_measures_equal_pysaliency(mk, fk):
     shuffled = Fixed().AUC_per_image(stimuli, fix, nonfixations="shuffled", thresholds="all")[0]
     counts = G.cell_counts(*bf_cells_of(others[0] + others[1]), GRID)
     assert math.isclose(G.auc_shuffled(m, rows, cols, counts), float(shuffled), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_docs_worked_example():
+    """docs/gaze.md's worked example: the numbers printed there, and its sAUC and NSS worked by hand."""
+    m = np.array([[0, 1, 0.5], [0, 0.25, 0]])
+    g = np.array([[0, 0.6, 0.2], [0, 0.2, 0]])
+    rows, cols = [0, 0, 1], [1, 1, 2]
+    n = np.array([[1, 0, 2], [0, 1, 0]])
+    got = G.all_measures(m, g, rows, cols, n)
+    printed = {"nss": 1.026, "cc": 0.979, "sim": 0.914, "kl": 0.0252, "auc_judd": 0.833, "auc_shuffled": 0.708}
+    for k, v in printed.items():
+        assert abs(got[k] - v) < 6e-4, k
+    assert math.isclose(got["auc_shuffled"], (1 + 1 + 0.5 / 4) / 3)
+    mu = 1.75 / 6
+    sd = math.sqrt(sum((v - mu) ** 2 for v in (0, 1, 0.5, 0, 0.25, 0)) / 6)
+    assert math.isclose(got["nss"], (2 * (1 - mu) + (0 - mu)) / 3 / sd)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "gaze.md").read_text()
+    for v in ("**1.026**", "**0.979**", "**0.914**", "**0.0252**", "**0.708**", "**0.833**"):
+        assert v in text
