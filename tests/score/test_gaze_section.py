@@ -195,6 +195,18 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
         row = rows[(rows["class"] == "images") & (rows["metric"] == m)].iloc[0]
         assert close(row["a"], mine["images"][m]) and close(row["b"], other["images"][m])
         assert close(row["diff"], mine["images"][m] - other["images"][m])
+    from click.testing import CliRunner
+
+    from xbench.score.report.cli import compare, report
+
+    res = CliRunner().invoke(compare, [str(tmp_path / "sub"), str(tmp_path / "other"), "--n-boot", "20"])
+    assert res.exit_code == 0, res.output
+    assert "gaze/phantom" in res.output and "auc_shuffled" in res.output
+    res = CliRunner().invoke(report, [str(tmp_path / "sub"), str(tmp_path / "other"), "--out", str(tmp_path / "rep"),
+                                      "--n-boot", "20", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "## Gaze" in (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert (tmp_path / "rep" / "gaze.csv").read_text().startswith("model,dataset,rows,scope,n,nss")
     same = paired_bootstrap(ca, ca, n_resamples=20, seed=0, scopes_a=sa, scopes_b=sa)
     same = same[same["dataset"] == "gaze/phantom"]
     assert len(same) and (same["diff"].dropna() == 0).all() and (same["diff_lo"].dropna() == 0).all()
