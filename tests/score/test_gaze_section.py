@@ -227,7 +227,33 @@ def test_counts_file_round_trip_and_problems(stores):
     assert any("q_model missing" in p for p in problems) and len(problems) >= 1
 
 
-def test_hostile_gaze_arrays_are_refused(stores, capsys, tmp_path):
+def _break_offset(g):
+    off = np.asarray(g["gaze_offset"][...])
+    off[-1] += 3
+    g["gaze_offset"][...] = off
+
+
+def _nan_map(g):
+    m = np.asarray(g["gaze_map"][...])
+    m[2, 0, 0] = np.nan
+    g["gaze_map"][...] = m
+
+
+def _bad_duration(g):
+    f = np.asarray(g["fixations"][...])
+    f[4, 2] = -1.0
+    g["fixations"][...] = f
+
+
+def _bad_case(g):
+    c = np.asarray(g["gaze_case"][...])
+    c[1] = 99
+    g["gaze_case"][...] = c
+
+
+@pytest.mark.parametrize("breaker,word", [(_break_offset, "gaze_offset"), (_nan_map, "gaze_map"),
+                                          (_bad_duration, "fixations"), (_bad_case, "gaze_case")])
+def test_hostile_gaze_arrays_are_refused(stores, capsys, tmp_path, breaker, word):
     import shutil
 
     import zarr
@@ -235,48 +261,8 @@ def test_hostile_gaze_arrays_are_refused(stores, capsys, tmp_path):
     d = stores[0]
     bad = tmp_path / "bad.zarr"
     shutil.copytree(d / "gt.zarr", bad)
-    g = zarr.open_group(str(bad / "phantom"), mode="r+")
-    off = np.asarray(g["gaze_offset"][...])
-    off[-1] += 3
-    g["gaze_offset"][...] = off
+    breaker(zarr.open_group(str(bad / "phantom"), mode="r+"))
     code, out, err = run_score_cli([d / "sub.zarr", "--gt", bad, "--out", tmp_path / "o", "--bootstrap", "0"], capsys)
-    assert code == 2 and "gaze_offset" in err and "Traceback" not in err
+    assert code == 2 and word in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) <= 3
     assert not (tmp_path / "o" / "metrics.json").exists()
-
-
-def test_ceiling_equals_leave_one_out_brute_force(tmp_path):
-    """A reader who read one image twice is not their own "other reader": reading 0 and 1 (both r1) are each
-    scored against r2's map alone, reading 2 (r2) against the mean of r1's two maps; case 1 has one reader."""
-    gt = make_gt(tmp_path / "gt.zarr", datasets={"phantom": dict(n=3, classes=CLASSES, grid=GRID)})
-    gaze = add_gaze(tmp_path / "gt.zarr", "phantom", n_cases=3, n_classes=3, grid=GRID, seed=4,
-                    readings=[(0, "r1", 4), (0, "r1", 3), (0, "r2", 6), (1, "r3", 5)])
-    make_submission(tmp_path / "sub.zarr", gt)
-    e = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=0).metrics["gaze"]["datasets"]["phantom"]
-    cells = [bf_cells([(float(x), float(y)) for x, y, _ in gaze.fixations[gaze.offset[r]:gaze.offset[r + 1]]],
-                      (512, 512), GRID) for r in range(4)]
-    maps = [gaze.gaze_map[r].astype(np.float64) for r in range(4)]
-    others = {0: [2], 1: [2], 2: [0, 1]}
-    for m in MEASURES:
-        vals = []
-        for r, o in others.items():
-            held = bf_minmax(sum(maps[k] for k in o) / len(o))
-            neg = cells[3]  # the other image's fixations
-            vals.append({"nss": lambda: bf_nss(held, cells[r]), "cc": lambda: bf_cc(held, maps[r]),
-                         "sim": lambda: bf_sim(held, maps[r]), "kl": lambda: bf_kl(held, maps[r]),
-                         "auc_judd": lambda: bf_auc_judd(held, cells[r]),
-                         "auc_shuffled": lambda: bf_auc_shuffled(held, cells[r], neg)}[m]())
-        assert close(e["ceiling"]["human"][m], bf_mean(vals)), m
-    assert e["ceiling"]["n_readings"] == 3 and e["ceiling"]["n_cases"] == 1
-
-
-def test_partial_run_scores_the_cases_present(stores, tmp_path):
-    """--allow-missing: the gaze rows of the cases the submission holds only, as against a ground truth of them."""
-    from score_stores import subset_submission
-
-    d, gt, gaze, sub, _ = stores
-    keep = {"phantom": [gt.case_ids[c] for c in (0, 1, 2, 4)]}
-    subset_submission(d / "sub.zarr", tmp_path / "part.zarr", keep)
-    r = score_submission(tmp_path / "part.zarr", d / "gt.zarr", bootstrap=0, allow_missing=True)
-    e = r.metrics["gaze"]["datasets"]["phantom"]
-    assert e["n_cases"] == 4 and e["partial"] == {"cases": 4, "of": N}
-    assert e["n_image_rows"] == int(np.isin(gaze.case, [0, 1, 2, 4]).sum())
