@@ -426,6 +426,10 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
         from .robustness_table import write_robustness_table
 
         paths += write_robustness_table({label: metrics}, folder)
+    if "gaze" in metrics:  # only with gaze in the ground truth (score/gaze_section.py)
+        from .gaze_section import write_gaze_tables
+
+        paths += write_gaze_tables(metrics, folder, label)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
         paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")

@@ -171,3 +171,18 @@ declare_scope(RowScope(
     counts_problems="xbench.score.counts:phrase_arrays_problems",
     load_counts="xbench.score.counts:phrase_from_arrays",
     doc="the phrase rows (free-text queries) of each category; one image carries several phrases"))
+
+declare_scope(RowScope(
+    "gaze", "gaze rows", unit="cases", kinds=("gaze",), section="gaze", minor=8,
+    keys="xbench.score.gaze_section:gaze_keys",
+    score="xbench.score.gaze_section:score_gaze",
+    ground_truth_problems="xbench.score.gaze_section:ground_truth_problems",
+    paired_rows="xbench.score.gaze_section:paired_rows",
+    table_rows="xbench.score.gaze_section:gaze_rows",
+    markdown="xbench.score.gaze_section:gaze_markdown",
+    csv="xbench.score.gaze_section:gaze_csv",
+    save_counts="xbench.score.gaze_section:save_counts",
+    counts_problems="xbench.score.gaze_section:counts_problems",
+    load_counts="xbench.score.gaze_section:load_counts",
+    doc="the saliency measures of the models' maps against radiologists' gaze (issue 37; only with gaze in the "
+        "ground truth)"))
