@@ -141,8 +141,9 @@ def _with_images(store: Path | str, images_path: Path | str, problems: list[Prob
               help="COCO results: a COCO dataset JSON whose images' file names are the case ids (default: "
                    "image_id is the case id).")
 @click.option("--dataset", help="COCO results: the dataset they are of (default: the images store's only one).")
-@click.option("--grid", default=64, show_default=True, type=click.IntRange(1, 1024),
-              help="Boxes and points: cells per side of the written maps.")
+@click.option("--grid", default=None, type=click.IntRange(1, 1024),
+              help="Boxes, points and masks: cells per side of the written maps [default: 64 for boxes and points; "
+                   "for masks each dataset's grid in --gt, else 224].")
 @click.option("--require-phrases", is_flag=True,
               help="Refuse a dataset whose source holds no phrase rows (by default it is written with "
                    "phrases_unsupported, so it scores with null phrase metrics).")
@@ -156,8 +157,9 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
                 images: Path | None, mapping: Path | None, coco_images: Path | None, dataset: str | None, grid: int,
                 require_phrases: bool, phrases_reason: str | None, quiet: bool, as_json: bool, max_memory: str,
                 timeout: float) -> None:
-    """Build a submission.zarr from SOURCE: one HDF5 file, a folder of per-case .npz files, or boxes
-    and points in a .json file (COCO results, or a marks JSON; needs --images).
+    """Build a submission.zarr from SOURCE: one HDF5 file, a folder of per-case .npz files, boxes
+    and points in a .json file (COCO results, or a marks JSON; needs --images), or masks (COCO results
+    with segmentations, or a folder of PNG masks with masks.json; needs --images).
 
     The layouts, phrase rows included, are described in docs/convert.md (and the README, "Converting
     existing outputs"). A dataset whose source holds no phrase rows is declared phrases_unsupported
@@ -170,20 +172,25 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
       xbench-convert outputs.h5 --out submission.zarr
       xbench-convert npz_outputs/ --out submission.zarr --gt gt.zarr
       xbench-convert detections.json --images images.zarr --mapping categories.toml --out boxes.zarr
+      xbench-convert png_masks/ --images images.zarr --gt gt.zarr --out masks.zarr
     """
     from .convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
     from .convert_boxes import convert_marks, is_marks_source
+    from .convert_masks import convert_masks, is_masks_folder
 
     apply_budget("xbench-convert", max_memory, timeout)
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
-    marks = is_marks_source(source)
+    masks = is_masks_folder(source)
+    marks = is_marks_source(source) or masks
     given = [o for o, v in (("--images", images), ("--mapping", mapping), ("--coco-images", coco_images),
                             ("--dataset", dataset)) if v is not None]
     if marks and images is None:
-        raise UserError(f"{source}: boxes and points need --images images.zarr (each case's original size)")
-    if not marks and given:
-        raise UserError(f"{', '.join(given)}: only for boxes and points (a .json SOURCE); {source} is not one")
+        raise UserError(f"{source}: {'masks' if masks else 'boxes and points'} need --images images.zarr (each "
+                        "case's original size)")
+    if not marks and (given or grid is not None):
+        raise UserError(f"{', '.join(given) or '--grid'}: only for boxes and points (a .json SOURCE) or masks (a "
+                        f"folder with masks.json); {source} is not one")
     if images is not None:
         _require(images, "images", "--images")
     if phrases_reason is not None and not phrases_reason.strip():
@@ -193,7 +200,11 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
     phrases = {"require_phrases": require_phrases, "phrases_reason": phrases_reason}
     try:
         with terminate_as_interrupt():
-            if marks:
+            if masks:
+                convert_masks(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
+                              grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
+                              total=bar.set_total, gt=gt_path, **phrases)
+            elif marks:
                 convert_marks(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
                               grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
                               total=bar.set_total, gt=gt_path, **phrases)

@@ -253,6 +253,32 @@ def _marks_files(sandbox: Path) -> None:
                "datasets": {"phantom": {ids[1]: {"nodule": {"points": [[0.41, 0.33, 0.8]]},
                                                   "Pleural effusion": {"boxes": [[0.05, 0.6, 0.3, 0.3]], "score": 0.7}}}}}
     (sandbox / "answers.json").write_text(json.dumps(answers))
+    _mask_files(sandbox, ds)
+
+
+def _mask_files(sandbox: Path, ds) -> None:
+    """docs/convert.md's masks on the phantom: COCO segmentations (RLE and a polygon) and a folder of PNG masks."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    ids = [str(c) for c in ds.case_id]
+    results, png = [], sandbox / "png_masks"
+    for k, c in enumerate(ids[:6]):
+        h, w = (int(v) for v in ds.orig_size[k])
+        m = np.zeros((h, w), bool)
+        m[h // 4: h // 2, w // 3: w // 2] = True
+        flat = m.T.ravel()
+        edges = np.flatnonzero(np.diff(np.r_[False, flat, False].astype(np.int8))) if flat.any() else []
+        runs = np.diff(np.r_[0, edges, flat.size]).tolist()
+        results.append({"image_id": c, "category_id": 4, "score": 0.6, "segmentation": {"size": [h, w], "counts": runs}})
+        results.append({"image_id": c, "category_id": 5, "score": 0.3,
+                        "segmentation": [[w * 0.1, h * 0.6, w * 0.4, h * 0.6, w * 0.4, h * 0.9, w * 0.1, h * 0.9]]})
+        (png / "phantom" / c).mkdir(parents=True)
+        Image.fromarray(m).save(png / "phantom" / c / "Nodule.png")
+    (sandbox / "segmentations.json").write_text(json.dumps(results))
+    (png / "masks.json").write_text(json.dumps({"model": "my-seg-vlm", "scores": {"phantom": {ids[0]: {"Nodule": 0.9}}}}))
 
 
 @pytest.mark.slow

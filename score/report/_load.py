@@ -39,7 +39,7 @@ __all__ = [
 
 
 #: submission methods of xbench-convert's boxes and points (schemas/convert_boxes.py): labelled on the leaderboard
-MARK_METHODS = ("boxes", "points")
+MARK_METHODS = ("boxes", "points", "masks")
 #: the largest metrics.json read (a VinDr-scale file with every class and interval is well under 1 MiB)
 METRICS_MAX_BYTES = 64 * 2**20
 #: the pairs.parquet columns the report uses (figures, overlays, case order); the others are not read
