@@ -175,8 +175,8 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
       xbench-convert png_masks/ --images images.zarr --gt gt.zarr --out masks.zarr
     """
     from .convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
-    from .convert_boxes import convert_marks, is_marks_source
-    from .convert_masks import convert_masks, is_masks_folder
+    from .convert_boxes import is_marks_source
+    from .convert_masks import convert_json, convert_masks, is_masks_folder
 
     apply_budget("xbench-convert", max_memory, timeout)
     if gt_path is not None:
@@ -205,7 +205,7 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
                               grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
                               total=bar.set_total, gt=gt_path, **phrases)
             elif marks:
-                convert_marks(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
+                convert_json(source, out, images=images, mapping=mapping, coco_images=coco_images, dataset=dataset,
                               grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
                               total=bar.set_total, gt=gt_path, **phrases)
             else:

@@ -582,11 +582,6 @@ def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, pr
     return Finding(marks, score) if ok else None
 
 
-def _has_segmentations(results: list) -> bool:
-    """Whether a COCO results list gives masks (any result with a ``segmentation``)."""
-    return any(isinstance(r, dict) and "segmentation" in r for r in results)
-
-
 # -- writing --------------------------------------------------------------------------------------------
 def is_marks_source(src: Path) -> bool:
     """Whether ``xbench-convert`` reads ``src`` as boxes or points (a .json file)."""
@@ -597,26 +592,20 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
                   coco_images: str | Path | None = None, dataset: str | None = None, grid: int | None = None,
                   cases_per_block: int = 64, map_dtype: str = "float32",
                   progress: Callable[[int], None] | None = None, total: Callable[[int], None] | None = None,
-                  gt=None, require_phrases: bool = False, phrases_reason: str | None = None) -> Path:
+                  gt=None, require_phrases: bool = False, phrases_reason: str | None = None, data: Any = None) -> Path:
     """Convert a COCO results file (a JSON list) or a marks JSON (an object) into a submission store.
 
-    ``total`` is told the number of cases once the source is read (for a progress bar). COCO results whose
-    results carry ``segmentation`` are masks (:func:`xbench.schemas.convert_masks.convert_masks`); ``grid``
-    None is each kind's default (:data:`DEFAULT_GRID` for boxes and points).
+    ``total`` is told the number of cases once the source is read (for a progress bar); ``data``: the source
+    already parsed (:func:`xbench.schemas.convert_masks.convert_json` parses it once to tell masks from boxes);
+    ``grid`` None is :data:`DEFAULT_GRID`.
     """
     from .convert import Converted, _refuse_out_in_inputs, _write
     from .images import read_images
 
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)
-    data = _load_json(src, "boxes and points")
-    if isinstance(data, list) and _has_segmentations(data):
-        from .convert_masks import convert_masks
-
-        return convert_masks(src, out, images=images, results=data, mapping=mapping, coco_images=coco_images,
-                             dataset=dataset, grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype,
-                             progress=progress, total=total, gt=gt, require_phrases=require_phrases,
-                             phrases_reason=phrases_reason)
+    if data is None:
+        data = _load_json(src, "boxes and points")
     grid = DEFAULT_GRID if grid is None else grid
     if not 1 <= grid <= 1024:
         raise InvalidStoreError(Problem("--grid", f"must be 1..1024 cells per side, got {grid}"))

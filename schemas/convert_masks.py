@@ -193,6 +193,11 @@ def instance_map(instances: list[Instance], grid: tuple[int, int]) -> np.ndarray
 
 
 # -- COCO results with segmentations ----------------------------------------------------------------------
+def has_segmentations(results: list) -> bool:
+    """Whether a COCO results list gives masks (any result with a ``segmentation``)."""
+    return any(isinstance(r, dict) and "segmentation" in r for r in results)
+
+
 def segmentation_problem(seg: Any, size: tuple[int, int]) -> tuple[str | None, Instance | None]:
     """(why ``seg`` cannot be used, None) or (None, the instance without its score)."""
     h, w = size
@@ -673,3 +678,16 @@ def convert_masks(src: str | Path, out: str | Path, *, images: str | Path, resul
                   "map_rule": {"grids": {k: list(v) for k, v in grids.items()}, "rule": "docs/contract.md, Converting masks"}}
     converted = Converted(parsed.model, "masks", provenance, specs, blocks, phrase_blocks, str(src))
     return _write(out, converted, cases_per_block, map_dtype, progress, gt)
+
+
+def convert_json(src: str | Path, out: str | Path, **kw) -> Path:
+    """A .json SOURCE, parsed once: COCO results with segmentations are masks (:func:`convert_masks`), anything
+    else boxes and points (:func:`xbench.schemas.convert_boxes.convert_marks`)."""
+    from .convert import _refuse_out_in_inputs
+    from .convert_boxes import convert_marks
+
+    _refuse_out_in_inputs(out, Path(src), kw.get("gt"))
+    data = load_json(Path(src), limits=BOXES_JSON)
+    if isinstance(data, list) and has_segmentations(data):
+        return convert_masks(src, out, results=data, **kw)
+    return convert_marks(src, out, data=data, **kw)
