@@ -105,13 +105,15 @@ def write_ground_truth(
     query_mask: np.ndarray | None = None,
     query_probes: "TextProbes | None" = None,
     perturbations=None,
+    gaze=None,
 ) -> None:
     """Write (or replace) one dataset group of a ground-truth store, atomically.
 
     The arrays are checked against the contract before anything is written; a violation raises
     :class:`InvalidStoreError` listing every problem. ``queries`` and ``query_mask`` (Q, H, W): the
     dataset's phrase rows and their regions (both or neither); ``query_probes``: which of them are text
-    probes (schemas/probes.py; gt minor 4).
+    probes (schemas/probes.py; gt minor 4); ``gaze``: readings, fixations and gaze maps (schemas/gaze.py; gt
+    minor 5).
     """
     path = Path(path)
     case_ids = np.asarray(case_ids, dtype=str)
@@ -137,6 +139,10 @@ def write_ground_truth(
             original = None if queries is None else (np.ones(len(queries), bool) if query_probes is None
                                                      else ~query_probes.is_probe)
             problems += PT.check_queries(perturbations, queries, original, f"ground truth {dataset}", len(case_ids))
+    if gaze is not None:  # where radiologists looked (schemas/gaze.py)
+        from . import gaze as GZ
+
+        problems += GZ.check(gaze, len(case_ids), len(classes), (h, w), f"ground truth {dataset}")
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")
@@ -146,6 +152,8 @@ def write_ground_truth(
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PROBE_MINOR, root_minor(root))}
     if perturbations is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PT.GT_MINOR, root_minor(root))}
+    if gaze is not None:
+        root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(GZ.GT_MINOR, root_minor(root))}
     # Built beside the store, not inside it, so a crash never leaves a stray group in it.
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
     try:
@@ -173,6 +181,8 @@ def write_ground_truth(
             write_probe_arrays(g, query_probes)
         if perturbations is not None:
             PT.write_arrays(g, perturbations)
+        if gaze is not None:
+            GZ.write_arrays(g, gaze)
         atomic_replace_dir(tmp, path / dataset)
     finally:
         if tmp.exists():
@@ -268,7 +278,19 @@ def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -
         problems += _validate_gt_dataset(g, f"{where}/{name}", scan_masks=scan_masks)
         problems += _validate_gt_queries(g, f"{where}/{name}", root_minor(group), scan_masks=scan_masks)
         problems += _validate_perturbations(g, f"{where}/{name}", root_minor(group))
+        problems += _validate_gaze(g, f"{where}/{name}", root_minor(group))
     return problems
+
+
+def _validate_gaze(g: zarr.Group, where: str, minor: int) -> list[Problem]:
+    """The gaze arrays of a group (schemas/gaze.py), once the group's own attributes are usable."""
+    from .gaze import validate
+
+    classes, grid = g.attrs.get("classes"), g.attrs.get("grid")
+    n = g["case_id"].shape[0] if "case_id" in g and isinstance(g["case_id"], zarr.Array) else None
+    if not (isinstance(classes, list) and isinstance(grid, list) and len(grid) == 2 and n is not None):
+        return []  # the group's own checks report these
+    return validate(g, where, minor, n, len(classes), grid)
 
 
 def _perturbations(g: zarr.Group):

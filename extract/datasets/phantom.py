@@ -437,6 +437,61 @@ def draw_reading(seed: int, split: str, index: int, reader: int, size: int) -> d
     return out
 
 
+#: the gaze stream's tag ("gaz"): reader r's fixations of a case come from
+#: ``default_rng([seed, split, case, _GAZE_STREAM, r])``, apart from the reader marks' stream
+_GAZE_STREAM = 0x67617A
+#: simulated gaze: R1 reads every case, R2 and R3 every third (index % 3 == 0), like REFLACX's multi-reader subset
+GAZE_READERS = 3
+GAZE_FIXATIONS = (12, 24)      # fixations per reading: uniform in [12, 24)
+GAZE_ON_MARKS = 0.6            # share of a reading's fixations on the findings the reader marks
+GAZE_NOISE_SD = 0.02           # a fixation's scatter about a marked pixel, as a fraction of the image side
+GAZE_DURATION = (0.25, 0.4)    # durations: lognormal, median 0.25 s, log-sd 0.4
+
+
+def simulated_gaze(seed: int, split: str, indices: Sequence[int], size: int, grid: tuple[int, int]):
+    """The phantom's simulated readings (docs/gaze.md, "Phantom") of the cases ``indices`` (gt rows 0..n-1):
+    reader r's labels and regions are its reader marks (:func:`draw_reading`: drawn or false marks are labelled
+    present, their masks its regions), its fixations fall on the marked findings (a share GAZE_ON_MARKS, each
+    about a pixel of a mark drawn uniformly, with normal scatter) and elsewhere in the lungs."""
+    from xbench.schemas.gaze import Gaze, Reading, default_sigma
+
+    from .rasterise import rasterise_region
+
+    readings = []
+    for row, index in enumerate(indices):
+        case = draw_case(seed, split, index)
+        for r in range(1, GAZE_READERS + 1):
+            if r > 1 and index % 3:
+                continue
+            marks = draw_reading(seed, split, index, r, size)
+            rng = np.random.default_rng([seed, _SPLITS.index(split), index, _GAZE_STREAM, r])
+            n = int(rng.integers(*GAZE_FIXATIONS))
+            marked = [m for m in marks.values() if m.mask is not None]
+            on = int(round(GAZE_ON_MARKS * n)) if marked else 0
+            pts = []
+            for k in range(on):
+                rows, cols = np.nonzero(marked[k % len(marked)].mask)
+                j = int(rng.integers(0, len(rows)))
+                pts.append((cols[j] + 0.5 + rng.normal(0, GAZE_NOISE_SD * size),
+                            rows[j] + 0.5 + rng.normal(0, GAZE_NOISE_SD * size)))
+            for _ in range(n - on):
+                side = int(rng.integers(0, 2))
+                pts.append(_point_in_lung(rng, case.lung_cx[side] * size, case.lung_cy * size, case.lung_rx * size,
+                                          case.lung_ry * size, 0.9))
+            dur = np.exp(rng.normal(np.log(GAZE_DURATION[0]), GAZE_DURATION[1], n))
+            fix = np.column_stack([np.asarray(pts, np.float64).reshape(-1, 2), dur])
+            labels = np.array([int(marks[c].mask is not None) for c in PHANTOM_CLASSES], np.int8)
+            regions = {}
+            for j, c in enumerate(PHANTOM_CLASSES):
+                m = marks[c].mask
+                if m is not None:
+                    raster = rasterise_region([Mask(lambda m=m: m)], (size, size), grid)
+                    if raster is not None:
+                        regions[j] = raster.mask
+            readings.append(Reading(row, f"R{r}", fix, labels, default_sigma((size, size)), regions))
+    return Gaze.from_readings(readings, np.full((len(indices), 2), size, np.int32), grid, len(PHANTOM_CLASSES))
+
+
 #: The dataset registry's entry for this module, read from the source without importing it (see
 #: xbench.extract.datasets): dataset key -> reader class.
 REGISTER = {"phantom": "PhantomReader"}
@@ -463,13 +518,15 @@ class PhantomReader(DatasetReader):
         seed: int | str = 0,
         size: int | str = 256,
         phrases: bool | str = False,
+        gaze: bool | str = False,
         **unknown,
     ) -> None:
         from ._io import check_options, option_bool
 
-        check_options("phantom", unknown, {"n_cases": "", "seed": "", "size": "", "phrases": ""})
+        check_options("phantom", unknown, {"n_cases": "", "seed": "", "size": "", "phrases": "", "gaze": ""})
         try:
             phrases = option_bool("phantom", "phrases", phrases)
+            gaze = option_bool("phantom", "gaze", gaze)
         except ValueError as exc:
             raise ReaderError(str(exc)) from None
         try:
@@ -480,11 +537,20 @@ class PhantomReader(DatasetReader):
             raise ReaderError(f"phantom needs 1 <= n_cases <= {MAX_CASES:,}, 64 <= size <= {MAX_SIZE} and seed >= 0; "
                               f"got {n_cases}, {size}, {seed}")
         super().__init__(root if root is not None else ".", split, n_cases=n_cases, seed=seed, size=size)
-        self.n_cases, self.seed, self.size, self.phrases = n_cases, seed, size, phrases
+        self.n_cases, self.seed, self.size, self.phrases, self.gaze = n_cases, seed, size, phrases, gaze
 
     def describe(self) -> dict:
         out = {"split": self.split, "n_cases": self.n_cases, "seed": self.seed, "size": self.size}
-        return {**out, "phrases": True} if self.phrases else out  # unchanged attributes without phrases
+        out = {**out, "phrases": True} if self.phrases else out  # unchanged attributes without phrases
+        return {**out, "gaze": True} if self.gaze else out  # likewise without gaze
+
+    def gaze_readings(self, records: Sequence[CaseRecord], grid: tuple[int, int]):
+        """The simulated gaze of ``records`` (the prepared cases, in their gt order) on ``grid``, or None without
+        the ``gaze`` option (:func:`simulated_gaze`)."""
+        if not self.gaze:
+            return None
+        return simulated_gaze(self.seed, self.split, [int(r.case_id.rsplit("-", 1)[1]) for r in records],
+                              self.size, grid)
 
     def records(self) -> Sequence[CaseRecord]:
         out = []

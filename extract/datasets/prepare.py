@@ -600,6 +600,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         perturbations = write_copies(copies, images_path, reader.key, work, survivors, classes, image_size,
                                      cases_per_block, attrs, keep_original, q_survivors, guard, progress,
                                      query_probes=q_probes)
+    gaze = _gaze(reader, [rec for rec, g in zip(kept, good) if g], grid)
     with guard.critical():
         write_ground_truth(
             gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
@@ -607,7 +608,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
             region_mask=region_mask, orig_size=orig_size[good], grid=grid,
             attrs={**attrs, "rasterisation": RASTERISATION},
             queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
-            query_mask=q_mask, query_probes=q_probes, perturbations=perturbations,
+            query_mask=q_mask, query_probes=q_probes, perturbations=perturbations, gaze=gaze,
         )
     # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
     # stage1.done whose side files are partly gone
@@ -663,6 +664,13 @@ def _rewrite_without(images_path, key, work, good, survivors, classes, image_siz
         originals = None if flat is None else [np.asarray(flat[starts[r]:starts[r + 1]]).reshape(orig[r]) for r in range(a, z)]
         writer.write_block(b, np.asarray(arr[a:z]), orig[a:z], originals)
     writer.finish()
+
+
+def _gaze(reader: DatasetReader, records: Sequence[CaseRecord], grid):
+    """The readings of a reader that records where radiologists looked (schemas/gaze.py: a reader's
+    ``gaze_readings(records, grid)``), for the prepared cases in their order; None for the others."""
+    make = getattr(reader, "gaze_readings", None)
+    return None if make is None else make(records, grid)
 
 
 def _queries(records: Sequence[CaseRecord], classes: Sequence[str]):

@@ -81,4 +81,6 @@ def add_gaze(gt_path, dataset: str, *, n_cases: int, n_classes: int, grid, orig=
     ra = g.create_array("gaze_reader", shape=(len(reader),), dtype=str)
     ra[:] = reader
     g.attrs["gaze"] = {"sigma_rule": "30 original pixels (test fixture)", "version": 1}
+    root = zarr.open_group(str(gt_path), mode="r+")  # a store holding gaze declares gt minor >= 5 (schemas/gaze.py)
+    root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(5, root.attrs["xbench"].get("schema_minor", 0))}
     return GazeData(case, reader, np.asarray(offset), fixations, sigma, maps, labels, index, masks)

@@ -1,0 +1,174 @@
+"""Gaze in gt.zarr (schemas/gaze.py): the density map against a brute force, the arrays written and read back by
+the scorer, hostile arrays refused one line each by the validator, and the phantom's opt-in simulated gaze."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import zarr
+
+from xbench.schemas import validate_ground_truth, write_ground_truth
+from xbench.schemas.errors import InvalidStoreError
+from xbench.schemas.gaze import GT_MINOR, Gaze, Reading, default_sigma, density_map
+
+GRID = (12, 10)
+ORIG = np.array([[300, 200], [120, 160], [64, 64]], np.int32)
+
+
+def brute_density(fix, orig, grid, sigma):
+    h, w = orig
+    out = np.zeros(grid)
+    for i in range(grid[0]):
+        for j in range(grid[1]):
+            v, u = (i + 0.5) * h / grid[0], (j + 0.5) * w / grid[1]
+            for x, y, d in fix:
+                if 0 <= x < w and 0 <= y < h:
+                    out[i, j] += d * math.exp(-((u - x) ** 2 + (v - y) ** 2) / (2 * sigma * sigma))
+    return out / out.sum() if out.sum() > 0 else out
+
+
+def test_density_map_equals_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        h, w = (int(v) for v in rng.integers(20, 300, 2))
+        n = int(rng.integers(0, 30))
+        fix = np.column_stack([rng.uniform(-20, w + 20, n), rng.uniform(-20, h + 20, n), rng.uniform(0.05, 1, n)])
+        if n:
+            fix[0, :2] = [0.0, h - 1e-3]  # on the border: inside
+        grid = tuple(int(v) for v in rng.integers(2, 25, 2))
+        sigma = float(rng.uniform(2, 60))
+        np.testing.assert_allclose(density_map(fix, (h, w), grid, sigma), brute_density(fix, (h, w), grid, sigma),
+                                   rtol=1e-10, atol=1e-15)
+
+
+def test_density_map_edges():
+    assert not density_map(np.array([[-1.0, 5, 1], [10, 200, 1]]), (100, 100), (4, 4), 5).any()  # none inside
+    assert not density_map(np.zeros((0, 3)), (100, 100), (4, 4), 5).any()
+    one = density_map(np.array([[50.0, 50.0, 0.3]]), (100, 100), (4, 4), 10)
+    assert one.sum() == pytest.approx(1.0) and one.argmax() in (5, 6, 9, 10)
+    with pytest.raises(ValueError):
+        density_map(np.array([[1.0, 1, 1]]), (10, 10), (2, 2), 0)
+    assert default_sigma((2000, 2500)) == pytest.approx(75.0)
+
+
+def readings():
+    rng = np.random.default_rng(1)
+    out = []
+    for case, reader in ((0, "R1"), (0, "R2"), (1, "R1"), (2, "R3")):
+        h, w = ORIG[case]
+        fix = np.column_stack([rng.uniform(0, w, 5), rng.uniform(0, h, 5), rng.uniform(0.1, 0.5, 5)])
+        region = np.zeros(GRID, bool)
+        region[2:5, 3:6] = True
+        out.append(Reading(case, reader, fix, np.array([1, 0, -1], np.int8), default_sigma((h, w)), {0: region}))
+    return out
+
+
+def write(tmp_path, gaze):
+    gt = tmp_path / "gt.zarr"
+    labels = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 0]], np.int8)
+    masks = np.zeros((2, *GRID), bool)
+    masks[:, 1:3, 1:3] = True
+    write_ground_truth(gt, "phantom", case_ids=["a", "b", "c"], classes=["A", "B", "C"], labels=labels,
+                       region_index=np.array([[0, 0], [1, 1]], np.int32), region_mask=masks, orig_size=ORIG,
+                       grid=GRID, gaze=gaze)
+    return gt
+
+
+def test_written_arrays_are_what_the_scorer_reads(tmp_path):
+    from xbench.schemas import read_ground_truth
+    from xbench.score.gaze_section import read_gaze
+
+    rs = readings()
+    gaze = Gaze.from_readings(rs, ORIG, GRID, 3)
+    gt = write(tmp_path, gaze)
+    assert validate_ground_truth(gt) == []
+    assert zarr.open_group(str(gt)).attrs["xbench"]["schema_minor"] >= GT_MINOR
+    got = read_gaze(read_ground_truth(gt), "phantom")
+    assert got is not None
+    np.testing.assert_array_equal(np.asarray(got.gaze_map[...]), gaze.gaze_map)
+    for k, r in enumerate(rs):
+        np.testing.assert_allclose(gaze.gaze_map[k], brute_density(r.fixations.astype(np.float32), ORIG[r.case], GRID, np.float32(r.sigma)), rtol=1e-5, atol=1e-9)
+        f = gaze.fixations[gaze.offset[k]:gaze.offset[k + 1]]
+        np.testing.assert_allclose(f, r.fixations.astype(np.float32))
+
+
+def test_without_gaze_the_store_is_unchanged(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    write(a, None)
+    gt = write(b, Gaze.from_readings(readings(), ORIG, GRID, 3))
+    assert not any(k.startswith("gaze") or k == "fixations" for k in zarr.open_group(str(a / "gt.zarr/phantom")).array_keys())
+    assert "gaze_map" in zarr.open_group(str(gt / "phantom")).array_keys()
+
+
+@pytest.mark.parametrize("forge,expect", [
+    (lambda g: g.offset.__setitem__(-1, 999), "gaze_offset: must start at 0"),
+    (lambda g: g.fixations.__setitem__((0, 0), np.nan), "fixations: holds non-finite"),
+    (lambda g: g.fixations.__setitem__((1, 2), -0.2), "durations (column 3) must be positive"),
+    (lambda g: g.case.__setitem__(0, 7), "gaze_case: case rows must lie in 0..2"),
+    (lambda g: g.labels.__setitem__((0, 0), 3), "gaze_labels: values other than -1, 0, 1"),
+    (lambda g: g.sigma.__setitem__(0, 0.0), "gaze_sigma: must be positive"),
+    (lambda g: g.gaze_map.__setitem__((0, 0, 0), np.inf), "gaze_map: must hold finite non-negative"),
+    (lambda g: g.region_index.__setitem__((0, 1), 9), "gaze_region_index: (reading, class) must lie"),
+])
+def test_check_refuses_forged_arrays_before_writing(tmp_path, forge, expect):
+    gaze = Gaze.from_readings(readings(), ORIG, GRID, 3)
+    forge(gaze)
+    with pytest.raises(InvalidStoreError) as exc:
+        write(tmp_path, gaze)
+    lines = [str(p) for p in exc.value.problems]
+    assert len(lines) == 1 and expect in lines[0], lines
+    assert not (tmp_path / "gt.zarr" / "phantom").exists()
+
+
+def test_reader_names_are_checked(tmp_path):
+    gaze = Gaze.from_readings(readings(), ORIG, GRID, 3)
+    gaze.reader = np.asarray(["R1", "../evil", "R1", "R3"])
+    with pytest.raises(InvalidStoreError) as exc:
+        write(tmp_path, gaze)
+    assert "'../evil'" in str(exc.value.problems[0])
+
+
+def test_validator_refuses_hostile_stores_one_line_each(tmp_path):
+    gt = write(tmp_path, Gaze.from_readings(readings(), ORIG, GRID, 3))
+    g = zarr.open_group(str(gt / "phantom"), mode="r+")
+    # a declared size past the bounds is refused from metadata alone (nothing is read)
+    del g["fixations"]
+    g.create_array("fixations", shape=(60_000_000, 3), dtype="float32", chunks=(1_000_000, 3))
+    problems = [str(p) for p in validate_ground_truth(gt)]
+    assert len(problems) >= 1 and any("60,000,000 fixations; the limit" in p for p in problems), problems
+    del g["fixations"]
+    g.create_array("fixations", data=np.ones((20, 3), np.float32))
+    del g["gaze_map"]  # all or none
+    problems = [str(p) for p in validate_ground_truth(gt)]
+    assert problems == [f"{gt}/phantom: gaze arrays are all or none; missing gaze_map"] or \
+        any("missing gaze_map" in p for p in problems)
+    # an old store that holds gaze without declaring the minor
+    root = zarr.open_group(str(gt), mode="r+")
+    root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": 4}
+    problems = [str(p) for p in validate_ground_truth(gt)]
+    assert any("need >= 5" in p for p in problems), problems
+
+
+def test_phantom_gaze_is_opt_in_and_deterministic(tmp_path):
+    from xbench.extract.datasets.phantom import PhantomReader
+
+    plain = PhantomReader(None, "test", n_cases=6)
+    assert plain.gaze_readings(plain.records(), (16, 16)) is None and "gaze" not in plain.describe()
+    r = PhantomReader(None, "test", n_cases=6, gaze="true")
+    a, b = r.gaze_readings(r.records(), (16, 16)), r.gaze_readings(r.records(), (16, 16))
+    assert r.describe()["gaze"] is True
+    np.testing.assert_array_equal(a.fixations, b.fixations)
+    # R1 reads all six; R2 and R3 the cases 0 and 3
+    assert list(a.reader) == ["R1", "R2", "R3", "R1", "R1", "R1", "R2", "R3", "R1", "R1"]
+    assert list(a.case) == [0, 0, 0, 1, 2, 3, 3, 3, 4, 5]
+    assert np.allclose(a.gaze_map.reshape(len(a.case), -1).sum(1), 1, atol=1e-5)
+    assert check_ok(a, 6)
+
+
+def check_ok(gaze, n):
+    from xbench.schemas.gaze import check
+
+    return check(gaze, n, 5, (16, 16), "x") == []
