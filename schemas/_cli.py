@@ -318,7 +318,8 @@ class BudgetOptions:
     max_memory: str = opt(DEFAULT_MAX_MEMORY, check=Text(), metavar="SIZE",
                           help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
                                "before decoding, and the run stops with exit 2 beyond it.")
-    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0), help="Stop with exit 2 after this many seconds (0: no limit).")
+    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0),
+                         help="Stop with exit 2 after this many seconds (0: no limit).")
 
 
 def budget_options(command):
