@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads: set before transformers loads
@@ -18,7 +19,7 @@ import click
 from xbench.extract.options import ExtractOptions
 from xbench.schemas._cli import RESUME_HINT, UserError, command, progress, warn
 from xbench.schemas.errors import InputError, escape_text
-from xbench.schemas.options import click_options, from_params
+from xbench.schemas.options import Flag, click_options, from_params, opt
 
 EXAMPLES = """
 \b
@@ -178,13 +179,23 @@ def _strip_nproc(argv: list[str]) -> list[str]:
     return out
 
 
+@dataclass(kw_only=True)
+class ExtractOutput:
+    """What ``xbench extract`` prints (the command's own options beside :class:`ExtractOptions`, which a suite's
+    ``extract:`` section and the ranks of a run share)."""
+
+    as_json: bool = opt(False, check=Flag(), flag="--json", help="Print the run summary as JSON.")
+    list_models: bool = opt(False, check=Flag(),
+                            help="List the registered models, what each needs (weights, a text encoder, nothing) and "
+                                 "its map methods, and exit (with --json: as JSON).")
+    list_methods: bool = opt(False, check=Flag(),
+                             help="List the map methods (what each computes, the models it needs, its reference) and "
+                                  "exit (with --json: as JSON).")
+
+
 @command(epilog=EXAMPLES, on_interrupt=RESUME_HINT)
 @click_options(ExtractOptions)
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
-@click.option("--list-models", is_flag=True, help="List the registered models, what each needs (weights, a text "
-              "encoder, nothing) and its map methods, and exit (with --json: as JSON).")
-@click.option("--list-methods", is_flag=True, help="List the map methods (what each computes, the models it needs, "
-              "its reference) and exit (with --json: as JSON).")
+@click_options(ExtractOutput)
 def main(as_json, list_models, list_methods, **params):
     """Extract per-class scores and whole-image saliency maps from a vision-language model.
 

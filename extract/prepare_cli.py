@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import RESUME_HINT, UserError, command, warn
 from xbench.schemas.errors import InputError, escape_text
-from xbench.schemas.options import click_options, from_params
+from xbench.schemas.options import Flag, click_options, from_params, opt
 
 from .datasets import DATASETS
 from .options import PrepareOptions
@@ -58,12 +59,21 @@ def _link_targets(folders) -> list[Path]:
     return [Path(f) for f in folders]
 
 
+@dataclass(kw_only=True)
+class PrepareOutput:
+    """What ``xbench prepare`` prints (the command's own options beside :class:`PrepareOptions`, which a suite's
+    ``prepare:`` section shares)."""
+
+    list_only: bool = opt(False, check=Flag(), flag="--list",
+                          help="List the datasets, their splits and default split, and exit.")
+    quiet: bool = opt(False, check=Flag(), short="-q", help="No progress bar, no summary (errors are still printed).")
+    as_json: bool = opt(False, check=Flag(), flag="--json", help="Print the run summary as JSON on stdout.")
+
+
 @command(on_interrupt=RESUME_HINT)
 @click.argument("dataset", required=False)
 @click_options(PrepareOptions)
-@click.option("--list", "list_only", is_flag=True, help="List the datasets, their splits and default split, and exit.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary (errors are still printed).")
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
+@click_options(PrepareOutput)
 def main(dataset, list_only, quiet, as_json, **params):
     """Prepare DATASET from its native files into OUT/images.zarr and OUT/gt.zarr.
 

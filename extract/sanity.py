@@ -35,12 +35,14 @@ import math
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import numpy as np
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
+from xbench.schemas.options import Choice, Flag, Float, Int, Text, click_options, opt, parse
 
 COMPARE_GRID = 64
 MODES = ("cascading", "independent")
@@ -345,22 +347,31 @@ def write_outputs(result: dict, out: Path) -> Path:
     return out
 
 
+@dataclass(kw_only=True)
+class SanityOptions:
+    """What ``xbench sanity`` takes (the fields are its options)."""
+
+    model: str = opt(check=Text(), required=True,
+                     help='Registered model name or model config file (as xbench-extract).')
+    images: Path = opt(check=Text(click.Path(path_type=Path)), required=True, help='images.zarr to take cases from.')
+    out: Path = opt(check=Text(click.Path(path_type=Path)), required=True,
+                    help='Folder to write (must not exist): sanity.json, sanity.md, sanity.csv, '
+                         'sanity.png/.svg.')
+    method: str | None = opt(None, check=Text(), help="Saliency method (default: the model's own).")
+    limit: int = opt(8, check=Int(1), help='Cases per dataset.')
+    seed: int = opt(0, check=Int(), help='Seed of the re-initialised weights.')
+    mode: str = opt('cascading', check=Choice(MODES),
+                    help='cascading: top layer down, cumulatively; independent: one layer at a time.')
+    threshold: float = opt(0.5, check=Float(),
+                           help='Maps depend on the weights when mean |Spearman| falls below this.')
+    device: str | None = opt(None, check=Text(), help='torch device (default: cuda when available, else cpu).')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='No progress and no summary line.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print sanity.json on stdout.')
+
+
 @command("sanity", on_interrupt=NOT_WRITTEN_HINT)
-@click.option("--model", required=True, help="Registered model name or model config file (as xbench-extract).")
-@click.option("--images", "images", required=True, type=click.Path(path_type=Path), help="images.zarr to take cases from.")
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
-              help="Folder to write (must not exist): sanity.json, sanity.md, sanity.csv, sanity.png/.svg.")
-@click.option("--method", default=None, help="Saliency method (default: the model's own).")
-@click.option("--limit", default=8, show_default=True, type=click.IntRange(min=1), help="Cases per dataset.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the re-initialised weights.")
-@click.option("--mode", type=click.Choice(MODES), default="cascading", show_default=True,
-              help="cascading: top layer down, cumulatively; independent: one layer at a time.")
-@click.option("--threshold", default=0.5, show_default=True, type=float,
-              help="Maps depend on the weights when mean |Spearman| falls below this.")
-@click.option("--device", default=None, help="torch device (default: cuda when available, else cpu).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress and no summary line.")
-@click.option("--json", "as_json", is_flag=True, help="Print sanity.json on stdout.")
-def sanity(model, images, out, method, limit, seed, mode, threshold, device, quiet, as_json):
+@click_options(SanityOptions)
+def sanity(**params):
     """The model randomisation test (Adebayo et al. 2018): how similar do the maps stay as the weights
     are re-initialised, layer by layer? Writes a table and a figure, and says whether the maps depend
     on the weights. The rule is in the module docstring of xbench/extract/sanity.py and docs/sanity.md.
@@ -369,6 +380,9 @@ def sanity(model, images, out, method, limit, seed, mode, threshold, device, qui
     Example:
       xbench sanity --model clip-tiny --images images.zarr --out sanity/clip-tiny --limit 4
     """
+    o = parse(SanityOptions, params)
+    (model, images, out, method, limit, seed, mode, threshold, device, quiet, as_json) = (
+        o.model, o.images, o.out, o.method, o.limit, o.seed, o.mode, o.threshold, o.device, o.quiet, o.as_json)
     from xbench.schemas._cli import require_kind
 
     from .models import create_adapter

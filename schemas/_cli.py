@@ -23,6 +23,7 @@ import re
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, NoReturn, Sequence
 
@@ -31,6 +32,7 @@ from click.utils import _detect_program_name
 
 from .errors import InputError, escape_text
 from .inputs import DEFAULT_TIMEOUT
+from .options import Float, Text, click_options, opt
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -309,14 +311,21 @@ def command(name: str | None = None, **kwargs) -> Callable[[Callable], Command]:
 DEFAULT_MAX_MEMORY = "2GiB"
 
 
+@dataclass
+class BudgetOptions:
+    """``--max-memory`` and ``--timeout``, shared by every command that reads untrusted stores."""
+
+    max_memory: str = opt(DEFAULT_MAX_MEMORY, check=Text(), metavar="SIZE",
+                          help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
+                               "before decoding, and the run stops with exit 2 beyond it.")
+    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0),
+                         help="Stop with exit 2 after this many seconds (0: no limit).")
+
+
 def budget_options(command):
-    """``--max-memory`` and ``--timeout``, shared by every command that reads untrusted stores (no heavy import:
-    the options exist before ``--help`` is parsed)."""
-    command = click.option("--timeout", type=click.FloatRange(min=0), default=DEFAULT_TIMEOUT, show_default=True,
-                           help="Stop with exit 2 after this many seconds (0: no limit).")(command)
-    return click.option("--max-memory", default=DEFAULT_MAX_MEMORY, show_default=True, metavar="SIZE",
-                        help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
-                             "before decoding, and the run stops with exit 2 beyond it.")(command)
+    """The options of :class:`BudgetOptions` (no heavy import: the options exist before ``--help`` is parsed);
+    the command receives them as ``max_memory`` and ``timeout``."""
+    return click_options(BudgetOptions)(command)
 
 
 def apply_budget(prog: str, max_memory: str, timeout: float):

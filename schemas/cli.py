@@ -6,6 +6,7 @@ Exit codes (the contract's, through :mod:`xbench.schemas._cli`): 0 valid / conve
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -13,22 +14,31 @@ import click
 from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
                    store_kind_problem, warn)
 from .errors import Problem
+from .options import Choice, Flag, Int, Text, click_options, opt, parse
+
+@dataclass
+class ValidateOptions:
+    """What ``xbench validate STORE`` takes besides STORE (the fields are its options)."""
+
+    gt_path: str | None = opt(None, check=Text(click.Path(path_type=str)), flag="--gt",
+                              help="Ground-truth store (a folder, a .zarr.zip or a URL): also check every case and "
+                                   "class of it is present.")
+    images_path: str | None = opt(None, check=Text(click.Path(path_type=str)), flag="--images",
+                                  help="The public images store (a folder, a .zarr.zip or a URL) the submission was "
+                                       "made from: also check that it holds every case id, class and phrase row id "
+                                       "of it, each one missing on its own line (a check a team can run before "
+                                       "submitting, without the private ground truth).")
+    kind: str = opt("auto", check=Choice(("auto", "submission", "images", "ground-truth")),
+                    help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
+    as_json: bool = opt(False, check=Flag(), flag="--json", help="Print the result as JSON on stdout.")
+    quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing when valid.")
+
 
 @command()
 @click.argument("store", type=click.Path(path_type=str))
-@click.option("--gt", "gt_path", type=click.Path(path_type=str),
-              help="Ground-truth store (a folder, a .zarr.zip or a URL): also check every case and class of it is present.")
-@click.option("--images", "images_path", type=click.Path(path_type=str),
-              help="The public images store (a folder, a .zarr.zip or a URL) the submission was made from: also check "
-                   "that it holds every case id, class and phrase row id of it, each one missing on its own line (a "
-                   "check a team can run before submitting, without the private ground truth).")
-@click.option("--kind", type=click.Choice(["auto", "submission", "images", "ground-truth"]), default="auto", show_default=True,
-              help="Which contract to check against; auto reads the store's root attribute xbench.kind.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing when valid.")
+@click_options(ValidateOptions)
 @budget_options
-def validate_cmd(store: str, gt_path: str | None, images_path: str | None, kind: str, as_json: bool, quiet: bool,
-                 max_memory: str, timeout: float) -> None:
+def validate_cmd(store: str, max_memory: str, timeout: float, **params) -> None:
     """Check STORE (a .zarr directory, a .zarr.zip, or an https://, http:// or s3:// URL of a .zarr folder)
     against the XBench contract.
 
@@ -50,6 +60,8 @@ def validate_cmd(store: str, gt_path: str | None, images_path: str | None, kind:
     from .submission import validate_submission
 
     apply_budget("xbench-validate", max_memory, timeout)
+    o = parse(ValidateOptions, params)
+    gt_path, images_path, kind, as_json, quiet = o.gt_path, o.images_path, o.kind, o.as_json, o.quiet
     store = store_path(store)  # a URL stays a string: Path would fold its "//"
     gt_path = None if gt_path is None else store_path(gt_path)
     images_path = None if images_path is None else store_path(images_path)
@@ -123,40 +135,49 @@ def _with_images(store: Path | str, images_path: Path | str, problems: list[Prob
     return coverage_problems(store, images_path, skip=problems)
 
 
+@dataclass
+class ConvertOptions:
+    """What ``xbench convert SOURCE`` takes besides SOURCE (the fields are its options)."""
+
+    out: Path = opt(check=Text(click.Path(path_type=Path)), required=True,
+                    help="The submission.zarr to write (must not exist).")
+    gt_path: Path | None = opt(None, check=Text(click.Path(exists=True, path_type=Path)), flag="--gt",
+                               help="Also validate the result against this ground truth before renaming it into "
+                                    "place.")
+    cases_per_block: int = opt(64, check=Int(1, 65536), help="Rows per stored chunk.")
+    map_dtype: str | None = opt(None, check=Choice(("float16", "float32")),
+                                help="Dtype of the stored maps [default: float16; float32 for boxes and points, whose "
+                                     "maps are exact sums of scores].")
+    images: Path | None = opt(None, check=Text(click.Path(exists=True, path_type=Path)),
+                              help="Boxes and points (a .json SOURCE): the images.zarr giving each case's original "
+                                   "size, the case list and the phrase rows; required for them.")
+    mapping: Path | None = opt(None, check=Text(click.Path(exists=True, dir_okay=False, path_type=Path)),
+                               help="Boxes and points: a .json or .toml file naming categories (or free-text "
+                                    "findings) -> XBench findings, and the model.")
+    coco_images: Path | None = opt(None, check=Text(click.Path(exists=True, dir_okay=False, path_type=Path)),
+                                   help="COCO results: a COCO dataset JSON whose images' file names are the case ids "
+                                        "(default: image_id is the case id).")
+    dataset: str | None = opt(None, check=Text(),
+                              help="COCO results: the dataset they are of (default: the images store's only one).")
+    grid: int | None = opt(None, check=Int(1, 1024),
+                           help="Boxes, points and masks: cells per side of the written maps [default: 64 for boxes "
+                                "and points; for masks each dataset's grid in --gt, else 224].")
+    require_phrases: bool = opt(False, check=Flag(),
+                                help="Refuse a dataset whose source holds no phrase rows (by default it is written "
+                                     "with phrases_unsupported, so it scores with null phrase metrics).")
+    phrases_reason: str | None = opt(None, check=Text(), metavar="TEXT",
+                                     help="The reason recorded as phrases_unsupported for a dataset whose source holds "
+                                          "no phrase rows and gives no reason of its own [default: \"the converted "
+                                          "source holds no phrase rows\"].")
+    quiet: bool = opt(False, check=Flag(), short="-q", help="No progress bar and no summary line.")
+    as_json: bool = opt(False, check=Flag(), flag="--json", help="Print the result as JSON on stdout.")
+
+
 @command(on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="The submission.zarr to write (must not exist).")
-@click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path), help="Also validate the result against this ground truth before renaming it into place.")
-@click.option("--cases-per-block", default=64, show_default=True, type=click.IntRange(1, 65536), help="Rows per stored chunk.")
-@click.option("--map-dtype", type=click.Choice(["float16", "float32"]), default=None,
-              help="Dtype of the stored maps [default: float16; float32 for boxes and points, whose maps are exact sums "
-                   "of scores].")
-@click.option("--images", "images", type=click.Path(exists=True, path_type=Path),
-              help="Boxes and points (a .json SOURCE): the images.zarr giving each case's original size, the "
-                   "case list and the phrase rows; required for them.")
-@click.option("--mapping", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Boxes and points: a .json or .toml file naming categories (or free-text findings) -> XBench "
-                   "findings, and the model.")
-@click.option("--coco-images", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="COCO results: a COCO dataset JSON whose images' file names are the case ids (default: "
-                   "image_id is the case id).")
-@click.option("--dataset", help="COCO results: the dataset they are of (default: the images store's only one).")
-@click.option("--grid", default=None, type=click.IntRange(1, 1024),
-              help="Boxes, points and masks: cells per side of the written maps [default: 64 for boxes and points; "
-                   "for masks each dataset's grid in --gt, else 224].")
-@click.option("--require-phrases", is_flag=True,
-              help="Refuse a dataset whose source holds no phrase rows (by default it is written with "
-                   "phrases_unsupported, so it scores with null phrase metrics).")
-@click.option("--phrases-reason", metavar="TEXT",
-              help="The reason recorded as phrases_unsupported for a dataset whose source holds no phrase rows and "
-                   "gives no reason of its own [default: \"the converted source holds no phrase rows\"].")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click_options(ConvertOptions)
 @budget_options
-def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: int, map_dtype: str,
-                images: Path | None, mapping: Path | None, coco_images: Path | None, dataset: str | None, grid: int,
-                require_phrases: bool, phrases_reason: str | None, quiet: bool, as_json: bool, max_memory: str,
-                timeout: float) -> None:
+def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None:
     """Build a submission.zarr from SOURCE: one HDF5 file, a folder of per-case .npz files, boxes
     and points in a .json file (COCO results, or a marks JSON; needs --images), or masks (COCO results
     with segmentations, or a folder of PNG masks with masks.json; needs --images).
@@ -179,6 +200,11 @@ def convert_cmd(source: Path, out: Path, gt_path: Path | None, cases_per_block: 
     from .convert_masks import convert_json, convert_masks, is_masks_folder
 
     apply_budget("xbench-convert", max_memory, timeout)
+    o = parse(ConvertOptions, params)
+    out, gt_path, cases_per_block, map_dtype, grid = o.out, o.gt_path, o.cases_per_block, o.map_dtype, o.grid
+    images, mapping, coco_images, dataset, quiet, as_json = o.images, o.mapping, o.coco_images, o.dataset, o.quiet, \
+        o.as_json
+    require_phrases, phrases_reason = o.require_phrases, o.phrases_reason
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
     masks = is_masks_folder(source)

@@ -256,6 +256,8 @@ def click_option(f: dataclasses.Field, o: Opt) -> Callable:
         kwargs["is_flag"] = True
         if default:  # on unless turned off: a "--name/--no-name" pair
             kwargs["default"] = True
+        if "/" in decls[0]:  # a pair says which side is the default
+            kwargs["show_default"] = True
     elif o.multiple:
         kwargs.update(multiple=True, type=o.check.click_type())
     elif o.required:
@@ -276,6 +278,8 @@ def click_options(cls, *, exclude: Iterable[str] = ()) -> Callable:
     def decorate(command):
         for option in reversed(chosen):  # click lists options in the order the decorators are written
             command = option(command)
+        # the declarations a command's options come from (tests/test_cli_options.py checks every subcommand's)
+        command.__xbench_options__ = (*getattr(command, "__xbench_options__", ()), cls)
         return command
 
     return decorate
@@ -289,6 +293,17 @@ def from_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
             value = params[f.name]
             out[f.name] = o.from_cli(value) if o.from_cli is not None else value
     return out
+
+
+def parse(cls, params: Mapping[str, Any]):
+    """The options object of ``cls`` from click's parsed parameters (``cls(**from_params(cls, params))``)."""
+    return cls(**from_params(cls, params))
+
+
+def declaration_of(command) -> tuple:
+    """The dataclasses a click command's options were declared by (empty for a command declaring none)."""
+    callback = getattr(command, "callback", command)
+    return tuple(getattr(callback, "__xbench_options__", ()))
 
 
 def to_argv(cls, values: Mapping[str, Any]) -> list[str]:

@@ -247,7 +247,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     folders = NameTable(reserved=(*_REPORT_ENTRIES, MARKER))
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
-                "pointing_tolerance": pointing_tolerance, "allow_missing": allow_missing}
+                "metric_params": {"pointing_tolerance": pointing_tolerance}, "allow_missing": allow_missing}
     from . import registry as R
 
     # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged

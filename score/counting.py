@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -19,7 +19,6 @@ from . import registry as R
 from .counts import DatasetCounts, count_dtype
 from .errors import ScoreInputError
 from .kernels import N_THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
-from .localisation import DEFAULT_POINTING_TOLERANCE
 from .recognition_core import probabilities
 
 __all__ = ["count_dataset", "gather_maps", "region_mask_problems", "MAP_BATCH_BYTES"]
@@ -87,12 +86,13 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
                   progress: Progress | None = None, mask_chunk: int | None = None,
                   timings: dict[str, float] | None = None, region_problems: list | None = None,
                   where: str | None = None, workers: int | None = None,
-                  pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE, scope: str = "class") -> DatasetCounts:
+                  metric_params: Mapping | None = None, scope: str = "class") -> DatasetCounts:
     """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
 
     The same pass fills the per-pair columns of ``extra`` that some registered metric reads, each declared in
     :mod:`xbench.score.pair_stats` for the rows of ``scope`` ("class", or "phrase" for the phrase-row view):
-    e.g. the energy share, the tolerant pointing-game hit at ``pointing_tolerance`` original pixels (each case's
+    e.g. the energy share, the tolerant pointing-game hit at ``metric_params["pointing_tolerance"]``
+    original pixels (the metric's declared default where not given: :mod:`xbench.score.metric_params`) (each case's
     ``orig_size`` over the grid gives its cell size; without ``orig_size`` that column is absent) and, on
     phrase rows, the signed CNR.
 
@@ -166,9 +166,7 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     has_size = hasattr(gt_ds, "orig_size")
     stats = PS.needed(R.metrics(kind=None, scope=None), scope, orig_size=has_size)
     extra = {s.name: np.empty(K, s.dtype) for s in stats}
-    tol = float(pointing_tolerance)
-    if not (np.isfinite(tol) and tol >= 0.0):
-        raise ScoreInputError(f"the pointing tolerance must be a finite distance >= 0 (pixels); got {pointing_tolerance!r}")
+    tol = float(R.metric_params(metric_params)["pointing_tolerance"])  # checked: ScoreInputError
     # original pixels per grid cell (height, width) of each kept pair's case
     # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
     cell = (np.ascontiguousarray(np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]]

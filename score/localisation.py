@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from .metric_params import POINTING_TOLERANCE
+
 __all__ = ["ENERGY_COLUMN", "TOLERANT_COLUMN", "DEFAULT_POINTING_TOLERANCE", "rank_accuracy_from_counts",
            "map_auroc_from_counts"]
 
 #: Names of the per-pair columns in DatasetCounts.extra.
 ENERGY_COLUMN = "energy_share"
 TOLERANT_COLUMN = "hit_tolerant"
-#: Zhang et al. (2018), excitation backprop: a hit within 15 pixels of the region (original pixels here).
-DEFAULT_POINTING_TOLERANCE = 15.0
+#: The tolerant pointing game's default distance, read from the parameter its metric declares
+#: (:data:`xbench.score.metric_params.POINTING_TOLERANCE`; kept under this name for existing callers).
+DEFAULT_POINTING_TOLERANCE = POINTING_TOLERANCE.default
 
 
 def _bins(b, br, region_pixels):

@@ -10,6 +10,8 @@ import click
 
 from xbench.schemas.options import Choice, Flag, Float, Int, Text, opt
 
+from .metric_params import POINTING_TOLERANCE
+
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
 
@@ -46,9 +48,8 @@ class ScoreOptions:
                               help="Score the cases the submission holds when it lacks some of the ground truth's (e.g. "
                                    "a smoke run of xbench-extract --limit 4); metrics.json, the tables and the summary "
                                    "then say 'partial: N of M cases'. Without it a missing case is refused.")
-    pointing_tolerance: float = opt(15.0, check=Float(0.0), metavar="PX",
-                                    help="Tolerant pointing game: a hit when the first maximum lies within PX original "
-                                         "pixels of the region (Zhang et al. 2018).")
+    pointing_tolerance: float = opt(POINTING_TOLERANCE.default, check=Float(POINTING_TOLERANCE.low), metavar="PX",
+                                    help=POINTING_TOLERANCE.help)  # the metric's parameter (score/metric_params.py)
     faithfulness: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="ROUND2_SUBMISSION",
                                    help="Faithfulness: the scores-only submission of the round-2 images (xbench perturb); "
                                         "needs --key. Adds the faithfulness section (deletion/insertion/ROAD).")

@@ -59,6 +59,7 @@ from ..schemas.registry import Registry as SharedRegistry
 from . import pair_stats as _ps
 from .grounding import FIXED_THRESHOLD_INDEX, dice_from_counts, iou_from_counts
 from .kernels import THRESHOLDS
+from .metric_params import POINTING_TOLERANCE, MetricParam, resolve
 from .recognition_core import RecognitionSums, f1_from_counts  # defined beside what builds it
 from .rowscope import row_scope, scope_names
 
@@ -204,6 +205,7 @@ class Metric:
     minor: int = 0
     scopes: tuple[str, ...] = ("class",)
     needs: tuple[str, ...] = ()
+    params: tuple[MetricParam, ...] = ()
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -217,6 +219,8 @@ class Metric:
             raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
         if self.kind == "grounding" and not self.curve and self.threshold is not None:
             raise ValueError(f"{self.key}: a per-pair (P,) metric takes no threshold rule.")
+        if not all(isinstance(p, MetricParam) for p in self.params):
+            raise ValueError(f"{self.key}: params must be a tuple of MetricParam; got {self.params!r}.")
         if isinstance(self.needs, str) or not all(isinstance(n, str) for n in self.needs):
             raise ValueError(f"{self.key}: needs must be a tuple of per-pair statistic names; got {self.needs!r}.")
         # pair_stats.column / present read one statistic: a metric built on them must say it needs it, or the
@@ -300,6 +304,14 @@ def metric(key: str) -> Metric:
         close = difflib.get_close_matches(str(key), list(REGISTRY), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise UnknownNameError(f"unknown metric {key!r}.{hint} Available: {', '.join(REGISTRY)}") from None
+
+
+def metric_params(given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """{parameter: value} of every registered metric's declared parameters (:attr:`Metric.params`): ``given``'s
+    values where it has them, else the defaults the metrics declare. Raises ScoreInputError (one problem a line)
+    for a value out of range or a name no metric declares."""
+    declared = {p.name: p for m in metrics(kind=None, scope=None) for p in m.params}
+    return resolve(declared.values(), given)
 
 
 def metrics(kind: Kind | None = None, scope: Scope | None = "class") -> list[Metric]:
@@ -517,7 +529,7 @@ for _m in (
            minor=1, pair_column=True, doc="Mann-Whitney AUROC of region cells against the others on the quantised map"),
     Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
            _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
-           needs=(_loc.TOLERANT_COLUMN,),
+           needs=(_loc.TOLERANT_COLUMN,), params=(POINTING_TOLERANCE,),
            doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
 ):
     register(_m)

@@ -146,7 +146,7 @@ def _view(name, gt_ds, sub_ds, table, sel: np.ndarray, sub_rows: np.ndarray, spe
 
 
 def _phrases(name, gt_ds, sub_ds, table, s: int, specs: list, *, phrase_metrics, bootstrap: int, seed: int,
-             where: str, pointing_tolerance) -> dict | None:
+             where: str, metric_params) -> dict | None:
     """The phrase grounding of SPEC s's copies (module doc, "phrases"); None when the copies have no phrase rows."""
     from xbench.schemas.queries import UNSUPPORTED_ATTR
 
@@ -181,7 +181,7 @@ def _phrases(name, gt_ds, sub_ds, table, s: int, specs: list, *, phrase_metrics,
                            saliency=_WarpedMaps(sub_ds.query_saliency, rows, [specs[j] for j in copy.tolist()]))
     dc = count_dataset(vsub, vgt, case_rows=np.arange(mine.size, dtype=np.int64),
                        class_cols=np.zeros(len(categories), np.int64), where=where, scope="phrase",
-                       **({} if pointing_tolerance is None else {"pointing_tolerance": pointing_tolerance}))
+                       metric_params=metric_params)
     # the phrase scope's bootstrap resamples images: here the clean cases, each with every copy's phrase rows
     pc = PhraseCounts(counts=dc, image=table.case[copy][dc.pair_case], n_images=int(len(gt_ds.case_id)))
     return phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
@@ -265,7 +265,7 @@ def _stability_entry(values: dict, classes, supported, *, bootstrap: int, seed: 
 
 
 def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_from_counts, bootstrap: int = 1000,
-                     seed: int = 0, thresholds=None, pointing_tolerance: float | None = None,
+                     seed: int = 0, thresholds=None, metric_params=None,
                      timings: dict | None = None, phrase_metrics=None) -> dict:
     """The metrics.json "robustness" section for the datasets ``names`` whose ground truth has perturbed copies
     ({} when none has: metrics.json is then unchanged). ``metrics_from_counts``: the scorer's
@@ -276,7 +276,6 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
     from xbench.schemas.perturbations import copies_per_spec
 
     from .counting import count_dataset
-    from .localisation import DEFAULT_POINTING_TOLERANCE
 
     t0 = time.perf_counter()
     section: dict = {}
@@ -307,8 +306,7 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
             vgt, vsub = _view(name, gt_ds, sub_ds, table, sel, rows, specs)
             counts = count_dataset(vsub, vgt, case_rows=np.arange(sel.size, dtype=np.int64), class_cols=class_cols,
                                    where=f"{gt.path}/{name} (copies of {text})",
-                                   pointing_tolerance=DEFAULT_POINTING_TOLERANCE if pointing_tolerance is None
-                                   else pointing_tolerance)
+                                   metric_params=metric_params)
             # the cluster bootstrap: a resample draws clean cases and takes all copies of each (copies sorted by
             # clean case); the same draws as the stability intervals below (one default_rng(seed) per SPEC)
             metrics, _ = metrics_from_counts({name: counts}, bootstrap=bootstrap, seed=seed, thresholds=thresholds,
@@ -321,7 +319,7 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
             phrases = None if phrase_metrics is None else _phrases(
                 name, gt_ds, sub_ds, table, s, specs, phrase_metrics=phrase_metrics, bootstrap=bootstrap, seed=seed,
                 where=f"{gt.path}/{name} (phrase rows of the copies of {text})",
-                pointing_tolerance=None)  # as the clean phrase rows are counted (score_phrases: the default)
+                metric_params=None)  # as the clean phrase rows are counted (score_phrases: the defaults)
             if phrases is not None:  # only on a dataset whose copies have phrase rows: the section is as before
                 per_spec[text]["phrases"] = phrases
         section[name] = {**entry, "available": True, "specs": per_spec}

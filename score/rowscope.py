@@ -51,7 +51,7 @@ class RowScope:
     * ``keys()``: the metric keys an entry of the scope reports, in order;
     * ``score(sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases)``: its metrics.json
       section ({} when no dataset has rows of the scope) and {dataset: counts}; the primary scope's also takes
-      ``aligned``, ``progress`` and ``pointing_tolerance`` and returns the section {} (see above);
+      ``aligned``, ``progress`` and ``metric_params`` and returns the section {} (see above);
     * ``ground_truth_problems(a, b)``: one line per shared dataset whose two counts differ in ground truth;
     * ``paired_rows(a, b, *, n_resamples, seed, level, per_group, cache, names)``: rows of
       :data:`xbench.score.bootstrap.PAIRED_COLUMNS` comparing two submissions' counts of the scope, on the

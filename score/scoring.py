@@ -45,7 +45,6 @@ from .counts import DatasetCounts
 from .errors import ThresholdsError
 from .estimates import NO_POSITIVE_REGION, UNSUPPORTED_REASON, Thresholds, Undefined, undefined_notes  # noqa: F401
 from .estimates import class_grounding_point, class_taus, point_metrics  # noqa: F401
-from .localisation import DEFAULT_POINTING_TOLERANCE
 from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
 from .intervals import mean_defined
 from .phrases import PhraseCounts, phrase_counts, phrase_points
@@ -376,7 +375,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                      seed: int = 0, thresholds: Thresholds | str | os.PathLike | None = None,
                      datasets: Sequence[str] | None = None, progress: Progress | None = None,
                      validate: bool = True, on_total: Callable[[int], None] | None = None,
-                     pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE,
+                     metric_params: Mapping | None = None,
                      allow_missing: bool = False) -> ScoreResult:
     """Score one submission store against a ground-truth store.
 
@@ -398,8 +397,10 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     validate : bool
         Validate both stores first (:func:`check_inputs`; default). Turn off only for stores that
         :func:`check_inputs` has just passed, with the same ``datasets`` and ``allow_missing``.
-    pointing_tolerance : float
-        Tolerance of the tolerant pointing game in original pixels (default 15, Zhang et al. 2018).
+    metric_params : mapping, optional
+        {parameter: value} of the metrics' declared parameters (:attr:`~xbench.score.registry.Metric.params`),
+        e.g. ``{"pointing_tolerance": 15.0}``, the tolerant pointing game's distance in original pixels;
+        a parameter not given takes the default its metric declares.
     allow_missing : bool
         Score the cases the submission holds when it lacks some of the ground truth's (a smoke run): every
         metric and interval is then computed on those cases alone, exactly as against a ground truth of only
@@ -420,13 +421,14 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         For unusable transferred thresholds.
     """
     start_background_warm()  # a first run compiles the ranking kernel on another core meanwhile
+    metric_params = R.metric_params(metric_params)  # every declared default filled in, every value checked
     timings: dict[str, float] = {}
     run = _open_inputs(submission_path, gt_path, datasets=datasets, validate=validate, allow_missing=allow_missing,
                        thresholds=thresholds, timings=timings)
     if on_total is not None:
         on_total(int(sum(_pairs_present(run.gt.datasets[d], run.aligned[d][0]) for d in run.scored)))
     counts, sections, scope_counts = _count(run, bootstrap=bootstrap, seed=seed, progress=progress,
-                                            timings=timings, pointing_tolerance=pointing_tolerance)
+                                            timings=timings, metric_params=metric_params)
     undefined: list[Undefined] = []
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=run.thresholds,
                                             timings=timings, undefined=undefined)
@@ -435,7 +437,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                           cases={d: run.aligned[d][0] >= 0 for d in run.partial})
     if probes:  # only with text probes in the ground truth (metrics.json minor 5)
         metrics["text_probes"] = probes
-    robustness = _robustness(run, bootstrap=bootstrap, seed=seed, pointing_tolerance=pointing_tolerance, timings=timings)
+    robustness = _robustness(run, bootstrap=bootstrap, seed=seed, metric_params=metric_params, timings=timings)
     if robustness:  # likewise: only with perturbed copies in the ground truth (score/robustness.py)
         metrics["robustness"] = robustness
     release_freed_memory()
@@ -443,7 +445,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     gt_sha256 = run.gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
     header = _header(run, submission_path, gt_sha256, bootstrap=bootstrap, seed=seed, sections=sections,
-                     pointing_tolerance=pointing_tolerance)
+                     metric_params=metric_params)
     if probes:
         header["schema_minor"] = max(PROBES_METRICS_MINOR, int(header["schema_minor"]))
     if robustness:
@@ -454,7 +456,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
                        scope_counts=scope_counts, notes=[*run.notes, *undefined_notes(undefined)])
 
 
-def _robustness(run: "_Run", *, bootstrap: int, seed: int, pointing_tolerance: float, timings: dict) -> dict:
+def _robustness(run: "_Run", *, bootstrap: int, seed: int, metric_params: Mapping, timings: dict) -> dict:
     """The "robustness" section (score/robustness.py); {} without perturbed copies in the ground truth."""
     if not any(getattr(run.gt.datasets[d], "perturbations", None) is not None for d in run.scored):
         return {}
@@ -462,7 +464,7 @@ def _robustness(run: "_Run", *, bootstrap: int, seed: int, pointing_tolerance: f
 
     return score_robustness(run.sub, run.gt, run.scored, run.aligned, partial=run.partial,
                             metrics_from_counts=metrics_from_counts, bootstrap=bootstrap, seed=seed,
-                            thresholds=run.thresholds, pointing_tolerance=pointing_tolerance, timings=timings,
+                            thresholds=run.thresholds, metric_params=metric_params, timings=timings,
                             phrase_metrics=phrase_metrics)
 
 
@@ -541,7 +543,7 @@ def _extra_case_notes(sub, gt, names) -> list[str]:
 def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: str = "",
                   region_problems: list | None = None, timings: dict | None = None,
                   cases: Mapping[str, np.ndarray] | None = None, aligned: Mapping, progress=None,
-                  pointing_tolerance: float = DEFAULT_POINTING_TOLERANCE) -> tuple[dict, dict]:
+                  metric_params: Mapping | None = None) -> tuple[dict, dict]:
     """The class scope's row source (its ``score``, :mod:`xbench.score.rowscope`): the counting pass over the
     positive pairs of each dataset of ``names`` ({dataset: DatasetCounts}), on the case rows and class columns
     of ``aligned`` ({dataset: (case_rows, class_cols)}, the cases a partial run lacks marked -1, so ``cases``
@@ -557,14 +559,14 @@ def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: s
         counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
                                      class_cols=class_cols, progress=progress, timings=timings,
                                      region_problems=region_problems, where=f"{where}/{name}",
-                                     pointing_tolerance=pointing_tolerance)
+                                     metric_params=metric_params)
         release_freed_memory()
     for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
         region_problems += region_mask_problems(gt.datasets[name], f"{where}/{name}")
     return {}, counts
 
 
-def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, pointing_tolerance: float):
+def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, metric_params: Mapping):
     """The counting pass over every scored dataset, for each declared row scope in order (the classes first,
     :func:`count_classes`; then every other scope, each by its ``score``, :mod:`xbench.score.rowscope`); every
     region problem of the ground truth raised together, before any class metric: (class counts, {metrics.json
@@ -578,7 +580,7 @@ def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, poi
     scope_counts: dict = {}
     for scope in row_scopes():
         # the primary (class) scope counts on the aligned case rows and class columns, with the progress bar
-        primary = {"aligned": run.aligned, "progress": progress, "pointing_tolerance": pointing_tolerance} \
+        primary = {"aligned": run.aligned, "progress": progress, "metric_params": metric_params} \
             if scope.section is None else {}
         section, found = scope.fn("score")(run.sub, gt, run.scored, bootstrap=bootstrap, seed=seed,
                                            where=str(gt_path), region_problems=region_problems, timings=timings,
@@ -598,7 +600,7 @@ def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, poi
 
 
 def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed: int, sections: Mapping,
-            pointing_tolerance: float) -> dict:
+            metric_params: Mapping) -> dict:
     """metrics.json's "xbench" entry: what was scored, how, and with which inputs."""
     from xbench.schemas.version import __version__
 
@@ -609,7 +611,7 @@ def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed:
               "thresholds": ("transferred" if run.thresholds is not None
                              else "searched per class (0.00..1.00, step 0.01)"),
               "datasets": run.scored,
-              "pointing_tolerance_px": float(pointing_tolerance),
+              "pointing_tolerance_px": float(metric_params["pointing_tolerance"]),
               "inputs": {"submission": _shown(submission_path), "gt": _shown(run.gt.path)}}
     for scope in row_scopes(primary=False):  # a scope's section raises the minor that added it, when present
         if scope.section in sections:

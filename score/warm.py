@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from .metric_params import POINTING_TOLERANCE
+
 __all__ = ["JOBS", "compile_job", "warm_cache", "start_background_warm"]
 
 #: What each child compiles: the counting kernel of each resize path, and the ranking kernel.
@@ -49,7 +51,7 @@ def compile_job(job: str) -> None:
                             np.empty(P, bool), np.empty(P, np.int32), np.empty(P), np.empty(P, np.int32),
                             np.empty(P, bool))  # the scorer's full set, so the tolerant kernel compiles too
     K.count_pairs_into(maps, masks, np.arange(P, dtype=np.int64), K.resize_plan(shape, grid), out,
-                       cell=np.ones((P, 2)), tolerance=15.0)
+                       cell=np.ones((P, 2)), tolerance=POINTING_TOLERANCE.default)
 
 
 def _child(job: str) -> list[str]:

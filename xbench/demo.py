@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import EXTRA_HINT, UserError, command
+from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
 
 __all__ = ["run_demo", "demo", "DEMO_MODELS", "suites_dir"]
 
@@ -106,16 +108,23 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     return result.report
 
 
+@dataclass(kw_only=True)
+class DemoOptions:
+    """What ``xbench demo`` takes (the fields are its options)."""
+
+    out_dir: Path = opt(Path('demo-out'), check=Text(click.Path(path_type=Path)), flag='--out',
+                        help='Folder for the data, submissions, scores and report.')
+    n_cases: int = opt(200, check=Int(4), help='Phantom cases.')
+    quick: bool = opt(False, check=Flag(), help='A small run for CI: 24 cases, 100 bootstrap resamples.')
+    models: str = opt(",".join(DEMO_MODELS), check=Text(), help='Comma-separated subset of the demo models.')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print only the report path.')
+    as_json: bool = opt(False, check=Flag(), flag='--json',
+                        help='Print demo.json (cases, models, resamples, timings, report) on stdout.')
+
+
 @command("demo", on_interrupt="interrupted; run the same command again (it starts over)")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("demo-out"), show_default=True,
-              help="Folder for the data, submissions, scores and report.")
-@click.option("--n-cases", type=click.IntRange(4), default=200, show_default=True, help="Phantom cases.")
-@click.option("--quick", is_flag=True, help="A small run for CI: 24 cases, 100 bootstrap resamples.")
-@click.option("--models", default=",".join(DEMO_MODELS), show_default=True,
-              help="Comma-separated subset of the demo models.")
-@click.option("--quiet", "-q", is_flag=True, help="Print only the report path.")
-@click.option("--json", "as_json", is_flag=True, help="Print demo.json (cases, models, resamples, timings, report) on stdout.")
-def demo(out_dir, n_cases, quick, models, quiet, as_json):
+@click_options(DemoOptions)
+def demo(**params):
     """Run the whole pipeline on the synthetic phantom set and write a report.
 
     Runs the shipped suite suites/demo.yaml (the same as `xbench run suites/demo.yaml`): prepares
@@ -130,6 +139,8 @@ def demo(out_dir, n_cases, quick, models, quiet, as_json):
       xbench demo --out demo-out
       xbench demo --quick            # about 30 s, for CI
     """
+    o = parse(DemoOptions, params)
+    out_dir, n_cases, quick, models, quiet, as_json = o.out_dir, o.n_cases, o.quick, o.models, o.quiet, o.as_json
     from xbench.suite import SuiteError
 
     try:

@@ -11,46 +11,56 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
+from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse
 from xbench.schemas.errors import escape_text
 
 #: the recognition keys copied from each reader's own metrics.json into human.json
 RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
+
+
+@dataclass(kw_only=True)
+class HumanOptions:
+    """What ``xbench human DATASET`` takes besides DATASET (the fields are its options)."""
+
+    root: Path | None = opt(None, check=Text(click.Path(exists=True, file_okay=False, path_type=Path)),
+                            help='The dataset as downloaded (the folder given to xbench-prepare); only read. '
+                                 'Required for chexlocalize and vindr_cxr; the phantom has none.')
+    images: Path = opt(check=Text(click.Path(exists=True, path_type=Path)), required=True,
+                       help="images.zarr of the same split (each case's original size and the case list).")
+    gt_path: Path | None = opt(None, check=Text(click.Path(exists=True, path_type=Path)), flag='--gt',
+                               help='gt.zarr: required for chexlocalize and phantom (the readers are scored '
+                                    'against it); for vindr_cxr only its evaluation grid is used (default '
+                                    '224x224).')
+    out: Path = opt(check=Text(click.Path(path_type=Path)), required=True,
+                    help='Output folder: human.json and, per reader, its submission, ground truth and scores.')
+    split: str | None = opt(None, check=Choice(('train', 'test')),
+                            help='vindr_cxr: the split whose readers are compared [default: train, the one read'
+                                 ' by 3 readers]. chexlocalize: the human benchmark exists for test only.')
+    rule: str = opt('union', check=Choice(('union', 'majority')),
+                    help="vindr_cxr: how the other readers' boxes make a reader's ground truth.")
+    source: str = opt('segmentations', check=Choice(('segmentations', 'annotations')),
+                      help='chexlocalize: hb_segmentations_test.json (RLE masks) or hb_annotations_test.json '
+                           '(polygons).')
+    readers: int | None = opt(None, check=Int(1, 16),
+                              help='phantom: how many simulated readers re-read every case [default: 3]; each '
+                                   "is drawn from the phantom's seed by the reader model of docs/human.md.")
+    bootstrap: int = opt(1000, check=Int(0), help='Bootstrap resamples for the 95% intervals.')
+    seed: int = opt(0, check=Int(0), help='Bootstrap seed.')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the ceiling (human.json) on stdout.')
+
+
 @command("human", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("dataset", type=click.Choice(["chexlocalize", "vindr_cxr", "phantom"]))
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="The dataset as downloaded (the folder given to xbench-prepare); only read. Required for "
-                   "chexlocalize and vindr_cxr; the phantom has none.")
-@click.option("--images", "images", required=True, type=click.Path(exists=True, path_type=Path),
-              help="images.zarr of the same split (each case's original size and the case list).")
-@click.option("--gt", "gt_path", type=click.Path(exists=True, path_type=Path),
-              help="gt.zarr: required for chexlocalize and phantom (the readers are scored against it); for "
-                   "vindr_cxr only its evaluation grid is used (default 224x224).")
-@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
-              help="Output folder: human.json and, per reader, its submission, ground truth and scores.")
-@click.option("--split", type=click.Choice(["train", "test"]), default=None,
-              help="vindr_cxr: the split whose readers are compared [default: train, the one read by 3 readers]. "
-                   "chexlocalize: the human benchmark exists for test only.")
-@click.option("--rule", type=click.Choice(["union", "majority"]), default="union", show_default=True,
-              help="vindr_cxr: how the other readers' boxes make a reader's ground truth.")
-@click.option("--source", type=click.Choice(["segmentations", "annotations"]), default="segmentations",
-              show_default=True,
-              help="chexlocalize: hb_segmentations_test.json (RLE masks) or hb_annotations_test.json (polygons).")
-@click.option("--readers", type=click.IntRange(1, 16), default=None,
-              help="phantom: how many simulated readers re-read every case [default: 3]; each is drawn from the "
-                   "phantom's seed by the reader model of docs/human.md.")
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
-              help="Bootstrap resamples for the 95% intervals.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="Bootstrap seed.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-@click.option("--json", "as_json", is_flag=True, help="Print the ceiling (human.json) on stdout.")
+@click_options(HumanOptions)
 @budget_options
-def human(dataset, root, images, gt_path, out, split, rule, source, readers, bootstrap, seed, quiet, as_json,
-          max_memory, timeout):
+def human(dataset, max_memory, timeout, **params):
     """Score the dataset's own radiologists like a model: the human ceiling.
 
     Each reader's annotations become a submission (binary masks on the evaluation grid) and are scored with
@@ -70,6 +80,10 @@ def human(dataset, root, images, gt_path, out, split, rule, source, readers, boo
       xbench human phantom --images data/images.zarr --gt data/gt.zarr --out human_phantom/ --readers 3
       xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
     """
+    o = parse(HumanOptions, params)
+    (root, images, gt_path, out, split, rule, source, readers, bootstrap, seed, quiet, as_json) = (
+        o.root, o.images, o.gt_path, o.out, o.split, o.rule, o.source, o.readers, o.bootstrap, o.seed, o.quiet,
+        o.as_json)
     apply_budget("xbench human", max_memory, timeout)
     if dataset == "chexlocalize" and split not in (None, "test"):
         raise UserError("--split: CheXlocalize's human benchmark exists for the test split only")

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from xbench.score.metric_params import POINTING_TOLERANCE
+
 __all__ = [
     "pointing_game",
     "dice_score",
@@ -222,7 +224,8 @@ def map_auroc(maps, masks, *, average: bool = True):
     return _mean(v, average, defined=~np.isnan(v))
 
 
-def tolerant_pointing_game(maps, masks, *, tolerance: float = 15.0, pixel_size=1.0, average: bool = True):
+def tolerant_pointing_game(maps, masks, *, tolerance: float = POINTING_TOLERANCE.default, pixel_size=1.0,
+                           average: bool = True):
     """Tolerant pointing game (Zhang et al. 2018): a hit when the first maximum lies within ``tolerance``
     of the region, measured between cell centres: sqrt((dr * cell_h)^2 + (dc * cell_w)^2).
 

@@ -37,11 +37,13 @@ import os
 import re
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import CONTEXT, Command, UserError
+from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
 
 __all__ = ["check_competition", "codabench_main", "competition_columns", "competition_spec", "find_store",
            "grand_challenge_main", "package", "score_for_platform", "to_yaml", "write_codabench_bundle",
@@ -713,16 +715,24 @@ def package() -> None:
     """Bundles for scoring on challenge platforms."""
 
 
+@dataclass(kw_only=True)
+class CodabenchOptions:
+    """What ``xbench package codabench`` takes (the fields are its options)."""
+
+    gt_path: Path = opt(check=Text(click.Path(path_type=Path)), flag='--gt', required=True,
+                        help='Ground-truth store (gt.zarr or gt.zarr.zip) to package with the scoring program.')
+    out_path: Path = opt(Path('scoring_program.zip'), check=Text(click.Path(path_type=Path)), flag='--out',
+                         help='The scoring program zip to write.')
+    gt_in_program: bool = opt(False, check=Flag(),
+                              help='Accept that the scoring program holds the private ground truth (required: '
+                                   'see above).')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
+
+
 @package.command("codabench", cls=Command)
-@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path),
-              help="Ground-truth store (gt.zarr or gt.zarr.zip) to package with the scoring program.")
-@click.option("--out", "out_path", default=Path("scoring_program.zip"), show_default=True,
-              type=click.Path(path_type=Path), help="The scoring program zip to write.")
-@click.option("--gt-in-program", is_flag=True,
-              help="Accept that the scoring program holds the private ground truth (required: see above).")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def codabench(gt_path: Path, out_path: Path, gt_in_program: bool, quiet: bool, as_json: bool) -> None:
+@click_options(CodabenchOptions)
+def codabench(**params) -> None:
     """Write a Codabench scoring program: metadata.yaml, score.py and the ground truth.
 
     The ground truth sits inside the scoring program, and a competition may share its scoring program with
@@ -734,6 +744,8 @@ def codabench(gt_path: Path, out_path: Path, gt_in_program: bool, quiet: bool, a
     Example:
       xbench package codabench --gt data/gt.zarr --gt-in-program --out scoring_program.zip
     """
+    o = parse(CodabenchOptions, params)
+    gt_path, out_path, gt_in_program, quiet, as_json = o.gt_path, o.out_path, o.gt_in_program, o.quiet, o.as_json
     from xbench.schemas import validate_ground_truth
 
     problems = [str(p) for p in validate_ground_truth(gt_path)]
@@ -773,41 +785,46 @@ def _datasets(gt: Path) -> list[str]:
     return sorted(read_ground_truth(gt).datasets)
 
 
+@dataclass(kw_only=True)
+class CompetitionOptions:
+    """What ``xbench package codabench-competition`` takes (the fields are its options)."""
+
+    gt_val: Path = opt(check=Text(click.Path(path_type=Path)), flag='--gt-validation', required=True,
+                       help='Ground truth of the validation phase (gt.zarr or gt.zarr.zip).')
+    gt_test: Path = opt(check=Text(click.Path(path_type=Path)), required=True,
+                        help='Ground truth of the test phase (a different one; it decides the final ranking).')
+    docker_image: str = opt(check=Text(), required=True,
+                            help='The image Codabench scores in: one with xbench-cxr installed, pushed to a '
+                                 'registry Codabench can pull from (see docs/platforms.md).')
+    out_path: Path = opt(Path('competition.zip'), check=Text(click.Path(path_type=Path)), flag='--out',
+                         help='The competition bundle to write.')
+    title: str = opt('XBench: recognition and grounding of chest X-ray findings', check=Text(),
+                     help="The competition's title.")
+    validation_start: str | None = opt(None, check=Text(), metavar='DATE',
+                                       help="Start of the validation phase, UTC (YYYY-MM-DD or 'YYYY-MM-DD "
+                                            "HH:MM:SS'). [default: today]")
+    test_start: str | None = opt(None, check=Text(), metavar='DATE',
+                                 help='Start of the test phase (and end of the validation phase). [default: 60 '
+                                      'days after the validation start]')
+    test_end: str | None = opt(None, check=Text(), metavar='DATE',
+                               help='End of the test phase. [default: open-ended]')
+    max_per_day: int = opt(5, check=Int(1), help='Submissions per day and team.')
+    max_test_submissions: int = opt(10, check=Int(1), help='Submissions per team in the whole test phase.')
+    time_limit: int = opt(1800, check=Int(60), help='Seconds a scoring run may take.')
+    bootstrap: int = opt(1000, check=Int(0),
+                         help='Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).')
+    wheel: Path | None = opt(None, check=Text(click.Path(path_type=Path)), metavar='FILE',
+                             help="The scorer's wheel (dist/xbench_cxr-VERSION-py3-none-any.whl, from `make "
+                                  "dist`), shipped to participants as the phases' starting kit so they can "
+                                  'validate before submitting (xbench-cxr is not on PyPI yet). [default: none; '
+                                  'the overview page then points to the source]')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
+
+
 @package.command("codabench-competition", cls=Command)
-@click.option("--gt-validation", "gt_val", required=True, type=click.Path(path_type=Path),
-              help="Ground truth of the validation phase (gt.zarr or gt.zarr.zip).")
-@click.option("--gt-test", "gt_test", required=True, type=click.Path(path_type=Path),
-              help="Ground truth of the test phase (a different one; it decides the final ranking).")
-@click.option("--docker-image", required=True,
-              help="The image Codabench scores in: one with xbench-cxr installed, pushed to a registry "
-                   "Codabench can pull from (see docs/platforms.md).")
-@click.option("--out", "out_path", default=Path("competition.zip"), show_default=True, type=click.Path(path_type=Path),
-              help="The competition bundle to write.")
-@click.option("--title", default="XBench: recognition and grounding of chest X-ray findings", show_default=True,
-              help="The competition's title.")
-@click.option("--validation-start", default=None, metavar="DATE",
-              help="Start of the validation phase, UTC (YYYY-MM-DD or 'YYYY-MM-DD HH:MM:SS'). [default: today]")
-@click.option("--test-start", default=None, metavar="DATE",
-              help="Start of the test phase (and end of the validation phase). [default: 60 days after the "
-                   "validation start]")
-@click.option("--test-end", default=None, metavar="DATE", help="End of the test phase. [default: open-ended]")
-@click.option("--max-per-day", default=5, show_default=True, type=click.IntRange(1), help="Submissions per day and team.")
-@click.option("--max-test-submissions", default=10, show_default=True, type=click.IntRange(1),
-              help="Submissions per team in the whole test phase.")
-@click.option("--time-limit", default=1800, show_default=True, type=click.IntRange(60),
-              help="Seconds a scoring run may take.")
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
-              help="Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).")
-@click.option("--wheel", default=None, type=click.Path(path_type=Path), metavar="FILE",
-              help="The scorer's wheel (dist/xbench_cxr-VERSION-py3-none-any.whl, from `make dist`), shipped to "
-                   "participants as the phases' starting kit so they can validate before submitting (xbench-cxr "
-                   "is not on PyPI yet). [default: none; the overview page then points to the source]")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_path: Path, title: str,
-                          validation_start: str | None, test_start: str | None, test_end: str | None, max_per_day: int,
-                          max_test_submissions: int, time_limit: int, bootstrap: int, wheel: Path | None, quiet: bool,
-                          as_json: bool) -> None:
+@click_options(CompetitionOptions)
+def codabench_competition(**params) -> None:
     """Write a whole Codabench competition: a validation and a test phase, each with its own reference data,
     the leaderboard (every metric with its 95 % interval), the scoring program, pages and a logo.
 
@@ -819,6 +836,11 @@ def codabench_competition(gt_val: Path, gt_test: Path, docker_image: str, out_pa
           --docker-image docker.io/myteam/xbench-codabench:0.1.0 --validation-start 2027-01-04 \\
           --test-start 2027-03-01 --out competition.zip
     """
+    o = parse(CompetitionOptions, params)
+    (gt_val, gt_test, docker_image, out_path, title, validation_start, test_start, test_end, max_per_day,
+         max_test_submissions, time_limit, bootstrap, wheel, quiet, as_json) = (
+        o.gt_val, o.gt_test, o.docker_image, o.out_path, o.title, o.validation_start, o.test_start, o.test_end,
+        o.max_per_day, o.max_test_submissions, o.time_limit, o.bootstrap, o.wheel, o.quiet, o.as_json)
     out_real = Path(os.path.realpath(out_path))
     problems = _check_gt("--gt-validation", gt_val, out_real) + _check_gt("--gt-test", gt_test, out_real)
     if not problems and Path(os.path.realpath(gt_val)) == Path(os.path.realpath(gt_test)):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
+from xbench.schemas.options import Choice, Flag, Float, Int, Text, click_options, opt, parse
 from xbench.schemas.errors import escape_text
 
 EXAMPLES = """\b
@@ -28,45 +30,62 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(t.strip() for t in text.split(",") if t.strip()) if text else None
 
 
+@dataclass(kw_only=True)
+class PerturbOptions:
+    """What ``xbench perturb SUBMISSION`` takes besides SUBMISSION (the fields are its options)."""
+
+    images_path: Path = opt(check=Text(click.Path(path_type=Path)), flag='--images', required=True,
+                            help='The images store the submission was extracted from (only read).')
+    out_path: Path = opt(check=Text(click.Path(path_type=Path)), flag='--out', required=True,
+                         help='The round-2 images store to write (public: give it to the team). Must not exist.')
+    key_path: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag='--key',
+                                help='The private key to write (required; not inside OUT nor any input). Keep '
+                                     'it apart from OUT; never hand it out.')
+    curves: str = opt('deletion,insertion', check=Text(), flag='--curve', metavar='CURVE[,CURVE...]',
+                      help='deletion, insertion and/or road (comma-separated).')
+    steps: int = opt(10, check=Int(1),
+                     help='K: images 0..K per curve and order (ROAD: 0..K-1), step k changing floor(k*G*G/K) '
+                          'cells.')
+    grid: int = opt(16, check=Int(1, 256),
+                    help='G: the map is resized to G x G cells and the image changes cell by cell.')
+    gt_path: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag='--gt',
+                               help='Ground truth: perturb only the positive pairs (label 1). Default: every '
+                                    'case and supported class.')
+    classes: str | None = opt(None, check=Text(), metavar='NAME[,NAME...]', help='Only these classes.')
+    datasets: str | None = opt(None, check=Text(), metavar='KEY[,KEY...]',
+                               help='Only these datasets (default: all in both stores).')
+    limit: int | None = opt(None, check=Int(1), help='Only the first N cases of each dataset.')
+    seed: int = opt(0, check=Int(0),
+                    help="Seed of the random-order baseline and of ROAD's noise (ids are drawn from a secret "
+                         'salt instead).')
+    road_noise: float = opt(2.55, check=Float(),
+                            help='Standard deviation, in grey levels, of the noise ROAD adds to imputed pixels '
+                                 "(the authors' 0.01 of the range).")
+    insertion_substrate: str = opt('blur', check=Choice(('blur', 'grey')),
+                                   help="What insertion starts from: RISE's Gaussian blur of the image (kernel "
+                                        "11, sigma 5, as Petsiuk et al.) or the image's mean grey everywhere.")
+    max_images: int = opt(40000, check=Int(1, 40000),
+                          help='Refuse (exit 2) a run that would write more round-2 images than this.')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the summary as JSON on stdout.')
+
+
 @command("perturb", epilog=EXAMPLES, on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("submission", type=click.Path(path_type=Path))
-@click.option("--images", "images_path", required=True, type=click.Path(path_type=Path),
-              help="The images store the submission was extracted from (only read).")
-@click.option("--out", "out_path", required=True, type=click.Path(path_type=Path),
-              help="The round-2 images store to write (public: give it to the team). Must not exist.")
-@click.option("--key", "key_path", type=click.Path(path_type=Path), default=None,
-              help="The private key to write (required; not inside OUT nor any input). Keep it apart from OUT; never hand it out.")
-@click.option("--curve", "curves", default="deletion,insertion", show_default=True, metavar="CURVE[,CURVE...]",
-              help="deletion, insertion and/or road (comma-separated).")
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True,
-              help="K: images 0..K per curve and order (ROAD: 0..K-1), step k changing floor(k*G*G/K) cells.")
-@click.option("--grid", type=click.IntRange(1, 256), default=16, show_default=True,
-              help="G: the map is resized to G x G cells and the image changes cell by cell.")
-@click.option("--gt", "gt_path", type=click.Path(path_type=Path), default=None,
-              help="Ground truth: perturb only the positive pairs (label 1). Default: every case and supported class.")
-@click.option("--classes", default=None, metavar="NAME[,NAME...]", help="Only these classes.")
-@click.option("--datasets", default=None, metavar="KEY[,KEY...]", help="Only these datasets (default: all in both stores).")
-@click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N cases of each dataset.")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
-              help="Seed of the random-order baseline and of ROAD's noise (ids are drawn from a secret salt instead).")
-@click.option("--road-noise", type=float, default=2.55, show_default=True,
-              help="Standard deviation, in grey levels, of the noise ROAD adds to imputed pixels (the authors' 0.01 of the range).")
-@click.option("--insertion-substrate", type=click.Choice(["blur", "grey"]), default="blur", show_default=True,
-              help="What insertion starts from: RISE's Gaussian blur of the image (kernel 11, sigma 5, as Petsiuk et al.) "
-                   "or the image's mean grey everywhere.")
-@click.option("--max-images", type=click.IntRange(1, 40_000), default=40_000, show_default=True,
-              help="Refuse (exit 2) a run that would write more round-2 images than this.")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@click_options(PerturbOptions)
 @budget_options
-def perturb(submission, images_path, out_path, key_path, curves, steps, grid, gt_path, classes, datasets, limit, seed,
-            road_noise, insertion_substrate, max_images, quiet, as_json, max_memory, timeout):
+def perturb(submission, max_memory, timeout, **params):
     """Write round 2 of the faithfulness flow: SUBMISSION's images perturbed in the order of its own maps.
 
     OUT (public) holds one image per (case, class, curve, order, step) under an opaque id; the key (private)
     says which is which. The team runs its model on OUT and returns a scores-only submission, scored with
     xbench-score --faithfulness ROUND2_SUBMISSION --key KEY.
     """
+    o = parse(PerturbOptions, params)
+    (images_path, out_path, key_path, curves, steps, grid, gt_path, classes, datasets, limit, seed, road_noise,
+         insertion_substrate, max_images, quiet, as_json) = (
+        o.images_path, o.out_path, o.key_path, o.curves, o.steps, o.grid, o.gt_path, o.classes, o.datasets, o.limit,
+        o.seed, o.road_noise, o.insertion_substrate, o.max_images, o.quiet, o.as_json)
     apply_budget("xbench perturb", max_memory, timeout)
     from xbench.schemas import read_images, read_submission, validate_images, validate_submission
     from xbench.schemas.paths import output_problems

@@ -61,8 +61,9 @@ import click
 from xbench.extract.options import ExtractOptions, PrepareOptions
 from xbench.schemas import options as _options
 from xbench.score.options import ReportOptions, ScoreOptions
+from xbench.run_options import RunOptions
 from xbench.schemas._cli import RESUME_HINT, UserError, apply_budget, budget_options, command
-from xbench.schemas.options import CONFIG_SUFFIXES, Grid
+from xbench.schemas.options import CONFIG_SUFFIXES, Grid, click_options
 from xbench.schemas.store import file_sha256
 
 __all__ = ["Suite", "SuiteError", "Step", "load_suite", "parse_suite", "plan_steps", "run_suite", "run",
@@ -1051,16 +1052,9 @@ def _end_budget(watch) -> None:
 
 @command("run", on_interrupt=RESUME_HINT)
 @click.argument("suite_file", metavar="SUITE.yaml", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output folder (default: the suite's `out`).")
-@click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N cases of each dataset (writes under OUT/limit-N).")
-@click.option("--dry-run", is_flag=True, help="Check the inputs and print the plan; write nothing.")
-@click.option("--only", "only", multiple=True, metavar="STEP/KEY",
-              help="Run only these steps: prepare, extract/clip, score/*, report ... (repeatable; globs allowed).")
-@click.option("--quiet", "-q", is_flag=True, help="Print only the leaderboard and the report path.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click_options(RunOptions)
 @budget_options
-def run(suite_file, out, limit, dry_run, only, quiet, as_json, max_memory, timeout):
+def run(suite_file, max_memory, timeout, **params):
     """Run a whole benchmark from one suite file: prepare -> extract -> score -> report.
 
     Steps already done with the same inputs and options (by content hash) are skipped; an
@@ -1078,6 +1072,8 @@ def run(suite_file, out, limit, dry_run, only, quiet, as_json, max_memory, timeo
     (with --dry-run) every dataset's annotation files. Once the checks pass, the steps run under their
     own limits (an extraction loads models of several GiB and a full preparation takes hours).
     """
+    o = _options.parse(RunOptions, params)
+    out, limit, dry_run, only, quiet, as_json = o.out, o.limit, o.dry_run, o.only, o.quiet, o.as_json
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     watch = apply_budget("xbench run", max_memory, timeout)
     say = (lambda msg: None) if quiet or as_json else (lambda msg: click.echo(msg, err=True))

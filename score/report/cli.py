@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
+from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
 from xbench.schemas.errors import escape_text
 from xbench.schemas.options import click_options, from_params
 from xbench.score.options import ReportOptions
@@ -79,20 +81,27 @@ def report(result_dirs, max_memory, timeout, **params):
         click.echo(escape_text(f"report written: {index}"))
 
 
+@dataclass(kw_only=True)
+class CompareOptions:
+    """What ``xbench compare A_DIR B_DIR`` takes besides the two folders (the fields are its options)."""
+
+    n_boot: int = opt(1000, check=Int(0), help='Paired bootstrap resamples (0: point estimates only).')
+    seed: int = opt(0, check=Int(), help='Seed of the resamples.')
+    per_class: bool = opt(False, check=Flag(), flag='--per-class/--no-per-class',
+                          help='Also compare every class, not only dataset means and the overall mean.')
+    out_csv: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag='--out',
+                               help='Also write the comparison as CSV (fractions) to this file.')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing (use with --out).')
+    as_json: bool = opt(False, check=Flag(), flag='--json',
+                        help='Print the rows as JSON instead of a Markdown table.')
+
+
 @command("compare", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("a_dir", type=click.Path(path_type=Path))
 @click.argument("b_dir", type=click.Path(path_type=Path))
-@click.option("--n-boot", default=1000, show_default=True, type=click.IntRange(min=0),
-              help="Paired bootstrap resamples (0: point estimates only).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the resamples.")
-@click.option("--per-class/--no-per-class", default=False, show_default=True,
-              help="Also compare every class, not only dataset means and the overall mean.")
-@click.option("--out", "out_csv", type=click.Path(path_type=Path), default=None,
-              help="Also write the comparison as CSV (fractions) to this file.")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing (use with --out).")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a Markdown table.")
+@click_options(CompareOptions)
 @budget_options
-def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_memory, timeout):
+def compare(a_dir, b_dir, max_memory, timeout, **params):
     """Paired bootstrap of A - B for every metric, on the same ground truth.
 
     Both directories are xbench-score outputs for the same gt.zarr. The same resampled cases are
@@ -107,6 +116,8 @@ def compare(a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json, max_
     Example:
       xbench compare scores/clip scores/random --n-boot 2000
     """
+    o = parse(CompareOptions, params)
+    n_boot, seed, per_class, out_csv, quiet, as_json = o.n_boot, o.seed, o.per_class, o.out_csv, o.quiet, o.as_json
     from ._load import load_results
 
     apply_budget("xbench compare", max_memory, timeout)

@@ -7,12 +7,14 @@ with a white cross. The caption says whether the peak is a hit.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import numpy as np
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, require_kind
+from xbench.schemas.options import Flag, Text, click_options, opt, parse
 from ._stores import store_problems  # noqa: F401  (part of this module's interface)
 
 __all__ = ["pointing_peak", "show_case", "show", "store_problems"]
@@ -118,19 +120,28 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
             "peak": list(peak) if peak is not None else None, "hit": hit, "has_region": mask is not None}
 
 
+@dataclass(kw_only=True)
+class ShowOptions:
+    """What ``xbench show SUBMISSION`` takes besides SUBMISSION (the fields are its options)."""
+
+    gt_path: Path = opt(check=Text(click.Path(path_type=Path)), flag='--gt', required=True,
+                        help='gt.zarr (the region outline).')
+    images_path: Path = opt(check=Text(click.Path(path_type=Path)), flag='--images', required=True,
+                            help='images.zarr (the picture).')
+    case_id: str = opt(check=Text(), flag='--case', required=True, help='Case id.')
+    cls: str = opt(check=Text(), flag='--class', required=True, help='Class name, as in the ground truth.')
+    dataset: str | None = opt(None, check=Text(), help='Dataset key (default: the one dataset holding the case).')
+    out: Path | None = opt(None, check=Text(click.Path(path_type=Path)),
+                           help='PNG to write (default: show_<case>_<class>.png).')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print what was drawn (peak, hit, file) as JSON.')
+
+
 @command("show", on_interrupt=NOT_WRITTEN_HINT)
 @click.argument("submission", type=click.Path(path_type=Path))
-@click.option("--gt", "gt_path", required=True, type=click.Path(path_type=Path), help="gt.zarr (the region outline).")
-@click.option("--images", "images_path", required=True, type=click.Path(path_type=Path), help="images.zarr (the picture).")
-@click.option("--case", "case_id", required=True, help="Case id.")
-@click.option("--class", "cls", required=True, help="Class name, as in the ground truth.")
-@click.option("--dataset", default=None, help="Dataset key (default: the one dataset holding the case).")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="PNG to write (default: show_<case>_<class>.png).")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was drawn (peak, hit, file) as JSON.")
+@click_options(ShowOptions)
 @budget_options
-def show(submission, gt_path, images_path, case_id, cls, dataset, out, quiet, as_json, max_memory, timeout):
+def show(submission, max_memory, timeout, **params):
     """Draw one case and class of SUBMISSION over its image: map, region outline, pointing-game peak.
 
     \b
@@ -138,6 +149,9 @@ def show(submission, gt_path, images_path, case_id, cls, dataset, out, quiet, as
     --images data/images.zarr --out dog.zarr; case 6 has a nodule with a region):
       xbench show dog.zarr --gt data/gt.zarr --images data/images.zarr --case phantom-test-000006 --class Nodule
     """
+    o = parse(ShowOptions, params)
+    (gt_path, images_path, case_id, cls, dataset, out, quiet, as_json) = (
+        o.gt_path, o.images_path, o.case_id, o.cls, o.dataset, o.out, o.quiet, o.as_json)
     import json
     import re
 

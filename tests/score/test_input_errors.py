@@ -95,7 +95,8 @@ def test_library_input_errors_are_typed_and_classified_as_exit_2(stores, tmp_pat
     raised = []
     for call, kind in [
         (lambda: score_submission(stores / "sub.zarr", stores / "gt.zarr", datasets=["nope"]), UnknownNameError),
-        (lambda: score_submission(stores / "sub.zarr", stores / "gt.zarr", pointing_tolerance=-1.0), ScoreInputError),
+        (lambda: score_submission(stores / "sub.zarr", stores / "gt.zarr",
+                                  metric_params={"pointing_tolerance": -1.0}), ScoreInputError),
         (lambda: write_outputs(res, tmp_path / "o", formats=("xbench", "kaggle")), ScoreInputError),
         (lambda: thresholds_from_metrics({"no": "datasets"}), ThresholdsError),
         (lambda: thresholds_from_metrics(tmp_path / "absent.json"), ThresholdsError),

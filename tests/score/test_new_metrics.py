@@ -131,7 +131,8 @@ def test_metrics_json_new_metrics_equal_brute_force(tmp_path):
     gt = make_gt(tmp_path / "gt.zarr")
     sub = make_submission(tmp_path / "sub.zarr", gt, map_shape=(7, 5))
     tol = 40.0  # orig_size 512 x 512 on 12 x 16 and 10 x 10 grids: cells of 42.7 x 32 and 51.2 px
-    res = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=20, pointing_tolerance=tol)
+    res = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=20,
+                           metric_params={"pointing_tolerance": tol})
     assert res.metrics["xbench"]["pointing_tolerance_px"] == tol
     for name, g in gt.items():
         s = sub[name]

@@ -79,7 +79,8 @@ def test_the_cases_present_score_as_against_a_ground_truth_of_only_them(smoke):
 def test_threshold_transfer_and_tolerance_on_a_partial_run_match_the_reference(smoke):
     d, _, _ = smoke
     first = score_submission(d / "full.zarr", d / "gt.zarr", bootstrap=0)
-    kw = {"bootstrap": 15, "seed": 2, "thresholds": thresholds_from_metrics(first.metrics), "pointing_tolerance": 3.0}
+    kw = {"bootstrap": 15, "seed": 2, "thresholds": thresholds_from_metrics(first.metrics),
+          "metric_params": {"pointing_tolerance": 3.0}}
     _assert_same_scores(score_submission(d / "smoke.zarr", d / "gt.zarr", allow_missing=True, **kw),
                         score_submission(d / "smoke.zarr", d / "gt_present.zarr", **kw))
 

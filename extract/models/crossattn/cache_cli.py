@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 
+from dataclasses import dataclass
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
+from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse
 
 
 def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | None = None,
@@ -40,29 +42,41 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
             "description_keys": cache.meta["description_keys"]}
 
 
+@dataclass(kw_only=True)
+class BuildEmbeddingsOptions:
+    """What ``xbench build-embeddings`` takes (the fields are its options)."""
+
+    text_encoder: Path = opt(check=Text(click.Path(exists=True, file_okay=False)), required=True,
+                             help='Local Hugging Face folder of the text encoder (Bio_ClinicalBERT: '
+                                  'config.json, weights, vocab.txt).')
+    descriptions: Path = opt(check=Text(click.Path(exists=True, dir_okay=False)), required=True,
+                             help='The official entity descriptions, a JSON object entity -> text, used '
+                                  "unchanged (MedKLIP's or MAVL's 'observation explanation.json').")
+    aspects: Path | None = opt(None, check=Text(click.Path(exists=True, dir_okay=False)),
+                               help="MAVL only: JSON object entity -> list of aspect sentences (MAVL's "
+                                    'gpt4_mimic.json).')
+    out: Path = opt(check=Text(click.Path(dir_okay=False)), required=True, help='Cache file to write (.npz).')
+    extra_entities: tuple = opt(default_factory=tuple, check=Text(), flag='--extra-entity', multiple=True,
+                                help='Entity beyond the 75 (e.g. covid19); it must have texts in the JSON '
+                                     'files. Repeatable.')
+    descriptions_by: str | None = opt(None, check=Choice(('position', 'name')),
+                                      help="Read descriptions by file order, keys ignored (MedKLIP's scripts; "
+                                           "the default without --aspects) or by entity name (MAVL's scripts; "
+                                           'the default with --aspects).')
+    max_length: int = opt(64, check=Int(1),
+                          help='Token length used upstream: [CLS] plus up to max-length - 1 word pieces, no '
+                               '[SEP].')
+    cased: bool = opt(False, check=Flag(),
+                      help="Do not lower-case, whatever the folder's tokenizer_config.json says (upstream "
+                           'lower-cases Bio_ClinicalBERT).')
+    device: str = opt('cpu', check=Text(), help='Torch device for the text encoder.')
+    quiet: bool = opt(False, check=Flag(), short='-q', help='No progress bar.')
+    as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the summary as JSON.')
+
+
 @command("build-embeddings", on_interrupt=NOT_WRITTEN_HINT)
-@click.option("--text-encoder", required=True, type=click.Path(exists=True, file_okay=False),
-              help="Local Hugging Face folder of the text encoder (Bio_ClinicalBERT: config.json, weights, vocab.txt).")
-@click.option("--descriptions", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="The official entity descriptions, a JSON object entity -> text, used unchanged "
-                   "(MedKLIP's or MAVL's 'observation explanation.json').")
-@click.option("--aspects", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="MAVL only: JSON object entity -> list of aspect sentences (MAVL's gpt4_mimic.json).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Cache file to write (.npz).")
-@click.option("--extra-entity", "extra_entities", multiple=True,
-              help="Entity beyond the 75 (e.g. covid19); it must have texts in the JSON files. Repeatable.")
-@click.option("--descriptions-by", type=click.Choice(["position", "name"]), default=None,
-              help="Read descriptions by file order, keys ignored (MedKLIP's scripts; the default without "
-                   "--aspects) or by entity name (MAVL's scripts; the default with --aspects).")
-@click.option("--max-length", default=64, show_default=True, type=click.IntRange(min=1),
-              help="Token length used upstream: [CLS] plus up to max-length - 1 word pieces, no [SEP].")
-@click.option("--cased", is_flag=True, help="Do not lower-case, whatever the folder's tokenizer_config.json says "
-                                            "(upstream lower-cases Bio_ClinicalBERT).")
-@click.option("--device", default="cpu", show_default=True, help="Torch device for the text encoder.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def build_embeddings(text_encoder, descriptions, aspects, out, extra_entities, descriptions_by, max_length, cased,
-                     device, quiet, as_json):
+@click_options(BuildEmbeddingsOptions)
+def build_embeddings(**params):
     """Build the entity (MedKLIP) or entity + aspect (MAVL) embedding cache.
 
     Texts are tokenised as the authors' vendored BERT tokenizer does ([CLS] + word pieces, no
@@ -79,6 +93,11 @@ def build_embeddings(text_encoder, descriptions, aspects, out, extra_entities, d
           --descriptions "MAVL/Zero-shot_grounding/observation explanation.json" \\
           --aspects MAVL/Pretrain/concept_gen/gpt4_mimic.json --out ~/xbench/mavl_queries.npz
     """
+    o = parse(BuildEmbeddingsOptions, params)
+    (text_encoder, descriptions, aspects, out, extra_entities, descriptions_by, max_length, cased, device, quiet,
+         as_json) = (
+        o.text_encoder, o.descriptions, o.aspects, o.out, o.extra_entities, o.descriptions_by, o.max_length,
+        o.cased, o.device, o.quiet, o.as_json)
     from ..errors import ModelConfigError
 
     try:
