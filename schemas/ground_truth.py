@@ -106,6 +106,7 @@ def write_ground_truth(
     query_probes: "TextProbes | None" = None,
     perturbations=None,
     gaze=None,
+    attributes=None,
 ) -> None:
     """Write (or replace) one dataset group of a ground-truth store, atomically.
 
@@ -113,7 +114,8 @@ def write_ground_truth(
     :class:`InvalidStoreError` listing every problem. ``queries`` and ``query_mask`` (Q, H, W): the
     dataset's phrase rows and their regions (both or neither); ``query_probes``: which of them are text
     probes (schemas/probes.py; gt minor 4); ``gaze``: readings, fixations and gaze maps (schemas/gaze.py; gt
-    minor 5).
+    minor 5); ``attributes``: {field: Attribute}, the cases' demographic and acquisition fields
+    (schemas/attributes.py; gt minor 6).
     """
     path = Path(path)
     case_ids = np.asarray(case_ids, dtype=str)
@@ -143,6 +145,10 @@ def write_ground_truth(
         from . import gaze as GZ
 
         problems += GZ.check(gaze, len(case_ids), len(classes), (h, w), f"ground truth {dataset}")
+    if attributes:  # who the patients are (schemas/attributes.py)
+        from . import attributes as AT
+
+        problems += AT.check(attributes, len(case_ids), f"ground truth {dataset}")
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")
@@ -154,6 +160,8 @@ def write_ground_truth(
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PT.GT_MINOR, root_minor(root))}
     if gaze is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(GZ.GT_MINOR, root_minor(root))}
+    if attributes:
+        root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(AT.GT_MINOR, root_minor(root))}
     # Built beside the store, not inside it, so a crash never leaves a stray group in it.
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{dataset}.", dir=path.parent))
     try:
@@ -183,6 +191,8 @@ def write_ground_truth(
             PT.write_arrays(g, perturbations)
         if gaze is not None:
             GZ.write_arrays(g, gaze)
+        if attributes:
+            AT.write_arrays(g, attributes)
         atomic_replace_dir(tmp, path / dataset)
     finally:
         if tmp.exists():
@@ -279,7 +289,16 @@ def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -
         problems += _validate_gt_queries(g, f"{where}/{name}", root_minor(group), scan_masks=scan_masks)
         problems += _validate_perturbations(g, f"{where}/{name}", root_minor(group))
         problems += _validate_gaze(g, f"{where}/{name}", root_minor(group))
+        problems += _validate_attributes(g, f"{where}/{name}", root_minor(group))
     return problems
+
+
+def _validate_attributes(g: zarr.Group, where: str, minor: int) -> list[Problem]:
+    """The case attributes of a group (schemas/attributes.py), once its case ids are declared."""
+    from .attributes import validate
+
+    n = g["case_id"].shape[0] if "case_id" in g and isinstance(g["case_id"], zarr.Array) else None
+    return [] if n is None else validate(g, where, minor, n)
 
 
 def _validate_gaze(g: zarr.Group, where: str, minor: int) -> list[Problem]:

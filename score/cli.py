@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
+import numpy as np
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
 from xbench.schemas.errors import escape_text
@@ -177,8 +178,8 @@ def _check_kinds(submissions, gt_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout (no progress bar).")
 @budget_options
 def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_from, datasets, formats, images_path,
-                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, metric_groups, quiet, overwrite,
-                  as_json, max_memory, timeout):
+                  allow_missing, pointing_tolerance, faithfulness, key, human_dir, metric_groups, by, age_bands,
+                  min_group, quiet, overwrite, as_json, max_memory, timeout):
     """Score SUBMISSION store(s) against the ground truth GT.
 
     \b
@@ -191,6 +192,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
       xbench-score sub.zarr --gt gt.zarr --faithfulness round2-sub.zarr --key round2.key.npz
       xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
       xbench-score sub.zarr --gt gt.zarr --out results/ --metrics complexity
+      xbench-score sub.zarr --gt gt.zarr --out results/ --by sex,view
 
     Writes metrics.json (the contract layout, with 95% bootstrap intervals and the chosen thresholds),
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
@@ -241,6 +243,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
         if not scored & set(human.readers):
             raise UserError(f"--human {human_dir}: holds the ceiling of {', '.join(sorted(human.readers))}, which is "
                             f"not scored here ({', '.join(sorted(scored))}); nothing was written")
+    groups = _subgroup_request(gt, names, by, age_bands, min_group)  # checked before anything is scored
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
@@ -252,7 +255,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged
     with R.opt_in(*metric_groups), PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
-        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human, faith)
+        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human, faith, groups)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
             work, [work / d for d in subdirs], gt_path, images_path, dict(zip(stems, submissions)), bootstrap, seed,
@@ -287,8 +290,43 @@ def _faithfulness(round2, key, submissions, bootstrap: int, seed: int) -> dict |
     return faithfulness_section(k, curves, info, n_boot=bootstrap, seed=seed, round2_name=_stem(round2))
 
 
+def _subgroup_request(gt, names, by, age_bands, min_group) -> dict | None:
+    """--by's fields, bands and minimum group size, checked against the scored datasets' case attributes."""
+    if by is None:
+        return None
+    from xbench.schemas.attributes import FIELD_NAME, read_attributes
+    from xbench.schemas.store import open_store_group
+
+    fields = [f.strip() for f in by.split(",") if f.strip()]
+    if not fields or len(set(fields)) != len(fields) or not all(FIELD_NAME.fullmatch(f) for f in fields):
+        raise UserError(f"--by {by!r}: give field names separated by commas, each once (e.g. sex or sex,view)",
+                        _NOTHING_WRITTEN)
+    try:
+        bands = tuple(sorted(float(x) for x in age_bands.split(",") if x.strip()))
+    except ValueError:
+        bands = ()
+    if not bands or any(not (0 <= b <= 130) for b in bands) or len(set(bands)) != len(bands):
+        raise UserError(f"--age-bands {age_bands!r}: give ages in years, e.g. 40,60,80", _NOTHING_WRITTEN)
+    root = open_store_group(gt.path)
+    attributes, problems = {}, []
+    for name in (names or sorted(gt.datasets)):
+        attrs = read_attributes(root[name])
+        lacking = [f for f in fields if f not in attrs]
+        if lacking:
+            problems.append(f"--by {', '.join(lacking)}: {name} in {gt.path} has no such case attribute (it has "
+                            f"{', '.join(sorted(attrs)) or 'none'})")
+            continue
+        bad = [f for f in fields if attrs[f].kind == "number" and f != "age"]
+        if bad:
+            problems.append(f"--by {', '.join(bad)}: a number field; only age is banded (--age-bands)")
+        attributes[name] = (np.asarray(gt.datasets[name].case_id, dtype=str), attrs)
+    if problems:
+        raise UserError(problems, _NOTHING_WRITTEN)
+    return {"by": fields, "age_bands": bands, "min_group": min_group, "attributes": attributes}
+
+
 def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool, human=None,
-               faith: dict | None = None) -> dict:
+               faith: dict | None = None, groups: dict | None = None) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
@@ -306,6 +344,10 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         from .human.section import with_human
 
         result = with_human(result, human, bootstrap=score_kw["bootstrap"], seed=score_kw["seed"])
+    if groups is not None:  # only with --by: otherwise metrics.json is unchanged
+        from .subgroups import with_subgroups
+
+        result = with_subgroups(result, groups, n_resamples=score_kw["bootstrap"], seed=score_kw["seed"])
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
     if faith is not None:
         from .faithfulness import add_section

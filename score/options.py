@@ -62,6 +62,14 @@ class ScoreOptions:
                                metavar="GROUP",
                                help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
                                     "entropy of each normalised map (docs/score.md). Default outputs never change.")
+    by: str | None = opt(None, check=Text(), metavar="FIELD[,FIELD]",
+                         help="Subgroups: every metric per group of these case attributes of the ground truth (e.g. "
+                              "sex, or sex,view for their cross product), the largest gap between groups with its "
+                              "interval and p-value, and the worst group (docs/score.md, 'Subgroups').")
+    age_bands: str = opt("40,60,80", check=Text(), metavar="AGE[,AGE...]",
+                         help="With --by age: the ages (years) where the bands are cut (<40, 40-59, 60-79, >=80).")
+    min_group: int = opt(20, check=Int(1), metavar="N",
+                         help="With --by: groups with fewer cases are reported but not ranked (no gap, no worst group).")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
     overwrite: bool = opt(False, check=Flag(),
                           help="Replace the results an earlier xbench-score run wrote in --out (only the files it "

@@ -426,6 +426,10 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
         from .robustness_table import write_robustness_table
 
         paths += write_robustness_table({label: metrics}, folder)
+    if "subgroups" in metrics:  # only with --by (score/subgroups.py)
+        from .subgroups import write_subgroup_tables
+
+        paths += write_subgroup_tables(metrics, folder, label)
     if "gaze" in metrics:  # only with gaze in the ground truth (score/gaze_section.py)
         from .gaze_section import write_gaze_tables
 

@@ -121,6 +121,7 @@ HELP_NOT_RUN = {
     "suites/paper.yaml --limit": "needs the seven datasets and the weights",
     "suites/paper.yaml --only": "needs the seven datasets and the weights",
     "sanity --model clip-tiny": "the randomisation test: tests/extract/test_sanity.py runs it",
+    "--by sex,view": "needs case attributes in the ground truth; docs/score.md's walk runs --by on the phantom's",
 }
 #: the help walk's rewrites: the phantom's size (the sandbox's data/ is the 12-case set already)
 HELP_REWRITES = {"--n-cases 200": "--n-cases 12", "xbench prepare phantom --out data/": "xbench prepare phantom "

@@ -492,6 +492,29 @@ def simulated_gaze(seed: int, split: str, indices: Sequence[int], size: int, gri
     return Gaze.from_readings(readings, np.full((len(indices), 2), size, np.int32), grid, len(PHANTOM_CLASSES))
 
 
+#: the attributes stream's tag ("att"): case i's attributes come from ``default_rng([seed, split, i, _ATTR_STREAM])``
+_ATTR_STREAM = 0x617474
+ATTR_MISSING_AGE = 0.05   # share of cases whose age is missing
+ATTR_AP = 0.3             # share of AP (bedside) views; the rest PA
+
+
+def simulated_attributes(seed: int, split: str, indices: Sequence[int]) -> dict:
+    """The phantom's simulated case attributes (docs/score.md, "Subgroups"): ``sex`` F or M with probability
+    1/2, ``age`` 18 + 72 Beta(2, 2) whole years (missing for ATTR_MISSING_AGE of the cases), ``view`` AP with
+    probability ATTR_AP else PA; independent of the findings, so any gap they show is chance."""
+    from xbench.schemas.attributes import category, number
+
+    sex, age, view = [], [], []
+    for index in indices:
+        rng = np.random.default_rng([seed, _SPLITS.index(split), index, _ATTR_STREAM])
+        u_sex, u_age, u_miss, u_view = rng.uniform(size=4)
+        b = float(rng.beta(2, 2))
+        sex.append("F" if u_sex < 0.5 else "M")
+        age.append(None if u_miss < ATTR_MISSING_AGE else float(np.floor(18 + 72 * b)))
+        view.append("AP" if u_view < ATTR_AP else "PA")
+    return {"sex": category(sex, "simulated"), "age": number(age, "simulated"), "view": category(view, "simulated")}
+
+
 #: The dataset registry's entry for this module, read from the source without importing it (see
 #: xbench.extract.datasets): dataset key -> reader class.
 REGISTER = {"phantom": "PhantomReader"}
@@ -519,14 +542,17 @@ class PhantomReader(DatasetReader):
         size: int | str = 256,
         phrases: bool | str = False,
         gaze: bool | str = False,
+        attributes: bool | str = False,
         **unknown,
     ) -> None:
         from ._io import check_options, option_bool
 
-        check_options("phantom", unknown, {"n_cases": "", "seed": "", "size": "", "phrases": "", "gaze": ""})
+        check_options("phantom", unknown, {"n_cases": "", "seed": "", "size": "", "phrases": "", "gaze": "",
+                                            "attributes": ""})
         try:
             phrases = option_bool("phantom", "phrases", phrases)
             gaze = option_bool("phantom", "gaze", gaze)
+            attributes = option_bool("phantom", "attributes", attributes)
         except ValueError as exc:
             raise ReaderError(str(exc)) from None
         try:
@@ -538,11 +564,20 @@ class PhantomReader(DatasetReader):
                               f"got {n_cases}, {size}, {seed}")
         super().__init__(root if root is not None else ".", split, n_cases=n_cases, seed=seed, size=size)
         self.n_cases, self.seed, self.size, self.phrases, self.gaze = n_cases, seed, size, phrases, gaze
+        self.attributes = attributes
 
     def describe(self) -> dict:
         out = {"split": self.split, "n_cases": self.n_cases, "seed": self.seed, "size": self.size}
         out = {**out, "phrases": True} if self.phrases else out  # unchanged attributes without phrases
-        return {**out, "gaze": True} if self.gaze else out  # likewise without gaze
+        out = {**out, "gaze": True} if self.gaze else out  # likewise without gaze
+        return {**out, "attributes": True} if self.attributes else out  # and without case attributes
+
+    def case_attributes(self, records: Sequence[CaseRecord]):
+        """The simulated attributes of ``records`` (the prepared cases, in order), or None without the
+        ``attributes`` option (:func:`simulated_attributes`)."""
+        if not self.attributes:
+            return None
+        return simulated_attributes(self.seed, self.split, [int(r.case_id.rsplit("-", 1)[1]) for r in records])
 
     def gaze_readings(self, records: Sequence[CaseRecord], grid: tuple[int, int]):
         """The simulated gaze of ``records`` (the prepared cases, in their gt order) on ``grid``, or None without

@@ -601,6 +601,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
                                      cases_per_block, attrs, keep_original, q_survivors, guard, progress,
                                      query_probes=q_probes)
     gaze = _gaze(reader, [rec for rec, g in zip(kept, good) if g], grid)
+    attributes = _attributes(reader, [rec for rec, g in zip(kept, good) if g])
     with guard.critical():
         write_ground_truth(
             gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
@@ -609,6 +610,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
             attrs={**attrs, "rasterisation": RASTERISATION},
             queries=None if q_survivors is None else Queries(q_survivors.id, q_survivors.case, q_survivors.category),
             query_mask=q_mask, query_probes=q_probes, perturbations=perturbations, gaze=gaze,
+            attributes=attributes,
         )
     # the plan first: a kill during the removal then leaves a folder the next run discards whole, never a
     # stage1.done whose side files are partly gone
@@ -671,6 +673,13 @@ def _gaze(reader: DatasetReader, records: Sequence[CaseRecord], grid):
     ``gaze_readings(records, grid)``), for the prepared cases in their order; None for the others."""
     make = getattr(reader, "gaze_readings", None)
     return None if make is None else make(records, grid)
+
+
+def _attributes(reader: DatasetReader, records: Sequence[CaseRecord]):
+    """The case attributes of a reader that keeps them (schemas/attributes.py: a reader's
+    ``case_attributes(records)``), for the prepared cases in their order; None for the others."""
+    make = getattr(reader, "case_attributes", None)
+    return None if make is None else make(records)
 
 
 def _queries(records: Sequence[CaseRecord], classes: Sequence[str]):

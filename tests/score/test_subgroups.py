@@ -1,0 +1,168 @@
+"""xbench-score --by (issue 38): per-group metrics equal a brute force over the pairs table and fairlearn's
+MetricFrame; the group intervals equal a brute-force weighted bootstrap on the same draws; the gap is best -
+worst; bad requests exit 2 with one line and write nothing; without --by nothing changes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from xbench.cli import main as xbench_main
+from xbench.score.subgroups import case_draws, group_labels
+from xbench.schemas.attributes import Attribute, banded
+
+B = 60
+
+
+def xb(*args):
+    res = CliRunner().invoke(xbench_main, [str(a) for a in args], catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sub")
+    assert xb("prepare", "phantom", "--out", d / "data", "--n-cases", 48, "--option", "attributes=true", "-q")[0] == 0
+    assert xb("extract", "--model", "dog", "--images", d / "data/images.zarr", "--out", d / "dog.zarr",
+              "--workers", 0, "-q")[0] == 0
+    code, out = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", d / "s", "--bootstrap", B,
+                   "--by", "sex", "--min-group", 5, "-q")
+    assert code == 0, out
+    metrics = json.loads((d / "s/metrics.json").read_text())
+    pairs = pd.read_parquet(d / "s/pairs.parquet")
+    import zarr
+
+    from xbench.schemas.attributes import read_attributes
+
+    attrs = read_attributes(zarr.open_group(str(d / "data/gt.zarr/phantom")))
+    from xbench.schemas.store import read_strings
+
+    ids = np.asarray(read_strings(zarr.open_group(str(d / "data/gt.zarr/phantom"))["case_id"]), dtype=str)
+    sex = dict(zip(ids, attrs["sex"].values))
+    return d, metrics, pairs, sex
+
+
+def brute(pairs: pd.DataFrame, cases: set, weights: dict | None = None) -> dict:
+    """The dataset summary of the group ``cases`` from the pairs table, loop by loop (weights: case -> copies)."""
+    from sklearn.metrics import roc_auc_score
+
+    w = (lambda c: weights.get(c, 0)) if weights else (lambda c: 1)
+    out = {"pointing_game": [], "auroc": [], "accuracy": []}
+    for _, t in pairs[pairs.case_id.isin(cases)].groupby("class", observed=True):
+        pos = t[t.has_region]
+        den = sum(w(c) for c in pos.case_id)
+        if den:
+            out["pointing_game"].append(sum(w(c) * h for c, h in zip(pos.case_id, pos.hit)) / den)
+        lab = t[t.label >= 0]
+        if weights is None and lab.label.nunique() == 2:
+            out["auroc"].append(roc_auc_score(lab.label, lab.probability))
+        den = sum(w(c) for c in lab.case_id)
+        if den:
+            out["accuracy"].append(sum(w(c) * (p == y) for c, p, y in zip(lab.case_id, lab.predicted, lab.label)) / den)
+    return {k: (float(np.mean(v)) if v else None) for k, v in out.items()}
+
+
+def test_group_values_equal_a_brute_force(scored):
+    _, metrics, pairs, sex = scored
+    entry = metrics["subgroups"]["datasets"]["phantom"]
+    assert metrics["subgroups"]["by"] == ["sex"] and metrics["xbench"]["schema_minor"] >= 9
+    assert set(entry["groups"]) == {"sex=F", "sex=M"}
+    for g, value in (("sex=F", "F"), ("sex=M", "M")):
+        cases = {c for c, s in sex.items() if s == value}
+        want = brute(pairs, cases)
+        got = entry["groups"][g]
+        assert got["n_cases"] == len(cases)
+        for k, v in want.items():
+            assert got[k] == pytest.approx(v, abs=1e-12), (g, k)
+
+
+def test_gap_is_best_minus_worst(scored):
+    _, metrics, _, _ = scored
+    entry = metrics["subgroups"]["datasets"]["phantom"]
+    for k, gap in entry["gaps"].items():
+        vals = {g: e[k] for g, e in entry["groups"].items() if e[k] is not None}
+        assert gap["gap"] == pytest.approx(max(vals.values()) - min(vals.values()))
+        assert gap["worst_value"] == pytest.approx(min(vals.values()))
+        assert 0 <= gap["p_value"] <= 1
+
+
+def test_group_intervals_equal_a_brute_force_bootstrap(scored):
+    _, metrics, pairs, sex = scored
+    entry = metrics["subgroups"]["datasets"]["phantom"]
+    case_ids = list(dict.fromkeys(pairs.case_id))  # the scored cases in their order
+    draws = np.concatenate(list(case_draws(len(case_ids), B, 0)))
+    for g, value in (("sex=F", "F"), ("sex=M", "M")):
+        cases = {c for c, s in sex.items() if s == value}
+        reps = []
+        for r in range(B):
+            v = brute(pairs, cases, dict(zip(case_ids, draws[r])))["pointing_game"]
+            reps.append(np.nan if v is None else v)
+        reps = np.asarray(reps)
+        lo, hi = np.percentile(reps[~np.isnan(reps)], [2.5, 97.5])
+        assert entry["groups"][g]["ci95"]["pointing_game"] == pytest.approx([lo, hi], abs=1e-12)
+
+
+def test_fairlearn_gives_the_same_by_group_values_and_difference(scored):
+    fairlearn = pytest.importorskip("fairlearn.metrics")
+    _, metrics, pairs, sex = scored
+    entry = metrics["subgroups"]["datasets"]["phantom"]
+    classes = sorted(pairs["class"].unique())
+    cases = list(dict.fromkeys(pairs.case_id))
+    wide = {k: pairs.pivot(index="case_id", columns="class", values=k).reindex(index=cases, columns=classes)
+            for k in ("label", "predicted", "hit", "has_region")}
+    y = wide["label"].to_numpy(float)
+    pred = wide["predicted"].to_numpy(float)
+    hit = np.where(wide["has_region"].to_numpy(bool), wide["hit"].to_numpy(float), np.nan)
+
+    def accuracy(yt, yp):  # the mean over classes of each class's accuracy on its labelled cases
+        vals = [np.mean(yp[yt[:, j] >= 0, j] == yt[yt[:, j] >= 0, j]) for j in range(yt.shape[1]) if (yt[:, j] >= 0).any()]
+        return float(np.mean(vals))
+
+    def pointing(yt, yp):  # the mean over classes of the hit rate on the positive pairs
+        vals = [np.nanmean(yp[:, j]) for j in range(yp.shape[1]) if (~np.isnan(yp[:, j])).any()]
+        return float(np.mean(vals))
+
+    groups = np.asarray(["sex=" + sex[c] for c in cases])
+    for key, fn, yp in (("accuracy", accuracy, pred), ("pointing_game", pointing, hit)):
+        mf = fairlearn.MetricFrame(metrics=fn, y_true=y, y_pred=yp, sensitive_features=groups)
+        for g, v in mf.by_group.items():
+            assert entry["groups"][g][key] == pytest.approx(v, abs=1e-12)
+        assert entry["gaps"][key]["gap"] == pytest.approx(mf.difference(method="between_groups"), abs=1e-12)
+
+
+def test_by_group_csv_has_fairlearns_shape(scored):
+    d, metrics, _, _ = scored
+    frame = pd.read_csv(d / "s/subgroups_phantom.csv", index_col="group")
+    assert list(frame.index) == ["sex=F", "sex=M"]
+    assert list(frame.columns[2:]) == metrics["subgroups"]["keys"]
+    assert frame.loc["sex=F", "pointing_game"] == pytest.approx(metrics["subgroups"]["datasets"]["phantom"]["groups"]
+                                                                ["sex=F"]["pointing_game"])
+
+
+def test_bad_requests_exit_2_and_write_nothing(scored):
+    d, _, _, _ = scored
+    for args, text in ((["--by", "race"], "has no such case attribute (it has age, sex, view)"),
+                       (["--by", "Sex!"], "give field names separated by commas"),
+                       (["--by", "age", "--age-bands", "x"], "give ages in years")):
+        code, out = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", d / "bad", *args, "-q")
+        assert code == 2 and text in out, out
+        assert not (d / "bad").exists()
+
+
+def test_without_attributes_the_ground_truth_refuses_by(tmp_path):
+    assert xb("prepare", "phantom", "--out", tmp_path / "data", "--n-cases", 6, "-q")[0] == 0
+    assert xb("extract", "--model", "dog", "--images", tmp_path / "data/images.zarr", "--out", tmp_path / "d.zarr",
+              "--workers", 0, "-q")[0] == 0
+    code, out = xb("score", tmp_path / "d.zarr", "--gt", tmp_path / "data/gt.zarr", "--out", tmp_path / "s", "--by",
+                   "sex", "-q")
+    assert code == 2 and "(it has none)" in out
+
+
+def test_group_labels_and_age_bands():
+    attrs = {"sex": Attribute(np.array(["F", "M", "", "F"]), "category"),
+             "age": Attribute(np.array([39.0, 40.0, 80.0, np.nan], np.float32), "number")}
+    assert list(banded(attrs["age"].values, (40.0, 60.0, 80.0))) == ["<40", "40-59", ">=80", ""]
+    assert list(group_labels(attrs, ["sex", "age"])) == ["sex=F, age=<40", "sex=M, age=40-59", "", ""]
