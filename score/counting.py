@@ -17,7 +17,6 @@ import numpy as np
 from . import pair_stats as PS
 from . import registry as R
 from .counts import DatasetCounts, count_dtype
-from .errors import ScoreInputError
 from .kernels import N_THRESHOLDS, GroundingCounts, count_pairs_into, resize_plan
 from .recognition_core import probabilities
 

@@ -15,7 +15,7 @@ import click
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
 from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
 from xbench.schemas.errors import escape_text
-from xbench.schemas.options import click_options, from_params
+from xbench.schemas.options import from_params
 from xbench.score.options import ReportOptions
 
 from ._load import ReportInputError

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from dataclasses import dataclass
+from pathlib import Path
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
