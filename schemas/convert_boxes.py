@@ -316,37 +316,10 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
         if why:
             problems.add(where, why)
             continue
-        if kind == "query_id":
-            qid = _id_text(r["query_id"])
-            row = queries.get(qid) if qid is not None else None
-            if row is None:
-                problems.add(where, f"query_id {r['query_id']!r} is not a phrase row of the images store's {name}"
-                                    + ("" if queries else " (it has none)"))
-                continue
-            if int(ds.queries.case[row]) != cases[case]:
-                problems.add(where, f"query_id {qid!r} is a phrase of case {str(ds.case_id[int(ds.queries.case[row])])!r}, "
-                                    f"not of image_id {image_id}")
-                continue
-            target = phrases.setdefault(qid, Finding([]))
-        else:
-            cat = _id_text(r["category_id"])
-            if cat is None:
-                problems.add(where, "category_id must be an integer or a string")
-                continue
-            finding = _resolve_name(cat, cat_map, classes)
-            if finding is None and cat in cat_names:
-                finding = _resolve_name(cat_names[cat], cat_map, classes)
-            if finding is None:
-                unknown_cats[cat] = unknown_cats.get(cat, 0) + 1
-                continue
-            if finding == "":
-                continue
-            if finding not in classes:
-                problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name} "
-                                    f"({', '.join(classes)})")
-                continue
-            target = findings.setdefault(case, {}).setdefault(finding, Finding([]))
-            used.add(finding)
+        target = _coco_target(r, kind, where, problems, name, ds, queries, cases, case, image_id, cat_map, cat_names,
+                              classes, unknown_cats, used, phrases, findings)
+        if target is None:
+            continue
         if len(target.marks) >= MAX_MARKS_PER_ITEM:
             problems.add(where, f"is one more than the {MAX_MARKS_PER_ITEM:,} boxes one case and finding (or phrase "
                                 "row) may have")
@@ -368,6 +341,41 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
     return Parsed(mapping["model"] or src.stem, "boxes", {name: findings}, {name: unsupported}, info,
                   {name: phrases} if phrases else {})
 
+
+def _coco_target(r: dict, kind: str, where: str, problems, name, ds, queries, cases, case, image_id, cat_map,
+                 cat_names, classes, unknown_cats: dict, used: set, phrases: dict, findings: dict):
+    """The Finding one COCO result's box joins (a phrase row's or a case's finding), or None: a problem added, an
+    unknown category counted, or a category the mapping drops."""
+    if kind == "query_id":
+        qid = _id_text(r["query_id"])
+        row = queries.get(qid) if qid is not None else None
+        if row is None:
+            problems.add(where, f"query_id {r['query_id']!r} is not a phrase row of the images store's {name}"
+                                + ("" if queries else " (it has none)"))
+            return None
+        if int(ds.queries.case[row]) != cases[case]:
+            problems.add(where, f"query_id {qid!r} is a phrase of case {str(ds.case_id[int(ds.queries.case[row])])!r}, "
+                                f"not of image_id {image_id}")
+            return None
+        return phrases.setdefault(qid, Finding([]))
+    cat = _id_text(r["category_id"])
+    if cat is None:
+        problems.add(where, "category_id must be an integer or a string")
+        return None
+    finding = _resolve_name(cat, cat_map, classes)
+    if finding is None and cat in cat_names:
+        finding = _resolve_name(cat_names[cat], cat_map, classes)
+    if finding is None:
+        unknown_cats[cat] = unknown_cats.get(cat, 0) + 1
+        return None
+    if finding == "":
+        return None
+    if finding not in classes:
+        problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name} "
+                            f"({', '.join(classes)})")
+        return None
+    used.add(finding)
+    return findings.setdefault(case, {}).setdefault(finding, Finding([]))
 
 def _pick_dataset(images, dataset: str | None, src: Path) -> str:
     if dataset is None:

@@ -133,22 +133,8 @@ def write_ground_truth(
     if query_probes is not None:
         problems += (check_probes(queries.id, queries.case, queries.category, query_probes, f"ground truth {dataset}")
                      if queries is not None else [Problem(f"ground truth {dataset}", "text probes need phrase rows")])
-    if perturbations is not None:  # the robustness track's copies (schemas/perturbations.py)
-        from . import perturbations as PT
-
-        problems += PT.check(perturbations, case_ids, f"ground truth {dataset}")
-        if perturbations.query_id is not None:  # the copies' phrase rows: originals of their clean case, each once
-            original = None if queries is None else (np.ones(len(queries), bool) if query_probes is None
-                                                     else ~query_probes.is_probe)
-            problems += PT.check_queries(perturbations, queries, original, f"ground truth {dataset}", len(case_ids))
-    if gaze is not None:  # where radiologists looked (schemas/gaze.py)
-        from . import gaze as GZ
-
-        problems += GZ.check(gaze, len(case_ids), len(classes), (h, w), f"ground truth {dataset}")
-    if attributes:  # who the patients are (schemas/attributes.py)
-        from . import attributes as AT
-
-        problems += AT.check(attributes, len(case_ids), f"ground truth {dataset}")
+    problems += _optional_problems(dataset, case_ids, classes, (h, w), queries, query_probes, perturbations, gaze,
+                                   attributes)
     if problems:
         raise InvalidStoreError(problems)
     root = ensure_root(path, "ground-truth")
@@ -156,6 +142,8 @@ def write_ground_truth(
         declare_minor(root, "ground-truth")
     if query_probes is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PROBE_MINOR, root_minor(root))}
+    from . import attributes as AT, gaze as GZ, perturbations as PT
+
     if perturbations is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PT.GT_MINOR, root_minor(root))}
     if gaze is not None:
@@ -198,6 +186,31 @@ def write_ground_truth(
         if tmp.exists():
             shutil.rmtree(tmp)
     consolidate(path)
+
+
+def _optional_problems(dataset, case_ids, classes, grid, queries, query_probes, perturbations, gaze,
+                       attributes) -> list[Problem]:
+    """The problems of a ground-truth group's optional parts: perturbed copies (schemas/perturbations.py), gaze
+    (schemas/gaze.py) and case attributes (schemas/attributes.py)."""
+    problems: list[Problem] = []
+    where = f"ground truth {dataset}"
+    if perturbations is not None:  # the robustness track's copies
+        from . import perturbations as PT
+
+        problems += PT.check(perturbations, case_ids, where)
+        if perturbations.query_id is not None:  # the copies' phrase rows: originals of their clean case, each once
+            original = None if queries is None else (np.ones(len(queries), bool) if query_probes is None
+                                                     else ~query_probes.is_probe)
+            problems += PT.check_queries(perturbations, queries, original, where, len(case_ids))
+    if gaze is not None:  # where radiologists looked
+        from . import gaze as GZ
+
+        problems += GZ.check(gaze, len(case_ids), len(classes), grid, where)
+    if attributes:  # who the patients are
+        from . import attributes as AT
+
+        problems += AT.check(attributes, len(case_ids), where)
+    return problems
 
 
 def _check_gt_arrays(dataset, case_ids, classes, labels, region_index, region_mask, orig_size, grid) -> list[Problem]:
