@@ -494,7 +494,25 @@ def read_marks(src: Path, images, *, mapping: dict, data: Any = None) -> Parsed:
                     have.score = f.score if have.score is None else max(have.score, f.score or 0.0)
         resolved = [_resolve_name(u, mapping["categories"], classes) for u in said_unsupported]
         unsupported[name] = [c for c in classes if c in resolved]
+    phrases, n_marks = _read_marks_phrases(src, data, images, reason, coordinates, problems, count)
+    n_boxes, n_points = n_boxes + n_marks[0], n_points + n_marks[1]
+    for name in phrases:
+        findings.setdefault(name, {})
+        unsupported.setdefault(name, [])
+    if not findings and not problems:
+        problems.add(str(src), "names no dataset")
+    problems.raise_if_any()
+    info = {"format": "marks-json", "coordinates": coordinates, "boxes": n_boxes, "points": n_points}
+    method = "points" if n_points and not n_boxes else "boxes"
+    return Parsed(str(model or mapping["model"] or src.stem), method, findings, unsupported, info,
+                  {k: v for k, v in phrases.items()}, reason)
+
+
+def _read_marks_phrases(src: Path, data: dict, images, reason, coordinates: str, problems: _Problems,
+                        count: _MarkCount) -> tuple[dict[str, dict[str, Finding]], tuple[int, int]]:
+    """A marks JSON's ``phrases``: {dataset: {query id: Finding}} and the (boxes, points) they hold."""
     phrases: dict[str, dict[str, Finding]] = {}
+    n_boxes = n_points = 0
     per_dataset = data.get("phrases", {})
     if not isinstance(per_dataset, dict):
         problems.add(f"{src}: phrases", 'must be an object {"<dataset>": {"<query_id>": {"boxes", "points", "score"}}}')
@@ -526,15 +544,7 @@ def read_marks(src: Path, images, *, mapping: dict, data: Any = None) -> Parsed:
                 n_boxes += sum(m.is_box for m in f.marks)
                 n_points += sum(not m.is_box for m in f.marks)
                 got[qid] = f
-        findings.setdefault(name, {})
-        unsupported.setdefault(name, [])
-    if not findings and not problems:
-        problems.add(str(src), "names no dataset")
-    problems.raise_if_any()
-    info = {"format": "marks-json", "coordinates": coordinates, "boxes": n_boxes, "points": n_points}
-    method = "points" if n_points and not n_boxes else "boxes"
-    return Parsed(str(model or mapping["model"] or src.stem), method, findings, unsupported, info,
-                  {k: v for k, v in phrases.items()}, reason)
+    return phrases, (n_boxes, n_points)
 
 
 def _read_finding(entry, where: str, size: tuple[int, int], coordinates: str, problems: _Problems,
