@@ -154,6 +154,27 @@ def _strings(value, where: str, problems: Problems, *, what: str) -> list[str] |
     return None
 
 
+def _hdf5_query_problems(got: dict, sal: tuple, where: str, problems: Problems) -> list[str]:
+    """The phrase arrays a dataset group holds (all three or none), their shapes and sizes checked."""
+    from .budget import limits
+
+    query = [k for k in ("query_id", "query_scores", "query_saliency") if got[k] is not None]
+    if query and len(query) < 3:
+        problems.add(where, f"phrase rows need query_id, query_scores and query_saliency; it has only {', '.join(query)}")
+    if len(query) == 3:
+        q = got["query_id"].shape[0]
+        qs = got["query_saliency"].shape
+        want = [(q, sal[2], sal[3]), (q, 1, sal[2], sal[3])]
+        if got["query_scores"].shape != (q,) or qs not in want:
+            problems.add(where, f"phrase rows must be query_scores (Q,) and query_saliency (Q, h, w) = {want[0]} "
+                                f"(the maps' size), got {got['query_scores'].shape} and {qs}")
+        elif q == 0:
+            problems.add(f"{where}/query_id", "is empty; leave the phrase arrays out instead")
+        elif got["query_id"].dset.dtype.itemsize * q > limits().max_chunk_bytes:
+            problems.add(f"{where}/query_id", "is larger than the memory budget allows (--max-memory)")
+    return query
+
+
 def read_hdf5(h5, src: Path, cases_per_block: int, require_phrases: bool, phrases_reason: str | None) -> Converted:
     """Check the whole file (links, types, layouts, sizes, attributes) and return how to read it."""
     from .budget import limits
@@ -210,21 +231,8 @@ def read_hdf5(h5, src: Path, cases_per_block: int, require_phrases: bool, phrase
         if cases_per_block * row_bytes * 3 > limits().max_memory:
             problems.add(where, f"a block of {cases_per_block} cases needs {cases_per_block * row_bytes * 3 / 2**20:.0f} "
                                 f"MiB, more than --max-memory; lower --cases-per-block")
-        query = [k for k in ("query_id", "query_scores", "query_saliency") if got[k] is not None]
-        if query and len(query) < 3:
-            problems.add(where, f"phrase rows need query_id, query_scores and query_saliency; it has only {', '.join(query)}")
+        query = _hdf5_query_problems(got, sal, where, problems)
         query_ids: list[str] = []
-        if len(query) == 3:
-            q = got["query_id"].shape[0]
-            qs = got["query_saliency"].shape
-            want = [(q, sal[2], sal[3]), (q, 1, sal[2], sal[3])]
-            if got["query_scores"].shape != (q,) or qs not in want:
-                problems.add(where, f"phrase rows must be query_scores (Q,) and query_saliency (Q, h, w) = {want[0]} "
-                                    f"(the maps' size), got {got['query_scores'].shape} and {qs}")
-            elif q == 0:
-                problems.add(f"{where}/query_id", "is empty; leave the phrase arrays out instead")
-            elif got["query_id"].dset.dtype.itemsize * q > limits().max_chunk_bytes:
-                problems.add(f"{where}/query_id", "is larger than the memory budget allows (--max-memory)")
         if len(problems) > n_before:
             continue
         try:
