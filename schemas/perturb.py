@@ -141,19 +141,8 @@ def _opaque_ids(n: int) -> list[str]:
     return ["r2-" + hashlib.sha256(salt + i.to_bytes(8, "little")).hexdigest()[:24] for i in range(n)]
 
 
-def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.PathLike, opts: Round2Options, *,
-                gt=None, progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> dict:
-    """Write the round-2 store ``out`` and its key ``key_path`` (see the module docstring); returns a summary.
-
-    ``submission``, ``images`` and ``gt`` are opened stores (:func:`read_submission`, :func:`read_images`,
-    :func:`read_ground_truth`), already validated. Nothing is written when an input is refused; the store is
-    built beside ``out`` and renamed into place, then the key is written."""
-    from .paths import swap_in, work_dir
-    from .store import consolidate, open_store_group
-
-    problems = opts.check()
-    if problems:
-        raise InputError(problems)
+def _plan_round2(submission, images, gt, opts: Round2Options) -> dict:
+    """{dataset: (pairs, the submission's rows of the cases)} for round 2, or InputError with every problem."""
     names = list(opts.datasets) if opts.datasets else sorted(set(images.datasets) & set(submission.datasets))
     plan, problems = {}, []
     for name in names:
@@ -192,6 +181,23 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
         plan[name] = (pairs, np.array([row_of[c] for c in case_ids], dtype=np.int64))
     if problems:
         raise InputError(problems)
+    return plan
+
+
+def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.PathLike, opts: Round2Options, *,
+                gt=None, progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> dict:
+    """Write the round-2 store ``out`` and its key ``key_path`` (see the module docstring); returns a summary.
+
+    ``submission``, ``images`` and ``gt`` are opened stores (:func:`read_submission`, :func:`read_images`,
+    :func:`read_ground_truth`), already validated. Nothing is written when an input is refused; the store is
+    built beside ``out`` and renamed into place, then the key is written."""
+    from .paths import swap_in, work_dir
+    from .store import consolidate, open_store_group
+
+    problems = opts.check()
+    if problems:
+        raise InputError(problems)
+    plan = _plan_round2(submission, images, gt, opts)
     cases = sum(len({p.row for p in pairs}) for pairs, _ in plan.values())
     n_pairs = sum(len(pairs) for pairs, _ in plan.values())
     total = shared_per_case(opts.curves, opts.insertion_substrate) * cases + n_pairs * images_per_pair(opts.curves, opts.steps)
