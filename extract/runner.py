@@ -161,6 +161,54 @@ def software_versions() -> dict:
     return out
 
 
+def _plan(adapter, store, names, opts: ExtractOptions, config, precision: str, tta):
+    """Per dataset the submission's spec and the adapter's input pixels, and the run's provenance and model name."""
+    specs, prompts, adapter_prov, pixels = {}, {}, {}, {}
+    for name in names:
+        ds = store.datasets[name]
+        adapter.dataset = name  # per-dataset prompt defaults (extract/models/prompts.toml)
+        pixels[name] = input_pixels(adapter, name, ds.has_originals)
+        if pixels[name]["source"] == "original":
+            check_original_sizes(name, ds.orig_size[:opts.limit])
+        adapter.set_classes(ds.classes)
+        specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
+                                  tuple(adapter.unsupported), **({} if opts.scores_only else _phrase_spec(ds, adapter, opts.limit)))
+        adapter_prov = adapter.provenance()
+        prompts[name] = adapter_prov.pop("prompts", None)
+    model_name = str(config.get("name") or opts.model)
+    provenance = {
+        "adapter": adapter_prov, "layers": adapter_prov.get("layers"), "prompts": prompts,
+        "config": _jsonable(config), "config_hash": adapter.config_hash, "precision": precision,
+        "input_pixels": {n: {k: v for k, v in p.items() if k != "transform"} for n, p in pixels.items()},
+        "images": {"path": Path(opts.images).name, "attrs": _jsonable(store.attrs)},
+        "software": software_versions(),
+    }
+    if tta is not None:  # only then: a run without augmentations writes the same attributes as before
+        provenance["augment"] = tta.provenance()
+    return specs, pixels, provenance, model_name
+
+
+def _create_store(opts: ExtractOptions, info, model_name: str, adapter, provenance: dict, specs: dict, cpb: int) -> None:
+    """Rank 0 creates (or checks, when resuming) the submission store; every rank learns whether that failed."""
+    error = None
+    if info.is_main:
+        error = check_resume(opts.out, provenance.get("augment"), opts.overwrite)
+    if info.is_main and error is None:
+        try:
+            SubmissionWriter.create(opts.out, model=model_name, method=adapter.method, provenance=provenance,
+                                    datasets=specs, cases_per_block=cpb, map_dtype=opts.map_dtype,
+                                    overwrite=opts.overwrite, **({"scores_only": True} if opts.scores_only else {}))
+        except InvalidStoreError as e:
+            error = str(e)
+        except BaseException:
+            distributed.broadcast("rank 0 failed to create the store (see its traceback)")
+            raise
+    error = distributed.broadcast(error)
+    if error:
+        distributed.shutdown()
+        raise ExtractError(error)
+
+
 def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> dict:
     """Run (or resume) an extraction; returns a summary dict. Raises ExtractError for bad inputs."""
     info = distributed.world_info()
@@ -193,46 +241,9 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
     adapter.to(device)
     cpb = opts.cases_per_block or max(64, opts.batch_size)
 
-    specs, prompts, adapter_prov, pixels = {}, {}, {}, {}
-    for name in names:
-        ds = store.datasets[name]
-        adapter.dataset = name  # per-dataset prompt defaults (extract/models/prompts.toml)
-        pixels[name] = input_pixels(adapter, name, ds.has_originals)
-        if pixels[name]["source"] == "original":
-            check_original_sizes(name, ds.orig_size[:opts.limit])
-        adapter.set_classes(ds.classes)
-        specs[name] = DatasetSpec([str(c) for c in ds.case_id[:opts.limit]], tuple(ds.classes), tuple(adapter.map_shape), adapter.score_kind,
-                                  tuple(adapter.unsupported), **({} if opts.scores_only else _phrase_spec(ds, adapter, opts.limit)))
-        adapter_prov = adapter.provenance()
-        prompts[name] = adapter_prov.pop("prompts", None)
-    model_name = str(config.get("name") or opts.model)
-    provenance = {
-        "adapter": adapter_prov, "layers": adapter_prov.get("layers"), "prompts": prompts,
-        "config": _jsonable(config), "config_hash": adapter.config_hash, "precision": precision,
-        "input_pixels": {n: {k: v for k, v in p.items() if k != "transform"} for n, p in pixels.items()},
-        "images": {"path": Path(opts.images).name, "attrs": _jsonable(store.attrs)},
-        "software": software_versions(),
-    }
-    if tta is not None:  # only then: a run without augmentations writes the same attributes as before
-        provenance["augment"] = tta.provenance()
+    specs, pixels, provenance, model_name = _plan(adapter, store, names, opts, config, precision, tta)
 
-    error = None
-    if info.is_main:
-        error = check_resume(opts.out, provenance.get("augment"), opts.overwrite)
-    if info.is_main and error is None:
-        try:
-            SubmissionWriter.create(opts.out, model=model_name, method=adapter.method, provenance=provenance,
-                                    datasets=specs, cases_per_block=cpb, map_dtype=opts.map_dtype,
-                                    overwrite=opts.overwrite, **({"scores_only": True} if opts.scores_only else {}))
-        except InvalidStoreError as e:
-            error = str(e)
-        except BaseException:
-            distributed.broadcast("rank 0 failed to create the store (see its traceback)")
-            raise
-    error = distributed.broadcast(error)
-    if error:
-        distributed.shutdown()
-        raise ExtractError(error)
+    _create_store(opts, info, model_name, adapter, provenance, specs, cpb)
     writer = SubmissionWriter.open(opts.out)
 
     kill_after = int(os.environ.get("XBENCH_EXTRACT_KILL_AFTER_BLOCKS", "0") or 0)
