@@ -81,61 +81,10 @@ def _region_chunks(n_regions: int, step: int, keep: np.ndarray, batch: int) -> l
     return [b for b in batches if b]
 
 
-def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_cols: np.ndarray | None = None,
-                  progress: Progress | None = None, mask_chunk: int | None = None,
-                  timings: dict[str, float] | None = None, region_problems: list | None = None,
-                  where: str | None = None, workers: int | None = None,
-                  metric_params: Mapping | None = None, scope: str = "class") -> DatasetCounts:
-    """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
-
-    The same pass fills the per-pair columns of ``extra`` that some registered metric reads, each declared in
-    :mod:`xbench.score.pair_stats` for the rows of ``scope`` ("class", or "phrase" for the phrase-row view):
-    e.g. the energy share, the tolerant pointing-game hit at ``metric_params["pointing_tolerance"]``
-    original pixels (the metric's declared default where not given: :mod:`xbench.score.metric_params`) (each case's
-    ``orig_size`` over the grid gives its cell size; without ``orig_size`` that column is absent) and, on
-    phrase rows, the signed CNR.
-
-    Every region_mask chunk is decoded exactly once, on one of ``workers`` threads that then counts the
-    chunk's pairs with the serial ``nogil`` kernel (:func:`xbench.score.kernels.count_pairs_into`): decoding
-    and counting overlap, and memory holds one decoded chunk per thread plus the raw positive maps of one
-    batch (at most ``MAP_BATCH_BYTES``), never resized maps. The same pass checks what
-    ``validate_ground_truth(..., scan_masks=False)`` skipped: every region chunk decodes and no region
-    is empty.
-
-    Parameters
-    ----------
-    sub_ds, gt_ds
-        A ``SubmissionDataset`` and a ``GroundTruthDataset`` (or any objects with the same attributes;
-        arrays may be NumPy or lazy zarr arrays).
-    case_rows, class_cols
-        The alignment from :func:`xbench.schemas.align` (computed when omitted). A case row of -1 is a case
-        the submission lacks (``align(..., allow_missing=True)``): the counts then hold only the cases present,
-        in the ground truth's order, exactly as for a ground truth of those cases alone; the regions of the
-        missing cases are still decoded and checked.
-    progress
-        Called with the number of positive pairs finished after each chunk.
-    mask_chunk
-        Regions per read (default: the region_mask chunk length).
-    region_problems
-        Where to append problems of the region masks (unreadable chunk, empty region; the validator's
-        messages, ``where`` naming the dataset). When omitted, such problems raise
-        :class:`xbench.schemas.InvalidStoreError`.
-    workers
-        Threads (default: Numba's thread count).
-    scope
-        The rows counted: "class" (finding classes) or "phrase" (phrase rows, :mod:`xbench.score.phrases`);
-        picks the per-pair statistics defined on them.
-    """
-    from xbench.schemas import InvalidStoreError
-    from xbench.schemas.ground_truth import empty_region_problem
-    from xbench.schemas.store import read_rows
-
-    if case_rows is None or class_cols is None:
-        from xbench.schemas import align
-
-        case_rows, class_cols = align(sub_ds, gt_ds)
-    timings = timings if timings is not None else {}
-    where = where or str(gt_ds.name)
+def _recognition_rows(sub_ds, gt_ds, case_rows, class_cols, timings: dict):
+    """The cases present and their recognition inputs: (classes, supported, labels, present, partial, case_id,
+    case_rows, rows_all, case_row, prob); a partial run keeps the cases present as if they were all."""
+    case_row = None
     classes = tuple(gt_ds.classes)
     unsupported = set(getattr(sub_ds, "unsupported", ()))
     supported = np.array([c not in unsupported for c in classes], dtype=bool)
@@ -153,23 +102,18 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     prob[:, ~supported] = np.nan
     timings["recognition"] = timings.get("recognition", 0.0) + time.perf_counter() - t0
 
-    ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
-    keep_region = supported[ri[:, 1]] & present[ri[:, 0]] if partial and ri.size else supported[ri[:, 1]]
-    keep = np.flatnonzero(keep_region) if ri.size else np.zeros(0, np.int64)
+    return classes, supported, labels, present, partial, case_id, case_rows, rows_all, case_row, prob
+
+
+def _grounding_pass(sub_ds, gt_ds, ri: np.ndarray, keep: np.ndarray, rows_all, class_cols, out: GroundingCounts,
+                    extra: dict, stats, cell, tol: float, grid: tuple[int, int], mask_chunk, workers, progress,
+                    timings: dict, where: str) -> tuple[list, list[int]]:
+    """Decode every region chunk once and count its kept pairs into ``out`` and ``extra`` (threads overlap
+    decoding and counting; :func:`count_dataset`); the region problems and the rows of the first empty regions."""
+    from xbench.schemas.store import read_rows
+
+    H, W = grid
     K = keep.size
-    H, W = (int(s) for s in gt_ds.grid)
-    dtype = count_dtype((H, W))
-    out = GroundingCounts(np.empty((K, N_THRESHOLDS), dtype), np.empty((K, N_THRESHOLDS), dtype),
-                          np.empty(K, bool), np.empty(K, np.int32))
-    # the per-pair statistics some registered metric reads (pair_stats.py), and only those
-    has_size = hasattr(gt_ds, "orig_size")
-    stats = PS.needed(R.metrics(kind=None, scope=None), scope, orig_size=has_size)
-    extra = {s.name: np.empty(K, s.dtype) for s in stats}
-    tol = float(R.metric_params(metric_params)["pointing_tolerance"])  # checked: ScoreInputError
-    # original pixels per grid cell (height, width) of each kept pair's case
-    # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
-    cell = (np.ascontiguousarray(np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]]
-                                 / np.array([H, W], dtype=np.float64)) if has_size else None)
     masks_arr = gt_ds.region_mask
     step = int(mask_chunk or (masks_arr.chunks[0] if hasattr(masks_arr, "chunks") else 256))
     sal = sub_ds.saliency
@@ -229,6 +173,84 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     # thread-seconds (summed over the workers), for where the time goes; the wall time is grounding_pass
     timings["read_regions_thread_s"] = timings.get("read_regions_thread_s", 0.0) + t_read
     timings["resize_and_bin_thread_s"] = timings.get("resize_and_bin_thread_s", 0.0) + t_count
+    return problems, first_empty
+
+
+def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_cols: np.ndarray | None = None,
+                  progress: Progress | None = None, mask_chunk: int | None = None,
+                  timings: dict[str, float] | None = None, region_problems: list | None = None,
+                  where: str | None = None, workers: int | None = None,
+                  metric_params: Mapping | None = None, scope: str = "class") -> DatasetCounts:
+    """Counts of one dataset: probabilities, and hit / |B| / |B∩R| for every positive pair.
+
+    The same pass fills the per-pair columns of ``extra`` that some registered metric reads, each declared in
+    :mod:`xbench.score.pair_stats` for the rows of ``scope`` ("class", or "phrase" for the phrase-row view):
+    e.g. the energy share, the tolerant pointing-game hit at ``metric_params["pointing_tolerance"]``
+    original pixels (the metric's declared default where not given: :mod:`xbench.score.metric_params`) (each case's
+    ``orig_size`` over the grid gives its cell size; without ``orig_size`` that column is absent) and, on
+    phrase rows, the signed CNR.
+
+    Every region_mask chunk is decoded exactly once, on one of ``workers`` threads that then counts the
+    chunk's pairs with the serial ``nogil`` kernel (:func:`xbench.score.kernels.count_pairs_into`): decoding
+    and counting overlap, and memory holds one decoded chunk per thread plus the raw positive maps of one
+    batch (at most ``MAP_BATCH_BYTES``), never resized maps. The same pass checks what
+    ``validate_ground_truth(..., scan_masks=False)`` skipped: every region chunk decodes and no region
+    is empty.
+
+    Parameters
+    ----------
+    sub_ds, gt_ds
+        A ``SubmissionDataset`` and a ``GroundTruthDataset`` (or any objects with the same attributes;
+        arrays may be NumPy or lazy zarr arrays).
+    case_rows, class_cols
+        The alignment from :func:`xbench.schemas.align` (computed when omitted). A case row of -1 is a case
+        the submission lacks (``align(..., allow_missing=True)``): the counts then hold only the cases present,
+        in the ground truth's order, exactly as for a ground truth of those cases alone; the regions of the
+        missing cases are still decoded and checked.
+    progress
+        Called with the number of positive pairs finished after each chunk.
+    mask_chunk
+        Regions per read (default: the region_mask chunk length).
+    region_problems
+        Where to append problems of the region masks (unreadable chunk, empty region; the validator's
+        messages, ``where`` naming the dataset). When omitted, such problems raise
+        :class:`xbench.schemas.InvalidStoreError`.
+    workers
+        Threads (default: Numba's thread count).
+    scope
+        The rows counted: "class" (finding classes) or "phrase" (phrase rows, :mod:`xbench.score.phrases`);
+        picks the per-pair statistics defined on them.
+    """
+    from xbench.schemas import InvalidStoreError
+    from xbench.schemas.ground_truth import empty_region_problem
+
+    if case_rows is None or class_cols is None:
+        from xbench.schemas import align
+
+        case_rows, class_cols = align(sub_ds, gt_ds)
+    timings = timings if timings is not None else {}
+    where = where or str(gt_ds.name)
+    (classes, supported, labels, present, partial, case_id, case_rows, rows_all, case_row,
+     prob) = _recognition_rows(sub_ds, gt_ds, case_rows, class_cols, timings)
+    ri = np.asarray(gt_ds.region_index, dtype=np.int64).reshape(-1, 2)
+    keep_region = supported[ri[:, 1]] & present[ri[:, 0]] if partial and ri.size else supported[ri[:, 1]]
+    keep = np.flatnonzero(keep_region) if ri.size else np.zeros(0, np.int64)
+    K = keep.size
+    H, W = (int(s) for s in gt_ds.grid)
+    dtype = count_dtype((H, W))
+    out = GroundingCounts(np.empty((K, N_THRESHOLDS), dtype), np.empty((K, N_THRESHOLDS), dtype),
+                          np.empty(K, bool), np.empty(K, np.int32))
+    # the per-pair statistics some registered metric reads (pair_stats.py), and only those
+    has_size = hasattr(gt_ds, "orig_size")
+    stats = PS.needed(R.metrics(kind=None, scope=None), scope, orig_size=has_size)
+    extra = {s.name: np.empty(K, s.dtype) for s in stats}
+    tol = float(R.metric_params(metric_params)["pointing_tolerance"])  # checked: ScoreInputError
+    # original pixels per grid cell (height, width) of each kept pair's case
+    # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
+    cell = (np.ascontiguousarray(np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]]
+                                 / np.array([H, W], dtype=np.float64)) if has_size else None)
+    problems, first_empty = _grounding_pass(sub_ds, gt_ds, ri, keep, rows_all, class_cols, out, extra, stats, cell,
+                                            tol, (H, W), mask_chunk, workers, progress, timings, where)
     if first_empty:
         problems.append(empty_region_problem(where, min(first_empty)))
     if problems:
