@@ -455,17 +455,10 @@ def prepare_dataset(
                         max_skip_fraction, progress, keep_original, guard, text_probes, copies)
 
 
-def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size: int, workers: int | None,
-             cases_per_block: int, max_skip_fraction: float, progress: bool, keep_original: bool,
-             guard: _DeferredInterrupt, text_probes: bool = False, copies=None) -> PrepareSummary:
-    from xbench.schemas import ImagesWriter, read_images, write_ground_truth
-    from xbench.schemas.queries import Queries
-
-    t0 = time.perf_counter()
-    classes = list(reader.classes)
-    grounding = set(reader.grounding_classes if reader.grounding_classes is not None else classes)
-    summary = PrepareSummary(reader.key, reader.split, images=str(out / "images.zarr"), gt=str(out / "gt.zarr"))
-
+def _kept_records(reader: DatasetReader, classes, grounding: set, summary: "PrepareSummary",
+                  max_skip_fraction: float) -> tuple[list[CaseRecord], list[dict]]:
+    """The reader's records that pass the checks without pixels (in record order, so the case list is the same
+    on every run) and the skipped ones; the summary's listed count. Raises PrepareError."""
     try:
         records = list(reader.records())
     except InputError as exc:  # ReaderError, or an annotation file refused by the bounded readers
@@ -494,8 +487,13 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
     _check_fraction(summary, max_skip_fraction)
     if not kept:
         raise PrepareError(f"{reader.key}: no case left to prepare", [f"{s['source']}: {s['reason']}" for s in skipped])
+    return kept, skipped
 
-    case_ids = [r.case_id for r in kept]
+
+def _plan(reader: DatasetReader, case_ids, kept, classes, grid, image_size: int, cases_per_block: int,
+          keep_original: bool, text_probes: bool, copies):
+    """The run's attributes, its resumable plan (keys added only when their option is used, so that the plans
+    of earlier runs stay resumable), its phrase rows and text probes."""
     base_attrs = {"reader": reader.describe(), "resampling": RESAMPLING, "source_split": reader.split}
     plan = {"case_ids": case_ids, "classes": classes, "grid": grid, "size": image_size, "cpb": cases_per_block,
             "rasterisation": RASTERISATION, **base_attrs}  # blocks rasterised by another rule are not resumed
@@ -515,13 +513,15 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         plan["text_probes"] = True  # only then, so that the plans of earlier runs stay resumable
     if copies:  # likewise: only with perturbed copies
         plan["perturb"] = copies.plan()
-    work = out / WORK_DIR / reader.key
-    out.mkdir(parents=True, exist_ok=True)
-    images_path, gt_path = out / "images.zarr", out / "gt.zarr"
-    if _open_work_dir(work, _plan_digest(plan)) and (images_path / reader.key).is_dir():
-        # ImagesWriter would resume an unfinished group with the same case ids even if reader
-        # options (and so pixels and attributes) changed; nothing is resumable here, so drop it.
-        shutil.rmtree(images_path / reader.key)
+    return base_attrs, plan, queries, probes
+
+
+def _stage1(reader: DatasetReader, work: Path, images_path: Path, kept, case_ids, classes, grid, image_size: int,
+            cases_per_block: int, base_attrs: dict, skipped, keep_original: bool, queries, probes, workers, progress,
+            guard: "_DeferredInterrupt", summary: "PrepareSummary"):
+    """Stage 1: the image blocks not yet written (and their side files), on worker processes; (writer or None
+    when stage 1 was already done, the number of blocks)."""
+    from xbench.schemas import ImagesWriter
 
     writer = None
     if not (work / "stage1.done").exists():
@@ -551,6 +551,35 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
                 bar.close()
     else:
         n_blocks = len(list(work.glob("block-*.npz")))
+    return writer, n_blocks
+
+
+def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size: int, workers: int | None,
+             cases_per_block: int, max_skip_fraction: float, progress: bool, keep_original: bool,
+             guard: _DeferredInterrupt, text_probes: bool = False, copies=None) -> PrepareSummary:
+    from xbench.schemas import ImagesWriter, read_images, write_ground_truth
+    from xbench.schemas.queries import Queries
+
+    t0 = time.perf_counter()
+    classes = list(reader.classes)
+    grounding = set(reader.grounding_classes if reader.grounding_classes is not None else classes)
+    summary = PrepareSummary(reader.key, reader.split, images=str(out / "images.zarr"), gt=str(out / "gt.zarr"))
+
+    kept, skipped = _kept_records(reader, classes, grounding, summary, max_skip_fraction)
+
+    case_ids = [r.case_id for r in kept]
+    base_attrs, plan, queries, probes = _plan(reader, case_ids, kept, classes, grid, image_size, cases_per_block,
+                                              keep_original, text_probes, copies)
+    work = out / WORK_DIR / reader.key
+    out.mkdir(parents=True, exist_ok=True)
+    images_path, gt_path = out / "images.zarr", out / "gt.zarr"
+    if _open_work_dir(work, _plan_digest(plan)) and (images_path / reader.key).is_dir():
+        # ImagesWriter would resume an unfinished group with the same case ids even if reader
+        # options (and so pixels and attributes) changed; nothing is resumable here, so drop it.
+        shutil.rmtree(images_path / reader.key)
+
+    writer, n_blocks = _stage1(reader, work, images_path, kept, case_ids, classes, grid, image_size, cases_per_block,
+                               base_attrs, skipped, keep_original, queries, probes, workers, progress, guard, summary)
 
     # gather the side files
     parts = [dict(np.load(_block_file(work, b))) for b in range(n_blocks)]
