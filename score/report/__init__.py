@@ -178,12 +178,91 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
                              sanity=sanity)
 
 
+def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, n_boot: int, seed: int,
+             skipped: list, files: dict) -> dict:
+    """The report's figures (figures.py); their files join ``files``, what was left out ``skipped``."""
+    from . import figures as F
+
+    info: dict = {}
+    info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
+    info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best", computed)
+    info["pointing_heatmap"] = F.pointing_heatmap(results, fig_dir / "pointing_heatmap")
+    with_sizes = size_bins == "fixed" and all("pointing_game_small" in r.metrics.get("overall", {}) for r in results)
+    if with_sizes or any(r.pairs is not None for r in results):
+        info["region_size"] = F.region_size(results, fig_dir / "region_size", bins=size_bins, computed=computed,
+                                            n_boot=n_boot, seed=seed)
+        skipped += [f"{n}: no pairs.parquet, left out of the size figure" for n in info["region_size"]["skipped"]]
+    else:
+        skipped.append("region-size figure: no pairs.parquet in any result")
+    for v in info.values():
+        files["figures"] += [str(Path(p).relative_to(out)) for p in v["files"]]
+    return info
+
+
+def _track_sections(page: str, results, human_html: str, checks) -> str:
+    """The page with the tracks' sections (human ceilings, faithfulness, text probes, robustness, sanity), each
+    only where a result carries it; results sections before the figures, the definitions last."""
+    from .html import DEFINITIONS_AT, FIGURES_AT, insert_before
+
+    # results sections sit with the results, before the figures (not after the definitions)
+    if human_html:
+        page = insert_before(page, FIGURES_AT, human_html)
+    if any("faithfulness" in r.metrics for r in results):  # only where a score run had --faithfulness
+        from ..faithfulness import faithfulness_html
+
+        page = insert_before(page, FIGURES_AT, faithfulness_html(results))
+    from xbench.score.probe_table import probe_table
+
+    probe_section = probe_table([(r.name, r.metrics) for r in results])
+    if probe_section is not None:  # text probes (only with probes in the ground truth): a section before the end
+        from .html import _box, _e
+
+        page = insert_before(page, DEFINITIONS_AT, f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}")
+    robust = _robustness_html(results)
+    if robust:  # the robustness track's table, only for results that have one (score/robustness_table.py)
+        page = page.replace("<h2>Figures</h2>", robust + "<h2>Figures</h2>", 1)
+    if checks:  # one more section, before the page ends
+        page = insert_before(page, DEFINITIONS_AT, sanity_html(checks))  # the definitions stay last
+    return page
+
+
+def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict, skipped: list) -> list:
+    """Each other row scope's table and the paired gaps: their Markdown joins ``md``, their CSVs ``files``;
+    returns [(section, table)] for index.html."""
+    from xbench.score.rowscope import row_scopes
+
+    scope_tables = []  # [(section, table)] for index.html
+    for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
+        s_rows = scope.fn("table_rows")(results) if scope.table_rows else []
+        if s_rows:
+            md.append(scope.fn("markdown")(s_rows))
+            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.fn("csv")(s_rows))
+                                       .relative_to(out)))
+        table = scope.fn("table")(results) if scope.table else None
+        if table is not None:
+            scope_tables.append((scope.section, table))
+    gap_md = []
+    gap_rows_all = []
+    for g in gaps:
+        if "rows" in g:
+            gap_md.append(comparison_markdown(g["rows"], g["a"], g["b"], title=f"Gap: {g['a']} vs {g['b']}",
+                                              note=False))
+            gap_rows_all.append(comparison_csv(g["rows"], g["a"], g["b"], header=not gap_rows_all))
+        else:
+            skipped.append(f"gap {g['a']} vs {g['b']}: {g['skipped']}")
+    if gap_md:
+        shown_rows = [r for g in gaps for r in g.get("rows", [])]
+        md += ["## Are the gaps real? (paired bootstrap, neighbours in the pointing-game ranking)", "",
+               p_note(shown_rows), ""] + gap_md
+        files["tables"].append(str(_write_text(out / "comparisons.csv", "".join(gap_rows_all)).relative_to(out)))
+    return scope_tables
+
+
 def _build_report(out: Path, results: list[Result], *, images, gt, submissions, n_boot: int, seed: int,
                   size_bins: str, overlays: bool, progress: bool, title: str, sanity) -> Path:
     """:func:`build_report` on the loaded results, the metrics they hold registered."""
     from tqdm import tqdm
 
-    from . import figures as F
     from .html import render_html
     from xbench.score.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
                                      recognition_table)
@@ -223,32 +302,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
         files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
     md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
-    from xbench.score.rowscope import row_scopes
-
-    scope_tables = []  # [(section, table)] for index.html
-    for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
-        s_rows = scope.fn("table_rows")(results) if scope.table_rows else []
-        if s_rows:
-            md.append(scope.fn("markdown")(s_rows))
-            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.fn("csv")(s_rows))
-                                       .relative_to(out)))
-        table = scope.fn("table")(results) if scope.table else None
-        if table is not None:
-            scope_tables.append((scope.section, table))
-    gap_md = []
-    gap_rows_all = []
-    for g in gaps:
-        if "rows" in g:
-            gap_md.append(comparison_markdown(g["rows"], g["a"], g["b"], title=f"Gap: {g['a']} vs {g['b']}",
-                                              note=False))
-            gap_rows_all.append(comparison_csv(g["rows"], g["a"], g["b"], header=not gap_rows_all))
-        else:
-            skipped.append(f"gap {g['a']} vs {g['b']}: {g['skipped']}")
-    if gap_md:
-        shown_rows = [r for g in gaps for r in g.get("rows", [])]
-        md += ["## Are the gaps real? (paired bootstrap, neighbours in the pointing-game ranking)", "",
-               p_note(shown_rows), ""] + gap_md
-        files["tables"].append(str(_write_text(out / "comparisons.csv", "".join(gap_rows_all)).relative_to(out)))
+    scope_tables = _scope_and_gap_tables(results, gaps, out, md, files, skipped)
     from .terminal import leaderboard_text
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
@@ -265,19 +319,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
         [f"# {md_cell(title)}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
     steps.update(1)
 
-    info: dict = {}
-    info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
-    info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best", computed)
-    info["pointing_heatmap"] = F.pointing_heatmap(results, fig_dir / "pointing_heatmap")
-    with_sizes = size_bins == "fixed" and all("pointing_game_small" in r.metrics.get("overall", {}) for r in results)
-    if with_sizes or any(r.pairs is not None for r in results):
-        info["region_size"] = F.region_size(results, fig_dir / "region_size", bins=size_bins, computed=computed,
-                                            n_boot=n_boot, seed=seed)
-        skipped += [f"{n}: no pairs.parquet, left out of the size figure" for n in info["region_size"]["skipped"]]
-    else:
-        skipped.append("region-size figure: no pairs.parquet in any result")
-    for v in info.values():
-        files["figures"] += [str(Path(p).relative_to(out)) for p in v["files"]]
+    info = _figures(results, out, fig_dir, size_bins, computed, n_boot, seed, skipped, files)
     steps.update(1)
 
     overlay_info = {"files": [], "skipped": [], "captions": {}}
@@ -295,27 +337,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        scope_tables=scope_tables)
-    from .html import DEFINITIONS_AT, FIGURES_AT, insert_before
-
-    # results sections sit with the results, before the figures (not after the definitions)
-    if human_html:
-        page = insert_before(page, FIGURES_AT, human_html)
-    if any("faithfulness" in r.metrics for r in results):  # only where a score run had --faithfulness
-        from ..faithfulness import faithfulness_html
-
-        page = insert_before(page, FIGURES_AT, faithfulness_html(results))
-    from xbench.score.probe_table import probe_table
-
-    probe_section = probe_table([(r.name, r.metrics) for r in results])
-    if probe_section is not None:  # text probes (only with probes in the ground truth): a section before the end
-        from .html import _box, _e
-
-        page = insert_before(page, DEFINITIONS_AT, f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}")
-    robust = _robustness_html(results)
-    if robust:  # the robustness track's table, only for results that have one (score/robustness_table.py)
-        page = page.replace("<h2>Figures</h2>", robust + "<h2>Figures</h2>", 1)
-    if checks:  # one more section, before the page ends
-        page = insert_before(page, DEFINITIONS_AT, sanity_html(checks))  # the definitions stay last
+    page = _track_sections(page, results, human_html, checks)
     index = _write_text(out / "index.html", page)
     manifest = {
         "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],

@@ -1,0 +1,38 @@
+"""The layout rules of docs/architecture.md that a reader checks by eye, held by a test (issue 36): no function of
+the source is longer than 100 lines (its docstring and nested functions counted), so each reads on one screen
+and does one thing."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("extract", "score", "schemas", "xbench")
+MAX_LINES = 100
+
+
+def long_functions(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
+    out = []
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > limit:
+                        out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} is {n} lines (limit {limit})")
+    return out
+
+
+def test_no_function_is_longer_than_100_lines():
+    assert long_functions() == []
+
+
+def test_the_rule_sees_a_long_function(tmp_path):
+    (tmp_path / "score").mkdir()
+    for f in FOLDERS[:1] + FOLDERS[2:]:
+        (tmp_path / f).mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(100))
+    (tmp_path / "score" / "m.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")
+    assert long_functions(tmp_path) == ["score/m.py:5 long is 101 lines (limit 100)"]
