@@ -729,7 +729,7 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     import torch
 
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
-    from xbench.extract.registry import UnknownNameError
+    from xbench.schemas.registry import UnknownNameError
     from xbench.extract.runner import ExtractError, run_extraction
     from xbench.schemas import InvalidStoreError
 

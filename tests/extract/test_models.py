@@ -182,7 +182,7 @@ def test_factory_must_return_adapter():
 
 
 def test_unknown_model_lists_choices():
-    from xbench.extract.registry import UnknownNameError
+    from xbench.schemas.registry import UnknownNameError
 
     with pytest.raises(UnknownNameError, match="Did you mean: dog"):
         create_adapter("dgo")

@@ -216,7 +216,7 @@ def test_every_deliberate_error_is_an_input_error():
     from xbench.extract.datasets.base import ReaderError
     from xbench.extract.datasets.prepare import PrepareError
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
-    from xbench.extract.registry import UnknownNameError
+    from xbench.schemas.registry import UnknownNameError
     from xbench.extract.runner import ExtractError
     from xbench.schemas.errors import InvalidStoreError, StoreNotFoundError
     from xbench.schemas.paths import UnsafeOutputError

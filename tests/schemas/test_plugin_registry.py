@@ -200,10 +200,11 @@ def test_importing_it_is_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_old_import_path_still_works():
-    from xbench.extract import registry as old
+def test_the_old_shim_is_gone():
+    """One home for the registry (issue 36: shims removed before any release)."""
+    import importlib.util
 
-    assert old.Registry is Registry and old.UnknownNameError is UnknownNameError
+    assert importlib.util.find_spec("xbench.extract.registry") is None
 
 
 def test_the_docstring_example_runs():
