@@ -29,7 +29,7 @@ import numpy as np
 
 from ._io import CSVFile, CaseProblems, check_box, check_options, load_raster, parse_float
 from .base import Box, CaseRecord, DatasetReader, Phrase, ReaderError
-from .vocabulary import UnknownLabelError, canonical, classes_for
+from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for
 
 LAYOUT = """  MS_CXR_Local_Alignment_v1.1.0.csv (or _v1.0.0.csv)
   files/pXX/pXXXXXXXX/sXXXXXXXX/<dicom_id>.jpg   (MIMIC-CXR-JPG; or --option images=DIR)"""
