@@ -190,7 +190,7 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
         values = pair_values(key, dc)
         per_class = _class_means(values, dc)
         summary = {k: _mean(pc[k] for pc in per_class.values()) for k in values}
-        boot_class, boot_ds = _bootstrap(values, dc, n_boot, np.random.default_rng(seed))
+        boot_class, boot_ds = _bootstrap(values, dc, n_boot, seed)
         classes = {}
         for c, v in per_class.items():
             sel = np.array([pc == c for pc in dc.pair_class])
@@ -224,7 +224,7 @@ def _road_accuracy(arr: np.ndarray) -> dict:
     return {o: (arr[:, j] >= 0.5).mean(axis=0).tolist() for j, o in enumerate(F.ORDERS["road"])}
 
 
-def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, n_boot: int, rng: np.random.Generator):
+def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, n_boot: int, seed: int):
     """Resample the dataset's cases with replacement ``n_boot`` times (all pairs of a case move together); per
     resample the class means (pairs weighted by their case's multiplicity) and the dataset mean over the classes
     present in it. Returns ({class: {key: (n_boot,)}}, {key: (n_boot,)}), NaN where undefined."""
@@ -232,8 +232,11 @@ def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, n_boot: int, rn
     boot_class = {c: {k: np.full(n_boot, np.nan) for k in values} for c in classes}
     boot_ds = {k: np.full(n_boot, np.nan) for k in values}
     n = len(dc.cases)
+    from .resampling import resample_weights, stream
+
+    weights = np.concatenate(list(resample_weights(n, n_boot, stream(seed)))) if n_boot else np.zeros((0, n))
     for b in range(n_boot):
-        mult = np.bincount(rng.integers(0, n, n), minlength=n).astype(np.float64)
+        mult = weights[b]
         per = _class_means(values, dc, mult[dc.pair_case])
         for c in classes:
             for k in values:

@@ -259,9 +259,9 @@ def case_draws(n_cases: int, n_resamples: int, seed: int) -> Iterator[np.ndarray
     """THE draws of the gaze section (its only one): blocks of case multiplicities (b, n_cases), the cases
     drawn with replacement from ``numpy.random.default_rng(seed)`` per dataset by the bootstrap's public
     helper; two submissions of one ground truth get the same resamples (paired comparisons)."""
-    from .bootstrap import resample_weights
+    from .resampling import resample_weights, stream
 
-    return resample_weights(n_cases, n_resamples, np.random.default_rng(seed))
+    return resample_weights(n_cases, n_resamples, stream(seed))
 
 
 def _wmean(w: np.ndarray, case: np.ndarray, v: np.ndarray) -> np.ndarray:

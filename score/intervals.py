@@ -70,7 +70,7 @@ def test_identity(d: np.ndarray, diff: float | None) -> str:
     for bit (which resamples are undefined, then the defined values; -0.0 counted as 0.0), and its point
     difference. Two rows with the same identity are one test whatever they are called (with one dataset the
     overall mean is that dataset's mean, resample by resample), so a multiplicity family counts them once
-    (:func:`xbench.score.bootstrap.holm_family`)."""
+    (:func:`xbench.score.resampling.holm_family`)."""
     import hashlib
 
     d = np.asarray(d, dtype=np.float64)

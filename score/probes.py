@@ -205,8 +205,9 @@ def dataset_probes(sub_ds, gt_ds, *, bootstrap: int = 1000, seed: int = 0, level
     n_images = int(np.count_nonzero(cases)) if cases is not None else int(len(gt_ds.case_id))
     draws = None
     if bootstrap > 0 and n_images:
-        idx = np.random.default_rng(seed).integers(0, n_images, size=(bootstrap, n_images))
-        draws = np.stack([np.bincount(d, minlength=n_images) for d in idx]).astype(np.float64)
+        from .resampling import resample_weights, stream
+
+        draws = np.concatenate(list(resample_weights(n_images, bootstrap, stream(seed))))
 
     def block(sel: np.ndarray) -> dict:
         return {k: _group_entry([values[i] for i in np.flatnonzero(sel & (kind == k))], image[sel & (kind == k)],

@@ -245,8 +245,9 @@ def _stability_entry(values: dict, classes, supported, *, bootstrap: int, seed: 
     from .intervals import mean_defined, percentile_interval
 
     n = next(iter(values.values())).shape[0]
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n, size=(bootstrap, n)) if bootstrap > 0 and n else None
+    from .resampling import case_indices
+
+    draws = case_indices(n, bootstrap, seed) if bootstrap > 0 and n else None
     entry: dict = {"summary": {}, "classes": {}}
     for c, name in enumerate(classes):
         if not supported[c]:

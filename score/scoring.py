@@ -134,7 +134,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         Python warning is issued either way (:func:`undefined_notes` words them for people).
     clusters : {dataset: (n_cases,) int}, optional
         Resample these datasets' cases in clusters (all cases of a drawn cluster together;
-        :func:`xbench.score.bootstrap.cluster_weights`): the robustness track's copies of one clean case.
+        :func:`xbench.score.resampling.cluster_weights`): the robustness track's copies of one clean case.
 
     Returns
     -------

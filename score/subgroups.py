@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from . import registry as R
-from .bootstrap import dataset_replicates, resample_weights, serial_blas
+from .bootstrap import dataset_replicates, serial_blas
+from .resampling import resample_weights, stream
 from .counts import DatasetCounts
 from .intervals import defined, paired_row, percentile_interval
 
@@ -56,7 +57,7 @@ def group_labels(attributes: Mapping, by: Sequence[str], age_bands: Sequence[flo
 
 def case_draws(n_cases: int, n_resamples: int, seed: int):
     """The resamples of one dataset: blocks of case multiplicities (b, n) (every interval's draw)."""
-    return resample_weights(n_cases, n_resamples, np.random.default_rng(seed))
+    return resample_weights(n_cases, n_resamples, stream(seed))
 
 
 def _replicates(dc: DatasetCounts, weights: np.ndarray, cache: dict) -> dict[str, np.ndarray]:

@@ -141,18 +141,14 @@ def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequen
     point = per_class(np.ones((1, len(cases)), np.int64))
     reps = {c: {k: [] for k in CHEXLOCALIZE_KEYS} for c in order}
     if n_resamples and len(cases):
-        rs = np.random.RandomState(seed)
-        done = 0
-        while done < n_resamples:
-            b = min(_BLOCK, n_resamples - done)
-            w = np.zeros((b, len(cases)), np.int64)
-            for i in range(b):
-                w[i] = np.bincount(rs.choice(len(cases), size=len(cases), replace=True), minlength=len(cases))
-            got = per_class(w)
+        from ..resampling import legacy_choice_weights
+
+        weights = legacy_choice_weights(len(cases), n_resamples, seed).astype(np.int64)
+        for done in range(0, n_resamples, _BLOCK):
+            got = per_class(weights[done:done + _BLOCK])
             for c in order:
                 for k in CHEXLOCALIZE_KEYS:
                     reps[c][k].append(got[c][k])
-            done += b
 
     def num(v) -> float | None:
         return None if v is None or not np.isfinite(v) else float(v)
@@ -230,15 +226,10 @@ class HumanCeiling:
 def _weights(n_cases: int, n_resamples: int, seed: int):
     """Blocks of case weights, (b, n_cases) int32: how often each case is drawn in each resample
     (``numpy.random.default_rng(seed)``, ``integers(0, n, n)`` per resample, in order)."""
-    rng = np.random.default_rng(seed)
-    done = 0
-    while done < n_resamples:
-        b = min(_BLOCK, n_resamples - done)
-        w = np.zeros((b, n_cases), np.int32)
-        for i in range(b):
-            w[i] = np.bincount(rng.integers(0, n_cases, n_cases), minlength=n_cases)
-        done += b
-        yield w
+    from ..resampling import resample_weights, stream
+
+    for w in resample_weights(n_cases, n_resamples, stream(seed), chunk=_BLOCK):
+        yield w.astype(np.int32)
 
 
 def _class_order(per_reader: Sequence[ReaderPairs], classes: Sequence[str] | None) -> list[str]:

@@ -109,7 +109,7 @@ def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> st
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None, note: bool = True) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the difference is significant
-    (Holm-adjusted p below alpha: :func:`xbench.score.bootstrap.significant`), the 95 % CI, the p-value (floored
+    (Holm-adjusted p below alpha: :func:`xbench.score.resampling.significant`), the 95 % CI, the p-value (floored
     at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
     from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
 

@@ -230,7 +230,9 @@ def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> 
     (the unit the scorer resamples), each pair weighted by how often its case was drawn. [(lo, hi) or None] * 3."""
     if n_boot <= 0 or len(f) == 0:
         return [None] * 3
-    rng = np.random.default_rng(seed)
+    from xbench.score.resampling import draw_indices, stream
+
+    rng = stream(seed)
     x = f[metric].to_numpy(dtype=float, na_value=np.nan)
     num = np.zeros((n_boot, 3))
     den = np.zeros((n_boot, 3))
@@ -242,7 +244,7 @@ def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> 
         case = np.array([pos.get(c, -1) for c in sub["case_id"].astype(str)])
         keep = (case >= 0) & ~np.isnan(x[rows])
         n = len(universe)
-        draws = rng.integers(0, n, size=(n_boot, n))
+        draws = draw_indices(rng, n, n_boot)
         counts = np.zeros((n_boot, n), np.int32)
         np.add.at(counts, (np.repeat(np.arange(n_boot), n), draws.ravel()), 1)
         w = counts[:, case[keep]]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xbench.score import bootstrap as BS
+
+from xbench.score import resampling as RS
 from xbench.score.rowscope import row_scopes
 
 from ._load import ReportInputError, Result
@@ -24,12 +26,12 @@ from ._load import ReportInputError, Result
 __all__ = ["ComparisonRow", "result_taus", "missing_intervals", "compare_results", "holm", "with_holm", "p_floor",
            "HOLM_FAMILY", "ALPHA", "family_size", "floor_note", "VERDICT"]
 
-holm = BS.holm  # the one implementation (xbench.score.bootstrap), kept importable from here
-ALPHA = BS.ALPHA
+holm = RS.holm  # the one implementation (xbench.score.resampling), kept importable from here
+ALPHA = RS.ALPHA
 
 #: what the Holm adjustment treats as one family, said wherever adjusted p-values are shown
 HOLM_FAMILY = "all metric × pair tests shown together, each distinct test once"
-#: the one definition of "significant" / "real" / ``*`` (:func:`xbench.score.bootstrap.significant`), in words
+#: the one definition of "significant" / "real" / ``*`` (:func:`xbench.score.resampling.significant`), in words
 VERDICT = f"significant (a gap is called real) when its Holm-adjusted p is below {ALPHA:g}"
 
 
@@ -42,7 +44,7 @@ class ComparisonRow:
     1/(B+1) with B = n_valid: B resamples cannot resolve a smaller p, so a p of 0 is reported at that floor
     (``at_floor``; printed "< 1/(B+1)"). p_holm: Holm's step-down adjustment over the family the caller shows
     together (:func:`with_holm`), None until adjusted.
-    significant: ``p_holm < ALPHA`` (:func:`xbench.score.bootstrap.significant`, the one definition; False until
+    significant: ``p_holm < ALPHA`` (:func:`xbench.score.resampling.significant`, the one definition; False until
     adjusted). n_valid: replicates where both values are defined. test: the identity of the resampled
     statistic (:func:`xbench.score.intervals.test_identity`): rows with the same one are one test, counted once
     in the Holm family (None: a test of its own).
@@ -63,7 +65,7 @@ class ComparisonRow:
 
     @property
     def significant(self) -> bool:
-        return BS.significant(self.p_holm)
+        return RS.significant(self.p_holm)
 
     @property
     def p_floor(self) -> float | None:
@@ -90,23 +92,23 @@ def _floored(p: float | None, n_valid: int) -> float | None:
 
 def with_holm(rows: list[ComparisonRow]) -> list[ComparisonRow]:
     """``rows`` with ``p_holm`` set: one family of every distinct test among the rows that have a p-value
-    (:data:`HOLM_FAMILY`; :func:`xbench.score.bootstrap.holm_family`)."""
+    (:data:`HOLM_FAMILY`; :func:`xbench.score.resampling.holm_family`)."""
     from dataclasses import replace
 
-    adjusted, _ = BS.holm_family([r.p_value for r in rows], [r.test for r in rows])
+    adjusted, _ = RS.holm_family([r.p_value for r in rows], [r.test for r in rows])
     return [replace(r, p_holm=a) for r, a in zip(rows, adjusted)]
 
 
 def family_size(rows) -> int:
     """m: the distinct tests among ``rows`` (rows with a p-value; one test counted once)."""
-    return BS.holm_family([r.p_value for r in rows], [r.test for r in rows])[1]
+    return RS.holm_family([r.p_value for r in rows], [r.test for r in rows])[1]
 
 
 def floor_note(rows, option: str = "--n-boot") -> str | None:
     """The sentence that no row can be significant because B is too small for the Holm adjustment over the
-    family (:func:`xbench.score.bootstrap.holm_floor_note`, B the most resamples of any row); None otherwise."""
+    family (:func:`xbench.score.resampling.holm_floor_note`, B the most resamples of any row); None otherwise."""
     bs = [r.n_valid for r in rows if r.p_value is not None]
-    return BS.holm_floor_note(family_size(rows), max(bs), ALPHA, option) if bs else None
+    return RS.holm_floor_note(family_size(rows), max(bs), ALPHA, option) if bs else None
 
 
 def result_taus(result: Result) -> dict | None:

@@ -128,7 +128,7 @@ def comparison_text(rows, a_name: str, b_name: str) -> str:
     ``comparison_markdown``) as aligned plain text, grouped by scope; the p-value note as wrapped text."""
     from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, shown_value
 
-    from xbench.score.bootstrap import ALPHA
+    from xbench.score.resampling import ALPHA
 
     from .paired import format_p, p_note
 

@@ -7,6 +7,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 import report_fixtures
 from xbench.score import bootstrap as BS
+from xbench.score import resampling as RS
 from xbench.score.grounding import dice_from_counts
 from xbench.score.kernels import weighted_auroc_ap
 from xbench.score.report import ReportInputError, load_results
@@ -15,7 +16,7 @@ from xbench.score.report.paired import compare_results as paired_bootstrap
 
 def resample_weights(n_cases, n_boot, seed):
     """All ``n_boot`` resamples of the engine at once, (n_boot, n_cases)."""
-    return np.concatenate(list(BS.resample_weights(n_cases, n_boot, np.random.default_rng(seed))))
+    return np.concatenate(list(RS.resample_weights(n_cases, n_boot, np.random.default_rng(seed))))
 
 
 def weighted_auroc(y, p, W):

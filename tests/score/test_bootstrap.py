@@ -7,6 +7,8 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from xbench.score import bootstrap as BS
+
+from xbench.score import resampling as RS
 from xbench.score.counts import DatasetCounts, load_pair_counts, save_pair_counts
 from xbench.score.grounding import dice_from_counts, iou_from_counts
 from xbench.score.kernels import grounding_counts
@@ -31,12 +33,12 @@ def _dataset(seed=0, n=30, classes=("A", "B", "C"), grid=(8, 9)):
 
 
 def test_resample_weights_are_exact_and_reproducible():
-    blocks = list(BS.resample_weights(17, 301, np.random.default_rng(5)))
+    blocks = list(RS.resample_weights(17, 301, np.random.default_rng(5)))
     w = np.concatenate(blocks)
     assert w.shape == (301, 17) and (w.sum(axis=1) == 17).all()
-    w2 = np.concatenate(list(BS.resample_weights(17, 301, np.random.default_rng(5))))
+    w2 = np.concatenate(list(RS.resample_weights(17, 301, np.random.default_rng(5))))
     np.testing.assert_array_equal(w, w2)
-    w3 = np.concatenate(list(BS.resample_weights(17, 301, np.random.default_rng(5), chunk=7)))
+    w3 = np.concatenate(list(RS.resample_weights(17, 301, np.random.default_rng(5), chunk=7)))
     np.testing.assert_array_equal(w, w3)  # the block size does not change the resamples
 
 
@@ -153,12 +155,12 @@ def test_bootstrap_replicates_are_the_metrics_json_resamples():
 
 def test_resample_weights_rows_count_the_generators_draws():
     # the rows are the bincounts of exactly the draws rng.integers(0, n, (b, n)) makes, block after block
-    got = np.concatenate(list(BS.resample_weights(13, 20, np.random.default_rng(9), chunk=8)))
+    got = np.concatenate(list(RS.resample_weights(13, 20, np.random.default_rng(9), chunk=8)))
     rng = np.random.default_rng(9)
     draws = np.concatenate([rng.integers(0, 13, size=(b, 13)) for b in (8, 8, 4)])
     np.testing.assert_array_equal(got, np.stack([np.bincount(d, minlength=13) for d in draws]))
     assert got.dtype == np.float64
-    assert [b.shape for b in BS.resample_weights(0, 3, np.random.default_rng(0))] == [(3, 0)]
+    assert [b.shape for b in RS.resample_weights(0, 3, np.random.default_rng(0))] == [(3, 0)]
 
 
 def test_serial_blas_runs_blas_on_one_thread_and_restores_it():
@@ -208,7 +210,7 @@ def _serial_reference(counts, n_resamples, seed):
     out = {}
     for name in sorted(counts):
         blocks = [BS.Replicates(*BS.dataset_replicates(counts[name], w, per_pair={}))
-                  for w in BS.resample_weights(counts[name].n_cases, n_resamples, rng)]
+                  for w in RS.resample_weights(counts[name].n_cases, n_resamples, rng)]
         out[name] = BS._concat(blocks)
     return out
 
@@ -218,7 +220,7 @@ def test_bootstrap_on_threads_equals_the_serial_loop_bit_for_bit(monkeypatch, wo
     # datasets of different sizes (one larger than a resample block's weight budget, so it takes several
     # blocks), run on `workers` threads in another order than the sorted one
     monkeypatch.setattr(BS, "_workers", lambda: workers)
-    monkeypatch.setattr(BS, "_BLOCK_WEIGHTS", 400)
+    monkeypatch.setattr(RS, "_BLOCK_WEIGHTS", 400)
     counts = {name: DatasetCounts(**{**_dataset(s, n=n).__dict__, "name": name})
               for name, s, n in (("b_small", 1, 9), ("a_mid", 2, 37), ("c_big", 3, 120), ("d_one", 4, 1))}
     got = BS.bootstrap_replicates(counts, n_resamples=45, seed=11)
@@ -236,9 +238,9 @@ def test_bootstrap_on_threads_equals_the_serial_loop_bit_for_bit(monkeypatch, wo
 def test_skip_resamples_advances_the_generator_like_the_draws():
     for n, b in ((0, 5), (1, 7), (13, 300), (5000, 130)):
         a, c = np.random.default_rng(3), np.random.default_rng(3)
-        for _ in BS.resample_weights(n, b, a):
+        for _ in RS.resample_weights(n, b, a):
             pass
-        BS._skip_resamples(n, b, c)
+        RS.skip_resamples(n, b, c)
         assert a.integers(0, 1 << 30) == c.integers(0, 1 << 30)
 
 

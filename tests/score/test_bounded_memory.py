@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from xbench.score import bootstrap as BS
+
+from xbench.score import resampling as RS
 from xbench.score.counts import DatasetCounts
 from xbench.score.grounding import (UndefinedMetricWarning, class_mean_curves, class_means, dice_from_counts,
                                     iou_from_counts)
@@ -63,7 +65,7 @@ def _dataset(seed=0, n=300, C=2):
 @pytest.mark.parametrize("pair_chunk,budget", [(17, 0), (17, 40_000), (64, 10**9), (100_000, 0)])
 def test_chunked_bootstrap_equals_one_product(pair_chunk, budget):
     dc = _dataset()
-    w = np.concatenate(list(BS.resample_weights(dc.n_cases, 30, np.random.default_rng(4))))
+    w = np.concatenate(list(RS.resample_weights(dc.n_cases, 30, np.random.default_rng(4))))
     plain, plain_summary = BS.dataset_replicates(dc, w)  # every class in one chunk, all cached
     cache = {"pair_chunk": pair_chunk, "budget": budget}
     chunked, chunked_summary = BS.dataset_replicates(dc, w, per_pair=cache)
@@ -83,7 +85,7 @@ def test_chunked_bootstrap_equals_one_product(pair_chunk, budget):
 
 def test_chunked_bootstrap_matches_grounding_replicates_with_transferred_thresholds():
     dc = _dataset(seed=3)
-    w = np.concatenate(list(BS.resample_weights(dc.n_cases, 12, np.random.default_rng(1))))
+    w = np.concatenate(list(RS.resample_weights(dc.n_cases, 12, np.random.default_rng(1))))
     classes, _ = BS.dataset_replicates(dc, w, taus={"c0": (20, 70)}, per_pair={"pair_chunk": 9, "budget": 0})
     idx = dc.class_pairs(0)
     # grounding_replicates (removed: the registry's metrics are bootstrapped by dataset_replicates) written out:

@@ -140,7 +140,7 @@ def test_section_equals_brute_force(stores):
 
 def test_intervals_equal_a_brute_force_bootstrap(stores):
     d, gt, gaze, sub, _ = stores
-    from xbench.score.bootstrap import resample_weights
+    from xbench.score.resampling import resample_weights
 
     e = score_submission(d / "sub.zarr", d / "gt.zarr", bootstrap=B, seed=3).metrics["gaze"]["datasets"]["phantom"]
     _, image, ceiling, _ = bf_rows(gt, gaze, sub)

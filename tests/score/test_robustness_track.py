@@ -178,7 +178,7 @@ def _rho(a, b):
 
 # ------------------------------------------------------------------------------------- the cluster bootstrap
 def test_cluster_weights_are_the_case_bootstrap_with_one_case_per_cluster_and_else_whole_clusters():
-    from xbench.score.bootstrap import cluster_weights, resample_weights
+    from xbench.score.resampling import cluster_weights, resample_weights
 
     n, b = 7, 300  # several blocks
     one = np.concatenate(list(cluster_weights(np.arange(n), n, b, np.random.default_rng(5))))

@@ -1,0 +1,81 @@
+"""The one resampling engine (score/resampling.py, issue 36): every random draw of score/ is made there, and its
+draws are the ones documented (numpy's own calls, written out here independently)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xbench.score import resampling as RS
+
+SCORE = Path(__file__).resolve().parents[2] / "score"
+DRAW = re.compile(r"default_rng\(|random\.seed\(|RandomState\(|\.integers\(|\.choice\(|\.multinomial\(|"
+                  r"\.permutation\(|\.shuffle\(|np\.random\.(rand|randn|randint|normal|uniform)\(")
+#: draws that are not resamples, each with its reason
+NOT_RESAMPLES = {"gaze.py": "AUC-Judd's tie-breaking noise, RandomState(42) fresh per map: the measure's own "
+                            "definition (pysaliency), not a resample"}
+
+
+def draw_sites(root: Path = SCORE) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "resampling.py" or "__pycache__" in path.parts:
+            continue
+        code = [ln.split("#")[0] for ln in path.read_text().splitlines()]
+        n = sum(1 for ln in code if DRAW.search(ln) and "``" not in ln)
+        if n:
+            found[str(path.relative_to(root))] = n
+    return found
+
+
+def test_every_resample_is_drawn_by_the_engine():
+    assert {k: v for k, v in draw_sites().items() if Path(k).name not in NOT_RESAMPLES} == {}
+
+
+def test_the_rule_sees_a_draw(tmp_path):
+    (tmp_path / "track.py").write_text("import numpy as np\nidx = np.random.default_rng(0).integers(0, 5, 5)\n")
+    assert draw_sites(tmp_path) == {"track.py": 1}
+
+
+def test_weights_and_indices_are_the_same_resamples():
+    w = np.concatenate(list(RS.resample_weights(13, 40, RS.stream(7), chunk=6)))
+    idx = RS.case_indices(13, 40, 7)
+    assert idx.shape == (40, 13)
+    np.testing.assert_array_equal(w, np.stack([np.bincount(r, minlength=13) for r in idx]))
+    np.testing.assert_array_equal(idx, np.random.default_rng(7).integers(0, 13, size=(40, 13)))
+    assert RS.case_indices(0, 3, 1).shape == (3, 0)
+
+
+def test_legacy_stream_is_chexlocalizes():
+    rs = np.random.RandomState(3)
+    want = np.stack([np.bincount(rs.choice(9, size=9, replace=True), minlength=9) for _ in range(25)])
+    np.testing.assert_array_equal(RS.legacy_choice_weights(9, 25, 3), want)
+
+
+def test_streams_are_positioned_as_the_serial_loop():
+    n = {"a": 5, "b": 11, "c": 3}
+    serial = RS.stream(2)
+    want = {k: np.concatenate(list(RS.resample_weights(n[k], 30, serial))) for k in sorted(n)}
+    for k, g in RS.resample_streams(n, 30, 2).items():
+        np.testing.assert_array_equal(np.concatenate(list(RS.resample_weights(n[k], 30, g))), want[k])
+
+
+def test_multinomial_and_draw_indices():
+    m = RS.multinomial_weights(np.random.default_rng(1), 6, 50)
+    assert m.shape == (50, 6) and (m.sum(axis=1) == 6).all()
+    np.testing.assert_array_equal(RS.draw_indices(np.random.default_rng(4), 5, 3),
+                                  np.random.default_rng(4).integers(0, 5, size=(3, 5)))
+
+
+def test_arguments_are_checked():
+    from xbench.score.errors import ScoreInputError
+
+    with pytest.raises(ScoreInputError):
+        RS.case_indices(5, -1, 0)
+
+
+def test_significance_lives_here():
+    assert RS.significant(0.01) and not RS.significant(0.06) and RS.ALPHA == 0.05
+    assert "--bootstrap" in RS.holm_floor_note(12, 200)
