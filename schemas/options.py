@@ -207,6 +207,7 @@ class Opt:
     help: str | None = None
     flag: str | None = None          # default: --name-with-dashes
     short: str | None = None         # e.g. -q
+    aliases: tuple = ()              # older names of the flag, still accepted (e.g. --n-boot for --bootstrap)
     metavar: str | None = None
     cli: bool = True                 # a click option of the command
     suite: bool = False              # a key of the suite's section for the command
@@ -216,6 +217,18 @@ class Opt:
     required: bool = False           # the command refuses to run without it (click says so)
     from_cli: Callable[[Any], Any] | None = None   # click's value -> the field's value
     to_cli: Callable[[Any], list[str]] | None = None  # the field's value -> the option's values on the command line
+
+
+#: The one flag for the number of bootstrap resamples, declared once (:func:`resamples`) and used by every command
+#: that draws resamples (xbench-score, xbench report, xbench compare, xbench human, xbench package); the older
+#: ``--n-boot`` of report and compare is still accepted (docs/contract.md, "Resampling").
+RESAMPLES_FLAG = "--bootstrap"
+
+
+def resamples(default: int = 1000, *, help: str, suite: bool = False) -> Any:
+    """The resample-count field of a command's declaration: ``--bootstrap B`` (B >= 0; 0 turns the draws off)."""
+    return opt(default, check=Int(0), flag=RESAMPLES_FLAG, aliases=("--n-boot",), metavar="B", suite=suite,
+               help=help)
 
 
 def opt(default: Any = _UNSET, *, default_factory: Callable | None = None, **kwargs) -> Any:
@@ -250,7 +263,7 @@ def flag_of(f: dataclasses.Field, o: Opt) -> str:
 def click_option(f: dataclasses.Field, o: Opt) -> Callable:
     """The click option of one field: its flag, type from the constraint, default, help."""
     default = default_of(f)
-    decls = [flag_of(f, o), *([o.short] if o.short else []), f.name]
+    decls = [flag_of(f, o), *o.aliases, *([o.short] if o.short else []), f.name]
     kwargs: dict[str, Any] = {"help": o.help}
     if isinstance(o.check, Flag):
         kwargs["is_flag"] = True

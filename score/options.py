@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas.options import Choice, Flag, Float, Int, Text, opt
+from xbench.schemas.options import Choice, Flag, Float, Int, Text, opt, resamples
 
 from .metric_params import POINTING_TOLERANCE
 
@@ -31,7 +31,7 @@ class ScoreOptions:
                        help="Ground-truth store (gt.zarr, gt.zarr.zip, or an https:// or s3:// URL of a .zarr); only read.")
     out_dir: Path = opt(Path("results"), check=Text(click.Path(path_type=Path)), flag="--out",
                         help="Output folder. With several submissions each goes into OUT/<submission name>/.")
-    bootstrap: int = opt(1000, check=Int(0), suite=True,
+    bootstrap: int = resamples(suite=True,
                          help="Bootstrap resamples for the 95% intervals (0 turns them off).")
     seed: int = opt(0, check=Int(0), help="Bootstrap seed.")
     thresholds_from: Path | None = opt(None, check=Text(click.Path(path_type=Path)),
@@ -92,7 +92,7 @@ class ReportOptions:
                              metavar="NAME=PATH",
                              help="Submission store of a model (NAME: model name or result directory name); "
                                   "repeatable.")
-    bootstrap: int = opt(1000, check=Int(0), flag="--n-boot", suite=True,
+    bootstrap: int = resamples(suite=True,
                          help="Bootstrap resamples for intervals above class level and for the paired gaps (0: none).")
     seed: int = opt(0, check=Int(), help="Seed of the bootstrap resamples.")
     size_bins: str = opt("fixed", check=Choice(("fixed", "tercile")), suite=True,

@@ -43,7 +43,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import CONTEXT, Command, UserError
-from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
+from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse, resamples
 
 __all__ = ["check_competition", "codabench_main", "competition_columns", "competition_spec", "find_store",
            "grand_challenge_main", "package", "score_for_platform", "to_yaml", "write_codabench_bundle",
@@ -811,8 +811,7 @@ class CompetitionOptions:
     max_per_day: int = opt(5, check=Int(1), help='Submissions per day and team.')
     max_test_submissions: int = opt(10, check=Int(1), help='Submissions per team in the whole test phase.')
     time_limit: int = opt(1800, check=Int(60), help='Seconds a scoring run may take.')
-    bootstrap: int = opt(1000, check=Int(0),
-                         help='Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).')
+    bootstrap: int = resamples(help='Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).')
     wheel: Path | None = opt(None, check=Text(click.Path(path_type=Path)), metavar='FILE',
                              help="The scorer's wheel (dist/xbench_cxr-VERSION-py3-none-any.whl, from `make "
                                   "dist`), shipped to participants as the phases' starting kit so they can "

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
-from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
+from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse, resamples
 from xbench.schemas.errors import escape_text
 from xbench.schemas.options import from_params
 from xbench.score.options import ReportOptions
@@ -85,7 +85,7 @@ def report(result_dirs, max_memory, timeout, **params):
 class CompareOptions:
     """What ``xbench compare A_DIR B_DIR`` takes besides the two folders (the fields are its options)."""
 
-    n_boot: int = opt(1000, check=Int(0), help='Paired bootstrap resamples (0: point estimates only).')
+    n_boot: int = resamples(help='Paired bootstrap resamples (0: point estimates only).')
     seed: int = opt(0, check=Int(), help='Seed of the resamples.')
     per_class: bool = opt(False, check=Flag(), flag='--per-class/--no-per-class',
                           help='Also compare every class, not only dataset means and the overall mean.')
@@ -114,7 +114,7 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
 
     \b
     Example:
-      xbench compare scores/clip scores/random --n-boot 2000
+      xbench compare scores/clip scores/random --bootstrap 2000
     """
     o = parse(CompareOptions, params)
     n_boot, seed, per_class, out_csv, quiet, as_json = o.n_boot, o.seed, o.per_class, o.out_csv, o.quiet, o.as_json

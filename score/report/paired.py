@@ -104,7 +104,7 @@ def family_size(rows) -> int:
     return RS.holm_family([r.p_value for r in rows], [r.test for r in rows])[1]
 
 
-def floor_note(rows, option: str = "--n-boot") -> str | None:
+def floor_note(rows, option: str = "--bootstrap") -> str | None:
     """The sentence that no row can be significant because B is too small for the Holm adjustment over the
     family (:func:`xbench.score.resampling.holm_floor_note`, B the most resamples of any row); None otherwise."""
     bs = [r.n_valid for r in rows if r.p_value is not None]
@@ -253,7 +253,7 @@ def format_p(p: float | None, floor: float | None = None) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def p_note(rows, option: str = "--n-boot") -> str:
+def p_note(rows, option: str = "--bootstrap") -> str:
     """The sentences on the p-values of ``rows``: resamples, the floor, Holm's family, the verdict, and when B is
     too small for any row to pass the adjustment, that sentence (:func:`floor_note`, naming ``option``)."""
     bs = sorted({r.n_valid for r in rows if r.p_value is not None})

@@ -295,16 +295,16 @@ def test_score_with_human_adds_the_section_and_without_it_nothing(chex, chex_hum
     assert s["paired"]["gap"] == pytest.approx(0.0) and s["paired"]["gap_ci95"] == [0.0, 0.0]
     md = (with_h / "table_human.md").read_text()
     assert "% of human" in md and "| chexlocalize | (mean) | dice_best |" in md
-    res = _run(["compare", str(with_h), str(human), "--n-boot", "20"])
+    res = _run(["compare", str(with_h), str(human), "--bootstrap", "20"])
     assert "| chexlocalize | (mean) | pointing_game |" in res.output
-    res = _run(["compare", str(with_h), str(human), "--n-boot", "20", "--json"])
+    res = _run(["compare", str(with_h), str(human), "--bootstrap", "20", "--json"])
     assert json.loads(res.output)["rows"][0]["percent_of_human"] == pytest.approx(100.0)
     # the page: a "human: ..." line and the rows, only for a result that carries the section
-    _run(["report", str(with_h), str(human / "readers/hb"), "--out", str(tmp_path / "report"), "--n-boot", "0", "-q"])
+    _run(["report", str(with_h), str(human / "readers/hb"), "--out", str(tmp_path / "report"), "--bootstrap", "0", "-q"])
     page = (tmp_path / "report/index.html").read_text()
     assert "Human ceiling" in page and "human ceiling (chexlocalize, 1 reader(s)): pointing_game" in page
     assert "Radiologists' own annotations" in page  # CheXlocalize's readers are radiologists, not simulated
-    _run(["report", str(plain), str(human / "readers/hb"), "--out", str(tmp_path / "report2"), "--n-boot", "0", "-q"])
+    _run(["report", str(plain), str(human / "readers/hb"), "--out", str(tmp_path / "report2"), "--bootstrap", "0", "-q"])
     assert "Human ceiling" not in (tmp_path / "report2/index.html").read_text()
 
 

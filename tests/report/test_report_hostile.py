@@ -160,8 +160,8 @@ def corpus(result_dirs, tmp_path_factory):
     def add(name, d, expected):
         for cmd in ("report", "compare"):
             out = root / name / f"out-{cmd}"
-            argv = ([cmd, str(d), str(other), "--out", str(out), "--n-boot", "10", "--no-overlays", *BUDGET]
-                    if cmd == "report" else [cmd, str(d), str(other), "--n-boot", "10", "--out", str(out) + ".csv",
+            argv = ([cmd, str(d), str(other), "--out", str(out), "--bootstrap", "10", "--no-overlays", *BUDGET]
+                    if cmd == "report" else [cmd, str(d), str(other), "--bootstrap", "10", "--out", str(out) + ".csv",
                                              *BUDGET])
             jobs.append({"argv": argv})
             names.append((name, cmd, out, expected))
@@ -267,8 +267,8 @@ def test_hostile_files_in_the_out_folder_are_not_trusted(result_dirs, tmp_path):
     sanity = tmp_path / "sanity"
     sanity.mkdir()
     (sanity / "sanity.json").write_text(nested(200_000))
-    jobs = [{"argv": ["report", *map(str, result_dirs), "--out", str(out), "--n-boot", "0", "--no-overlays", *BUDGET]},
-            {"argv": ["report", *map(str, result_dirs), "--out", str(tmp_path / "r2"), "--n-boot", "0",
+    jobs = [{"argv": ["report", *map(str, result_dirs), "--out", str(out), "--bootstrap", "0", "--no-overlays", *BUDGET]},
+            {"argv": ["report", *map(str, result_dirs), "--out", str(tmp_path / "r2"), "--bootstrap", "0",
                       "--no-overlays", "--sanity", str(sanity), *BUDGET]}]
     first, second = run_all(jobs, tmp_path)
     for res in (first, second):

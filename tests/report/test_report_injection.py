@@ -19,7 +19,7 @@ def test_hostile_model_dataset_and_class_names(tmp_path):
     dirs = [report_fixtures.write_result(tmp_path / f"r{k}", truth, model=m, skill=0.3 * k, seed=k)
             for k, m in enumerate(MODELS)]
     out = tmp_path / "rep"
-    res = CliRunner().invoke(report, [*map(str, dirs), "--out", str(out), "--n-boot", "10", "--quiet"])
+    res = CliRunner().invoke(report, [*map(str, dirs), "--out", str(out), "--bootstrap", "10", "--quiet"])
     assert res.exit_code == 0, res.output
     # nothing outside --out, and the data-derived file names stay inside it
     assert sorted(os.listdir(tmp_path)) == ["r0", "r1", "r2", "rep"]

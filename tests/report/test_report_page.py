@@ -143,7 +143,7 @@ def test_report_command_prints_the_leaderboard_with_intervals(result_dirs, tmp_p
 
     from xbench.score.report.cli import report
 
-    res = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(tmp_path / "o"), "--n-boot", "20",
+    res = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(tmp_path / "o"), "--bootstrap", "20",
                                       "--no-overlays"])
     assert res.exit_code == 0, res.output
     out = res.stdout.splitlines()

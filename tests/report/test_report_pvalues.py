@@ -68,7 +68,7 @@ def test_compare_never_prints_p_below_the_floor_and_states_holm(result_dirs, tmp
     from xbench.score.report.cli import compare
 
     a, b = str(result_dirs[0]), str(result_dirs[2])  # strong vs weak: every resample on one side
-    res = CliRunner().invoke(compare, [a, b, "--n-boot", "200", "--json"])
+    res = CliRunner().invoke(compare, [a, b, "--bootstrap", "200", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["p_values"]["adjustment"] == "holm" and "all metric × pair tests" in doc["p_values"]["family"]
@@ -77,7 +77,7 @@ def test_compare_never_prints_p_below_the_floor_and_states_holm(result_dirs, tmp
     assert any(r["at_floor"] for r in ps) and not any(r["p_value"] == 0.0 for r in ps)
     expected = closed_bonferroni([r["p_value"] for r in ps]) if len(ps) <= 12 else holm([r["p_value"] for r in ps])
     assert [r["p_holm"] for r in ps] == pytest.approx(expected)
-    res = CliRunner().invoke(compare, [a, b, "--n-boot", "200"])
+    res = CliRunner().invoke(compare, [a, b, "--bootstrap", "200"])
     prose = " ".join(res.output.split())  # the terminal text wraps its notes at 100 columns
     assert "< 0.005" in res.output and "< 0.001" not in res.output
     assert "p (Holm)" in res.output and "Holm-adjusted over all metric × pair tests shown together" in prose
@@ -204,7 +204,7 @@ def test_compare_significant_is_holm_below_alpha(result_dirs):
     a, b = str(result_dirs[0]), str(result_dirs[1])
     branches = []
     for n_boot in (200, 1000):
-        res = CliRunner().invoke(compare, [a, b, "--n-boot", str(n_boot), "--json"])
+        res = CliRunner().invoke(compare, [a, b, "--bootstrap", str(n_boot), "--json"])
         assert res.exit_code == 0, res.output
         doc = json.loads(res.output)
         ps = [r for r in doc["rows"] if r["p_value"] is not None]
@@ -217,12 +217,12 @@ def test_compare_significant_is_holm_below_alpha(result_dirs):
         branches.append(m / (n_boot + 1) >= 0.05)
         if branches[-1]:
             assert note and f"over {m} tests" in note and not any(verdicts)
-            text = CliRunner().invoke(compare, [a, b, "--n-boot", str(n_boot)]).output
+            text = CliRunner().invoke(compare, [a, b, "--bootstrap", str(n_boot)]).output
             assert "too few for any gap to pass the Holm adjustment" in " ".join(text.split())
             assert not re.search(r"\d\*", text)  # no difference is marked
         else:
             assert note is None and any(verdicts)
-            text = CliRunner().invoke(compare, [a, b, "--n-boot", str(n_boot)]).output
+            text = CliRunner().invoke(compare, [a, b, "--bootstrap", str(n_boot)]).output
             marked = len(re.findall(r"[+-]\d+\.\d\d\*", text))  # the A − B cells marked significant
             assert marked == sum(r["significant"] for r in doc["rows"]) and "Holm-adjusted p < 0.05" in " ".join(text.split())
     assert branches == [True, False]  # 27 tests: 27/201 >= 0.05 > 27/1001
@@ -259,6 +259,6 @@ def test_page_says_when_b_is_too_small_for_any_gap(built_report):
     verdicts = _page_verdicts(page)
     assert verdicts and set(verdicts) == {"too few resamples"}
     assert "B = 100 resamples are too few for any gap to pass the Holm adjustment over 8 tests" in page
-    assert "raise --n-boot to at least 160" in page
+    assert "raise --bootstrap to at least 160" in page
     md = (built_report / "leaderboard.md").read_text()
     assert "too few for any gap to pass the Holm adjustment over 8 tests" in md and not re.search(r"\d\* \|", md)

@@ -65,7 +65,7 @@ def test_one_submission_prints_a_short_table_not_23_values_on_a_line():
 def test_scorer_and_report_commands_print_within_100_columns(result_dirs, tmp_path):
     from xbench.score.report.cli import report
 
-    res = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(tmp_path / "o"), "--n-boot", "20",
+    res = CliRunner().invoke(report, [*map(str, result_dirs), "--out", str(tmp_path / "o"), "--bootstrap", "20",
                                       "--no-overlays"])
     assert res.exit_code == 0, res.output
     board = (tmp_path / "o" / "leaderboard.txt").read_text().splitlines()
@@ -82,7 +82,7 @@ def test_compare_prints_names_unescaped_and_fits_100_columns(result_dirs, tmp_pa
     m = json.loads((a / "metrics.json").read_text())
     m["xbench"].setdefault("submission", {})["model"] = "dog (dog) [dog]"
     (a / "metrics.json").write_text(json.dumps(m))
-    res = CliRunner().invoke(compare, [str(a), str(result_dirs[1]), "--n-boot", "50"])
+    res = CliRunner().invoke(compare, [str(a), str(result_dirs[1]), "--bootstrap", "50"])
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "\\[" not in out and "\\]" not in out and "|---" not in out

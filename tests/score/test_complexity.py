@@ -231,7 +231,7 @@ def test_a_later_report_and_compare_show_the_opt_in_metrics_the_results_hold(tmp
     assert "ms_cxr/gini" not in plain_rows[0] and "Gini" not in (tmp_path / "report_plain" / "leaderboard.md").read_text()
 
     out = tmp_path / "compare.csv"
-    res = CliRunner().invoke(compare, [str(dirs[0]), str(dirs[1]), "--n-boot", "0", "--out", str(out), "--quiet"])
+    res = CliRunner().invoke(compare, [str(dirs[0]), str(dirs[1]), "--bootstrap", "0", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     got = {(r["scope"], r["metric"]): r for r in csv.DictReader(io.StringIO(out.read_text()))}
     for key in ("gini", "entropy"):

@@ -199,11 +199,11 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
 
     from xbench.score.report.cli import compare, report
 
-    res = CliRunner().invoke(compare, [str(tmp_path / "sub"), str(tmp_path / "other"), "--n-boot", "20"])
+    res = CliRunner().invoke(compare, [str(tmp_path / "sub"), str(tmp_path / "other"), "--bootstrap", "20"])
     assert res.exit_code == 0, res.output
     assert "gaze/phantom" in res.output and "auc_shuffled" in res.output
     res = CliRunner().invoke(report, [str(tmp_path / "sub"), str(tmp_path / "other"), "--out", str(tmp_path / "rep"),
-                                      "--n-boot", "20", "--quiet"])
+                                      "--bootstrap", "20", "--quiet"])
     assert res.exit_code == 0, res.output
     assert "## Gaze" in (tmp_path / "rep" / "leaderboard.md").read_text()
     assert (tmp_path / "rep" / "gaze.csv").read_text().startswith("model,dataset,rows,scope,n,nss")

@@ -95,7 +95,7 @@ def test_a_folder_another_command_wrote_is_refused_even_with_overwrite(stores, t
         assert score([stores / f"{s}.zarr", "--gt", stores / "gt.zarr", "--out", runs / s, "--bootstrap", "0", "-q"],
                      capsys)[0] == 0
     rep = tmp_path / "rep"
-    res = CliRunner().invoke(report, [str(runs / "a"), str(runs / "b"), "--out", str(rep), "--n-boot", "0", "-q"])
+    res = CliRunner().invoke(report, [str(runs / "a"), str(runs / "b"), "--out", str(rep), "--bootstrap", "0", "-q"])
     assert res.exit_code == 0, res.output
     before = listing(rep)
     for extra in ([], ["--overwrite"]):
@@ -204,7 +204,7 @@ def test_report_refuses_results_of_different_ground_truths(stores, tmp_path, cap
         assert score([stores / f"{s}.zarr", "--gt", stores / f"{gt}.zarr", "--out", tmp_path / s, "--bootstrap", "0",
                       "-q"], capsys)[0] == 0
     rep = tmp_path / "rep"
-    res = CliRunner().invoke(report, [str(tmp_path / "a"), str(tmp_path / "c"), "--out", str(rep), "--n-boot", "0",
+    res = CliRunner().invoke(report, [str(tmp_path / "a"), str(tmp_path / "c"), "--out", str(rep), "--bootstrap", "0",
                                       "-q"])
     assert res.exit_code == 2, res.output
     sha = {s: json.loads((tmp_path / s / "metrics.json").read_text())["xbench"]["gt_sha256"][:12] for s in "ac"}
@@ -213,7 +213,7 @@ def test_report_refuses_results_of_different_ground_truths(stores, tmp_path, cap
         assert f"gt_sha256 {sha[s]}: {tmp_path / s}" in res.output
     assert not rep.exists() and "Traceback" not in res.output
     # one ground truth: still one report
-    res = CliRunner().invoke(report, [str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(rep), "--n-boot", "0",
+    res = CliRunner().invoke(report, [str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(rep), "--bootstrap", "0",
                                       "-q"])
     assert res.exit_code == 0, res.output
 

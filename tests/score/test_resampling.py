@@ -79,3 +79,23 @@ def test_arguments_are_checked():
 def test_significance_lives_here():
     assert RS.significant(0.01) and not RS.significant(0.06) and RS.ALPHA == 0.05
     assert "--bootstrap" in RS.holm_floor_note(12, 200)
+
+
+def test_one_flag_declared_once_and_the_old_name_still_works(tmp_path):
+    """--bootstrap everywhere (schemas/options.py's `resamples`), --n-boot still accepted by report and compare."""
+    import click
+
+    from xbench.cli import main
+    from xbench.schemas.options import RESAMPLES_FLAG
+
+    for path in (["score"], ["report"], ["compare"], ["human"], ["package", "codabench-competition"]):
+        ctx = click.Context(main)
+        cmd = main.get_command(ctx, path[0])
+        for sub in path[1:]:
+            cmd = cmd.get_command(ctx, sub)
+        flags = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert RESAMPLES_FLAG in flags and "--n-boot" in flags, path
+    from click.testing import CliRunner
+
+    out = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--n-boot", "5"])
+    assert "no such option" not in out.output

@@ -179,7 +179,7 @@ def _compare_from_folders(dirs, tmp_path):
     from xbench.score.report.cli import compare
 
     out = tmp_path / "compare.csv"
-    res = CliRunner().invoke(compare, [str(dirs[0]), str(dirs[1]), "--n-boot", "0", "--out", str(out), "--quiet"])
+    res = CliRunner().invoke(compare, [str(dirs[0]), str(dirs[1]), "--bootstrap", "0", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     scopes = [r["scope"] for r in rows]
