@@ -553,3 +553,12 @@ class PublishedDir:
         finally:
             if self.tmp is not None and self.tmp.exists():
                 shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def store_stem(path) -> str:
+    """A store's name without .zarr / .zarr.zip / .zip (also for a URL, which stays a string)."""
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".zarr.zip", ".zarr", ".zip"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] or name
+    return name

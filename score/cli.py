@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-import numpy as np
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
 from xbench.schemas.errors import escape_text
@@ -29,11 +28,9 @@ _NOTHING_WRITTEN = "invalid input (problems above); nothing was written"
 
 
 def _stem(path: Path | str) -> str:
-    name = str(path).rstrip("/").rsplit("/", 1)[-1]  # also for a URL, which stays a string
-    for suffix in (".zarr.zip", ".zarr", ".zip"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)] or name
-    return name
+    from xbench.schemas.paths import store_stem
+
+    return store_stem(path)
 
 
 def _unique_stems(paths: list[Path]) -> list[str]:
@@ -233,17 +230,10 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     except InvalidStoreError as exc:
         raise UserError(exc.problems, _NOTHING_WRITTEN) from None
 
-    faith = _faithfulness(faithfulness, key, submissions, bootstrap, seed)  # validated before anything is written
-    human = None
-    if human_dir is not None:  # read and checked before anything is scored or written
-        from .human.reading import load_human
-
-        human = load_human(human_dir)
-        scored = set(names or gt.datasets)
-        if not scored & set(human.readers):
-            raise UserError(f"--human {human_dir}: holds the ceiling of {', '.join(sorted(human.readers))}, which is "
-                            f"not scored here ({', '.join(sorted(scored))}); nothing was written")
-    groups = _subgroup_request(gt, names, by, age_bands, min_group)  # checked before anything is scored
+    # each track's own inputs (--human, --by, --faithfulness), read and checked before anything is scored
+    values = {"human_dir": human_dir, "by": by, "age_bands": age_bands, "min_group": min_group,
+              "faithfulness": faithfulness, "key": key, "bootstrap": bootstrap, "seed": seed}
+    tracks = _prepare_tracks(values, gt, names, submissions)
     show = not (quiet or as_json)
     stems = _unique_stems(list(submissions))
     # Submission stems become folder names: sanitised, unique, bounded (the map is in xbench-output.json).
@@ -255,7 +245,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
     # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged
     with R.opt_in(*metric_groups), PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
-        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, human, faith, groups)
+        summaries = [_score_one(sub, stem, gt, work / d, out_dir / d, score_kw, formats, show, tracks)
                      for sub, stem, d in zip(submissions, stems, subdirs)]
         reported = len(submissions) > 1 and _report_or_nothing(
             work, [work / d for d in subdirs], gt_path, images_path, dict(zip(stems, submissions)), bootstrap, seed,
@@ -274,59 +264,21 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     return 0
 
 
-def _faithfulness(round2, key, submissions, bootstrap: int, seed: int) -> dict | None:
-    """The faithfulness section from --faithfulness and --key (both or neither; one submission), or None."""
-    if round2 is None and key is None:
-        return None
-    if round2 is None or key is None:
-        raise UserError(f"{'--key' if round2 is None else '--faithfulness'} needs {'--faithfulness' if round2 is None else '--key'}: "
-                        "the round-2 scores are read through the key that xbench perturb wrote", _NOTHING_WRITTEN)
-    if len(submissions) != 1:
-        raise UserError("--faithfulness scores one submission at a time (the round-1 submission its round 2 was made from)",
-                        _NOTHING_WRITTEN)
-    from .faithfulness import faithfulness_section, load_round2
+def _prepare_tracks(values: dict, gt, names, submissions) -> dict:
+    """{track name: its context} for every declared track asked for (:mod:`xbench.score.rowscope`: ``prepare``)."""
+    from .rowscope import row_scopes
 
-    k, curves, info = load_round2(round2, key)  # an InputError: every problem, exit 2
-    return faithfulness_section(k, curves, info, n_boot=bootstrap, seed=seed, round2_name=_stem(round2))
+    out = {}
+    for scope in row_scopes(primary=False):
+        if scope.prepare is not None:
+            context = scope.fn("prepare")(values, gt, names, submissions)
+            if context is not None:
+                out[scope.name] = context
+    return out
 
 
-def _subgroup_request(gt, names, by, age_bands, min_group) -> dict | None:
-    """--by's fields, bands and minimum group size, checked against the scored datasets' case attributes."""
-    if by is None:
-        return None
-    from xbench.schemas.attributes import FIELD_NAME, read_attributes
-    from xbench.schemas.store import open_store_group
-
-    fields = [f.strip() for f in by.split(",") if f.strip()]
-    if not fields or len(set(fields)) != len(fields) or not all(FIELD_NAME.fullmatch(f) for f in fields):
-        raise UserError(f"--by {by!r}: give field names separated by commas, each once (e.g. sex or sex,view)",
-                        _NOTHING_WRITTEN)
-    try:
-        bands = tuple(sorted(float(x) for x in age_bands.split(",") if x.strip()))
-    except ValueError:
-        bands = ()
-    if not bands or any(not (0 <= b <= 130) for b in bands) or len(set(bands)) != len(bands):
-        raise UserError(f"--age-bands {age_bands!r}: give ages in years, e.g. 40,60,80", _NOTHING_WRITTEN)
-    root = open_store_group(gt.path)
-    attributes, problems = {}, []
-    for name in (names or sorted(gt.datasets)):
-        attrs = read_attributes(root[name])
-        lacking = [f for f in fields if f not in attrs]
-        if lacking:
-            problems.append(f"--by {', '.join(lacking)}: {name} in {gt.path} has no such case attribute (it has "
-                            f"{', '.join(sorted(attrs)) or 'none'})")
-            continue
-        bad = [f for f in fields if attrs[f].kind == "number" and f != "age"]
-        if bad:
-            problems.append(f"--by {', '.join(bad)}: a number field; only age is banded (--age-bands)")
-        attributes[name] = (np.asarray(gt.datasets[name].case_id, dtype=str), attrs)
-    if problems:
-        raise UserError(problems, _NOTHING_WRITTEN)
-    return {"by": fields, "age_bands": bands, "min_group": min_group, "attributes": attributes}
-
-
-def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool, human=None,
-               faith: dict | None = None, groups: dict | None = None) -> dict:
+def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool,
+               tracks: dict | None = None) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
     from .outputs import prefetch_writers, write_into
     from .scoring import score_submission
@@ -340,19 +292,12 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update, on_total=bar.set_total)
     finally:
         bar.close()
-    if human is not None:  # only then: without --human metrics.json is unchanged
-        from .human.section import with_human
+    from .rowscope import row_scopes
 
-        result = with_human(result, human, bootstrap=score_kw["bootstrap"], seed=score_kw["seed"])
-    if groups is not None:  # only with --by: otherwise metrics.json is unchanged
-        from .subgroups import with_subgroups
-
-        result = with_subgroups(result, groups, n_resamples=score_kw["bootstrap"], seed=score_kw["seed"])
+    for scope in row_scopes(primary=False):  # the tracks asked for, in declaration order; none: metrics.json unchanged
+        if scope.name in (tracks or {}):
+            result = scope.fn("add")(result, tracks[scope.name], bootstrap=score_kw["bootstrap"], seed=score_kw["seed"])
     label = str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
-    if faith is not None:
-        from .faithfulness import add_section
-
-        add_section(result.metrics, faith)
     files = write_into(result, folder, formats=("xbench", *formats), label=label)
     elapsed = time.perf_counter() - t0
     partial = _partial_line(result.metrics)

@@ -325,3 +325,34 @@ def faithfulness_html(results) -> str:
             "ROAD MoRF) and rise when they are inserted first? Areas under the class-probability curves in percent; "
             "gains &gt; 0: better than a random order of the same cells; 95% bootstrap interval over cases in brackets.</p>"
             + "".join(blocks))
+
+
+def prepare(values: dict, gt, names, submissions) -> dict | None:
+    """The track's inputs (--faithfulness ROUND2 and --key, both or neither; one submission), read and checked
+    before anything is scored: the section itself (it needs nothing of the round-1 scoring), or None."""
+    from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError
+
+    round2, key = values.get("faithfulness"), values.get("key")
+    if round2 is None and key is None:
+        return None
+    if round2 is None or key is None:
+        raise UserError(f"{'--key' if round2 is None else '--faithfulness'} needs {'--faithfulness' if round2 is None else '--key'}: "
+                        "the round-2 scores are read through the key that xbench perturb wrote", NOT_WRITTEN_HINT)
+    if len(submissions) != 1:
+        raise UserError("--faithfulness scores one submission at a time (the round-1 submission its round 2 was made "
+                        "from)", NOT_WRITTEN_HINT)
+    from xbench.schemas.paths import store_stem
+
+    k, curves, info = load_round2(round2, key)  # an InputError: every problem, exit 2
+    return faithfulness_section(k, curves, info, n_boot=values["bootstrap"], seed=values["seed"],
+                                round2_name=store_stem(round2))
+
+
+def add(result, section: dict, *, bootstrap: int, seed: int):
+    """``result`` with the faithfulness section (:func:`add_section`)."""
+    add_section(result.metrics, section)
+    return result
+
+
+def page(results) -> tuple[list[str], str]:
+    return [], faithfulness_html(results)

@@ -415,25 +415,11 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     from .tables import write_tables
 
     paths += write_tables({label: metrics}, folder)
-    if "faithfulness" in metrics:  # only with --faithfulness: without it, the same files as before
-        from .faithfulness import write_tables as faithfulness_tables
+    from .rowscope import row_scopes
 
-        paths += faithfulness_tables(metrics, folder, label)
-    from .probe_table import write_probe_table  # text probes: only with probes in the ground truth
-
-    paths += write_probe_table({label: metrics}, folder)
-    if "robustness" in metrics:  # only then (score/robustness_table.py): other outputs keep their file list
-        from .robustness_table import write_robustness_table
-
-        paths += write_robustness_table({label: metrics}, folder)
-    if "subgroups" in metrics:  # only with --by (score/subgroups.py)
-        from .subgroups import write_subgroup_tables
-
-        paths += write_subgroup_tables(metrics, folder, label)
-    if "gaze" in metrics:  # only with gaze in the ground truth (score/gaze_section.py)
-        from .gaze_section import write_gaze_tables
-
-        paths += write_gaze_tables(metrics, folder, label)
+    for scope in row_scopes(primary=False):  # each section's own files, only when metrics.json has the section
+        if scope.write_tables is not None and scope.section in metrics:
+            paths += scope.fn("write_tables")(metrics, folder, label)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
         paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")

@@ -33,3 +33,16 @@ def write_probe_table(results, out_dir) -> list[Path]:
     """``table_text_probes.csv`` and ``.md`` in ``out_dir`` when some result has probes (else nothing)."""
     t = probe_table(results)
     return [] if t is None else write_table(t, out_dir, "table_text_probes")
+
+
+def section_tables(metrics: dict, folder, label: str) -> list[Path]:
+    """The track's files beside metrics.json (:mod:`xbench.score.rowscope`)."""
+    return write_probe_table({label: metrics}, folder)
+
+
+def page(results) -> tuple[list[str], str]:
+    """The report's text-probe section: no Markdown, the table for index.html ("" when no result has probes)."""
+    from .report.html import _box, _e
+
+    t = probe_table([(r.name, r.metrics) for r in results])
+    return [], "" if t is None else f"<h2>{_e(t.title)}</h2>{_box(t.to_html())}"

@@ -273,3 +273,9 @@ def probe_rows(results) -> list[dict]:
                 rows.append({"model": model, "dataset": d, "category": "all categories", "kind": "",
                              "n_probes": entry["n_probes"], **{k: None for k, _ in COLUMNS}, "ci95": {}})
     return rows
+
+
+def run_section(run, *, bootstrap: int, seed: int, metric_params=None, timings=None) -> dict:
+    """The "text_probes" track's section from an opened scoring run (:mod:`xbench.score.rowscope`)."""
+    return score_probes(run.sub, run.gt, run.scored, bootstrap=bootstrap, seed=seed,
+                        cases={d: run.aligned[d][0] >= 0 for d in run.partial})

@@ -99,3 +99,16 @@ def robustness_table(results: Mapping[str, dict]) -> Table | None:
 def write_robustness_table(results: Mapping[str, dict], out_dir: str | os.PathLike) -> list[Path]:
     t = robustness_table(results)
     return [] if t is None else write_table(t, out_dir, STEM)
+
+
+def section_tables(metrics: dict, folder, label: str) -> list[Path]:
+    """The track's files beside metrics.json (:mod:`xbench.score.rowscope`)."""
+    return write_robustness_table({label: metrics}, folder)
+
+
+def page(results) -> tuple[list[str], str]:
+    """The report's robustness section: no Markdown, the table for index.html ("" when no result has one)."""
+    from .report.html import _box, _e
+
+    t = robustness_table({r.name: r.metrics for r in results})
+    return [], "" if t is None else f"<h2>{_e(t.title)}</h2><p>{_e(t.caption)}</p>{_box(t.to_html())}"

@@ -69,6 +69,23 @@ class RowScope:
       outside unusable (``z``: {key: array}; every array the scope indexes with is checked here, before
       ``load_counts`` builds the counts from them). A scope without them is not saved (its comparisons
       then need the scoring run's own counts).
+
+    A *track* is the same kind without rows of its own (``score`` None): its section of metrics.json is made
+    by one of two hooks, and it shows itself through the others (each None where the track has none):
+
+    * ``run_section(run, *, bootstrap, seed, metric_params, timings)``: the section from the opened run
+      (:class:`xbench.score.scoring._Run`: sub, gt, scored, aligned, partial, thresholds); {} when the ground
+      truth holds nothing for it (text probes, perturbed copies);
+    * ``prepare(values, gt, names, submissions)``: the track's own inputs, read and checked before anything is
+      scored (``values``: the xbench-score option values by name; ``options`` names those it reads); None when
+      not asked for; then ``add(result, context, *, bootstrap, seed)`` adds the section to a ScoreResult;
+    * ``write_tables(metrics, folder, label)``: its files beside metrics.json (only when its section is there);
+    * ``page(results)``: (Markdown lines for leaderboard.md, an HTML fragment for index.html), ([], "") when no
+      result has the section; ``page_at``: "results" (before the figures) or "end" (before the definitions).
+
+    ``minor`` is raised in metrics.json's header whenever the section is present. Scoring, the CLI, the
+    outputs and the report loop over the declared scopes; a new track is one :func:`declare_scope` call and
+    its module (CONTRIBUTING.md, "A section").
     """
 
     name: str
@@ -88,7 +105,20 @@ class RowScope:
     save_counts: Ref = None
     counts_problems: Ref = None
     load_counts: Ref = None
+    # -- a track: a section of metrics.json computed from the run or from the command's own inputs
+    run_section: Ref = None
+    prepare: Ref = None
+    add: Ref = None
+    write_tables: Ref = None
+    page: Ref = None
+    page_at: str = "results"
+    options: tuple[str, ...] = ()
     doc: str = field(default="", compare=False)
+
+    @property
+    def rows(self) -> bool:
+        """True for a scope of rows counted beside the class rows (``score``); False for a track."""
+        return self.score is not None
 
     @property
     def counts_key(self) -> str:
@@ -184,5 +214,43 @@ declare_scope(RowScope(
     save_counts="xbench.score.gaze_section:save_counts",
     counts_problems="xbench.score.gaze_section:counts_problems",
     load_counts="xbench.score.gaze_section:load_counts",
+    write_tables="xbench.score.gaze_section:write_gaze_tables",
     doc="the saliency measures of the models' maps against radiologists' gaze (issue 37; only with gaze in the "
         "ground truth)"))
+
+# -- tracks: sections without rows of their own (declaration order = their order in metrics.json, in the
+# outputs and on the page)
+declare_scope(RowScope(
+    "text_probes", "text probes", unit="images", kinds=(), section="text_probes", minor=5,
+    run_section="xbench.score.probes:run_section",
+    write_tables="xbench.score.probe_table:section_tables",
+    page="xbench.score.probe_table:page", page_at="end",
+    doc="paraphrases, negations and decoys of the phrase rows (only with probes in the ground truth)"))
+
+declare_scope(RowScope(
+    "robustness", "robustness", unit="cases", kinds=(), section="robustness", minor=4,
+    run_section="xbench.score.scoring:robustness_section",
+    write_tables="xbench.score.robustness_table:section_tables",
+    page="xbench.score.robustness_table:page",
+    doc="the same metrics on perturbed copies of the images (only with copies in the ground truth)"))
+
+declare_scope(RowScope(
+    "human", "human ceilings", unit="cases", kinds=(), section="human", minor=6, options=("human_dir",),
+    prepare="xbench.score.human.section:prepare", add="xbench.score.human.section:add",
+    page="xbench.score.human.page:report_sections",
+    doc="a second radiologist scored like a model, and the model's % of human (xbench-score --human)"))
+
+declare_scope(RowScope(
+    "subgroups", "subgroups", unit="cases", kinds=(), section="subgroups", minor=9,
+    options=("by", "age_bands", "min_group"),
+    prepare="xbench.score.subgroups:prepare", add="xbench.score.subgroups:add",
+    write_tables="xbench.score.subgroups:write_subgroup_tables",
+    doc="every metric per group of case attributes, and the gap between groups (xbench-score --by)"))
+
+declare_scope(RowScope(
+    "faithfulness", "faithfulness", unit="cases", kinds=(), section="faithfulness", minor=7,
+    options=("faithfulness", "key"),
+    prepare="xbench.score.faithfulness:prepare", add="xbench.score.faithfulness:add",
+    write_tables="xbench.score.faithfulness:write_tables",
+    page="xbench.score.faithfulness:page",
+    doc="deletion, insertion and ROAD from a round-2 submission (xbench-score --faithfulness --key)"))

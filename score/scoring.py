@@ -48,7 +48,7 @@ from .estimates import class_grounding_point, class_taus, point_metrics  # noqa:
 from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
 from .intervals import mean_defined
 from .phrases import PhraseCounts, phrase_counts, phrase_points
-from .probes import PROBES_METRICS_MINOR, originals_only, score_probes
+from .probes import originals_only
 from .rowscope import row_scope, row_scopes
 from .warm import start_background_warm
 
@@ -362,7 +362,7 @@ def _with_partial(metrics: dict, partial: Mapping[str, tuple[int, int]], cases: 
                        "note": _partial_note(cases, of, not_scored)}}
     for k, v in metrics.items():
         out[k] = datasets if k == "datasets" else v
-    for scope in row_scopes(primary=False):  # each scope's dataset entries too (phrases: after n_images)
+    for scope in (s for s in row_scopes(primary=False) if s.rows):  # each scope's dataset entries (phrases: after n_images)
         entries = out.get(scope.section, {}).get("datasets", {})
         for d in list(entries):
             if d in partial:
@@ -433,30 +433,29 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=run.thresholds,
                                             timings=timings, undefined=undefined)
     metrics.update(sections)  # only the scopes with rows: metrics.json of a store without phrase rows is unchanged
-    probes = score_probes(run.sub, run.gt, run.scored, bootstrap=bootstrap, seed=seed,
-                          cases={d: run.aligned[d][0] >= 0 for d in run.partial})
-    if probes:  # only with text probes in the ground truth (metrics.json minor 5)
-        metrics["text_probes"] = probes
-    robustness = _robustness(run, bootstrap=bootstrap, seed=seed, metric_params=metric_params, timings=timings)
-    if robustness:  # likewise: only with perturbed copies in the ground truth (score/robustness.py)
-        metrics["robustness"] = robustness
+    tracks = {}
+    for scope in row_scopes(primary=False):  # the tracks made from the run, each only when the ground truth has it
+        if scope.run_section is not None:
+            part = scope.fn("run_section")(run, bootstrap=bootstrap, seed=seed, metric_params=metric_params,
+                                           timings=timings)
+            if part:
+                metrics[scope.section] = tracks[scope.section] = part
     release_freed_memory()
     t0 = time.perf_counter()
     gt_sha256 = run.gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
     header = _header(run, submission_path, gt_sha256, bootstrap=bootstrap, seed=seed, sections=sections,
                      metric_params=metric_params)
-    if probes:
-        header["schema_minor"] = max(PROBES_METRICS_MINOR, int(header["schema_minor"]))
-    if robustness:
-        header["schema_minor"] = max(ROBUSTNESS_METRICS_MINOR, int(header.get("schema_minor", 0)))
+    for scope in row_scopes(primary=False):  # each track present raises the minor that added it
+        if scope.section in tracks:
+            header["schema_minor"] = max(scope.minor, int(header.get("schema_minor", 0)))
     if run.partial or run.not_scored:  # only then: a full run's metrics.json is unchanged
         metrics = _with_partial(metrics, run.partial, sum(run.n_in.values()), sum(run.n_of.values()), run.not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
                        scope_counts=scope_counts, notes=[*run.notes, *undefined_notes(undefined)])
 
 
-def _robustness(run: "_Run", *, bootstrap: int, seed: int, metric_params: Mapping, timings: dict) -> dict:
+def robustness_section(run: "_Run", *, bootstrap: int, seed: int, metric_params: Mapping, timings: dict) -> dict:
     """The "robustness" section (score/robustness.py); {} without perturbed copies in the ground truth."""
     if not any(getattr(run.gt.datasets[d], "perturbations", None) is not None for d in run.scored):
         return {}
@@ -578,7 +577,7 @@ def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, met
     region_problems: list = []
     sections: dict = {}
     scope_counts: dict = {}
-    for scope in row_scopes():
+    for scope in (s for s in row_scopes() if s.rows):  # the scopes of rows (the tracks come after the counts)
         # the primary (class) scope counts on the aligned case rows and class columns, with the progress bar
         primary = {"aligned": run.aligned, "progress": progress, "metric_params": metric_params} \
             if scope.section is None else {}

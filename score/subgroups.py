@@ -193,3 +193,46 @@ def write_subgroup_tables(metrics: dict, folder, label: str) -> list:
 
 def _f(v) -> str:
     return "" if v is None else f"{v:.3f}"
+
+
+def prepare(values: dict, gt, names, submissions) -> dict | None:
+    """--by's fields, bands and minimum group size, checked against the scored datasets' case attributes before
+    anything is scored; None without --by."""
+    by, age_bands, min_group = values.get("by"), values.get("age_bands", "40,60,80"), values.get("min_group", 20)
+    if by is None:
+        return None
+    from xbench.schemas._cli import NOT_WRITTEN_HINT as _NOTHING_WRITTEN, UserError
+    from xbench.schemas.attributes import FIELD_NAME, read_attributes
+    from xbench.schemas.store import open_store_group
+
+    fields = [f.strip() for f in by.split(",") if f.strip()]
+    if not fields or len(set(fields)) != len(fields) or not all(FIELD_NAME.fullmatch(f) for f in fields):
+        raise UserError(f"--by {by!r}: give field names separated by commas, each once (e.g. sex or sex,view)",
+                        _NOTHING_WRITTEN)
+    try:
+        bands = tuple(sorted(float(x) for x in age_bands.split(",") if x.strip()))
+    except ValueError:
+        bands = ()
+    if not bands or any(not (0 <= b <= 130) for b in bands) or len(set(bands)) != len(bands):
+        raise UserError(f"--age-bands {age_bands!r}: give ages in years, e.g. 40,60,80", _NOTHING_WRITTEN)
+    root = open_store_group(gt.path)
+    attributes, problems = {}, []
+    for name in (names or sorted(gt.datasets)):
+        attrs = read_attributes(root[name])
+        lacking = [f for f in fields if f not in attrs]
+        if lacking:
+            problems.append(f"--by {', '.join(lacking)}: {name} in {gt.path} has no such case attribute (it has "
+                            f"{', '.join(sorted(attrs)) or 'none'})")
+            continue
+        bad = [f for f in fields if attrs[f].kind == "number" and f != "age"]
+        if bad:
+            problems.append(f"--by {', '.join(bad)}: a number field; only age is banded (--age-bands)")
+        attributes[name] = (np.asarray(gt.datasets[name].case_id, dtype=str), attrs)
+    if problems:
+        raise UserError(problems, _NOTHING_WRITTEN)
+    return {"by": fields, "age_bands": bands, "min_group": min_group, "attributes": attributes}
+
+
+def add(result, request: dict, *, bootstrap: int, seed: int):
+    """``result`` with the subgroups section (:func:`with_subgroups`)."""
+    return with_subgroups(result, request, n_resamples=bootstrap, seed=seed)

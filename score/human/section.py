@@ -76,3 +76,25 @@ def with_human(result, source: HumanSource, *, bootstrap: int, seed: int):
     metrics["human"] = block
     result.metrics = metrics
     return result
+
+
+def prepare(values: dict, gt, names, submissions):
+    """The track's input (--human HUMAN_DIR), read and checked before anything is scored; None without it."""
+    human_dir = values.get("human_dir")
+    if human_dir is None:
+        return None
+    from xbench.schemas._cli import UserError
+
+    from .reading import load_human
+
+    human = load_human(human_dir)
+    scored = set(names or gt.datasets)
+    if not scored & set(human.readers):
+        raise UserError(f"--human {human_dir}: holds the ceiling of {', '.join(sorted(human.readers))}, which is "
+                        f"not scored here ({', '.join(sorted(scored))}); nothing was written")
+    return human
+
+
+def add(result, human, *, bootstrap: int, seed: int):
+    """``result`` with the human section (:func:`with_human`)."""
+    return with_human(result, human, bootstrap=bootstrap, seed=seed)

@@ -199,30 +199,17 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
     return info
 
 
-def _track_sections(page: str, results, human_html: str, checks) -> str:
-    """The page with the tracks' sections (human ceilings, faithfulness, text probes, robustness, sanity), each
-    only where a result carries it; results sections before the figures, the definitions last."""
+def _track_sections(page: str, pages: list, checks) -> str:
+    """The page with each declared section's fragment (:mod:`xbench.score.rowscope` ``page``: human ceilings,
+    robustness, faithfulness before the figures; text probes at the end), then the sanity checks; the
+    definitions stay last. A section no result has adds nothing."""
     from .html import DEFINITIONS_AT, FIGURES_AT, insert_before
 
-    # results sections sit with the results, before the figures (not after the definitions)
-    if human_html:
-        page = insert_before(page, FIGURES_AT, human_html)
-    if any("faithfulness" in r.metrics for r in results):  # only where a score run had --faithfulness
-        from ..faithfulness import faithfulness_html
-
-        page = insert_before(page, FIGURES_AT, faithfulness_html(results))
-    from xbench.score.probe_table import probe_table
-
-    probe_section = probe_table([(r.name, r.metrics) for r in results])
-    if probe_section is not None:  # text probes (only with probes in the ground truth): a section before the end
-        from .html import _box, _e
-
-        page = insert_before(page, DEFINITIONS_AT, f"<h2>{_e(probe_section.title)}</h2>{_box(probe_section.to_html())}")
-    robust = _robustness_html(results)
-    if robust:  # the robustness track's table, only for results that have one (score/robustness_table.py)
-        page = page.replace("<h2>Figures</h2>", robust + "<h2>Figures</h2>", 1)
+    for at, _, html in pages:
+        if html:
+            page = insert_before(page, FIGURES_AT if at == "results" else DEFINITIONS_AT, html)
     if checks:  # one more section, before the page ends
-        page = insert_before(page, DEFINITIONS_AT, sanity_html(checks))  # the definitions stay last
+        page = insert_before(page, DEFINITIONS_AT, sanity_html(checks))
     return page
 
 
@@ -307,10 +294,10 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
-    from xbench.score.human.page import report_sections
+    from xbench.score.rowscope import row_scopes
 
-    human_md, human_html = report_sections(results)  # only when a result carries a human ceiling
-    md += human_md
+    pages = [(s.page_at, *s.fn("page")(results)) for s in row_scopes(primary=False) if s.page is not None]
+    md += [line for _, lines, _ in pages for line in lines]  # each section's Markdown (human ceilings)
     checks = read_sanity(sanity)
     if checks:
         md += [sanity_markdown(checks)]
@@ -337,7 +324,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
                        figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
                        overlay_captions=overlay_info.get("captions", {}),
                        scope_tables=scope_tables)
-    page = _track_sections(page, results, human_html, checks)
+    page = _track_sections(page, pages, checks)
     index = _write_text(out / "index.html", page)
     manifest = {
         "models": [{"name": r.name, "path": _shown_path(r.path, out)} for r in results],
@@ -446,15 +433,3 @@ def sanity_html(checks) -> str:
     return (f"<section><h2>Do the maps depend on the weights?</h2><p>xbench sanity (model randomisation test, "
             f"Adebayo et al. 2018): similarity to the original maps after re-initialising the weights.</p>"
             f"<table><tr>{head}</tr>{rows}</table></section>\n")
-
-
-def _robustness_html(results) -> str:
-    """The robustness table's section of the page, or "" when no result has a robustness section."""
-    from xbench.score.robustness_table import robustness_table
-
-    from .html import _box, _e
-
-    t = robustness_table({r.name: r.metrics for r in results})
-    if t is None:
-        return ""
-    return f"<h2>{_e(t.title)}</h2><p>{_e(t.caption)}</p>{_box(t.to_html())}"
