@@ -81,7 +81,9 @@ class RowScope:
       not asked for; then ``add(result, context, *, bootstrap, seed)`` adds the section to a ScoreResult;
     * ``write_tables(metrics, folder, label)``: its files beside metrics.json (only when its section is there);
     * ``page(results)``: (Markdown lines for leaderboard.md, an HTML fragment for index.html), ([], "") when no
-      result has the section; ``page_at``: "results" (before the figures) or "end" (before the definitions).
+      result has the section; ``page_at``: "results" (before the figures) or "end" (before the definitions);
+    * ``compare(a, b)``: lines ``xbench compare`` prints under its table for two results (report Results) that
+      both hold the section ([] when there is nothing to say); ``--json`` gives them under ``"sections"``.
 
     ``minor`` is raised in metrics.json's header whenever the section is present. Scoring, the CLI, the
     outputs and the report loop over the declared scopes; a new track is one :func:`declare_scope` call and
@@ -112,6 +114,7 @@ class RowScope:
     write_tables: Ref = None
     page: Ref = None
     page_at: str = "results"
+    compare: Ref = None
     options: tuple[str, ...] = ()
     doc: str = field(default="", compare=False)
 

@@ -152,6 +152,7 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
         from ._files import write_csv_outside
 
         write_csv_outside(out_csv, comparison_csv(rows, a.name, b.name), (a_dir, b_dir))
+    sections = _section_lines(a, b)
     if as_json:
         bs = sorted({r.n_valid for r in rows if r.p_value is not None})
         click.echo(json.dumps({
@@ -161,11 +162,27 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
                          "n_tests": family_size(rows), "n_rows": sum(r.p_value is not None for r in rows),
                          "alpha": ALPHA, "significant": VERDICT, "too_few_resamples": floor_note(rows)},
             "rows": [dict(r.__dict__, significant=r.significant, p_floor=r.p_floor, at_floor=r.at_floor)
-                     for r in rows]}, indent=1))
+                     for r in rows],
+            **({"sections": sections} if sections else {})}, indent=1))
     elif not quiet:
         from .terminal import comparison_text
 
         click.echo(comparison_text(rows, a.name, b.name))
+        for name, lines in sections.items():
+            click.echo("\n".join([f"{name}:", *(f"  {line}" for line in lines)]))
+
+
+def _section_lines(a, b) -> dict[str, list[str]]:
+    """{section: lines} of every declared section with a ``compare`` hook that both results hold."""
+    from xbench.score.rowscope import row_scopes
+
+    out = {}
+    for s in row_scopes(primary=False):
+        if s.compare is not None and s.section in a.metrics and s.section in b.metrics:
+            lines = s.fn("compare")(a, b)
+            if lines:
+                out[s.section] = [escape_text(str(line)) for line in lines]
+    return out
 
 
 def main(argv=None):
