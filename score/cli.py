@@ -311,11 +311,12 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
 
         ov = result.metrics["overall"]
         click.echo("\n".join(overall_lines(ov, {k: ci_of(result.metrics, "overall", k) for k in ov})))
-        if "human" in result.metrics:
-            from .human.tables import human_lines
+        from .rowscope import row_scopes
 
-            for line in human_lines(result.metrics):
-                click.echo(escape_text(f"  {line}"))
+        for scope in row_scopes(primary=False):  # each section's own lines (the human ceiling's)
+            if scope.terminal is not None and scope.section in result.metrics:
+                for line in scope.fn("terminal")(result.metrics):
+                    click.echo(escape_text(f"  {line}"))
     summary = {"submission": str(sub), "label": label, "out": str(target), "seconds": round(elapsed, 3),
                "overall": result.metrics["overall"],
                "ci95": {k: ci_of(result.metrics, "overall", k) for k in result.metrics["overall"]},

@@ -82,6 +82,7 @@ class RowScope:
     * ``write_tables(metrics, folder, label)``: its files beside metrics.json (only when its section is there);
     * ``page(results)``: (Markdown lines for leaderboard.md, an HTML fragment for index.html), ([], "") when no
       result has the section; ``page_at``: "results" (before the figures) or "end" (before the definitions);
+    * ``terminal(metrics)``: lines xbench-score prints under a run's overall values;
     * ``compare(a, b)``: lines ``xbench compare`` prints under its table for two results (report Results) that
       both hold the section ([] when there is nothing to say); ``--json`` gives them under ``"sections"``.
 
@@ -115,6 +116,7 @@ class RowScope:
     page: Ref = None
     page_at: str = "results"
     compare: Ref = None
+    terminal: Ref = None
     options: tuple[str, ...] = ()
     doc: str = field(default="", compare=False)
 
@@ -240,6 +242,7 @@ declare_scope(RowScope(
 declare_scope(RowScope(
     "human", "human ceilings", unit="cases", kinds=(), section="human", minor=6, options=("human_dir",),
     prepare="xbench.score.human.section:prepare", add="xbench.score.human.section:add",
+    write_tables="xbench.score.human.tables:section_tables", terminal="xbench.score.human.tables:human_lines",
     page="xbench.score.human.page:report_sections",
     doc="a second radiologist scored like a model, and the model's % of human (xbench-score --human)"))
 

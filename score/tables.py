@@ -531,9 +531,4 @@ def write_tables(results: Mapping[str, dict], out_dir: str | os.PathLike) -> lis
     paths += write_table(recognition_table(results, layout="scorer"), out_dir, _GROUP_STEMS["recognition"])
     for t in extra_tables(results, layout="scorer"):
         paths += write_table(t, out_dir, _GROUP_STEMS[t.key])
-    if any("human" in m for m in results.values()):  # only with a human ceiling (xbench-score --human)
-        from .human.tables import write_human_tables
-
-        for m in results.values():
-            paths += write_human_tables(m, out_dir)
     return paths

@@ -125,3 +125,8 @@ def simulated(metrics: Mapping) -> bool:
     radiologists."""
     rule = _mapping(_mapping(metrics.get("human")).get("source")).get("rule")
     return isinstance(rule, str) and "simulated" in rule.lower()
+
+
+def section_tables(metrics: Mapping, folder, label: str) -> list[Path]:
+    """The human section's files beside metrics.json (:mod:`xbench.score.rowscope`)."""
+    return write_human_tables(metrics, folder)
