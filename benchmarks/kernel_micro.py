@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from xbench.score import kernels
+from xbench.score.kernels import maps as kernels
 
 
 def _case(pairs: int, side: int, grid: int, seed: int = 0):

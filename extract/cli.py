@@ -71,7 +71,7 @@ def _check(model: str, overrides: dict, method, device, precision, images: str, 
     minute), so a typo costs a second."""
     from xbench.schemas._cli import store_kind_problem
 
-    from .models.request import check_request
+    from xbench.extract.models.request import check_request
 
     problems = []
     try:
@@ -91,15 +91,15 @@ def _check(model: str, overrides: dict, method, device, precision, images: str, 
 
 def _preflight(model: str, overrides: dict) -> None:
     """The model request's torch-free checks alone (kept for callers such as ``xbench run --dry-run``)."""
-    from .models.request import check_request
+    from xbench.extract.models.request import check_request
 
     check_request(model, overrides)
 
 
 def _list_methods(as_json: bool) -> None:
     """One line per map method: what it computes, what it needs, which registered models run it, its paper."""
-    from .models import catalog
-    from .saliency import METHODS
+    from xbench.extract.models import catalog
+    from xbench.extract.saliency import METHODS
 
     rows = []
     for name in METHODS.names():
@@ -126,7 +126,7 @@ def _list_methods(as_json: bool) -> None:
 
 def _list_models(as_json: bool) -> None:
     """One line per registered model: what it is, what it needs (weights, text encoder, or nothing), its methods."""
-    from .models import catalog, list_models
+    from xbench.extract.models import catalog, list_models
 
     rows = []
     for name in list_models():
@@ -149,7 +149,7 @@ def _method_ignored_early(model: str, overrides: dict, requested: str | None) ->
     from the model's catalog entry, without torch (issue 35: it came only after the whole extraction)."""
     if not requested:
         return None
-    from .models import catalog, load_config
+    from xbench.extract.models import catalog, load_config
 
     info = catalog.info(str(load_config(model, **dict(overrides)).get("adapter")))
     if info is not None and not info.methods and info.own_method and requested != info.own_method:
@@ -219,7 +219,7 @@ def main(as_json, list_models, list_methods, **params):
         raise click.UsageError("--faithfulness runs on one process; with several ranks run round 1, then xbench perturb "
                                "and xbench-extract --scores-only (docs/faithfulness.md)")
     if opts.faithfulness:
-        from .faithfulness import folder_problems
+        from xbench.extract.faithfulness import folder_problems
 
         problems = folder_problems(opts)
         if problems:
@@ -228,18 +228,18 @@ def main(as_json, list_models, list_methods, **params):
     early = _method_ignored_early(opts.model, opts.overrides, opts.method)
     if early and int(os.environ.get("RANK", 0)) == 0:
         warn("xbench-extract", early)
-    from .noop import nothing_to_do
+    from xbench.extract.noop import nothing_to_do
 
     done = nothing_to_do(opts)  # a finished --out is known before torch is imported and the model built
     if done is not None:
         _say_summary(done, opts.method, as_json, opts.quiet, early)
         return
     if opts.nproc_per_node and opts.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
-        from .distributed import relaunch
+        from xbench.extract.distributed import relaunch
 
         sys.exit(relaunch(opts.nproc_per_node, _strip_nproc(sys.argv[1:])))
 
-    from .runner import run_extraction
+    from xbench.extract.runner import run_extraction
 
     quiet, method = opts.quiet, opts.method
     rank = int(os.environ.get("RANK", 0))
@@ -247,7 +247,7 @@ def main(as_json, list_models, list_methods, **params):
     try:
         summary = run_extraction(opts, progress=callback)
         if opts.faithfulness and rank == 0:
-            from .faithfulness import run_faithfulness
+            from xbench.extract.faithfulness import run_faithfulness
 
             summary["faithfulness"] = run_faithfulness(
                 opts, progress=callback, say=None if (quiet or as_json) else lambda line: click.echo(escape_text(line), err=True))

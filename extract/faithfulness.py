@@ -44,7 +44,7 @@ def run_faithfulness(opts, progress: Callable | None = None, say: Callable[[str]
     from xbench.schemas.errors import InputError, Problem
     from xbench.schemas.perturb import Round2Options, make_round2
 
-    from .runner import run_extraction
+    from xbench.extract.runner import run_extraction
 
     folder = Path(opts.faithfulness)
     folder.mkdir(parents=True, exist_ok=True)

@@ -53,11 +53,11 @@ import numpy as np
 
 from xbench.schemas.errors import InputError, Problem
 
-from .datasets._io import CSVFile, check_box, parse_float, read_json
-from .datasets.base import Box, Mask, Polygon
-from .datasets.chexlocalize import _RLEMask, rle_area
-from .datasets.rasterise import rasterise_region
-from .datasets.vindr import is_rad_id
+from xbench.extract.datasets._io import CSVFile, check_box, parse_float, read_json
+from xbench.extract.datasets.base import Box, Mask, Polygon
+from xbench.extract.datasets.chexlocalize import _RLEMask, rle_area
+from xbench.extract.datasets.rasterise import rasterise_region
+from xbench.extract.datasets.vindr import is_rad_id
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
            "reading_rows", "write_submission", "write_truth", "read_readers", "DatasetReaders", "MASK_LEVEL"]
@@ -318,7 +318,7 @@ class _PhantomMarks(Mapping):
         self._reader, self._seed, self._split, self._size, self._index = reader, seed, split, size, index
 
     def __getitem__(self, case_id: str) -> dict[str, Mark]:
-        from .datasets.phantom import draw_reading
+        from xbench.extract.datasets.phantom import draw_reading
 
         got = draw_reading(self._seed, self._split, self._index[case_id], self._reader, self._size)
         return {c: Mark(shapes=[Mask(load=lambda m=r.mask: m)], points=[r.point])
@@ -341,7 +341,7 @@ def read_phantom(attrs: dict, case_ids: list[str], sizes: dict[str, tuple[int, i
     phantom options the images store records (``attrs["reader"]``: seed, split, size). ``labels``: the ground
     truth's ``{case_id: {class: label}}``, which the options must reproduce (else the store was not made by
     these options and the readers would read other cases). Returns the reading and the options."""
-    from .datasets.phantom import MAX_CASES, MAX_READERS, MAX_SIZE, PHANTOM_CLASSES, _SPLITS, draw_case
+    from xbench.extract.datasets.phantom import MAX_CASES, MAX_READERS, MAX_SIZE, PHANTOM_CLASSES, _SPLITS, draw_case
 
     opts = attrs.get("reader") if isinstance(attrs, dict) else None
     opts = opts if isinstance(opts, dict) else {}
@@ -667,7 +667,7 @@ def read_readers(dataset: str, root: Path | None, images: Path, gt: Path | None,
             "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
             "files": {p.name: file_sha256(p) for p in reading.files}}
     if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
-        from .datasets import phantom as ph
+        from xbench.extract.datasets import phantom as ph
 
         info["phantom"] = {**phantom, "model": {"miss": dict(ph.READER_MISS), "false_mark": ph.READER_FALSE_MARK,
                                                 "shift_sd": ph.READER_SHIFT_SD, "log_scale_sd": ph.READER_SCALE_SD,

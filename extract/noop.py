@@ -62,7 +62,7 @@ def _judge(opts) -> dict | None:
     from xbench.schemas.queries import QUERY_LEDGER, UNSUPPORTED_ATTR
     from xbench.schemas.store import open_store_group, read_strings
 
-    from .models import config_hash, load_config
+    from xbench.extract.models import config_hash, load_config
 
     out = Path(opts.out)
     if not out.is_dir():

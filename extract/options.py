@@ -22,7 +22,7 @@ from xbench.schemas.options import Choice, Flag, Float, Grid, Int, Text, opt
 # ------------------------------------------------------------------------------------ xbench-extract
 def _model_options(items: Sequence[str]) -> dict:
     """KEY=VALUE pairs into a nested dict (extract/models/checks.py: bounded, strict true/false)."""
-    from .models.checks import parse_model_options
+    from xbench.extract.models.checks import parse_model_options
 
     return parse_model_options(tuple(items))
 

@@ -17,8 +17,8 @@ from xbench.schemas._cli import RESUME_HINT, UserError, command, warn
 from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.options import Flag, click_options, from_params, opt
 
-from .datasets import DATASETS
-from .options import PrepareOptions
+from xbench.extract.datasets import DATASETS
+from xbench.extract.options import PrepareOptions
 
 _MAX_LINES = 50
 _PHANTOM_ONLY = ("n_cases", "seed")
@@ -121,7 +121,7 @@ def main(dataset, list_only, quiet, as_json, **params):
         if not root.is_dir():
             _fail(f"--root {root}: no such folder")
 
-    from .datasets.prepare import TooManySkippedError, prepare_dataset
+    from xbench.extract.datasets.prepare import TooManySkippedError, prepare_dataset
 
     try:
         reader = reader_cls(root, p.split, **opts)
@@ -175,7 +175,7 @@ def _earlier_run(out_dir: Path, key: str) -> dict | None:
     ground truth, written last, is not). The stores' own attributes are the record, so nothing new is written."""
     from xbench.schemas.store import open_store_group
 
-    from .datasets.prepare import WORK_DIR
+    from xbench.extract.datasets.prepare import WORK_DIR
 
     images, gt = out_dir / "images.zarr", out_dir / "gt.zarr"
     if (out_dir / WORK_DIR / key).exists() or not (gt / key).is_dir():

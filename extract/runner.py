@@ -12,7 +12,7 @@ after writing n blocks (used by the resume test; never set it otherwise).
 """
 from __future__ import annotations
 
-from ..schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 import contextlib
 import functools
@@ -30,13 +30,13 @@ from torch.utils.data import DataLoader, Dataset
 from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, read_images
 from xbench.schemas.options import problems
 
-from . import distributed
-from .models import create_adapter
-from .noop import jsonable as _jsonable
-from .options import ExtractOptions
-from .pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
-from .tta import TTA, CombinedBlock, check_resume, resolve as resolve_tta
-from .writer_process import ProcessStore
+from xbench.extract import distributed
+from xbench.extract.models import create_adapter
+from xbench.extract.noop import jsonable as _jsonable
+from xbench.extract.options import ExtractOptions
+from xbench.extract.pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
+from xbench.extract.tta import TTA, CombinedBlock, check_resume, resolve as resolve_tta
+from xbench.extract.writer_process import ProcessStore
 
 
 #: the options run_extraction checks itself, by their declared constraints

@@ -195,7 +195,7 @@ def randomise(group: list, seed: int, position: int) -> None:
 # -- the test -------------------------------------------------------------------------------------------------
 def _maps(adapter, batches, classes: dict, device) -> list[np.ndarray]:
     """Maps of every batch, (n, C, h, w) float32 each, through the extraction's own compute step."""
-    from .pipeline import compute_block
+    from xbench.extract.pipeline import compute_block
 
     out = []
     for name, images, sizes in batches:
@@ -385,8 +385,8 @@ def sanity(**params):
         o.model, o.images, o.out, o.method, o.limit, o.seed, o.mode, o.threshold, o.device, o.quiet, o.as_json)
     from xbench.schemas._cli import require_kind
 
-    from .models import create_adapter
-    from .runner import pick_device
+    from xbench.extract.models import create_adapter
+    from xbench.extract.runner import pick_device
 
     require_kind(images, "images", "--images")
     if Path(out).exists():

@@ -82,7 +82,7 @@ def drop_ledger(group: zarr.Group, name: str = LEDGER) -> None:
 def create_beside(target, build) -> None:
     """Run ``build(folder)`` on a new hidden folder beside ``target``, then move it to ``target`` in one rename
     (replacing what is there). What a killed creation left beside ``target`` is removed first."""
-    from .paths import swap_in, work_dir
+    from xbench.schemas.paths import swap_in, work_dir
 
     folder = work_dir(target)
     try:

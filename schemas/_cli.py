@@ -30,9 +30,9 @@ from typing import Callable, Iterable, NoReturn, Sequence
 import click
 from click.utils import _detect_program_name
 
-from .errors import InputError, escape_text
-from .inputs import DEFAULT_TIMEOUT
-from .options import Float, Text, click_options, opt
+from xbench.schemas.errors import InputError, escape_text
+from xbench.schemas.inputs import DEFAULT_TIMEOUT
+from xbench.schemas.options import Float, Text, click_options, opt
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -211,7 +211,7 @@ def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, 
     debug = _flag(args, "--debug") or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")
     import signal
 
-    from .paths import terminate_as_interrupt
+    from xbench.schemas.paths import terminate_as_interrupt
 
     try:
         with terminate_as_interrupt((signal.SIGTERM,)), _WarningsAsLines(prog):  # SIGTERM as Ctrl-C: work folders removed, exit 130

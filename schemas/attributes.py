@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .errors import Problem
+from xbench.schemas.errors import Problem
 
 #: the gt minor version that adds case attributes
 GT_MINOR = 6
@@ -160,7 +160,7 @@ def validate(g, where: str, minor: int, n_cases: int) -> list[Problem]:
 
 def _read(arr, kind: str) -> np.ndarray:
     if kind == "category":
-        from .store import read_strings
+        from xbench.schemas.store import read_strings
 
         return np.asarray(read_strings(arr), dtype=str)
     return np.asarray(arr[...])

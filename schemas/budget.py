@@ -36,10 +36,10 @@ import numpy as np
 from numcodecs import Blosc, Zstd
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
-from . import _zarr
-from ._zarr import as_numpy_array_wrapper
-from .errors import InputLimitError, Problem
-from .inputs import DEFAULT_TIMEOUT, DuplicateKeyError, json_depth, unique_object  # noqa: F401  (json_depth: part of this module's interface)
+from xbench.schemas import _zarr
+from xbench.schemas._zarr import as_numpy_array_wrapper
+from xbench.schemas.errors import InputLimitError, Problem
+from xbench.schemas.inputs import DEFAULT_TIMEOUT, DuplicateKeyError, json_depth, unique_object  # noqa: F401  (json_depth: part of this module's interface)
 
 MiB = 2**20
 GiB = 2**30
@@ -612,7 +612,7 @@ def on_stop(fn):
 
 def _stop(message: str) -> None:
     try:
-        from .paths import remove_staged
+        from xbench.schemas.paths import remove_staged
 
         try:
             remove_staged()  # every command's hidden work folders (schemas/paths.py), before leaving

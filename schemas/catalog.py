@@ -1,7 +1,7 @@
 """The dataset catalog: every dataset key of the contract and what it is called, from ``datasets.toml``.
 
 One source for the keys (``xbench.schemas.DATASET_KEYS``), the tables' column titles and order
-(``xbench.score.tables.DATASET_TITLES``), the data cards' index and the docs' key lists (checked by
+(``xbench.score.outputs.tables.DATASET_TITLES``), the data cards' index and the docs' key lists (checked by
 tests/schemas/test_catalog.py). Pure Python (tomllib): importing it loads neither zarr nor numpy.
 
 >>> keys()[:2]
@@ -13,7 +13,7 @@ tests/schemas/test_catalog.py). Pure Python (tomllib): importing it loads neithe
 """
 from __future__ import annotations
 
-from .errors import InputError
+from xbench.schemas.errors import InputError
 
 import functools
 import tomllib

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
-from ._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
+from xbench.schemas._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
                    store_kind_problem, warn)
-from .errors import Problem
-from .options import Choice, Flag, Int, Text, click_options, opt, parse
+from xbench.schemas.errors import Problem
+from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse
 
 @dataclass
 class ValidateOptions:
@@ -54,10 +54,10 @@ def validate_cmd(store: str, max_memory: str, timeout: float, **params) -> None:
       xbench-validate submission.zarr --images images.zarr
       xbench-validate http://127.0.0.1:8000/submission.zarr --gt gt.zarr --timeout 600
     """
-    from .ground_truth import validate_ground_truth
-    from .images import validate_images
-    from .paths import store_path
-    from .submission import validate_submission
+    from xbench.schemas.ground_truth import validate_ground_truth
+    from xbench.schemas.images import validate_images
+    from xbench.schemas.paths import store_path
+    from xbench.schemas.submission import validate_submission
 
     apply_budget("xbench-validate", max_memory, timeout)
     o = parse(ValidateOptions, params)
@@ -114,8 +114,8 @@ def _require(path: Path | str, kind: str, role: str) -> None:
 
 
 def _with_gt(store: Path | str, gt_path: Path | str) -> list[Problem]:
-    from .ground_truth import validate_ground_truth
-    from .submission import validate_submission
+    from xbench.schemas.ground_truth import validate_ground_truth
+    from xbench.schemas.submission import validate_submission
 
     gt_problems = validate_ground_truth(gt_path)
     if gt_problems:
@@ -126,8 +126,8 @@ def _with_gt(store: Path | str, gt_path: Path | str) -> list[Problem]:
 def _with_images(store: Path | str, images_path: Path | str, problems: list[Problem]) -> tuple[list[Problem], list[str]]:
     """The coverage problems and notes of ``store`` against the images store (its own problems first: an images
     store that breaks its contract is listed instead)."""
-    from .images import validate_images
-    from .submission import coverage_problems
+    from xbench.schemas.images import validate_images
+    from xbench.schemas.submission import coverage_problems
 
     image_problems = validate_images(images_path)
     if image_problems:
@@ -195,9 +195,9 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
       xbench-convert detections.json --images images.zarr --mapping categories.toml --out boxes.zarr
       xbench-convert png_masks/ --images images.zarr --gt gt.zarr --out masks.zarr
     """
-    from .convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
-    from .convert_boxes import is_marks_source
-    from .convert_masks import convert_json, convert_masks, is_masks_folder
+    from xbench.schemas.convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
+    from xbench.schemas.convert_boxes import is_marks_source
+    from xbench.schemas.convert_masks import convert_json, convert_masks, is_masks_folder
 
     apply_budget("xbench-convert", max_memory, timeout)
     o = parse(ConvertOptions, params)

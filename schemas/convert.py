@@ -43,9 +43,9 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputError, InputLimitError, InvalidStoreError, Problem
-from .paths import STOP, _pid_alive, check_stop, is_remote, terminate_as_interrupt  # noqa: F401 - the one stop, shared
-from .submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
+from xbench.schemas.errors import InputError, InputLimitError, InvalidStoreError, Problem
+from xbench.schemas.paths import STOP, _pid_alive, check_stop, is_remote, terminate_as_interrupt  # noqa: F401 - the one stop, shared
+from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
 
 ProgressFn = Callable[[int], None]
 #: the reason recorded for a dataset whose source holds no phrase rows (docs/convert.md, "Phrase rows")
@@ -130,7 +130,7 @@ def convert_hdf5(src: str | Path, out: str | Path, *, cases_per_block: int = 64,
                  progress: ProgressFn | None = None, total: ProgressFn | None = None, gt=None,
                  require_phrases: bool = False, phrases_reason: str | None = None) -> Path:
     """Convert one HDF5 file (layout in the module docstring) into a submission store."""
-    from .hdf5_input import H5Source, _first_line
+    from xbench.schemas.hdf5_input import H5Source, _first_line
 
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)
@@ -156,7 +156,7 @@ def _strings(value, where: str, problems: Problems, *, what: str) -> list[str] |
 
 def _hdf5_query_problems(got: dict, sal: tuple, where: str, problems: Problems) -> list[str]:
     """The phrase arrays a dataset group holds (all three or none), their shapes and sizes checked."""
-    from .budget import limits
+    from xbench.schemas.budget import limits
 
     query = [k for k in ("query_id", "query_scores", "query_saliency") if got[k] is not None]
     if query and len(query) < 3:
@@ -177,8 +177,8 @@ def _hdf5_query_problems(got: dict, sal: tuple, where: str, problems: Problems) 
 
 def read_hdf5(h5, src: Path, cases_per_block: int, require_phrases: bool, phrases_reason: str | None) -> Converted:
     """Check the whole file (links, types, layouts, sizes, attributes) and return how to read it."""
-    from .budget import limits
-    from .store import MAX_CASES, MAX_CLASSES, MAX_MAP_SIDE
+    from xbench.schemas.budget import limits
+    from xbench.schemas.store import MAX_CASES, MAX_CLASSES, MAX_MAP_SIDE
 
     root = h5.file
     problems = Problems()
@@ -340,7 +340,7 @@ def _listing(folder: Path, problems: Problems) -> tuple[list[Path], Path | None]
 
 def _read_meta(src: Path) -> dict:
     """meta.json, bounded and type-checked, one problem a line."""
-    from .inputs import CONFIG, load_json
+    from xbench.schemas.inputs import CONFIG, load_json
 
     meta_path = src / "meta.json"
     why = _entry_problem(meta_path) if os.path.lexists(meta_path) else None
@@ -395,7 +395,7 @@ def _npz_bound(c: int, h: int, w: int) -> int:
 
 
 def _load(path: Path, problems: Problems, max_bytes: int) -> dict | None:
-    from .inputs import load_npz
+    from xbench.schemas.inputs import load_npz
 
     try:
         arrays = load_npz(path, max_bytes=max_bytes)
@@ -414,8 +414,8 @@ def _load(path: Path, problems: Problems, max_bytes: int) -> dict | None:
 
 
 def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases_reason: str | None) -> Converted:
-    from .budget import limits
-    from .store import MAX_MAP_SIDE
+    from xbench.schemas.budget import limits
+    from xbench.schemas.store import MAX_MAP_SIDE
 
     meta = _read_meta(src)
     problems = Problems()
@@ -544,7 +544,7 @@ def clean_dead_conversions(parent: Path) -> list[Path]:
 
 def _work_dir(out: Path) -> Path:
     """A new hidden folder beside ``out`` (named with this process's id) after cleaning dead runs' folders."""
-    from .paths import work_dir
+    from xbench.schemas.paths import work_dir
 
     folder = work_dir(out)  # also removes what dead runs left for this very --out
     (folder / WORK_MARKER).write_text(f"xbench-convert, process {os.getpid()}\n")
@@ -586,7 +586,7 @@ RESERVED = ("kind", "schema", "schema_minor", "version", "complete", "model", "m
 
 def _provenance(attrs: dict) -> dict:
     """The source's attributes as provenance: those named like the store's own attributes are kept apart."""
-    from ._blocks import SPEC_ATTR
+    from xbench.schemas._blocks import SPEC_ATTR
 
     kept = {k: v for k, v in attrs.items() if k not in (*RESERVED, SPEC_ATTR)}
     apart = {k: v for k, v in attrs.items() if k not in kept}
@@ -621,9 +621,9 @@ def _gt_problems(converted: Converted, gt, out: Path) -> list[Problem]:
     """What the source lacks of the ground truth (datasets, cases, classes, phrase rows), from its case and phrase
     ids alone, before any block is read, so it is listed with the problems of the blocks; worded as
     :func:`~xbench.schemas.submission.validate_submission` words them."""
-    from .ground_truth import GroundTruth, read_ground_truth
-    from .queries import UNSUPPORTED_ATTR
-    from .submission import no_match_text
+    from xbench.schemas.ground_truth import GroundTruth, read_ground_truth
+    from xbench.schemas.queries import UNSUPPORTED_ATTR
+    from xbench.schemas.submission import no_match_text
 
     truth = gt if isinstance(gt, GroundTruth) else read_ground_truth(gt)
     problems: list[Problem] = []

@@ -52,11 +52,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .convert import Problems, phrase_fields
-from .errors import InputLimitError, InvalidStoreError, Problem
-from .inputs import CONFIG, MiB, TextLimits, load_json, load_toml
-from .store import file_sha256
-from .submission import DatasetSpec
+from xbench.schemas.convert import Problems, phrase_fields
+from xbench.schemas.errors import InputLimitError, InvalidStoreError, Problem
+from xbench.schemas.inputs import CONFIG, MiB, TextLimits, load_json, load_toml
+from xbench.schemas.store import file_sha256
+from xbench.schemas.submission import DatasetSpec
 
 DEFAULT_GRID = 64
 COORDINATES = ("pixels", "normalised")
@@ -617,8 +617,8 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
     already parsed (:func:`xbench.schemas.convert_masks.convert_json` parses it once to tell masks from boxes);
     ``grid`` None is :data:`DEFAULT_GRID`.
     """
-    from .convert import Converted, _refuse_out_in_inputs, _write
-    from .images import read_images
+    from xbench.schemas.convert import Converted, _refuse_out_in_inputs, _write
+    from xbench.schemas.images import read_images
 
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)

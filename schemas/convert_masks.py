@@ -45,13 +45,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .convert import MAX_FOLDER_ENTRIES, PHRASES_FOLDER, PartialBlock, Problems, _entry_problem, phrase_fields
-from .convert_boxes import (BOXES_JSON, MAX_MARKS_PER_ITEM, _case_lookup, _coco_images, _id_text,
+from xbench.schemas.convert import MAX_FOLDER_ENTRIES, PHRASES_FOLDER, PartialBlock, Problems, _entry_problem, phrase_fields
+from xbench.schemas.convert_boxes import (BOXES_JSON, MAX_MARKS_PER_ITEM, _case_lookup, _coco_images, _id_text,
                             _MarkCount, _number, _pick_dataset, _query_lookup, _resolve_name, read_mapping)
-from .errors import InputError, InvalidStoreError, Problem
-from .inputs import MiB, load_json
-from .store import file_sha256
-from .submission import DatasetSpec
+from xbench.schemas.errors import InputError, InvalidStoreError, Problem
+from xbench.schemas.inputs import MiB, load_json
+from xbench.schemas.store import file_sha256
+from xbench.schemas.submission import DatasetSpec
 
 #: the folder's description file (its presence makes a folder a masks source)
 MASKS_META = "masks.json"
@@ -577,7 +577,7 @@ def _grids(names: list[str], grid: int | None, gt) -> dict[str, tuple[int, int]]
         return {n: (grid, grid) for n in names}
     if gt is None:
         return {n: (DEFAULT_MASK_GRID, DEFAULT_MASK_GRID) for n in names}
-    from .ground_truth import GroundTruth, read_ground_truth
+    from xbench.schemas.ground_truth import GroundTruth, read_ground_truth
 
     truth = gt if isinstance(gt, GroundTruth) else read_ground_truth(gt)
     return {n: tuple(int(v) for v in truth.datasets[n].grid) if n in truth.datasets
@@ -604,8 +604,8 @@ def convert_masks(src: str | Path, out: str | Path, *, images: str | Path, resul
 
     ``grid``: cells per side of the maps; by default each dataset's ground-truth grid when ``gt`` is given
     (the scorer then compares the mask itself, with no resize), else :data:`DEFAULT_MASK_GRID`."""
-    from .convert import Converted, _refuse_out_in_inputs, _write
-    from .images import read_images
+    from xbench.schemas.convert import Converted, _refuse_out_in_inputs, _write
+    from xbench.schemas.images import read_images
 
     src = Path(src)
     _refuse_out_in_inputs(out, src, gt)
@@ -683,8 +683,8 @@ def convert_masks(src: str | Path, out: str | Path, *, images: str | Path, resul
 def convert_json(src: str | Path, out: str | Path, **kw) -> Path:
     """A .json SOURCE, parsed once: COCO results with segmentations are masks (:func:`convert_masks`), anything
     else boxes and points (:func:`xbench.schemas.convert_boxes.convert_marks`)."""
-    from .convert import _refuse_out_in_inputs
-    from .convert_boxes import convert_marks
+    from xbench.schemas.convert import _refuse_out_in_inputs
+    from xbench.schemas.convert_boxes import convert_marks
 
     _refuse_out_in_inputs(out, Path(src), kw.get("gt"))
     data = load_json(Path(src), limits=BOXES_JSON)

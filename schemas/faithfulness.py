@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, Problem
+from xbench.schemas.errors import InputError, Problem
 
 CURVES = ("deletion", "insertion", "road")
 #: the orders each curve is measured in: the map's own (most relevant first), ROAD's least-relevant-first
@@ -332,7 +332,7 @@ def write_key(path: str | os.PathLike, key: Key) -> None:
 def read_key(path: str | os.PathLike, *, where: str | None = None) -> Key:
     """Read and check a key written by :func:`write_key` (an untrusted file: bounded, no pickle, every column
     present with one length and its type, the header a JSON object naming the key's kind, curves and steps)."""
-    from .inputs import load_npz, parse_json
+    from xbench.schemas.inputs import load_npz, parse_json
 
     w = where or str(path)
     arrays = load_npz(path, where=w, max_bytes=512 * 2**20)

@@ -9,7 +9,7 @@ and falls on no map); ``gaze_sigma`` (R,) float32 (the Gaussian's sigma in origi
 own labels: 1 present, 0 absent, -1 not given); optionally ``gaze_region_index`` (Q, 2) int32 (reading row,
 class column) with ``gaze_region_mask`` (Q, H, W) bool (the region that reader drew for that class).
 
-The scorer reads these arrays by name (score/gaze_section.py); this module writes them (:func:`write_arrays`,
+The scorer reads these arrays by name (score/sections/gaze.py); this module writes them (:func:`write_arrays`,
 called by :func:`xbench.schemas.write_ground_truth` with ``gaze=``) and checks them (:func:`check` before
 writing, :func:`validate` for a store from outside: shapes and dtypes from metadata first, sizes bounded, then
 values), one problem a line.
@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import Problem
+from xbench.schemas.errors import Problem
 
 #: the gt minor version that adds the gaze arrays
 GT_MINOR = 5
@@ -168,7 +168,7 @@ def _shape_problems(shapes: dict, dtypes: dict, n_classes: int, grid, where: str
 
 def _value_problems(a: dict, n_cases: int, where: str) -> list[Problem]:
     """The values, once shapes and dtypes hold."""
-    from .paths import is_reader_name
+    from xbench.schemas.paths import is_reader_name
 
     p: list[Problem] = []
     case, offset, fix = a["gaze_case"], a["gaze_offset"].astype(np.int64), a["fixations"]

@@ -32,10 +32,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import zarr
 
-from .errors import InvalidStoreError, Problem
-from .paths import store_path
-from .remote import RemoteReadError
-from .store import (
+from xbench.schemas.errors import InvalidStoreError, Problem
+from xbench.schemas.paths import store_path
+from xbench.schemas.remote import RemoteReadError
+from xbench.schemas.store import (
     MAX_CASES,
     atomic_replace_dir,
     MAX_CLASSES,
@@ -54,9 +54,9 @@ from .store import (
     store_sha256,
     stored_problems,
 )
-from .budget import is_int
-from .probes import PROBE_MINOR, TextProbes, check_probes, read_probes, validate_probe_arrays, write_probe_arrays
-from .queries import GT_ARRAYS, QUERY_CHUNK, Queries, declare_minor, read_queries, require, root_minor, validate_query_arrays, write_query_arrays
+from xbench.schemas.budget import is_int
+from xbench.schemas.probes import PROBE_MINOR, TextProbes, check_probes, read_probes, validate_probe_arrays, write_probe_arrays
+from xbench.schemas.queries import GT_ARRAYS, QUERY_CHUNK, Queries, declare_minor, read_queries, require, root_minor, validate_query_arrays, write_query_arrays
 
 REGION_CHUNK = 256
 
@@ -142,7 +142,7 @@ def write_ground_truth(
         declare_minor(root, "ground-truth")
     if query_probes is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PROBE_MINOR, root_minor(root))}
-    from . import attributes as AT, gaze as GZ, perturbations as PT
+    from xbench.schemas import attributes as AT, gaze as GZ, perturbations as PT
 
     if perturbations is not None:
         root.attrs["xbench"] = {**root.attrs["xbench"], "schema_minor": max(PT.GT_MINOR, root_minor(root))}
@@ -195,7 +195,7 @@ def _optional_problems(dataset, case_ids, classes, grid, queries, query_probes, 
     problems: list[Problem] = []
     where = f"ground truth {dataset}"
     if perturbations is not None:  # the robustness track's copies
-        from . import perturbations as PT
+        from xbench.schemas import perturbations as PT
 
         problems += PT.check(perturbations, case_ids, where)
         if perturbations.query_id is not None:  # the copies' phrase rows: originals of their clean case, each once
@@ -203,11 +203,11 @@ def _optional_problems(dataset, case_ids, classes, grid, queries, query_probes, 
                                                      else ~query_probes.is_probe)
             problems += PT.check_queries(perturbations, queries, original, where, len(case_ids))
     if gaze is not None:  # where radiologists looked
-        from . import gaze as GZ
+        from xbench.schemas import gaze as GZ
 
         problems += GZ.check(gaze, len(case_ids), len(classes), grid, where)
     if attributes:  # who the patients are
-        from . import attributes as AT
+        from xbench.schemas import attributes as AT
 
         problems += AT.check(attributes, len(case_ids), where)
     return problems
@@ -308,7 +308,7 @@ def validate_ground_truth(path: str | os.PathLike, *, scan_masks: bool = True) -
 
 def _validate_attributes(g: zarr.Group, where: str, minor: int) -> list[Problem]:
     """The case attributes of a group (schemas/attributes.py), once its case ids are declared."""
-    from .attributes import validate
+    from xbench.schemas.attributes import validate
 
     n = g["case_id"].shape[0] if "case_id" in g and isinstance(g["case_id"], zarr.Array) else None
     return [] if n is None else validate(g, where, minor, n)
@@ -316,7 +316,7 @@ def _validate_attributes(g: zarr.Group, where: str, minor: int) -> list[Problem]
 
 def _validate_gaze(g: zarr.Group, where: str, minor: int) -> list[Problem]:
     """The gaze arrays of a group (schemas/gaze.py), once the group's own attributes are usable."""
-    from .gaze import validate
+    from xbench.schemas.gaze import validate
 
     classes, grid = g.attrs.get("classes"), g.attrs.get("grid")
     n = g["case_id"].shape[0] if "case_id" in g and isinstance(g["case_id"], zarr.Array) else None
@@ -326,14 +326,14 @@ def _validate_gaze(g: zarr.Group, where: str, minor: int) -> list[Problem]:
 
 
 def _perturbations(g: zarr.Group):
-    from .perturbations import read
+    from xbench.schemas.perturbations import read
 
     return read(g)
 
 
 def _validate_perturbations(g: zarr.Group, where: str, minor: int) -> list[Problem]:
     """The perturbation table of a group (schemas/perturbations.py), once the group's case ids are readable."""
-    from .perturbations import ARRAYS, ATTR, validate
+    from xbench.schemas.perturbations import ARRAYS, ATTR, validate
 
     if not any(a in g for a in ARRAYS) and ATTR not in g.attrs:
         return []

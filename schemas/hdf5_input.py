@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, InputLimitError, Problem
+from xbench.schemas.errors import InputError, InputLimitError, Problem
 
 MAX_HOPS = 16  # soft links followed while resolving one name: a loop or a chain longer than this is refused
 MAX_MEMBERS = 1_000  # links in one group we list (the root lists dataset keys; a million names is hostile)
@@ -281,7 +281,7 @@ def _plain(value, where: str):
 
 def _storage_checks(dset, where: str, kind: str):
     """Layout, filters and sizes of a dataset before anything is read; (filters, chunk shape)."""
-    from .budget import limits
+    from xbench.schemas.budget import limits
 
     h5py = _h5()
     h5d = h5py.h5d

@@ -33,11 +33,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import zarr
 
-from . import _blocks, _zarr
-from .errors import InvalidStoreError, Problem
-from .paths import store_path, work_dir
-from .queries import IMAGES_ARRAYS, Queries, declare_minor, read_queries, require, validate_query_arrays, write_query_arrays
-from .store import (
+from xbench.schemas import _blocks, _zarr
+from xbench.schemas.errors import InvalidStoreError, Problem
+from xbench.schemas.paths import store_path, work_dir
+from xbench.schemas.queries import IMAGES_ARRAYS, Queries, declare_minor, read_queries, require, validate_query_arrays, write_query_arrays
+from xbench.schemas.store import (
     MAX_CASES,
     MAX_IMAGE_SIDE,
     MAX_ORIGINAL_SIDE,
@@ -314,7 +314,7 @@ def validate_images(path: str | os.PathLike) -> list[Problem]:
                               _minor(group), problems)
         originals = _originals_arrays(g, w, n, _minor(group), problems)
         if "perturbed_copies" in g.attrs:  # the robustness track (schemas/perturbations.py): a count, minor 3
-            from .perturbations import images_attr_problems
+            from xbench.schemas.perturbations import images_attr_problems
 
             problems += images_attr_problems(g.attrs["perturbed_copies"], n, _minor(group), w)
         for k, arr in {**arrays, **(originals or {})}.items():

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, InputLimitError, Problem
+from xbench.schemas.errors import InputError, InputLimitError, Problem
 
 MiB = 2**20
 

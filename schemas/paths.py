@@ -18,7 +18,7 @@ and keeps the mapping (``{original: file name}``) that the outputs record.
 """
 from __future__ import annotations
 
-from .errors import InputError
+from xbench.schemas.errors import InputError
 
 import hashlib
 import os
@@ -444,8 +444,8 @@ _LEGACY_OUTPUTS = re.compile(r"(metrics\.json|pairs\.parquet|pair_counts\.npz|sc
 def written_before(folder: str | os.PathLike) -> set[str]:
     """The top-level entries of ``folder`` that an earlier XBench run wrote (from its marker; for folders written
     before the marker existed, the scorer's and the report's file names and report.json's list)."""
-    from .errors import InputError
-    from .inputs import DEFAULT, load_json, with_limits
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import DEFAULT, load_json, with_limits
 
     # the folder is the user's: its marker and report.json are read like any file from outside (bounded, a FIFO
     # or a nesting bomb is no marker at all)
@@ -473,8 +473,8 @@ def _holds_outputs(folder: Path, held: set[str] = frozenset()) -> bool:
 def written_by(folder: str | os.PathLike) -> str | None:
     """The command that wrote ``folder``, as its marker says; None without a readable marker (a folder of a
     version before the marker: its outputs are known by their file names, :func:`written_before`)."""
-    from .errors import InputError
-    from .inputs import DEFAULT, load_json, with_limits
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import DEFAULT, load_json, with_limits
 
     folder = Path(folder)
     try:

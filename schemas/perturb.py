@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import faithfulness as F
-from .errors import InputError, InputLimitError, Problem
+from xbench.schemas import faithfulness as F
+from xbench.schemas.errors import InputError, InputLimitError, Problem
 
 ORIG, FILL, BASE = "original", "fill", "substrate"
 
@@ -69,7 +69,7 @@ def key_problems(key: str | os.PathLike, out: str | os.PathLike, inputs: dict, *
     """Why the private key may not be written at ``key``, one line per problem: it may be neither the public
     round-2 store ``out`` nor inside it (it would be handed out with it) nor hold it, nor equal to, inside or
     holding an input (``inputs``: {what: path}, e.g. the images store). Symbolic links are followed."""
-    from .paths import is_remote
+    from xbench.schemas.paths import is_remote
 
     def real(p) -> Path:
         return Path(os.path.realpath(os.path.abspath(os.fspath(p))))
@@ -191,8 +191,8 @@ def make_round2(submission, images, out: str | os.PathLike, key_path: str | os.P
     ``submission``, ``images`` and ``gt`` are opened stores (:func:`read_submission`, :func:`read_images`,
     :func:`read_ground_truth`), already validated. Nothing is written when an input is refused; the store is
     built beside ``out`` and renamed into place, then the key is written."""
-    from .paths import swap_in, work_dir
-    from .store import consolidate, open_store_group
+    from xbench.schemas.paths import swap_in, work_dir
+    from xbench.schemas.store import consolidate, open_store_group
 
     problems = opts.check()
     if problems:
@@ -255,7 +255,7 @@ def _write_dataset(store: Path, name: str, ds, sub, pairs: list[_Pair], sub_rows
                    columns: dict, progress) -> None:
     """Every round-2 image of one dataset, case by case; each row of the (shuffled) store is one chunk, so rows
     are written in whatever order they are made."""
-    from .images import ImagesWriter
+    from xbench.schemas.images import ImagesWriter
 
     by_case: dict[int, list[_Pair]] = {}
     for p in pairs:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError, InvalidStoreError, Problem
+from xbench.schemas.errors import InputError, InvalidStoreError, Problem
 
 GT_MINOR = 3       # the gt minor version that adds the perturbation table
 IMAGES_MINOR = 3   # the images minor version of a store holding perturbed copies
@@ -79,7 +79,7 @@ class Template:
 
     def draw(self, rng: np.random.Generator) -> str:
         """A spec with every ranged parameter drawn (module doc), as canonical text."""
-        from .augment import parse_spec
+        from xbench.schemas.augment import parse_spec
 
         params = dict(self.fixed)
         for key in sorted(self.ranges):
@@ -105,7 +105,7 @@ def split_specs(text: str) -> list[str]:
 
 def parse_template(text: str) -> Template:
     """A ``--perturb`` SPEC; :class:`InputError` (one line) when it or a range in it is wrong."""
-    from .augment import parse_spec
+    from xbench.schemas.augment import parse_spec
 
     text = str(text).strip()
     if not text or len(text) > MAX_SPEC_CHARS:
@@ -149,7 +149,7 @@ def canonical_text(base, ranges: dict) -> str:
     """The canonical SPEC: the augmentation's canonical spec with each ranged parameter written ``LOW..HIGH``
     (the same number formatting), so two spellings of one SPEC (``rotate``, ``rotate:degrees=10``;
     ``rotate:degrees=-10.0..10``, ``rotate:degrees=-10..10``) are one text: one fingerprint, one key."""
-    from .augment import fmt
+    from xbench.schemas.augment import fmt
 
     if not ranges:
         return str(base)
@@ -244,7 +244,7 @@ class Perturbations:
     def copy_queries(self, queries, n_cases: int):
         """The copies' phrase rows as images.zarr rows (``queries``: the clean rows with text; the copies' image
         rows follow the ``n_cases`` clean ones in table order)."""
-        from .queries import Queries
+        from xbench.schemas.queries import Queries
 
         of = self.query_of
         return Queries(self.query_id, n_cases + self.query_copy, np.asarray(queries.category)[of],
@@ -299,7 +299,7 @@ def write_arrays(g, p: Perturbations) -> None:
 def check_queries(p: Perturbations, queries, original, where: str, n_cases: int) -> list[Problem]:
     """The copies' phrase rows against the dataset's phrase rows ``queries`` (ids, cases) and which of them are
     originals (not text probes): every copy has exactly one row per original phrase row of its clean case."""
-    from .store import check_strings
+    from xbench.schemas.store import check_strings
 
     if p.query_id is None:
         return []
@@ -343,8 +343,8 @@ def check_queries(p: Perturbations, queries, original, where: str, n_cases: int)
 
 def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
     """Every inconsistency of a table against its dataset's case ids (writer and validator alike)."""
-    from .augment import parse_spec
-    from .store import MAX_CASES, check_strings
+    from xbench.schemas.augment import parse_spec
+    from xbench.schemas.store import MAX_CASES, check_strings
 
     out: list[Problem] = []
     n = len(case_ids)
@@ -410,7 +410,7 @@ def check(p: Perturbations, case_ids, where: str) -> list[Problem]:
 
 def read(g, where: str = "") -> Perturbations | None:
     """The table of a ground-truth dataset group, or None when it has none (read whole: P strings)."""
-    from .store import read_strings
+    from xbench.schemas.store import read_strings
 
     if not all(a in g for a in ARRAYS):  # none: no copies; some: validate() says what is wrong
         return None
@@ -433,7 +433,7 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
     """Problems of a ground-truth group's perturbation table (metadata first, then the values)."""
     import zarr
 
-    from .store import check_array, missing_chunks, describe_missing, stored_problems
+    from xbench.schemas.store import check_array, missing_chunks, describe_missing, stored_problems
 
     have = [a for a in ARRAYS if a in g]
     if not have and ATTR not in g.attrs:
@@ -472,8 +472,8 @@ def validate(g, where: str, minor: int, case_ids) -> list[Problem]:
     out = check(table, case_ids, where)
     if out or table.query_id is None:
         return out
-    from .probes import read_probes
-    from .queries import read_queries
+    from xbench.schemas.probes import read_probes
+    from xbench.schemas.queries import read_queries
 
     try:
         queries, probes = read_queries(g, with_text=False), read_probes(g)

@@ -11,7 +11,7 @@ arrays aligned with its phrase rows::
 Both or neither; a store holding them declares ``xbench.schema_minor`` >= :data:`PROBE_MINOR`. A probe names
 an original row (one whose kind is "") of the same image and category, and its region is that row's region.
 The scorer leaves probe rows out of every phrase metric and reports them in metrics.json's ``text_probes``
-section (:mod:`xbench.score.probes`).
+section (:mod:`xbench.score.sections.probes`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
-from .errors import Problem
+from xbench.schemas.errors import Problem
 
 __all__ = ["KINDS", "PROBE_ARRAYS", "PROBE_MINOR", "TextProbes", "check_probes", "write_probe_arrays",
            "read_probes", "validate_probe_arrays"]
@@ -84,7 +84,7 @@ def write_probe_arrays(g: zarr.Group, probes: TextProbes) -> None:
 
 
 def read_probes(g: zarr.Group) -> TextProbes | None:
-    from .store import read_strings
+    from xbench.schemas.store import read_strings
 
     if PROBE_ARRAYS[0] not in g:
         return None
@@ -94,7 +94,7 @@ def read_probes(g: zarr.Group) -> TextProbes | None:
 def validate_probe_arrays(g: zarr.Group, where: str, minor: int, queries) -> list[Problem]:
     """The probe arrays of a ground-truth group against its phrase rows ``queries`` (None: the group has
     none, or they are broken and reported elsewhere)."""
-    from .store import check_array, check_strings, describe_missing, get_array, missing_chunks, read_strings
+    from xbench.schemas.store import check_array, check_strings, describe_missing, get_array, missing_chunks, read_strings
 
     have = [k for k in PROBE_ARRAYS if k in g]
     if not have:

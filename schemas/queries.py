@@ -24,8 +24,8 @@ from typing import Sequence
 import numpy as np
 import zarr
 
-from .errors import InvalidStoreError, Problem
-from .remote import RemoteReadError
+from xbench.schemas.errors import InvalidStoreError, Problem
+from xbench.schemas.remote import RemoteReadError
 
 #: the minor version (root attribute xbench.schema_minor) a store kind needs to hold phrase rows
 QUERY_MINOR = {"images": 2, "ground-truth": 2, "submission": 1}
@@ -103,7 +103,7 @@ def present(g: zarr.Group, names: Sequence[str]) -> list[str]:
 
 def read_queries(g: zarr.Group, *, with_text: bool) -> Queries | None:
     """The phrase rows of group ``g`` (None when it has none)."""
-    from .store import read_strings
+    from xbench.schemas.store import read_strings
 
     if "query_id" not in g:
         return None
@@ -129,7 +129,7 @@ def validate_query_arrays(g: zarr.Group, where: str, kind: str, names: Sequence[
     ``names``: the arrays of this store kind (:data:`IMAGES_ARRAYS`, ...). Their absence is fine; some of
     them only, or a root minor version below :data:`QUERY_MINOR`, is a problem.
     """
-    from .store import check_array, check_strings, get_array, missing_chunks, describe_missing, read_strings
+    from xbench.schemas.store import check_array, check_strings, get_array, missing_chunks, describe_missing, read_strings
 
     have = present(g, names)
     if not have:

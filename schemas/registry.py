@@ -36,7 +36,7 @@ import pkgutil
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
-from .errors import InputError, UnknownNameError
+from xbench.schemas.errors import InputError, UnknownNameError
 
 __all__ = ["ENTRY_POINT_GROUPS", "PluginError", "Registry", "UnknownNameError", "declared_entries", "import_target"]
 

@@ -30,9 +30,9 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urljoin
 
-from . import _zarr, budget
-from .budget import Inventory, Limits, MiB
-from .errors import InputError, InvalidStoreError, Problem, StoreNotFoundError
+from xbench.schemas import _zarr, budget
+from xbench.schemas.budget import Inventory, Limits, MiB
+from xbench.schemas.errors import InputError, InvalidStoreError, Problem, StoreNotFoundError
 
 #: Seconds one request may take, from its start to the last byte of its answer; None: ``$XBENCH_REMOTE_TIMEOUT``,
 #: else 60.

@@ -24,11 +24,11 @@ import zarr
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.storage import LocalStore, ZipStore
 
-from . import _zarr, budget, catalog
-from .budget import is_int
-from .errors import InvalidStoreError, Problem, StoreNotFoundError
-from .paths import is_remote
-from .remote import RemoteReadError
+from xbench.schemas import _zarr, budget, catalog
+from xbench.schemas.budget import is_int
+from xbench.schemas.errors import InvalidStoreError, Problem, StoreNotFoundError
+from xbench.schemas.paths import is_remote
+from xbench.schemas.remote import RemoteReadError
 
 #: A remote server that timed out or broke a limit mid-read ends the run with its own line; it is not a
 #: corrupt chunk to report and skip (the next chunk would only wait for the same server again).
@@ -98,7 +98,7 @@ def _open_remote(url: str, mode: str) -> zarr.Group:
     """A store at an ``https://``, ``http://`` or ``s3://`` URL, read-only, through :mod:`.remote`: listed and its
     metadata read once within the local stores' limits, then every chunk read with a byte cap and a deadline.
     Needs the ``remote`` extra (aiohttp for HTTP, s3fs for S3). Zip files are not read remotely."""
-    from . import remote
+    from xbench.schemas import remote
 
     if mode != "r":
         raise InvalidStoreError(Problem(url, "remote stores are read-only; write to a local .zarr folder"))
@@ -117,7 +117,7 @@ def _open_remote(url: str, mode: str) -> zarr.Group:
 
 def ensure_root(path: Path, kind: str) -> zarr.Group:
     """Open a writable store of ``kind``, creating it (with its root attributes) when missing."""
-    from ._blocks import create_beside, interrupted_creation
+    from xbench.schemas._blocks import create_beside, interrupted_creation
 
     path = Path(path)
     if path.exists():
@@ -180,7 +180,7 @@ def open_for_validation(path: str | os.PathLike, kind: str) -> tuple[zarr.Group 
     """
     where = str(path)
     if is_remote(path):
-        from .remote import inspect_remote
+        from xbench.schemas.remote import inspect_remote
 
         inventory, problems = inspect_remote(str(path))
     else:

@@ -29,12 +29,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import zarr
 
-from . import _blocks
-from .errors import InvalidStoreError, Problem
-from .paths import store_path
-from .queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, root_minor, validate_query_arrays
-from .remote import RemoteReadError
-from .store import (
+from xbench.schemas import _blocks
+from xbench.schemas.errors import InvalidStoreError, Problem
+from xbench.schemas.paths import store_path
+from xbench.schemas.queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, root_minor, validate_query_arrays
+from xbench.schemas.remote import RemoteReadError
+from xbench.schemas.store import (
     DATASET_KEYS,
     MAX_CASES,
     MAX_CLASSES,
@@ -432,7 +432,7 @@ def validate_submission(path: str | os.PathLike, gt=None, *, datasets: Sequence[
 
     gt_obj = None
     if gt is not None:
-        from .ground_truth import GroundTruth, read_ground_truth
+        from xbench.schemas.ground_truth import GroundTruth, read_ground_truth
 
         gt_obj = gt if isinstance(gt, GroundTruth) else read_ground_truth(gt)
         wanted = list(gt_obj.datasets) if datasets is None else [d for d in datasets if d in gt_obj.datasets]
@@ -533,7 +533,7 @@ def _chunks_present_and_safe(arrays, where: str, problems: list[Problem]) -> boo
 
 def _queries_of(q, cases: np.ndarray):
     """The phrase rows of ``q`` whose image is one of ``cases`` (bool per ground-truth case); None when none is."""
-    from .queries import Queries
+    from xbench.schemas.queries import Queries
 
     keep = np.asarray(cases, bool)[np.asarray(q.case, np.int64)]
     if not keep.any():
@@ -757,7 +757,7 @@ def coverage_problems(path: str | os.PathLike, images, *, skip: Sequence[Problem
     declares ``phrases_unsupported`` needs no phrase rows. Call after :func:`validate_submission`, passing its
     problems as ``skip``: a dataset whose attributes or case ids it found broken is not read here.
     """
-    from .images import ImagesStore, read_images
+    from xbench.schemas.images import ImagesStore, read_images
 
     img = images if isinstance(images, ImagesStore) else read_images(images)
     where = str(path)

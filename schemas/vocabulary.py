@@ -14,7 +14,7 @@ source that the readers, the extractors (prompt text) and the data cards all use
 """
 from __future__ import annotations
 
-from .errors import InputError
+from xbench.schemas.errors import InputError
 
 import functools
 import tomllib

@@ -6,9 +6,9 @@ Public API (imported lazily, so ``import xbench.score`` stays cheap):
 - :func:`write_outputs` (metrics.json, pairs.parquet, pair_counts.npz, tables, platform formats)
 - :class:`DatasetCounts`, :func:`load_pair_counts`, :func:`save_pair_counts` (``pair_counts.npz``)
 - :func:`paired_bootstrap` (two submissions, same case resamples) and the bootstrap building blocks in
-  :mod:`xbench.score.bootstrap`
-- metric functions in :mod:`xbench.score.grounding` and :mod:`xbench.score.recognition`, kernels in
-  :mod:`xbench.score.kernels`, table builders in :mod:`xbench.score.tables`
+  :mod:`xbench.score.resampling.bootstrap`
+- metric functions in :mod:`xbench.score.metrics.grounding` and :mod:`xbench.score.metrics.recognition`, kernels in
+  :mod:`xbench.score.kernels.maps`, table builders in :mod:`xbench.score.outputs.tables`
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ _WHERE = {
     "check_inputs": "scoring",
     "metrics_from_counts": "scoring",
     "thresholds_from_metrics": "scoring",
-    "write_outputs": "outputs",
-    "DatasetCounts": "counts",
-    "load_pair_counts": "counts",
-    "save_pair_counts": "counts",
-    "paired_bootstrap": "bootstrap",
+    "write_outputs": "outputs.folder",
+    "DatasetCounts": "kernels.counts",
+    "load_pair_counts": "kernels.counts",
+    "save_pair_counts": "kernels.counts",
+    "paired_bootstrap": "resampling.bootstrap",
 }
 
 

@@ -19,8 +19,8 @@ from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budge
 from xbench.schemas.errors import escape_text
 from xbench.schemas.options import click_options
 
-from .options import ScoreOptions
-from .ranking import TERMINAL_COLUMNS
+from xbench.score.options import ScoreOptions
+from xbench.score.outputs.leaderboard import TERMINAL_COLUMNS
 
 __all__ = ["main", "score_command"]
 
@@ -82,7 +82,7 @@ RANK_COLUMNS = TERMINAL_COLUMNS
 def ranked_table(rows: list[tuple]) -> str:
     """Models ranked by overall pointing game: the one terminal board (score/report/terminal.py's
     ``board_text``). ``rows``: (name, the metrics.json "overall" dict[, {key: (low, high)}])."""
-    from .report.terminal import board_text
+    from xbench.score.report.terminal import board_text
 
     return board_text(rows)
 
@@ -98,7 +98,7 @@ def _thresholds_path(path: Path) -> Path:
 
 
 def _load_thresholds(path: Path):
-    from .scoring import thresholds_from_metrics
+    from xbench.score.scoring import thresholds_from_metrics
 
     return thresholds_from_metrics(_thresholds_path(path))  # a ThresholdsError is an input error: exit 2
 
@@ -195,15 +195,15 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     pairs.parquet (one row per labelled case and class), pair_counts.npz (per-pair threshold counts, for
     reports and paired comparisons) and the paper's tables as CSV and Markdown.
     """
-    from ._allocator import limit_malloc_arenas
+    from xbench.score.kernels._allocator import limit_malloc_arenas
 
     limit_malloc_arenas()  # first, before zarr, Numba or the reading threads start any thread
     apply_budget("xbench-score", max_memory, timeout)  # untrusted input: every read within --max-memory, --timeout
     from xbench.schemas import InvalidStoreError
     from xbench.schemas.paths import MARKER, NameTable, PublishedDir, output_problems, store_path, write_marker
 
-    from .errors import MissingCasesError
-    from .scoring import check_inputs
+    from xbench.score.errors import MissingCasesError
+    from xbench.score.scoring import check_inputs
 
     submissions = [store_path(s) for s in submissions]  # a URL stays a string: Path would fold its "//"
     gt_path = store_path(gt_path)
@@ -241,7 +241,7 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
     subdirs = [Path(".")] if len(submissions) == 1 else [Path(folders.name(s)) for s in stems]
     score_kw = {"bootstrap": bootstrap, "seed": seed, "thresholds": thresholds, "datasets": names,
                 "metric_params": {"pointing_tolerance": pointing_tolerance}, "allow_missing": allow_missing}
-    from . import registry as R
+    from xbench.score.metrics import registry as R
 
     # opt-in metrics are registered for this run only (R.opt_in), so a run without them is unchanged
     with R.opt_in(*metric_groups), PublishedDir(out_dir) as work, _warnings_as_lines("xbench-score"):
@@ -265,8 +265,8 @@ def score_command(submissions, gt_path, out_dir, bootstrap, seed, thresholds_fro
 
 
 def _prepare_tracks(values: dict, gt, names, submissions) -> dict:
-    """{track name: its context} for every declared track asked for (:mod:`xbench.score.rowscope`: ``prepare``)."""
-    from .rowscope import row_scopes
+    """{track name: its context} for every declared track asked for (:mod:`xbench.score.sections.rowscope`: ``prepare``)."""
+    from xbench.score.sections.rowscope import row_scopes
 
     out = {}
     for scope in row_scopes(primary=False):
@@ -280,9 +280,9 @@ def _prepare_tracks(values: dict, gt, names, submissions) -> dict:
 def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, formats, show: bool,
                tracks: dict | None = None) -> dict:
     """Score one submission into ``folder`` (inside the work folder; ``target`` is where it will be); its summary."""
-    from .outputs import prefetch_writers, write_into
-    from .scoring import score_submission
-    from .tables import ci_of
+    from xbench.score.outputs.folder import prefetch_writers, write_into
+    from xbench.score.scoring import score_submission
+    from xbench.score.outputs.tables import ci_of
 
     prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
     t0 = time.perf_counter()
@@ -292,7 +292,7 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         result = score_submission(sub, gt, **score_kw, validate=False, progress=bar.update, on_total=bar.set_total)
     finally:
         bar.close()
-    from .rowscope import row_scopes
+    from xbench.score.sections.rowscope import row_scopes
 
     for scope in row_scopes(primary=False):  # the tracks asked for, in declaration order; none: metrics.json unchanged
         if scope.name in (tracks or {}):
@@ -307,11 +307,11 @@ def _score_one(sub, stem, gt, folder: Path, target: Path, score_kw: dict, format
         click.echo(escape_text(f"{sub}: scored in {elapsed:.1f} s -> {target}/ ({len(files)} files)"))
         if partial:
             click.echo(escape_text(f"  {partial}"))
-        from .report.terminal import overall_lines
+        from xbench.score.report.terminal import overall_lines
 
         ov = result.metrics["overall"]
         click.echo("\n".join(overall_lines(ov, {k: ci_of(result.metrics, "overall", k) for k in ov})))
-        from .rowscope import row_scopes
+        from xbench.score.sections.rowscope import row_scopes
 
         for scope in row_scopes(primary=False):  # each section's own lines (the human ceiling's)
             if scope.terminal is not None and scope.section in result.metrics:
@@ -331,7 +331,7 @@ def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, b
     """The report over several results, built into ``work``; on failure its files are removed again, since
     the scores stand on their own and a half report must not be published beside them. Whether it was built."""
     try:
-        from .report import build_report  # the report is optional; scoring stands on its own
+        from xbench.score.report import build_report  # the report is optional; scoring stands on its own
     except ImportError:
         return False
     keep = set(p.name for p in work.iterdir())

@@ -10,15 +10,15 @@ import click
 
 from xbench.schemas.options import Choice, Flag, Float, Int, Text, opt, resamples
 
-from .metric_params import POINTING_TOLERANCE
+from xbench.score.metrics.params import POINTING_TOLERANCE
 
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
 
 def metric_groups() -> tuple[str, ...]:
-    """The opt-in metric groups ``--metrics`` takes: the metric registry's (``xbench.score.registry.OPT_IN``),
+    """The opt-in metric groups ``--metrics`` takes: the metric registry's (``xbench.score.metrics.registry.OPT_IN``),
     read when a value is checked, so ``--help`` imports no registry (numpy, the installed plug-ins)."""
-    from .registry import OPT_IN
+    from xbench.score.metrics.registry import OPT_IN
 
     return tuple(OPT_IN)
 
@@ -49,7 +49,7 @@ class ScoreOptions:
                                    "a smoke run of xbench-extract --limit 4); metrics.json, the tables and the summary "
                                    "then say 'partial: N of M cases'. Without it a missing case is refused.")
     pointing_tolerance: float = opt(POINTING_TOLERANCE.default, check=Float(POINTING_TOLERANCE.low), metavar="PX",
-                                    help=POINTING_TOLERANCE.help)  # the metric's parameter (score/metric_params.py)
+                                    help=POINTING_TOLERANCE.help)  # the metric's parameter (score/metrics/params.py)
     faithfulness: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="ROUND2_SUBMISSION",
                                    help="Faithfulness: the scores-only submission of the round-2 images (xbench perturb); "
                                         "needs --key. Adds the faithfulness section (deletion/insertion/ROAD).")

@@ -6,19 +6,19 @@
    raises :class:`xbench.schemas.InvalidStoreError` listing every problem;
 2. matches cases and classes by id and by name (:func:`xbench.schemas.align`);
 3. streams the regions chunk by chunk (and the positive maps in bounded batches) through the one-pass
-   kernel :func:`xbench.score.kernels.grounding_counts`, so memory holds at most one batch of maps and
+   kernel :func:`xbench.score.kernels.maps.grounding_counts`, so memory holds at most one batch of maps and
    one chunk of masks, never all resized maps;
 4. computes every metric of the contract from the counts (:func:`metrics_from_counts`) and, optionally,
-   percentile bootstrap intervals (:mod:`xbench.score.bootstrap`).
+   percentile bootstrap intervals (:mod:`xbench.score.resampling.bootstrap`).
 
 The result carries the metrics dict (``metrics.json`` layout), a per-pair DataFrame and the per-pair
-count arrays; :func:`xbench.score.outputs.write_outputs` writes them.
+count arrays; :func:`xbench.score.outputs.folder.write_outputs` writes them.
 
 This module is the orchestration only; the stages are modules of their own, each importing only those
-below it: :mod:`~xbench.score.counting` (the counting pass, for every row source),
-:mod:`~xbench.score.estimates` (point estimates), :mod:`~xbench.score.bootstrap` (intervals),
-:mod:`~xbench.score.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs` (the pairs
-table and every file written). Every row scope declared in :mod:`~xbench.score.rowscope` is counted by its
+below it: :mod:`~xbench.score.kernels.counting` (the counting pass, for every row source),
+:mod:`~xbench.score.metrics.estimates` (point estimates), :mod:`~xbench.score.resampling.bootstrap` (intervals),
+:mod:`~xbench.score.sections.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs.folder` (the pairs
+table and every file written). Every row scope declared in :mod:`~xbench.score.sections.rowscope` is counted by its
 own ``score`` function, in declaration order: the class rows by :func:`count_classes` (their metrics are then
 computed here, once every scope's regions are checked), the phrase rows by :func:`score_phrases`. Their public names used to live here and are still importable from here.
 """
@@ -35,22 +35,22 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from . import registry as R
-from ._allocator import release_freed_memory
-from .bootstrap import bootstrap_replicates, overall_replicates, percentile_interval, percentile_intervals
-from .bootstrap import phrase_replicates
-from .counting import Progress, count_dataset, region_mask_problems  # noqa: F401
-from .counting import _take_rows_inplace, gather_maps as _gather_maps  # noqa: F401  (benchmarks, tests)
-from .counts import DatasetCounts
-from .errors import ThresholdsError
-from .estimates import NO_POSITIVE_REGION, UNSUPPORTED_REASON, Thresholds, Undefined, undefined_notes  # noqa: F401
-from .estimates import class_grounding_point, class_taus, point_metrics  # noqa: F401
-from .outputs import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
-from .intervals import mean_defined
-from .phrases import PhraseCounts, phrase_counts, phrase_points
-from .probes import originals_only
-from .rowscope import row_scope, row_scopes
-from .warm import start_background_warm
+from xbench.score.metrics import registry as R
+from xbench.score.kernels._allocator import release_freed_memory
+from xbench.score.resampling.bootstrap import bootstrap_replicates, overall_replicates, percentile_interval, percentile_intervals
+from xbench.score.resampling.bootstrap import phrase_replicates
+from xbench.score.kernels.counting import Progress, count_dataset, region_mask_problems  # noqa: F401
+from xbench.score.kernels.counting import _take_rows_inplace, gather_maps as _gather_maps  # noqa: F401  (benchmarks, tests)
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.errors import ThresholdsError
+from xbench.score.metrics.estimates import NO_POSITIVE_REGION, UNSUPPORTED_REASON, Thresholds, Undefined, undefined_notes  # noqa: F401
+from xbench.score.metrics.estimates import class_grounding_point, class_taus, point_metrics  # noqa: F401
+from xbench.score.outputs.folder import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
+from xbench.score.resampling.intervals import mean_defined
+from xbench.score.sections.phrases import PhraseCounts, phrase_counts, phrase_points
+from xbench.score.sections.probes import originals_only
+from xbench.score.sections.rowscope import row_scope, row_scopes
+from xbench.score.kernels.warm import start_background_warm
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
     import pandas as pd
@@ -75,7 +75,7 @@ __all__ = [
 PHRASES_METRICS_MINOR = row_scope("phrase").minor
 #: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
 PARTIAL_METRICS_MINOR = 3
-#: metrics.json minor version that adds "robustness" (perturbed copies in the ground truth; score/robustness.py)
+#: metrics.json minor version that adds "robustness" (perturbed copies in the ground truth; score/sections/robustness.py)
 ROBUSTNESS_METRICS_MINOR = 4
 
 
@@ -86,7 +86,7 @@ class ScoreResult:
     ``metrics``: the ``metrics.json`` dict; ``counts``: {dataset: DatasetCounts}; ``per_pair``: each
     class's per-pair Dice/IoU at the fixed and chosen thresholds ({dataset: {class column: arrays}});
     ``timings``: seconds per stage; ``scope_counts``: {row scope: {dataset: counts}} of every other row scope
-    (:mod:`xbench.score.rowscope`) whose rows were scored (saved beside ``counts`` for paired comparisons);
+    (:mod:`xbench.score.sections.rowscope`) whose rows were scored (saved beside ``counts`` for paired comparisons);
     :attr:`phrase_counts` the phrase scope's. :attr:`pairs` builds the pairs table.
     """
 
@@ -116,7 +116,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
                         clusters: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict]:
     """Metrics (``metrics.json`` "overall" and "datasets" parts) from per-dataset counts.
 
-    Every metric of :data:`xbench.score.registry.REGISTRY` is computed: per class, the dataset summary
+    Every metric of :data:`xbench.score.metrics.registry.REGISTRY` is computed: per class, the dataset summary
     (mean over the classes where it is defined) and the overall mean over datasets.
 
     Parameters
@@ -128,13 +128,13 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         Seeds one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order.
     thresholds : {dataset: {class: (tau_dice, tau_iou)}}, optional
         Use these (grid) thresholds instead of searching (e.g. from a validation split); a class's entry
-        is a tuple in :func:`xbench.score.registry.tau_keys` order or a {tau key: tau} mapping.
+        is a tuple in :func:`xbench.score.metrics.registry.tau_keys` order or a {tau key: tau} mapping.
     undefined : list, optional
         Gets one :class:`Undefined` per class and reason a metric is undefined (reported as null); no
         Python warning is issued either way (:func:`undefined_notes` words them for people).
     clusters : {dataset: (n_cases,) int}, optional
         Resample these datasets' cases in clusters (all cases of a drawn cluster together;
-        :func:`xbench.score.resampling.cluster_weights`): the robustness track's copies of one clean case.
+        :func:`xbench.score.resampling.engine.cluster_weights`): the robustness track's copies of one clean case.
 
     Returns
     -------
@@ -162,7 +162,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
 
 def _add_intervals(metrics: dict, reps: Mapping, level: float) -> None:
     """Add the ``ci95`` entries of the bootstrap replicates ``reps`` (the one resampling path,
-    :mod:`xbench.score.bootstrap`, shared with the report and paired comparisons) to ``metrics``."""
+    :mod:`xbench.score.resampling.bootstrap`, shared with the report and paired comparisons) to ``metrics``."""
     datasets = metrics["datasets"]
     for name, rep in reps.items():
         ds_classes = datasets[name]["classes"]
@@ -306,7 +306,7 @@ def check_inputs(submissions: Sequence[str | os.PathLike], gt, *, datasets: Sequ
     from xbench.schemas import GroundTruth, InvalidStoreError, read_ground_truth, validate_ground_truth, validate_submission
     from xbench.schemas.submission import MissingCases
 
-    from .errors import MissingCasesError
+    from xbench.score.errors import MissingCasesError
 
     opened = gt if isinstance(gt, GroundTruth) else None
     gt_path = opened.path if opened is not None else gt
@@ -398,7 +398,7 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
         Validate both stores first (:func:`check_inputs`; default). Turn off only for stores that
         :func:`check_inputs` has just passed, with the same ``datasets`` and ``allow_missing``.
     metric_params : mapping, optional
-        {parameter: value} of the metrics' declared parameters (:attr:`~xbench.score.registry.Metric.params`),
+        {parameter: value} of the metrics' declared parameters (:attr:`~xbench.score.metrics.registry.Metric.params`),
         e.g. ``{"pointing_tolerance": 15.0}``, the tolerant pointing game's distance in original pixels;
         a parameter not given takes the default its metric declares.
     allow_missing : bool
@@ -456,10 +456,10 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
 
 
 def robustness_section(run: "_Run", *, bootstrap: int, seed: int, metric_params: Mapping, timings: dict) -> dict:
-    """The "robustness" section (score/robustness.py); {} without perturbed copies in the ground truth."""
+    """The "robustness" section (score/sections/robustness.py); {} without perturbed copies in the ground truth."""
     if not any(getattr(run.gt.datasets[d], "perturbations", None) is not None for d in run.scored):
         return {}
-    from .robustness import score_robustness
+    from xbench.score.sections.robustness import score_robustness
 
     return score_robustness(run.sub, run.gt, run.scored, run.aligned, partial=run.partial,
                             metrics_from_counts=metrics_from_counts, bootstrap=bootstrap, seed=seed,
@@ -543,7 +543,7 @@ def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: s
                   region_problems: list | None = None, timings: dict | None = None,
                   cases: Mapping[str, np.ndarray] | None = None, aligned: Mapping, progress=None,
                   metric_params: Mapping | None = None) -> tuple[dict, dict]:
-    """The class scope's row source (its ``score``, :mod:`xbench.score.rowscope`): the counting pass over the
+    """The class scope's row source (its ``score``, :mod:`xbench.score.sections.rowscope`): the counting pass over the
     positive pairs of each dataset of ``names`` ({dataset: DatasetCounts}), on the case rows and class columns
     of ``aligned`` ({dataset: (case_rows, class_cols)}, the cases a partial run lacks marked -1, so ``cases``
     adds nothing); then the region problems of the ground truth's datasets not scored, so every problem of
@@ -567,7 +567,7 @@ def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: s
 
 def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, metric_params: Mapping):
     """The counting pass over every scored dataset, for each declared row scope in order (the classes first,
-    :func:`count_classes`; then every other scope, each by its ``score``, :mod:`xbench.score.rowscope`); every
+    :func:`count_classes`; then every other scope, each by its ``score``, :mod:`xbench.score.sections.rowscope`); every
     region problem of the ground truth raised together, before any class metric: (class counts, {metrics.json
     section: section} of the other scopes with rows, {scope: counts} of the other scopes)."""
     from xbench.schemas import InvalidStoreError
@@ -621,7 +621,7 @@ def _header(run: _Run, submission_path, gt_sha256: str, *, bootstrap: int, seed:
 
 
 def _classes_with_pairs(sub_ds, gt_ds, case_rows: np.ndarray):
-    """What :func:`~xbench.score.estimates.class_taus` reads of a dataset's counts (name, classes, supported, pair_class), from the
+    """What :func:`~xbench.score.metrics.estimates.class_taus` reads of a dataset's counts (name, classes, supported, pair_class), from the
     stores before counting: the supported classes' regions of the cases present."""
     from types import SimpleNamespace
 

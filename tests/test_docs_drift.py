@@ -30,12 +30,12 @@ def test_the_phantom_data_card_gives_the_licence_of_the_project():
 
 @pytest.mark.parametrize("cache_dir", [None, "env"])
 def test_the_warm_up_says_where_the_kernels_are_cached(monkeypatch, tmp_path, capsys, cache_dir):
-    from xbench.score import warm
+    from xbench.score.kernels import warm
 
     monkeypatch.setattr(warm, "warm_cache", lambda jobs: 0.25)
     if cache_dir is None:
         monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-        monkeypatch.setattr("xbench.score._numba_cache.choose_cache_dir", lambda package_dir, **kw: None)
+        monkeypatch.setattr("xbench.score.kernels._numba_cache.choose_cache_dir", lambda package_dir, **kw: None)
         where = str(Path(warm.__file__).resolve().parent / "__pycache__")
     else:
         monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))

@@ -1,2 +1,2 @@
 """XBench: zero-shot recognition and grounding benchmark for chest X-ray VLMs."""
-from .schemas.version import __version__  # noqa: F401  (read from the installed metadata, one definition)
+from xbench.schemas.version import __version__  # noqa: F401  (read from the installed metadata, one definition)

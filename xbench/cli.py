@@ -12,7 +12,7 @@ import click
 
 from xbench.schemas._cli import CONTEXT, EXTRA_HINT, UserError, run_main
 
-from . import __version__
+from xbench import __version__
 
 #: subcommand -> (module:attribute of its click command, one-line help, install extra it needs)
 SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {

@@ -3,8 +3,8 @@ scored like a model (docs/human.md).
 
 The command joins the two sides, so it lives in the umbrella: :mod:`xbench.extract.human` reads each reader's
 annotations and writes them as a submission (and, for VinDr-CXR, the other readers as its ground truth);
-:func:`xbench.score.scoring.score_submission` scores it like any model; :mod:`xbench.score.human.ceiling` turns
-the readers' pairs into the ceiling and :mod:`xbench.score.human.reading` writes the readers' readings. The
+:func:`xbench.score.scoring.score_submission` scores it like any model; :mod:`xbench.score.sections.human.ceiling` turns
+the readers' pairs into the ceiling and :mod:`xbench.score.sections.human.reading` writes the readers' readings. The
 output folder is described in :mod:`xbench.extract.human`.
 """
 from __future__ import annotations
@@ -130,10 +130,10 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
 
     from xbench.extract.human import read_readers, reading_rows, write_submission, write_truth
     from xbench.schemas.paths import PublishedDir
-    from xbench.score.human.ceiling import (KEYS, ReaderReading, ceiling, ceiling_json, chexlocalize_block,
+    from xbench.score.sections.human.ceiling import (KEYS, ReaderReading, ceiling, ceiling_json, chexlocalize_block,
                                             reader_pairs, with_hits)
-    from xbench.score.human.reading import HUMAN_FILE, HUMAN_SCHEMA, NATIVE_READING_FILE, READING_FILE, save_reading
-    from xbench.score.outputs import write_into
+    from xbench.score.sections.human.reading import HUMAN_FILE, HUMAN_SCHEMA, NATIVE_READING_FILE, READING_FILE, save_reading
+    from xbench.score.outputs.folder import write_into
     from xbench.score.scoring import score_submission
 
     got = read_readers(dataset, root, images, gt, split=split, rule=rule, source=source, readers=readers)

@@ -1,8 +1,8 @@
 """Localisation and recognition metrics on plain arrays, scikit-learn style (``xbench.metrics``).
 
 The functions take saliency maps and region masks as NumPy arrays and run the scorer's own kernels
-(:mod:`xbench.score.kernels`) and per-pair formulas (:mod:`xbench.score.grounding`,
-:mod:`xbench.score.localisation`): a value here equals the class value ``xbench-score`` writes to
+(:mod:`xbench.score.kernels.maps`) and per-pair formulas (:mod:`xbench.score.metrics.grounding`,
+:mod:`xbench.score.metrics.localisation`): a value here equals the class value ``xbench-score`` writes to
 metrics.json for the same pairs. Definitions: docs/contract.md, "Metrics".
 
 Shapes: ``maps`` (N, h, w), any float dtype (float64 is rounded to float32, the precision of a
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xbench.score.metric_params import POINTING_TOLERANCE
+from xbench.score.metrics.params import POINTING_TOLERANCE
 
 __all__ = [
     "pointing_game",
@@ -43,7 +43,7 @@ __all__ = [
 
 
 def _counts(maps, masks, **kw):
-    from xbench.score import kernels as K
+    from xbench.score.kernels import maps as K
 
     m = np.asarray(maps)
     if m.dtype.kind != "f":
@@ -96,7 +96,7 @@ def pointing_game(maps, masks, *, average: bool = True):
 
 
 def _threshold_values(maps, masks, threshold: float, metric: str):
-    from xbench.score.grounding import dice_from_counts, iou_from_counts, threshold_index
+    from xbench.score.metrics.grounding import dice_from_counts, iou_from_counts, threshold_index
 
     k = threshold_index(threshold)
     g = _counts(maps, masks)
@@ -152,8 +152,8 @@ def best_threshold(maps, masks, *, metric: str = "dice") -> tuple[float, float]:
     >>> best_threshold(maps, masks)
     (0.31, 1.0)
     """
-    from xbench.score.grounding import best_threshold as first_max, class_mean_curves
-    from xbench.score.kernels import THRESHOLDS
+    from xbench.score.metrics.grounding import best_threshold as first_max, class_mean_curves
+    from xbench.score.kernels.maps import THRESHOLDS
 
     if metric not in ("dice", "iou"):
         raise ValueError(f"`metric` must be 'dice' or 'iou'; got {metric!r}.")
@@ -195,7 +195,7 @@ def relevance_rank_accuracy(maps, masks, *, average: bool = True):
     >>> relevance_rank_accuracy(maps, masks)   # top cell in R; 2nd place shared by two cells outside
     0.5
     """
-    from xbench.score.localisation import rank_accuracy_from_counts
+    from xbench.score.metrics.localisation import rank_accuracy_from_counts
 
     g = _counts(maps, masks)
     return _mean(rank_accuracy_from_counts(g.b, g.br, g.region_pixels), average)
@@ -217,7 +217,7 @@ def map_auroc(maps, masks, *, average: bool = True):
     >>> map_auroc(maps, np.ones((1, 2, 2), bool))
     nan
     """
-    from xbench.score.localisation import map_auroc_from_counts
+    from xbench.score.metrics.localisation import map_auroc_from_counts
 
     g = _counts(maps, masks)
     v = map_auroc_from_counts(g.b, g.br, g.region_pixels)
@@ -261,7 +261,7 @@ def auroc(y_true, y_score) -> float:
     >>> auroc([0, 0, 1, 1], [0.1, 0.6, 0.4, 0.8])
     0.75
     """
-    from xbench.score.kernels import weighted_auroc_ap
+    from xbench.score.kernels.maps import weighted_auroc_ap
 
     return _rank(y_true, y_score, weighted_auroc_ap)[0]
 
@@ -273,7 +273,7 @@ def auprc(y_true, y_score) -> float:
     >>> round(auprc([0, 0, 1, 1], [0.1, 0.6, 0.4, 0.8]), 6)
     0.833333
     """
-    from xbench.score.kernels import weighted_auroc_ap
+    from xbench.score.kernels.maps import weighted_auroc_ap
 
     return _rank(y_true, y_score, weighted_auroc_ap)[1]
 

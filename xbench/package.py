@@ -26,7 +26,7 @@ participant. Submissions are only ever read: a zip is opened as a store, never e
 """
 from __future__ import annotations
 
-from .schemas.errors import InputError, escape_text
+from xbench.schemas.errors import InputError, escape_text
 
 import contextlib
 import datetime as _dt
@@ -290,11 +290,11 @@ def competition_columns(datasets: list[str]) -> list[dict]:
     Every overall metric (``<key>``) with its 95 % interval bounds (``<key>_ci_low``/``_ci_high``: Codabench
     columns hold one number each, so the interval is two columns), then each dataset's paper and recognition
     metrics (``<dataset>_<key>``, hidden). The keys are the flat keys of ``scores.json``
-    (:func:`xbench.score.outputs.flat_scores`); column 0, the primary (ranking) column, is overall pointing
+    (:func:`xbench.score.outputs.folder.flat_scores`); column 0, the primary (ranking) column, is overall pointing
     game. Shown: the paper's five grounding metrics, the recognition metrics and the intervals of
     :data:`SHOWN_INTERVALS`; the rest are hidden, not left out.
     """
-    from xbench.score import registry as R
+    from xbench.score.metrics import registry as R
 
     shown = {m.key for m in R.table_metrics("paper") + R.table_metrics("recognition")}
     keys = list(R.overall_keys())
@@ -552,7 +552,7 @@ xbench-validate submission.zarr
 
 def _pages(title: str, spec: dict, bootstrap: int, wheel_name: str | None = None) -> dict[str, str]:
     """The competition's pages (Markdown), written from the metric registry and the phases."""
-    from xbench.score import registry as R
+    from xbench.score.metrics import registry as R
 
     val, test = spec["phases"]
     metric_lines = "\n".join(f"- `{m.key}`: {m.title} ({'higher' if m.higher_is_better else 'lower'} is better)"

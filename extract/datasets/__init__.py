@@ -8,8 +8,8 @@ packages add readers through the ``xbench.datasets`` entry point group (docs/arc
 """
 from __future__ import annotations
 
-from ...schemas.registry import ENTRY_POINT_GROUPS, Registry
-from .base import Box, CaseRecord, DatasetReader, Mask, Polygon, ReaderError, ReaderOptionError, ReadProblem
+from xbench.schemas.registry import ENTRY_POINT_GROUPS, Registry
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, Mask, Polygon, ReaderError, ReaderOptionError, ReadProblem
 
 DATASETS: Registry[type[DatasetReader]] = Registry(
     "dataset", check=DatasetReader, as_class=True, entry_point_group=ENTRY_POINT_GROUPS["dataset"])

@@ -4,7 +4,7 @@ Nothing here knows a dataset's format; each reader module does.
 """
 from __future__ import annotations
 
-from ...schemas.errors import InputError, InputLimitError
+from xbench.schemas.errors import InputError, InputLimitError
 
 import math
 import os
@@ -13,8 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .._json import read_json as _read_json
-from .base import Box, ReaderError
+from xbench.extract._json import read_json as _read_json
+from xbench.extract.datasets.base import Box, ReaderError
 
 __all__ = [
     "ImageReadError",
@@ -354,7 +354,7 @@ def check_options(reader: str, options: dict, allowed: dict[str, str]) -> None:
     ``allowed`` maps name -> help (shown when the reader has few options)."""
     import difflib
 
-    from .base import ReaderOptionError
+    from xbench.extract.datasets.base import ReaderOptionError
 
     unknown = sorted(map(str, set(options) - set(allowed)))
     if not unknown:
@@ -383,7 +383,7 @@ class CaseProblems:
         self.bad: set[str] = set()
 
     def add(self, source: str, message: str, case_id: str | None) -> None:
-        from .base import ReadProblem
+        from xbench.extract.datasets.base import ReadProblem
 
         self.problems.append(ReadProblem(source=source, message=message, case_id=case_id))
         if case_id is not None:
@@ -403,6 +403,6 @@ def option_bool(reader: str, name: str, value) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
-    from .base import ReaderOptionError
+    from xbench.extract.datasets.base import ReaderOptionError
 
     raise ReaderOptionError(f"{reader}: option {name} must be true or false; got {value!r}")

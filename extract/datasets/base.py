@@ -11,7 +11,7 @@ pixel (row r, col c) covering [c, c+1) x [r, r+1). A box is (x0, y0, x1, y1) wit
 """
 from __future__ import annotations
 
-from ...schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 import abc
 from dataclasses import dataclass, field

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import CaseProblems, check_box, check_options, index_files, load_raster, read_json, require_file
-from .base import Box, CaseRecord, DatasetReader
+from xbench.extract.datasets._io import CaseProblems, check_box, check_options, index_files, load_raster, read_json, require_file
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for
 
 LAYOUT = """  train.json, test.json

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import CSVFile, CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
-from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
+from xbench.extract.datasets._io import CSVFile, CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
 LAYOUT = """  BBox_List_2017.csv

@@ -29,8 +29,8 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from ._io import MAX_IMAGE_PIXELS, CSVFile, CaseProblems, check_options, find_first, load_raster, read_json
-from .base import CaseRecord, DatasetReader, Mask, ReaderError
+from xbench.extract.datasets._io import MAX_IMAGE_PIXELS, CSVFile, CaseProblems, check_options, find_first, load_raster, read_json
+from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
 
 LAYOUT = """  CheXpert/<split>_labels.csv, CheXpert/<split>/<patient>/<study>/<view>.jpg

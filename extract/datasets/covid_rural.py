@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import (MAX_IMAGE_PIXELS, AnnotationFileError, CaseProblems, ImageReadError, check_box, check_options,
+from xbench.extract.datasets._io import (MAX_IMAGE_PIXELS, AnnotationFileError, CaseProblems, ImageReadError, check_box, check_options,
                   check_points, decode_raster, index_files, load_annotation_json, load_raster)
-from .base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, Polygon, ReaderError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_ignored
 
 LAYOUT = """  covid_rural_annot/jpgs/<stem>.jpg

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import MAX_DICOM_BYTES, ImageReadError, check_pixels
+from xbench.extract.datasets._io import MAX_DICOM_BYTES, ImageReadError, check_pixels
 
 __all__ = ["ImageReadError", "read_dicom", "read_dicom_size", "to_uint8"]
 
@@ -121,7 +121,7 @@ def to_uint8(ds, *, source: str = "<dataset>", voi: str = "header") -> np.ndarra
     from pydicom.pixels import apply_modality_lut
 
     if voi not in _VOI_POLICIES:
-        from .base import ReaderOptionError
+        from xbench.extract.datasets.base import ReaderOptionError
 
         raise ReaderOptionError(f"voi must be one of {_VOI_POLICIES}; got {voi!r}")
     if "PixelData" not in ds:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import CSVFile, CaseProblems, check_box, check_options, load_raster, parse_float
-from .base import Box, CaseRecord, DatasetReader, Phrase, ReaderError
+from xbench.extract.datasets._io import CSVFile, CaseProblems, check_box, check_options, load_raster, parse_float
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, Phrase, ReaderError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for
 
 LAYOUT = """  MS_CXR_Local_Alignment_v1.1.0.csv (or _v1.0.0.csv)

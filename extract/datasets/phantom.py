@@ -42,7 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import CaseRecord, DatasetReader, Mask, Phrase, ReaderError
+from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, Phrase, ReaderError
 
 __all__ = ["PHANTOM_CLASSES", "PREVALENCE", "PhantomCase", "PhantomReader", "render_image", "render_finding",
            "ReaderMark", "draw_reading", "jitter_mask", "salient_point", "READER_MISS", "READER_FALSE_MARK",
@@ -455,7 +455,7 @@ def simulated_gaze(seed: int, split: str, indices: Sequence[int], size: int, gri
     about a pixel of a mark drawn uniformly, with normal scatter) and elsewhere in the lungs."""
     from xbench.schemas.gaze import Gaze, Reading, default_sigma
 
-    from .rasterise import rasterise_region
+    from xbench.extract.datasets.rasterise import rasterise_region
 
     readings = []
     for row, index in enumerate(indices):
@@ -545,7 +545,7 @@ class PhantomReader(DatasetReader):
         attributes: bool | str = False,
         **unknown,
     ) -> None:
-        from ._io import check_options, option_bool
+        from xbench.extract.datasets._io import check_options, option_bool
 
         check_options("phantom", unknown, {"n_cases": "", "seed": "", "size": "", "phrases": "", "gaze": "",
                                             "attributes": ""})

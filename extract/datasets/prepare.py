@@ -49,7 +49,7 @@ Workers are forked (``multiprocessing`` "fork" context), so readers need not be 
 """
 from __future__ import annotations
 
-from ...schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 import contextlib
 import hashlib
@@ -64,10 +64,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..options import PrepareOptions
-from ._io import is_inside
-from .base import Box, CaseRecord, DatasetReader, Polygon
-from .rasterise import RASTERISATION, ShapeError, clip_box, rasterise_region
+from xbench.extract.options import PrepareOptions
+from xbench.extract.datasets._io import is_inside
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, Polygon
+from xbench.extract.datasets.rasterise import RASTERISATION, ShapeError, clip_box, rasterise_region
 
 __all__ = [
     "PrepareError",
@@ -448,7 +448,7 @@ def prepare_dataset(
     """
     with _DeferredInterrupt() as guard:  # Ctrl-C never lands inside a write to the stores
         grid = (grid, grid) if isinstance(grid, int) else grid
-        from .perturb import Copies
+        from xbench.extract.datasets.perturb import Copies
 
         copies = Copies.of(perturb, perturb_copies, perturb_seed)  # bad SPECs fail before any work
         return _prepare(reader, Path(out_dir), (int(grid[0]), int(grid[1])), image_size, workers, cases_per_block,
@@ -507,7 +507,7 @@ def _plan(reader: DatasetReader, case_ids, kept, classes, grid, image_size: int,
         if queries is None:
             raise PrepareError(f"{reader.key}: --text-probes needs phrase rows, and this dataset has none"
                                + (" (phantom: add --option phrases=true)" if reader.key == "phantom" else ""))
-        from .text_probes import add_probes
+        from xbench.extract.datasets.text_probes import add_probes
 
         probes = add_probes(queries, case_ids)
         plan["text_probes"] = True  # only then, so that the plans of earlier runs stay resumable
@@ -624,7 +624,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
 
     perturbations = None
     if copies:  # the robustness track: perturbed copies appended to the images group (extract/datasets/perturb.py)
-        from .perturb import write_copies
+        from xbench.extract.datasets.perturb import write_copies
 
         perturbations = write_copies(copies, images_path, reader.key, work, survivors, classes, image_size,
                                      cases_per_block, attrs, keep_original, q_survivors, guard, progress,

@@ -38,7 +38,7 @@ All functions are pure; nothing here reads files.
 """
 from __future__ import annotations
 
-from ...schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 import math
 from dataclasses import dataclass
@@ -46,7 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import Box, Mask, Polygon, Shape
+from xbench.extract.datasets.base import Box, Mask, Polygon, Shape
 
 __all__ = [
     "RASTERISATION",

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import CSVFile, CaseProblems, check_box, check_options, index_files, parse_float, require_file
-from .base import Box, CaseRecord, DatasetReader, ReaderError
-from .dicom import read_dicom
+from xbench.extract.datasets._io import CSVFile, CaseProblems, check_box, check_options, index_files, parse_float, require_file
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError
+from xbench.extract.datasets.dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
 
 LAYOUT = """  stage_2_train_labels.csv          (patientId,x,y,width,height,Target)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import CSVFile, CaseProblems, check_options, index_files
-from .base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
-from .dicom import read_dicom
+from xbench.extract.datasets._io import CSVFile, CaseProblems, check_options, index_files
+from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
+from xbench.extract.datasets.dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
 
 LAYOUT = """  stage_2_train.csv  (ImageId,EncodedPixels)  or  train-rle.csv  (ImageId, EncodedPixels)

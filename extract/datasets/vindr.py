@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import (CSVFile, CaseProblems, ImageReadError, check_box, check_options, index_files, option_bool, parse_float,
+from xbench.extract.datasets._io import (CSVFile, CaseProblems, ImageReadError, check_box, check_options, index_files, option_bool, parse_float,
                   require_file)
-from .base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
-from .dicom import read_dicom, read_dicom_size
+from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
+from xbench.extract.datasets.dicom import read_dicom, read_dicom_size
 from xbench.schemas.paths import is_reader_name
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 

@@ -67,9 +67,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ...schemas.options import CONFIG_SUFFIXES  # noqa: F401  (one definition, in the light layer: suites read it too)
-from ...schemas.registry import ENTRY_POINT_GROUPS, Registry, UnknownNameError
-from .errors import ModelConfigError, WeightsNotFoundError
+from xbench.schemas.options import CONFIG_SUFFIXES  # noqa: F401  (one definition, in the light layer: suites read it too)
+from xbench.schemas.registry import ENTRY_POINT_GROUPS, Registry, UnknownNameError
+from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
 
 Factory = Callable[[dict], "ModelAdapter"]  # noqa: F821 (base imports torch; keep this module light)
 ENTRY_POINT_GROUP = ENTRY_POINT_GROUPS["model"]
@@ -89,12 +89,12 @@ MODELS.discover(__name__, __path__, declared="REGISTER")
 MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
 for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
     MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
-from .checks import PATH_KEYS  # noqa: E402  (the config keys that may name local files: one definition)
+from xbench.extract.models.checks import PATH_KEYS  # noqa: E402  (the config keys that may name local files: one definition)
 
 
 def _model_config_limits():
     """A model config is a page a person writes: 1 MiB, 16 levels, 100,000 values at most."""
-    from ...schemas.inputs import CONFIG, with_limits
+    from xbench.schemas.inputs import CONFIG, with_limits
 
     return with_limits(CONFIG, max_bytes=1024 * 1024, max_depth=16, max_elements=100_000)
 
@@ -112,7 +112,7 @@ def read_config_file(path: str | Path) -> dict:
     """Parse a YAML/TOML/JSON model config through the bounded readers (xbench.schemas.inputs: size, depth
     and element caps, YAML aliases and duplicate keys refused before anything walks the value); relative
     paths become relative to the file's folder."""
-    from ...schemas.inputs import load_config as load_bounded
+    from xbench.schemas.inputs import load_config as load_bounded
 
     path = Path(path)
     data = load_bounded(path, limits=_model_config_limits())
@@ -192,9 +192,9 @@ def create_adapter(name_or_config_path: str, **overrides: Any):
 
     The returned adapter carries ``.config`` (the resolved dict) and ``.config_hash``.
     """
-    from .base import ModelAdapter
+    from xbench.extract.models.base import ModelAdapter
 
-    from .checks import typed_config
+    from xbench.extract.models.checks import typed_config
 
     config = load_config(name_or_config_path, **overrides)
     typed_config(config, str(name_or_config_path))  # a key the adapter does not read: refused, with the close ones

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import AdapterOutput, ModelAdapter
-from .errors import ModelConfigError
-from .geometry import RESIZE_MODES, frame_boxes, model_input, to_model_grid, undo_box
+from xbench.extract.models.base import AdapterOutput, ModelAdapter
+from xbench.extract.models.errors import ModelConfigError
+from xbench.extract.models.geometry import RESIZE_MODES, frame_boxes, model_input, to_model_grid, undo_box
 
 
 def _grid(config: Mapping[str, Any], default: int = 14) -> tuple[int, int]:

@@ -39,11 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .biovil_weights import VARIANTS, resolve_weights
-from .dual import DualEncoderAdapter
-from .errors import ModelConfigError, WeightsNotFoundError
-from .files import check_model_json, read_model_json
-from .pixels import ImageTransform
+from xbench.extract.models.biovil_weights import VARIANTS, resolve_weights
+from xbench.extract.models.dual import DualEncoderAdapter
+from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+from xbench.extract.models.files import check_model_json, read_model_json
+from xbench.extract.models.pixels import ImageTransform
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # extraction never downloads
 
@@ -390,7 +390,7 @@ class BioViLAdapter(DualEncoderAdapter):
         return F.normalize(image.float(), dim=-1), torch.stack(out).to(grid.device)
 
     def __call__(self, images: torch.Tensor, orig_size: torch.Tensor):
-        from .base import AdapterOutput
+        from xbench.extract.models.base import AdapterOutput
 
         if self._text_pos is None:
             raise RuntimeError("set_classes() must be called before the adapter is run")
@@ -415,7 +415,7 @@ class BioViLAdapter(DualEncoderAdapter):
 
 
 def _build(variant: str, config: Mapping[str, Any]) -> BioViLAdapter:
-    from .presets import _with
+    from xbench.extract.models.presets import _with
 
     v = VARIANTS[variant]
     cfg = _with({"prompts": BIOVIL_PROMPTS, "interpolation": "bilinear", "sigma": SIGMA, "crop": v.crop,

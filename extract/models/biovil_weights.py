@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import WeightsNotFoundError
-from .hub import cached_file
+from xbench.extract.models.errors import WeightsNotFoundError
+from xbench.extract.models.hub import cached_file
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import difflib
 import re
 from typing import Any, Mapping
 
-from ...schemas.errors import InputError, InputLimitError, Problem
-from .catalog import COMMON_KEYS, CROSSATTN_OPTIONS, PREPROCESS_KEYS, PROMPT_KEYS, ModelInfo, field_names
-from .catalog import info as catalog_info
+from xbench.schemas.errors import InputError, InputLimitError, Problem
+from xbench.extract.models.catalog import COMMON_KEYS, CROSSATTN_OPTIONS, PREPROCESS_KEYS, PROMPT_KEYS, ModelInfo, field_names
+from xbench.extract.models.catalog import info as catalog_info
 
 #: Choices mirrored from the torch-side modules (tests/extract/test_catalog.py checks they agree).
 RESIZE_MODES = ("squash", "crop", "pad")  # extract/models/geometry.py
@@ -36,7 +36,7 @@ TRUST_HOW = ("write `trust_checkpoint: true` (a boolean, no quotes) under `optio
 # -- --model-option KEY=VALUE ------------------------------------------------------------------------
 #: A value on the command line is one scalar or a small list/mapping: tight bounds.
 def _option_limits():
-    from ...schemas.inputs import CONFIG, with_limits
+    from xbench.schemas.inputs import CONFIG, with_limits
 
     return with_limits(CONFIG, max_bytes=64 * 1024, max_depth=8, max_elements=4096)
 
@@ -49,7 +49,7 @@ _LOOSE_BOOL = frozenset("y Y yes Yes YES n N no No NO True TRUE False FALSE on O
 def parse_option_value(text: str, where: str) -> Any:
     """One ``--model-option`` value: ``true``/``false``, a number, a list or mapping in YAML/JSON flow
     syntax, else the text itself. Bounded (64 KiB, depth 8); aliases and anything not YAML stay text."""
-    from ...schemas.inputs import parse_yaml
+    from xbench.schemas.inputs import parse_yaml
 
     if text in ("true", "false"):
         return text == "true"
@@ -140,7 +140,7 @@ def typed_config(config: Mapping[str, Any], label: str = "model config"):
     """The adapter's typed config (:attr:`.catalog.ModelInfo.config`, a frozen dataclass) holding ``config``;
     :class:`ModelConfigError` listing every key the adapter does not read, with the close ones. None for an
     adapter outside the catalog (a plug-in's factory checks its own keys)."""
-    from .errors import ModelConfigError
+    from xbench.extract.models.errors import ModelConfigError
 
     info = catalog_info(str(config.get("adapter")))
     if info is None:

@@ -23,8 +23,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from .dual import DualEncoderAdapter
-from .pixels import ImageTransform
+from xbench.extract.models.dual import DualEncoderAdapter
+from xbench.extract.models.pixels import ImageTransform
 
 #: ``zero_shot.py:379``: a grey mean / std on the 0-255 scale, the same for the three channels
 CHEXZERO_MEAN = 101.48761
@@ -116,8 +116,8 @@ REGISTER = {"chexzero": "build"}
 
 def build(config: Mapping[str, Any]) -> CheXzeroAdapter:
     """Registry factory ``chexzero``: ``weights`` = a CheXzero ``.pt`` state dict (or ``random``)."""
-    from .openclip import load_model, vision_tower
-    from .presets import _with, chexzero_preflight
+    from xbench.extract.models.openclip import load_model, vision_tower
+    from xbench.extract.models.presets import _with, chexzero_preflight
 
     cfg = _with(CHEXZERO_DEFAULTS, config)
     chexzero_preflight(cfg)

@@ -9,13 +9,13 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..saliency import METHODS
-from ..saliency._tower import VisionTower, capabilities
-from .base import AdapterOutput, ModelAdapter
-from .errors import ModelConfigError
-from .geometry import RESIZE_MODES, frame_boxes, model_input, undo_box
-from .pixels import PIL_FILTERS, DualEncoderTransform
-from .prompts import ClassPrompts, build_prompts
+from xbench.extract.saliency import METHODS
+from xbench.extract.saliency._tower import VisionTower, capabilities
+from xbench.extract.models.base import AdapterOutput, ModelAdapter
+from xbench.extract.models.errors import ModelConfigError
+from xbench.extract.models.geometry import RESIZE_MODES, frame_boxes, model_input, undo_box
+from xbench.extract.models.pixels import PIL_FILTERS, DualEncoderTransform
+from xbench.extract.models.prompts import ClassPrompts, build_prompts
 
 MAP_TEXT = ("positive", "contrast")
 

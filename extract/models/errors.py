@@ -1,7 +1,7 @@
 """Errors raised while building a model adapter; the CLI prints them as one line each."""
 from __future__ import annotations
 
-from ...schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 
 class ModelConfigError(InputError, ValueError):

@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...schemas.errors import InputError
-from .errors import ModelConfigError
+from xbench.schemas.errors import InputError
+from xbench.extract.models.errors import ModelConfigError
 
 MiB = 2**20
 
 
 def _limits():
-    from ...schemas.inputs import DEFAULT, with_limits
+    from xbench.schemas.inputs import DEFAULT, with_limits
 
     # a model's config.json is a few KiB; a tokenizer.json (vocabulary and merges) a few MiB
     return with_limits(DEFAULT, max_bytes=64 * MiB, max_depth=32, max_elements=5_000_000)
@@ -22,7 +22,7 @@ def _limits():
 def read_model_json(path: str | os.PathLike, what: str, *, kind: type = dict, expected: str | None = None) -> Any:
     """The JSON document in ``path`` (``kind``: dict or list), bounded; :class:`ModelConfigError` naming
     ``what`` and the file otherwise (``expected`` words the wrong-shape line)."""
-    from ...schemas.inputs import load_json
+    from xbench.schemas.inputs import load_json
 
     try:
         doc = load_json(path, limits=_limits())

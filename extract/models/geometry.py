@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .errors import ModelConfigError
+from xbench.extract.models.errors import ModelConfigError
 
 RESIZE_MODES = ("squash", "crop", "pad")
 

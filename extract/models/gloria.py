@@ -45,9 +45,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import AdapterOutput, ModelAdapter
-from .crossattn.carzero import CARZeroTransform, clean_prompt, crop_offset, encode_text, letterbox, require_opencv
-from .crossattn.common import (
+from xbench.extract.models.base import AdapterOutput, ModelAdapter
+from xbench.extract.models.crossattn.carzero import CARZeroTransform, clean_prompt, crop_offset, encode_text, letterbox, require_opencv
+from xbench.extract.models.crossattn.common import (
     BERT_NON_PARAMETERS,
     AdapterConfigError,
     build_bert_from_config,
@@ -65,7 +65,7 @@ from .crossattn.common import (
     resnet_trunk,
     wants_random_weights,
 )
-from .geometry import undo_box
+from xbench.extract.models.geometry import undo_box
 
 #: ``configs/chexpert_pretrain_config.yaml``: temp1 (attention), temp2 (word aggregation), word_num, imsize, crop
 TEMP_ATTENTION = 4.0
@@ -421,7 +421,7 @@ def build(config: Mapping) -> GLoRIAAdapter:
     ``n_prompts`` (5), ``trust_checkpoint``, ``hash_weights``, ``resnet_layers`` ([3, 4, 6, 3] = ResNet-50;
     smaller block counts keep the widths and the 19 x 19 grid: offline tests only).
     """
-    from .presets import gloria_preflight
+    from xbench.extract.models.presets import gloria_preflight
 
     gloria_preflight(config)
     require_opencv()

@@ -22,9 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .dual import DualEncoderAdapter
-from .errors import ModelConfigError, WeightsNotFoundError
-from .files import check_model_json, read_model_json
+from xbench.extract.models.dual import DualEncoderAdapter
+from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+from xbench.extract.models.files import check_model_json, read_model_json
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
@@ -47,13 +47,13 @@ class _HFBlock:
         return self.l.layer_norm1(x)
 
     def qkv(self, h):
-        from ..saliency._tower import split_heads
+        from xbench.extract.saliency._tower import split_heads
 
         a = self.l.self_attn
         return tuple(split_heads(p(h), self.heads) for p in (a.q_proj, a.k_proj, a.v_proj))
 
     def attn_out(self, o, h):
-        from ..saliency._tower import merge_heads
+        from xbench.extract.saliency._tower import merge_heads
 
         return self.l.self_attn.out_proj(merge_heads(o))
 
@@ -137,7 +137,7 @@ def _folder(model: str) -> Path:
     p = Path(model).expanduser()
     if p.is_dir():
         return p
-    from .hub import snapshot
+    from xbench.extract.models.hub import snapshot
 
     return snapshot(model, f"transformers model {model!r}",
                     f"Download it on a networked machine: `huggingface-cli download {model} --local-dir DIR`, "

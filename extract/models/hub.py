@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import WeightsNotFoundError
+from xbench.extract.models.errors import WeightsNotFoundError
 
 __all__ = ["cached_file", "snapshot"]
 

@@ -40,10 +40,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .dual import DualEncoderAdapter
-from .errors import ModelConfigError, WeightsNotFoundError
-from .pixels import ImageTransform
-from .prompts import ClassPrompts, build_prompts
+from xbench.extract.models.dual import DualEncoderAdapter
+from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+from xbench.extract.models.pixels import ImageTransform
+from xbench.extract.models.prompts import ClassPrompts, build_prompts
 
 #: ``constants.py:7-9``: input side and the grey mean / std (on the 0-1 scale)
 MEDCLIP_SIZE = 224
@@ -184,7 +184,7 @@ def swin_vision(overrides: Mapping[str, Any] | None, proj_dim: int) -> _Part:
 
 def resnet_vision(layers: Sequence[int], proj_dim: int) -> _Part:
     """``MedCLIPVisionModel``: torchvision ResNet-50 whose ``fc`` is the projection (no bias)."""
-    from .crossattn.common import resnet_trunk
+    from xbench.extract.models.crossattn.common import resnet_trunk
 
     net = resnet_trunk(layers)
     net.fc = nn.Linear(net.fc.in_features, proj_dim, bias=False)
@@ -410,7 +410,7 @@ def _resolve_text_encoder(cfg: Mapping[str, Any]) -> Path:
     """The Bio_ClinicalBERT folder (config.json + tokenizer files): ``text_encoder`` or the offline hub cache."""
     path = cfg.get("text_encoder")
     if not path:
-        from .hub import snapshot
+        from xbench.extract.models.hub import snapshot
 
         path = snapshot(BIO_CLINICALBERT, "MedCLIP text encoder (Bio_ClinicalBERT config + tokenizer)",
                         f"Download it on a networked machine (`huggingface-cli download {BIO_CLINICALBERT}`) or "
@@ -437,7 +437,7 @@ def _weights_file(weights: str) -> Path:
 
 def build_net(cfg: Mapping[str, Any]) -> MedCLIPNet:
     """The network for ``variant`` with random weights (text config from the text-encoder folder)."""
-    from .crossattn.common import build_bert_from_config, option
+    from xbench.extract.models.crossattn.common import build_bert_from_config, option
 
     variant = str(option(cfg, "variant", "vit"))
     if variant not in VARIANTS:
@@ -453,7 +453,7 @@ def build_net(cfg: Mapping[str, Any]) -> MedCLIPNet:
 
 
 def load_weights(net: MedCLIPNet, path: Path) -> dict:
-    from .crossattn.common import load_official_state_dict, read_checkpoint
+    from xbench.extract.models.crossattn.common import load_official_state_dict, read_checkpoint
 
     sd = read_checkpoint(path)
     sd = rename_swin_keys(sd, set(net.state_dict()), "vision_model.model.")
@@ -468,9 +468,9 @@ REGISTER = {"medclip": "build"}
 def build(config: Mapping[str, Any]) -> MedCLIPAdapter:
     """Registry factory ``medclip``: ``weights`` = the folder of ``pytorch_model.bin`` (or the file,
     or ``random``), ``variant`` vit|resnet, ``text_encoder`` = Bio_ClinicalBERT folder."""
-    from .crossattn.common import load_tokenizer, option, wants_random_weights
+    from xbench.extract.models.crossattn.common import load_tokenizer, option, wants_random_weights
 
-    from .presets import medclip_preflight
+    from xbench.extract.models.presets import medclip_preflight
 
     cfg = dict(config)
     medclip_preflight(cfg)

@@ -33,10 +33,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .dual import DualEncoderAdapter
-from .errors import ModelConfigError, WeightsNotFoundError
-from .files import check_model_json, read_model_json
-from .hub import cached_file, snapshot
+from xbench.extract.models.dual import DualEncoderAdapter
+from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+from xbench.extract.models.files import check_model_json, read_model_json
+from xbench.extract.models.hub import cached_file, snapshot
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -60,13 +60,13 @@ class _MHABlock:
         return self.b.ln_1(x)
 
     def qkv(self, h):
-        from ..saliency._tower import split_heads
+        from xbench.extract.saliency._tower import split_heads
 
         t = F.linear(h, self.b.attn.in_proj_weight, self.b.attn.in_proj_bias)
         return tuple(split_heads(u, self.heads) for u in t.chunk(3, dim=-1))
 
     def attn_out(self, o, h):
-        from ..saliency._tower import merge_heads
+        from xbench.extract.saliency._tower import merge_heads
 
         return self.b.ls_1(self.b.attn.out_proj(merge_heads(o)))
 
@@ -87,14 +87,14 @@ class _TimmBlock:
         return self.b.norm1(x)
 
     def qkv(self, h):
-        from ..saliency._tower import split_heads
+        from xbench.extract.saliency._tower import split_heads
 
         a = self.b.attn
         q, k, v = (split_heads(u, self.heads) for u in a.qkv(h).chunk(3, dim=-1))
         return a.q_norm(q), a.k_norm(k), v
 
     def attn_out(self, o, h):
-        from ..saliency._tower import merge_heads
+        from xbench.extract.saliency._tower import merge_heads
 
         a = self.b.attn
         o = a.norm(merge_heads(o)) if hasattr(a, "norm") else merge_heads(o)

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .errors import ModelConfigError
+from xbench.extract.models.errors import ModelConfigError
 
 #: torchvision InterpolationMode names accepted by :class:`PILResize`
 PIL_FILTERS = ("bilinear", "bicubic")

@@ -44,9 +44,9 @@ def preset_names() -> list[str]:
 @functools.cache
 def preset(name: str) -> Preset:
     """The preset ``name`` read from its file; ModelConfigError naming the file for a bad one."""
-    from ...schemas.inputs import CONFIG, load_config
-    from .errors import ModelConfigError
-    from .prompts import preset_prompts
+    from xbench.schemas.inputs import CONFIG, load_config
+    from xbench.extract.models.errors import ModelConfigError
+    from xbench.extract.models.prompts import preset_prompts
 
     path = PRESET_DIR / f"{name}.toml"
     doc = load_config(path, limits=CONFIG)
@@ -98,7 +98,7 @@ def _with(defaults: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
 
 def _build_open_clip(preset: Preset, config: Mapping[str, Any]):
     """A preset of open_clip's adapter: its defaults under the user's keys."""
-    from .openclip import build
+    from xbench.extract.models.openclip import build
 
     return build(_with(preset.fresh_defaults(), config))
 
@@ -114,7 +114,7 @@ def clip_preflight(config: Mapping[str, Any]) -> None:
     """Raise WeightsNotFoundError at once when the default CLIP weights are in neither offline cache."""
     from pathlib import Path
 
-    from .errors import WeightsNotFoundError
+    from xbench.extract.models.errors import WeightsNotFoundError
 
     defaults = preset("clip").defaults
     merged = _with(defaults, config)
@@ -136,7 +136,7 @@ def clip_preflight(config: Mapping[str, Any]) -> None:
 
 
 def _biovil_preflight(name: str):
-    from .biovil_weights import preflight  # torch-free
+    from xbench.extract.models.biovil_weights import preflight  # torch-free
 
     return preflight(name)
 
@@ -147,7 +147,7 @@ def _weights_given(what: str, needed: str, how: str) -> Callable[[Mapping[str, A
 
     def check(config: Mapping[str, Any]) -> None:
         if not config.get("weights"):
-            from .errors import WeightsNotFoundError
+            from xbench.extract.models.errors import WeightsNotFoundError
 
             raise WeightsNotFoundError(what, needed, how)
 
@@ -170,7 +170,7 @@ _gloria_weights = _weights_given(
 
 def gloria_preflight(config: Mapping[str, Any]) -> None:
     """GLoRIA needs its checkpoint and a local Bio_ClinicalBERT folder: say so before torch is imported."""
-    from .errors import WeightsNotFoundError
+    from xbench.extract.models.errors import WeightsNotFoundError
 
     _gloria_weights(config)
     if not (config.get("text_encoder") or (config.get("options") or {}).get("text_encoder")):
@@ -216,7 +216,7 @@ def _build_clip_tiny(preset: Preset, config: Mapping[str, Any]):
     """
     import torch
 
-    from .openclip import build
+    from xbench.extract.models.openclip import build
 
     cfg = _with({**preset.fresh_defaults(), "name": preset.name}, config)
     cfg["model"] = f"local-dir:{_arch_folder(preset.architecture)}"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import ModelConfigError
+from xbench.extract.models.errors import ModelConfigError
 
 STYLES = ("single", "pair")
 PUBLISHED_FILE = Path(__file__).with_name("prompts.toml")

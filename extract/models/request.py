@@ -13,9 +13,9 @@ import difflib
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...schemas.errors import InputError, Problem
-from . import catalog
-from .checks import (BOOLEAN_OPTIONS, DEVICE, MAP_TEXT, PATH_KEYS, PRECISIONS, PROMPT_STYLES, RESIZE_MODES, TRUST_HOW,
+from xbench.schemas.errors import InputError, Problem
+from xbench.extract.models import catalog
+from xbench.extract.models.checks import (BOOLEAN_OPTIONS, DEVICE, MAP_TEXT, PATH_KEYS, PRECISIONS, PROMPT_STYLES, RESIZE_MODES, TRUST_HOW,
                      _is_int, _unknown_keys, _where)
 
 
@@ -25,7 +25,7 @@ def check_request(model: str, overrides: Mapping[str, Any], *, method: str | Non
 
     ``overrides`` come from ``--model-option``; ``method``, ``device``, ``precision`` from the CLI options
     of those names (they win over the config's keys of the same names)."""
-    from . import list_models, load_config
+    from xbench.extract.models import list_models, load_config
 
     problems: list[Problem] = []
     if method is not None:
@@ -88,7 +88,7 @@ def _loose_yaml_trust(model: str) -> list[Problem]:
 
 
 def _method_names() -> list[str]:
-    from ..saliency import method_names
+    from xbench.extract.saliency import method_names
 
     return method_names()
 
@@ -150,7 +150,7 @@ def _values(config: Mapping, overrides: Mapping, label: str, info, *, cli_device
     if not cli_precision and config.get("precision") is not None and config["precision"] not in PRECISIONS:
         bad("precision", f"must be one of {', '.join(PRECISIONS)}, got {config['precision']!r}"[:200])
     if config.get("augment") is not None:
-        from ..options import AugmentSpecs
+        from xbench.extract.options import AugmentSpecs
 
         problem = AugmentSpecs().problem(config["augment"])
         if problem:
@@ -170,8 +170,8 @@ def _map_size(v: Any) -> bool:
 def _weights(config: Mapping, overrides: Mapping, label: str, info) -> list[Problem]:
     """Weights a model without defaults must be given; every path named must exist; the model's own
     torch-free preflight (offline caches) where it has one."""
-    from .errors import WeightsNotFoundError
-    from .presets import PREFLIGHTS
+    from xbench.extract.models.errors import WeightsNotFoundError
+    from xbench.extract.models.presets import PREFLIGHTS
 
     problems = []
     opts = config.get("options") if isinstance(config.get("options"), Mapping) else {}

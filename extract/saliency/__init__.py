@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...schemas.registry import ENTRY_POINT_GROUPS, Registry
+from xbench.schemas.registry import ENTRY_POINT_GROUPS, Registry
 
 #: What a method may need from a tower (or its adapter), with the words an error message uses.
 NEEDS = {
@@ -65,7 +65,7 @@ def method_names() -> list[str]:
 
 def __getattr__(name: str):  # the tower interface and helpers import torch: load on first use
     if name in ("VisionTower", "AttentionBlock", "capabilities", "patch_text_similarity"):
-        from . import _tower
+        from xbench.extract.saliency import _tower
 
         return getattr(_tower, name)
     if name in ("similarity", "maskclip", "gradcam"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+from xbench.extract.saliency import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 if TYPE_CHECKING:  # annotations only
     import torch
@@ -29,7 +29,7 @@ def relevance(probs: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Ten
 def run(tower, pixels, text):
     import torch
 
-    from ._tower import image_text_cos, run_blocks, to_grid
+    from xbench.extract.saliency._tower import image_text_cos, run_blocks, to_grid
 
     with torch.enable_grad():
         x0 = tower.embed(pixels).detach().requires_grad_(True)  # a leaf that builds the graph

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+from xbench.extract.saliency import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 if TYPE_CHECKING:  # annotations only
     import torch
@@ -28,7 +28,7 @@ def feature_surgery(patches: torch.Tensor, text: torch.Tensor, image: torch.Tens
 
     Sum over e of (p_e t_ce w_c) minus its mean over classes is w_c (p . t_c) - mean_c'(w_c' p . t_c'),
     computed without the (B, N, C, E) tensor."""
-    from ._tower import image_text_cos
+    from xbench.extract.saliency._tower import image_text_cos
 
     if text.shape[0] == 1 and empty is not None:
         return patches @ (text - empty.reshape(1, -1)).T
@@ -41,7 +41,7 @@ def feature_surgery(patches: torch.Tensor, text: torch.Tensor, image: torch.Tens
 def run(tower, pixels, text, empty_text=None):
     import torch.nn.functional as F
 
-    from ._tower import parallel_path, to_grid
+    from xbench.extract.saliency._tower import parallel_path, to_grid
 
     x, path = parallel_path(tower, pixels, vv_attention, DEPTH)
     image = tower.pool(x)

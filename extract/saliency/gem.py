@@ -8,7 +8,7 @@ block's normed input times the head scale (the authors' adaptive default). The m
 cos(path patch tokens, text)."""
 from __future__ import annotations
 
-from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+from xbench.extract.saliency import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 DEPTH = 6  # the authors' default depth=7 wraps the last six blocks
 ITERATIONS = 1
@@ -31,7 +31,7 @@ def self_self_attention(h, q, k, v, scale, iterations: int = ITERATIONS, inv_tem
 
 
 def run(tower, pixels, text):
-    from ._tower import parallel_path, patch_text_similarity
+    from xbench.extract.saliency._tower import parallel_path, patch_text_similarity
 
     x, path = parallel_path(tower, pixels, self_self_attention, DEPTH)
     return tower.pool(x), patch_text_similarity(tower.patches(path), text, tower.grid)

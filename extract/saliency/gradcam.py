@@ -3,14 +3,14 @@ the last block as activations: weights = mean gradient over patch tokens, map = 
 weighted sum. One backward pass per class."""
 from __future__ import annotations
 
-from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+from xbench.extract.saliency import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 
 def run(tower, pixels, text):
     import torch
     import torch.nn.functional as F
 
-    from ._tower import image_text_cos, to_grid
+    from xbench.extract.saliency._tower import image_text_cos, to_grid
 
     with torch.enable_grad():
         x = tower.tokens_before_last(pixels).detach().requires_grad_(True)

@@ -3,11 +3,11 @@ by the value path (``x + out_proj(v(ln_1(x)))`` then the MLP), which keeps each 
 image embedding (scores) comes from the unmodified forward pass."""
 from __future__ import annotations
 
-from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+from xbench.extract.saliency import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 
 def run(tower, pixels, text):
-    from ._tower import patch_text_similarity
+    from xbench.extract.saliency._tower import patch_text_similarity
 
     x = tower.tokens_before_last(pixels)
     image = tower.pool(tower.last_block(x))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import MapMethod  # torch is imported where it is used: listing the methods stays instant
+from xbench.extract.saliency import MapMethod  # torch is imported where it is used: listing the methods stays instant
 
 if TYPE_CHECKING:  # annotations only
     import torch
@@ -26,7 +26,7 @@ def rollout_matrix(probs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def run(tower, pixels, text):
-    from ._tower import run_blocks, to_grid
+    from xbench.extract.saliency._tower import run_blocks, to_grid
 
     x, probs = run_blocks(tower, pixels)
     row = rollout_matrix(probs)[:, 0, tower.n_prefix:]  # (B, N)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-from ..errors import InputError
-from ..registry import ENTRY_POINT_GROUPS, PluginError, Registry
-from ._base import AugmentSpec, Augmentation, Param, fmt
+from xbench.schemas.errors import InputError
+from xbench.schemas.registry import ENTRY_POINT_GROUPS, PluginError, Registry
+from xbench.schemas.augment._base import AugmentSpec, Augmentation, Param, fmt
 
 __all__ = ["AUGMENTATIONS", "AugmentSpec", "Augmentation", "MAX_SPEC_CHARS", "MAX_SPECS", "Param",
            "augmentation_names", "parse_spec", "parse_specs"]

@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import InputError
-from ._warp import identity, in_view, invert, resample
+from xbench.schemas.errors import InputError
+from xbench.schemas.augment._warp import identity, in_view, invert, resample
 
 #: a number as a spec may write it: decimal, optional fraction and exponent (no inf, nan, hex or underscores)
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")

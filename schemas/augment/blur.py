@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._base import Augmentation, Param
+from xbench.schemas.augment._base import Augmentation, Param
 
 #: taps up to which the axis is summed directly; longer kernels go through an FFT (same sum, float rounding)
 _DIRECT_TAPS = 25

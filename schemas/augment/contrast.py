@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Augmentation, Param
+from xbench.schemas.augment._base import Augmentation, Param
 
 
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Augmentation
+from xbench.schemas.augment._base import Augmentation
 
 
 def forward(params) -> np.ndarray:

@@ -6,8 +6,8 @@ import io
 
 import numpy as np
 
-from ..errors import InputError
-from ._base import Augmentation, Param
+from xbench.schemas.errors import InputError
+from xbench.schemas.augment._base import Augmentation, Param
 
 
 def image(img: np.ndarray, params, seed: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Augmentation, Param
+from xbench.schemas.augment._base import Augmentation, Param
 
 
 #: pixels drawn at a time: the generator's stream is the same drawn in bands of rows or at once, and a large

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from ._base import Augmentation, Param
-from ._warp import about_centre
+from xbench.schemas.augment._base import Augmentation, Param
+from xbench.schemas.augment._warp import about_centre
 
 _QUARTER = {0: (1.0, 0.0), 90: (0.0, 1.0), 180: (-1.0, 0.0), 270: (0.0, -1.0)}
 

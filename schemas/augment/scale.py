@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Augmentation, Param
-from ._warp import about_centre
+from xbench.schemas.augment._base import Augmentation, Param
+from xbench.schemas.augment._warp import about_centre
 
 
 def forward(params) -> np.ndarray:

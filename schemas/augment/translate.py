@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Augmentation, Param
+from xbench.schemas.augment._base import Augmentation, Param
 
 
 def forward(params) -> np.ndarray:

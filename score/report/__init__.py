@@ -21,8 +21,8 @@ from pathlib import Path
 
 from xbench.schemas.paths import NameTable
 
-from ._load import ReportInputError, Result, load_result, load_results
-from .paired import ALPHA, compare_results, floor_text, format_p, missing_intervals, p_note
+from xbench.score.report._load import ReportInputError, Result, load_result, load_results
+from xbench.score.report.paired import ALPHA, compare_results, floor_text, format_p, missing_intervals, p_note
 
 __all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "compare_results",
            "PER_CLASS_METRICS", "floor_text", "format_p", "p_note"]
@@ -55,7 +55,7 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
     Each entry: {"a", "b", "rows": [ComparisonRow for the overall GAP_METRICS]}; pairs lacking
     per-pair data or scored against different ground truths are reported with "skipped".
     """
-    from xbench.score.tables import value_of
+    from xbench.score.outputs.tables import value_of
 
     ranked = sorted(results, key=lambda r: -(value_of(r.metrics, "overall", "pointing_game") or -1.0))
     gaps = []
@@ -78,7 +78,7 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
 
 def holm_gaps(gaps: list[dict]) -> list[dict]:
     """The gaps with Holm-adjusted p-values: one family of every metric × pair test they show."""
-    from .paired import with_holm
+    from xbench.score.report.paired import with_holm
 
     rows = [r for g in gaps for r in g.get("rows", [])]
     adjusted = iter(with_holm(rows))
@@ -90,7 +90,7 @@ def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> st
     import csv
     import io
 
-    from xbench.score.tables import csv_cell
+    from xbench.score.outputs.tables import csv_cell
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -109,9 +109,9 @@ def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> st
 
 def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = None, note: bool = True) -> str:
     """Markdown table of paired differences A - B in percentage points, * where the difference is significant
-    (Holm-adjusted p below alpha: :func:`xbench.score.resampling.significant`), the 95 % CI, the p-value (floored
+    (Holm-adjusted p below alpha: :func:`xbench.score.resampling.engine.significant`), the 95 % CI, the p-value (floored
     at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
-    from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
+    from xbench.score.outputs.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
@@ -165,9 +165,9 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     model, whether its maps depend on the weights. Raises ReportInputError (one message per problem) for
     unusable inputs.
     """
-    from xbench.score import registry as R
+    from xbench.score.metrics import registry as R
 
-    from ._load import ground_truth_problems, metric_groups
+    from xbench.score.report._load import ground_truth_problems, metric_groups
 
     results = load_results([Path(p) for p in result_dirs])
     if ground_truth_problems(results):  # ranked together only against one ground truth, as compare pairs them
@@ -181,7 +181,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
 def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, n_boot: int, seed: int,
              skipped: list, files: dict) -> dict:
     """The report's figures (figures.py); their files join ``files``, what was left out ``skipped``."""
-    from . import figures as F
+    from xbench.score.report import figures as F
 
     info: dict = {}
     info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
@@ -200,10 +200,10 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
 
 
 def _track_sections(page: str, pages: list, checks) -> str:
-    """The page with each declared section's fragment (:mod:`xbench.score.rowscope` ``page``: human ceilings,
+    """The page with each declared section's fragment (:mod:`xbench.score.sections.rowscope` ``page``: human ceilings,
     robustness, faithfulness before the figures; text probes at the end), then the sanity checks; the
     definitions stay last. A section no result has adds nothing."""
-    from .html import DEFINITIONS_AT, FIGURES_AT, insert_before
+    from xbench.score.report.html import DEFINITIONS_AT, FIGURES_AT, insert_before
 
     for at, _, html in pages:
         if html:
@@ -216,7 +216,7 @@ def _track_sections(page: str, pages: list, checks) -> str:
 def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict, skipped: list) -> list:
     """Each other row scope's table and the paired gaps: their Markdown joins ``md``, their CSVs ``files``;
     returns [(section, table)] for index.html."""
-    from xbench.score.rowscope import row_scopes
+    from xbench.score.sections.rowscope import row_scopes
 
     scope_tables = []  # [(section, table)] for index.html
     for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
@@ -250,8 +250,8 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     """:func:`build_report` on the loaded results, the metrics they hold registered."""
     from tqdm import tqdm
 
-    from .html import render_html
-    from xbench.score.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
+    from xbench.score.report.html import render_html
+    from xbench.score.outputs.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
                                      recognition_table)
 
     previous = _previous_files(out)
@@ -290,11 +290,11 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
     md += [t.to_markdown() for t in main_tables]
     scope_tables = _scope_and_gap_tables(results, gaps, out, md, files, skipped)
-    from .terminal import leaderboard_text
+    from xbench.score.report.terminal import leaderboard_text
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
-    from xbench.score.rowscope import row_scopes
+    from xbench.score.sections.rowscope import row_scopes
 
     pages = [(s.page_at, *s.fn("page")(results)) for s in row_scopes(primary=False) if s.page is not None]
     md += [line for _, lines, _ in pages for line in lines]  # each section's Markdown (human ceilings)
@@ -312,7 +312,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     overlay_info = {"files": [], "skipped": [], "captions": {}}
     if overlays:
         img_path, gt_path, subs = _resolve_inputs(results, images, gt, submissions)
-        from .overlays import overlay_figures
+        from xbench.score.report.overlays import overlay_figures
 
         overlay_info = overlay_figures(results, fig_dir, images_path=img_path, gt_path=gt_path, submissions=subs,
                                        names=names["overlays"])
@@ -416,7 +416,7 @@ def _sanity_rows(checks):
 
 
 def sanity_markdown(checks) -> str:
-    from xbench.score.tables import md_cell
+    from xbench.score.outputs.tables import md_cell
 
     lines = ["## Do the maps depend on the weights? (xbench sanity, Adebayo et al. 2018)", "",
              "Similarity of the maps to the original ones once the weights are re-initialised (last step).", "",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 __all__ = [
     "Result",
@@ -56,10 +56,10 @@ class Result:
 
     name: display name (the model, made unique); path: the score output directory;
     metrics: the parsed metrics.json; pairs: pandas DataFrame or None; counts: {dataset:
-    xbench.score.counts.DatasetCounts} from pair_counts.npz, or None; case_ids: dataset -> (N,) case ids
+    xbench.score.kernels.counts.DatasetCounts} from pair_counts.npz, or None; case_ids: dataset -> (N,) case ids
     (from pair_counts.npz, else from pairs.parquet in first-seen order), used to pair cases; scope_counts:
     {row scope: {dataset: counts}} of every other declared row scope that pair_counts.npz holds rows of
-    (:mod:`xbench.score.rowscope`), as ``ScoreResult.scope_counts``.
+    (:mod:`xbench.score.sections.rowscope`), as ``ScoreResult.scope_counts``.
     """
 
     name: str
@@ -72,7 +72,7 @@ class Result:
 
     @property
     def phrase_counts(self) -> dict:
-        """{dataset: xbench.score.counts.PhraseCounts} from pair_counts.npz ({} when it holds no phrase rows)."""
+        """{dataset: xbench.score.kernels.counts.PhraseCounts} from pair_counts.npz ({} when it holds no phrase rows)."""
         return self.scope_counts.get("phrase", {})
 
     @property
@@ -157,17 +157,17 @@ def _entries_problems(entries: dict, where: str, problems: list) -> None:
 def _metric_keys() -> frozenset:
     """The keys checked as metric values: every registered metric and every opt-in group's (a result scored
     with ``xbench-score --metrics GROUP`` holds them; the report then shows them, :func:`metric_groups`)."""
-    from xbench.score import registry as R
+    from xbench.score.metrics import registry as R
 
     return frozenset(R.REGISTRY) | frozenset(R.opt_in_keys())
 
 
 def metric_groups(results) -> tuple[str, ...]:
-    """The opt-in metric groups (``xbench.score.registry.OPT_IN``) whose metrics some result's metrics.json
+    """The opt-in metric groups (``xbench.score.metrics.registry.OPT_IN``) whose metrics some result's metrics.json
     holds (in its ``overall`` or a row scope's): registered while the report or a comparison runs, so the
     metrics a result was scored with are listed, and results without them keep every output unchanged."""
-    from xbench.score import registry as R
-    from xbench.score.rowscope import row_scopes
+    from xbench.score.metrics import registry as R
+    from xbench.score.sections.rowscope import row_scopes
 
     keys: set[str] = set()
     for r in results:
@@ -374,7 +374,7 @@ class _TooMany(Exception):
 def _faithfulness_problems(sec, where: str, problems: list) -> None:
     """What faithfulness_html / table_rows read: curves (known names), steps, grid, and per dataset and class
     n_pairs, the curves' values (numbers or null) and their intervals."""
-    from xbench.score.faithfulness import KEYS as CURVES
+    from xbench.score.sections.faithfulness import KEYS as CURVES
 
     s = _Section(where, "faithfulness", problems)
     if s.obj(sec, s.w) is None:
@@ -410,7 +410,7 @@ def _faithfulness_problems(sec, where: str, problems: list) -> None:
 def _text_probes_problems(sec, where: str, problems: list) -> None:
     """What probe_rows reads: per dataset n_probes, unsupported, kinds and categories; per kind n_probes, the
     columns' values and intervals."""
-    from xbench.score.probes import COLUMNS
+    from xbench.score.sections.probes import COLUMNS
 
     keys = [k for k, _ in COLUMNS]
     s = _Section(where, "text_probes", problems)
@@ -479,7 +479,7 @@ def _human_problems(sec, where: str, problems: list) -> None:
 def _robustness_problems(sec, where: str, problems: list) -> None:
     """What robustness_table reads: per dataset available (and the reason when not), and per SPEC n_copies and
     the summaries and intervals of its columns (metrics, stability, phrase rows)."""
-    from xbench.score.robustness import STABILITY_KEYS  # (not robustness_table: it imports the tables, a circle)
+    from xbench.score.sections.robustness import STABILITY_KEYS  # (not robustness_table: it imports the tables, a circle)
 
     metric_keys = sorted(_metric_keys())
     parts = {"metrics": metric_keys, "stability": STABILITY_KEYS, "phrases": metric_keys}
@@ -621,7 +621,7 @@ def read_pairs(path: Path):
 
 # -- pair_counts.npz ---------------------------------------------------------------------------------------------
 def read_pair_counts(path: Path) -> dict:
-    """Read pair_counts.npz (the scorer's layout, see xbench.score.counts) into {dataset: DatasetCounts}."""
+    """Read pair_counts.npz (the scorer's layout, see xbench.score.kernels.counts) into {dataset: DatasetCounts}."""
     return read_counts(path)[0]
 
 
@@ -632,8 +632,8 @@ def read_phrase_counts(path: Path) -> dict:
 
 def read_counts(path: Path) -> tuple[dict, dict]:
     """(class counts, {row scope: {dataset: counts}}) of one pair_counts.npz, read once, bounded and checked
-    (:func:`xbench.score.counts.read_counts_file`)."""
-    from xbench.score.counts import read_counts_file
+    (:func:`xbench.score.kernels.counts.read_counts_file`)."""
+    from xbench.score.kernels.counts import read_counts_file
 
     try:
         return read_counts_file(path, max_bytes=_file_cap())

@@ -18,7 +18,7 @@ from xbench.schemas.errors import escape_text
 from xbench.schemas.options import from_params
 from xbench.score.options import ReportOptions
 
-from ._load import ReportInputError
+from xbench.score.report._load import ReportInputError
 
 __all__ = ["report", "compare", "main", "compare_main"]
 
@@ -50,7 +50,7 @@ def report(result_dirs, max_memory, timeout, **params):
     """
     from xbench.schemas.paths import PublishedDir, output_problems, write_marker
 
-    from . import build_report
+    from xbench.score.report import build_report
 
     apply_budget("xbench report", max_memory, timeout)  # result folders are files from outside
     o = ReportOptions(**from_params(ReportOptions, params))
@@ -118,18 +118,18 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
     """
     o = parse(CompareOptions, params)
     n_boot, seed, per_class, out_csv, quiet, as_json = o.n_boot, o.seed, o.per_class, o.out_csv, o.quiet, o.as_json
-    from ._load import load_results
+    from xbench.score.report._load import load_results
 
     apply_budget("xbench compare", max_memory, timeout)
     if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
-        from xbench.score.human.compare import compare_human
+        from xbench.score.sections.human.compare import compare_human
 
         return compare_human(a_dir, b_dir, n_boot=n_boot, seed=seed, per_class=per_class, out_csv=out_csv,
                              quiet=quiet, as_json=as_json)
 
-    from xbench.score import registry as R
+    from xbench.score.metrics import registry as R
 
-    from ._load import metric_groups
+    from xbench.score.report._load import metric_groups
 
     try:
         a, b = load_results([a_dir, b_dir])
@@ -141,15 +141,15 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
 
 def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json) -> None:
     """``xbench compare`` on two loaded results: the rows, the CSV and what is printed."""
-    from . import comparison_csv
-    from .paired import ALPHA, HOLM_FAMILY, VERDICT, compare_results, family_size, floor_note, with_holm
+    from xbench.score.report import comparison_csv
+    from xbench.score.report.paired import ALPHA, HOLM_FAMILY, VERDICT, compare_results, family_size, floor_note, with_holm
 
     try:
         rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))
     except ReportInputError as err:
         raise UserError(err.problems) from None
     if out_csv is not None:  # the compared results are inputs: never written into
-        from ._files import write_csv_outside
+        from xbench.score.report._files import write_csv_outside
 
         write_csv_outside(out_csv, comparison_csv(rows, a.name, b.name), (a_dir, b_dir))
     sections = _section_lines(a, b)
@@ -165,7 +165,7 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
                      for r in rows],
             **({"sections": sections} if sections else {})}, indent=1))
     elif not quiet:
-        from .terminal import comparison_text
+        from xbench.score.report.terminal import comparison_text
 
         click.echo(comparison_text(rows, a.name, b.name))
         for name, lines in sections.items():
@@ -174,7 +174,7 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
 
 def _section_lines(a, b) -> dict[str, list[str]]:
     """{section: lines} of every declared section with a ``compare`` hook that both results hold."""
-    from xbench.score.rowscope import row_scopes
+    from xbench.score.sections.rowscope import row_scopes
 
     out = {}
     for s in row_scopes(primary=False):

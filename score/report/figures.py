@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from xbench.score import registry as R
-from xbench.score.tables import DATASET_TITLES, ci_of, dataset_order, value_of
+from xbench.score.metrics import registry as R
+from xbench.score.outputs.tables import DATASET_TITLES, ci_of, dataset_order, value_of
 
-from ._load import Result
+from xbench.score.report._load import Result
 
 __all__ = [
     "SIZE_EDGES",
@@ -230,7 +230,7 @@ def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> 
     (the unit the scorer resamples), each pair weighted by how often its case was drawn. [(lo, hi) or None] * 3."""
     if n_boot <= 0 or len(f) == 0:
         return [None] * 3
-    from xbench.score.resampling import draw_indices, stream
+    from xbench.score.resampling.engine import draw_indices, stream
 
     rng = stream(seed)
     x = f[metric].to_numpy(dtype=float, na_value=np.nan)

@@ -102,7 +102,7 @@ def _tag_models(table_html: str, notes: dict) -> str:
     return table_html
 
 
-#: the row of a per-category table that holds the mean over categories (score/phrases.py)
+#: the row of a per-category table that holds the mean over categories (score/sections/phrases.py)
 SUMMARY_CATEGORY = "all categories"
 
 
@@ -160,8 +160,8 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 
 def _gaps_html(gaps) -> str:
-    from .paired import floor_note, format_p, p_note
-    from xbench.score.tables import METRIC_TITLES
+    from xbench.score.report.paired import floor_note, format_p, p_note
+    from xbench.score.outputs.tables import METRIC_TITLES
 
     rows = []
     # B too small for any gap to pass Holm: the cells say so instead of "within noise" (nothing was decided)
@@ -221,8 +221,8 @@ def _partial_html(results) -> str:
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
                 n_boot=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``scope_tables``: [(metrics.json section, table)] of the
-    other row scopes (:mod:`xbench.score.rowscope`; the phrase-grounding table,
-    :func:`xbench.score.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
+    other row scopes (:mod:`xbench.score.sections.rowscope`; the phrase-grounding table,
+    :func:`xbench.score.outputs.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
     that was written; ``phrases`` alone is ``[("phrases", phrases)]``."""
     scope_tables = list(scope_tables or []) + ([("phrases", phrases)] if phrases is not None else [])
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -16,10 +16,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from xbench.schemas.paths import NameTable
-from xbench.score.tables import DATASET_TITLES
+from xbench.score.outputs.tables import DATASET_TITLES
 
-from ._load import Result
-from .figures import plain, save_figure
+from xbench.score.report._load import Result
+from xbench.score.report.figures import plain, save_figure
 
 __all__ = ["pick_cases", "draw_panel", "map_peak", "overlay_figure", "overlay_figures", "pointing_peak"]
 
@@ -54,7 +54,7 @@ PEAK = {"marker": "x", "color": "white", "markersize": 11, "markeredgewidth": 2.
 
 def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
     """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
-    from xbench.score.kernels import resize_map
+    from xbench.score.kernels.maps import resize_map
 
     resized = resize_map(np.asarray(saliency), grid)
     return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
@@ -168,7 +168,7 @@ def overlay_figures(results: list[Result], out_dir: Path, *, images_path, gt_pat
                 "captions": {}}
     from xbench.schemas.paths import is_remote
 
-    from ._stores import store_problems
+    from xbench.score.report._stores import store_problems
 
     def unsafe(path, kind) -> str | None:
         """The stores may be named by a metrics.json from outside: held to the scorer's budget before reading."""

@@ -1,4 +1,4 @@
-"""The report's paired comparisons and missing intervals: thin glue over :mod:`xbench.score.bootstrap`.
+"""The report's paired comparisons and missing intervals: thin glue over :mod:`xbench.score.resampling.bootstrap`.
 
 All resampling and every statistic come from the scorer's bootstrap engine, so for the same number of
 resamples and seed the report's intervals and paired differences use exactly the resamples behind the
@@ -16,22 +16,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xbench.score import bootstrap as BS
+from xbench.score.resampling import bootstrap as BS
 
-from xbench.score import resampling as RS
-from xbench.score.rowscope import row_scopes
+from xbench.score.resampling import engine as RS
+from xbench.score.sections.rowscope import row_scopes
 
-from ._load import ReportInputError, Result
+from xbench.score.report._load import ReportInputError, Result
 
 __all__ = ["ComparisonRow", "result_taus", "missing_intervals", "compare_results", "holm", "with_holm", "p_floor",
            "HOLM_FAMILY", "ALPHA", "family_size", "floor_note", "VERDICT"]
 
-holm = RS.holm  # the one implementation (xbench.score.resampling), kept importable from here
+holm = RS.holm  # the one implementation (xbench.score.resampling.engine), kept importable from here
 ALPHA = RS.ALPHA
 
 #: what the Holm adjustment treats as one family, said wherever adjusted p-values are shown
 HOLM_FAMILY = "all metric × pair tests shown together, each distinct test once"
-#: the one definition of "significant" / "real" / ``*`` (:func:`xbench.score.resampling.significant`), in words
+#: the one definition of "significant" / "real" / ``*`` (:func:`xbench.score.resampling.engine.significant`), in words
 VERDICT = f"significant (a gap is called real) when its Holm-adjusted p is below {ALPHA:g}"
 
 
@@ -44,9 +44,9 @@ class ComparisonRow:
     1/(B+1) with B = n_valid: B resamples cannot resolve a smaller p, so a p of 0 is reported at that floor
     (``at_floor``; printed "< 1/(B+1)"). p_holm: Holm's step-down adjustment over the family the caller shows
     together (:func:`with_holm`), None until adjusted.
-    significant: ``p_holm < ALPHA`` (:func:`xbench.score.resampling.significant`, the one definition; False until
+    significant: ``p_holm < ALPHA`` (:func:`xbench.score.resampling.engine.significant`, the one definition; False until
     adjusted). n_valid: replicates where both values are defined. test: the identity of the resampled
-    statistic (:func:`xbench.score.intervals.test_identity`): rows with the same one are one test, counted once
+    statistic (:func:`xbench.score.resampling.intervals.test_identity`): rows with the same one are one test, counted once
     in the Holm family (None: a test of its own).
     """
 
@@ -92,7 +92,7 @@ def _floored(p: float | None, n_valid: int) -> float | None:
 
 def with_holm(rows: list[ComparisonRow]) -> list[ComparisonRow]:
     """``rows`` with ``p_holm`` set: one family of every distinct test among the rows that have a p-value
-    (:data:`HOLM_FAMILY`; :func:`xbench.score.resampling.holm_family`)."""
+    (:data:`HOLM_FAMILY`; :func:`xbench.score.resampling.engine.holm_family`)."""
     from dataclasses import replace
 
     adjusted, _ = RS.holm_family([r.p_value for r in rows], [r.test for r in rows])
@@ -106,7 +106,7 @@ def family_size(rows) -> int:
 
 def floor_note(rows, option: str = "--bootstrap") -> str | None:
     """The sentence that no row can be significant because B is too small for the Holm adjustment over the
-    family (:func:`xbench.score.resampling.holm_floor_note`, B the most resamples of any row); None otherwise."""
+    family (:func:`xbench.score.resampling.engine.holm_floor_note`, B the most resamples of any row); None otherwise."""
     bs = [r.n_valid for r in rows if r.p_value is not None]
     return RS.holm_floor_note(family_size(rows), max(bs), ALPHA, option) if bs else None
 
@@ -119,7 +119,7 @@ def result_taus(result: Result) -> dict | None:
     """
     if result.metrics.get("xbench", {}).get("thresholds") != "transferred":
         return None
-    from xbench.score.grounding import threshold_index
+    from xbench.score.metrics.grounding import threshold_index
     from xbench.score.scoring import thresholds_from_metrics
 
     return {d: {c: (threshold_index(td), threshold_index(ti)) for c, (td, ti) in cls.items()
@@ -176,8 +176,8 @@ def _name(x) -> str | None:
 def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
     """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
-    (and class): :func:`xbench.score.bootstrap.paired_bootstrap` on the two results' pair counts; then, for
-    every other declared row scope whose counts pair_counts.npz holds (:mod:`xbench.score.rowscope`), its
+    (and class): :func:`xbench.score.resampling.bootstrap.paired_bootstrap` on the two results' pair counts; then, for
+    every other declared row scope whose counts pair_counts.npz holds (:mod:`xbench.score.sections.rowscope`), its
     rows, e.g. the phrase metrics of the datasets whose phrase rows both scored (``scope`` "phrases" for the
     mean over datasets, "phrases/<dataset>" per dataset; ``cls`` None for the summary, "all phrases", or a
     category), resampled by image as for their metrics.json phrase intervals.
@@ -185,7 +185,7 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
     Both results must come from the same ground truth (same gt_sha256 when recorded, same datasets, cases,
     labels and regions). Point values are the engine's identity resample (equal to the metrics.json
     values); the interval uses the same ``n_boot`` resamples for both, those of
-    :func:`xbench.score.bootstrap.bootstrap_replicates`. ``n_boot=0`` gives point estimates only.
+    :func:`xbench.score.resampling.bootstrap.bootstrap_replicates`. ``n_boot=0`` gives point estimates only.
     ``cache`` (a dict kept by the caller) reuses a result's replicates across comparisons.
     p-values are floored at 1/(B+1) and not yet adjusted (``p_holm`` None): the caller knows which rows it
     shows together and adjusts those with :func:`with_holm`.

@@ -15,7 +15,7 @@ import numpy as np
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, require_kind
 from xbench.schemas.options import Flag, Text, click_options, opt, parse
-from ._stores import store_problems  # noqa: F401  (part of this module's interface)
+from xbench.score.report._stores import store_problems  # noqa: F401  (part of this module's interface)
 
 __all__ = ["pointing_peak", "show_case", "show", "store_problems"]
 
@@ -23,7 +23,7 @@ __all__ = ["pointing_peak", "show_case", "show", "store_problems"]
 def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
     """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does
     (score/report/overlays.py's, which the report's overlays mark too)."""
-    from .overlays import pointing_peak as peak
+    from xbench.score.report.overlays import pointing_peak as peak
 
     return peak(saliency, grid)
 
@@ -69,8 +69,8 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
 
     from xbench.schemas import read_ground_truth, read_images, read_submission
 
-    from .figures import plain, save_figure
-    from .overlays import draw_panel
+    from xbench.score.report.figures import plain, save_figure
+    from xbench.score.report.overlays import draw_panel
 
     from xbench.schemas.errors import InputError
     from xbench.schemas.paths import is_remote

@@ -18,7 +18,7 @@ from __future__ import annotations
 import textwrap
 
 from xbench.schemas.errors import escape_text
-from xbench.score.ranking import TERMINAL_COLUMNS, format_cell
+from xbench.score.outputs.leaderboard import TERMINAL_COLUMNS, format_cell
 
 __all__ = ["TERMINAL_COLUMNS", "WIDTH", "board_text", "comparison_text", "format_cell", "format_interval",
            "leaderboard_text", "overall_lines"]
@@ -87,7 +87,7 @@ def leaderboard_text(results, computed: dict | None = None) -> str:
     """``xbench report``'s board (report/leaderboard.txt and the terminal) from loaded results (``name``,
     ``metrics``); ``computed``: {label: intervals in the metrics.json layout} for results whose metrics.json
     has none."""
-    from xbench.score.tables import ci_of, value_of
+    from xbench.score.outputs.tables import ci_of, value_of
 
     rows = []
     for r in results:
@@ -126,11 +126,11 @@ def overall_lines(overall: dict, ci: dict | None = None) -> list[str]:
 def comparison_text(rows, a_name: str, b_name: str) -> str:
     """``xbench compare`` for a terminal: the rows of the Markdown table (score/report/__init__.py's
     ``comparison_markdown``) as aligned plain text, grouped by scope; the p-value note as wrapped text."""
-    from xbench.score.tables import DATASET_TITLES, METRIC_TITLES, shown_value
+    from xbench.score.outputs.tables import DATASET_TITLES, METRIC_TITLES, shown_value
 
-    from xbench.score.resampling import ALPHA
+    from xbench.score.resampling.engine import ALPHA
 
-    from .paired import format_p, p_note
+    from xbench.score.report.paired import format_p, p_note
 
     a, b = escape_text(a_name), escape_text(b_name)
     head = ["class", "metric", "A", "B", "A − B", "95% CI", "p", "p (Holm)"]

@@ -260,9 +260,9 @@ def test_metrics_human_section_carries_the_block_and_the_hits(layout, tmp_path):
     human = base / "human"
     doc = json.loads((human / "human.json").read_text())
     assert doc["xbench"]["schema"] == 2
-    from xbench.score.human.reading import load_human
-    from xbench.score.human.section import human_block
-    from xbench.score.counts import load_pair_counts
+    from xbench.score.sections.human.reading import load_human
+    from xbench.score.sections.human.section import human_block
+    from xbench.score.kernels.counts import load_pair_counts
 
     src = load_human(human)
     counts = load_pair_counts(human / "readers/hb/pair_counts.npz")
@@ -283,7 +283,7 @@ def test_a_human_folder_of_schema_1_is_refused(layout, tmp_path):
     doc["xbench"]["schema"] = 1
     (old / "human.json").write_text(json.dumps(doc))
     from xbench.schemas.errors import InputError
-    from xbench.score.human.reading import load_human
+    from xbench.score.sections.human.reading import load_human
 
     with pytest.raises(InputError, match="run xbench human again"):
         load_human(old)

@@ -42,7 +42,7 @@ def test_phrase_rows_extract_validate_and_score(phrase_stores, tmp_path, model):
     ph = m["phrases"]["datasets"]["phantom"]
     assert ph["n_phrases"] == len(q) and ph["summary"]["pointing_game"] is not None
     if model == "dog":  # the report shows phrase grounding beside the class tables
-        from xbench.score.outputs import write_outputs
+        from xbench.score.outputs.folder import write_outputs
         from xbench.score.report import build_report
         from xbench.score.scoring import score_submission as score
 

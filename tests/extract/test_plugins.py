@@ -187,7 +187,7 @@ def test_a_metric_is_one_registered_definition(tmp_path):
         from score_stores import make_gt, make_submission
     finally:
         sys.path.pop(0)
-    from xbench.score.registry import Metric, PairView, registered
+    from xbench.score.metrics.registry import Metric, PairView, registered
     from xbench.score.scoring import score_submission
 
     def missed(v: PairView) -> np.ndarray:  # the share of pairs whose maximum misses the region
@@ -222,7 +222,7 @@ def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
                                         "metric.py": '''
         import numpy as np
 
-        from xbench.score.registry import Metric
+        from xbench.score.metrics.registry import Metric
 
 
         def missed(v):
@@ -246,7 +246,7 @@ def test_installed_plug_ins_of_every_kind_through_entry_points(tmp_path):
     assert "throwaway_set" in run(str(BIN / "xbench-prepare"), "--list").split()
     assert any(line.startswith("throwaway-model ") for line in run(str(BIN / "xbench-extract"), "--list-models").splitlines())
     assert any(line.startswith("throwaway ") for line in run(str(BIN / "xbench-extract"), "--list-methods").splitlines())
-    keys = run(sys.executable, "-c", "from xbench.score.registry import REGISTRY; print(' '.join(REGISTRY))").split()
+    keys = run(sys.executable, "-c", "from xbench.score.metrics.registry import REGISTRY; print(' '.join(REGISTRY))").split()
     assert keys[-1] == "throwaway_miss"  # after every built-in metric
     spec = run(sys.executable, "-c", "from xbench.schemas.augment import parse_spec; print(parse_spec('throwaway_invert'))")
     assert spec.strip() == "throwaway_invert:top=255"

@@ -29,7 +29,7 @@ def scorer_results(result_dirs, tmp_path_factory):
     registered metric (lesion-size strata included) and its intervals."""
     import json
 
-    from xbench.score.outputs import write_outputs
+    from xbench.score.outputs.folder import write_outputs
     from xbench.score.scoring import score_submission
 
     root = tmp_path_factory.mktemp("scored-session")

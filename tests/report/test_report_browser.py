@@ -23,14 +23,14 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 def _human(result_dir, reader_dir, folder):
     """A human folder by hand (xbench human's layout) whose one simulated reader is ``reader_dir``'s counts, and the
-    ``human`` section it gives ``result_dir``'s metrics.json (the functions of score/human/)."""
+    ``human`` section it gives ``result_dir``'s metrics.json (the functions of score/sections/human/)."""
     import numpy as np
 
-    from xbench.score.counts import read_counts_file
-    from xbench.score.grounding import FIXED_THRESHOLD_INDEX
-    from xbench.score.human.ceiling import ReaderReading
-    from xbench.score.human.reading import READING_FILE, load_human, save_reading
-    from xbench.score.human.section import human_block
+    from xbench.score.kernels.counts import read_counts_file
+    from xbench.score.metrics.grounding import FIXED_THRESHOLD_INDEX
+    from xbench.score.sections.human.ceiling import ReaderReading
+    from xbench.score.sections.human.reading import READING_FILE, load_human, save_reading
+    from xbench.score.sections.human.section import human_block
 
     (folder / "readers" / "R1").mkdir(parents=True)
     shutil.copy(reader_dir / "pair_counts.npz", folder / "readers" / "R1" / "pair_counts.npz")
@@ -66,7 +66,7 @@ def _faithfulness(result_dir, tmp):
     from xbench.schemas import read_images, read_submission
     from xbench.schemas.perturb import Round2Options, make_round2
     from xbench.schemas.submission import DatasetSpec, SubmissionWriter
-    from xbench.score.faithfulness import add_section, faithfulness_section, load_round2
+    from xbench.score.sections.faithfulness import add_section, faithfulness_section, load_round2
 
     m = json.loads((result_dir / "metrics.json").read_text())
     inputs = m["xbench"]["inputs"]
@@ -149,7 +149,7 @@ def test_human_lines_say_what_the_numbers_are(page):
 
 
 def test_human_lines_of_radiologists_are_not_called_simulated():
-    from xbench.score.human.tables import human_lines, simulated
+    from xbench.score.sections.human.tables import human_lines, simulated
 
     metrics = {"human": {"source": {"rule": "radiologist annotations of CheXlocalize"}, "datasets": {}}}
     assert not simulated(metrics) and simulated({"human": {"source": {"rule": "3 simulated reader(s)"}}})
@@ -193,7 +193,7 @@ def test_overlays_are_folded_but_the_top_models(page):
 
 def test_phrase_table_shows_the_means_and_folds_the_categories():
     from xbench.score.report.html import _scope_html
-    from xbench.score.tables import Cell, Table
+    from xbench.score.outputs.tables import Cell, Table
 
     t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, "cnr")], caption="c",
               index=("Model", "Dataset", "Category", "Phrases"))
@@ -207,7 +207,7 @@ def test_phrase_table_shows_the_means_and_folds_the_categories():
 
 
 def test_phrase_caption_explains_the_signed_cnr():
-    from xbench.score.tables import phrase_table
+    from xbench.score.outputs.tables import phrase_table
 
     metrics = {"phrases": {"datasets": {"phantom": {"n_phrases": 2, "summary": {"cnr": 1.0, "cnr_signed": -1.0},
                                                     "categories": {}}}}}

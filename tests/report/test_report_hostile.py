@@ -313,7 +313,7 @@ def test_overlay_stores_named_by_a_metrics_json_are_held_to_the_budget(result_di
 def test_sections_as_the_scorer_writes_them_pass_the_checks():
     """The section checks refuse only what the writers never write: nulls, absent intervals, an unavailable
     robustness dataset, an unsupported probe dataset and every faithfulness curve are all accepted."""
-    from xbench.score.faithfulness import KEYS as CURVES
+    from xbench.score.sections.faithfulness import KEYS as CURVES
     from xbench.score.report._load import metrics_problems
 
     keys = [k for c in CURVES for k, _ in CURVES[c]]

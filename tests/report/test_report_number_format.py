@@ -1,5 +1,5 @@
 """A metric registered with fmt="number" prints as a number (not x100) in every table: the report's
-leaderboard.md, index.html and CSV, and xbench-score's tables (one tables module, score/tables.py)."""
+leaderboard.md, index.html and CSV, and xbench-score's tables (one tables module, score/outputs/tables.py)."""
 from __future__ import annotations
 
 import csv
@@ -8,9 +8,9 @@ import shutil
 
 import numpy as np
 
-from xbench.score import registry as R
+from xbench.score.metrics import registry as R
 from xbench.score.report import build_report
-from xbench.score.tables import Cell, Table, mark_columns, write_tables
+from xbench.score.outputs.tables import Cell, Table, mark_columns, write_tables
 
 # a per-pair ratio (not a fraction): shown as is, 2 decimals, lower is better
 RATIO = R.Metric("ratio_x", "A ratio", "Ratio", "grounding", lambda v: v.hit.astype(np.float64), fmt="number",

@@ -28,7 +28,7 @@ def test_every_table_scrolls_in_its_own_box_with_a_sticky_header(built_report):
 
 def test_lesion_size_figure_shows_the_tables_numbers(scorer_results, tmp_path):
     from xbench.score.report import figures as F
-    from xbench.score.tables import extra_tables
+    from xbench.score.outputs.tables import extra_tables
 
     results = load_results(scorer_results)
     info = F.region_size(results, tmp_path / "region_size", bins="fixed")

@@ -6,10 +6,10 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import report_fixtures
-from xbench.score import bootstrap as BS
-from xbench.score import resampling as RS
-from xbench.score.grounding import dice_from_counts
-from xbench.score.kernels import weighted_auroc_ap
+from xbench.score.resampling import bootstrap as BS
+from xbench.score.resampling import engine as RS
+from xbench.score.metrics.grounding import dice_from_counts
+from xbench.score.kernels.maps import weighted_auroc_ap
 from xbench.score.report import ReportInputError, load_results
 from xbench.score.report.paired import compare_results as paired_bootstrap
 

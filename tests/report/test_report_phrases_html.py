@@ -6,7 +6,7 @@ import json
 import shutil
 from html.parser import HTMLParser
 
-from xbench.score.phrases import phrase_columns
+from xbench.score.sections.phrases import phrase_columns
 from xbench.score.report import build_report
 
 HOSTILE = "<b>Nodule</b> & mass"

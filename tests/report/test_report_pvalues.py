@@ -123,7 +123,7 @@ def brute_family(p, tests, alpha=0.05):
 
 @pytest.mark.parametrize("seed", range(24))
 def test_holm_family_counts_each_test_once_against_brute_force(seed):
-    from xbench.score.resampling import holm_family, significant
+    from xbench.score.resampling.engine import holm_family, significant
 
     rng = np.random.default_rng(100 + seed)
     n_tests = int(rng.integers(1, 9))
@@ -148,7 +148,7 @@ def test_holm_family_counts_each_test_once_against_brute_force(seed):
 
 
 def test_holm_family_of_duplicated_rows_is_the_family_of_the_distinct_tests():
-    from xbench.score.resampling import holm_family
+    from xbench.score.resampling.engine import holm_family
 
     p = [0.01, 0.02, 0.01, 0.02]
     assert holm_family(p, ["x", "y", "x", "y"]) == ([0.02, 0.02, 0.02, 0.02], 2)
@@ -157,7 +157,7 @@ def test_holm_family_of_duplicated_rows_is_the_family_of_the_distinct_tests():
 
 @pytest.mark.parametrize("m", [1, 2, 7, 8, 12, 13, 20, 23, 46, 50, 51, 120])
 def test_the_least_resamples_for_holm_and_the_sentence(m):
-    from xbench.score.resampling import holm_floor_note, holm_min_resamples
+    from xbench.score.resampling.engine import holm_floor_note, holm_min_resamples
 
     least = next(b for b in range(0, 100_000) if m / (b + 1) < 0.05)  # brute force over B
     assert holm_min_resamples(m) == least

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from xbench.score.outputs import write_outputs
+from xbench.score.outputs.folder import write_outputs
 from xbench.score.report import build_report, load_results
 from xbench.score.report.paired import compare_results as paired_bootstrap
 from xbench.score.scoring import score_submission
@@ -90,7 +90,7 @@ def test_report_intervals_equal_the_scorers_exactly(scored, tmp_path):
 
     import numpy as np
 
-    from xbench.score import bootstrap as BS
+    from xbench.score.resampling import bootstrap as BS
     from xbench.score.report.paired import missing_intervals
 
     a = load_results([scored[0]])[0]
@@ -133,7 +133,7 @@ def test_report_intervals_equal_the_scorers_exactly(scored, tmp_path):
 def test_paired_comparison_uses_the_scorers_resamples(scored):
     """A result compared with itself shifted by nothing: each side's replicates are those behind its own
     metrics.json intervals, so A vs B replicates reproduce both metrics.json interval sets."""
-    from xbench.score import bootstrap as BS
+    from xbench.score.resampling import bootstrap as BS
 
     a, b = load_results([scored[0], scored[1]])
     rows = {(r.scope, r.cls, r.metric): r for r in paired_bootstrap(a, b, n_boot=50, seed=1)}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from xbench.score.report import load_results
-from xbench.score.tables import Cell, Table, grounding_table, mark_columns, per_class_table
+from xbench.score.outputs.tables import Cell, Table, grounding_table, mark_columns, per_class_table
 
 
 def _read_csv(path):

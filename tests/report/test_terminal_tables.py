@@ -10,7 +10,7 @@ import shutil
 from click.testing import CliRunner
 
 from xbench.score.cli import ranked_table
-from xbench.score.ranking import TERMINAL_COLUMNS
+from xbench.score.outputs.leaderboard import TERMINAL_COLUMNS
 from xbench.score.report.terminal import WIDTH, board_text, leaderboard_text, overall_lines
 from xbench.suite import format_leaderboard
 

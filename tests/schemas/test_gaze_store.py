@@ -77,7 +77,7 @@ def write(tmp_path, gaze):
 
 def test_written_arrays_are_what_the_scorer_reads(tmp_path):
     from xbench.schemas import read_ground_truth
-    from xbench.score.gaze_section import read_gaze
+    from xbench.score.sections.gaze import read_gaze
 
     rs = readings()
     gaze = Gaze.from_readings(rs, ORIG, GRID, 3)

@@ -31,7 +31,7 @@ def run_all(jobs: list[dict], tmp_path) -> list[dict]:
         job["entry"] = {"score": "xbench.score.cli:score_command", "validate": "xbench.schemas.cli:validate_cmd"}[cmd]
         job["prog"] = f"xbench-{cmd}"
     return run_forked(jobs, tmp_path, entry="", prog="", cap=MAX_SECONDS * 3, timeout=600,
-                      preload=("xbench.score.cli", "xbench.score.scoring", "xbench.score.outputs", "xbench.schemas.cli"))
+                      preload=("xbench.score.cli", "xbench.score.scoring", "xbench.score.outputs.folder", "xbench.schemas.cli"))
 
 
 @pytest.fixture(scope="module")

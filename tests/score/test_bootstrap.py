@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from xbench.score import bootstrap as BS
+from xbench.score.resampling import bootstrap as BS
 
-from xbench.score import resampling as RS
-from xbench.score.counts import DatasetCounts, load_pair_counts, save_pair_counts
-from xbench.score.grounding import dice_from_counts, iou_from_counts
-from xbench.score.kernels import grounding_counts
+from xbench.score.resampling import engine as RS
+from xbench.score.kernels.counts import DatasetCounts, load_pair_counts, save_pair_counts
+from xbench.score.metrics.grounding import dice_from_counts, iou_from_counts
+from xbench.score.kernels.maps import grounding_counts
 
 
 def _dataset(seed=0, n=30, classes=("A", "B", "C"), grid=(8, 9)):

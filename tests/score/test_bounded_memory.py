@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from xbench.score import bootstrap as BS
+from xbench.score.resampling import bootstrap as BS
 
-from xbench.score import resampling as RS
-from xbench.score.counts import DatasetCounts
-from xbench.score.grounding import (UndefinedMetricWarning, class_mean_curves, class_means, dice_from_counts,
+from xbench.score.resampling import engine as RS
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.metrics.grounding import (UndefinedMetricWarning, class_mean_curves, class_means, dice_from_counts,
                                     iou_from_counts)
-from xbench.score.kernels import grounding_counts
+from xbench.score.kernels.maps import grounding_counts
 
 
 def _counts(rng, P, grid=(9, 11)):
@@ -131,7 +131,7 @@ def test_pairs_table_categoricals_with_case_ids_shared_across_datasets():
 def test_kernels_import_without_scipy_linalg_and_jitted_linear_algebra_still_works():
     code = (
         "import sys, numpy as np, numba\n"
-        "from xbench.score.kernels import threshold_bins\n"
+        "from xbench.score.kernels.maps import threshold_bins\n"
         "threshold_bins(np.zeros(3))  # Numba's first dispatch: without the skipped probe it imports scipy.linalg\n"
         "assert 'scipy.linalg' not in sys.modules, 'the BLAS probe imported scipy.linalg'\n"
         "f = numba.njit(lambda a, b: (np.dot(a, b), np.correlate(a[0], b[0])))\n"
@@ -145,7 +145,7 @@ def test_kernels_import_without_scipy_linalg_and_jitted_linear_algebra_still_wor
 
 
 def test_count_dtype_holds_every_count_of_the_grid():
-    from xbench.score.counts import count_dtype
+    from xbench.score.kernels.counts import count_dtype
 
     assert count_dtype((224, 224)) == np.uint16 and count_dtype((255, 257)) == np.uint16  # 65,535 cells
     assert count_dtype((256, 256)) == np.int32 and count_dtype((1024, 1024)) == np.int32
@@ -229,7 +229,7 @@ def test_in_place_dice_and_iou_round_like_the_formulas():
 
 
 def test_allocator_hygiene_is_callable_anywhere():
-    from xbench.score._allocator import _LIBC, limit_malloc_arenas, release_freed_memory
+    from xbench.score.kernels._allocator import _LIBC, limit_malloc_arenas, release_freed_memory
 
     release_freed_memory()
     # glibc accepts the arena limit (and returns 1); elsewhere it is a no-op that says so

@@ -13,7 +13,7 @@ import pytest
 import zarr
 
 from score_stores import make_gt, make_submission, run_score_cli
-from xbench.score.counts import load_pair_counts
+from xbench.score.kernels.counts import load_pair_counts
 
 
 run = run_score_cli

@@ -1,4 +1,4 @@
-"""Map complexity (Gini sparseness, entropy; score/complexity.py): brute force, opt-in, and Quantus.
+"""Map complexity (Gini sparseness, entropy; score/metrics/complexity.py): brute force, opt-in, and Quantus.
 
 The brute-force oracle resizes with the reference resize of score_reference.py, normalises with NumPy and
 applies the definitions cell by cell (sorted sums for Gini, a plain loop for entropy); the scorer's values
@@ -18,8 +18,8 @@ import pytest
 
 from score_reference import resize
 from score_stores import make_gt, make_submission, run_score_cli
-from xbench.score import registry as R
-from xbench.score.complexity import entropy_of_maps, gini_of_maps
+from xbench.score.metrics import registry as R
+from xbench.score.metrics.complexity import entropy_of_maps, gini_of_maps
 from xbench.score.scoring import score_submission
 
 
@@ -177,7 +177,7 @@ def test_metrics_option_takes_the_registry_opt_in_groups_and_help_imports_no_reg
     assert metric_groups() == tuple(R.OPT_IN) == ("complexity",)
     check = next(f.metadata["opt"].check for f in dataclasses.fields(ScoreOptions) if f.name == "metric_groups")
     click_type = check.click_type()  # built before the group exists: the list is read when a value comes
-    monkeypatch.setitem(R.OPT_IN, "throwaway", "xbench.score.complexity:METRICS")
+    monkeypatch.setitem(R.OPT_IN, "throwaway", "xbench.score.metrics.complexity:METRICS")
     assert check.problem("throwaway") is None and "throwaway" in check.problem("nope")
     assert click_type.convert("throwaway", None, None) == "throwaway"
     with pytest.raises(click.BadParameter, match="throwaway"):
@@ -185,7 +185,7 @@ def test_metrics_option_takes_the_registry_opt_in_groups_and_help_imports_no_reg
     code = ("import sys\n"
             "from xbench.score.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('xbench.score.registry', 'numpy') if m in sys.modules), file=sys.stderr)\n")
+            "print(sorted(m for m in ('xbench.score.metrics.registry', 'numpy') if m in sys.modules), file=sys.stderr)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "--metrics GROUP" in out.stdout and out.stderr.strip() == "[]"
 
@@ -200,7 +200,7 @@ def test_a_later_report_and_compare_show_the_opt_in_metrics_the_results_hold(tmp
     from click.testing import CliRunner
 
     from test_phrases import make_phrase_stores
-    from xbench.score.outputs import write_outputs
+    from xbench.score.outputs.folder import write_outputs
     from xbench.score.report import build_report
     from xbench.score.report.cli import compare
 

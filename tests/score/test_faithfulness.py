@@ -24,7 +24,7 @@ REGION = {"A": (slice(8, 16), slice(4, 20)), "B": (slice(20, 32), slice(0, 12))}
 # ------------------------------------------------------------------------------------------ rules, brute force
 @pytest.mark.parametrize("shape", [(7, 5), (3, 3), (8, 8), (16, 16), (24, 9), (9, 24), (1, 1), (40, 40)])
 def test_cells_resize_matches_the_scorers(shape):
-    from xbench.score.kernels import resize_map
+    from xbench.score.kernels.maps import resize_map
 
     rng = np.random.default_rng(sum(shape))
     raw = rng.normal(size=shape).astype(np.float32)
@@ -260,7 +260,7 @@ def _closed_form(img, cls, curve, steps=4):
 
 
 def test_flow_equals_the_closed_form(flow):
-    from xbench.score.faithfulness import faithfulness_section, load_round2
+    from xbench.score.sections.faithfulness import faithfulness_section, load_round2
 
     d, imgs, _ = flow
     key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
@@ -278,7 +278,7 @@ def test_flow_equals_the_closed_form(flow):
 
 def test_flow_equals_brute_force_for_every_order(flow):
     """Each curve of each pair recomputed from scratch: the images made again from the rules, the model applied."""
-    from xbench.score.faithfulness import faithfulness_section, load_round2
+    from xbench.score.sections.faithfulness import faithfulness_section, load_round2
 
     d, imgs, _ = flow
     key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
@@ -315,7 +315,7 @@ def test_flow_equals_brute_force_for_every_order(flow):
 
 
 def test_bootstrap_by_hand(flow):
-    from xbench.score.faithfulness import faithfulness_section, load_round2, pair_values
+    from xbench.score.sections.faithfulness import faithfulness_section, load_round2, pair_values
 
     d, _, _ = flow
     key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
@@ -593,7 +593,7 @@ def test_round2_with_rises_substrate(flow, tmp_path):
     """A round 2 made with the default substrate: insertion's step 0 is the blurred image (one shared image per
     case), every inner step the blurred image with the taken cells restored, brute force; deletion unchanged;
     the key and the metrics.json section say which substrate."""
-    from xbench.score.faithfulness import faithfulness_section, load_round2
+    from xbench.score.sections.faithfulness import faithfulness_section, load_round2
 
     d, imgs, _ = flow
     summary = make_round2(read_submission(d / "sub.zarr"), read_images(d / "images.zarr"), tmp_path / "r.zarr",

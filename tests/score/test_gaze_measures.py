@@ -1,4 +1,4 @@
-"""The gaze measures (score/gaze.py) against plain-loop brute forces and against pysaliency.
+"""The gaze measures (score/metrics/gaze.py) against plain-loop brute forces and against pysaliency.
 
 pysaliency (the MIT/Tübingen saliency benchmark's code) is not a dependency: its tests run where it imports
 (``PYTHONPATH=<a venv with pysaliency>/lib/python3.11/site-packages``) and are skipped elsewhere.
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xbench.score import gaze as G
+from xbench.score.metrics import gaze as G
 
 GRID = (6, 7)
 

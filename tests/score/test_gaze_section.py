@@ -1,4 +1,4 @@
-"""The gaze section (score/gaze_section.py) end to end: every row, mean, interval, the readers' leave-one-out
+"""The gaze section (score/sections/gaze.py) end to end: every row, mean, interval, the readers' leave-one-out
 ceiling and the region shares against plain-loop brute forces computed from the raw arrays."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from score_stores import make_gt, make_submission, run_score_cli  # noqa: E402
 from test_gaze_measures import (bf_auc_judd, bf_auc_shuffled, bf_cc, bf_cells, bf_kl, bf_nss,  # noqa: E402
                                 bf_sim)
 
-from xbench.score import gaze_section as GS  # noqa: E402
-from xbench.score.kernels import resize_map  # noqa: E402
+from xbench.score.sections import gaze as GS  # noqa: E402
+from xbench.score.kernels.maps import resize_map  # noqa: E402
 from xbench.score.scoring import score_submission  # noqa: E402
 
 MEASURES = ("nss", "cc", "sim", "kl", "auc_judd", "auc_shuffled")
@@ -140,7 +140,7 @@ def test_section_equals_brute_force(stores):
 
 def test_intervals_equal_a_brute_force_bootstrap(stores):
     d, gt, gaze, sub, _ = stores
-    from xbench.score.resampling import resample_weights
+    from xbench.score.resampling.engine import resample_weights
 
     e = score_submission(d / "sub.zarr", d / "gt.zarr", bootstrap=B, seed=3).metrics["gaze"]["datasets"]["phantom"]
     _, image, ceiling, _ = bf_rows(gt, gaze, sub)
@@ -181,8 +181,8 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     assert any(",ceiling,% of human," in line for line in csv) and any(",regions,A," in line for line in csv)
     assert "| NSS |" in (tmp_path / "sub" / "table_gaze.md").read_text()
     metrics = json.loads((tmp_path / "sub" / "metrics.json").read_text())
-    from xbench.score.bootstrap import paired_bootstrap
-    from xbench.score.counts import load_pair_counts, load_scope_counts
+    from xbench.score.resampling.bootstrap import paired_bootstrap
+    from xbench.score.kernels.counts import load_pair_counts, load_scope_counts
 
     sa, sb = (load_scope_counts(tmp_path / n / "pair_counts.npz") for n in ("sub", "other"))
     assert set(sa["gaze"]) == {"phantom"}

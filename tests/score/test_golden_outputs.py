@@ -84,8 +84,8 @@ def _version_free(value, version: str):
 
 def values(tmp_path: Path) -> dict:
     """Every output of two scored submissions and their paired comparison, as comparable values."""
-    from xbench.score import bootstrap as BS
-    from xbench.score.outputs import write_outputs
+    from xbench.score.resampling import bootstrap as BS
+    from xbench.score.outputs.folder import write_outputs
     from xbench.score.scoring import score_submission
 
     version = importlib.metadata.version("xbench-cxr")

@@ -1,4 +1,4 @@
-"""The human ceiling's arithmetic (score/human/ceiling.py) against a brute-force computation written from the contract's
+"""The human ceiling's arithmetic (score/sections/human/ceiling.py) against a brute-force computation written from the contract's
 words: per reader and class the mean over its pairs (best tau: the first maximum of the mean curve), per class
 the mean over readers, per dataset the mean over classes; bootstrap over the union of the readers' cases with
 numpy.random.default_rng(seed).integers(0, n, n) per resample; the paired gap model - human on the model's pairs
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from xbench.schemas.errors import InputError
-from xbench.score.counts import DatasetCounts, save_pair_counts
-from xbench.score.human.ceiling import (CHEXLOCALIZE_KEYS, KEYS, ReaderReading, ceiling, chexlocalize_block,
+from xbench.score.kernels.counts import DatasetCounts, save_pair_counts
+from xbench.score.sections.human.ceiling import (CHEXLOCALIZE_KEYS, KEYS, ReaderReading, ceiling, chexlocalize_block,
                                         percent_of_human, percentage_decrease, reader_pairs, with_hits)
-from xbench.score.human.reading import READING_FILE, load_human, save_reading
-from xbench.score.human.section import human_block
+from xbench.score.sections.human.reading import READING_FILE, load_human, save_reading
+from xbench.score.sections.human.section import human_block
 
 CLASSES = ("A", "B", "C")
 T = 101
@@ -340,7 +340,7 @@ def test_a_human_folder_without_readings_is_refused(tmp_path):
 def test_a_native_reading_is_used_for_the_block_and_checked(tmp_path):
     """reading_native.npz (CheXlocalize at full resolution), when there, is the block's source; a link leaving
     the folder, a malformed one, or one for some readers only is refused."""
-    from xbench.score.human.reading import NATIVE_READING_FILE
+    from xbench.score.sections.human.reading import NATIVE_READING_FILE
 
     rng, ids, counts = _setup()
     folder = _human_folder(tmp_path, counts)

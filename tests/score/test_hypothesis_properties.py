@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp  # noqa: E402
 from score_reference import counts as reference_counts  # noqa: E402
 from score_reference import normalise, resize  # noqa: E402
 
-from xbench.score.kernels import grounding_counts  # noqa: E402
+from xbench.score.kernels.maps import grounding_counts  # noqa: E402
 
 VALUES = st.sampled_from([0.0, 0.25, 0.5, 0.29, 0.57, 1.0, 3.0, -2.0, 100.0])
 

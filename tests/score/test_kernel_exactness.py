@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xbench.score import kernels as K
+from xbench.score.kernels import maps as K
 
 TAUS = np.arange(101) / 100.0
 

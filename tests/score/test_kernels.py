@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xbench.score import kernels as K
+from xbench.score.kernels import maps as K
 
 import score_reference as ref
 

@@ -9,8 +9,8 @@ import sys
 
 def test_scorer_modules_do_not_import_pandas_or_pyarrow():
     code = ("import sys\n"
-            "import xbench.score.cli, xbench.score.scoring, xbench.score.outputs, xbench.score.bootstrap, xbench.score.tables\n"
-            "import xbench.score.warm\n"
+            "import xbench.score.cli, xbench.score.scoring, xbench.score.outputs.folder, xbench.score.resampling.bootstrap, xbench.score.outputs.tables\n"
+            "import xbench.score.kernels.warm\n"
             "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -27,7 +27,7 @@ def test_building_a_table_still_imports_pandas():
 
 def test_writing_the_tables_needs_no_pandas(tmp_path):
     code = ("import sys\n"
-            "from xbench.score.tables import write_tables\n"
+            "from xbench.score.outputs.tables import write_tables\n"
             "m = {'overall': {'pointing_game': 0.5}, 'datasets': {'phantom': {'summary': {'pointing_game': 0.5}}}}\n"
             f"paths = write_tables({{'A': m}}, {str(tmp_path)!r})\n"
             "assert all(__import__(\"os\").path.getsize(p) > 0 for p in paths)\n"
@@ -39,7 +39,7 @@ def test_writing_the_tables_needs_no_pandas(tmp_path):
 
 def test_prefetch_writers_imports_the_parquet_writer_on_a_thread_only_when_called():
     code = ("import sys, threading\n"
-            "from xbench.score.outputs import prefetch_writers\n"
+            "from xbench.score.outputs.folder import prefetch_writers\n"
             "before = sorted(m for m in ('pandas', 'pyarrow.parquet') if m in sys.modules)\n"
             "t = prefetch_writers()\n"
             "assert t is not threading.current_thread() and t.daemon\n"

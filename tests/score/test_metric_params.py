@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from xbench.score import registry as R
-from xbench.score.metric_params import POINTING_TOLERANCE, MetricParam, resolve
+from xbench.score.metrics import registry as R
+from xbench.score.metrics.params import POINTING_TOLERANCE, MetricParam, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def test_the_tolerant_pointing_game_declares_its_tolerance():
 def test_every_reader_takes_the_declared_default():
     from xbench import metrics as api
     from xbench.schemas.options import default_of, declared
-    from xbench.score import localisation
+    from xbench.score.metrics import localisation
     from xbench.score.options import ScoreOptions
 
     assert localisation.DEFAULT_POINTING_TOLERANCE == POINTING_TOLERANCE.default
@@ -85,7 +85,7 @@ def test_the_default_is_written_once():
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Constant) and node.value == 15.0 and type(node.value) is float:
                     hits.append(str(path.relative_to(ROOT)))
-    assert hits == ["score/metric_params.py"]
+    assert hits == ["score/metrics/params.py"]
 
 
 def test_the_flag_reaches_the_metric_and_is_checked(tmp_path):

@@ -7,9 +7,9 @@ import pytest
 from sklearn.metrics import accuracy_score, average_precision_score, f1_score, roc_auc_score
 
 import score_reference as ref
-from xbench.score import grounding as G
-from xbench.score import recognition as R
-from xbench.score.kernels import grounding_counts
+from xbench.score.metrics import grounding as G
+from xbench.score.metrics import recognition as R
+from xbench.score.kernels.maps import grounding_counts
 
 
 def test_dice_iou_hand_worked():

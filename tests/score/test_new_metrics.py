@@ -14,8 +14,8 @@ import pytest
 
 import score_reference as ref
 from score_stores import make_gt, make_submission
-from xbench.score import kernels as K
-from xbench.score.localisation import map_auroc_from_counts, rank_accuracy_from_counts
+from xbench.score.kernels import maps as K
+from xbench.score.metrics.localisation import map_auroc_from_counts, rank_accuracy_from_counts
 from xbench.score.scoring import score_submission
 
 NEW = ("energy_pointing_game", "relevance_rank_accuracy", "map_auroc", "tolerant_pointing_game")

@@ -1,7 +1,7 @@
 """Cross-check against Quantus where it has the metric (optional: skipped when quantus is not installed).
 
 Quantus normalises and takes absolute values by default; both are switched off, and the maps are chosen
-so that our definitions and Quantus' must agree (see score/localisation.py for where they differ): values
+so that our definitions and Quantus' must agree (see score/metrics/localisation.py for where they differ): values
 0..100 with both ends present (so M~ = M / 100 sits exactly on the threshold grid and the map's minimum
 is 0), all distinct (no ties: a unique maximum, and no tie across the rank cut), on the grid itself.
 """
@@ -15,8 +15,8 @@ import pytest
 
 quantus = pytest.importorskip("quantus")
 
-from xbench.score import kernels as K  # noqa: E402
-from xbench.score.localisation import rank_accuracy_from_counts  # noqa: E402
+from xbench.score.kernels import maps as K  # noqa: E402
+from xbench.score.metrics.localisation import rank_accuracy_from_counts  # noqa: E402
 
 
 @pytest.fixture(scope="module")

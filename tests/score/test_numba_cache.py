@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xbench.score._numba_cache import choose_cache_dir
+from xbench.score.kernels._numba_cache import choose_cache_dir
 
 
 def test_writable_package_keeps_numbas_default(tmp_path, monkeypatch):
@@ -47,7 +47,7 @@ def test_read_only_copy_compiles_into_user_cache(tmp_path):  # pragma: no cover 
 
 
 def test_unwritable_cache_dir_falls_back_to_temp_then_to_no_cache(tmp_path, monkeypatch):
-    from xbench.score import _numba_cache as NC
+    from xbench.score.kernels import _numba_cache as NC
 
     bad = Path("/proc/xbench-cannot-exist")  # not creatable, even by root
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(bad))
@@ -69,7 +69,7 @@ def test_with_caching_disabled_a_cached_kernel_still_compiles():
             "ns = {}\nexec(compile(src, '/nonexistent/xbench_kernel.py', 'exec'), ns)\n"
             "import sys\n"
             "if sys.argv[1] == 'off':\n"
-            "    from xbench.score._numba_cache import disable_numba_caching\n"
+            "    from xbench.score.kernels._numba_cache import disable_numba_caching\n"
             "    disable_numba_caching()\n"
             "print(numba.njit(cache=True)(ns['f'])(1))\n")
     before = subprocess.run([sys.executable, "-c", code, "on"], capture_output=True, text=True, timeout=300)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from score_stores import make_gt, make_submission
-from xbench.score import pair_stats as PS
-from xbench.score import registry as R
+from xbench.score.kernels import pair_stats as PS
+from xbench.score.metrics import registry as R
 from xbench.score.scoring import score_submission
 
 

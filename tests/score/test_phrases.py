@@ -14,7 +14,7 @@ import pytest
 from score_reference import pair_values, resize
 from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, validate_ground_truth, validate_submission, write_ground_truth
 from xbench.schemas.queries import Queries
-from xbench.score.phrases import cnr_of_pairs
+from xbench.score.sections.phrases import cnr_of_pairs
 from xbench.score.scoring import score_submission
 
 
@@ -266,8 +266,8 @@ def _explicit_resamples(rows, n, B, seed):
 
 
 def test_a_new_phrase_metric_is_one_registered_definition(tmp_path):
-    from xbench.score import registry as R
-    from xbench.score.phrases import phrase_markdown, phrase_rows
+    from xbench.score.metrics import registry as R
+    from xbench.score.sections.phrases import phrase_markdown, phrase_rows
 
     def positive(v):  # share of phrases whose map is brighter inside the region than outside
         return v.extra[R.CNR_COLUMN] > 0
@@ -311,7 +311,7 @@ def test_a_new_phrase_metric_is_one_registered_definition(tmp_path):
 
 
 def test_phrase_scope_keeps_class_and_phrase_metrics_apart():
-    from xbench.score import registry as R
+    from xbench.score.metrics import registry as R
 
     assert R.phrase_keys() == ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best", "cnr", "cnr_signed")
     assert R.pooled_keys() == ("pointing_game", "dice_fixed", "iou_fixed", "cnr", "cnr_signed")
@@ -335,7 +335,7 @@ def test_phrase_scope_keeps_class_and_phrase_metrics_apart():
 
 
 def test_pair_counts_keep_phrase_rows_and_old_files_load(tmp_path):
-    from xbench.score.counts import load_pair_counts, load_phrase_counts, save_pair_counts
+    from xbench.score.kernels.counts import load_pair_counts, load_phrase_counts, save_pair_counts
 
     gt, sub, q, *_ = make_phrase_stores(tmp_path)
     res = score_submission(sub, gt, bootstrap=0)
@@ -353,8 +353,8 @@ def test_pair_counts_keep_phrase_rows_and_old_files_load(tmp_path):
 
 
 def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
-    from xbench.score import bootstrap as BS
-    from xbench.score.outputs import write_outputs
+    from xbench.score.resampling import bootstrap as BS
+    from xbench.score.outputs.folder import write_outputs
     from xbench.score.report import load_result
     from xbench.score.report.paired import compare_results
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from score_stores import make_gt, make_submission
 from xbench.package import check_competition, competition_columns, package
-from xbench.score import registry as R
+from xbench.score.metrics import registry as R
 from xbench.score.cli import main as score_main
 
 DATES = ["--validation-start", "2027-01-04", "--test-start", "2027-03-01 12:00:00"]

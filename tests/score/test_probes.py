@@ -1,4 +1,4 @@
-"""Text probes in the scorer (score/probes.py): the text_probes section equals brute force, and the original
+"""Text probes in the scorer (score/sections/probes.py): the text_probes section equals brute force, and the original
 phrase rows score exactly as against a ground truth without probes (compared by digest)."""
 from __future__ import annotations
 

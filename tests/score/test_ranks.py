@@ -1,8 +1,8 @@
-"""score/ranks.py: average ranks equal scipy's rankdata(method="average") and a brute force, ties included."""
+"""score/metrics/average_ranks.py: average ranks equal scipy's rankdata(method="average") and a brute force, ties included."""
 import numpy as np
 import pytest
 
-from xbench.score.ranks import average_ranks
+from xbench.score.metrics.average_ranks import average_ranks
 
 
 def _brute(x):

@@ -16,11 +16,11 @@ import pytest
 
 import score_reference as ref
 from score_stores import make_gt, make_submission
-from xbench.score import bootstrap as BS
-from xbench.score import registry as R
-from xbench.score.counts import DatasetCounts
-from xbench.score.kernels import grounding_counts
-from xbench.score.outputs import write_outputs
+from xbench.score.resampling import bootstrap as BS
+from xbench.score.metrics import registry as R
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.kernels.maps import grounding_counts
+from xbench.score.outputs.folder import write_outputs
 from xbench.score.scoring import score_submission
 
 SIZES = ("small", "medium", "large")

@@ -165,7 +165,7 @@ def test_with_one_copy_per_case_the_phrase_intervals_are_those_of_the_explicit_s
 
 
 def test_the_robustness_table_shows_the_phrase_pointing_game_of_clean_rows_and_copies(scored):
-    from xbench.score.robustness_table import robustness_table
+    from xbench.score.sections.robustness_table import robustness_table
 
     t = robustness_table({"m": scored})
     col = [c[2] for c in t.columns].index("phrase_pointing_game")

@@ -178,7 +178,7 @@ def _rho(a, b):
 
 # ------------------------------------------------------------------------------------- the cluster bootstrap
 def test_cluster_weights_are_the_case_bootstrap_with_one_case_per_cluster_and_else_whole_clusters():
-    from xbench.score.resampling import cluster_weights, resample_weights
+    from xbench.score.resampling.engine import cluster_weights, resample_weights
 
     n, b = 7, 300  # several blocks
     one = np.concatenate(list(cluster_weights(np.arange(n), n, b, np.random.default_rng(5))))
@@ -205,7 +205,7 @@ def test_copy_intervals_are_a_cluster_bootstrap_over_clean_cases(stores, tmp_pat
     """An explicit loop over the draws of default_rng(seed) (clean cases with replacement, every copy of each):
     the copies' metric intervals (all metrics, via the explicit copies store's counts; AUROC also by sklearn) and
     the stability intervals come from the same draws."""
-    from xbench.score import bootstrap as BS
+    from xbench.score.resampling import bootstrap as BS
     from xbench.score.scoring import score_submission
 
     b, seed = 40, 7
@@ -309,7 +309,7 @@ def test_stability_equals_brute_force(stores, scored, s):
 def test_spearman_ties_and_constant_maps():
     from scipy.stats import spearmanr
 
-    from xbench.score.robustness import average_ranks, spearman
+    from xbench.score.sections.robustness import average_ranks, spearman
 
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -499,7 +499,7 @@ def test_prepare_writes_copies_deterministically_with_any_worker_count(tmp_path)
 
 # -------------------------------------------------------------------------------------- tables and report
 def test_the_robustness_table_and_hostile_sections(stores, scored, tmp_path):
-    from xbench.score.robustness_table import robustness_table
+    from xbench.score.sections.robustness_table import robustness_table
 
     t = robustness_table({"m": scored})
     assert [r[2] for r in t.rows] == ["clean", "hflip", "brightness:delta=-20..20", "rotate:degrees=90"]

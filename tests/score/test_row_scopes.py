@@ -1,4 +1,4 @@
-"""Row scopes (score/rowscope.py): a third scope is one declaration. A throw-away scope ("probe": one entry
+"""Row scopes (score/sections/rowscope.py): a third scope is one declaration. A throw-away scope ("probe": one entry
 per dataset counting its images, its paired row the difference of those counts) is declared for the duration
 of a test and goes through scoring (metrics.json section, schema minor, partial runs), the metric registry's
 scope check, paired comparisons, pair_counts.npz (written, checked and read back), `xbench compare` from
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from test_phrases import make_phrase_stores
-from xbench.score import registry as R
-from xbench.score.rowscope import RowScope, declared_scopes, row_scope, row_scopes, scope_names
+from xbench.score.metrics import registry as R
+from xbench.score.sections.rowscope import RowScope, declared_scopes, row_scope, row_scopes, scope_names
 from xbench.score.scoring import score_submission
 
 SEEN: list[dict] = []
@@ -55,7 +55,7 @@ def _csv(rows):
 
 
 def _table(results):
-    from xbench.score.tables import Cell, Table
+    from xbench.score.outputs.tables import Cell, Table
 
     rows = _rows(results)
     if not rows:
@@ -119,8 +119,8 @@ def test_a_metric_names_only_declared_scopes_and_the_kinds_they_compute():
 
 
 def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
-    from xbench.score import bootstrap as BS
-    from xbench.score.outputs import write_outputs
+    from xbench.score.resampling import bootstrap as BS
+    from xbench.score.outputs.folder import write_outputs
     from xbench.score.report import build_report
 
     gt, sub_a, *_ = make_phrase_stores(tmp_path / "a", seed=2)
@@ -155,7 +155,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         with np.load(dirs[0] / "pair_counts.npz") as z:
             keys = list(z.files)
             assert keys[-2:] == ["probe_datasets", "ms_cxr.probes.n_images"] and "phrase_datasets" in keys
-        from xbench.score.counts import load_scope_counts
+        from xbench.score.kernels.counts import load_scope_counts
         from xbench.score.report import load_result
 
         assert load_scope_counts(dirs[0] / "pair_counts.npz")["probe"] == {"ms_cxr": 9}
@@ -192,7 +192,7 @@ def test_a_declared_scope_in_a_hostile_pair_counts_file_is_refused_line_by_line(
     """A file from outside: the scope's dataset list and its arrays are checked by its ``counts_problems``
     before any of them is used, after the class rows' checks (one line each, in that order)."""
     from xbench.schemas.errors import InputError
-    from xbench.score.counts import read_counts_file, save_pair_counts
+    from xbench.score.kernels.counts import read_counts_file, save_pair_counts
 
     gt, sub, *_ = make_phrase_stores(tmp_path / "s", seed=2)
     res = score_submission(sub, gt, bootstrap=0)

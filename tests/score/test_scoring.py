@@ -9,7 +9,7 @@ import pytest
 
 import score_reference as ref
 from score_stores import make_gt, make_submission
-from xbench.score.grounding import UndefinedMetricWarning
+from xbench.score.metrics.grounding import UndefinedMetricWarning
 from xbench.score.scoring import score_submission, thresholds_from_metrics
 
 GROUNDING = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best", "tau_dice", "tau_iou")
@@ -210,7 +210,7 @@ def test_dataset_subset_and_pairs_table(stores):
 
 
 def test_memory_bounded_batches_give_the_same_counts(stores, monkeypatch):
-    from xbench.score import counting
+    from xbench.score.kernels import counting
 
     d, gt, sub = stores
     with warnings.catch_warnings():

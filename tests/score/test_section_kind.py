@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from xbench.cli import main as xbench_main
-from xbench.score.rowscope import RowScope, declared_scopes, row_scopes
+from xbench.score.sections.rowscope import RowScope, declared_scopes, row_scopes
 
 
 def xb(*args):

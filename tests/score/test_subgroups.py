@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from xbench.cli import main as xbench_main
-from xbench.score.subgroups import case_draws, group_labels
+from xbench.score.sections.subgroups import case_draws, group_labels
 from xbench.schemas.attributes import Attribute, banded
 
 B = 60

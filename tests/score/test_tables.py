@@ -1,12 +1,12 @@
-"""Paper-style tables of xbench-score: layout, percentages, null handling, file output (score/tables.py)."""
+"""Paper-style tables of xbench-score: layout, percentages, null handling, file output (score/outputs/tables.py)."""
 
 from __future__ import annotations
 
 import csv
 import io
 
-from xbench.score.outputs import flat_scores
-from xbench.score.tables import grounding_table, per_class_table, recognition_table, write_tables
+from xbench.score.outputs.folder import flat_scores
+from xbench.score.outputs.tables import grounding_table, per_class_table, recognition_table, write_tables
 
 
 def _metrics(pg):

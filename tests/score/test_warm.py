@@ -1,4 +1,4 @@
-"""Filling Numba's cache ahead of the first run (score/warm.py)."""
+"""Filling Numba's cache ahead of the first run (score/kernels/warm.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from xbench.score import warm
+from xbench.score.kernels import warm
 
 
 def test_a_child_fills_the_cache_with_the_ranking_kernel(tmp_path, monkeypatch):

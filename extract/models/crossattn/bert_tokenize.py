@@ -37,8 +37,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ModelConfigError
-from ..files import read_model_json
+from xbench.extract.models.errors import ModelConfigError
+from xbench.extract.models.files import read_model_json
 
 # Written into every cache's meta; bump VERSION when any step above changes ids or masks.
 NAME = "xbench-bert-cls-only"
@@ -164,8 +164,8 @@ def wordpiece(word: str, vocab: Mapping[str, int], unk: str, max_chars: int = MA
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:
     """``vocab.txt``: one token per line, id = line number. Only the newline is stripped
     (text-mode reading turns CRLF into LF); a token on two lines keeps the later id."""
-    from ....schemas.errors import InputError
-    from ....schemas.inputs import decode_text, read_bytes
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import decode_text, read_bytes
 
     try:  # a regular file of at most 16 MiB (a BERT vocabulary is ~0.2 MiB), strict UTF-8
         text = decode_text(read_bytes(path, max_bytes=16 * 2**20), str(path))

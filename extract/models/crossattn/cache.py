@@ -46,12 +46,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ....schemas.inputs import load_npz
-from ..errors import ModelConfigError
-from ..files import read_model_json
-from . import bert_tokenize
-from .bert_tokenize import ClsOnlyBertTokenizer
-from .entities import ENTITIES
+from xbench.schemas.inputs import load_npz
+from xbench.extract.models.errors import ModelConfigError
+from xbench.extract.models.files import read_model_json
+from xbench.extract.models.crossattn import bert_tokenize
+from xbench.extract.models.crossattn.bert_tokenize import ClsOnlyBertTokenizer
+from xbench.extract.models.crossattn.entities import ENTITIES
 
 # 2: the authors' tokenisation ([CLS] without [SEP]) and their way of reading the description
 # files. Version-1 caches came from a standard Hugging Face tokenizer and are refused.
@@ -184,7 +184,7 @@ def build_query_cache(
     by position without aspects and by name with them. ``lower_case=None`` follows the
     text-encoder folder (``tokenizer_config.json``; lower-casing when it does not say).
     """
-    from .common import file_sha256, load_pretrained_text_model
+    from xbench.extract.models.crossattn.common import file_sha256, load_pretrained_text_model
 
     entities = tuple(entities) + tuple(e for e in extra_entities if e not in entities)
     by = descriptions_by or ("name" if aspects_path is not None else "position")
@@ -305,8 +305,8 @@ def read_query_cache(path: str | os.PathLike, *, need_aspects: bool = False) -> 
     """Read a cache written by ``write_query_cache``; refuses other cache formats (one line with
     the command that rebuilds it), checks shapes and, with ``need_aspects``, that the MAVL aspect
     embeddings are present."""
-    from ....schemas.errors import InputError
-    from ....schemas.inputs import CONFIG, parse_json
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import CONFIG, parse_json
 
     p = Path(path).expanduser()
     if not p.is_file():

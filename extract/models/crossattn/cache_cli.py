@@ -25,8 +25,8 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
               lower_case: bool | None = None, device: str = "cpu", quiet: bool = False) -> dict:
     """Build the cache and return a summary dict (path, entity and aspect counts, dimension, how
     the descriptions were read and which file keys stood for a differently named entity)."""
-    from .cache import build_query_cache
-    from .entities import ENTITIES
+    from xbench.extract.models.crossattn.cache import build_query_cache
+    from xbench.extract.models.crossattn.entities import ENTITIES
 
     total = len(ENTITIES) + len(set(extra_entities) - set(ENTITIES))
     n_texts = total * (1 + (8 if aspects else 0))  # the bar's length only; MAVL's files have 8 aspects
@@ -99,7 +99,7 @@ def build_embeddings(**params):
          as_json) = (
         o.text_encoder, o.descriptions, o.aspects, o.out, o.extra_entities, o.descriptions_by, o.max_length,
         o.cased, o.device, o.quiet, o.as_json)
-    from ..errors import ModelConfigError
+    from xbench.extract.models.errors import ModelConfigError
 
     try:
         summary = run_build(text_encoder, descriptions, out, aspects=aspects, extra_entities=tuple(extra_entities),

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import AdapterOutput, ModelAdapter
-from ..pixels import ImageTransform, to_normalised_tensor
-from .common import (
+from xbench.extract.models.base import AdapterOutput, ModelAdapter
+from xbench.extract.models.pixels import ImageTransform, to_normalised_tensor
+from xbench.extract.models.crossattn.common import (
     BERT_NON_PARAMETERS,
     zero_unsupported,
     layers_from,
@@ -55,8 +55,8 @@ from .common import (
     trust_option,
     bool_option,
 )
-from .kad import KADFusion
-from .medklip import arch_from
+from xbench.extract.models.crossattn.kad import KADFusion
+from xbench.extract.models.crossattn.medklip import arch_from
 
 CXR_MAE_MEAN = (0.4978,)
 CXR_MAE_STD = (0.2449,)

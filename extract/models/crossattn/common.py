@@ -27,7 +27,7 @@ from torch import nn
 
 from xbench.schemas.store import file_sha256  # noqa: F401  (the adapters import it from here)
 
-from ..errors import ModelConfigError, WeightsNotFoundError
+from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -347,7 +347,7 @@ def _local_dir(path: str | os.PathLike | None, what: str) -> Path:
     p = Path(path).expanduser()
     if not (p / "config.json").is_file():
         raise AdapterConfigError(f"{what}: {p} is not a Hugging Face model folder (no config.json)")
-    from ..files import check_model_json
+    from xbench.extract.models.files import check_model_json
 
     for name in ("config.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
         check_model_json(p / name, what)  # bounded before transformers parses them itself
@@ -381,7 +381,7 @@ def load_tokenizer(path: str | os.PathLike, **kwargs):
     p = Path(path).expanduser() if path else None
     if p is None or not p.is_dir():
         raise AdapterConfigError(f"tokenizer: {path} is not a local folder")
-    from ..files import check_model_json
+    from xbench.extract.models.files import check_model_json
 
     for name in ("tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "config.json"):
         check_model_json(p / name, "tokenizer")  # bounded before transformers parses them itself
@@ -515,7 +515,7 @@ def prompt_texts(classes: Sequence[str], config: Mapping, model: str, dataset: s
     this dataset (extract/models/prompts.toml, ``prompts.dataset`` overrides the dataset key);
     the model's packaged template filled with :func:`finding_text`.
     """
-    from ..prompts import model_prompts
+    from xbench.extract.models.prompts import model_prompts
 
     spec = config.get("prompts") if isinstance(config.get("prompts"), Mapping) else {}
     defaults = model_prompts(model)

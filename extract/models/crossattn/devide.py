@@ -23,8 +23,8 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from .carzero import ViTEncoder
-from .common import (
+from xbench.extract.models.crossattn.carzero import ViTEncoder
+from xbench.extract.models.crossattn.common import (
     BERT_NON_PARAMETERS,
     AdapterConfigError,
     build_bert_from_config,
@@ -40,8 +40,8 @@ from .common import (
     trust_option,
     bool_option,
 )
-from .kad import KADFusion, KADTextEncoder, TextQueryAdapter
-from .medklip import arch_from
+from xbench.extract.models.crossattn.kad import KADFusion, KADTextEncoder, TextQueryAdapter
+from xbench.extract.models.crossattn.medklip import arch_from
 
 DEFAULT_ARCH = {
     "embed_dim": 768,

@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import AdapterOutput, ModelAdapter
-from ..pixels import PILResize
-from ..errors import ModelConfigError
-from .common import (
+from xbench.extract.models.base import AdapterOutput, ModelAdapter
+from xbench.extract.models.pixels import PILResize
+from xbench.extract.models.errors import ModelConfigError
+from xbench.extract.models.crossattn.common import (
     BERT_NON_PARAMETERS,
     zero_unsupported,
     prompt_texts,
@@ -61,7 +61,7 @@ from .common import (
     resnet_trunk,
     tokens_to_grid,
 )
-from .medklip import arch_from, resnet_grid
+from xbench.extract.models.crossattn.medklip import arch_from, resnet_grid
 
 DEFAULT_ARCH = {
     "embed_dim": 768,

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .cache import read_query_cache
-from .common import (
+from xbench.extract.models.crossattn.cache import read_query_cache
+from xbench.extract.models.crossattn.common import (
     AdapterConfigError,
     QueryDecoder,
     equalize_setting,
@@ -43,8 +43,8 @@ from .common import (
     resnet_trunk,
     tokens_to_grid,
 )
-from .entities import MAVL_GROUNDING_QUERIES
-from .medklip import EntityQueryAdapter, arch_from, load_weights, resnet_grid
+from xbench.extract.models.crossattn.entities import MAVL_GROUNDING_QUERIES
+from xbench.extract.models.crossattn.medklip import EntityQueryAdapter, arch_from, load_weights, resnet_grid
 
 DEFAULT_ARCH = {
     "d_model": 256,

@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import AdapterOutput, ModelAdapter
-from ..pixels import PILResize
-from .cache import QueryCache, read_query_cache
-from .common import (
+from xbench.extract.models.base import AdapterOutput, ModelAdapter
+from xbench.extract.models.pixels import PILResize
+from xbench.extract.models.crossattn.cache import QueryCache, read_query_cache
+from xbench.extract.models.crossattn.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     AdapterConfigError,

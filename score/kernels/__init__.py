@@ -1,0 +1,1 @@
+"""score/kernels: see docs/architecture.md."""

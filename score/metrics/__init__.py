@@ -1,0 +1,1 @@
+"""score/metrics: see docs/architecture.md."""

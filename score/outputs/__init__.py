@@ -1,0 +1,1 @@
+"""score/outputs: see docs/architecture.md."""

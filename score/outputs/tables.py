@@ -1,0 +1,534 @@
+"""Every table of XBench, defined once: the leaderboard of the report and the paper's tables of ``xbench-score``.
+
+A :class:`Table` holds, per row (a model, or a (model, dataset) pair), one :class:`Cell` per column: the
+metrics.json value (a fraction, or a plain number for a metric registered with ``fmt="number"``), its 95 %
+interval when known, and a best/second mark. Columns are (group label, group key, metric key) triples; a
+group is a dataset, "Overall", or a class. The builders read metric titles, formats and the order of the
+metric groups from the registry (:mod:`xbench.score.metrics.registry`) and dataset titles and order from the
+dataset catalog, so the report and ``xbench-score`` build from the same definitions and only render
+differently:
+
+- the **report** layout (default): a model per row, ranked by overall pointing game, an "Overall" group
+  beside the datasets (left out when it would repeat the only dataset), intervals, and in each column the
+  best value **bold**, the second best underlined (paper convention);
+- the **scorer** layout (``layout="scorer"``, ``xbench-score``'s ``tables/*``): rows in the given order,
+  dataset groups only, no marks; metric groups beyond Table 1 as one row per (method, dataset) plus the
+  method's mean.
+
+Renderings: :meth:`Table.to_markdown` and :meth:`Table.to_html` print a percent metric x100 and a number
+as is, both with two decimals (undefined: ``–``); :meth:`Table.to_csv` keeps full-precision metrics.json
+values with ``…/ci_lo`` and ``…/ci_hi`` columns (the report); :meth:`Table.to_rounded_csv` the printed
+values rounded to two decimals (``xbench-score``). Labels (model, class, dataset names) come from
+submissions, i.e. from anyone, so every writer escapes them (:func:`md_cell`, :func:`csv_cell`,
+``html.escape``). No pandas: tables are small, and the scorer imports none until it writes pairs.parquet.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from xbench.schemas import catalog
+
+from xbench.score.metrics import registry as R
+from xbench.score.outputs.cells import csv_cell, md_cell
+from xbench.score.sections.phrases import phrase_columns, phrase_rows
+
+__all__ = ["DATASET_TITLES", "METRIC_TITLES", "Cell", "Table", "ci_of", "csv_cell", "dataset_order", "extra_tables",
+           "grounding_table", "mark_columns", "md_cell", "partial_of", "partial_suffix", "per_class_table", "phrase_table",
+           "recognition_table", "shown_value", "value_of", "write_table", "write_tables"]
+
+Layout = Literal["report", "scorer"]
+#: decimals of every printed value
+DIGITS = 2
+
+# -- escaping at the writers: labels (model, class, dataset names) come from submissions, i.e. from anyone --------
+
+# -- titles and formats -----------------------------------------------------------------------------------------
+
+#: Column titles and order of the paper's Table 1 (phantom last; unknown keys after it, sorted), from the
+#: dataset catalog (schemas/datasets.toml).
+DATASET_TITLES = catalog.titles()
+
+
+class _Titles(dict):
+    """{metric key: short title}, read from the registry on every lookup (a metric registered later shows)."""
+
+    def get(self, key, default=None):
+        m = R.REGISTRY.get(key)
+        return m.short if m is not None else default
+
+    def __getitem__(self, key):
+        return R.REGISTRY[key].short
+
+    def __contains__(self, key):
+        return key in R.REGISTRY
+
+
+METRIC_TITLES = _Titles()
+
+def _fmt_of(key: str) -> str:
+    m = R.REGISTRY.get(key)  # CNR is a registered phrase metric (fmt "number"); an unknown key is a share
+    return m.fmt if m is not None else "percent"
+
+
+def _higher_is_better(key: str) -> bool:
+    m = R.REGISTRY.get(key)
+    return True if m is None else m.higher_is_better
+
+
+def shown_value(key: str, v) -> float | None:
+    """A value as the tables print it: x100 for a fraction (``fmt="percent"``), as is for a number."""
+    if v is None:
+        return None
+    return 100 * v if _fmt_of(key) == "percent" else float(v)
+
+
+def _text(key: str, v) -> str:
+    return f"{shown_value(key, v):.{DIGITS}f}"
+
+
+def _scorer_header(m: R.Metric) -> str:
+    """A metric's header in xbench-score's tables: its ``column``, or "<stratum> <base column>" for a
+    lesion-size stratum, else its short title."""
+    if m.column:
+        return m.column
+    if m.stratum:
+        base = R.metric(m.base)
+        return f"{m.stratum} {base.column or base.short}"
+    return m.short
+
+
+# -- the cell model -----------------------------------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    value: float | None
+    ci: tuple[float, float] | None = None
+    mark: str | None = None  # "best", "second" or None
+
+
+@dataclass
+class Table:
+    """title: heading; key: file stem; columns: [(group label, group key, metric key)] (group label None: the
+    header is the metric's only); rows: row label (a string, or a tuple with one entry per ``index`` name) ->
+    cells; labels: {metric key: header} where it is not the registry's short title; metric_in_header: False
+    for per-class tables (one header row of class names)."""
+
+    title: str
+    key: str
+    columns: list
+    rows: dict = field(default_factory=dict)
+    caption: str = ""
+    metric_in_header: bool = True
+    index: tuple = ("Model",)
+    labels: dict = field(default_factory=dict)
+
+    def label(self, metric: str) -> str:
+        return self.labels.get(metric) or METRIC_TITLES.get(metric, metric)
+
+    def headers(self) -> list[str]:
+        """One header per column, as Markdown and the rounded CSV show it."""
+        if not self.metric_in_header:
+            return [g for g, _, _ in self.columns]
+        return [self.label(m) if g is None else f"{g} {self.label(m)}" for g, _, m in self.columns]
+
+    def to_markdown(self, *, with_ci: bool = True, heading: bool = True) -> str:
+        """A GitHub Markdown table (``heading``: with the title and the caption above it)."""
+        lines = []
+        if heading:
+            lines += [f"### {md_cell(self.title)}", ""]
+            if self.caption:
+                lines += [md_cell(self.caption), ""]
+        lines.append("| " + " | ".join(md_cell(h) for h in [*self.index, *self.headers()]) + " |")
+        lines.append("|" + "---|" * len(self.index) + "---:|" * len(self.columns))
+        for row, cells in self.rows.items():
+            keys = [md_cell(k) for k in _keys(row)]
+            lines.append("| " + " | ".join(keys + [_fmt_md(c, m, with_ci) for c, (_, _, m) in
+                                                   zip(cells, self.columns)]) + " |")
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        """metrics.json's values at full precision, one column per (group, metric) plus its interval."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        head = ["model"]
+        for _, gkey, m in self.columns:
+            base = f"{gkey}/{m}"
+            head += [base, f"{base}/ci_lo", f"{base}/ci_hi"]
+        w.writerow([csv_cell(h) for h in head])
+        for row, cells in self.rows.items():
+            out = [csv_cell(k) for k in _keys(row)]
+            for cell in cells:
+                out += [_num(cell.value), _num(cell.ci[0] if cell.ci else None), _num(cell.ci[1] if cell.ci else None)]
+            w.writerow(out)
+        return buf.getvalue()
+
+    def to_rounded_csv(self) -> str:
+        """The values as printed (percent or number), rounded to two decimals; one header per column."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow([csv_cell(str(h)) for h in [*self.index, *self.headers()]])
+        for row, cells in self.rows.items():
+            w.writerow([csv_cell(str(k)) for k in _keys(row)]
+                       + [_rounded(c.value, m) for c, (_, _, m) in zip(cells, self.columns)])
+        return buf.getvalue()
+
+    def to_html(self, *, with_ci: bool = True) -> str:
+        """An HTML <table>: a two-row header (groups, then metrics) as in the paper; one row of headers when
+        no column has a group or the columns are classes."""
+        e = html.escape
+        out = [f'<table class="lb" id="{e(self.key)}">']
+        if self.caption:
+            out.append(f"<caption>{e(self.caption)}</caption>")
+        two_rows = self.metric_in_header and any(g is not None for g, _, _ in self.columns)
+        if two_rows:
+            out.append(f"<thead><tr>{_index_th(self.index, 2)}")
+            out += [f'<th colspan="{n}">{e(g)}</th>' for g, n in _spans(self.columns)]
+            out.append("</tr><tr>")
+            out += [f"<th>{e(self.label(m))}</th>" for _, _, m in self.columns]
+        else:
+            out.append(f"<thead><tr>{_index_th(self.index, 1)}")
+            out += [f"<th>{e(h)}</th>" for h in self.headers()]
+        out.append("</tr></thead><tbody>")
+        for row, cells in self.rows.items():
+            out.append("<tr>" + "".join(f'<th class="model">{e(str(k))}</th>' for k in _keys(row)))
+            for cell, (_, _, m) in zip(cells, self.columns):
+                out.append(f"<td>{_fmt_html(cell, m, with_ci)}</td>")
+            out.append("</tr>")
+        out.append("</tbody></table>")
+        return "".join(out)
+
+
+def _keys(row) -> list:
+    return list(row) if isinstance(row, tuple) else [row]
+
+
+def _index_th(index, rowspan: int) -> str:
+    span = f' rowspan="{rowspan}"' if rowspan > 1 else ""
+    return "".join(f"<th{span}>{html.escape(n)}</th>" for n in index)
+
+
+def _spans(columns) -> list[tuple[str, int]]:
+    """Consecutive columns of the same group, as (group label, count)."""
+    groups: list[tuple[str, int]] = []
+    for g, _, _ in columns:
+        if groups and groups[-1][0] == g:
+            groups[-1] = (g, groups[-1][1] + 1)
+        else:
+            groups.append((g, 1))
+    return groups
+
+
+def _num(x) -> str:
+    return "" if x is None else repr(float(x))
+
+
+def _rounded(v, key: str) -> str:
+    # numpy's rounding (x 10^d, round half to even, / 10^d), as the tables were always rounded
+    return "" if v is None else repr(float(np.round(np.float64(shown_value(key, v)), DIGITS)))
+
+
+def _fmt(cell: Cell, key: str, with_ci: bool, *, na: str, marks: tuple[str, str], ci: str) -> str:
+    """A cell as text: ``na`` when undefined; ``marks`` wrap the best/second value ("{}" templates);
+    ``ci`` is the interval's template ("{lo}", "{hi}")."""
+    if cell.value is None:
+        return na
+    v = _text(key, cell.value)
+    if cell.mark in ("best", "second"):
+        v = marks[cell.mark == "second"].format(v)
+    if with_ci and cell.ci:
+        v += ci.format(lo=_text(key, cell.ci[0]), hi=_text(key, cell.ci[1]))
+    return v
+
+
+def _fmt_md(cell: Cell, key: str, with_ci: bool) -> str:
+    return _fmt(cell, key, with_ci, na="–", marks=("**{}**", "<u>{}</u>"), ci=" ({lo}–{hi})")
+
+
+def _fmt_html(cell: Cell, key: str, with_ci: bool) -> str:
+    return _fmt(cell, key, with_ci, na='<span class="na">–</span>', marks=("<b>{}</b>", "<u>{}</u>"),
+                ci='<br><span class="ci">{lo}–{hi}</span>')
+
+
+# -- reading metrics.json ----------------------------------------------------------------------------------------
+
+def _metrics_of(results) -> dict[str, dict]:
+    """{row label: metrics dict} from a mapping of that shape or from loaded results (``name``, ``metrics``)."""
+    if isinstance(results, Mapping):
+        return dict(results)
+    return {r.name: r.metrics for r in results}
+
+
+def dataset_order(results) -> list[str]:
+    """Datasets present in any metrics dict of ``results`` (a {label: metrics} mapping or loaded results), in
+    the paper's column order (unknown keys last, sorted)."""
+    seen = {d for m in _metrics_of(results).values() for d in m.get("datasets", {})}
+    known = [d for d in DATASET_TITLES if d in seen]
+    return known + sorted(seen - set(known))
+
+
+def value_of(metrics: dict, scope: str, key: str, cls: str | None = None):
+    """The metrics.json value (or None) of ``metrics`` for scope "overall" or a dataset key (and class)."""
+    if scope == "overall":
+        return metrics.get("overall", {}).get(key)
+    ds = metrics.get("datasets", {}).get(scope)
+    if ds is None:
+        return None
+    if cls is None:
+        return ds.get("summary", {}).get(key)
+    return ds.get("classes", {}).get(cls, {}).get(key)
+
+
+def _ci_in(metrics: dict, scope: str, key: str, cls: str | None):
+    """The interval stored in a dict of the metrics.json layout, or None."""
+    if scope == "overall":
+        # the scorer writes the overall intervals at the top level ("ci95" beside "overall")
+        return (metrics.get("ci95") or metrics.get("overall", {}).get("ci95") or {}).get(key)
+    ds = metrics.get("datasets", {}).get(scope, {})
+    if cls is not None:
+        return (ds.get("classes", {}).get(cls, {}).get("ci95") or {}).get(key)
+    return (ds.get("ci95") or ds.get("summary", {}).get("ci95") or {}).get(key)
+
+
+def partial_of(metrics: dict, scope: str) -> tuple[int, int] | None:
+    """(cases scored, cases of the ground truth) when ``metrics`` (a metrics.json dict) was scored on part of
+    the cases of ``scope`` (a dataset key, or "overall" for the whole run: ``xbench-score --allow-missing``),
+    else None."""
+    part = metrics.get("partial") if scope == "overall" else metrics.get("datasets", {}).get(scope, {}).get("partial")
+    if isinstance(part, dict) and isinstance(part.get("cases"), int) and isinstance(part.get("of"), int):
+        return part["cases"], part["of"]
+    return None
+
+
+def partial_suffix(results, scope: str) -> str:
+    """" (partial: N of M cases)" to append to a label whose numbers cover ``scope`` when the results (a
+    {label: metrics} mapping or loaded results) were scored on part of its cases; "" for complete results."""
+    found = [partial_of(m, scope) for m in _metrics_of(results).values()]
+    parts = {p for p in found if p is not None}
+    if not parts:
+        return ""
+    if len(parts) == 1 and len(parts) == len(set(found)):
+        cases, of = parts.pop()
+        return f" (partial: {cases} of {of} cases)"
+    return " (partial for some rows: fewer cases)"
+
+
+def ci_of(metrics: dict, scope: str, key: str, cls: str | None = None, computed: dict | None = None):
+    """The 95 % interval: from ``metrics`` where the scorer wrote one, else from ``computed`` (the scorer's
+    intervals computed by the report, in the metrics.json layout: see
+    :func:`xbench.score.report.paired.missing_intervals`), else None."""
+    ci = _ci_in(metrics, scope, key, cls)
+    if ci is None and computed:
+        ci = _ci_in(computed, scope, key, cls)
+    return tuple(ci) if ci else None
+
+
+# -- marks and ranking -----------------------------------------------------------------------------------------
+
+def mark_columns(table: Table) -> Table:
+    """Set best/second marks in every column, comparing values at the printed precision (equal-looking values
+    share a mark) in the metric's direction. Marks need two rows, a second best three."""
+    rows = list(table.rows)
+    for j, (_, _, key) in enumerate(table.columns):
+        shown = {r: round(shown_value(key, table.rows[r][j].value), DIGITS) for r in rows
+                 if table.rows[r][j].value is not None}
+        if len(shown) < 2:
+            continue
+        distinct = sorted(set(shown.values()), reverse=_higher_is_better(key))
+        for r, v in shown.items():
+            if v == distinct[0]:
+                table.rows[r][j].mark = "best"
+            elif len(shown) >= 3 and len(distinct) > 1 and v == distinct[1]:
+                table.rows[r][j].mark = "second"
+    return table
+
+
+def _ranked(metrics: dict[str, dict]) -> dict[str, dict]:
+    """Rows ranked by overall pointing game (the stated key), best first; models without it last."""
+    def key(item):
+        v = value_of(item[1], "overall", "pointing_game")
+        return (v is None, -(v or 0.0))
+
+    return dict(sorted(metrics.items(), key=key))
+
+
+# -- the table definitions ---------------------------------------------------------------------------------------
+
+_RANKED = " Rows ranked by overall pointing game."
+_GROUP_CAPTIONS = {
+    "lesion_size": ("Grounding by lesion size",
+                    "Pointing game and Dice/IoU at each class's best threshold over the positive pairs whose region "
+                    "covers < 1 % (small), 1-5 % (medium) or >= 5 % (large) of the image; mean over the classes "
+                    "with such a region, percent."),
+    "other": ("More grounding metrics", "Registered grounding metrics beyond the paper's, percent."),
+}
+#: xbench-score's file stems of the metric-group tables
+_GROUP_STEMS = {"recognition": "table_recognition", "lesion_size": "table_lesion_size", "other": "table_grounding_more"}
+#: the paper's Table 1 headers, at either threshold
+_TABLE1_HEADERS = ("Point", "Dice", "IoU")
+
+
+def _wide(results, title, key, metrics, computed, caption, layout: Layout, *, dataset_metrics=(), labels=None) -> Table:
+    """One row per result, a column group per dataset (and Overall in the report) of ``metrics`` (+
+    ``dataset_metrics`` in dataset groups only)."""
+    ms = _metrics_of(results)
+    datasets = dataset_order(ms)
+    report = layout == "report"
+    groups = datasets + (["overall"] if report and len(datasets) != 1 else [])
+    columns = []
+    for g in groups:
+        label = "Overall" if g == "overall" else DATASET_TITLES.get(g, g)
+        if not report:  # xbench-score's files say where they cover part of the cases (--allow-missing)
+            label += partial_suffix(ms, g)
+        columns += [(label, g, m) for m in list(metrics) + (list(dataset_metrics) if g != "overall" else [])]
+    t = Table(title=title, key=key, columns=columns, caption=caption + (_RANKED if report else ""),
+              index=("Model",) if report else ("Method",), labels=dict(labels or {}))
+    for name, m in (_ranked(ms) if report else ms).items():
+        comp = (computed or {}).get(name)
+        t.rows[name] = [Cell(value_of(m, g, k), ci_of(m, g, k, computed=comp)) for _, g, k in columns]
+    return mark_columns(t) if report else t
+
+
+def _long(results, title, key, metrics, computed, caption) -> Table:
+    """xbench-score's layout of a metric group: one row per (method, dataset it has) and its mean over datasets."""
+    t = Table(title=title, key=key, columns=[(None, None, m.key) for m in metrics], caption=caption,
+              index=("Method", "Dataset"), labels={m.key: _scorer_header(m) for m in metrics})
+    for name, m in _metrics_of(results).items():
+        comp = (computed or {}).get(name)
+        for g in dataset_order({name: m}) + ["overall"]:
+            row = (name, ("Mean" if g == "overall" else DATASET_TITLES.get(g, g)) + partial_suffix({name: m}, g))
+            t.rows[row] = [Cell(value_of(m, g, k.key), ci_of(m, g, k.key, computed=comp)) for k in metrics]
+    return t
+
+
+def grounding_table(results, computed=None, *, best: bool = True, layout: Layout = "report") -> Table:
+    """Table 1: per dataset (and overall) the pointing game and Dice and IoU at the best threshold (``best=False``:
+    at the fixed tau = 0.5). ``results``: {label: metrics dict} or loaded results; ``computed``: {label:
+    intervals in the metrics.json layout} for results whose metrics.json has none."""
+    dice, iou = ("dice_best", "iou_best") if best else ("dice_fixed", "iou_fixed")
+    keys = ("pointing_game", dice, iou) if best else (dice, iou)
+    if best:
+        title, key, caption = ("Grounding (best threshold)", "grounding",
+                               "Pointing game and best-threshold Dice/IoU, percent; 95% bootstrap interval as low–high. "
+                               "Best in each column bold, second best underlined.")
+    else:
+        title, key, caption = "Grounding (fixed threshold 0.5)", "grounding_fixed", "Dice and IoU at tau = 0.5, percent."
+    if layout == "scorer":  # the paper's Table 1: the pointing game beside Dice/IoU, headers Point | Dice | IoU
+        keys = ("pointing_game", dice, iou)
+        return _wide(results, title, key, keys, computed, caption, layout, labels=dict(zip(keys, _TABLE1_HEADERS)))
+    return _wide(results, title, key, keys, computed, caption, layout)
+
+
+def recognition_table(results, computed=None, *, layout: Layout = "report") -> Table:
+    """Zero-shot recognition: the registered recognition metrics (AUROC, AUPRC, F1, accuracy) per dataset and
+    overall, and the dataset-level ones (Hamming accuracy) per dataset; xbench-score's layout has one row per
+    (method, dataset) and the method's mean, with every metric."""
+    title, caption = ("Recognition",
+                      "Macro AUROC, AUPRC, F1 and accuracy over classes, percent; Hamming accuracy per dataset.")
+    ms = R.table_metrics("recognition")
+    if layout == "scorer":
+        return _long(results, title, "recognition", ms, computed, caption)
+    return _wide(results, title, "recognition", [m.key for m in ms if m.kind == "recognition"], computed, caption,
+                 layout, dataset_metrics=[m.key for m in ms if m.kind != "recognition"])
+
+
+def per_class_table(results, dataset: str, metric: str = "pointing_game", computed=None, *,
+                    layout: Layout = "report") -> Table:
+    """Tables 2-5: one metric per class of one dataset, with the dataset mean first."""
+    ms = _metrics_of(results)
+    classes: list[str] = []
+    for m in ms.values():
+        for c in m.get("datasets", {}).get(dataset, {}).get("classes", {}):
+            if c not in classes:
+                classes.append(c)
+    mean = "Mean" + (partial_suffix(ms, dataset) if layout == "scorer" else "")
+    columns = [(mean, "mean", metric)] + [(c, c, metric) for c in classes]
+    mt = METRIC_TITLES.get(metric, metric)
+    t = Table(title=f"{DATASET_TITLES.get(dataset, dataset)}: {mt} per class", key=f"{dataset}_{metric}",
+              columns=columns, metric_in_header=False, index=("Model",) if layout == "report" else ("Method",),
+              caption=f"{mt} per class on {dataset}, percent; mean over classes first.")
+    for name, m in ms.items():
+        comp = (computed or {}).get(name)
+        t.rows[name] = [Cell(value_of(m, dataset, metric, None if g == "mean" else g),
+                             ci_of(m, dataset, metric, None if g == "mean" else g, comp)) for _, g, _ in columns]
+    return mark_columns(t) if layout == "report" else t
+
+
+def _present(ms: dict[str, dict], group: str) -> bool:
+    """True when some result has a value (or null) of a metric of ``group``: a metrics.json written before the
+    metric existed gets no empty table."""
+    keys = {m.key for m in R.table_metrics(group)}
+    return any(keys & set(m.get("overall", {})) for m in ms.values())
+
+
+def extra_tables(results, computed=None, *, layout: Layout = "report") -> list[Table]:
+    """Tables of registered metrics beyond the paper's, each only when some result holds its metrics:
+    grounding by lesion size, then any other grounding metric."""
+    ms = _metrics_of(results)
+    out = []
+    for group, (title, caption) in _GROUP_CAPTIONS.items():
+        metrics = R.table_metrics(group)
+        if not metrics or not _present(ms, group):
+            continue
+        if layout == "scorer":
+            out.append(_long(ms, title, group, metrics, computed, caption))
+        else:
+            out.append(_wide(ms, title, group, [m.key for m in metrics], computed, caption, layout))
+    return out
+
+
+def phrase_table(results) -> Table | None:
+    """Phrase grounding (metrics.json "phrases"): one row per (model, dataset, category), the dataset's mean over
+    categories first, with the columns and rows of leaderboard.md's phrase table (:func:`xbench.score.sections.phrases.
+    phrase_rows`) and their 95 % intervals; None when no result has phrase rows. No marks: rows are different
+    categories, not rivals."""
+
+    rows = phrase_rows(list(results.values()) if isinstance(results, Mapping) else results)
+    if not rows:
+        return None
+    notes = [f"{r['model']} on {r['dataset']}: {r['note']}" for r in rows if r["note"]]
+    caption = ("Per category, and the mean over categories (all categories); CNR = |mu_in - mu_out| / "
+               "sqrt(var_in + var_out) on the map resized to the grid, a ratio; CNR± = (mu_in - mu_out) / "
+               "sqrt(var_in + var_out), the same with its sign (negative: the map is lower inside the region than "
+               "outside); the others in percent; 95% bootstrap interval over images as low–high." + (" Not scored: " + "; ".join(notes) + "." if notes else ""))
+    columns = phrase_columns()
+    t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, k) for k, _ in columns],
+              caption=caption, index=("Model", "Dataset", "Category", "Phrases"), labels=dict(columns))
+    for r in rows:
+        label = (r["model"], DATASET_TITLES.get(r["dataset"], r["dataset"]), r["category"],
+                 "" if r["n_phrases"] is None else str(r["n_phrases"]))
+        t.rows[label] = [Cell(r[k], tuple(r["ci95"][k]) if r["ci95"].get(k) else None) for k, _ in columns]
+    return t
+
+
+# -- xbench-score's files -----------------------------------------------------------------------------------------
+
+def write_table(table: Table, out_dir: str | os.PathLike, stem: str) -> list[Path]:
+    """Write ``<stem>.csv`` (printed values rounded to two decimals) and ``<stem>.md`` into ``out_dir``."""
+    out = Path(out_dir)
+    csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
+    csv_path.write_text(table.to_rounded_csv())
+    md_path.write_text(table.to_markdown(with_ci=False, heading=False))
+    return [csv_path, md_path]
+
+
+def write_tables(results: Mapping[str, dict], out_dir: str | os.PathLike) -> list[Path]:
+    """Table 1 (best and fixed threshold), one pointing table per dataset, the recognition table and the metric
+    groups beyond the paper's, in xbench-score's layout."""
+    paths = write_table(grounding_table(results, layout="scorer"), out_dir, "table1_grounding")
+    paths += write_table(grounding_table(results, best=False, layout="scorer"), out_dir, "table1_grounding_fixed")
+    for d in dataset_order(results):
+        paths += write_table(per_class_table(results, d, layout="scorer"), out_dir, f"table_pointing_{d}")
+    paths += write_table(recognition_table(results, layout="scorer"), out_dir, _GROUP_STEMS["recognition"])
+    for t in extra_tables(results, layout="scorer"):
+        paths += write_table(t, out_dir, _GROUP_STEMS[t.key])
+    return paths

@@ -1,0 +1,1 @@
+"""score/resampling: see docs/architecture.md."""

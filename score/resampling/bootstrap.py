@@ -1,0 +1,847 @@
+"""Percentile bootstrap intervals from per-pair counts, and a paired bootstrap of two submissions.
+
+Method (contract, "Uncertainty"): cases are resampled with replacement *within a dataset* (all classes of a
+case move together), exactly ``n_resamples`` times, from an explicit ``numpy.random.Generator``. A resample
+is represented by its multiplicity vector ``w`` (how often each case was drawn), so a class statistic on a
+resample is a ``w``-weighted statistic over the original pairs, computed with matrix products instead of
+copying data. In every resample the best threshold is re-chosen (unless thresholds were transferred), a
+class with no positive pair (or a single label value) in that resample is left out of its dataset mean,
+and the 95 % interval is ``numpy.nanpercentile(replicates, [2.5, 97.5])`` (linear interpolation) over the
+resamples where the statistic is defined.
+
+Known bias: the percentile interval of a max-over-thresholds statistic is biased upwards, and it is
+optimistic for classes with few positive pairs (a resample cannot show a region it never drew); treat
+intervals of classes with fewer than ~20 positive pairs as indicative only.
+
+Seeding: :func:`bootstrap_replicates` draws every dataset's resamples from one
+``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as the scorer does for metrics.json, so
+the report's intervals and paired comparisons use exactly the scorer's resamples for the same n and seed.
+The datasets are then computed on Numba's thread count of threads (``NUMBA_NUM_THREADS``), each from a copy of
+the generator taken where its draws start, so the replicates are bit for bit those of a serial loop.
+
+Paired comparisons: :func:`paired_bootstrap` (or :func:`bootstrap_replicates` of both submissions, then
+:func:`paired_differences`) applies one set of case resamples per dataset to both submissions, so the
+interval of the *difference* ``a - b`` accounts for the cases they share. The point values of a comparison
+come from :func:`identity_replicates` (every case drawn once), which equal the metrics.json values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from xbench.score.metrics import registry as R
+from xbench.score.resampling.engine import (ALPHA, cluster_weights, holm, holm_family, holm_floor_note, holm_min_resamples, n_clusters,
+                         multinomial_weights, resample_streams, resample_weights, significant, stream)
+from xbench.score.kernels.counts import DatasetCounts, PhraseCounts
+from xbench.score.resampling.intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
+from xbench.score.resampling.intervals import percentile_interval, percentile_intervals
+from xbench.score.kernels.maps import _ranked_replicates, rank_order
+from xbench.score.resampling.intervals import mean_defined
+from xbench.score.sections.phrases import ALL_PHRASES, PHRASE_SCOPE, phrase_ground_truth_problems, phrase_points
+from xbench.score.sections.rowscope import row_scopes
+
+if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
+    import pandas as pd
+
+__all__ = [
+    "GROUNDING_KEYS",
+    "RECOGNITION_KEYS",
+    "resample_weights",
+    "serial_blas",
+    "recognition_replicates",
+    "dataset_replicates",
+    "percentile_interval",
+    "percentile_intervals",
+    "Replicates",
+    "bootstrap_replicates",
+    "identity_replicates",
+    "overall_replicates",
+    "ground_truth_problems",
+    "PAIRED_COLUMNS",
+    "paired_differences",
+    "paired_bootstrap",
+    "paired_class_rows",
+    "phrase_replicates",
+    "paired_phrase_rows",
+    "ALPHA",
+    "holm",
+    "holm_family",
+    "significant",
+    "holm_min_resamples",
+    "holm_floor_note",
+]
+
+#: The contract's grounding and recognition keys of schema minor 0 (every registered metric is bootstrapped:
+#: see :mod:`xbench.score.metrics.registry`).
+GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
+RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
+#: Pairs of a class per matrix product in the bootstrap (every class at the paper's scale fits in one).
+PAIR_CHUNK = 8192
+#: Bytes of per-pair Dice/IoU matrices kept per dataset between resample blocks; beyond it they are
+#: recomputed from the counts in every block (time for memory: the scorer's memory then does not grow
+#: with the size of a dataset's largest class).
+CURVE_CACHE_BYTES = 16 * 2**20
+
+
+@contextmanager
+def serial_blas() -> Iterator[None]:
+    """Run BLAS (NumPy's matrix products) on one thread inside the block.
+
+    The bootstrap makes hundreds of small matrix products per dataset. On a machine whose cores are busy
+    (other processes, or Numba's worker threads left over from counting), OpenBLAS's worker threads wait
+    for a time slice on every product: measured on 2 shared cores, the full-scale bootstrap took 0.3-4.8 s
+    from run to run and ~7-23 s at 10x the data, against a steady 0.34 s and 3.4 s on one thread. The
+    results do not depend on the thread count (OpenBLAS splits the output, not the sums).
+    """
+    try:
+        from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+    except ImportError:  # pragma: no cover - scikit-learn is a dependency of the scorer
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def _first_max_rows(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first maximum (the smallest tau on ties) and its index; a row with a NaN (a resample that
+    drew none of the pairs: all NaN) counts NaN as -1, i.e. index 0 for an all-NaN row."""
+    nan = np.isnan(means)
+    if nan.any():
+        means = np.where(nan, -1.0, means)
+    k = np.argmax(means, axis=1)
+    return means[np.arange(means.shape[0]), k], k
+
+
+def _inverse(den: np.ndarray) -> np.ndarray:
+    """1 / den where den > 0, NaN elsewhere (a resample that drew none of the pairs)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, 1.0 / np.where(den > 0, den, 1.0), np.nan)
+
+
+class _Plan(NamedTuple):
+    """Where each registered grounding metric's weighted sums sit, the same for every class of a run.
+
+    ``metrics``: the registered grounding metrics. A chunk's per-pair matrix ``vec`` (P, K) has one column per
+    ``sources`` entry, the distinct (values, pairs) sources of non-curve metrics (values times the 0/1
+    selection), then one per ``dens`` entry, the distinct pair selections (0/1; their weighted sums are the
+    denominators). ``curves``: the distinct (values, pairs) sources of curve metrics, each a block of T rows
+    of a chunk's transposed curve matrix. ``chosen``: {(values, chosen-by key): [pairs function, ...]} for
+    the :class:`~xbench.score.metrics.registry.ChosenBy` metrics, read from the raw curve block ``(values, None)``."""
+
+    metrics: tuple
+    sources: tuple
+    dens: tuple
+    curves: tuple
+    chosen: dict
+
+
+def _plan() -> _Plan:
+    ms = tuple(R.metrics("grounding"))
+    direct = [m for m in ms if not isinstance(m.threshold, R.ChosenBy)]
+    chosen: dict = {}
+    for m in ms:
+        if isinstance(m.threshold, R.ChosenBy):
+            chosen.setdefault((m.values, m.threshold.key), [])
+            if m.pairs not in chosen[(m.values, m.threshold.key)]:
+                chosen[(m.values, m.threshold.key)].append(m.pairs)
+    curves = list(dict.fromkeys((m.values, m.pairs) for m in direct if m.curve))
+    curves += [src for src in dict.fromkeys((values, None) for values, _ in chosen) if src not in curves]
+    return _Plan(ms, tuple(dict.fromkeys((m.values, m.pairs) for m in direct if not m.curve)),
+                 tuple(dict.fromkeys(m.pairs for m in ms)), tuple(curves), chosen)
+
+
+def _selection(view: R.PairView, fn, memo: dict) -> np.ndarray | None:
+    """The 0/1 float64 selection ``fn`` of a chunk's pairs (None: every pair)."""
+    if fn is None:
+        return None
+    if fn not in memo:
+        memo[fn] = np.asarray(fn(view), dtype=bool).astype(np.float64)
+    return memo[fn]
+
+
+def _chunk_vectors(dc: DatasetCounts, rows: np.ndarray, plan: _Plan) -> dict:
+    """A chunk's per-pair columns (P, K) float64 (``vec``, see :class:`_Plan`) and the chosen-by selections
+    (P, m) float64, one matrix per (values, chosen-by key)."""
+    view, memo = R.PairView(dc, rows), {}
+    cols = []
+    for values, pairs in plan.sources:
+        v = np.asarray(values(view), dtype=np.float64)
+        sel = _selection(view, pairs, memo)
+        cols.append(v if sel is None else v * sel)
+    for fn in plan.dens:
+        sel = _selection(view, fn, memo)
+        cols.append(np.ones(rows.size) if sel is None else sel)
+    ones = np.ones(rows.size)
+    chosen = {key: np.stack([ones if fn is None else _selection(view, fn, memo) for fn in fns], axis=1)
+              for key, fns in plan.chosen.items()}
+    vec = np.stack(cols, axis=1) if cols else np.zeros((rows.size, 0))
+    return {"vec": vec, "chosen": chosen}
+
+
+def _chunk_curves(dc: DatasetCounts, rows: np.ndarray, plan: _Plan) -> np.ndarray:
+    """A chunk's curve sources, transposed and stacked: (len(plan.curves) * T, P) float64, C order, so that
+    both the weighted sums (``w @ ct.T``) and each resample's row at its chosen tau (``ct[k]``) read it
+    without a copy."""
+    view, memo = R.PairView(dc, rows), {}
+    raw: dict = {}
+    blocks = []
+    for values, pairs in plan.curves:
+        if values not in raw:
+            raw[values] = np.asarray(values(view), dtype=np.float64)
+        sel = _selection(view, pairs, memo)
+        blocks.append((raw[values] if sel is None else raw[values] * sel[:, None]).T)
+    return np.ascontiguousarray(np.concatenate(blocks, axis=0)) if blocks else np.zeros((0, rows.size))
+
+
+def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, plan: _Plan,
+                     taus: Mapping[str, int] | None) -> dict[str, np.ndarray]:
+    """Every registered grounding metric of one class on each resample, (B,) float64 (NaN where a resample
+    drew none of the pairs a metric selects).
+
+    The class's pairs are taken a chunk (:data:`PAIR_CHUNK` pairs) at a time. Pass 1 takes two matrix products
+    per chunk: the resample weights of its pairs (B, P) times the chunk's per-pair columns (every non-curve
+    source and every pair selection, see :class:`_Plan`) and times its stacked curves (B, sources x T).
+    Fixed-threshold and :class:`~xbench.score.metrics.registry.Best` metrics are read from those sums (Best: the
+    first maximum of each resample's class-mean curve, ties to the smallest tau, or the transferred index).
+    Pass 2, only for :class:`~xbench.score.metrics.registry.ChosenBy` metrics, takes each pair's value at the tau its
+    resample chose (a row gather of the transposed curves) times the weights, times the chosen-by
+    selections: (B, P) work instead of another (B, P) x (P, T) product. Curves of a chunk come from the
+    dataset's cache when they fit its budget (see :func:`_class_cache`) and are recomputed otherwise. Only
+    the order of the sums differs from summing each metric on its own (last bits).
+    """
+    idx, pc, step = cc["idx"], cc["pair_case"], cc["step"]
+    T = dc.b.shape[1]
+    spans = [(s, min(idx.size, s + step)) for s in range(0, idx.size, step)]
+
+    def curves(s: int, e: int) -> np.ndarray:
+        ct = cc["chunks"][s].get("ct")
+        return _chunk_curves(dc, idx[s:e], plan) if ct is None else ct
+
+    vec_sum = curve_sum = w = None
+    for s, e in spans:
+        w = w_cases[:, pc[s:e]]
+        part_v, part_c = w @ cc["chunks"][s]["vec"], w @ curves(s, e).T
+        vec_sum = part_v if vec_sum is None else vec_sum + part_v
+        curve_sum = part_c if curve_sum is None else curve_sum + part_c
+    nv = len(plan.sources)
+    num = {src: vec_sum[:, j] for j, src in enumerate(plan.sources)}
+    num.update({src: curve_sum[:, j * T:(j + 1) * T] for j, src in enumerate(plan.curves)})
+    den = {fn: vec_sum[:, nv + j] for j, fn in enumerate(plan.dens)}
+    inverses = _inverse(vec_sum[:, nv:])
+    inv = {fn: inverses[:, j] for j, fn in enumerate(plan.dens)}
+    out: dict[str, np.ndarray] = {}
+    ks: dict[str, np.ndarray] = {}
+    for m in plan.metrics:
+        if isinstance(m.threshold, R.ChosenBy):
+            continue
+        total, i = num[(m.values, m.pairs)], inv[m.pairs]
+        if not m.curve:
+            out[m.key] = total * i
+            continue
+        with np.errstate(invalid="ignore"):
+            means = total * i[:, None]
+        rule = m.threshold
+        if isinstance(rule, R.Best):
+            if taus is None or taus.get(rule.tau_key) is None:
+                val, k = _first_max_rows(means)
+            else:
+                k = np.full(means.shape[0], int(taus[rule.tau_key]))
+                val = means[:, k[0]] if means.shape[0] else np.zeros(0)
+            out[m.key] = np.where(den[m.pairs] > 0, val, np.nan)
+            ks[m.key] = k
+        else:
+            out[m.key] = means[:, int(rule)]
+    if plan.chosen:
+        gathered: dict = {}
+        for s, e in spans:
+            if len(spans) > 1:  # else the one chunk's weights are still those of pass 1
+                w = w_cases[:, pc[s:e]]
+            ct = curves(s, e)
+            for (values, key), fns in plan.chosen.items():
+                at = ct[plan.curves.index((values, None)) * T + ks[key]]  # (B, P): each pair at its resample's tau
+                at *= w
+                part = at @ cc["chunks"][s]["chosen"][(values, key)]
+                for j, fn in enumerate(fns):
+                    g = (values, key, fn)
+                    gathered[g] = part[:, j] if g not in gathered else gathered[g] + part[:, j]
+        for m in plan.metrics:
+            if isinstance(m.threshold, R.ChosenBy):
+                out[m.key] = gathered[(m.values, m.threshold.key, m.pairs)] * inv[m.pairs]
+    return {m.key: out[m.key] for m in plan.metrics}
+
+
+_INDICATORS = ("tp", "fp", "fn", "correct", "labelled")
+
+
+def _indicators(labels: np.ndarray, prob: np.ndarray) -> np.ndarray:
+    """Per-case indicators (N, C, 5) int8 (:data:`_INDICATORS`) of classes' columns ``labels`` (1/0/-1) and
+    ``prob``; all 0 where a case is not labelled.
+
+    int8, not float64: they stay cached while a dataset's resamples are drawn, and their weighted sums are
+    integers, exact whichever way the product is computed.
+    """
+    lab, pos, y_hat = labels != -1, labels == 1, prob >= 0.5
+    return np.stack([y_hat & pos, y_hat & ~pos & lab, ~y_hat & pos, (y_hat == pos) & lab, lab],
+                    axis=-1).astype(np.int8)
+
+
+def _recognition_from_sums(wt: np.ndarray, ranks: list[tuple], sums: np.ndarray) -> dict[str, np.ndarray]:
+    """Every registered recognition metric of C classes on each resample, (B, C) each, from the weights (N, B),
+    each class's rank order and the weighted indicator sums (B, C, 5). (The registry's recognition metrics
+    are elementwise, so all classes go through them at once.)"""
+    B, C = sums.shape[:2]
+    auroc, ap = np.empty((B, C)), np.empty((B, C))
+    for j, rank in enumerate(ranks):
+        auroc[:, j], ap[:, j] = _ranked_replicates(wt, *rank)
+    tp, fp, fn, correct, total = np.moveaxis(sums, 2, 0)
+    s = R.RecognitionSums(tp=tp, fp=fp, fn=fn, correct=correct, total=total, auroc=auroc, auprc=ap)
+    return {m.key: np.asarray(m.values(s), dtype=np.float64).reshape(B, C) for m in R.metrics("recognition")}
+
+
+def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
+    """Class recognition statistics on each resample.
+
+    Parameters
+    ----------
+    w : (B, n) float64
+        Multiplicity of each labelled case of the class in each resample.
+    y : (n,) int, 0 or 1; p : (n,) float64
+        Labels and probabilities of the labelled cases.
+
+    Returns
+    -------
+    dict of (B,) float64 keyed by the registered recognition metrics (:data:`RECOGNITION_KEYS` and any
+    added); AUROC/AUPRC NaN where a resample holds a single label value, everything NaN where it holds no
+    labelled case.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    y, p = np.asarray(y), np.asarray(p, dtype=np.float64)
+    n = w.shape[1]
+    sums = w @ _indicators(y[:, None], p[:, None])[:, 0].astype(np.float64)
+    out = _recognition_from_sums(np.ascontiguousarray(w.T), [rank_order(y == 1, p, np.arange(n))], sums[:, None])
+    return {k: v[:, 0] for k, v in out.items()}
+
+
+def _class_cache(dc: DatasetCounts, c: int, cache: dict, plan: _Plan) -> dict:
+    """Everything a resample needs about class column ``c``, computed once per dataset.
+
+    Per chunk of the class's pairs: its per-pair columns (:func:`_chunk_vectors`) and, while the dataset's
+    cache holds less than ``cache["budget"]`` bytes of them, its curves (Dice and IoU: 1.6 KB per pair,
+    :func:`_chunk_curves`); :func:`_class_grounding` recomputes the curves of the other chunks.
+    """
+    out: dict = {}
+    idx = dc.class_pairs(c)
+    if idx.size:
+        step = cache["pair_chunk"]
+        out.update(idx=idx, pair_case=dc.pair_case[idx], step=step, chunks={})
+        for s in range(0, idx.size, step):
+            rows = idx[s:s + step]
+            out["chunks"][s] = chunk = _chunk_vectors(dc, rows, plan)
+            size = len(plan.curves) * 8 * rows.size * dc.b.shape[1]
+            if cache["bytes"] + size <= cache["budget"]:
+                chunk["ct"] = _chunk_curves(dc, rows, plan)
+                cache["bytes"] += size
+    rows = np.flatnonzero(dc.labels[:, c] != -1)
+    out["rank"] = rank_order(dc.labels[rows, c] == 1, dc.prob[rows, c], rows)
+    return out
+
+
+def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str, tuple[int, int]] | None = None,
+                       per_pair: dict | None = None
+                       ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Replicates of every class statistic and of the dataset summary for one block of case resamples.
+
+    Parameters
+    ----------
+    dc : DatasetCounts
+    w_cases : (B, N) float64
+        Case multiplicities from :func:`resample_weights`.
+    taus : dict, optional
+        {class: (dice index, iou index)} to use fixed (transferred) thresholds instead of re-choosing.
+    per_pair : dict, optional
+        A dict kept between blocks of the same dataset, caching the per-class Dice/IoU matrices (up to
+        ``CURVE_CACHE_BYTES``), per-pair columns, indicators and rank orders so each block only does the
+        weighted sums. Preset ``"pair_chunk"`` or ``"budget"`` in it to override :data:`PAIR_CHUNK` and
+        :data:`CURVE_CACHE_BYTES`.
+
+    Returns
+    -------
+    (classes, summary): ``classes[name][key]`` and ``summary[key]`` are (B,) float64 arrays (NaN =
+    undefined in that resample); the summary is the mean over classes defined in each resample, plus
+    ``hamming_accuracy``.
+    """
+    cache = per_pair if per_pair is not None else {}
+    cache.setdefault("pair_chunk", PAIR_CHUNK)
+    cache.setdefault("budget", CURVE_CACHE_BYTES)
+    cache.setdefault("bytes", 0)
+    if "plan" not in cache:
+        cache["plan"] = _plan()
+    plan = cache["plan"]
+    w_cases = np.ascontiguousarray(w_cases, dtype=np.float64)
+    B = w_cases.shape[0]
+    w_t = np.ascontiguousarray(w_cases.T)  # (N, B), shared by every class's rank kernel
+    supported = [c for c in range(len(dc.classes)) if dc.supported[c]]
+    if "indicators" not in cache:
+        cache["indicators"] = _indicators(dc.labels[:, supported], dc.prob[:, supported]).reshape(dc.n_cases, -1)
+    # every class's weighted indicator sums in one product (B, 5 per class): integers, exact in any order
+    indicator_sums = (w_cases @ cache["indicators"].astype(np.float64)).reshape(B, len(supported), 5)
+    for c in supported:
+        if c not in cache:
+            cache[c] = _class_cache(dc, c, cache, plan)
+    recognition = _recognition_from_sums(w_t, [cache[c]["rank"] for c in supported], indicator_sums)
+    grounding = [m.key for m in plan.metrics]
+    classes: dict[str, dict[str, np.ndarray]] = {}
+    for j, c in enumerate(supported):
+        name, cc = dc.classes[c], cache[c]
+        stats: dict[str, np.ndarray] = {}
+        if "idx" in cc:
+            t = (taus or {}).get(name)
+            stats.update(_class_grounding(w_cases, dc, cc, plan, None if t is None else R.tau_map(t)))
+        else:
+            stats.update({k: np.full(B, np.nan) for k in grounding})
+        stats.update({k: v[:, j] for k, v in recognition.items()})
+        classes[name] = stats
+    summary: dict[str, np.ndarray] = {}
+    keys = R.summary_keys()
+    means = [k for k in keys if R.metric(k).kind != "dataset"]
+    if classes and means:  # every class-mean key at once: (keys, classes, B), the mean over classes
+        stacked = _nanmean_rows(np.stack([np.stack([s[k] for s in classes.values()]) for k in means], axis=1))
+        summary.update(zip(means, stacked))
+    for key in keys:
+        if R.metric(key).kind == "dataset":
+            summary[key] = R.metric(key).values(dc, w_cases, cache)
+        elif key not in summary:
+            summary[key] = np.full(B, np.nan)
+    return classes, {k: summary[k] for k in keys}
+
+
+class Replicates(NamedTuple):
+    """Replicates of one dataset: ``classes[name][key]`` and ``summary[key]``, (B,) float64 (NaN = undefined)."""
+
+    classes: dict[str, dict[str, np.ndarray]]
+    summary: dict[str, np.ndarray]
+
+
+def _concat(blocks: list[Replicates]) -> Replicates:
+    first = blocks[0]
+    classes = {c: {k: np.concatenate([b.classes[c][k] for b in blocks]) for k in stats}
+               for c, stats in first.classes.items()}
+    return Replicates(classes, {k: np.concatenate([b.summary[k] for b in blocks]) for k in first.summary})
+
+
+def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Generator, *,
+                      taus: Mapping[str, tuple[int, int]] | None = None,
+                      cluster: np.ndarray | None = None) -> Replicates:
+    """One dataset's replicates (:func:`dataset_replicates` block by block) from ``rng`` positioned where the
+    dataset's draws start (the one generator in order, or :func:`_resample_streams`); consumes ``rng``. Run it
+    inside :func:`serial_blas`. ``cluster``: resample clusters of cases (:func:`cluster_weights`)."""
+    cache: dict = {}  # per dataset, dropped with this call
+    blocks = [Replicates(*dataset_replicates(dc, w, taus=taus, per_pair=cache))
+              for w in cluster_weights(cluster, dc.n_cases, n_resamples, rng)]
+    return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=taus))])
+
+
+def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: int, seed: int,
+                         taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                         clusters: Mapping[str, np.ndarray] | None = None) -> dict[str, Replicates]:
+    """Every class and dataset statistic on each of ``n_resamples`` case resamples, per dataset.
+
+    The resamples come from one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as
+    :func:`xbench.score.scoring.metrics_from_counts` draws them: the percentile intervals of these
+    replicates are exactly the ``ci95`` values of a metrics.json scored from the same datasets with the
+    same ``n_resamples`` and seed. Two submissions of the same datasets therefore get the same resamples
+    (what a paired comparison needs); a different set of datasets gives other resamples.
+
+    Parameters
+    ----------
+    counts : {dataset: DatasetCounts}
+    n_resamples, seed : int
+        ``n_resamples = 0`` gives (0,) arrays.
+    taus : optional {dataset: {class: (dice index, iou index)}} transferred thresholds.
+    clusters : optional {dataset: (n_cases,) int cluster of each case}: that dataset's resamples draw clusters
+        (:func:`cluster_weights`; the robustness track's copies, clustered by clean case).
+
+    Returns
+    -------
+    {dataset: Replicates} with (n_resamples,) float64 arrays.
+    """
+    names = sorted(counts)
+    workers = min(_workers(), len(names))
+    with serial_blas():
+        if workers <= 1:  # one generator consumed in order: nothing to position, nothing drawn twice
+            rng = stream(seed)
+            return {name: _dataset_bootstrap(counts[name], n_resamples, rng, taus=(taus or {}).get(name),
+                                             cluster=(clusters or {}).get(name))
+                    for name in names}
+        # Datasets are independent given where their draws start in the one stream (_resample_streams), so the
+        # replicates are those of the serial loop, bit for bit, whichever thread computes them. Largest first,
+        # so the threads finish together. Matrix products (BLAS, one thread each) and the rank kernel release
+        # the GIL.
+        from concurrent.futures import ThreadPoolExecutor
+
+        gens = resample_streams({name: n_clusters((clusters or {}).get(name), counts[name].n_cases)
+                                  for name in names}, n_resamples, seed)
+
+        def one(name: str) -> Replicates:
+            return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name),
+                                      cluster=(clusters or {}).get(name))
+
+        with ThreadPoolExecutor(workers) as pool:
+            futures = {name: pool.submit(one, name) for name in sorted(names, key=lambda n: -_bootstrap_cost(counts[n]))}
+            return {name: futures[name].result() for name in names}
+
+
+def _workers() -> int:
+    """Threads for the bootstrap: Numba's thread count (``NUMBA_NUM_THREADS``, default all cores)."""
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def _bootstrap_cost(dc: DatasetCounts) -> float:
+    """A rough relative cost of one dataset's bootstrap (per-pair curve products plus per-class
+    recognition work), only to start the largest datasets first."""
+    return dc.b.shape[0] + 0.25 * dc.labels.size
+
+
+def identity_replicates(counts: Mapping[str, DatasetCounts], *,
+                        taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None) -> dict[str, Replicates]:
+    """The point estimates, as the one "resample" that draws every case once: (1,) arrays per dataset.
+
+    They equal the metrics.json values of the same counts (and thresholds); NaN where metrics.json has null.
+    """
+    with serial_blas():
+        return {name: Replicates(*dataset_replicates(dc, np.ones((1, dc.n_cases)), taus=(taus or {}).get(name)))
+                for name, dc in sorted(counts.items())}
+
+
+def overall_replicates(per_dataset: Mapping[str, Replicates]) -> dict[str, np.ndarray]:
+    """Overall statistic per resample: the mean over the datasets where it is defined (NaN where none is)."""
+    if not per_dataset:
+        return {}
+    keys = next(iter(per_dataset.values())).summary
+    out = {}
+    for key in keys:
+        out[key] = _nanmean_rows(np.stack([r.summary[key] for r in per_dataset.values()]))
+    return out
+
+
+def ground_truth_problems(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts]) -> list[str]:
+    """One message per dataset both hold that was scored against different ground truth ([] when none)."""
+    return [f"{name}: the two submissions were scored against different ground truth (cases, classes, labels "
+            "or regions differ); a paired bootstrap needs the same." for name in sorted(set(a) & set(b))
+            if not a[name].same_ground_truth(b[name])]
+
+
+PAIRED_COLUMNS = ["dataset", "class", "metric", "a", "b", "diff", "diff_lo", "diff_hi", "p_value", "n_valid"]
+
+
+def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Replicates],
+                       point_a: Mapping[str, Replicates], point_b: Mapping[str, Replicates], *,
+                       level: float = 0.95, per_class: bool = True) -> pd.DataFrame:
+    """The table of ``a - b`` from replicates of two submissions drawn on the same resamples.
+
+    ``reps_*`` come from :func:`bootstrap_replicates` (same datasets, ``n_resamples`` and seed for both),
+    ``point_*`` from :func:`identity_replicates`. Rows: the overall means first (``dataset`` None), then per
+    dataset (sorted) its summary (``class`` None, Hamming accuracy included) and, with ``per_class``, every
+    class both hold. Columns :data:`PAIRED_COLUMNS`: point values ``a``, ``b``, ``diff = a - b`` (None where
+    either is undefined), the percentile interval ``diff_lo``/``diff_hi`` and the two-sided bootstrap
+    ``p_value = min(1, 2 min(P(d <= 0), P(d >= 0)))`` over the ``n_valid`` resamples where both are defined
+    (None when there is none).
+    """
+    import pandas as pd
+
+    return pd.DataFrame(_paired_rows(reps_a, reps_b, point_a, point_b, level=level, per_class=per_class),
+                        columns=PAIRED_COLUMNS)
+
+
+def _paired_rows(reps_a, reps_b, point_a, point_b, *, level: float, per_class: bool) -> list[dict]:
+    """The rows of :func:`paired_differences`."""
+    rows = []
+    shared = sorted(set(reps_a) & set(reps_b))
+    oa, ob = (overall_replicates({d: r[d] for d in shared}) for r in (reps_a, reps_b))
+    pa, pb = (overall_replicates({d: p[d] for d in shared}) for p in (point_a, point_b))
+    rows += [_difference(None, None, k, pa[k][0], pb[k][0], oa[k], ob[k], level) for k in oa]
+    for name in shared:
+        ra, rb, qa, qb = reps_a[name], reps_b[name], point_a[name], point_b[name]
+        rows += [_difference(name, None, k, qa.summary[k][0], qb.summary[k][0], ra.summary[k], rb.summary[k], level)
+                 for k in ra.summary]
+        if per_class:
+            rows += [_difference(name, c, k, qa.classes[c][k][0], qb.classes[c][k][0], stats[k], rb.classes[c][k],
+                                 level) for c, stats in ra.classes.items() if c in rb.classes for k in stats]
+    return rows
+
+
+def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, n_resamples: int, seed: int, cache: dict | None,
+                     name: str | None) -> tuple[dict[str, Replicates], dict[str, Replicates]]:
+    """(resampled, identity) replicates of one submission, memoised in ``cache`` under (``name``, dataset,
+    what): a dataset's resamples depend on the datasets drawn before it, so the resample key names them all."""
+    datasets = tuple(sorted(counts))
+    found = {}
+    for what, key in (("reps", (n_resamples, seed, datasets)), ("point", "identity")):
+        if cache is not None and name is not None and all((name, d, key) in cache for d in datasets):
+            found[what] = {d: cache[(name, d, key)] for d in datasets}
+            continue
+        found[what] = (identity_replicates(counts, taus=taus) if what == "point" else
+                       bootstrap_replicates(counts, n_resamples=n_resamples, seed=seed, taus=taus))
+        if cache is not None and name is not None:
+            cache.update({(name, d, key): v for d, v in found[what].items()})
+    return found["reps"], found["point"]
+
+
+def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int = 1000,
+                     seed: int = 0, level: float = 0.95,
+                     taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                     taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                     per_class: bool = True, cache: dict | None = None,
+                     names: tuple[str, str] | None = None,
+                     phrases_a: Mapping | None = None, phrases_b: Mapping | None = None,
+                     scopes_a: Mapping[str, Mapping] | None = None,
+                     scopes_b: Mapping[str, Mapping] | None = None, with_tests: bool = False) -> pd.DataFrame:
+    """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth: the one paired bootstrap
+    of XBench (the report's comparisons call it too).
+
+    Over the datasets both hold, one set of case resamples (:func:`bootstrap_replicates`) is applied to
+    both submissions, so the interval of the difference accounts for the cases they share; when both hold
+    the same datasets, each submission's replicates are those behind its own metrics.json intervals (same
+    ``n_resamples`` and seed). Load the inputs with :func:`xbench.score.kernels.counts.load_pair_counts` from each
+    run's ``pair_counts.npz``.
+
+    Parameters
+    ----------
+    a, b : dict {dataset: DatasetCounts}
+    n_resamples, seed, level : resamples (0: point differences only), seed, interval level.
+    taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed (transferred) thresholds.
+    per_class : also compare every class, not only the dataset and overall means.
+    cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
+        submission's replicates are computed once however many comparisons it takes part in.
+    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.kernels.counts.load_phrase_counts`):
+        the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
+        metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
+        "phrases/<dataset>", see :func:`paired_phrase_rows`).
+    scopes_a, scopes_b : optional {row scope name: {dataset: counts}} of every other declared row scope
+        (:mod:`xbench.score.sections.rowscope`; ``phrases_a`` is ``{"phrase": phrases_a}``): each scope's rows follow
+        the class rows, in declaration order, from the scope's ``paired_rows``.
+    with_tests : add a column ``test``, each row's :func:`xbench.score.resampling.intervals.test_identity` (rows with the
+        same one are one test: :func:`holm_family` counts them once); None for a scope's rows that lack it.
+
+    Returns
+    -------
+    pandas.DataFrame, see :func:`paired_differences`.
+
+    Raises
+    ------
+    xbench.score.errors.GroundTruthMismatchError
+        (an InputError and a ValueError) When a shared dataset was scored against different ground truth
+        (one problem line per dataset).
+    """
+    extra_a = {**({"phrase": phrases_a} if phrases_a else {}), **(scopes_a or {})}
+    extra_b = {**({"phrase": phrases_b} if phrases_b else {}), **(scopes_b or {})}
+    pairs = [(scope, a, b) if scope.section is None else (scope, extra_a.get(scope.name), extra_b.get(scope.name))
+             for scope in row_scopes()]  # the primary (class) scope first, then the others in declaration order
+    pairs = [(scope, sa, sb) for scope, sa, sb in pairs if scope.section is None or (sa and sb and set(sa) & set(sb))]
+    for scope, sa, sb in pairs:  # every scope's ground truth is checked before any work, scope by scope
+        problems = scope.fn("ground_truth_problems")(sa, sb) if scope.ground_truth_problems else []
+        if problems:
+            from xbench.score.errors import GroundTruthMismatchError
+
+            raise GroundTruthMismatchError(problems)
+    common = dict(n_resamples=n_resamples, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
+    columns = PAIRED_COLUMNS + ["test"] if with_tests else PAIRED_COLUMNS
+    table, rows = None, []
+    for scope, sa, sb in pairs:
+        compare = scope.fn("paired_rows")
+        if scope.section is None:
+            import pandas as pd
+
+            table = pd.DataFrame(compare(a, b, taus_a=taus_a, taus_b=taus_b, **common), columns=columns)
+        else:
+            rows += compare(sa, sb, **common)
+    if not rows:
+        return table
+    import pandas as pd
+
+    return pd.DataFrame(table.to_dict("records") + rows, columns=columns)
+
+
+def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int,
+                      seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
+                      names: tuple[str, str] | None = None, taus_a=None, taus_b=None) -> list[dict]:
+    """The class scope's rows of :func:`paired_bootstrap` (see there; ``per_group``: every class too)."""
+    problems = ground_truth_problems(a, b)
+    if problems:
+        from xbench.score.errors import GroundTruthMismatchError
+
+        raise GroundTruthMismatchError(problems)
+    shared = sorted(set(a) & set(b))
+    name_a, name_b = names if names is not None else (None, None)
+    reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)
+    reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, n_resamples, seed, cache, name_b)
+    return _paired_rows(reps_a, reps_b, point_a, point_b, level=level, per_class=per_group)
+
+
+# ------------------------------------------------------------------------------ phrase rows: resample images
+# The one thing the phrase scope does differently: a resample draws the dataset's *images* with replacement and
+# takes each drawn image with all its phrase rows (one image carries several phrases).
+def _weighted(w: np.ndarray, v: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
+    """Weighted means of ``v`` (P,) or (P, T) over the rows ``sel`` (all when None) under weights ``w``
+    (B, P); NaN where a resample put no weight on a selected row."""
+    wd = w * (np.ones(v.shape[0], bool) if sel is None else sel)
+    tot = wd.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (wd @ v) / (tot if v.ndim == 1 else tot[:, None])
+
+
+class _Scope:
+    """The registry's phrase metrics on some pair rows ``idx`` (a category, or every phrase): per-row values
+    read once, then the weighted means of each block of resamples (:meth:`replicates`).
+
+    Form of each metric on a resample with weights w over the rows: the w-weighted mean of its per-row
+    values over the rows its ``pairs`` selects; a curve metric's mean curve at its threshold: a fixed index,
+    the first maximum of each resample's curve (:class:`~xbench.score.metrics.registry.Best`), or per row the value at
+    the index another metric chose in the same resample (:class:`~xbench.score.metrics.registry.ChosenBy`). A fixed
+    threshold reads the whole mean curve when a searched metric of the scope computes it anyway, else its
+    own column only."""
+
+    def __init__(self, dc: DatasetCounts, idx: np.ndarray, ms: list):
+        self.idx, self.ms = idx, ms
+        view = R.PairView(dc, idx)
+        full = {(m.values, m.pairs) for m in ms if R.searched(m)}
+        self.sel = {m.pairs: None if m.pairs is None else np.asarray(m.pairs(view), bool) for m in ms}
+        self.vals: dict = {}
+        for m in ms:
+            src = (m.values, m.pairs)
+            if not m.curve:
+                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
+            elif src in full or isinstance(m.threshold, R.ChosenBy):
+                self.vals.setdefault(src, np.asarray(m.values(view), np.float64))
+            else:
+                k = int(m.threshold)
+                self.vals.setdefault((m.values, m.pairs, k), np.asarray(m.values(view.columns(slice(k, k + 1))),
+                                                                        np.float64)[:, 0])
+
+    def replicates(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """(B,) replicates of every metric of the scope for row weights ``w`` (B, P_all)."""
+        w = w[:, self.idx]
+        means: dict = {}
+        out: dict[str, np.ndarray] = {}
+        ks: dict[str, np.ndarray] = {}
+        for m in self.ms:
+            src, sel = (m.values, m.pairs), self.sel[m.pairs]
+            if not m.curve:
+                out[m.key] = _weighted(w, self.vals[src], sel)
+            elif isinstance(m.threshold, R.ChosenBy):
+                k = ks[m.threshold.key]  # the value of each row at the tau its resample chose
+                at = np.take(self.vals[src], k, axis=1).T  # (B, P)
+                wd = w * (np.ones(w.shape[1], bool) if sel is None else sel)
+                tot = wd.sum(axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[m.key] = (wd * at).sum(axis=1) / tot
+            elif src in self.vals:
+                if src not in means:
+                    means[src] = _weighted(w, self.vals[src], sel)
+                if isinstance(m.threshold, R.Best):
+                    k = np.argmax(np.nan_to_num(means[src], nan=-np.inf), axis=1)  # first maximum
+                    ks[m.key] = k
+                    out[m.key] = means[src][np.arange(k.size), k]  # NaN where the category was not drawn
+                else:
+                    out[m.key] = means[src][:, int(m.threshold)]
+            else:
+                out[m.key] = _weighted(w, self.vals[(m.values, m.pairs, int(m.threshold))], sel)
+        return out
+
+
+def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int = 250) -> dict:
+    """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
+    {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
+
+    Each resample draws the dataset's images with replacement from ``numpy.random.default_rng(seed)``; a
+    phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
+    resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
+    """
+    rng = stream(seed)
+    dc = pc.counts
+    n = pc.n_images
+    ms = R.metrics("grounding", scope="phrase")
+    pooled_ms = [m for m in ms if not R.searched(m)]
+    cats = [c for c in range(len(dc.classes)) if dc.class_pairs(c).size]
+    scopes = {dc.classes[c]: _Scope(dc, dc.class_pairs(c), ms) for c in cats}
+    everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
+    per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
+    pooled: dict = {m.key: [] for m in pooled_ms}
+    for b0 in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - b0)
+        draws = multinomial_weights(rng, n, b)  # (b, N) image counts
+        w_all = draws[:, pc.image]
+        for k, v in everything.replicates(w_all).items():
+            pooled[k].append(v)
+        for name, sc in scopes.items():
+            for k, v in sc.replicates(w_all).items():
+                per_cat[name][k].append(v)
+    empty = np.zeros(0)
+    per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
+    # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
+    summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
+               else np.full(n_resamples, np.nan) for m in ms}
+    return {"categories": per_cat, "summary": summary,
+            "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
+
+
+def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
+    """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
+    key = (name, pc.name, "phrases", n_resamples, seed)
+    if cache is not None and name is not None and key in cache:
+        return cache[key]
+    found = (phrase_replicates(pc, n_resamples, seed), phrase_points(pc))
+    if cache is not None and name is not None:
+        cache[key] = found
+    return found
+
+
+def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
+                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
+                       names: tuple[str, str] | None = None) -> list[dict]:
+    """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
+    :data:`xbench.score.resampling.bootstrap.PAIRED_COLUMNS`.
+
+    Both submissions get the resamples of their own metrics.json phrase intervals (:func:`phrase_replicates`:
+    images drawn with replacement from ``default_rng(seed)`` per dataset, every phrase of a drawn image with
+    it), so each resample compares the two on the same images. Point values are the metrics.json values
+    (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
+    dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
+    :data:`ALL_PHRASES`) and, with ``per_group``, each category.
+    """
+    problems = phrase_ground_truth_problems(a, b)
+    if problems:
+        from xbench.score.errors import GroundTruthMismatchError
+
+        raise GroundTruthMismatchError(problems)
+    shared = sorted(set(a) & set(b))
+    name_a, name_b = names if names is not None else (None, None)
+    got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))
+           for d in shared}
+    keys = R.phrase_keys()
+    rows: list[dict] = []
+    if shared:
+        # all-NaN columns are expected (undefined in some resamples)
+        over = [{k: _nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
+                for i in (0, 1)]
+        pts = [{k: mean_defined(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
+                                   for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
+        rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
+    for d in shared:
+        (ra, pa), (rb, pb) = got[d]
+        scope = f"{PHRASE_SCOPE}/{d}"
+        rows += [_difference(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
+                             level) for k in keys]
+        rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
+                             rb["pooled"][k], level) for k in ra["pooled"]]
+        if per_group:
+            rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
+                                 rb["categories"][c][k], level)
+                     for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
+    return rows

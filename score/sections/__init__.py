@@ -1,0 +1,1 @@
+"""score/sections: see docs/architecture.md."""
