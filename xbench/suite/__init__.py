@@ -41,7 +41,7 @@ under their own bounds (:func:`run_suite`'s ``before_steps``).
 """
 from __future__ import annotations
 
-from .schemas.errors import InputError
+from xbench.schemas.errors import InputError
 
 import copy
 import fnmatch
