@@ -145,8 +145,8 @@ def test_digest_cache_reads_unchanged_files_once(tmp_path, monkeypatch):
     f = tmp_path / "x"
     f.write_bytes(b"1234")
     calls = []
-    real = S.file_sha256
-    monkeypatch.setattr(S, "file_sha256", lambda p: calls.append(p) or real(p))
+    real = S.fingerprint.file_sha256  # the digest cache's module (xbench/suite/fingerprint.py)
+    monkeypatch.setattr(S.fingerprint, "file_sha256", lambda p: calls.append(p) or real(p))
     cache = S.DigestCache(tmp_path / "cache.json")
     first = cache.file(f)
     cache.save()

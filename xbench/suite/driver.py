@@ -1,0 +1,200 @@
+"""The driver: :func:`run_suite` checks, plans and runs the steps under the run folder's lock, keeping the run
+record, and reads the leaderboard from the scores."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from xbench.suite.checks import check_inputs, unset_lines, unset_variables
+from xbench.suite.fingerprint import DigestCache, _atomic_write, _hash, listing_digest
+from xbench.suite.parse import Suite, SuiteError
+from xbench.suite.plan import _output_digest, evaluate, evaluate_one, plan_steps, select_steps
+from xbench.suite.steps import EXECUTORS, Context
+
+RUN_RECORD = "xbench-run.json"
+WORK_DIR = ".xbench-suite"
+
+# ------------------------------------------------------------------------------------- run record
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _software() -> dict:
+    from xbench.extract.runner import software_versions
+
+    return software_versions()
+
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: list[dict]
+    leaderboard: list[dict]
+    dry_run: bool
+    problems: list[str] = field(default_factory=list)
+    datasets: dict[str, dict] = field(default_factory=dict)  # dry run: what each dataset's reader listed
+
+    @property
+    def report(self) -> Path:
+        return self.run_dir / "report" / "index.html"
+
+
+def _roots(suite: Suite) -> dict[str, str | None]:
+    return {d.key: listing_digest(d.root) if d.root else None for d in suite.datasets}
+
+
+
+def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
+    """Models ranked by overall pointing game (then Dice), from their metrics.json; undefined last."""
+    rows = []
+    for k in keys:
+        try:
+            metrics = json.loads((run_dir / "scores" / k / "metrics.json").read_text())
+            overall = metrics["overall"]
+            cis = metrics.get("ci95") or {}  # the scorer's overall 95 % intervals, beside "overall"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        keys = ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")
+        rows.append({"model": k, **{m: overall.get(m) for m in keys},
+                     "ci95": {m: cis.get(m) for m in keys if isinstance(cis, dict) and cis.get(m)}})
+
+    def rank(r):
+        return tuple((v is None, -(v or 0.0)) for v in (r["pointing_game"], r["dice_best"]))
+
+    return sorted(rows, key=rank)
+
+
+def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int | None = None, dry_run: bool = False,
+              only: Sequence[str] = (), progress: bool = True, say: Callable[[str], None] | None = None,
+              before_steps: Callable[[], None] | None = None) -> RunResult:
+    """Run (or resume, or plan with ``dry_run``) a suite; returns the steps' states and the leaderboard.
+
+    Raises :class:`SuiteError` for bad input (nothing of the failing step is recorded as done).
+    ``before_steps``: called once the checks have passed, just before the first step runs (``xbench run``
+    ends its ``--max-memory``/``--timeout`` watch there: the steps run under their own limits).
+    """
+    say = say or (lambda msg: None)
+    if limit is not None and limit < 1:
+        raise SuiteError("--limit must be at least 1")
+    run_dir = Path(out) if out is not None else suite.out
+    if limit:
+        run_dir = run_dir / f"limit-{limit}"
+    steps = plan_steps(suite, limit)
+    chosen = select_steps(steps, only)
+    record_path = run_dir / RUN_RECORD
+    record = _read_record(record_path)
+    cache = DigestCache(run_dir / WORK_DIR / "digests.json")
+    roots = _roots(suite)
+    # a dry run checks every model; a run, the models whose extraction it is asked to run
+    checked = suite.models if dry_run else [m for m in suite.models if f"extract/{m.key}" in chosen]
+    unset = unset_variables(suite, checked, check_out=out is None)
+    named_unset = {w for ws in unset.values() for w in ws}
+    absent = [d.key for d in suite.datasets if d.root is not None and roots[d.key] is None]
+    missing = [f"datasets.{d.key}.root: {d.root}: no such folder (see data_cards/{d.key}.md)"
+               for d in suite.datasets if d.key in absent and f"datasets.{d.key}.root" not in named_unset]
+    if dry_run:
+        states = evaluate(steps, record, run_dir, cache, roots)
+        problems, found = check_inputs(suite, limit, skip=absent, unset=unset)
+        problems = unset_lines(unset, suite.source) + missing + problems
+        rows = [{"step": s.id, "status": states[s.id].status, "reason": states[s.id].reason,
+                 "selected": s.id in chosen} for s in steps]
+        return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), True, problems, found)
+    if unset or missing:
+        raise SuiteError(unset_lines(unset, suite.source) + missing)
+    if before_steps is not None:  # before the outputs' digests: hashing a large earlier run is not a check
+        before_steps()
+    states = evaluate(steps, record, run_dir, cache, roots)
+    blocked = [f"--only: {s.id} needs {', '.join(d for d in s.deps if states.get(d) and states[d].status != 'skip' and d not in chosen)} "
+               "first (run without --only, or select those steps too)"
+               for s in steps if s.id in chosen and any(states[d].status != "skip" and d not in chosen for d in s.deps)]
+    if blocked:
+        raise SuiteError(blocked)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock(run_dir)  # released on return, on error, and by the kernel on any death
+    try:
+        _write_suite_copy(suite, run_dir)
+        record.setdefault("steps", {})
+        record.update(suite=_suite_record(suite), limit=limit, software=_software(),
+                      plan=[{"step": s.id, **asdict(s)} for s in steps])
+        ctx = Context(suite, run_dir, limit, progress, say)
+        rows = []
+        for s in steps:
+            if s.id not in chosen:
+                rows.append({"step": s.id, "status": "not selected", "reason": "--only"})
+                continue
+            st = evaluate_one(s, steps, record, run_dir, cache, roots)
+            if st.status == "skip":
+                say(f"{s.id}: up to date")
+                rows.append({"step": s.id, "status": "skip", "reason": st.reason})
+                continue
+            say(f"{s.id}: {'resuming' if st.status == 'resume' else 'running'} ({st.reason})")
+            record["steps"][s.id] = {"status": "started", "fingerprint": st.fingerprint, "started_at": _now()}
+            _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+            t0 = time.perf_counter()
+            EXECUTORS[s.kind](s, ctx, st.status == "resume")
+            seconds = time.perf_counter() - t0
+            record["steps"][s.id] = {"status": "done", "fingerprint": st.fingerprint,
+                                     "output_digest": _output_digest(s, run_dir, cache),
+                                     "seconds": round(seconds, 3), "finished_at": _now()}
+            cache.save()
+            _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+            rows.append({"step": s.id, "status": "ran" if st.status == "run" else "resumed", "reason": st.reason,
+                         "seconds": round(seconds, 3)})
+        cache.save()
+        _atomic_write(record_path, json.dumps(record, indent=1, default=str))
+    finally:
+        if lock is not None:
+            lock.close()
+    return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), False)
+
+
+def _lock(run_dir: Path):
+    """An exclusive lock on the run folder, so that two runs never write the same outputs at once.
+
+    flock, not a pid file: the kernel drops it when the process dies, however it dies. Returns the open
+    lock file (close it to release), or None where flock does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    path = run_dir / WORK_DIR / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise SuiteError(f"{run_dir}: another `xbench run` is writing here; wait for it or choose another --out") from None
+    return f
+
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _suite_record(suite: Suite) -> dict:
+    return {"name": suite.name, "source": suite.source, "sha256": _hash(suite.raw), "raw": suite.raw,
+            "resolved": {"datasets": [asdict(d) for d in suite.datasets], "models": [asdict(m) for m in suite.models],
+                         "score": suite.score, "report": suite.report, "seed": suite.seed, "title": suite.title}}
+
+
+def _write_suite_copy(suite: Suite, run_dir: Path) -> None:
+    src = Path(suite.source)
+    if src.is_file():
+        _atomic_write(run_dir / "suite.yaml", src.read_text(encoding="utf-8"))
+    else:
+        import yaml
+
+        _atomic_write(run_dir / "suite.yaml", yaml.safe_dump(suite.raw, sort_keys=False))
