@@ -23,6 +23,9 @@ __all__ = [
     "check_options",
     "check_points",
     "option_bool",
+    "native_age",
+    "attributes_option",
+    "ATTRIBUTES_OPTION",
     "find_first",
     "index_files",
     "load_raster",
@@ -406,3 +409,29 @@ def option_bool(reader: str, name: str, value) -> bool:
     from xbench.extract.datasets.base import ReaderOptionError
 
     raise ReaderOptionError(f"{reader}: option {name} must be true or false; got {value!r}")
+
+
+def native_age(text: str) -> float | None:
+    """An age as the native files write it, in years: "58", "058Y", "006M" (months), "010W" (weeks), "010D" (days);
+    None when empty, unreadable, or outside 0..130 (a few NIH Data_Entry rows hold ages over 400)."""
+    t = str(text).strip().upper()
+    if not t:
+        return None
+    unit = {"Y": 1.0, "M": 12.0, "W": 52.1775, "D": 365.25}.get(t[-1])
+    number = t[:-1] if unit else t
+    try:
+        value = float(number) / (unit or 1.0)
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= 130.0 else None
+
+
+ATTRIBUTES_OPTION = "false (default) or true: keep the cases' sex, age and view position from the native files"
+
+
+def attributes_option(reader: str, options: dict) -> None:
+    """The ``attributes`` reader option: kept in ``options`` (and so in the store's attributes) only when true,
+    so the stores and resumable plans of runs without it are unchanged."""
+    value = options.pop("attributes", False)
+    if option_bool(reader, "attributes", value):
+        options["attributes"] = True

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xbench.extract.datasets._io import CSVFile, CaseProblems, check_box, check_options, find_first, index_files, load_raster, parse_float, require_file
+from xbench.extract.datasets._io import (CSVFile, CaseProblems, check_box, check_options, find_first, index_files, load_raster,
+                                         native_age, option_bool, parse_float, require_file)
 from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
@@ -50,8 +51,16 @@ class ChestXray14Reader(DatasetReader):
 
     def __init__(self, root, split=None, **options) -> None:
         super().__init__(root, split, **options)
-        check_options(self.key, options, {"negatives": "false (default), true (all Data_Entry 'No Finding' images) or a count N"})
+        check_options(self.key, options, {"negatives": "false (default), true (all Data_Entry 'No Finding' images) or a count N",
+                                          "attributes": "false (default) or true: keep Data_Entry's sex, age and view position"})
         self.options["negatives"] = _parse_negatives(options.get("negatives", False))
+        try:
+            keep = option_bool(self.key, "attributes", options.get("attributes", False))
+        except ValueError as exc:
+            raise ReaderError(str(exc)) from None
+        self.options.pop("attributes", None)
+        if keep:  # only then: the stores (and resumable plans) of runs without it are unchanged
+            self.options["attributes"] = True
 
     def records(self) -> list[CaseRecord]:
         self.problems.clear()  # records() may be called again; report each problem once
@@ -139,6 +148,40 @@ class ChestXray14Reader(DatasetReader):
             out[Path(row[i_img].strip()).stem] = (listed, f"{path.name}:row {reader.line_num}", no_finding)
         return out
 
+    def case_attributes(self, records) -> dict | None:
+        """With ``attributes=true``: each record's ``sex`` ("Patient Gender": M/F, another value "O"), ``age``
+        ("Patient Age" in years; the original release's "058Y"/"006M"/"010D" forms read too; an age outside
+        0..130, as a few rows of the release hold, is missing) and ``view`` ("View Position", upper-cased) from
+        Data_Entry; an image Data_Entry does not list gets missing values. None without the option."""
+        if not self.options.get("attributes"):
+            return None
+        from xbench.schemas.attributes import category, number
+
+        rows = self._entry_fields(("Patient Gender", "Patient Age", "View Position"))
+        got = [rows.get(r.case_id, ("", "", "")) for r in records]
+        sex = [{"M": "M", "F": "F", "": ""}.get(g.strip().upper(), "O") for g, _, _ in got]
+        return {"sex": category(sex, "Data_Entry: Patient Gender"),
+                "age": number([native_age(a) for _, a, _ in got], "Data_Entry: Patient Age"),
+                "view": category([v.strip().upper() for _, _, v in got], "Data_Entry: View Position")}
+
+    def _entry_fields(self, names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+        """Image -> the Data_Entry values of the columns ``names`` (ReaderError when the file or a column lacks)."""
+        path = find_first(self.root / n for n in DATA_ENTRY_NAMES)
+        if path is None:
+            raise ReaderError(f"attributes need {' or '.join(str(self.root / n) for n in DATA_ENTRY_NAMES)}\n"
+                              f"expected layout under --root:\n{LAYOUT}")
+        reader = CSVFile(path, self.source_roots())
+        header = [h.strip() for h in reader.header()]
+        missing = [n for n in ("Image Index", *names) if n not in header]
+        if missing:
+            raise ReaderError(f"{path}: header lacks {', '.join(map(repr, missing))}")
+        idx = [header.index(n) for n in ("Image Index", *names)]
+        out = {}
+        for row in reader.rows():
+            if len(row) > max(idx):
+                out[Path(row[idx[0]].strip()).stem] = tuple(row[i] for i in idx[1:])
+        return out
+
     def _negatives(self, entry, taken: set[str], images: dict[str, Path], count) -> list[CaseRecord]:
         """All-0 records for Data_Entry 'No Finding' images (not among the bbox images)."""
         chosen = [img for img, (_l, _w, nf) in entry.items() if nf and img not in taken]
@@ -174,3 +217,4 @@ def _parse_negatives(value) -> bool | int:
         if v.isdigit():
             return int(v)
     raise ReaderOptionError(f"chestxray14: negatives must be true, false or a count >= 0; got {value!r}")
+

@@ -223,3 +223,23 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     if hi <= lo:
         return np.zeros_like(x)
     return (x - lo) / (hi - lo)
+
+
+
+def dicom_attributes(paths, dataset: str) -> dict:
+    """The case attributes of DICOM files (headers only, no pixels): ``sex`` from PatientSex (M/F, another value
+    "O"), ``age`` from PatientAge ("057Y", "006M", ...; :func:`xbench.extract.datasets._io.native_age`) and
+    ``view`` from ViewPosition (upper-cased); a tag the file lacks is missing. Raises ImageReadError for a file
+    that cannot be read."""
+    from xbench.extract.datasets._io import native_age
+    from xbench.schemas.attributes import category, number
+
+    sex, age, view = [], [], []
+    for path in paths:
+        ds = _dcmread(Path(path), stop_before_pixels=True, specific_tags=["PatientSex", "PatientAge", "ViewPosition"])
+        s = str(getattr(ds, "PatientSex", "") or "").strip().upper()
+        sex.append({"M": "M", "F": "F", "": ""}.get(s, "O"))
+        age.append(native_age(str(getattr(ds, "PatientAge", "") or "")))
+        view.append(str(getattr(ds, "ViewPosition", "") or "").strip().upper()[:64])
+    return {"sex": category(sex, f"{dataset} DICOM PatientSex"), "age": number(age, f"{dataset} DICOM PatientAge"),
+            "view": category(view, f"{dataset} DICOM ViewPosition")}

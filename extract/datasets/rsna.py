@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xbench.extract.datasets._io import CSVFile, CaseProblems, check_box, check_options, index_files, parse_float, require_file
+from xbench.extract.datasets._io import ATTRIBUTES_OPTION, attributes_option, CSVFile, CaseProblems, check_box, check_options, index_files, parse_float, require_file
 from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError
 from xbench.extract.datasets.dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
@@ -44,7 +44,8 @@ class RSNAPneumoniaReader(DatasetReader):
 
     def __init__(self, root, split=None, **options) -> None:
         super().__init__(root, split, **options)
-        check_options(self.key, options, {})
+        check_options(self.key, options, {"attributes": ATTRIBUTES_OPTION})
+        attributes_option(self.key, self.options)
 
     def records(self) -> list[CaseRecord]:
         self.problems.clear()  # records() may be called again; report each problem once
@@ -101,6 +102,15 @@ class RSNAPneumoniaReader(DatasetReader):
             )
             out.append(record)
         return out
+
+    def case_attributes(self, records) -> dict | None:
+        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
+        (:func:`xbench.extract.datasets.dicom.dicom_attributes`); None without the option."""
+        if not self.options.get("attributes"):
+            return None
+        from xbench.extract.datasets.dicom import dicom_attributes
+
+        return dicom_attributes([Path(r.image_ref) for r in records], self.key)
 
     def load_image(self, record: CaseRecord) -> np.ndarray:
         return read_dicom(Path(record.image_ref))

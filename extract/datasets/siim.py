@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xbench.extract.datasets._io import CSVFile, CaseProblems, check_options, index_files
+from xbench.extract.datasets._io import ATTRIBUTES_OPTION, attributes_option, CSVFile, CaseProblems, check_options, index_files
 from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
 from xbench.extract.datasets.dicom import read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
@@ -88,7 +88,9 @@ class SIIMACRReader(DatasetReader):
 
     def __init__(self, root, split=None, **options) -> None:
         super().__init__(root, split, **options)
-        check_options(self.key, options, {"csv": f"RLE file name, one of {', '.join(CSV_NAMES)} (default: first present)"})
+        check_options(self.key, options, {"csv": f"RLE file name, one of {', '.join(CSV_NAMES)} (default: first present)",
+                                          "attributes": ATTRIBUTES_OPTION})
+        attributes_option(self.key, self.options)
         if options.get("csv") not in (None, *CSV_NAMES):
             raise ReaderOptionError(f"siim_acr: csv must be one of {', '.join(CSV_NAMES)}; got {options['csv']!r}")
 
@@ -152,6 +154,15 @@ class SIIMACRReader(DatasetReader):
                 regions[cls] = [Mask(load=_MaskLoader(runs[image_id]))]
             out.append(CaseRecord(image_id, images[image_id], {cls: int(is_pos)}, regions, SIZE, where))
         return out
+
+    def case_attributes(self, records) -> dict | None:
+        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
+        (:func:`xbench.extract.datasets.dicom.dicom_attributes`); None without the option."""
+        if not self.options.get("attributes"):
+            return None
+        from xbench.extract.datasets.dicom import dicom_attributes
+
+        return dicom_attributes([Path(r.image_ref) for r in records], self.key)
 
     def load_image(self, record: CaseRecord) -> np.ndarray:
         return read_dicom(Path(record.image_ref))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xbench.extract.datasets._io import (CSVFile, CaseProblems, ImageReadError, check_box, check_options, index_files, option_bool, parse_float,
+from xbench.extract.datasets._io import (ATTRIBUTES_OPTION, CSVFile, CaseProblems, ImageReadError, attributes_option, check_box, check_options, index_files, option_bool, parse_float,
                   require_file)
 from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
 from xbench.extract.datasets.dicom import read_dicom, read_dicom_size
@@ -66,7 +66,9 @@ class VinDrCXRReader(DatasetReader):
             "reader": "'union' (default) or one rad_id, e.g. 'R8' (train only)",
             "check_sizes": "read DICOM headers to check boxes against the image size (default True)",
             "voi": "'header' (default: DICOM window if present) or 'minmax'",
+            "attributes": ATTRIBUTES_OPTION,
         })
+        attributes_option(self.key, self.options)
         self.options["check_sizes"] = option_bool(self.key, "check_sizes", options.get("check_sizes", True))
         self.options.setdefault("reader", "union")
         self.options.setdefault("voi", "header")
@@ -151,6 +153,15 @@ class VinDrCXRReader(DatasetReader):
             labels = {c: int(c in checked) for c in self.classes}
             out.append(CaseRecord(image, images[image], labels, checked, size, where))
         return out
+
+    def case_attributes(self, records) -> dict | None:
+        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
+        (:func:`xbench.extract.datasets.dicom.dicom_attributes`); None without the option."""
+        if not self.options.get("attributes"):
+            return None
+        from xbench.extract.datasets.dicom import dicom_attributes
+
+        return dicom_attributes([Path(r.image_ref) for r in records], self.key)
 
     def load_image(self, record: CaseRecord) -> np.ndarray:
         return read_dicom(Path(record.image_ref), voi=self.options.get("voi", "header"))

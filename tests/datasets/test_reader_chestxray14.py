@@ -79,3 +79,50 @@ def test_bad_rows(tmp_path):
 def test_missing_bbox_file(tmp_path):
     with pytest.raises(ReaderError, match="BBox_List_2017.csv"):
         ChestXray14Reader(tmp_path).records()
+
+
+# -- case attributes (issue 38): Data_Entry's sex, age and view position, read exactly --------------------------
+def test_attributes_from_data_entry(tmp_path):
+    write_nih(tmp_path)
+    plain = ChestXray14Reader(tmp_path)
+    assert plain.case_attributes(plain.records()) is None and "attributes" not in plain.describe()
+    r = ChestXray14Reader(tmp_path, negatives="true", attributes="true")
+    recs = r.records()
+    got = r.case_attributes(recs)
+    assert r.describe()["attributes"] is True
+    table = {rec.case_id: (got["sex"].values[i], float(got["age"].values[i]), got["view"].values[i])
+             for i, rec in enumerate(recs)}
+    assert table == {"00000001_000": ("M", 58.0, "PA"), "00000002_000": ("M", 81.0, "PA"),
+                     "00000003_000": ("F", 81.0, "PA"), "00000004_000": ("F", 40.0, "AP")}
+    assert got["sex"].source == "Data_Entry: Patient Gender"
+
+
+def test_attributes_need_data_entry(tmp_path):
+    write_nih(tmp_path)
+    (tmp_path / "Data_Entry_2017_v2020.csv").unlink()
+    r = ChestXray14Reader(tmp_path, attributes="true")
+    with pytest.raises(ReaderError, match="attributes need"):
+        r.case_attributes(r.records())
+
+
+def test_native_ages():
+    from xbench.extract.datasets.chestxray14 import native_age
+
+    assert [native_age(t) for t in ("58", "058Y", "006M", "013W", "010D", "414", "", "x", "-3")] == \
+        [58.0, 58.0, 0.5, pytest.approx(13 / 52.1775), pytest.approx(10 / 365.25), None, None, None, None]
+
+
+def test_prepare_keeps_the_attributes(tmp_path):
+    import zarr
+
+    from xbench.extract.datasets.prepare import prepare_dataset
+    from xbench.schemas import validate_ground_truth
+    from xbench.schemas.attributes import read_attributes
+
+    write_nih(tmp_path / "nih")
+    prepare_dataset(ChestXray14Reader(tmp_path / "nih", attributes="true"), tmp_path / "out", grid=(16, 16),
+                    image_size=32, workers=1, progress=False)
+    gt = tmp_path / "out/gt.zarr"
+    assert validate_ground_truth(gt) == []
+    attrs = read_attributes(zarr.open_group(str(gt / "chestxray14")))
+    assert list(attrs["sex"].values) == ["M", "M"] and list(attrs["age"].values) == [58.0, 81.0]
