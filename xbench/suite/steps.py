@@ -95,7 +95,7 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
 
 def _run_score(step: Step, ctx: Context, resume: bool) -> None:
     from xbench.schemas import InvalidStoreError
-    from xbench.score.outputs import write_outputs
+    from xbench.score.outputs.folder import write_outputs
     from xbench.score.scoring import score_submission
 
     data = ctx.run_dir / "data"
