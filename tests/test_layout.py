@@ -36,3 +36,17 @@ def test_the_rule_sees_a_long_function(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(100))
     (tmp_path / "score" / "m.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")
     assert long_functions(tmp_path) == ["score/m.py:5 long is 101 lines (limit 100)"]
+
+
+def test_no_merge_conflict_markers_are_left():
+    markers = ("<<<<<<< ", ">>>>>>> ")
+    found = []
+    for folder in (*FOLDERS, "docs", "tests", "data_cards", "model_cards", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".md", ".toml", ".yaml", ".yml") and "__pycache__" not in path.parts:
+                text = path.read_text(errors="replace")
+                found += [f"{path.relative_to(ROOT)}" for m in markers if f"\n{m}" in text or text.startswith(m)]
+    for name in ("README.md", "CONTRIBUTING.md", "pyproject.toml", "Makefile"):
+        text = (ROOT / name).read_text()
+        found += [name for m in markers if f"\n{m}" in text]
+    assert found == []

@@ -45,6 +45,7 @@ TOY = RowScope("toy", "toy", unit="cases", kinds=(), section="toy", minor=99, ru
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
+    pytest.importorskip("torch")  # extracts two submissions (make test-scorer-only has no torch)
     d = tmp_path_factory.mktemp("toy")
     assert xb("prepare", "phantom", "--out", d / "data", "--n-cases", 8, "-q")[0] == 0
     for model in ("dog", "random"):

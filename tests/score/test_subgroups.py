@@ -24,6 +24,7 @@ def xb(*args):
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
+    pytest.importorskip("torch")  # extracts a submission (make test-scorer-only has no torch)
     d = tmp_path_factory.mktemp("sub")
     assert xb("prepare", "phantom", "--out", d / "data", "--n-cases", 48, "--option", "attributes=true", "-q")[0] == 0
     assert xb("extract", "--model", "dog", "--images", d / "data/images.zarr", "--out", d / "dog.zarr",
@@ -153,6 +154,7 @@ def test_bad_requests_exit_2_and_write_nothing(scored):
 
 
 def test_without_attributes_the_ground_truth_refuses_by(tmp_path):
+    pytest.importorskip("torch")  # extracts a submission
     assert xb("prepare", "phantom", "--out", tmp_path / "data", "--n-cases", 6, "-q")[0] == 0
     assert xb("extract", "--model", "dog", "--images", tmp_path / "data/images.zarr", "--out", tmp_path / "d.zarr",
               "--workers", 0, "-q")[0] == 0
