@@ -130,6 +130,9 @@ class REFLACXReader(DatasetReader):
                                     f"pixels; got certainty={self.certainty}, phases={self.phases}, sigma={self.sigma}")
         self._labels = {n: c for c in self.classes for n in native_labels(self.key, c)}
         self._readings: dict[str, list[NativeReading]] = {}
+        #: every reading of each kept case, discarded eye tracking included (labels and ellipses): the readers'
+        #: ceiling (extract/human_reflacx.py)
+        self.all_readings: dict[str, list[NativeReading]] = {}
 
     def given_roots(self) -> list[Path]:
         return [self.root, self.images]
@@ -147,7 +150,7 @@ class REFLACXReader(DatasetReader):
 
     def records(self) -> list[CaseRecord]:
         self.problems.clear()
-        self._readings = {}
+        self._readings, self.all_readings = {}, {}
         bad = CaseProblems(self.problems)
         cases: dict[str, dict] = {}
         for phase, path in self._meta_files():
@@ -181,6 +184,7 @@ class REFLACXReader(DatasetReader):
                     labels[k] = max(labels[k], v)
                     if v == 1 and nr.regions.get(k):
                         regions.setdefault(k, []).extend(nr.regions[k])
+            self.all_readings[cid] = c["all"]
             out.append(CaseRecord(cid, image, labels, regions, c["size"], c["where"]))
         return out
 
