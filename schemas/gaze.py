@@ -36,6 +36,9 @@ MAX_FIXATIONS = 50_000_000
 #: the sigma used when a dataset publishes no viewing geometry: 3 % of the image's larger side, about one
 #: degree of visual angle for a radiograph read at a distance where it spans ~33 degrees (docs/gaze.md)
 DEFAULT_SIGMA_FRACTION = 0.03
+DEFAULT_SIGMA_RULE = "3% of the image's larger side (no published viewing geometry)"
+#: the version of the group attribute ``gaze`` ({"sigma_rule": text, "version": 1})
+ATTRS_VERSION = 1
 
 
 def default_sigma(orig_size: Sequence[int]) -> float:
@@ -94,6 +97,8 @@ class Gaze:
     labels: np.ndarray
     region_index: np.ndarray | None = None
     region_mask: np.ndarray | None = None
+    #: how gaze_sigma was chosen, in words (the group attribute ``gaze = {"sigma_rule": ..., "version": 1}``)
+    sigma_rule: str = ""
 
     @classmethod
     def from_readings(cls, readings: Sequence[Reading], orig_size: np.ndarray, grid: Sequence[int],
@@ -219,6 +224,7 @@ def write_arrays(g, gaze: Gaze) -> None:
             "fixations": ("fixation", "xyd"), "gaze_sigma": ("reading",), "gaze_map": ("reading", "y", "x"),
             "gaze_labels": ("reading", "class"), "gaze_region_index": ("gaze_region", "pair"),
             "gaze_region_mask": ("gaze_region", "y", "x")}
+    g.attrs["gaze"] = {"sigma_rule": str(gaze.sigma_rule or DEFAULT_SIGMA_RULE), "version": ATTRS_VERSION}
     for name, a in gaze.arrays().items():
         a = np.asarray(a)
         if name == "gaze_reader":
@@ -249,7 +255,7 @@ def validate(g, where: str, minor: int, n_cases: int, n_classes: int, grid: Sequ
         shapes[a], dtypes[a] = tuple(arr.shape), str(arr.dtype)
     dtypes = {k: ("str" if k == "gaze_reader" and ("str" in v.lower() or v.startswith("<U")) else v)
               for k, v in dtypes.items()}
-    p = _shape_problems(shapes, dtypes, n_classes, grid, where)
+    p = _shape_problems(shapes, dtypes, n_classes, grid, where) + _attr_problems(g.attrs.get("gaze"), where)
     if p:
         return p
     try:
@@ -258,3 +264,15 @@ def validate(g, where: str, minor: int, n_cases: int, n_classes: int, grid: Sequ
     except Exception as exc:  # noqa: BLE001 - a corrupt chunk: its own line
         return [Problem(where, f"unreadable gaze array ({type(exc).__name__}: {exc})")]
     return _value_problems(values, n_cases, where)
+
+
+def _attr_problems(attr, where: str) -> list[Problem]:
+    """The group attribute ``gaze`` (absent in stores written before it existed: fine), else
+    {"sigma_rule": text of at most 1,000 characters, "version": 1}."""
+    if attr is None:
+        return []
+    if (not isinstance(attr, dict) or set(attr) != {"sigma_rule", "version"} or not isinstance(attr["sigma_rule"], str)
+            or len(attr["sigma_rule"]) > 1000 or attr["version"] != ATTRS_VERSION or isinstance(attr["version"], bool)):
+        return [Problem(f"{where}.attrs['gaze']", f'must be {{"sigma_rule": <text, at most 1,000 characters>, '
+                                                  f'"version": {ATTRS_VERSION}}}')]
+    return []

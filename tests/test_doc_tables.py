@@ -66,3 +66,16 @@ def test_the_checks_fail_on_a_drifted_table(tmp_path):
     rows = _table(text, "| Card | Registry names |")
     dropped = "\n".join(line for line in text.splitlines() if "`clip-tiny`" not in line)
     assert len(_table(dropped, "| Card | Registry names |")) == len(rows) - 1
+
+
+def test_prepare_table_beyond_the_paper_lists_every_other_file_reader_with_its_splits():
+    from xbench.extract.datasets import DATASETS
+    from xbench.schemas import catalog
+
+    rows = _table((ROOT / "docs" / "prepare.md").read_text(encoding="utf-8"), "| Key (beyond the paper) |")
+    keys = [_ticked(r[0])[0] for r in rows]
+    others = set(DATASETS.names()) - set(catalog.paper_keys()) - {"phantom"}  # phantom needs no files
+    assert sorted(keys) == sorted(others) and len(keys) == len(set(keys))
+    for key, row in zip(keys, rows, strict=True):
+        splits = tuple(s.strip() for s in row[2].split(","))
+        assert splits == tuple(DATASETS.get(key).splits), key

@@ -489,7 +489,9 @@ def simulated_gaze(seed: int, split: str, indices: Sequence[int], size: int, gri
                     if raster is not None:
                         regions[j] = raster.mask
             readings.append(Reading(row, f"R{r}", fix, labels, default_sigma((size, size)), regions))
-    return Gaze.from_readings(readings, np.full((len(indices), 2), size, np.int32), grid, len(PHANTOM_CLASSES))
+    gaze = Gaze.from_readings(readings, np.full((len(indices), 2), size, np.int32), grid, len(PHANTOM_CLASSES))
+    gaze.sigma_rule = "3% of the image's larger side (simulated readers; no viewing geometry)"
+    return gaze
 
 
 #: the attributes stream's tag ("att"): case i's attributes come from ``default_rng([seed, split, i, _ATTR_STREAM])``

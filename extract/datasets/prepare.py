@@ -629,7 +629,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
         perturbations = write_copies(copies, images_path, reader.key, work, survivors, classes, image_size,
                                      cases_per_block, attrs, keep_original, q_survivors, guard, progress,
                                      query_probes=q_probes)
-    gaze = _gaze(reader, [rec for rec, g in zip(kept, good) if g], grid)
+    gaze = _gaze(reader, [rec for rec, g in zip(kept, good) if g], grid, orig_size[good])
     attributes = _attributes(reader, [rec for rec, g in zip(kept, good) if g])
     with guard.critical():
         write_ground_truth(
@@ -697,11 +697,16 @@ def _rewrite_without(images_path, key, work, good, survivors, classes, image_siz
     writer.finish()
 
 
-def _gaze(reader: DatasetReader, records: Sequence[CaseRecord], grid):
+def _gaze(reader: DatasetReader, records: Sequence[CaseRecord], grid, sizes):
     """The readings of a reader that records where radiologists looked (schemas/gaze.py: a reader's
-    ``gaze_readings(records, grid)``), for the prepared cases in their order; None for the others."""
+    ``gaze_readings(records, grid)``), for the prepared cases in their order, each record with its original
+    size as decoded (``sizes``: a reader whose files do not state it learns it here); None for the others."""
+    import dataclasses
+
     make = getattr(reader, "gaze_readings", None)
-    return None if make is None else make(records, grid)
+    if make is None:
+        return None
+    return make([dataclasses.replace(r, orig_size=(int(s[0]), int(s[1]))) for r, s in zip(records, sizes)], grid)
 
 
 def _attributes(reader: DatasetReader, records: Sequence[CaseRecord]):

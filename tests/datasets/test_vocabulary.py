@@ -21,7 +21,7 @@ def test_class_counts_match_the_papers_datasets():
     counts = {k: len(v.classes_for(k)) for k in v.dataset_keys()}
     assert counts == {"rsna_pneumonia": 1, "siim_acr": 1, "covid_rural": 1, "chestx_det10": 10,
                       "chexlocalize": 13, "chestxray14": 8, "vindr_cxr": 22, "phantom": 5,
-                      "ms_cxr": 8}
+                      "ms_cxr": 8, "reflacx": 22, "egd_cxr": 13}  # the gaze datasets: their data cards
 
 
 def test_phantom_uses_exactly_the_agreed_names():

@@ -172,3 +172,19 @@ def check_ok(gaze, n):
     from xbench.schemas.gaze import check
 
     return check(gaze, n, 5, (16, 16), "x") == []
+
+
+def test_gaze_attribute_states_the_sigma_rule_and_is_checked(tmp_path):
+    gaze = Gaze.from_readings(readings(), ORIG, GRID, 3)
+    gaze.sigma_rule = "one degree of visual angle"
+    gt = write(tmp_path, gaze)
+    g = zarr.open_group(str(gt / "phantom"), mode="r+")
+    assert g.attrs["gaze"] == {"sigma_rule": "one degree of visual angle", "version": 1}
+    assert validate_ground_truth(gt) == []
+    del g.attrs["gaze"]  # a store written before the attribute: still valid
+    assert validate_ground_truth(gt) == []
+    for bad in ({"sigma_rule": 3, "version": 1}, {"sigma_rule": "x" * 1001, "version": 1}, {"version": 2, "sigma_rule": ""},
+                "text", {"sigma_rule": "", "version": True}):
+        g.attrs["gaze"] = bad
+        problems = [str(p) for p in validate_ground_truth(gt)]
+        assert len(problems) == 1 and "attrs['gaze']" in problems[0], (bad, problems)
