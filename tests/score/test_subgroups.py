@@ -274,3 +274,31 @@ def test_too_many_groups_are_refused(scored, monkeypatch):
     code, out = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", d / "many", "--by", "sex", "-q")
     assert code == 2 and "phantom splits into 2 groups; at most 1" in out, out
     assert not (d / "many").exists()
+
+
+@pytest.mark.parametrize("field, forge, text", [
+    ("age", lambda a: a[:3], "has shape (3,), expected (48,)"),
+    ("age", lambda a: np.where(np.arange(a.size) == 0, np.float32(999), a), "ages must lie in 0..130 years"),
+    ("sex", lambda a: np.where(np.arange(a.size) == 0, "F" * 65, a), "longer than 64 characters")])
+def test_forged_attributes_in_the_ground_truth_exit_2(scored, tmp_path, field, forge, text):
+    import shutil
+
+    import zarr
+
+    d = scored[0]
+    shutil.copytree(d / "data/gt.zarr", tmp_path / "gt.zarr")
+    g = zarr.open_group(str(tmp_path / "gt.zarr/phantom/attributes"), mode="a")
+    from xbench.schemas.store import read_strings
+
+    old = np.asarray(read_strings(g[field]), dtype=str) if field == "sex" else g[field][...]
+    new = forge(old)
+    del g[field]
+    if field == "sex":
+        arr = g.create_array(field, shape=new.shape, dtype=str, dimension_names=("case",))
+        arr[:] = new
+    else:
+        g.create_array(field, data=new.astype(np.float32), dimension_names=("case",))
+    code, out = xb("score", d / "dog.zarr", "--gt", tmp_path / "gt.zarr", "--out", tmp_path / "s", "--by", "sex", "-q")
+    assert code == 2 and text in out and "Traceback" not in out, out
+    assert sum("error:" in line for line in out.splitlines()) == 1
+    assert not (tmp_path / "s").exists()
