@@ -29,13 +29,30 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from xbench.extract.datasets._io import MAX_IMAGE_PIXELS, CSVFile, CaseProblems, check_options, find_first, load_raster, read_json
-from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError
+from xbench.extract.datasets._io import (MAX_IMAGE_PIXELS, CSVFile, CaseProblems, attributes_option, check_options, find_first,
+                                         load_raster, native_age, read_json)
+from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
 
 LAYOUT = """  CheXpert/<split>_labels.csv, CheXpert/<split>/<patient>/<study>/<view>.jpg
   CheXlocalize/gt_segmentations_<split>.json"""
 _LABEL_VALUES = {"1": 1, "1.0": 1, "0": 0, "0.0": 0, "-1": -1, "-1.0": -1, "": -1}
+#: the labels CSV's columns kept as case attributes (with attributes=true), where the file has them
+NATIVE_COLUMNS = ("Sex", "Age", "AP/PA", "Frontal/Lateral")
+#: field -> column of CheXpert's demographics file (``demographics=PATH``; the Stanford AIMI release is a
+#: spreadsheet: save its sheet as CSV)
+DEMOGRAPHIC_COLUMNS = {"sex": "GENDER", "age": "AGE_AT_CXR", "race": "PRIMARY_RACE", "ethnicity": "ETHNICITY"}
+
+
+def _sex(text: str) -> str:
+    t = text.strip().upper()
+    return {"MALE": "M", "M": "M", "FEMALE": "F", "F": "F", "": "", "UNKNOWN": ""}.get(t, "O")
+
+
+def _view(ap_pa: str, frontal_lateral: str) -> str:
+    if ap_pa.strip():
+        return ap_pa.strip().upper()[:64]
+    return "LATERAL" if frontal_lateral.strip().upper() == "LATERAL" else ""
 
 
 def coco_counts(counts: str) -> list[int]:
@@ -126,7 +143,18 @@ class CheXlocalizeReader(DatasetReader):
 
     def __init__(self, root, split=None, **options) -> None:
         super().__init__(root, split, **options)
-        check_options(self.key, options, {})
+        check_options(self.key, options, {
+            "attributes": "false (default) or true: keep the labels CSV's Sex, Age and view (Frontal/Lateral, AP/PA)",
+            "demographics": "PATH: a CSV of CheXpert's demographics (PATIENT and any of GENDER, AGE_AT_CXR, "
+                            "PRIMARY_RACE, ETHNICITY); implies attributes=true"})
+        demographics = self.options.pop("demographics", None)
+        attributes_option(self.key, self.options)
+        if demographics is not None:
+            if not str(demographics).strip():
+                raise ReaderOptionError(f"{self.key}: option demographics needs the path of a CSV file")
+            self.options["attributes"] = True
+            self.options["demographics"] = str(demographics)
+        self._native: dict[str, tuple[str, str, str, str]] = {}
 
     def _find(self, *names: str) -> Path:
         path = find_first(p for n in names for p in (self.root / n, self.root / Path(n).name))
@@ -197,7 +225,69 @@ class CheXlocalizeReader(DatasetReader):
                     break
                 labels[cls] = _LABEL_VALUES[value]
             cases[cxr_id] = CaseRecord(cxr_id, image_dir / patient / study / view, labels, {}, None, where)
+            self._native[cxr_id] = (patient, *((row.get(c) or "").strip() for c in NATIVE_COLUMNS))
+        self._native_columns = tuple(c for c in NATIVE_COLUMNS if c in fields)
         return cases
+
+    def case_attributes(self, records) -> dict | None:
+        """With ``attributes=true`` (or ``demographics=PATH``): the case attributes the files carry, for
+        ``records`` in order; None without the option.
+
+        From the labels CSV, where it has the column: ``sex`` (Sex: Male -> "M", Female -> "F", Unknown or empty
+        -> missing, another value "O"), ``age`` (Age, years; outside 0..130 missing), ``view`` (AP/PA upper-cased;
+        empty there and Frontal/Lateral "Lateral" -> "LATERAL"). From ``demographics`` (CheXpert's demographics,
+        one row per patient, matched on PATIENT = the patient folder, e.g. ``patient64541``): ``race``
+        (PRIMARY_RACE) and ``ethnicity`` (ETHNICITY) as the file writes them, and ``sex`` (GENDER) and ``age``
+        (AGE_AT_CXR) only where the labels CSV has no Sex / Age column. A case whose patient the file does not
+        list gets missing values; nothing is guessed."""
+        if not self.options.get("attributes"):
+            return None
+        from xbench.schemas.attributes import category, number
+
+        native = [self._native.get(r.case_id, ("", "", "", "", "")) for r in records]
+        cols = getattr(self, "_native_columns", ())
+        out = {}
+        if "Sex" in cols:
+            out["sex"] = category([_sex(n[1]) for n in native], f"{self.split}_labels.csv: Sex")
+        if "Age" in cols:
+            out["age"] = number([native_age(n[2]) for n in native], f"{self.split}_labels.csv: Age")
+        if "AP/PA" in cols or "Frontal/Lateral" in cols:
+            out["view"] = category([_view(n[3], n[4]) for n in native], f"{self.split}_labels.csv: AP/PA, Frontal/Lateral")
+        if self.options.get("demographics"):
+            out.update(self._demographics([n[0] for n in native], skip=set(out)))
+        return out
+
+    def _demographics(self, patients: list[str], skip: set[str]) -> dict:
+        """The fields of the user's demographics CSV for ``patients`` (one per case, in order)."""
+        from xbench.schemas.attributes import category, number
+
+        path = Path(self.options["demographics"])
+        if not path.is_file():
+            raise ReaderError(f"{self.key}: demographics file {path} not found (a CSV with a PATIENT column)")
+        reader = CSVFile(path, ())
+        header = [h.strip() for h in reader.header()]
+        if "PATIENT" not in header:
+            raise ReaderError(f"{path}: header lacks 'PATIENT' (expected PATIENT and any of "
+                              f"{', '.join(DEMOGRAPHIC_COLUMNS)})")
+        wanted = {f: c for f, c in DEMOGRAPHIC_COLUMNS.items() if c in header and f not in skip}
+        rows: dict[str, dict] = {}
+        for row in reader.dicts(header):
+            key = (row.get("PATIENT") or "").strip()
+            if key in rows:
+                raise ReaderError(f"{path}:row {reader.line_num}: patient {key!r} is listed more than once")
+            rows[key] = row
+        got = [rows.get(p, {}) for p in patients]
+        out = {}
+        for field, col in wanted.items():
+            values = [(g.get(col) or "").strip() for g in got]
+            where = f"{path.name}: {col}"
+            if field == "age":
+                out[field] = number([native_age(v) for v in values], where)
+            elif field == "sex":
+                out[field] = category([_sex(v) for v in values], where)
+            else:
+                out[field] = category([v[:64] for v in values], where)
+        return out
 
     def _add_regions(self, record: CaseRecord, tasks) -> None:
         if not isinstance(tasks, dict):

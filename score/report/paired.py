@@ -217,6 +217,8 @@ def _section_overall(r: Result, section: str) -> dict:
     is checked only for the sections the report knows the layout of)."""
     sec = r.metrics.get(section)
     overall = sec.get("overall") if isinstance(sec, dict) else None
+    if overall is None and isinstance(sec, dict) and isinstance(sec.get("keys"), list):  # a section that lists its
+        return dict.fromkeys(str(k) for k in sec["keys"])  # metric keys instead (subgroups: the gaps' metrics)
     return overall if isinstance(overall, dict) else {}
 
 

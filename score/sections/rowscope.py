@@ -251,6 +251,12 @@ declare_scope(RowScope(
     options=("by", "age_bands", "min_group"),
     prepare="xbench.score.sections.subgroups:prepare", add="xbench.score.sections.subgroups:add",
     write_tables="xbench.score.sections.subgroups:write_subgroup_tables",
+    save_counts="xbench.score.sections.subgroups:save_counts",
+    counts_problems="xbench.score.sections.subgroups:counts_problems",
+    load_counts="xbench.score.sections.subgroups:load_counts",
+    paired_rows="xbench.score.sections.subgroups:paired_rows",
+    compare="xbench.score.sections.subgroups:compare_lines",
+    page="xbench.score.sections.subgroups:page",
     doc="every metric per group of case attributes, and the gap between groups (xbench-score --by)"))
 
 declare_scope(RowScope(

@@ -457,10 +457,16 @@ def write_chexlocalize(root: Path, *, bad: bool = False) -> dict:
     masks = chexlocalize_masks(h, w)
     zero = np.zeros((h, w), bool)
 
+    # the native demographic columns (read only with the reader's attributes=true; tests/datasets/
+    # test_reader_chexlocalize.py reads them back exactly): a lateral view has no AP/PA in CheXpert
+    demo = {"patient64541/study1/view1_frontal.jpg": ["Female", "72", "Frontal", "AP"],
+            "patient64542/study1/view2_lateral.jpg": ["Unknown", "", "Lateral", ""]}
+
     def row(path: str, **values: str) -> str:
         vals = {c: "0.0" for c in CHEXPERT_COLUMNS[5:]}
         vals.update({k.replace("_", " "): v for k, v in values.items()})
-        meta = [path, "Male", "60", "Frontal" if "frontal" in path else "Lateral", "PA"]
+        tail = "/".join(path.split("/")[-3:])
+        meta = [path, *demo.get(tail, ["Male", "60", "Frontal" if "frontal" in path else "Lateral", "PA"])]
         return ",".join(meta + [vals[c] for c in CHEXPERT_COLUMNS[5:]])
 
     p1, p2, p3 = ("patient64541/study1/view1_frontal.jpg", "patient64542/study1/view1_frontal.jpg",

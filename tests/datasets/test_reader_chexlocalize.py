@@ -88,3 +88,85 @@ def test_missing_files(tmp_path):
         CheXlocalizeReader(tmp_path, split="val").records()
     with pytest.raises(ValueError, match="unknown split"):
         CheXlocalizeReader(tmp_path, split="train")
+
+
+# -- case attributes (issue 38): the labels CSV's Sex/Age/view and the user's demographics file, read exactly --
+def _table(reader):
+    recs = reader.records()
+    got = reader.case_attributes(recs)
+    return {r.case_id: {f: (a.values[i] if a.kind == "category" else (None if np.isnan(a.values[i]) else
+                                                                       float(a.values[i])))
+                        for f, a in got.items()} for i, r in enumerate(recs)}, got
+
+
+def test_attributes_from_the_labels_csv(tmp_path):
+    write_chexlocalize(tmp_path)
+    plain = CheXlocalizeReader(tmp_path, split="val")
+    assert plain.case_attributes(plain.records()) is None and "attributes" not in plain.describe()
+    table, got = _table(CheXlocalizeReader(tmp_path, split="val", attributes="true"))
+    assert table == {P1: {"sex": "F", "age": 72.0, "view": "AP"},
+                     P2: {"sex": "M", "age": 60.0, "view": "PA"},
+                     P3: {"sex": "", "age": None, "view": "LATERAL"}}  # Unknown and an empty Age are missing
+    assert got["sex"].source == "val_labels.csv: Sex" and got["age"].values.dtype == np.float32
+
+
+def test_attributes_from_a_demographics_file(tmp_path):
+    write_chexlocalize(tmp_path)
+    demo = tmp_path / "demo.csv"
+    demo.write_text("PATIENT,GENDER,AGE_AT_CXR,PRIMARY_RACE,ETHNICITY\n"
+                    "patient64541,Female,71,\"White, non-Hispanic\",Non-Hispanic/Non-Latino\n"
+                    "patient99999,Male,40,Asian,Unknown\n")
+    r = CheXlocalizeReader(tmp_path, split="val", demographics=str(demo))
+    assert r.describe()["attributes"] is True and r.describe()["demographics"] == str(demo)
+    table, got = _table(r)
+    # sex and age stay the labels CSV's (per image); race and ethnicity from the file; patient64542 unlisted
+    assert table[P1] == {"sex": "F", "age": 72.0, "view": "AP", "race": "White, non-Hispanic",
+                         "ethnicity": "Non-Hispanic/Non-Latino"}
+    assert table[P2]["race"] == table[P3]["race"] == "" and table[P2]["ethnicity"] == ""
+    assert got["race"].source == "demo.csv: PRIMARY_RACE"
+
+
+def test_demographics_fill_sex_and_age_when_the_labels_csv_lacks_them(tmp_path):
+    import csv
+
+    write_chexlocalize(tmp_path)
+    path = tmp_path / "CheXpert/val_labels.csv"
+    rows = list(csv.reader(path.read_text().splitlines()))
+    keep = [i for i, h in enumerate(rows[0]) if h not in ("Sex", "Age", "Frontal/Lateral", "AP/PA")]
+    path.write_text("\n".join(",".join(r[i] for i in keep) for r in rows) + "\n")
+    demo = tmp_path / "demo.csv"
+    demo.write_text("PATIENT,GENDER,AGE_AT_CXR\npatient64541,Female,71\npatient64542,Male,999\n")
+    table, got = _table(CheXlocalizeReader(tmp_path, split="val", demographics=str(demo)))
+    assert table == {P1: {"sex": "F", "age": 71.0}, P2: {"sex": "M", "age": None}, P3: {"sex": "M", "age": None}}
+    assert got["age"].source == "demo.csv: AGE_AT_CXR"  # 999 years is no age: missing, never clipped
+
+
+def test_bad_demographics_files(tmp_path):
+    write_chexlocalize(tmp_path)
+    for text, message in (("NAME,GENDER\nx,Male\n", "header lacks 'PATIENT'"),
+                          ("PATIENT,GENDER\npatient64541,Male\npatient64541,Female\n", "listed more than once")):
+        (tmp_path / "d.csv").write_text(text)
+        r = CheXlocalizeReader(tmp_path, split="val", demographics=str(tmp_path / "d.csv"))
+        with pytest.raises(ReaderError, match=message):
+            r.case_attributes(r.records())
+    r = CheXlocalizeReader(tmp_path, split="val", demographics=str(tmp_path / "absent.csv"))
+    with pytest.raises(ReaderError, match="not found"):
+        r.case_attributes(r.records())
+    with pytest.raises(ReaderError, match="attributes must be true or false"):
+        CheXlocalizeReader(tmp_path, split="val", attributes="maybe")
+
+
+def test_prepare_keeps_the_chexlocalize_attributes(tmp_path):
+    import zarr
+
+    from xbench.extract.datasets.prepare import prepare_dataset
+    from xbench.schemas import validate_ground_truth
+    from xbench.schemas.attributes import read_attributes
+
+    write_chexlocalize(tmp_path / "cx")
+    prepare_dataset(CheXlocalizeReader(tmp_path / "cx", split="val", attributes="true"), tmp_path / "out",
+                    grid=(16, 16), image_size=32, workers=1, progress=False)
+    gt = tmp_path / "out/gt.zarr"
+    assert validate_ground_truth(gt) == []
+    attrs = read_attributes(zarr.open_group(str(gt / "chexlocalize")))
+    assert list(attrs["sex"].values) == ["F", "M", ""] and list(attrs["view"].values) == ["AP", "PA", "LATERAL"]

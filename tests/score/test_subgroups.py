@@ -126,8 +126,14 @@ def test_fairlearn_gives_the_same_by_group_values_and_difference(scored):
         vals = [np.nanmean(yp[:, j]) for j in range(yp.shape[1]) if (~np.isnan(yp[:, j])).any()]
         return float(np.mean(vals))
 
+    def f1(yt, yp):  # the mean over classes of each class's F1 (positive class; 0 when undefined) on its labelled cases
+        from sklearn.metrics import f1_score
+
+        return float(np.mean([f1_score(yt[yt[:, j] >= 0, j], yp[yt[:, j] >= 0, j], zero_division=0)
+                              for j in range(yt.shape[1]) if (yt[:, j] >= 0).any()]))
+
     groups = np.asarray(["sex=" + sex[c] for c in cases])
-    for key, fn, yp in (("accuracy", accuracy, pred), ("pointing_game", pointing, hit)):
+    for key, fn, yp in (("accuracy", accuracy, pred), ("f1", f1, pred), ("pointing_game", pointing, hit)):
         mf = fairlearn.MetricFrame(metrics=fn, y_true=y, y_pred=yp, sensitive_features=groups)
         for g, v in mf.by_group.items():
             assert entry["groups"][g][key] == pytest.approx(v, abs=1e-12)
@@ -168,3 +174,133 @@ def test_group_labels_and_age_bands():
              "age": Attribute(np.array([39.0, 40.0, 80.0, np.nan], np.float32), "number")}
     assert list(banded(attrs["age"].values, (40.0, 60.0, 80.0))) == ["<40", "40-59", ">=80", ""]
     assert list(group_labels(attrs, ["sex", "age"])) == ["sex=F, age=<40", "sex=M, age=40-59", "", ""]
+
+
+# -- xbench compare of two models' gaps, the report page, pair_counts.npz --------------------------------------
+@pytest.fixture(scope="module")
+def two(scored):
+    d = scored[0]
+    assert xb("extract", "--model", "random", "--images", d / "data/images.zarr", "--out", d / "random.zarr",
+              "--workers", 0, "-q")[0] == 0
+    code, out = xb("score", d / "random.zarr", "--gt", d / "data/gt.zarr", "--out", d / "r", "--bootstrap", B,
+                   "--by", "sex", "--min-group", 5, "-q")
+    assert code == 0, out
+    return d, json.loads((d / "r/metrics.json").read_text()), pd.read_parquet(d / "r/pairs.parquet")
+
+
+def test_compare_of_gaps_equals_a_brute_force_paired_bootstrap(scored, two):
+    d, metrics_a, pairs_a, sex = scored
+    _, metrics_b, pairs_b = two
+    code, out = xb("compare", d / "s", d / "r", "--bootstrap", B, "--no-per-class", "--json")
+    assert code == 0, out
+    rows = [r for r in json.loads(out)["rows"] if r["scope"] == "subgroups/phantom"]
+    by_key = {r["metric"]: r for r in rows}
+    assert {r["cls"] for r in rows} == {"gap"}
+    assert set(by_key) == set(metrics_a["subgroups"]["datasets"]["phantom"]["gaps"]) & set(
+        metrics_b["subgroups"]["datasets"]["phantom"]["gaps"])
+    case_ids = list(dict.fromkeys(pairs_a.case_id))
+    draws = np.concatenate(list(case_draws(len(case_ids), B, 0)))  # compare's --seed 0, the only dataset (k = 0)
+    cases = {v: {c for c, s in sex.items() if s == v} for v in ("F", "M")}
+    for key in ("pointing_game", "accuracy"):
+        row, diffs = by_key[key], []
+        gaps = [m["subgroups"]["datasets"]["phantom"]["gaps"][key] for m in (metrics_a, metrics_b)]
+        assert row["a"] == pytest.approx(gaps[0]["gap"], abs=1e-12) and row["b"] == pytest.approx(gaps[1]["gap"], abs=1e-12)
+        for r in range(B):
+            w = dict(zip(case_ids, draws[r]))
+            side = []
+            for pairs, gap in ((pairs_a, gaps[0]), (pairs_b, gaps[1])):
+                best, worst = (brute(pairs, cases[g[-1]], w)[key] for g in (gap["best"], gap["worst"]))
+                side.append(np.nan if best is None or worst is None else best - worst)
+            diffs.append(side[0] - side[1])
+        diffs = np.asarray(diffs)
+        ok = diffs[~np.isnan(diffs)]
+        assert [row["ci_lo"], row["ci_hi"]] == pytest.approx(list(np.percentile(ok, [2.5, 97.5])), abs=1e-12)
+        p = min(1.0, 2 * min(np.mean(ok <= 0), np.mean(ok >= 0)))
+        assert row["p_value"] == pytest.approx(max(p, 1 / (ok.size + 1)), abs=1e-12) and row["n_valid"] == ok.size
+
+
+def test_compare_says_what_it_could_not_pair(scored, two, tmp_path):
+    d = scored[0]
+    code, out = xb("score", d / "random.zarr", "--gt", d / "data/gt.zarr", "--out", tmp_path / "v", "--bootstrap", B,
+                   "--by", "view", "--min-group", 5, "-q")
+    assert code == 0, out
+    code, out = xb("compare", d / "s", tmp_path / "v", "--bootstrap", 10, "--no-per-class")
+    assert code == 0 and "subgroups:\n  phantom: gaps not compared (the two were scored with different --by" in out, out
+    assert "subgroups/phantom" not in out
+    code, out = xb("score", d / "random.zarr", "--gt", d / "data/gt.zarr", "--out", tmp_path / "plain", "--bootstrap", 0,
+                   "-q")
+    code, out = xb("compare", d / "s", tmp_path / "plain", "--bootstrap", 10, "--no-per-class")
+    assert code == 0 and "subgroups" not in out, out  # only one holds the section: the class rows alone
+
+
+def test_forged_groups_in_pair_counts_exit_2(scored, two, tmp_path):
+    import shutil
+
+    d = scored[0]
+    for field, value, text in (("group", np.array(["sex=F"] * 3), "one group label per case"),
+                                ("by", np.array(["Bad Name"]), "must list 1 to 32 field names"),
+                                ("min_group", np.array(0), "out of range"),
+                                ("seed_offset", np.array([1, 2]), "missing or of the wrong type")):
+        forged = tmp_path / f"forged_{field}"
+        shutil.copytree(d / "r", forged)
+        z = dict(np.load(forged / "pair_counts.npz"))
+        z[f"phantom.subgroups.{field}"] = value
+        np.savez(forged / "pair_counts.npz", **z)
+        code, out = xb("compare", d / "s", forged, "--bootstrap", 10)
+        assert code == 2 and text in out and "Traceback" not in out, out
+
+
+def test_the_report_page_has_a_subgroups_section(scored, two, tmp_path):
+    d, metrics_a, _, _ = scored
+    code, out = xb("report", d / "s", d / "r", "--out", tmp_path / "page", "--bootstrap", 0, "--no-overlays", "-q")
+    assert code == 0, out
+    md = (tmp_path / "page/leaderboard.md").read_text()
+    assert "## Subgroups" in md and "<h2>Subgroups</h2>" in (tmp_path / "page/index.html").read_text()
+    gap = metrics_a["subgroups"]["datasets"]["phantom"]["gaps"]["pointing_game"]
+    line = next(x for x in md.splitlines() if x.startswith("| dog | phantom | pointing\\_game |"))
+    assert f"| {gap['worst_value']:.3f} | {gap['gap']:.3f} |" in line
+
+
+def test_pair_counts_keep_groups_only_with_by(scored, tmp_path):
+    d = scored[0]
+    assert "phantom.subgroups.group" in np.load(d / "s/pair_counts.npz").files
+    assert xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", tmp_path / "p", "--bootstrap", 0, "-q")[0] == 0
+    assert not [k for k in np.load(tmp_path / "p/pair_counts.npz").files if "subgroups" in k]
+
+
+def test_too_many_groups_are_refused(scored, monkeypatch):
+    import xbench.score.sections.subgroups as S
+
+    d = scored[0]
+    monkeypatch.setattr(S, "MAX_GROUPS", 1)
+    code, out = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", d / "many", "--by", "sex", "-q")
+    assert code == 2 and "phantom splits into 2 groups; at most 1" in out, out
+    assert not (d / "many").exists()
+
+
+@pytest.mark.parametrize("field, forge, text", [
+    ("age", lambda a: a[:3], "has shape (3,), expected (48,)"),
+    ("age", lambda a: np.where(np.arange(a.size) == 0, np.float32(999), a), "ages must lie in 0..130 years"),
+    ("sex", lambda a: np.where(np.arange(a.size) == 0, "F" * 65, a), "longer than 64 characters")])
+def test_forged_attributes_in_the_ground_truth_exit_2(scored, tmp_path, field, forge, text):
+    import shutil
+
+    import zarr
+
+    d = scored[0]
+    shutil.copytree(d / "data/gt.zarr", tmp_path / "gt.zarr")
+    g = zarr.open_group(str(tmp_path / "gt.zarr/phantom/attributes"), mode="a")
+    from xbench.schemas.store import read_strings
+
+    old = np.asarray(read_strings(g[field]), dtype=str) if field == "sex" else g[field][...]
+    new = forge(old)
+    del g[field]
+    if field == "sex":
+        arr = g.create_array(field, shape=new.shape, dtype=str, dimension_names=("case",))
+        arr[:] = new
+    else:
+        g.create_array(field, data=new.astype(np.float32), dimension_names=("case",))
+    code, out = xb("score", d / "dog.zarr", "--gt", tmp_path / "gt.zarr", "--out", tmp_path / "s", "--by", "sex", "-q")
+    assert code == 2 and text in out and "Traceback" not in out, out
+    assert sum("error:" in line for line in out.splitlines()) == 1
+    assert not (tmp_path / "s").exists()
