@@ -342,22 +342,10 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
                   {name: phrases} if phrases else {})
 
 
-def _coco_target(r: dict, kind: str, where: str, problems, name, ds, queries, cases, case, image_id, cat_map,
-                 cat_names, classes, unknown_cats: dict, used: set, phrases: dict, findings: dict):
-    """The Finding one COCO result's box joins (a phrase row's or a case's finding), or None: a problem added, an
-    unknown category counted, or a category the mapping drops."""
-    if kind == "query_id":
-        qid = _id_text(r["query_id"])
-        row = queries.get(qid) if qid is not None else None
-        if row is None:
-            problems.add(where, f"query_id {r['query_id']!r} is not a phrase row of the images store's {name}"
-                                + ("" if queries else " (it has none)"))
-            return None
-        if int(ds.queries.case[row]) != cases[case]:
-            problems.add(where, f"query_id {qid!r} is a phrase of case {str(ds.case_id[int(ds.queries.case[row])])!r}, "
-                                f"not of image_id {image_id}")
-            return None
-        return phrases.setdefault(qid, Finding([]))
+def coco_finding(r: dict, where: str, problems, name: str, classes, cat_map: dict, cat_names: dict,
+                 unknown_cats: dict) -> str | None:
+    """The finding a COCO result's ``category_id`` names (through the mapping, or --coco-images' category names), or
+    None: a problem added, an unknown category counted in ``unknown_cats``, or a category the mapping drops."""
     cat = _id_text(r["category_id"])
     if cat is None:
         problems.add(where, "category_id must be an integer or a string")
@@ -374,8 +362,31 @@ def _coco_target(r: dict, kind: str, where: str, problems, name, ds, queries, ca
         problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name} "
                             f"({', '.join(classes)})")
         return None
+    return finding
+
+
+def _coco_target(r: dict, kind: str, where: str, problems, name, ds, queries, cases, case, image_id, cat_map,
+                 cat_names, classes, unknown_cats: dict, used: set, phrases: dict, findings: dict):
+    """The Finding one COCO result's box joins (a phrase row's or a case's finding), or None: a problem added, an
+    unknown category counted, or a category the mapping drops."""
+    if kind == "query_id":
+        qid = _id_text(r["query_id"])
+        row = queries.get(qid) if qid is not None else None
+        if row is None:
+            problems.add(where, f"query_id {r['query_id']!r} is not a phrase row of the images store's {name}"
+                                + ("" if queries else " (it has none)"))
+            return None
+        if int(ds.queries.case[row]) != cases[case]:
+            problems.add(where, f"query_id {qid!r} is a phrase of case {str(ds.case_id[int(ds.queries.case[row])])!r}, "
+                                f"not of image_id {image_id}")
+            return None
+        return phrases.setdefault(qid, Finding([]))
+    finding = coco_finding(r, where, problems, name, classes, cat_map, cat_names, unknown_cats)
+    if finding is None:
+        return None
     used.add(finding)
     return findings.setdefault(case, {}).setdefault(finding, Finding([]))
+
 
 def _pick_dataset(images, dataset: str | None, src: Path) -> str:
     if dataset is None:

@@ -46,10 +46,11 @@ from typing import Any, Callable
 import numpy as np
 
 from xbench.schemas.convert import MAX_FOLDER_ENTRIES, PHRASES_FOLDER, PartialBlock, Problems, _entry_problem, phrase_fields
-from xbench.schemas.convert_boxes import (BOXES_JSON, MAX_MARKS_PER_ITEM, _case_lookup, _coco_images, _id_text,
+from xbench.schemas.convert_boxes import (BOXES_JSON, MAX_MARKS_PER_ITEM, _case_lookup, _coco_images, _id_text, coco_finding,
                             _MarkCount, _number, _pick_dataset, _query_lookup, _resolve_name, read_mapping)
 from xbench.schemas.errors import InputError, InvalidStoreError, Problem
 from xbench.schemas.inputs import MiB, load_json
+from xbench.schemas.rle import rle_counts, rle_mask
 from xbench.schemas.store import file_sha256
 from xbench.schemas.submission import DatasetSpec
 
@@ -117,42 +118,6 @@ def mask_to_grid(values: np.ndarray, grid: tuple[int, int], *, lesions: list[np.
     return out
 
 
-def rle_counts(counts: str) -> list[int]:
-    """The runs of pycocotools' compressed RLE string (6 bits a character from '0', 0x20 = more follows, 0x10 =
-    negative in the last character; from the third run on, each is a difference to the run two before).
-    Raises ValueError for a character outside the alphabet or a string ending inside a number."""
-    runs: list[int] = []
-    p, n = 0, len(counts)
-    while p < n:
-        x = k = 0
-        more = True
-        while more:
-            if p >= n:
-                raise ValueError("ends inside a run")
-            c = ord(counts[p]) - 48
-            if not 0 <= c < 64:
-                raise ValueError(f"holds {counts[p]!r}, not an RLE character")
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            p += 1
-            k += 1
-            if k > 13:  # 65 bits: no run of an image is that long
-                raise ValueError("holds a run longer than any image")
-            if not more and c & 0x10:
-                x |= -1 << (5 * k)
-        if len(runs) > 2:
-            x += runs[-2]
-        runs.append(x)
-    return runs
-
-
-def rle_mask(runs: list[int], size: tuple[int, int]) -> np.ndarray:
-    """The (h, w) bool mask of RLE ``runs`` (checked to sum to h·w): column-major, starting with a run of 0s."""
-    h, w = size
-    flat = np.repeat(np.arange(len(runs)) % 2 == 1, np.asarray(runs, dtype=np.int64))
-    return flat.reshape(w, h).T
-
-
 def polygon_mask(points: list[float], size: tuple[int, int]) -> np.ndarray:
     """The pixels of one polygon [x1, y1, x2, y2, ...] on an (h, w) image: the ground truth's polygon rule
     (``PIL.ImageDraw.polygon(outline=1, fill=1)`` with the points unchanged, as CheXlocalize draws them)."""
@@ -215,7 +180,7 @@ def segmentation_problem(seg: Any, size: tuple[int, int]) -> tuple[str | None, I
             try:
                 runs = rle_counts(counts)
             except ValueError as exc:
-                return f"RLE counts {exc}", None
+                return str(exc), None
             rle: str | tuple[int, ...] = counts
         elif isinstance(counts, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in counts):
             runs, rle = counts, tuple(counts)
@@ -333,20 +298,8 @@ def _coco_target(r, where, problems, name, ds, classes, cases, queries, id_to_ca
             problems.add(where, f"query_id {r['query_id']!r} is not a phrase row of image_id {image_id} in {name}")
             return None
         return phrases.setdefault(qid, []), case
-    cat = _id_text(r["category_id"])
-    if cat is None:
-        problems.add(where, "category_id must be an integer or a string")
-        return None
-    finding = _resolve_name(cat, cat_map, classes)
-    if finding is None and cat in cat_names:
-        finding = _resolve_name(cat_names[cat], cat_map, classes)
+    finding = coco_finding(r, where, problems, name, classes, cat_map, cat_names, unknown)
     if finding is None:
-        unknown[cat] = unknown.get(cat, 0) + 1
-        return None
-    if finding == "":
-        return None
-    if finding not in classes:
-        problems.add(where, f"category {cat} maps to {finding!r}, which is not a finding of {name}")
         return None
     used.add(finding)
     return items.setdefault(case, {}).setdefault(finding, []), case

@@ -32,6 +32,7 @@ import numpy as np
 from xbench.extract.datasets._io import (MAX_IMAGE_PIXELS, CSVFile, CaseProblems, attributes_option, check_options, find_first,
                                          load_raster, native_age, read_json)
 from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
+from xbench.schemas.rle import rle_counts as coco_counts  # the one COCO RLE decoder
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, grounding_classes_for, native_labels
 
 LAYOUT = """  CheXpert/<split>_labels.csv, CheXpert/<split>/<patient>/<study>/<view>.jpg
@@ -53,37 +54,6 @@ def _view(ap_pa: str, frontal_lateral: str) -> str:
     if ap_pa.strip():
         return ap_pa.strip().upper()[:64]
     return "LATERAL" if frontal_lateral.strip().upper() == "LATERAL" else ""
-
-
-def coco_counts(counts: str) -> list[int]:
-    """Decode a COCO compressed-RLE ``counts`` string into its run lengths (pure Python).
-
-    Mirrors pycocotools' ``rleFrString``: 5 bits per character (offset 48), 0x20 = more
-    characters follow, 0x10 on the last character = negative, and from the fourth value on each
-    value is a difference to the value two places back. Raises ValueError on a character outside
-    the alphabet or a truncated number.
-    """
-    out: list[int] = []
-    p, n = 0, len(counts)
-    while p < n:
-        x = k = 0
-        more = True
-        while more:
-            if p >= n:
-                raise ValueError("RLE counts string ends inside a number")
-            c = ord(counts[p]) - 48
-            if not 0 <= c < 64:
-                raise ValueError(f"RLE counts has a character outside the COCO alphabet: {counts[p]!r}")
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            p += 1
-            k += 1
-            if not more and c & 0x10:
-                x |= -1 << (5 * k)
-        if len(out) > 2:
-            x += out[-2]
-        out.append(x)
-    return out
 
 
 def rle_area(rle: dict) -> tuple[tuple[int, int], int]:

@@ -366,7 +366,7 @@ def test_hostile_coco_masks_one_line_each(tmp_path, stores, capsys):
     assert code == 2
     lines = [ln for ln in err.splitlines() if "result " in ln]
     assert len(lines) == len(bad), err
-    for k, text in enumerate(("past the image", "not the image's original size", "not an RLE character",
+    for k, text in enumerate(("past the image", "not the image's original size", "outside the COCO alphabet",
                               "negative run", "wholly outside", "probability in [0, 1]", "lacks segmentation",
                               "not a case")):
         assert text in lines[k], (k, lines[k])
