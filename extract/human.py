@@ -17,6 +17,11 @@ outside ``--root``):
   present when any of them boxed it; ``--rule majority``: the cells more than half of them boxed, a class
   present when more than half of them boxed it).
 
+* **REFLACX** phases 1 and 2 (each image read by five radiologists): each reading's ellipses at certainty
+  ``--certainty`` or above (default 3) against the *other* readings of the same image, combined by ``--rule``
+  as VinDr-CXR's readers are (:mod:`xbench.extract.human_reflacx`). A reader is one reading (its id): the
+  release does not say which radiologist read what.
+
 * **Phantom** (built in, no download): ``--readers N`` simulated readers ``R1`` ... ``RN``
   (:func:`xbench.extract.datasets.phantom.draw_reading`, the reader model of docs/human.md), each against the
   ground truth ``--gt``; the phantom's seed, split and size are the images store's.
@@ -62,9 +67,12 @@ from xbench.extract.datasets.vindr import is_rad_id
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
            "reading_rows", "write_submission", "write_truth", "read_readers", "DatasetReaders", "MASK_LEVEL"]
 
-DATASETS = ("chexlocalize", "vindr_cxr", "phantom")
+DATASETS = ("chexlocalize", "vindr_cxr", "reflacx", "phantom")
 RULES = ("union", "majority")
 SOURCES = ("segmentations", "annotations")
+#: the datasets whose readers mark salient points: their pointing game is the points' hit (CheXlocalize's rule);
+#: the others' readers draw shapes only (VinDr's boxes, REFLACX's ellipses): the region's first cell
+POINT_READERS = ("chexlocalize", "phantom")
 #: the value of a region's cells in a reader's map: >= 0.99 after normalisation (every tau <= 0.99 sees the
 #: region), < 1 (the salient point's cell is the one maximum); exact in float16 and float32
 MASK_LEVEL = 1.0 - 2.0 ** -10
@@ -419,7 +427,7 @@ def reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, region_
     (which of the two has one), ``iou`` (|reader & truth| / |reader | truth| of the two binary regions) and
     ``hit`` (ground-truth rows only, else NaN). ``points_rule`` (CheXlocalize, phantom): a hit when any of the
     reader's salient points lies in a cell of the truth's region, a miss without a point (a region alone never
-    hits); else (VinDr: boxes, no points) the region's first cell in row-major order; unmarked: a miss."""
+    hits); else (VinDr's boxes, REFLACX's ellipses: no points) the region's first cell in row-major order; unmarked: a miss."""
     rows = {"case_id": [], "cls": [], "gt": [], "seg": [], "iou": [], "hit": []}
     for case in cases:
         got = marks.get(case, {})
@@ -622,7 +630,8 @@ class DatasetReaders:
 
 
 def read_readers(dataset: str, root: Path | None, images: Path, gt: Path | None, *, split: str | None = None,
-                 rule: str = "union", source: str = "segmentations", readers: int = 3) -> DatasetReaders:
+                 rule: str = "union", source: str = "segmentations", readers: int = 3,
+                 certainty: int = 3) -> DatasetReaders:
     """Read the readers of ``dataset`` (CheXlocalize's human benchmark, VinDr-CXR's radiologists, or the
     phantom's simulated readers) with the images store's case sizes and the ground truth's grid and classes."""
     from xbench.schemas.ground_truth import read_ground_truth
@@ -651,20 +660,29 @@ def read_readers(dataset: str, root: Path | None, images: Path, gt: Path | None,
         split = phantom["split"]
         rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
                      "model of docs/human.md), averaged over readers")
-    else:
+    else:  # readers against each other: --gt, when given, only sets the evaluation grid
         grid = (224, 224)
         if gt is not None:
             truth_store = read_ground_truth(gt)
             if dataset in truth_store.datasets:
                 grid = tuple(truth_store.datasets[dataset].grid)
-        reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
-        rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
-                     "averaged over readers")
+        if dataset == "reflacx":
+            from xbench.extract.human_reflacx import read_reflacx
+
+            reading = read_reflacx(root, sizes, classes, certainty=certainty)
+            split = "phases 1-2"
+            rule_text = (f"each reading against the other readings of the same image ({rule} of their ellipses at "
+                         f"certainty >= {certainty}), averaged over readings")
+        else:
+            reading = read_vindr(root, sizes, classes, split=split or "train", rule=rule)
+            rule_text = (f"each reader against the other readers of the same image ({rule} of their boxes), "
+                         "averaged over readers")
     native = None
     if dataset == "chexlocalize" and source == "segmentations":  # CheXlocalize's own values at full resolution
         native = chexlocalize_native_rows(root, reading.marks["hb"], sizes, classes, reading.files)
     info = {"dataset": dataset, "split": split or ("test" if dataset == "chexlocalize" else "train"),
-            "rule": rule_text, "source": {"chexlocalize": source, "vindr_cxr": "boxes"}.get(dataset, "simulated"),
+            "rule": rule_text,
+            "source": {"chexlocalize": source, "vindr_cxr": "boxes", "reflacx": "ellipses"}.get(dataset, "simulated"),
             "files": {p.name: file_sha256(p) for p in reading.files}}
     if dataset == "phantom":  # what reproduces the readers: the phantom's options and the reader model
         from xbench.extract.datasets import phantom as ph

@@ -9,8 +9,8 @@ readers are against the other readers of each image (:func:`xbench.extract.human
 A reading *marks* a class when it drew an ellipse for it at ``certainty`` or above (default 3, Possibly) on a
 finding it labels present: its mark is those ellipses (native masks, data_cards/reflacx.md). Labels without an
 ellipse (Support devices need none) are not marks, as VinDr's classes without a box are not. Images read by
-fewer than two readings (phase 3) are left out. What is left to do: the ``xbench human reflacx`` command
-(the umbrella's :mod:`xbench.human` and :func:`xbench.extract.human.read_readers` dispatch on the dataset key).
+fewer than two readings (phase 3) are left out. ``xbench human reflacx`` reads them through
+:func:`xbench.extract.human.read_readers` and scores each reading like a model (docs/human.md).
 """
 from __future__ import annotations
 

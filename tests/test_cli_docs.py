@@ -207,6 +207,7 @@ def template(tmp_path_factory):
     (d / "subs").mkdir()
     shutil.copytree(d / "clip.zarr", d / "subs/clip.zarr")
     (d / "npz_outputs").mkdir()  # xbench-convert's folder layout (filled below)
+    shutil.copytree(ROOT / "suites", d / "suites")  # the shipped suites, named from the repository root
     return d
 
 

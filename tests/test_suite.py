@@ -342,6 +342,14 @@ def test_demo_suite_is_what_xbench_demo_runs():
     S.parse_suite(data, ROOT / "suites")
 
 
+def test_gaze_suite_prepares_the_phantom_with_gaze():
+    """suites/gaze.yaml (docs/gaze.md, "The suite"; the docs walk runs it) asks the phantom for its simulated gaze,
+    so its scores carry the gaze section."""
+    data = yaml.safe_load((ROOT / "suites" / "gaze.yaml").read_text())
+    assert data["datasets"]["phantom"]["options"]["gaze"] is True
+    S.parse_suite(data, ROOT / "suites")
+
+
 def test_demo_gaps_have_resamples_enough_for_holm():
     """The demo page's gaps (neighbours x GAP_METRICS tests) can pass the Holm adjustment: m/(B+1) < 0.05 with room
     (contract "Significant"), both in the shipped suite and in what `xbench demo` runs."""

@@ -19,6 +19,7 @@ import click
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
 from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse, resamples
 from xbench.schemas.errors import escape_text
+from xbench.extract.human import DATASETS as READER_DATASETS
 
 #: the recognition keys copied from each reader's own metrics.json into human.json
 RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
@@ -30,20 +31,24 @@ class HumanOptions:
 
     root: Path | None = opt(None, check=Text(click.Path(exists=True, file_okay=False, path_type=Path)),
                             help='The dataset as downloaded (the folder given to xbench-prepare); only read. '
-                                 'Required for chexlocalize and vindr_cxr; the phantom has none.')
+                                 'Required for chexlocalize, vindr_cxr and reflacx; the phantom has none.')
     images: Path = opt(check=Text(click.Path(exists=True, path_type=Path)), required=True,
                        help="images.zarr of the same split (each case's original size and the case list).")
     gt_path: Path | None = opt(None, check=Text(click.Path(exists=True, path_type=Path)), flag='--gt',
                                help='gt.zarr: required for chexlocalize and phantom (the readers are scored '
-                                    'against it); for vindr_cxr only its evaluation grid is used (default '
-                                    '224x224).')
+                                    'against it); for vindr_cxr and reflacx only its evaluation grid is used '
+                                    '(default 224x224).')
     out: Path = opt(check=Text(click.Path(path_type=Path)), required=True,
                     help='Output folder: human.json and, per reader, its submission, ground truth and scores.')
     split: str | None = opt(None, check=Choice(('train', 'test')),
                             help='vindr_cxr: the split whose readers are compared [default: train, the one read'
                                  ' by 3 readers]. chexlocalize: the human benchmark exists for test only.')
     rule: str = opt('union', check=Choice(('union', 'majority')),
-                    help="vindr_cxr: how the other readers' boxes make a reader's ground truth.")
+                    help="vindr_cxr, reflacx: how the other readers' boxes (ellipses) make a reader's ground "
+                         "truth.")
+    certainty: int | None = opt(None, check=Int(1, 5),
+                                help='reflacx: the lowest certainty (1-5) at which a reading counts a finding '
+                                     'present and keeps its ellipse [default: 3, Possibly, as the reader].')
     source: str = opt('segmentations', check=Choice(('segmentations', 'annotations')),
                       help='chexlocalize: hb_segmentations_test.json (RLE masks) or hb_annotations_test.json '
                            '(polygons).')
@@ -57,7 +62,7 @@ class HumanOptions:
 
 
 @command("human", on_interrupt=NOT_WRITTEN_HINT)
-@click.argument("dataset", type=click.Choice(["chexlocalize", "vindr_cxr", "phantom"]))
+@click.argument("dataset", type=click.Choice(list(READER_DATASETS)))
 @click_options(HumanOptions)
 @budget_options
 def human(dataset, max_memory, timeout, **params):
@@ -71,12 +76,14 @@ def human(dataset, max_memory, timeout, **params):
     (hb_*_test.json) against the ground truth. VinDr-CXR train:
     each reader against the other readers of the same image (--rule), averaged over readers. Phantom:
     --readers simulated readers (jittered, sometimes missed, sometimes false marks), each against the
-    ground truth, averaged over readers.
+    ground truth, averaged over readers. REFLACX phases 1-2: each reading's ellipses (--certainty) against
+    the other readings of the same image (--rule), averaged over readings.
 
     \b
     Examples:
       xbench human chexlocalize --root CheXlocalize/ --images images.zarr --gt gt.zarr --out human/
       xbench human vindr_cxr --root vindr/ --split train --images images_train.zarr --out human_vindr/
+      xbench human reflacx --root reflacx/ --images images.zarr --gt gt.zarr --out human_reflacx/
       xbench human phantom --images data/images.zarr --gt data/gt.zarr --out human_phantom/ --readers 3
       xbench-score sub.zarr --gt gt.zarr --out results/ --human human/
     """
@@ -84,6 +91,7 @@ def human(dataset, max_memory, timeout, **params):
     (root, images, gt_path, out, split, rule, source, readers, bootstrap, seed, quiet, as_json) = (
         o.root, o.images, o.gt_path, o.out, o.split, o.rule, o.source, o.readers, o.bootstrap, o.seed, o.quiet,
         o.as_json)
+    certainty = o.certainty
     apply_budget("xbench human", max_memory, timeout)
     if dataset == "chexlocalize" and split not in (None, "test"):
         raise UserError("--split: CheXlocalize's human benchmark exists for the test split only")
@@ -93,6 +101,11 @@ def human(dataset, max_memory, timeout, **params):
         raise UserError("--root, --split: the phantom has no download; its split and seed are the images store's")
     if dataset != "phantom" and root is None:
         raise UserError(f"--root: required for {dataset} (the folder given to xbench-prepare)")
+    if dataset == "reflacx" and split is not None:
+        raise UserError("--split: REFLACX's readers are those of phases 1 and 2 (five readings an image), whatever "
+                        "the split; the images store decides the images")
+    if dataset != "reflacx" and certainty is not None:
+        raise UserError("--certainty: only REFLACX's readings carry a certainty")
     if dataset != "phantom" and readers is not None:
         raise UserError("--readers: only the phantom's readers are simulated; the other datasets' are in their files")
     from xbench.schemas.paths import output_problems
@@ -104,7 +117,8 @@ def human(dataset, max_memory, timeout, **params):
     lines = []
     say = (lambda s: None) if (quiet or as_json) else (lambda s: click.echo(escape_text(s), err=True))
     doc = run_human(dataset, root, images, gt_path, out, split=split, rule=rule, source=source, bootstrap=bootstrap,
-                    seed=seed, readers=3 if readers is None else readers, say=say)
+                    seed=seed, readers=3 if readers is None else readers,
+                    certainty=3 if certainty is None else certainty, say=say)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     elif not quiet:
@@ -124,11 +138,11 @@ def human(dataset, max_memory, timeout, **params):
 
 def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path, *, split: str | None = None,
               rule: str = "union", source: str = "segmentations", bootstrap: int = 1000, seed: int = 0,
-              readers: int = 3, say: Callable[[str], None] = lambda s: None) -> dict:
+              readers: int = 3, certainty: int = 3, say: Callable[[str], None] = lambda s: None) -> dict:
     """Make each reader's submission, score it, and write the ceiling; returns human.json's content."""
     import numpy as np
 
-    from xbench.extract.human import read_readers, reading_rows, write_submission, write_truth
+    from xbench.extract.human import POINT_READERS, read_readers, reading_rows, write_submission, write_truth
     from xbench.schemas.paths import PublishedDir
     from xbench.score.sections.human.ceiling import (KEYS, ReaderReading, ceiling, ceiling_json, chexlocalize_block,
                                             reader_pairs, with_hits)
@@ -136,7 +150,8 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     from xbench.score.outputs.folder import write_into
     from xbench.score.scoring import score_submission
 
-    got = read_readers(dataset, root, images, gt, split=split, rule=rule, source=source, readers=readers)
+    got = read_readers(dataset, root, images, gt, split=split, rule=rule, source=source, readers=readers,
+                       certainty=certainty)
     reading, sizes, classes, grid, info = got.reading, got.sizes, got.classes, got.grid, got.info
     native = ReaderReading(**got.native_rows) if got.native_rows is not None else None
     for note in reading.notes:
@@ -158,7 +173,7 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                                       allow_missing=reading.truth is None)
             write_into(result, folder, formats=("xbench",), label=f"human {r}")
             rows = reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, got.truth_of(r),
-                                 points_rule=dataset != "vindr_cxr")
+                                 points_rule=dataset in POINT_READERS)
             readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))
             save_reading(folder / READING_FILE, readings[r])
             if native is not None:

@@ -66,6 +66,7 @@ from xbench.score.sections.rowscope import row_scope, scope_names
 __all__ = [
     "Best",
     "ChosenBy",
+    "Measure",
     "Metric",
     "PairView",
     "RecognitionSums",
@@ -304,6 +305,34 @@ def metric(key: str) -> Metric:
         close = difflib.get_close_matches(str(key), list(REGISTRY), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise UnknownNameError(f"unknown metric {key!r}.{hint} Available: {', '.join(REGISTRY)}") from None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How a value that a section reports outside the registry prints (the gaze section's saliency measures:
+    computed by the section, not from the pair counts): the column title, "percent" (a fraction printed x100)
+    or "number", and its direction. A row scope declares its measures with its ``measures`` hook."""
+
+    key: str
+    short: str
+    fmt: Literal["percent", "number"] = "percent"
+    higher_is_better: bool = True
+
+
+def shown_as(key: str) -> Metric | Measure | None:
+    """What prints ``key``: the registered metric, else the measure a declared row scope reports under that name
+    (:attr:`xbench.score.sections.rowscope.RowScope.measures`), else None (an unknown key prints as a share)."""
+    m = REGISTRY.get(key)
+    if m is not None:
+        return m
+    from xbench.score.sections.rowscope import row_scopes
+
+    for scope in row_scopes(primary=False):
+        if scope.measures is not None:
+            got = scope.fn("measures")().get(key)
+            if got is not None:
+                return got
+    return None
 
 
 def metric_params(given: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -60,10 +60,11 @@ DATASET_TITLES = catalog.titles()
 
 
 class _Titles(dict):
-    """{metric key: short title}, read from the registry on every lookup (a metric registered later shows)."""
+    """{metric key: short title}, read from the registry (and the sections' declared measures) on every lookup
+    (a metric registered later shows)."""
 
     def get(self, key, default=None):
-        m = R.REGISTRY.get(key)
+        m = R.shown_as(key)
         return m.short if m is not None else default
 
     def __getitem__(self, key):
@@ -76,12 +77,12 @@ class _Titles(dict):
 METRIC_TITLES = _Titles()
 
 def _fmt_of(key: str) -> str:
-    m = R.REGISTRY.get(key)  # CNR is a registered phrase metric (fmt "number"); an unknown key is a share
+    m = R.shown_as(key)  # CNR is a registered phrase metric (fmt "number"), NSS a gaze measure; unknown: a share
     return m.fmt if m is not None else "percent"
 
 
 def _higher_is_better(key: str) -> bool:
-    m = R.REGISTRY.get(key)
+    m = R.shown_as(key)
     return True if m is None else m.higher_is_better
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from xbench.schemas.paths import NameTable
 
 from xbench.score.report._load import ReportInputError, Result, load_result, load_results
-from xbench.score.report.paired import ALPHA, compare_results, floor_text, format_p, missing_intervals, p_note
+from xbench.score.report.paired import (ALPHA, compare_results, floor_text, format_p, missing_intervals, p_note,
+                                        units_note)
 
 __all__ = ["build_report", "load_results", "load_result", "ReportInputError", "Result", "compare_results",
            "PER_CLASS_METRICS", "floor_text", "format_p", "p_note"]
@@ -115,7 +116,7 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
-             f"Paired bootstrap of {md_cell(a_name)} − {md_cell(b_name)} (percentage points; CNR as a ratio); "
+             f"Paired bootstrap of {md_cell(a_name)} − {md_cell(b_name)} ({units_note(rows)}); "
              f"* = significant: Holm-adjusted p < {ALPHA:g}." + (f" {p_note(rows)}" if note else ""), "",
              "| Scope | Class | Metric | A | B | A − B | 95% CI | p | p (Holm) |",
              "|---|---|---|---:|---:|---:|---|---:|---:|"]

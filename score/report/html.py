@@ -161,7 +161,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 def _gaps_html(gaps) -> str:
     from xbench.score.report.paired import floor_note, format_p, p_note
-    from xbench.score.outputs.tables import METRIC_TITLES
+    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
 
     rows = []
     # B too small for any gap to pass Holm: the cells say so instead of "within noise" (nothing was decided)
@@ -172,11 +172,12 @@ def _gaps_html(gaps) -> str:
         for r in g["rows"]:
             if r.diff is None:
                 continue
-            ci = "–" if r.ci_lo is None else f"{100 * r.ci_lo:+.2f} to {100 * r.ci_hi:+.2f}"
+            ci = ("–" if r.ci_lo is None else
+                  f"{shown_value(r.metric, r.ci_lo):+.2f} to {shown_value(r.metric, r.ci_hi):+.2f}")
             cls = "sig" if r.significant else "ns"
             verdict = "real" if r.significant else "too few resamples" if undecidable else "within noise"
             rows.append(f"<tr><th class=\"model\">{_e(g['a'])} vs {_e(g['b'])}</th>"
-                        f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{100 * r.diff:+.2f}</td>"
+                        f"<td>{_e(METRIC_TITLES.get(r.metric, r.metric))}</td><td>{shown_value(r.metric, r.diff):+.2f}</td>"
                         f"<td>{ci}</td><td>{_e(format_p(r.p_value, r.p_floor))}</td>"
                         f"<td>{_e(format_p(r.p_holm, r.p_floor))}</td><td class=\"{cls}\">{verdict}</td></tr>")
     if not rows:
@@ -233,7 +234,7 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              f"<h1>{_e(title)}</h1>",
              f'<p class="meta">{len(results)} model(s): {_e(", ".join(r.name for r in results))}. '
              f"Ground truth sha256: {_e(', '.join(sorted(x[:16] for x in gt)) or 'not recorded')}. "
-             f"Generated {now}. All values in percent. {_e(_resamples_note(results, n_boot))}"
+             f"Generated {now}. Values in percent unless a table says otherwise (CNR, the gaze measures). {_e(_resamples_note(results, n_boot))}"
              "Models ranked by overall pointing game.</p>",
              '<p class="meta">Downloads: <a href="leaderboard.md">leaderboard.md</a> · '
              '<a href="leaderboard.csv">leaderboard.csv</a> · <a href="grounding_fixed.csv">grounding_fixed.csv</a>'

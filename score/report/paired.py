@@ -255,6 +255,19 @@ def format_p(p: float | None, floor: float | None = None) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def units_note(rows) -> str:
+    """The units of a comparison's rows: percentage points for shares, and the rows' numbers (CNR, the gaze
+    measures: :func:`xbench.score.metrics.registry.shown_as`) named as they are."""
+    from xbench.score.metrics.registry import shown_as
+
+    numbers = []
+    for r in rows:
+        m = shown_as(r.metric)
+        if m is not None and m.fmt == "number" and m.short not in numbers:
+            numbers.append(m.short)
+    return "percentage points" + (f"; {', '.join(numbers)} as numbers" if numbers else "")
+
+
 def p_note(rows, option: str = "--bootstrap") -> str:
     """The sentences on the p-values of ``rows``: resamples, the floor, Holm's family, the verdict, and when B is
     too small for any row to pass the adjustment, that sentence (:func:`floor_note`, naming ``option``)."""

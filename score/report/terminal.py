@@ -130,7 +130,7 @@ def comparison_text(rows, a_name: str, b_name: str) -> str:
 
     from xbench.score.resampling.engine import ALPHA
 
-    from xbench.score.report.paired import format_p, p_note
+    from xbench.score.report.paired import format_p, p_note, units_note
 
     a, b = escape_text(a_name), escape_text(b_name)
     head = ["class", "metric", "A", "B", "A − B", "95% CI", "p", "p (Holm)"]
@@ -153,7 +153,7 @@ def comparison_text(rows, a_name: str, b_name: str) -> str:
     def line(cells) -> str:
         return "  ".join((f"{c:>{w}}" if rt else f"{c:<{w}}") for c, w, rt in zip(cells, widths, right) if w).rstrip()
 
-    out = textwrap.wrap(f"{a} vs {b}: paired bootstrap of A − B (percentage points; CNR as a ratio); "
+    out = textwrap.wrap(f"{a} vs {b}: paired bootstrap of A − B ({units_note(rows)}); "
                         f"* = significant: Holm-adjusted p < {ALPHA:g}. " + p_note(rows), width=WIDTH, break_on_hyphens=False)
     out += ["", "  " + line(head)]
     scope = None

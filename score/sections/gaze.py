@@ -523,6 +523,47 @@ def gaze_markdown(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def measures() -> dict:
+    """The scope's ``measures``: the six saliency measures and the two region shares print as numbers (the
+    saliency benchmark's units, never x100), KL lower-is-better, in every table and comparison."""
+    from xbench.score.metrics.registry import Measure
+
+    out = {m: Measure(m, TITLES[m], "number", m != "kl") for m in G.MEASURES}
+    out.update({k: Measure(k, t, "number") for k, t in zip(REGION_KEYS, ("Gaze share", "Model energy"))})
+    return out
+
+
+def gaze_table(results) -> object | None:
+    """The report's gaze table (index.html; leaderboard.md shows :func:`gaze_markdown`): a row per (model,
+    dataset, rows, scope) of :func:`gaze_rows` with the six measures and their 95 % intervals, the region rows'
+    two shares in columns of their own; None when no result has the section."""
+    from xbench.score.outputs.tables import Cell, Table
+
+    rows = gaze_rows(list(results.values()) if isinstance(results, Mapping) else results)
+    if not rows:
+        return None
+    keys = (*G.MEASURES, *REGION_KEYS)
+    caption = ("Each model's map against the radiologists' gaze, the saliency benchmark's measures as numbers "
+               "(higher is better except KL): finding rows (the class's map, readings that called the finding), "
+               "image rows (the model's mean map, the whole reading), the readers' leave-one-out ceiling with the "
+               "model's % of it (model / human x 100; KL human / model), and per class the share of the "
+               "reading's gaze and of the model's map inside the reader's own region; 95% bootstrap interval "
+               "over cases as low–high.")
+    t = Table(title="Gaze", key=SECTION, columns=[(None, None, k) for k in keys], caption=caption,
+              index=("Model", "Dataset", "Rows", "Scope", "n"), labels={k: m.short for k, m in measures().items()})
+    for r in rows:
+        label = (str(r["model"]), str(r["dataset"]), r["rows"], str(r["scope"]), "" if r["n"] is None else str(r["n"]))
+        values = dict(r, gaze_share=r.get("human_or_share"))
+        ci = r.get("ci95") or {}
+
+        def interval(k):
+            v = ci.get(k)
+            return tuple(v) if isinstance(v, (list, tuple)) and len(v) == 2 and None not in v else None
+
+        t.rows[label] = [Cell(values.get(k), interval(k)) for k in keys]
+    return t
+
+
 def gaze_csv(rows: list[dict]) -> str:
     import csv
     import io

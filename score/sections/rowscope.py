@@ -61,6 +61,9 @@ class RowScope:
     * ``table_rows(results)``, ``markdown(rows)``, ``csv(rows)``, ``table(results)``: the report's table of
       the scope (rows per model and dataset; leaderboard.md; ``<section>.csv``; index.html), for a scope the
       report shows apart from the primary tables;
+    * ``measures()``: {key: :class:`xbench.score.metrics.registry.Measure`} of the values the scope reports
+      outside the metric registry (the gaze measures): their titles, whether they print x100, and their
+      direction, for every table and comparison (:func:`xbench.score.metrics.registry.shown_as`);
     * ``save_counts(prefix, counts)``, ``counts_problems(z, prefix, where)``, ``load_counts(z, prefix, name)``:
       one dataset's counts in ``pair_counts.npz`` (:mod:`xbench.score.kernels.counts`), so that ``xbench compare``
       and ``xbench report`` compare the scope from result folders. ``save_counts`` returns the arrays, each
@@ -105,6 +108,7 @@ class RowScope:
     markdown: Ref = None
     csv: Ref = None
     table: Ref = None
+    measures: Ref = None
     save_counts: Ref = None
     counts_problems: Ref = None
     load_counts: Ref = None
@@ -216,6 +220,8 @@ declare_scope(RowScope(
     table_rows="xbench.score.sections.gaze:gaze_rows",
     markdown="xbench.score.sections.gaze:gaze_markdown",
     csv="xbench.score.sections.gaze:gaze_csv",
+    table="xbench.score.sections.gaze:gaze_table",
+    measures="xbench.score.sections.gaze:measures",
     save_counts="xbench.score.sections.gaze:save_counts",
     counts_problems="xbench.score.sections.gaze:counts_problems",
     load_counts="xbench.score.sections.gaze:load_counts",

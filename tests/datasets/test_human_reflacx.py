@@ -49,3 +49,114 @@ def test_refused_without_two_readings_or_with_bad_files(tmp_path):
     with pytest.raises(InputError) as exc:
         read_reflacx(tmp_path, sizes, classes_for("reflacx"))
     assert len(exc.value.problems) == 1 and "P101R000003" in str(exc.value.problems[0])
+
+
+# -- xbench human reflacx: the command end to end, against a brute force over the fixture's readings --------------
+def _reflacx_data(base):
+    from xbench.extract.datasets.prepare import prepare_dataset
+    from xbench.extract.datasets.reflacx import REFLACXReader
+
+    if not (base / "data/gt.zarr").is_dir():
+        write_reflacx(base / "raw")
+        prepare_dataset(REFLACXReader(base / "raw"), base / "data", grid=(12, 16), image_size=32, workers=1,
+                        progress=False)
+    return base / "raw", base / "data"
+
+
+def _fixture_marks(certainty: int) -> dict:
+    """reading -> class -> the reading's ellipse masks at certainty >= ``certainty`` on findings it labels
+    present, read from the fixture's table (phase 1: the image D1, read three times)."""
+    from gaze_fixtures import READINGS
+
+    from xbench.extract.datasets.base import Mask
+    from xbench.schemas.vocabulary import canonical
+
+    marks = {}
+    for rid, (phase, image, _disc, labels, _fix, ellipses) in READINGS.items():
+        if phase == 3:
+            continue
+        present = {canonical("reflacx", k) for k, v in labels.items() if v is True or (v is not False and v >= certainty)}
+        per = marks.setdefault(rid, {})
+        for *box, cert, names in ellipses:
+            for name in names:
+                cls = canonical("reflacx", name)
+                if cert >= certainty and cls in present:
+                    mask = brute_ellipse(box, IMAGES[image][2])
+                    per.setdefault(cls, []).append(Mask(load=lambda m=mask: m))
+    return marks
+
+
+def _reflacx_brute(rule: str, certainty: int) -> dict:
+    """Per class: the mean over readings of each reading's pairs (its map against the other readings' ellipses
+    combined by ``rule``), the contract's metrics cell by cell."""
+    from test_human import KEYS, _class_values, _mean, _metrics, _reader_map
+
+    from xbench.extract.datasets.rasterise import rasterise_region
+
+    size, grid = IMAGES[D1][2], (12, 16)
+    marks = _fixture_marks(certainty)
+    pairs = {}
+    for r in marks:
+        others = [o for o in marks if o != r]
+        need = 1 if rule == "union" else len(others) // 2 + 1
+        for cls in sorted({c for o in others for c in marks[o]}):
+            votes = np.zeros(grid, int)
+            for o in others:
+                if cls in marks[o]:
+                    votes += rasterise_region(marks[o][cls], size, grid).mask
+            if sum(cls in marks[o] for o in others) < need or not (votes >= need).any():
+                continue
+            m = _reader_map(marks[r].get(cls, []), size)
+            pairs.setdefault(cls, {}).setdefault(r, []).append(_metrics(m, votes >= need))
+    return {c: {k: _mean(_class_values(p)[k] for p in per.values()) for k in KEYS} for c, per in pairs.items()}
+
+
+@pytest.mark.parametrize("rule,certainty", [("union", 3), ("majority", 3), ("union", 5)])
+def test_xbench_human_reflacx_equals_brute_force(tmp_path_factory, rule, certainty):
+    import json
+
+    from click.testing import CliRunner
+    from test_human import KEYS
+
+    from xbench import cli
+
+    root, data = _reflacx_data(tmp_path_factory.getbasetemp() / "reflacx_human")
+    out = tmp_path_factory.mktemp("human") / "out"
+    res = CliRunner().invoke(cli.main, ["human", "reflacx", "--root", str(root), "--images", str(data / "images.zarr"),
+                                        "--gt", str(data / "gt.zarr"), "--out", str(out), "--rule", rule,
+                                        "--certainty", str(certainty), "--bootstrap", "0", "-q"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "human.json").read_text())
+    entry = doc["datasets"]["reflacx"]
+    assert entry["readers"] == ["P101R000001", "P101R000002", "P101R000003"]
+    assert doc["xbench"]["source"] == "ellipses" and f"certainty >= {certainty}" in doc["xbench"]["rule"]
+    want = _reflacx_brute(rule, certainty)
+    assert want, "the fixture must give pairs"
+    got = {c: e for c, e in entry["classes"].items() if e["n_pairs"]}
+    assert set(got) == set(want)
+    for c in want:
+        for k in KEYS:
+            assert got[c][k] == pytest.approx(want[c][k], rel=1e-12), (rule, c, k)
+    if certainty == 5:  # only the Pneumothorax ellipse is certain enough
+        assert set(got) == {"Pneumothorax"}
+    assert (out / "readers/P101R000001/gt.zarr").is_dir()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--split", "train"], "--split"),
+    (["--certainty", "0"], "--certainty"),
+])
+def test_xbench_human_reflacx_refuses_options_that_do_not_apply(tmp_path_factory, args, message):
+    from click.testing import CliRunner
+
+    from xbench import cli
+
+    root, data = _reflacx_data(tmp_path_factory.getbasetemp() / "reflacx_human")
+    out = tmp_path_factory.mktemp("human") / "out"
+    res = CliRunner().invoke(cli.main, ["human", "reflacx", "--root", str(root), "--images", str(data / "images.zarr"),
+                                        "--out", str(out), *args])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert not out.exists()
+    res = CliRunner().invoke(cli.main, ["human", "vindr_cxr", "--root", str(root), "--images",
+                                        str(data / "images.zarr"), "--out", str(out), "--certainty", "3"])
+    assert res.exit_code == 2 and "--certainty" in res.output and not out.exists()

@@ -201,11 +201,20 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
 
     res = CliRunner().invoke(compare, [str(tmp_path / "sub"), str(tmp_path / "other"), "--bootstrap", "20"])
     assert res.exit_code == 0, res.output
-    assert "gaze/phantom" in res.output and "auc_shuffled" in res.output
+    assert "gaze/phantom" in res.output and "sAUC" in res.output and "NSS, CC, SIM, KL, AUC-Judd, sAUC as numbers" in res.output
+    # the measures print as numbers, never x100: the NSS row's A and B are metrics.json's values to 2 decimals
+    nss = next(line.split() for line in res.output.splitlines() if line.split()[:2] == ["findings", "NSS"])
+    fnss = metrics["gaze"]["datasets"]["phantom"]["findings"]["nss"]
+    assert nss[2] == f"{fnss:.2f}" and nss[3] == f"{other['findings']['nss']:.2f}"
     res = CliRunner().invoke(report, [str(tmp_path / "sub"), str(tmp_path / "other"), "--out", str(tmp_path / "rep"),
                                       "--bootstrap", "20", "--quiet"])
     assert res.exit_code == 0, res.output
     assert "## Gaze" in (tmp_path / "rep" / "leaderboard.md").read_text()
+    page = (tmp_path / "rep" / "index.html").read_text()
+    at = page.index("<h2>Gaze</h2>")  # the section's table on the page, each value with its interval
+    ci = metrics["gaze"]["datasets"]["phantom"]["findings"]["ci95"]["nss"]
+    assert f"{fnss:.2f}" in page[at:] and f"{ci[0]:.2f}–{ci[1]:.2f}" in page[at:]
+    assert 'href="gaze.csv"' in page
     assert (tmp_path / "rep" / "gaze.csv").read_text().startswith("model,dataset,rows,scope,n,nss")
     same = paired_bootstrap(ca, ca, n_resamples=20, seed=0, scopes_a=sa, scopes_b=sa)
     same = same[same["dataset"] == "gaze/phantom"]

@@ -89,3 +89,20 @@ def test_every_track_is_a_declared_section():
         assert declared[name].run_section is not None
     for name in ("human", "subgroups", "faithfulness"):
         assert declared[name].prepare is not None and declared[name].add is not None and declared[name].options
+
+
+def test_a_section_declares_how_its_measures_print():
+    """A value outside the metric registry prints as the section that reports it declares (the ``measures``
+    hook): its title, whether x100, its direction; an unknown key prints as a share."""
+    from xbench.score.metrics.registry import Measure, shown_as
+    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
+
+    assert shown_as("toy_ratio") is None and shown_value("toy_ratio", 0.5) == 50.0
+    toy = RowScope("toy2", "toy", unit="cases", kinds=(), section="toy2",
+                   measures=lambda: {"toy_ratio": Measure("toy_ratio", "Toy ratio", "number", False)})
+    with declared_scopes(toy):
+        assert shown_value("toy_ratio", 0.5) == 0.5 and METRIC_TITLES.get("toy_ratio") == "Toy ratio"
+        assert shown_as("toy_ratio").higher_is_better is False
+    assert shown_as("toy_ratio") is None
+    assert shown_value("nss", 1.25) == 1.25 and shown_as("kl").higher_is_better is False  # the gaze section's
+    assert shown_value("auroc", 0.5) == 50.0  # the registry's metrics come first
