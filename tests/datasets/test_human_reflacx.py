@@ -160,3 +160,25 @@ def test_xbench_human_reflacx_refuses_options_that_do_not_apply(tmp_path_factory
     res = CliRunner().invoke(cli.main, ["human", "vindr_cxr", "--root", str(root), "--images",
                                         str(data / "images.zarr"), "--out", str(out), "--certainty", "3"])
     assert res.exit_code == 2 and "--certainty" in res.output and not out.exists()
+
+
+def test_xbench_human_reflacx_refuses_a_hostile_reading_file_with_exit_2(tmp_path_factory):
+    """A reading file the reader refuses (a negative fixation duration) stops the command: exit 2, the problem on
+    one line naming the reading, no traceback, no output folder."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from xbench import cli
+
+    root, data = _reflacx_data(tmp_path_factory.getbasetemp() / "reflacx_human")
+    bad = tmp_path_factory.mktemp("hostile") / "raw"
+    shutil.copytree(root, bad)
+    fx = bad / "main_data" / "P101R000003" / "fixations.csv"
+    fx.write_bytes(fx.read_bytes().replace(b"0.25,60", b"-0.25,60"))
+    out = bad.parent / "out"
+    res = CliRunner().invoke(cli.main, ["human", "reflacx", "--root", str(bad), "--images", str(data / "images.zarr"),
+                                        "--out", str(out), "--bootstrap", "0"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    lines = [ln for ln in res.output.splitlines() if "P101R000003" in ln]
+    assert len(lines) == 1 and not out.exists()
