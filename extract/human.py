@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,7 @@ from xbench.extract.datasets.base import Box, Mask, Polygon
 from xbench.extract.datasets.chexlocalize import _RLEMask, rle_area
 from xbench.extract.datasets.rasterise import rasterise_region
 from xbench.extract.datasets.vindr import is_rad_id
+from xbench.extract.human_marks import Mark, Reading
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
            "reading_rows", "write_submission", "write_truth", "read_readers", "DatasetReaders", "MASK_LEVEL"]
@@ -80,28 +81,6 @@ MASK_LEVEL = 1.0 - 2.0 ** -10
 _MAX_LISTED = 20
 #: points one CXR and pathology may list (the published files hold one to a few)
 _MAX_POINTS = 1000
-
-
-@dataclass
-class Mark:
-    """What one reader marked for one case and class: shapes in native pixels and salient points (x, y)."""
-
-    shapes: list = field(default_factory=list)
-    points: list = field(default_factory=list)
-
-
-@dataclass
-class Reading:
-    """Readers' marks of one dataset: ``marks[reader][case_id][class]``; ``cases[reader]``: the cases each
-    reader read (a case a reader read but left unmarked is in it with no marks); ``truth[reader]``: for VinDr,
-    the ground truth each reader is scored against, ``{case_id: {class: [per other reader: list of shapes]}}``
-    (None: the store given by ``--gt``)."""
-
-    marks: dict[str, dict[str, dict[str, Mark]]]
-    cases: dict[str, list[str]]
-    truth: dict[str, dict] | None
-    files: list[Path]
-    notes: list[str] = field(default_factory=list)
 
 
 class _Problems(list):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from xbench.schemas.errors import InputError, Problem
 
-from xbench.extract.human import Mark, Reading
+from xbench.extract.human_marks import Mark, Reading
 
 
 def read_reflacx(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str, ...], *, certainty: int = 3,

@@ -523,6 +523,32 @@ def gaze_markdown(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def terminal_lines(metrics: Mapping) -> list[str]:
+    """The scope's ``terminal``: per dataset, xbench-score's line of the finding rows' NSS, CC, AUC-Judd and
+    sAUC with their 95 % intervals, and with a ceiling the model's % of the readers' on NSS and sAUC."""
+    def d(x):
+        return x if isinstance(x, dict) else {}
+
+    def num(v) -> str:
+        return "–" if not isinstance(v, (int, float)) else f"{v:.2f}"
+
+    lines = []
+    for name, e in sorted(d(d(metrics.get(SECTION)).get("datasets")).items()):
+        e = d(e)
+        f, ci = d(e.get("findings")), d(d(e.get("findings")).get("ci95"))
+        parts = []
+        for m in ("nss", "cc", "auc_judd", "auc_shuffled"):
+            lo_hi = ci.get(m) if isinstance(ci.get(m), list) and len(ci.get(m)) == 2 else None
+            parts.append(f"{TITLES[m]} {num(f.get(m))}" + (f" [{num(lo_hi[0])}, {num(lo_hi[1])}]" if lo_hi else ""))
+        lines.append(f"gaze ({name}, {e.get('n_readings')} readings; finding rows): " + ", ".join(parts))
+        pct = d(d(e.get("ceiling")).get("percent_of_human"))
+        if pct:
+            shown = [f"{TITLES[m]} {num(pct.get(m))}%" for m in ("nss", "auc_shuffled")]
+            lines.append(f"gaze ceiling ({name}, readers' leave-one-out; image rows): model at " + ", ".join(shown)
+                         + " of the readers'")
+    return lines
+
+
 def measures() -> dict:
     """The scope's ``measures``: the six saliency measures and the two region shares print as numbers (the
     saliency benchmark's units, never x100), KL lower-is-better, in every table and comparison."""

@@ -226,6 +226,7 @@ declare_scope(RowScope(
     counts_problems="xbench.score.sections.gaze:counts_problems",
     load_counts="xbench.score.sections.gaze:load_counts",
     write_tables="xbench.score.sections.gaze:write_gaze_tables",
+    terminal="xbench.score.sections.gaze:terminal_lines",
     doc="the saliency measures of the models' maps against radiologists' gaze (issue 37; only with gaze in the "
         "ground truth)"))
 

@@ -172,15 +172,22 @@ def test_without_gaze_there_is_no_section(stores):
 
 def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp_path):
     d = stores[0]
+    printed = {}
     for name in ("sub", "other"):
-        code, _, err = run_score_cli([d / f"{name}.zarr", "--gt", d / "gt.zarr", "--out", tmp_path / name, "--bootstrap", "20"],
-                                     capsys)
+        code, printed[name], err = run_score_cli([d / f"{name}.zarr", "--gt", d / "gt.zarr", "--out", tmp_path / name,
+                                                  "--bootstrap", "20"], capsys)
         assert code == 0, err
     csv = (tmp_path / "sub" / "table_gaze.csv").read_text().splitlines()
     assert csv[0].startswith("model,dataset,rows,scope,n,nss,cc,sim,kl,auc_judd,auc_shuffled")
     assert any(",ceiling,% of human," in line for line in csv) and any(",regions,A," in line for line in csv)
     assert "| NSS |" in (tmp_path / "sub" / "table_gaze.md").read_text()
     metrics = json.loads((tmp_path / "sub" / "metrics.json").read_text())
+    # xbench-score's terminal: the gaze line with metrics.json's values and intervals, and the ceiling's %
+    f = metrics["gaze"]["datasets"]["phantom"]["findings"]
+    lo, hi = f["ci95"]["auc_shuffled"]
+    assert f"sAUC {f['auc_shuffled']:.2f} [{lo:.2f}, {hi:.2f}]" in printed["sub"]
+    pct = metrics["gaze"]["datasets"]["phantom"]["ceiling"]["percent_of_human"]["nss"]
+    assert f"model at NSS {pct:.2f}%" in printed["sub"]
     from xbench.score.resampling.bootstrap import paired_bootstrap
     from xbench.score.kernels.counts import load_pair_counts, load_scope_counts
 
