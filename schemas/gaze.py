@@ -231,7 +231,9 @@ def write_arrays(g, gaze: Gaze) -> None:
             arr = g.create_array(name, shape=a.shape, dtype=str, chunks=(max(len(a), 1),), dimension_names=dims[name])
             arr[:] = a
             continue
-        chunks = (max(min(a.shape[0], 256 if a.ndim == 3 else 1 << 20), 1), *a.shape[1:])
+        # maps and masks: 32 readings a chunk (6.4 MB of float32 maps at 224 x 224), so the scorer's reading of one
+        # reading's map decodes little beyond it (score/sections/gaze.py ChunkRows)
+        chunks = (max(min(a.shape[0], 32 if a.ndim == 3 else 1 << 20), 1), *a.shape[1:])
         g.create_array(name, data=a.astype(_DTYPES[name]), chunks=chunks, dimension_names=dims[name],
                        config={"write_empty_chunks": True})
 

@@ -125,8 +125,45 @@ def read_gaze(gt, name: str, where: str = "") -> GazeTruth | None:
         raise InvalidStoreError(problems)
     from xbench.schemas.store import read_strings
 
-    return GazeTruth(case, read_strings(g["gaze_reader"]), offset, fix, g["gaze_map"], labels.astype(np.int8),
-                     index.reshape(-1, 2), masks)
+    return GazeTruth(case, read_strings(g["gaze_reader"]), offset, fix, ChunkRows(g["gaze_map"]),
+                     labels.astype(np.int8), index.reshape(-1, 2), None if masks is None else ChunkRows(masks))
+
+
+class ChunkRows:
+    """Rows of a chunked (N, H, W) array read one stored chunk block at a time, the last few blocks kept: a reading's map costs one decode of its block, not one per row
+    (a 256-row chunk decoded per reading made a 1,668-reading set take two minutes). Readings are visited case
+    by case, which walks a few streams of the store's order (one per reader), so a few blocks suffice; each
+    block is one stored chunk, bounded by the store budget's chunk size; ``max_bytes`` (64 MiB) or
+    ``min_blocks`` blocks are kept, whichever is more."""
+
+    def __init__(self, arr, max_bytes: int = 64 << 20, min_blocks: int = 4):
+        from collections import OrderedDict
+
+        self.arr = arr
+        chunks = getattr(arr, "chunks", None)
+        self.step = max(1, int(chunks[0])) if chunks else 1
+        per_block = self.step * int(np.prod(arr.shape[1:], dtype=np.int64)) * np.dtype(arr.dtype).itemsize
+        # a few blocks whatever their size (each at most the budget's chunk size, max_memory / 8), more when small
+        self.keep = max(min_blocks, max_bytes // max(per_block, 1))
+        self.blocks: OrderedDict = OrderedDict()
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.arr.shape)
+
+    def __getitem__(self, i) -> np.ndarray:
+        if not isinstance(i, (int, np.integer)):  # a slice or an Ellipsis: straight from the array
+            return np.asarray(self.arr[i])
+        b = int(i) // self.step
+        block = self.blocks.get(b)
+        if block is None:
+            block = np.asarray(self.arr[b * self.step:(b + 1) * self.step])
+            self.blocks[b] = block
+            while len(self.blocks) > self.keep:
+                self.blocks.popitem(last=False)
+        else:
+            self.blocks.move_to_end(b)
+        return block[int(i) - b * self.step]
 
 
 def _truth_map(truth: GazeTruth, r: int, where: str) -> np.ndarray:

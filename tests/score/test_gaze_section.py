@@ -282,3 +282,33 @@ def test_hostile_gaze_arrays_are_refused(stores, capsys, tmp_path, breaker, word
     assert code == 2 and word in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) <= 3
     assert not (tmp_path / "o" / "metrics.json").exists()
+
+
+def test_chunk_rows_read_each_block_once_and_keep_few(tmp_path):
+    """The gaze maps are read a stored chunk at a time (score/sections/gaze.py ChunkRows): every row equals the
+    array's, rows visited in two interleaved streams (two readers' readings, case by case) decode each chunk
+    once, and no more than the bound's blocks are kept."""
+    import zarr
+
+    rng = np.random.default_rng(3)
+    data = rng.random((40, 6, 5)).astype(np.float32)
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=data.shape, chunks=(4, 6, 5), dtype="float32")
+    z[...] = data
+
+    class Counting:  # the array, counting the block reads
+        def __init__(self, arr):
+            self.arr, self.reads, self.chunks, self.shape, self.dtype = arr, 0, arr.chunks, arr.shape, arr.dtype
+
+        def __getitem__(self, key):
+            self.reads += 1
+            return self.arr[key]
+
+    arr = Counting(z)
+    rows = GS.ChunkRows(arr, max_bytes=1, min_blocks=2)  # at most two blocks kept
+    order = [i for k in range(20) for i in (k, 20 + k)]  # reader 1's readings 0..19, reader 2's 20..39
+    for i in order:
+        np.testing.assert_array_equal(rows[i], data[i])
+    assert arr.reads == 10 and len(rows.blocks) == 2  # 10 chunks, each decoded once
+    for i in (0, 39, 0, 39):  # far apart: re-read only when evicted
+        np.testing.assert_array_equal(rows[i], data[i])
+    assert arr.reads == 11 and len(rows.blocks) == 2
