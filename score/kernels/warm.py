@@ -23,8 +23,9 @@ from xbench.score.metrics.params import POINTING_TOLERANCE
 
 __all__ = ["JOBS", "compile_job", "warm_cache", "start_background_warm"]
 
-#: What each child compiles: the counting kernel of each resize path, and the ranking kernel.
-JOBS = ("bilinear", "rank", "area")
+#: What each child compiles: the counting kernel of each resize path, the ranking kernel, and the gaze
+#: section's two AUC kernels (kernels/saliency.py).
+JOBS = ("bilinear", "rank", "area", "gaze")
 
 
 def compile_job(job: str) -> None:
@@ -36,6 +37,13 @@ def compile_job(job: str) -> None:
 
     if job == "rank":
         K.weighted_auroc_ap(np.ones((2, 4)), np.array([0, 1, 0, 1]), np.array([0.1, 0.4, 0.4, 0.9]))
+        return
+    if job == "gaze":  # through the measures, with the dtypes the gaze section passes
+        from xbench.score.metrics import gaze as G
+
+        m = np.linspace(0.0, 1.0, 16).reshape(4, 4)
+        G.auc_judd(m, np.array([1]), np.array([2]))
+        G.auc_shuffled(m, np.array([1]), np.array([2]), np.ones((4, 4), np.int64))
         return
     if job not in ("bilinear", "area"):
         raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")

@@ -34,6 +34,8 @@ import functools
 
 import numpy as np
 
+from xbench.score.kernels.saliency import shuffled_ranks, threshold_bins
+
 __all__ = ["KL_EPS", "JITTER", "JITTER_SEED", "MEASURES", "LOWER_IS_BETTER", "fixation_cells", "density",
            "nss", "cc", "sim", "kl", "auc_judd", "auc_shuffled", "cell_counts", "all_measures"]
 
@@ -87,14 +89,18 @@ def cell_counts(rows, cols, grid) -> np.ndarray:
     return np.bincount(np.asarray(rows, np.int64) * W + np.asarray(cols, np.int64), minlength=H * W).reshape(H, W)
 
 
-def density(m) -> np.ndarray:
-    """A map as a density: shifted by its minimum when that is negative, then divided by its sum; a map
-    summing to 0 becomes uniform (pysaliency metrics.py:23-35, ``minimum_value=0``)."""
-    a = _map(m).copy()
+def _density(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
     if a.min() < 0:
         a = a - a.min()
     s = a.sum()
     return a / s if s else np.full(a.shape, 1.0 / a.size)
+
+
+def density(m) -> np.ndarray:
+    """A map as a density: shifted by its minimum when that is negative, then divided by its sum; a map
+    summing to 0 becomes uniform (pysaliency metrics.py:23-35, ``minimum_value=0``)."""
+    return _density(_map(m))
 
 
 def _check_cells(m: np.ndarray, rows, cols) -> tuple[np.ndarray, np.ndarray]:
@@ -106,12 +112,23 @@ def _check_cells(m: np.ndarray, rows, cols) -> tuple[np.ndarray, np.ndarray]:
     return r, c
 
 
-def nss(m, rows, cols) -> float | None:
-    """Normalised scanpath saliency; None without a fixation (pysaliency metrics.py:38-52, averaged)."""
-    a = _map(m)
-    r, c = _check_cells(a, rows, cols)
-    if not r.size:
-        return None
+def _pair(m, g) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _map(m), _map(g, "gaze map")
+    if a.shape != b.shape:
+        raise ValueError(f"the map {a.shape} and the gaze map {b.shape} must have one shape.")
+    return a, b
+
+
+def _negatives(a: np.ndarray, negative_counts) -> np.ndarray:
+    n = np.asarray(negative_counts)
+    if n.shape != a.shape or (n.size and n.min() < 0):
+        raise ValueError(f"negative counts must be non-negative, one per cell of the {a.shape} grid; got {n.shape}.")
+    return n
+
+
+# -- the measures: each public function checks its arguments and calls its core; all_measures checks a row's
+# -- arguments once and calls the cores (which compute exactly what the public functions give)
+def _nss(a: np.ndarray, r: np.ndarray, c: np.ndarray) -> float:
     v = a[r, c] - a.mean()
     sd = a.std()
     if sd:
@@ -119,12 +136,14 @@ def nss(m, rows, cols) -> float | None:
     return float(v.mean())
 
 
-def cc(m, g) -> float | None:
-    """Pearson's correlation of the map and the gaze map (pysaliency metrics.py:55-72); 0 for a constant map
-    against a gaze map that is not; None for a constant gaze map (pysaliency: NaN)."""
-    a, b = _map(m), _map(g, "gaze map")
-    if a.shape != b.shape:
-        raise ValueError(f"the map {a.shape} and the gaze map {b.shape} must have one shape.")
+def nss(m, rows, cols) -> float | None:
+    """Normalised scanpath saliency; None without a fixation (pysaliency metrics.py:38-52, averaged)."""
+    a = _map(m)
+    r, c = _check_cells(a, rows, cols)
+    return _nss(a, r, c) if r.size else None
+
+
+def _cc(a: np.ndarray, b: np.ndarray) -> float | None:
     a, b = a - a.mean(), b - b.mean()
     sa, sb = a.std(), b.std()
     if not sb:
@@ -134,22 +153,31 @@ def cc(m, g) -> float | None:
     return float(np.clip(np.mean((a / sa) * (b / sb)), -1.0, 1.0))
 
 
+def cc(m, g) -> float | None:
+    """Pearson's correlation of the map and the gaze map (pysaliency metrics.py:55-72); 0 for a constant map
+    against a gaze map that is not; None for a constant gaze map (pysaliency: NaN)."""
+    return _cc(*_pair(m, g))
+
+
+def _sim(p: np.ndarray, q: np.ndarray) -> float:
+    return float(np.minimum(p, q).sum())
+
+
 def sim(m, g) -> float | None:
     """Similarity (histogram intersection) of the two densities (pysaliency metrics.py:101-106)."""
-    a, b = _map(m), _map(g, "gaze map")
-    if a.shape != b.shape:
-        raise ValueError(f"the map {a.shape} and the gaze map {b.shape} must have one shape.")
-    return float(np.minimum(density(a), density(b)).sum())
+    a, b = _pair(m, g)
+    return _sim(_density(a), _density(b))
+
+
+def _kl(p: np.ndarray, q: np.ndarray) -> float:
+    return float((q * np.log(KL_EPS + q / (p + KL_EPS))).sum())
 
 
 def kl(m, g) -> float | None:
     """KL divergence of the map's density from the gaze density, the MIT benchmark's epsilon in the log and
     the quotient (pysaliency metrics.py:75-98)."""
-    a, b = _map(m), _map(g, "gaze map")
-    if a.shape != b.shape:
-        raise ValueError(f"the map {a.shape} and the gaze map {b.shape} must have one shape.")
-    p, q = density(a), density(b)
-    return float((q * np.log(KL_EPS + q / (p + KL_EPS))).sum())
+    a, b = _pair(m, g)
+    return _kl(_density(a), _density(b))
 
 
 def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
@@ -169,13 +197,7 @@ def jitter(shape) -> np.ndarray:
     return _jitter(tuple(int(s) for s in shape))
 
 
-def auc_judd(m, rows, cols) -> float | None:
-    """AUC-Judd (pysaliency saliency_map_models.py:502-518 with numba_utils.py:52-92, ``judd=1``); None
-    without a fixation or when every cell is fixated."""
-    a = _map(m)
-    r, c = _check_cells(a, rows, cols)
-    if not r.size:
-        return None
+def _auc_judd(a: np.ndarray, r: np.ndarray, c: np.ndarray) -> float | None:
     a = a + jitter(a.shape)
     fixated = np.zeros(a.shape, dtype=bool)
     fixated[r, c] = True
@@ -186,12 +208,32 @@ def auc_judd(m, rows, cols) -> float | None:
     lo, hi = min(pos[0], neg.min()), max(pos[-1], neg.max()) + 1.0
     thr = np.concatenate([[lo], pos, [hi]])  # ascending; the curve runs over them in decreasing order
     tp = pos.size - np.searchsorted(pos, thr, side="left")  # positives >= each threshold
-    # negatives >= each threshold, without sorting them: each negative counts for the thresholds <= it
-    below = np.bincount(np.searchsorted(thr, neg, side="right"), minlength=thr.size + 1)
+    # negatives >= each threshold, without sorting them: each negative counts for the thresholds <= it (the
+    # kernel bins every unfixated cell by searchsorted(thr, v, "right"), as np.bincount of that search would)
+    below = threshold_bins(a.ravel(), fixated.ravel(), thr)
     fp = np.cumsum(below[::-1])[::-1][1:]  # fp[j] = #{neg : thr[j] <= neg}
     x = np.concatenate([[0.0], fp[::-1] / neg.size])
     y = np.concatenate([[0.0], tp[::-1] / pos.size])
     return _trapezoid(x, y)
+
+
+def auc_judd(m, rows, cols) -> float | None:
+    """AUC-Judd (pysaliency saliency_map_models.py:502-518 with numba_utils.py:52-92, ``judd=1``); None
+    without a fixation or when every cell is fixated."""
+    a = _map(m)
+    r, c = _check_cells(a, rows, cols)
+    return _auc_judd(a, r, c) if r.size else None
+
+
+def _auc_shuffled(a: np.ndarray, r: np.ndarray, c: np.ndarray, n: np.ndarray) -> float | None:
+    total = float(n.sum())
+    if not total:
+        return None
+    pos = np.sort(a[r, c])
+    # each negative: the positives above it count 1, those equal to it 1/2 (no sort of the map); the kernel sums
+    # count x (2 above + equal) in integers, so the quotient is exactly sum(count x (above + equal / 2)) / (k n)
+    twice = shuffled_ranks(a.ravel(), n.ravel().astype(np.int64), pos)
+    return float(twice / (2.0 * pos.size * total))
 
 
 def auc_shuffled(m, rows, cols, negative_counts) -> float | None:
@@ -201,26 +243,19 @@ def auc_shuffled(m, rows, cols, negative_counts) -> float | None:
     AUC, ties one half. None without a fixation or a negative."""
     a = _map(m)
     r, c = _check_cells(a, rows, cols)
-    n = np.asarray(negative_counts)
-    if n.shape != a.shape or (n.size and n.min() < 0):
-        raise ValueError(f"negative counts must be non-negative, one per cell of the {a.shape} grid; got {n.shape}.")
-    total = float(n.sum())
-    if not r.size or not total:
-        return None
-    pos = np.sort(a[r, c])
-    nz = n.ravel() > 0
-    v, wt = a.ravel()[nz], n.ravel()[nz].astype(np.float64)
-    # each negative cell: the positives above it count 1, those equal to it 1/2 (no sort of the map)
-    above = pos.size - np.searchsorted(pos, v, side="right")
-    equal = np.searchsorted(pos, v, side="right") - np.searchsorted(pos, v, side="left")
-    return float(np.sum(wt * (above + 0.5 * equal)) / (pos.size * total))
+    n = _negatives(a, negative_counts)
+    return _auc_shuffled(a, r, c, n) if r.size else None
 
 
 def all_measures(m, g, rows, cols, negative_counts) -> dict[str, float | None]:
     """Every measure of one row, in :data:`MEASURES` order; all None when the reading has no fixation inside
-    the image (its gaze map is then zeros: nothing to compare)."""
-    a = _map(m)
-    if not np.asarray(rows).size:
+    the image (its gaze map is then zeros: nothing to compare). The row's arguments are checked once and each
+    density computed once; the values are those of the six public functions."""
+    a, b = _pair(m, g)
+    r, c = _check_cells(a, rows, cols)
+    n = _negatives(a, negative_counts)
+    if not r.size:
         return dict.fromkeys(MEASURES)
-    return {"nss": nss(a, rows, cols), "cc": cc(a, g), "sim": sim(a, g), "kl": kl(a, g),
-            "auc_judd": auc_judd(a, rows, cols), "auc_shuffled": auc_shuffled(a, rows, cols, negative_counts)}
+    p, q = _density(a), _density(b)
+    return {"nss": _nss(a, r, c), "cc": _cc(a, b), "sim": _sim(p, q), "kl": _kl(p, q),
+            "auc_judd": _auc_judd(a, r, c), "auc_shuffled": _auc_shuffled(a, r, c, n)}

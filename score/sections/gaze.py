@@ -210,19 +210,83 @@ def _mass_share(m: np.ndarray, mask: np.ndarray) -> float:
 def model_maps(sub_ds, row: int, cols: np.ndarray, grid) -> list[np.ndarray | None]:
     """The model's min-max normalised maps ``M~`` on ``grid`` of one submission row, one per ground-truth
     class column (None for an unsupported class)."""
+    return _normalised(np.asarray(sub_ds.saliency[int(row)]), sub_ds, cols, grid)
+
+
+def _normalised(raw: np.ndarray, sub_ds, cols: np.ndarray, grid) -> list[np.ndarray | None]:
+    """:func:`model_maps` of the row ``raw`` already read (C, h, w)."""
     from xbench.score.kernels.maps import normalize_map, resize_map
 
-    raw = np.asarray(sub_ds.saliency[int(row)])
     unsupported = set(getattr(sub_ds, "unsupported", ()))
     return [None if sub_ds.classes[int(j)] in unsupported else normalize_map(resize_map(raw[int(j)], grid))
             for j in cols]
 
 
+@dataclass
+class _CaseInputs:
+    """What one case's rows read (from the stores, on the calling thread): the model's maps, each reading's
+    gaze map, fixation cells and labels, the readers' regions, and the other images' fixation counts."""
+
+    case: int
+    readings: list
+    ms: object  # the model's maps, or a callable that makes them (on the worker: resizing is work)
+    gmaps: dict
+    cells: dict
+    labels: dict
+    readers: dict
+    regions: dict  # reading -> [(class column, mask)]
+    neg: np.ndarray
+
+
+def _case_rows(x: _CaseInputs) -> tuple[list, list, list, list]:
+    """One case's finding, image, ceiling and region rows from its inputs: pure computation (a worker thread)."""
+    from xbench.score.kernels.maps import normalize_map
+
+    ms = x.ms() if callable(x.ms) else x.ms
+    f_rows, i_rows, c_rows, q_rows = [], [], [], []
+    image_values = {}
+    for r in x.readings:
+        rows, cols = x.cells[r]
+        gm = x.gmaps[r]
+        pos = [k for k in np.flatnonzero(x.labels[r] == 1) if ms[k] is not None]
+        for k in pos:
+            f_rows.append((x.case, k, _vec(G.all_measures(ms[k], gm, rows, cols, x.neg))))
+        chosen = pos or [k for k in range(len(ms)) if ms[k] is not None]
+        if chosen:
+            image_map = np.mean([ms[k] for k in chosen], axis=0)
+            image_values[r] = _vec(G.all_measures(image_map, gm, rows, cols, x.neg))
+            i_rows.append((x.case, image_values[r]))
+        for k, mask in x.regions.get(r, []):
+            if ms[k] is not None:
+                q_rows.append((x.case, k, _mass_share(gm, mask), _mass_share(ms[k], mask)))
+    for r in x.readings:  # leave-one-out: the other readers' mean gaze map as the "model"
+        others = [o for o in x.readings if x.readers[o] != x.readers[r]]
+        if not others or r not in image_values:
+            continue
+        human = normalize_map(np.mean([x.gmaps[o] for o in others], axis=0))
+        rows, cols = x.cells[r]
+        c_rows.append((x.case, _vec(G.all_measures(human, x.gmaps[r], rows, cols, x.neg)), image_values[r]))
+    return f_rows, i_rows, c_rows, q_rows
+
+
+def _workers() -> int:
+    try:
+        return max(1, min(8, len(os.sched_getaffinity(0))))
+    except AttributeError:  # not on Linux
+        return max(1, min(8, os.cpu_count() or 1))
+
+
 def gaze_counts(sub_ds, gt_ds, truth: GazeTruth, *, case_rows: np.ndarray, class_cols: np.ndarray,
-                where: str = "", maps=model_maps) -> GazeCounts:
+                where: str = "", maps=model_maps, workers: int | None = None) -> GazeCounts:
     """Every gaze row of one dataset (see the module docstring); ``case_rows``/``class_cols``: the submission's
     row of each ground-truth case (-1: not scored) and column of each class. ``maps(sub_ds, row, cols, grid)``
-    gives the model's maps (tests pass their own)."""
+    gives the model's maps (tests pass their own). The stores are read case by case on this thread; the rows
+    are computed on ``workers`` threads (default: the usable cores, at most 8; the measures' NumPy and Numba
+    work releases the GIL), at most two cases a worker in flight, and gathered in case order, so the result
+    is the same for any number of workers."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
     grid = tuple(int(s) for s in gt_ds.grid)
     present = np.asarray(case_rows) >= 0
     compact = np.cumsum(present) - 1  # the scored cases numbered 0..n-1
@@ -241,40 +305,51 @@ def gaze_counts(sub_ds, gt_ds, truth: GazeTruth, *, case_rows: np.ndarray, class
     regions: dict[int, list[tuple[int, int]]] = {}
     for q, (r, k) in enumerate(truth.region_index.tolist()):
         regions.setdefault(r, []).append((q, k))
-    f_rows, i_rows, c_rows, q_rows = [], [], [], []
-    for c, readings in sorted(by_case.items()):
-        ms = maps(sub_ds, case_rows[c], class_cols, grid)
+
+    if maps is model_maps:  # the submission's rows read a stored chunk at a time, resized on the workers
+        from functools import partial
+
+        saliency = ChunkRows(sub_ds.saliency)
+
+        def maps_of(c: int):
+            return partial(_normalised, saliency[int(case_rows[c])], sub_ds, class_cols, grid)
+    else:
+        def maps_of(c: int):
+            return maps(sub_ds, case_rows[c], class_cols, grid)
+
+    def inputs(c: int, readings: list) -> _CaseInputs:
+        ms = maps_of(c)
         own = np.zeros(grid, np.int64)
         for r in readings:
             own += G.cell_counts(*cells[r], grid)
-        neg = total - own  # fixations on the dataset's other images
-        gmaps = {r: _truth_map(truth, r, where) for r in readings}
-        image_values = {}
-        for r in readings:
-            rows, cols = cells[r]
-            gm = gmaps[r]
-            pos = [k for k in np.flatnonzero(truth.labels[r] == 1) if ms[k] is not None]
-            for k in pos:
-                f_rows.append((compact[c], k, _vec(G.all_measures(ms[k], gm, rows, cols, neg))))
-            chosen = pos or [k for k in range(len(ms)) if ms[k] is not None]
-            if chosen:
-                image_map = np.mean([ms[k] for k in chosen], axis=0)
-                image_values[r] = _vec(G.all_measures(image_map, gm, rows, cols, neg))
-                i_rows.append((compact[c], image_values[r]))
-            for q, k in regions.get(r, []):
-                if ms[k] is None:
-                    continue
-                mask = np.asarray(truth.region_mask[q], dtype=bool)
-                q_rows.append((compact[c], k, _mass_share(gm, mask), _mass_share(ms[k], mask)))
-        for r in readings:  # leave-one-out: the other readers' mean gaze map as the "model"
-            others = [o for o in readings if truth.reader[o] != truth.reader[r]]
-            if not others or r not in image_values:
-                continue
-            from xbench.score.kernels.maps import normalize_map
+        return _CaseInputs(
+            case=int(compact[c]), readings=readings, ms=ms, gmaps={r: _truth_map(truth, r, where) for r in readings},
+            cells={r: cells[r] for r in readings}, labels={r: truth.labels[r] for r in readings},
+            readers={r: truth.reader[r] for r in readings},
+            regions={r: [(k, np.asarray(truth.region_mask[q], dtype=bool)) for q, k in regions.get(r, [])]
+                     for r in readings},
+            neg=total - own)  # fixations on the dataset's other images
 
-            human = normalize_map(np.mean([gmaps[o] for o in others], axis=0))
-            rows, cols = cells[r]
-            c_rows.append((compact[c], _vec(G.all_measures(human, gmaps[r], rows, cols, neg)), image_values[r]))
+    out: tuple[list, list, list, list] = ([], [], [], [])
+
+    def gather(got) -> None:
+        for acc, part in zip(out, got):
+            acc.extend(part)
+
+    n_workers = _workers() if workers is None else max(1, int(workers))
+    if n_workers == 1:
+        for c, readings in sorted(by_case.items()):
+            gather(_case_rows(inputs(c, readings)))
+    else:
+        with ThreadPoolExecutor(n_workers, thread_name_prefix="xbench-gaze") as pool:
+            pending: deque = deque()
+            for c, readings in sorted(by_case.items()):
+                pending.append(pool.submit(_case_rows, inputs(c, readings)))
+                while len(pending) >= 2 * n_workers:  # bounded: a few cases' maps in memory
+                    gather(pending.popleft().result())
+            while pending:
+                gather(pending.popleft().result())
+    f_rows, i_rows, c_rows, q_rows = out
     m = len(G.MEASURES)
 
     def col(rows, i, dtype):

@@ -312,3 +312,22 @@ def test_chunk_rows_read_each_block_once_and_keep_few(tmp_path):
     for i in (0, 39, 0, 39):  # far apart: re-read only when evicted
         np.testing.assert_array_equal(rows[i], data[i])
     assert arr.reads == 11 and len(rows.blocks) == 2
+
+
+def test_rows_are_the_same_for_any_number_of_workers(stores):
+    """The rows are computed on worker threads and gathered in case order: one worker, three, and a custom
+    ``maps`` (read on the calling thread) give the same arrays, exactly."""
+    from xbench.schemas import align, read_ground_truth, read_submission
+
+    d = stores[0]
+    sub, gt = read_submission(d / "sub.zarr"), read_ground_truth(d / "gt.zarr")
+    sd, gd = sub.datasets["phantom"], gt.datasets["phantom"]
+    rows, cols = align(sd, gd, allow_missing=True)
+    got = [GS.gaze_counts(sd, gd, GS.read_gaze(gt, "phantom"), case_rows=rows, class_cols=cols, workers=w,
+                          **({"maps": lambda *a: GS.model_maps(*a)} if custom else {}))
+           for w, custom in ((1, False), (3, False), (2, True))]
+    for other in got[1:]:
+        for field in ("f_case", "f_class", "f_values", "i_case", "i_values", "c_case", "c_human", "c_model",
+                      "q_case", "q_class", "q_gaze", "q_model"):
+            np.testing.assert_array_equal(getattr(other, field), getattr(got[0], field), err_msg=field)
+    assert got[0].f_values.shape[0] > 0 and got[0].c_human.shape[0] > 0 and got[0].q_gaze.shape[0] > 0
