@@ -304,19 +304,27 @@ def _run_blocks(tasks: list[tuple[int, int, int]], workers: int, ordered: bool =
     The pool is built inside ``guard.critical()``: a Ctrl-C halfway through ``Pool()`` (workers forked, its
     threads started, no finaliser yet) would leave a pool that nothing stops, whose maintenance thread forks
     new workers while the interpreter exits; orphans that keep the terminal's pipes open. Once built it is
-    always terminated here, however the iteration ends."""
+    always stopped here, however the iteration ends: when every block is done, closed (each worker reads the
+    end of the queue and leaves); otherwise (an error, Ctrl-C) terminated. Terminating after a normal end could
+    hang: a SIGTERM that reaches a worker still starting up (the blocks of a small set finish before every
+    worker is running) is dropped by CPython's after-fork reset of pending signals, and the worker then waits
+    on the queue while ``terminate`` joins it for ever."""
     if workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("fork")
-        pool = None
+        pool, done = None, False
         try:
             with guard.critical() if guard is not None else contextlib.nullcontext():
                 pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
             run = pool.imap if ordered else pool.imap_unordered
             yield from run(_process_block, tasks, chunksize=1)
+            done = True
         finally:
             if pool is not None:
                 with guard.critical() if guard is not None else contextlib.nullcontext():  # a second Ctrl-C waits
-                    pool.terminate()
+                    if done:
+                        pool.close()  # no signal to lose: the workers finish the (empty) queue and exit
+                    else:
+                        pool.terminate()
                     pool.join()
     else:
         for t in tasks:

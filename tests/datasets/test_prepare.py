@@ -524,3 +524,30 @@ def test_a_block_without_any_region_is_written(tmp_path):
     validate_ground_truth(tmp_path / "gt.zarr")
     index = np.asarray(read_ground_truth(tmp_path / "gt.zarr").datasets["chestx_det10"].region_index)
     assert index[:, 0].tolist() == [0, 2]
+
+
+def _failing_block(task):
+    """A block that fails in the worker: the error reaches the parent, which stops the pool (module level: the
+    pool pickles it by name)."""
+    raise RuntimeError("a block failed")
+
+
+def test_workers_leave_on_their_own_after_a_normal_end(tmp_path, monkeypatch):
+    """When every block is done the pool is closed, not terminated: a SIGTERM that reaches a worker still
+    starting up is dropped by CPython's after-fork reset, and terminate() then joined that worker for ever (a
+    prepare of a few blocks hung a CI run that way). An error while the blocks run still terminates."""
+    import multiprocessing.pool as mp_pool
+
+    calls = []
+    for name in ("close", "terminate"):
+        real = getattr(mp_pool.Pool, name)
+        monkeypatch.setattr(mp_pool.Pool, name, lambda self, _n=name, _r=real: (calls.append(_n), _r(self))[1])
+    prepare_dataset(_phantom(24, seed=3), tmp_path / "a", workers=2, **SMALL)
+    assert calls == ["close"]
+    calls.clear()
+    import xbench.extract.datasets.prepare as P
+
+    monkeypatch.setattr(P, "_process_block", _failing_block)
+    with pytest.raises(RuntimeError, match="a block failed"):
+        prepare_dataset(_phantom(24, seed=3), tmp_path / "b", workers=2, **SMALL)
+    assert calls == ["terminate"]
