@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gaze_fixtures import EGD_FIXATIONS, EGD_IMAGES, write_egd
-from test_reader_reflacx import brute_density
+from gaze_brute import brute_density
 
 from xbench.extract.datasets import DATASETS, ReaderError, ReaderOptionError
 from xbench.extract.datasets.egd_cxr import EGDCXRReader

@@ -3,10 +3,10 @@ option, ellipses as regions (against a per-pixel brute force), fixations and dur
 prepared into gt.zarr (maps against a brute-force double loop), and hostile files refused one line each."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
+from gaze_brute import brute_density
 from gaze_fixtures import IMAGES, READINGS, write_reflacx
 
 from xbench.extract.datasets import DATASETS, ReaderError, ReaderOptionError
@@ -27,18 +27,6 @@ def brute_ellipse(box, size):
             u, v = c + 0.5, r + 0.5
             out[r, c] = ((u - (x0 + x1) / 2) / ((x1 - x0) / 2)) ** 2 + ((v - (y0 + y1) / 2) / ((y1 - y0) / 2)) ** 2 <= 1
     return out
-
-
-def brute_density(fix, orig, grid, sigma):
-    h, w = orig
-    out = np.zeros(grid)
-    for i in range(grid[0]):
-        for j in range(grid[1]):
-            v, u = (i + 0.5) * h / grid[0], (j + 0.5) * w / grid[1]
-            for x, y, d in fix:
-                if 0 <= x < w and 0 <= y < h:
-                    out[i, j] += d * math.exp(-((u - x) ** 2 + (v - y) ** 2) / (2 * sigma * sigma))
-    return out / out.sum() if out.sum() > 0 else out
 
 
 def test_ellipse_mask_equals_brute_force():

@@ -2,30 +2,18 @@
 the scorer, hostile arrays refused one line each by the validator, and the phantom's opt-in simulated gaze."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 import zarr
 
+from gaze_brute import brute_density
 from xbench.schemas import validate_ground_truth, write_ground_truth
 from xbench.schemas.errors import InvalidStoreError
 from xbench.schemas.gaze import GT_MINOR, Gaze, Reading, default_sigma, density_map
 
 GRID = (12, 10)
 ORIG = np.array([[300, 200], [120, 160], [64, 64]], np.int32)
-
-
-def brute_density(fix, orig, grid, sigma):
-    h, w = orig
-    out = np.zeros(grid)
-    for i in range(grid[0]):
-        for j in range(grid[1]):
-            v, u = (i + 0.5) * h / grid[0], (j + 0.5) * w / grid[1]
-            for x, y, d in fix:
-                if 0 <= x < w and 0 <= y < h:
-                    out[i, j] += d * math.exp(-((u - x) ** 2 + (v - y) ** 2) / (2 * sigma * sigma))
-    return out / out.sum() if out.sum() > 0 else out
 
 
 def test_density_map_equals_brute_force():
