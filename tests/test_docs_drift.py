@@ -29,7 +29,9 @@ def test_the_phantom_data_card_gives_the_licence_of_the_project():
 
 
 @pytest.mark.parametrize("cache_dir", [None, "env"])
-def test_the_warm_up_says_where_the_kernels_are_cached(monkeypatch, tmp_path, capsys, cache_dir):
+def test_the_warm_up_says_where_the_kernels_are_cached(monkeypatch, tmp_path, cache_dir):
+    from click.testing import CliRunner
+
     from xbench.score.kernels import warm
 
     monkeypatch.setattr(warm, "warm_cache", lambda jobs: 0.25)
@@ -40,8 +42,9 @@ def test_the_warm_up_says_where_the_kernels_are_cached(monkeypatch, tmp_path, ca
     else:
         monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
         where = str(tmp_path)
-    assert warm.main([]) == 0
-    out = capsys.readouterr().out.strip()
+    result = CliRunner().invoke(warm.warm, [])
+    assert result.exit_code == 0, result.output
+    out = result.output.strip()
     assert out == f"compiled {', '.join(warm.JOBS)} in 0.2 s; the kernels are cached in {where}"
 
 
