@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xbench.schemas import grid as exact_grid
 from xbench.schemas.errors import InputError, Problem
 
 from xbench.extract.datasets._io import CSVFile, check_box, parse_float, read_json
@@ -396,7 +397,8 @@ def _point_cell(xy: tuple[float, float], size: tuple[int, int], grid: tuple[int,
     """The grid cell (floor(y * H / h), floor(x * W / w)) of a point (x, y) of an (h, w) image."""
     x, y = xy
     h, w = size
-    return min(int(y * grid[0] / h), grid[0] - 1), min(int(x * grid[1] / w), grid[1] - 1)
+    # exactly (xbench.schemas.grid): the float product y * H can round up onto the next cell's edge
+    return int(exact_grid.point_cells(y, h, grid[0])), int(exact_grid.point_cells(x, w, grid[1]))
 
 
 def reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, region_of: Callable, *,

@@ -40,11 +40,13 @@ import math
 import os
 import stat
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from xbench.schemas import grid as exact
 from xbench.schemas.convert import MAX_FOLDER_ENTRIES, PHRASES_FOLDER, PartialBlock, Problems, _entry_problem, phrase_fields
 from xbench.schemas.convert_boxes import (BOXES_JSON, MAX_MARKS_PER_ITEM, _case_lookup, _coco_images, _id_text, coco_finding,
                             _MarkCount, _number, _pick_dataset, _query_lookup, _resolve_name, read_mapping)
@@ -68,13 +70,15 @@ _CONNECTIVITY = np.ones((3, 3), dtype=bool)
 
 # -- the rule -------------------------------------------------------------------------------------------
 def centre_pixels(n_cells: int, n_pixels: int) -> np.ndarray:
-    """The pixel index holding each cell centre along one axis: ``floor((k + 0.5) * n_pixels / n_cells)``
-    (the ground truth's cell centres, extract/datasets/rasterise.py, in the mask's own pixels)."""
-    return ((np.arange(n_cells, dtype=np.float64) + 0.5) * (n_pixels / n_cells)).astype(np.int64)
+    """The pixel index holding each cell centre along one axis: ``floor((k + 0.5) * n_pixels / n_cells)`` in
+    integers (the ground truth's cell centres, extract/datasets/rasterise.py, in the mask's own pixels)."""
+    return exact.centre_pixels(n_cells, n_pixels)
 
 
-def _cell(v: float, n_pixels: int, n_cells: int) -> int:
-    return min(max(int(math.floor(v * n_cells / n_pixels)), 0), n_cells - 1)
+def _cell(pixel_sum: int, count: int, n_pixels: int, n_cells: int) -> int:
+    """The cell holding the mean of ``count`` pixels' centres along one axis (index sum ``pixel_sum``), exactly:
+    floor((pixel_sum / count + 1/2) * n_cells / n_pixels) in rationals."""
+    return min(max(math.floor(Fraction(2 * pixel_sum + count, 2 * count) * n_cells / n_pixels), 0), n_cells - 1)
 
 
 def mask_to_grid(values: np.ndarray, grid: tuple[int, int], *, lesions: list[np.ndarray] | None = None) -> np.ndarray:
@@ -100,20 +104,20 @@ def mask_to_grid(values: np.ndarray, grid: tuple[int, int], *, lesions: list[np.
             return out
         rr, cc = np.nonzero(labels)
         lab = labels[rr, cc]
-        count = np.bincount(lab, minlength=n + 1).astype(np.float64)
-        mean_r = np.bincount(lab, weights=rr, minlength=n + 1) / np.maximum(count, 1.0)
-        mean_c = np.bincount(lab, weights=cc, minlength=n + 1) / np.maximum(count, 1.0)
+        count = np.bincount(lab, minlength=n + 1)
+        sum_r = np.bincount(lab, weights=rr, minlength=n + 1)  # float64 sums of integers below 2**53: exact
+        sum_c = np.bincount(lab, weights=cc, minlength=n + 1)
         top = np.zeros(n + 1)
         np.maximum.at(top, lab, values[rr, cc])
         for k in missed:
-            i, j = _cell(mean_r[k] + 0.5, h, gh), _cell(mean_c[k] + 0.5, w, gw)
+            i, j = _cell(int(sum_r[k]), int(count[k]), h, gh), _cell(int(sum_c[k]), int(count[k]), w, gw)
             out[i, j] = max(out[i, j], top[k])
         return out
     for m in lesions:
         if m[np.ix_(rows, cols)].any() or not m.any():
             continue
         rr, cc = np.nonzero(m)
-        i, j = _cell(rr.mean() + 0.5, h, gh), _cell(cc.mean() + 0.5, w, gw)
+        i, j = _cell(int(rr.sum()), len(rr), h, gh), _cell(int(cc.sum()), len(cc), w, gw)
         out[i, j] = max(out[i, j], float(values[rr, cc].max()))
     return out
 

@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from xbench.schemas import grid as exact_grid
 from xbench.schemas.errors import Problem
 
 #: the gt minor version that adds the gaze arrays
@@ -61,8 +62,7 @@ def density_map(fixations: np.ndarray, orig_size: Sequence[int], grid: Sequence[
     out = np.zeros((gh, gw), np.float64)
     if not len(fix):
         return out
-    v = (np.arange(gh) + 0.5) * (h / gh)
-    u = (np.arange(gw) + 0.5) * (w / gw)
+    v, u = exact_grid.centres(gh, h), exact_grid.centres(gw, w)  # (2k+1) n / (2N), rounded once
     gy = np.exp(-((v[:, None] - fix[None, :, 1]) ** 2) / (2 * sigma * sigma))  # (H, F)
     gx = np.exp(-((u[:, None] - fix[None, :, 0]) ** 2) / (2 * sigma * sigma))  # (W, F)
     for s in range(0, len(fix), 4096):  # bounded temporaries for a long reading

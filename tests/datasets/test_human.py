@@ -588,3 +588,18 @@ def test_stores_holding_other_datasets_too(chex, chex_human, tmp_path):
     a = json.loads((out / "human.json").read_text())["datasets"]
     b = json.loads((chex_human / "human.json").read_text())["datasets"]
     assert a == b
+
+
+def test_a_readers_point_on_an_exact_cell_edge_lands_in_the_cell_the_contract_names():
+    # issue 43: floor(x * W / w) decided exactly; x = 2402.6666666666665 on a 2544-wide image at 36 cells is just
+    # below the edge 34 * 2544 / 36 = 2402.666..., in cell 33, while the float product rounds to 34
+    import math
+    from fractions import Fraction
+
+    from xbench.extract.human import _point_cell
+    for w, W in [(2544, 36), (1088, 224), (296, 36)]:
+        for k in range(1, W):
+            e = float(Fraction(k * w, W))
+            for x in (e, math.nextafter(e, 0), math.nextafter(e, w)):
+                want = min(math.floor(Fraction(x) * W / w), W - 1)
+                assert _point_cell((x, x), (w, w), (W, W)) == (want, want), (w, W, x)

@@ -8,8 +8,10 @@ converted masks score exactly as the same maps handed in directly; hostile masks
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -115,7 +117,7 @@ def brute_grid(values, grid):
     hit_pixels = set()
     for r in range(gh):
         for c in range(gw):
-            y, x = int((r + 0.5) * h / gh), int((c + 0.5) * w / gw)
+            y, x = ((2 * r + 1) * h) // (2 * gh), ((2 * c + 1) * w) // (2 * gw)  # exact: issue 43
             out[r, c] = values[y, x]
             hit_pixels.add((y, x))
     seen = np.zeros(values.shape, bool)
@@ -136,11 +138,29 @@ def brute_grid(values, grid):
                             stack.append((yy, xx))
             if any(p in hit_pixels for p in comp):
                 continue
-            cy = sum(p[0] + 0.5 for p in comp) / len(comp)
-            cx = sum(p[1] + 0.5 for p in comp) / len(comp)
-            r, c = min(int(cy * gh / h), gh - 1), min(int(cx * gw / w), gw - 1)
+            cy = sum(Fraction(2 * p[0] + 1, 2) for p in comp) / len(comp)  # exact rationals
+            cx = sum(Fraction(2 * p[1] + 1, 2) for p in comp) / len(comp)
+            r, c = min(math.floor(cy * gh / h), gh - 1), min(math.floor(cx * gw / w), gw - 1)
             out[r, c] = max(out[r, c], max(values[p] for p in comp))
     return out
+
+
+@pytest.mark.parametrize("h, gh", [(296, 36), (1088, 224), (2624, 224)])
+def test_masks_at_sizes_whose_centres_fall_on_pixel_edges(h, gh):
+    # issue 43: the cell whose exact centre is the top edge of pixel row c samples row c, not row c - 1
+    rng = np.random.default_rng(h)
+    ks = [k for k in range(gh) if ((2 * k + 1) * h) % (2 * gh) == 0]
+    for k in ks[:3]:
+        c = (2 * k + 1) * h // (2 * gh)
+        values = np.zeros((h, 5))
+        values[c] = rng.uniform(0.1, 1.0, 5)
+        values[c - 1] = 0.05
+        got = mask_to_grid(values, (gh, 1))
+        assert got[k, 0] == values[c, 2]
+        np.testing.assert_array_equal(got, brute_grid(values, (gh, 1)))
+        lesion = np.zeros((h, 5))
+        lesion[c - 3:c - 1, 1:3] = 0.7  # a lesion no centre falls on: its centroid's cell, exactly
+        np.testing.assert_array_equal(mask_to_grid(lesion, (gh, 1)), brute_grid(lesion, (gh, 1)))
 
 
 def test_binary_mask_becomes_the_ground_truths_region():
