@@ -41,6 +41,11 @@ def test_round_trip(tmp_path):
     ({"site": category(["a\nb"] * 4)}, "control characters"),
     ({"sex": Attribute(np.array(["F"] * 4), "colour")}, "is not category or number"),
     ({f"f{i}": category(["a"] * 4) for i in range(33)}, "the limit is 32"),
+    ({"age": category(["-3", "500", "40", ""])}, "its kind must be number, not category"),
+    ({"sex": number([1, 2, 1, 2])}, "its kind must be category, not number"),
+    ({"view": number([1, 2, 1, 2])}, "its kind must be category, not number"),
+    ({"sex": category(["F", "M", "X", ""])}, "sex is coded F, M or O"),
+    ({"view": category(["PA", "ap", "", "LL"])}, "views are upper-cased"),
 ])
 def test_forged_attributes_are_refused_before_writing(tmp_path, attrs, expect):
     with pytest.raises(InvalidStoreError) as exc:

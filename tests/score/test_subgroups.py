@@ -304,3 +304,32 @@ def test_forged_attributes_in_the_ground_truth_exit_2(scored, tmp_path, field, f
     assert code == 2 and text in out and "Traceback" not in out, out
     assert sum("error:" in line for line in out.splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("field, kind, values, text", [
+    ("age", "category", ["-3", "500"], "a field named 'age' holds ages in years, NaN = missing: its kind must be "
+                                       "number, not category"),
+    ("sex", "number", [1.0, 2.0], "its kind must be category, not number"),
+    ("sex", "category", ["F", "female"], "sex is coded F, M or O"),
+    ("view", "category", ["PA", "ap"], "views are upper-cased view positions")])
+def test_a_fields_rules_follow_its_name_not_its_declared_kind(scored, tmp_path, field, kind, values, text):
+    """Issue 44, class 7: `age` declared a category would skip the 0..130 rule and report groups age=-3, age=500."""
+    import shutil
+
+    import zarr
+
+    d = scored[0]
+    shutil.copytree(d / "data/gt.zarr", tmp_path / "gt.zarr")
+    g = zarr.open_group(str(tmp_path / "gt.zarr/phantom/attributes"), mode="a")
+    n = g[field].shape[0]
+    new = np.resize(np.asarray(values), n)
+    del g[field]
+    if kind == "category":
+        g.create_array(field, shape=new.shape, dtype=str, dimension_names=("case",))[:] = new.astype(str)
+    else:
+        g.create_array(field, data=new.astype(np.float32), dimension_names=("case",))
+    g.attrs["fields"] = {**g.attrs["fields"], field: {"kind": kind, "source": "forged"}}
+    code, out = xb("score", d / "dog.zarr", "--gt", tmp_path / "gt.zarr", "--out", tmp_path / "s", "--by", field, "-q")
+    assert code == 2 and text in out and "Traceback" not in out, out
+    assert sum("error:" in line for line in out.splitlines()) == 1
+    assert not (tmp_path / "s").exists()
