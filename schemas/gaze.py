@@ -41,6 +41,21 @@ DEFAULT_SIGMA_RULE = "3% of the image's larger side (no published viewing geomet
 ATTRS_VERSION = 1
 
 
+#: the smallest positive float32 that is a normal number: a sigma or a duration is stored as float32, so it is
+#: checked as float32 (1e-300 passes a float64 "> 0" check and is stored as 0; issue 44)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def stored_positive(value: float, high: float = math.inf) -> bool:
+    """Whether ``value`` is still a positive, finite, normal number in (0, ``high``] once stored as float32 (what
+    the gaze arrays hold): the check made in the dtype the value is stored and used in."""
+    v = float(value)
+    if not (math.isfinite(v) and FLOAT32_TINY <= v and v <= high):
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(v)))
+
+
 def default_sigma(orig_size: Sequence[int]) -> float:
     """:data:`DEFAULT_SIGMA_FRACTION` of the image's larger side, in original pixels."""
     return DEFAULT_SIGMA_FRACTION * float(max(int(orig_size[0]), int(orig_size[1])))
@@ -189,11 +204,13 @@ def _value_problems(a: dict, n_cases: int, where: str) -> list[Problem]:
                                                  f"e.g. {bad[0]!r}"))
     if not np.isfinite(fix).all():
         p.append(Problem(f"{where}/fixations", "holds non-finite values (NaN, inf)"))
-    elif len(fix) and (fix[:, 2] <= 0).any():
-        p.append(Problem(f"{where}/fixations", "durations (column 3) must be positive seconds"))
+    elif len(fix) and (fix[:, 2] < FLOAT32_TINY).any():
+        p.append(Problem(f"{where}/fixations", f"durations (column 3) must be positive seconds (at least "
+                                               f"{FLOAT32_TINY:.3g}, float32's smallest normal number)"))
     sigma = a["gaze_sigma"]
-    if not (np.isfinite(sigma).all() and (sigma > 0).all()):
-        p.append(Problem(f"{where}/gaze_sigma", "must be positive finite pixels"))
+    if not (np.isfinite(sigma).all() and (sigma >= FLOAT32_TINY).all()):
+        p.append(Problem(f"{where}/gaze_sigma", f"must be positive finite pixels (at least {FLOAT32_TINY:.3g}, "
+                                                "float32's smallest normal number)"))
     gm = a["gaze_map"]
     if not np.isfinite(gm).all() or (gm < 0).any():
         p.append(Problem(f"{where}/gaze_map", "must hold finite non-negative densities"))
@@ -260,12 +277,38 @@ def validate(g, where: str, minor: int, n_cases: int, n_classes: int, grid: Sequ
     p = _shape_problems(shapes, dtypes, n_classes, grid, where) + _attr_problems(g.attrs.get("gaze"), where)
     if p:
         return p
+    p = _storage_problems(g, present, where)
+    if p:
+        return p
     try:
         values = {a: np.asarray(g[a][...]) for a in present if a not in ("gaze_map", "gaze_region_mask")}
-        values["gaze_map"] = np.asarray(g["gaze_map"][...])
+        values["gaze_map"] = np.zeros((0, *grid), np.float32)  # checked a chunk at a time below
+        p = _value_problems(values, n_cases, where)
+        arr = g["gaze_map"]
+        step = int(arr.metadata.chunk_grid.chunk_shape[0])
+        for start in range(0, arr.shape[0], step):
+            block = np.asarray(arr[start:start + step])
+            if not np.isfinite(block).all() or (block < 0).any():
+                return p + [Problem(f"{where}/gaze_map", "must hold finite non-negative densities")]
     except Exception as exc:  # noqa: BLE001 - a corrupt chunk: its own line
         return [Problem(where, f"unreadable gaze array ({type(exc).__name__}: {exc})")]
-    return _value_problems(values, n_cases, where)
+    return p
+
+
+def _storage_problems(g, present: Sequence[str], where: str) -> list[Problem]:
+    """From metadata and the store's listing, before a chunk is decoded, as for every other array of a store:
+    codecs, chunk count and chunk size (schemas/store.py ``check_array``), the arrays read whole within a quarter
+    of the memory budget, and no array declaring more than ``max_ratio`` times its stored bytes (a 4 GB
+    ``gaze_map`` stored in 1 MB is refused here, not by the memory watchdog)."""
+    from xbench.schemas.store import check_array, dtype_name, stored_problems
+
+    p: list[Problem] = []
+    for a in present:
+        arr, w = g[a], f"{where}/{a}"
+        if check_array(arr, w, shape=tuple(arr.shape), dtypes=(dtype_name(arr),), problems=p,
+                       whole=a not in ("gaze_map", "gaze_region_mask")):
+            p += stored_problems(arr, w)
+    return p
 
 
 def _attr_problems(attr, where: str) -> list[Problem]:
