@@ -306,3 +306,19 @@ def test_no_box_is_lost_on_chestx_det10_shaped_data_at_coarse_grids(tmp_path):
     # the data exercises the case the per-region rule got wrong, more so as the grid coarsens
     assert lost_by_the_old_rule[224] < lost_by_the_old_rule[56] < lost_by_the_old_rule[14]
     assert lost_by_the_old_rule[14] > 20
+
+
+def test_a_mask_of_too_many_lesions_is_refused_before_the_work_per_lesion(monkeypatch):
+    """Issue 44, class 4: a native mask of millions of one-pixel dots is refused after labelling (ShapeError: the
+    case is skipped with one line), not walked lesion by lesion; at the cap it is rasterised as before."""
+    from xbench.extract.datasets import rasterise as R
+    from xbench.extract.datasets.base import Mask as NativeMask
+
+    dots = np.zeros((40, 40), bool)
+    dots[::2, ::2] = True  # 400 one-pixel lesions
+    monkeypatch.setattr(R, "MAX_MASK_LESIONS", 399)
+    with pytest.raises(R.ShapeError, match="mask holds 400 separate lesions"):
+        R.rasterise_region([NativeMask(lambda: dots)], (40, 40), (4, 4))
+    monkeypatch.setattr(R, "MAX_MASK_LESIONS", 400)
+    got = R.rasterise_region([NativeMask(lambda: dots)], (40, 40), (4, 4))
+    assert got is not None and got.mask.any()
