@@ -18,7 +18,7 @@ from pathlib import Path
 
 from xbench.schemas.errors import InputError, Problem
 
-from xbench.extract.human_marks import Mark, Reading
+from xbench.extract.human_marks import Mark, Reading, reader_count_problems
 
 
 def read_reflacx(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str, ...], *, certainty: int = 3,
@@ -38,6 +38,11 @@ def read_reflacx(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[s
         raise InputError([Problem(p.source, f"[{p.case_id}] {p.message}" if p.case_id else p.message)
                           for p in reader.problems[:20]])
     _check_sizes(records, sizes)
+    counts = {image: len(rs) for image, rs in reader.all_readings.items() if image in sizes and len(rs) >= 2}
+    counts["*"] = sum(counts.values())  # a reader is one reading
+    too_many = reader_count_problems(counts, str(root / "main_data"))
+    if too_many:
+        raise InputError(too_many)
     marks: dict[str, dict[str, dict[str, Mark]]] = {}
     cases: dict[str, list[str]] = {}
     truth: dict[str, dict] = {}
