@@ -580,7 +580,11 @@ def _grids(names: list[str], grid: int | None, gt) -> dict[str, tuple[int, int]]
 def _item_map(entries: list, grid: tuple[int, int]) -> tuple[np.ndarray, float]:
     """(map, derived score) of one case and finding: COCO instances, or one PNG path."""
     if entries and isinstance(entries[0], Instance):
-        return instance_map(entries, grid), max(i.score for i in entries)
+        try:
+            return instance_map(entries, grid), max(i.score for i in entries)
+        except LesionLimitError as exc:
+            raise InvalidStoreError(Problem(f"an RLE segmentation of a {entries[0].size[1]}x{entries[0].size[0]} image",
+                                            str(exc))) from None
     values, one = read_png_mask(entries[0])
     try:
         return mask_to_grid(values, grid, scale=one), float(values.max()) / one if values.size else 0.0

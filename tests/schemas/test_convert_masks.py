@@ -484,3 +484,22 @@ def test_work_and_decoded_bytes_are_bounded_one_line_each(tmp_path, stores, caps
     assert code == 2 and "Traceback" not in err and not out.exists(), err
     lines = [ln for ln in err.splitlines() if "error" in ln]
     assert len(lines) == 1 and "of 2 byte(s) each once decoded (128 MiB)" in lines[0] and IDS[1] in lines[0], err
+
+
+def test_an_rle_of_too_many_lesions_is_one_line(tmp_path, stores, capsys, monkeypatch):
+    """The lesion cap on the COCO side (issue 44, class 4): an RLE of 600 one-pixel dots over a cap of 10."""
+    from xbench.schemas import convert_masks as CM
+
+    images, _ = stores
+    h, w = SIZES[0]
+    dots = np.zeros((h, w), bool)
+    dots[::2, ::2] = True
+    src = tmp_path / "dots.json"
+    src.write_text(json.dumps([{"image_id": IDS[0], "category_id": "Cardiomegaly", "score": 0.5,
+                                "segmentation": {"size": [h, w], "counts": encode(dots)}}]))
+    monkeypatch.setattr(CM, "MAX_MASK_LESIONS", 10)
+    out = tmp_path / "x.zarr"
+    code, _, err = run(capsys, src, "--images", images, "--out", out)
+    assert code == 2 and "Traceback" not in err and not out.exists(), err
+    lines = [ln for ln in err.splitlines() if "error" in ln]
+    assert len(lines) == 1 and f"RLE segmentation of a {w}x{h} image: holds 600 separate lesions" in lines[0], err

@@ -333,3 +333,33 @@ def test_a_fields_rules_follow_its_name_not_its_declared_kind(scored, tmp_path, 
     assert code == 2 and text in out and "Traceback" not in out, out
     assert sum("error:" in line for line in out.splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+def test_the_groups_work_is_bounded_before_anything_is_allocated(scored, monkeypatch):
+    """Issue 44: `--by` a field of 550 groups of 2 cases held ~1.8 GB a block of resamples before the watchdog
+    stopped it. The bound is computed from the counts (work_bytes), checked against what group_replicates
+    really allocates (tracemalloc's peak, numpy's allocations included), and refused in one line, exit 2."""
+    import tracemalloc
+
+    import xbench.score.sections.subgroups as S
+    from xbench.schemas.budget import limits
+    from xbench.score.kernels.counts import load_pair_counts
+
+    d = scored[0]
+    dc = load_pair_counts(d / "s/pair_counts.npz")["phantom"]
+    for g in (2, 24):
+        _, ind = S.group_indicators(np.asarray([f"g{i % g}" for i in range(dc.n_cases)]))
+        S.group_replicates(dc, ind, n_resamples=8, seed=0)  # caches and imports out of the measure
+        tracemalloc.start()
+        S.group_replicates(dc, ind, n_resamples=125, seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        est = S.work_bytes(g, dc.n_cases, 125)
+        assert peak <= est <= 2 * peak, (g, peak, est)  # an upper bound, within a factor 2 of what is held
+    lines = S.work_problems("phantom", ["site"], 550, 1100, 1000)  # the issue's case at the default budget
+    assert len(lines) == 1 and "splits 1,100 cases into 550 groups" in lines[0] and "--max-memory" in lines[0]
+    assert S.work_bytes(550, 1100, 1000) > limits().max_memory // 2 >= S.work_bytes(24, 10_000, 1000)
+    monkeypatch.setattr(S, "work_bytes", lambda g, n, b: limits().max_memory)  # the wiring: refused before scoring
+    code, out = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", d / "wide", "--by", "sex", "-q")
+    assert code == 2 and "whose resamples would hold" in out and "Traceback" not in out, out
+    assert sum("error:" in line for line in out.splitlines()) == 1 and not (d / "wide").exists()
