@@ -144,6 +144,8 @@ def validate(g, where: str, minor: int, n_cases: int) -> list[Problem]:
     """The ``attributes/`` subgroup of a gt dataset group from outside; none is fine."""
     import zarr
 
+    from xbench.schemas.store import read_problems
+
     if GROUP not in g:
         return []
     sub = g[GROUP]
@@ -171,6 +173,10 @@ def validate(g, where: str, minor: int, n_cases: int) -> list[Problem]:
         arr = sub[name]
         if tuple(arr.shape) != (n_cases,):  # from metadata, before anything is read
             p.append(Problem(f"{where}/{GROUP}/{name}", f"has shape {tuple(arr.shape)}, expected ({n_cases},)"))
+            continue
+        unsafe = read_problems(arr, f"{where}/{GROUP}/{name}", whole=True)  # codecs, chunks, bombs: metadata
+        if unsafe:
+            p += unsafe
             continue
         is_text = "str" in str(arr.dtype).lower() or str(arr.dtype).startswith(("<U", "|S", "object"))
         if info["kind"] == "category" and not is_text:

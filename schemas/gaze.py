@@ -296,18 +296,15 @@ def validate(g, where: str, minor: int, n_cases: int, n_classes: int, grid: Sequ
 
 
 def _storage_problems(g, present: Sequence[str], where: str) -> list[Problem]:
-    """From metadata and the store's listing, before a chunk is decoded, as for every other array of a store:
-    codecs, chunk count and chunk size (schemas/store.py ``check_array``), the arrays read whole within a quarter
-    of the memory budget, and no array declaring more than ``max_ratio`` times its stored bytes (a 4 GB
-    ``gaze_map`` stored in 1 MB is refused here, not by the memory watchdog)."""
-    from xbench.schemas.store import check_array, dtype_name, stored_problems
+    """From metadata and the store's listing, before a chunk is decoded, as for every other array of a store
+    (:func:`xbench.schemas.store.read_problems`): the arrays read whole within a quarter of the memory budget, and
+    none declaring more than ``max_ratio`` times its stored bytes (a 4 GB ``gaze_map`` stored in 1 MB is refused
+    here, not by the memory watchdog)."""
+    from xbench.schemas.store import read_problems
 
     p: list[Problem] = []
     for a in present:
-        arr, w = g[a], f"{where}/{a}"
-        if check_array(arr, w, shape=tuple(arr.shape), dtypes=(dtype_name(arr),), problems=p,
-                       whole=a not in ("gaze_map", "gaze_region_mask")):
-            p += stored_problems(arr, w)
+        p += read_problems(g[a], f"{where}/{a}", whole=a not in ("gaze_map", "gaze_region_mask"))
     return p
 
 
