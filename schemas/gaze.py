@@ -33,6 +33,9 @@ REGION_ARRAYS = ("gaze_region_index", "gaze_region_mask")
 MAX_READINGS = 1_000_000
 MAX_FIXATIONS_PER_READING = 100_000
 MAX_FIXATIONS = 50_000_000
+#: readings of one case: the readers' leave-one-out ceiling compares each reading with the others' mean map, work
+#: that grows with the square of this (REFLACX's phases 1-2 read an image five times; issue 44)
+MAX_READINGS_PER_CASE = 64
 #: the sigma used when a dataset publishes no viewing geometry: 3 % of the image's larger side, about one
 #: degree of visual angle for a radiograph read at a distance where it spans ~33 degrees (docs/gaze.md)
 DEFAULT_SIGMA_FRACTION = 0.03
@@ -194,6 +197,12 @@ def _value_problems(a: dict, n_cases: int, where: str) -> list[Problem]:
     case, offset, fix = a["gaze_case"], a["gaze_offset"].astype(np.int64), a["fixations"]
     if len(case) and (case.min() < 0 or case.max() >= n_cases):
         p.append(Problem(f"{where}/gaze_case", f"case rows must lie in 0..{n_cases - 1}"))
+    elif len(case):
+        per_case = np.bincount(case.astype(np.int64), minlength=n_cases)
+        if per_case.max() > MAX_READINGS_PER_CASE:
+            p.append(Problem(f"{where}/gaze_case", f"case row {int(per_case.argmax())} has {int(per_case.max()):,} "
+                                                   f"readings; at most {MAX_READINGS_PER_CASE} a case (each is compared "
+                                                   "with the others)"))
     if offset[0] != 0 or (np.diff(offset) < 0).any() or offset[-1] != len(fix):
         p.append(Problem(f"{where}/gaze_offset", f"must start at 0, never decrease and end at {len(fix)} (the fixations)"))
     elif len(offset) > 1 and np.diff(offset).max() > MAX_FIXATIONS_PER_READING:

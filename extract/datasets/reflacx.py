@@ -152,6 +152,8 @@ class REFLACXReader(DatasetReader):
         return out
 
     def records(self) -> list[CaseRecord]:
+        from xbench.schemas.gaze import MAX_READINGS_PER_CASE
+
         self.problems.clear()
         self._readings, self.all_readings = {}, {}
         bad = CaseProblems(self.problems)
@@ -178,6 +180,10 @@ class REFLACXReader(DatasetReader):
             image = self.images / c["path"]
             if not image.is_file():
                 bad.add(c["where"], f"no image {c['path']} under {self.images}", cid)
+                self._readings.pop(cid, None)
+                continue
+            if len(c["all"]) > MAX_READINGS_PER_CASE:  # before any gaze map is built for them (issue 44)
+                bad.add(c["where"], f"{len(c['all']):,} readings of one image; at most {MAX_READINGS_PER_CASE}", cid)
                 self._readings.pop(cid, None)
                 continue
             labels = {k: -1 for k in self.classes}

@@ -224,3 +224,16 @@ def test_cli_sigma_checked_as_float32_exit_2_one_line(tmp_path):
     assert res.exit_code == 2 and "Traceback" not in res.output and "unexpected" not in res.output, res.output
     assert len([ln for ln in res.output.splitlines() if "error" in ln and "a normal float32" in ln]) == 1, res.output
     assert not (tmp_path / "out").exists() or not (tmp_path / "out" / "gt.zarr" / "reflacx").exists()
+
+
+def test_too_many_readings_of_one_image_skip_it(tmp_path, monkeypatch):
+    """Issue 44, class 4: each reading's gaze map is built and compared with the others'; an image read more than
+    MAX_READINGS_PER_CASE times is skipped with one problem before any map is built."""
+    import xbench.schemas.gaze as GZ
+
+    write_reflacx(tmp_path)
+    monkeypatch.setattr(GZ, "MAX_READINGS_PER_CASE", 2)  # D1 is read three times in phase 1
+    reader = REFLACXReader(tmp_path)
+    assert [r.case_id for r in reader.records()] == [D2, D3]
+    assert len(reader.problems) == 1 and "3 readings of one image; at most 2" in str(reader.problems[0])
+    assert D1 not in reader._readings

@@ -221,3 +221,26 @@ def test_a_gaze_map_bomb_is_refused_from_metadata(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
     assert len(lines) == 1 and "gaze_map" in lines[0] and "decompression bomb" in lines[0], res.stderr
+
+
+def test_readings_of_one_case_are_bounded(tmp_path):
+    """Issue 44, class 4: the readers' leave-one-out ceiling compares each reading of a case with the others (work
+    that grows with the square of their number): more than MAX_READINGS_PER_CASE readings of a case are refused,
+    one line, before writing and by the validator."""
+    from xbench.schemas.gaze import MAX_READINGS_PER_CASE
+
+    rs = readings()
+    many = [Reading(0, f"R{k}", rs[0].fixations, rs[0].labels, rs[0].sigma) for k in range(MAX_READINGS_PER_CASE + 1)]
+    with pytest.raises(InvalidStoreError) as exc:
+        write(tmp_path, Gaze.from_readings(many, ORIG, GRID, 3))
+    lines = [str(p) for p in exc.value.problems]
+    assert len(lines) == 1 and f"case row 0 has {MAX_READINGS_PER_CASE + 1} readings; at most" in lines[0], lines
+    at_bound = [*many[:-1], Reading(1, "R1", rs[0].fixations, rs[0].labels, rs[0].sigma)]
+    gt = write(tmp_path, Gaze.from_readings(at_bound, ORIG, GRID, 3))  # 64 readings of case 0: written and valid
+    assert validate_ground_truth(gt) == []
+    g = zarr.open_group(str(gt / "phantom"), mode="r+")
+    case = g["gaze_case"][...]
+    case[-1] = 0  # the last reading (case 1's) moved onto case 0
+    g["gaze_case"][...] = case
+    problems = [str(p) for p in validate_ground_truth(gt)]
+    assert len(problems) == 1 and "readings; at most" in problems[0], problems
