@@ -64,7 +64,7 @@ from xbench.extract.datasets.base import Box, Mask, Polygon
 from xbench.extract.datasets.chexlocalize import _RLEMask, rle_area
 from xbench.extract.datasets.rasterise import rasterise_region
 from xbench.extract.datasets.vindr import is_rad_id
-from xbench.extract.human_marks import Mark, Reading
+from xbench.extract.human_marks import Mark, Reading, reader_count_problems
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
            "reading_rows", "write_submission", "write_truth", "read_readers", "DatasetReaders", "MASK_LEVEL"]
@@ -279,6 +279,11 @@ def read_vindr(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str
             continue
         per.setdefault(cls, []).append(box)
     problems.raise_if_any()
+    counts = {image: len(per) for image, per in boxes.items() if len(per) >= 2}
+    counts["*"] = len({r for image in counts for r in boxes[image]})
+    too_many = reader_count_problems(counts, str(path))
+    if too_many:
+        raise InputError(too_many)
     marks: dict[str, dict[str, dict[str, Mark]]] = {}
     cases: dict[str, list[str]] = {}
     truth: dict[str, dict] = {}

@@ -245,6 +245,9 @@ def _centroid_cell(cx: float | Fraction, cy: float | Fraction, size: tuple[int, 
 
 #: 8-connectivity: pixels touching at a corner belong to one lesion (a thin diagonal stroke stays one).
 _CONNECTIVITY = np.ones((3, 3), dtype=bool)
+#: lesions one native mask may hold (issue 44): a dataset's mask holds a handful; a file of millions of
+#: one-pixel dots is refused after labelling, before any work per lesion (xbench-convert's masks: the same cap)
+MAX_MASK_LESIONS = 100_000
 
 
 def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, list[tuple[Fraction, Fraction]]]:
@@ -257,6 +260,8 @@ def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[n
 
     sampled = m[np.ix_(rows, cols)]
     labels, n = ndimage.label(m, structure=_CONNECTIVITY)
+    if n > MAX_MASK_LESIONS:
+        raise ShapeError(f"mask holds {n:,} separate lesions (8-connected regions); at most {MAX_MASK_LESIONS:,}")
     if n == 0:
         return sampled, []
     hit = np.zeros(n + 1, dtype=bool)

@@ -339,3 +339,19 @@ def test_a_box_edge_exactly_on_a_centre_is_decided_exactly(n, N):
         assert starts[k] and not starts[:k].any() and starts[k:].all()
         ends = rasterise_region([Box(0, 0, 4, edge)], (n, 4), (N, 1)).mask[:, 0]
         assert ends[:k].all() and not ends[k:].any()
+
+
+def test_a_mask_of_too_many_lesions_is_refused_before_the_work_per_lesion(monkeypatch):
+    """Issue 44, class 4: a native mask of millions of one-pixel dots is refused after labelling (ShapeError: the
+    case is skipped with one line), not walked lesion by lesion; at the cap it is rasterised as before."""
+    from xbench.extract.datasets import rasterise as R
+    from xbench.extract.datasets.base import Mask as NativeMask
+
+    dots = np.zeros((40, 40), bool)
+    dots[::2, ::2] = True  # 400 one-pixel lesions
+    monkeypatch.setattr(R, "MAX_MASK_LESIONS", 399)
+    with pytest.raises(R.ShapeError, match="mask holds 400 separate lesions"):
+        R.rasterise_region([NativeMask(lambda: dots)], (40, 40), (4, 4))
+    monkeypatch.setattr(R, "MAX_MASK_LESIONS", 400)
+    got = R.rasterise_region([NativeMask(lambda: dots)], (40, 40), (4, 4))
+    assert got is not None and got.mask.any()
