@@ -186,6 +186,8 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
 
     info: dict = {}
     info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
+    skipped += [f"{n}: {why}, left out of the recognition-vs-grounding figure and fit"
+                for n, why in info["auroc_vs_pointing"]["left_out"]]
     info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best", computed)
     info["pointing_heatmap"] = F.pointing_heatmap(results, fig_dir / "pointing_heatmap")
     with_sizes = size_bins == "fixed" and all("pointing_game_small" in r.metrics.get("overall", {}) for r in results)

@@ -194,3 +194,28 @@ def test_no_section_without_a_models_boxes_and_maps(run, tmp_path):
     assert res.returncode == 0, res.stderr
     assert 'id="own-boxes"' not in (tmp_path / "r/index.html").read_text()
     assert not (tmp_path / "r/own_boxes.csv").exists()
+
+
+def test_recognition_vs_grounding_holds_every_model_generative_ones_included(run, tmp_path):
+    """The paper's third finding (AUROC against pointing game) is fitted over every model of the leaderboard: the
+    boxes read from a generative model's answers are one more point; a model without one of the two is named."""
+    import shutil
+
+    from xbench.score.report import figures as F
+    from xbench.score.report._load import load_results
+
+    d, _ = run
+    folders = [d / "scores" / m for m in ("boxes", "attention", "chefer")]
+    results = load_results(folders)
+    info = F.auroc_vs_pointing(results, tmp_path / "fig")
+    assert sorted(p[0] for p in info["points"]) == sorted(r.name for r in results) and info["left_out"] == []
+    assert info["fit"] is not None  # three points: a line and its R²
+    # a result whose metrics.json holds no overall AUROC (e.g. scored on MS-CXR only) is named, not dropped silently
+    shutil.copytree(d / "scores" / "chefer", tmp_path / "no-auroc")
+    m = json.loads((tmp_path / "no-auroc" / "metrics.json").read_text())
+    m["overall"]["auroc"] = None
+    (tmp_path / "no-auroc" / "metrics.json").write_text(json.dumps(m))
+    res = xb("xbench", "report", *folders[:2], tmp_path / "no-auroc", "--out", tmp_path / "r", "--bootstrap", 0)
+    assert res.returncode == 0, res.stderr
+    skipped = json.loads((tmp_path / "r" / "report.json").read_text())["skipped"]
+    assert any("no overall AUROC, left out of the recognition-vs-grounding figure" in s for s in skipped), skipped
