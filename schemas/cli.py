@@ -221,6 +221,8 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
         _require(gt_path, "ground-truth", "--gt")
     if o.answers is not None or source.suffix.lower() == ".jsonl":
         return _convert_answers(source, o)
+    if o.answers_frame != "original":
+        raise UserError("--answers-frame: only for a model's answers (--answers FORMAT)")
     masks = is_masks_folder(source)
     marks = is_marks_source(source) or masks
     given = [o for o, v in (("--images", images), ("--mapping", mapping), ("--coco-images", coco_images),

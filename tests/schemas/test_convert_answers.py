@@ -379,6 +379,10 @@ def test_answers_file_limits_links_and_options(tmp_path, stores, capsys, monkeyp
     code, _, err = run(capsys, ok, "--answers", "chexagent", "--images", images, "--dataset", "nih",
                        "--out", tmp_path / "s.zarr")
     assert code == 2 and "--dataset: 'nih' is not in the images store" in err
+    (tmp_path / "m.json").write_text('{"datasets": {}}')
+    code, _, err = run(capsys, tmp_path / "m.json", "--images", images, "--answers-frame", "square",
+                       "--out", tmp_path / "s.zarr")
+    assert code == 2 and "--answers-frame: only for a model's answers" in err
     link = tmp_path / "zero.jsonl"
     os.symlink("/dev/zero", link)
     code, _, err = run(capsys, link, "--answers", "chexagent", "--images", images, "--out", tmp_path / "s.zarr")
