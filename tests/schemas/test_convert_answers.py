@@ -419,3 +419,28 @@ def test_notes_never_carry_a_box_over_from_another_answer(tmp_path, stores, caps
     maps = np.asarray(sub.query_saliency[...])
     assert maps[row["case-00#0"]].any() and not maps[row["case-00#1"]].any()
     assert float(sub.query_scores[row["case-00#1"]]) == 0.0 and math.isclose(float(sub.query_scores[row["case-00#0"]]), 1)
+
+
+def test_the_time_budget_stops_a_long_answers_file_and_leaves_nothing(tmp_path):
+    """--timeout holds for answers as for every source: the watchdog stops the run and removes its work folder."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    n = 20_000
+    ids = [f"c{k:05d}" for k in range(n)]
+    w = ImagesWriter(tmp_path / "images.zarr", "phantom", case_ids=ids, classes=CLASSES, image_size=8,
+                     cases_per_block=n)
+    w.write_block(0, np.zeros((n, 8, 8), np.uint8), np.full((n, 2), 512, np.int32))
+    w.finish()
+    text = "<obj>a" + "<box><x1><y2><x30><y40></box>" * 50 + "</obj>"
+    with open(tmp_path / "a.jsonl", "w") as f:  # 20,000 answers of 50 boxes each (1,000,000 boxes, the cap)
+        for case in ids:
+            f.write(json.dumps({"case_id": case, "finding": "Nodule", "text": text}) + "\n")
+    res = subprocess.run([str(Path(sys.executable).parent / "xbench-convert"), str(tmp_path / "a.jsonl"), "--answers",
+                          "maira-2", "--images", str(tmp_path / "images.zarr"), "--out", str(tmp_path / "s.zarr"), "-q",
+                          "--timeout", "1"], capture_output=True, text=True, timeout=300)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("xbench-convert: the time budget of 1 s ran out (--timeout)"), res.stderr
+    assert not os.path.lexists(tmp_path / "s.zarr") and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
