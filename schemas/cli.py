@@ -13,6 +13,7 @@ import click
 
 from xbench.schemas._cli import (NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, store_kind,
                    store_kind_problem, warn)
+from xbench.schemas.answers import FRAMES
 from xbench.schemas.errors import Problem
 from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse
 
@@ -158,7 +159,16 @@ class ConvertOptions:
                                    help="COCO results: a COCO dataset JSON whose images' file names are the case ids "
                                         "(default: image_id is the case id).")
     dataset: str | None = opt(None, check=Text(),
-                              help="COCO results: the dataset they are of (default: the images store's only one).")
+                              help="COCO results: the dataset they are of; model answers: the dataset of rows that "
+                                   "name none (default: the images store's only one).")
+    answers: str | None = opt(None, check=Text(), metavar="FORMAT",
+                              help="SOURCE is a model's answers, one JSON object a line ({case_id, finding, text} or "
+                                   "{query_id, text}): read the boxes in their text in this model's format "
+                                   "(chexagent, maira-2); needs --images.")
+    answers_frame: str = opt("original", check=Choice(FRAMES),
+                             help="Model answers: the frame the model saw, the case's original image or a square copy "
+                                  "of it (the images store's); a format that crops to a square undoes its crop on the "
+                                  "original frame only.")
     grid: int | None = opt(None, check=Int(1, 1024),
                            help="Boxes, points and masks: cells per side of the written maps [default: 64 for boxes "
                                 "and points; for masks each dataset's grid in --gt, else 224].")
@@ -179,8 +189,9 @@ class ConvertOptions:
 @budget_options
 def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None:
     """Build a submission.zarr from SOURCE: one HDF5 file, a folder of per-case .npz files, boxes
-    and points in a .json file (COCO results, or a marks JSON; needs --images), or masks (COCO results
-    with segmentations, or a folder of PNG masks with masks.json; needs --images).
+    and points in a .json file (COCO results, or a marks JSON; needs --images), masks (COCO results
+    with segmentations, or a folder of PNG masks with masks.json; needs --images), or a generative
+    model's answers in a .jsonl file, its own boxes read from its text (--answers FORMAT; needs --images).
 
     The layouts, phrase rows included, are described in docs/convert.md (and the README, "Converting
     existing outputs"). A dataset whose source holds no phrase rows is declared phrases_unsupported
@@ -194,6 +205,7 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
       xbench-convert npz_outputs/ --out submission.zarr --gt gt.zarr
       xbench-convert detections.json --images images.zarr --mapping categories.toml --out boxes.zarr
       xbench-convert png_masks/ --images images.zarr --gt gt.zarr --out masks.zarr
+      xbench-convert answers.jsonl --answers chexagent --images images.zarr --out chexagent.zarr
     """
     from xbench.schemas.convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
     from xbench.schemas.convert_boxes import is_marks_source
@@ -207,6 +219,10 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
     require_phrases, phrases_reason = o.require_phrases, o.phrases_reason
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
+    if o.answers is not None or source.suffix.lower() == ".jsonl":
+        return _convert_answers(source, o)
+    if o.answers_frame != "original":
+        raise UserError("--answers-frame: only for a model's answers (--answers FORMAT)")
     masks = is_masks_folder(source)
     marks = is_marks_source(source) or masks
     given = [o for o, v in (("--images", images), ("--mapping", mapping), ("--coco-images", coco_images),
@@ -244,6 +260,39 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
         click.echo(json.dumps({"ok": True, "out": str(out)}, indent=2))
     elif not quiet:
         click.echo(f"wrote {out}")
+
+
+def _convert_answers(source: Path, o: ConvertOptions) -> None:
+    """``xbench-convert answers.jsonl --answers FORMAT``: a model's answers, its boxes read from its text."""
+    from xbench.schemas.convert import terminate_as_interrupt
+    from xbench.schemas.convert_answers import convert_answers
+
+    if o.answers is None:
+        raise UserError(f"{source}: a .jsonl SOURCE is a model's answers; name their format with --answers "
+                        "(chexagent, maira-2)")
+    if o.images is None:
+        raise UserError(f"{source}: model answers need --images images.zarr (each case's original size)")
+    if o.coco_images is not None:
+        raise UserError("--coco-images: only for COCO results; model answers name their cases themselves")
+    if o.gt_path is not None:
+        _require(o.gt_path, "ground-truth", "--gt")
+    _require(o.images, "images", "--images")
+    if o.phrases_reason is not None and not o.phrases_reason.strip():
+        raise click.BadParameter("give a reason (a few words)", param_hint="--phrases-reason")
+    bar = progress(None, desc="convert", unit="case", enabled=not (o.quiet or o.as_json))
+    try:
+        with terminate_as_interrupt():
+            _, notes = convert_answers(source, o.out, images=o.images, answers=o.answers, frame=o.answers_frame,
+                                       mapping=o.mapping, dataset=o.dataset, grid=o.grid,
+                                       cases_per_block=o.cases_per_block, map_dtype=o.map_dtype or "float32",
+                                       progress=bar.update, total=bar.set_total, gt=o.gt_path,
+                                       require_phrases=o.require_phrases, phrases_reason=o.phrases_reason)
+    finally:
+        bar.close()
+    if o.as_json:
+        click.echo(json.dumps({"ok": True, "out": str(o.out), "answers": notes.as_dict()}, indent=2))
+    elif not o.quiet:
+        click.echo(f"wrote {o.out}: {notes.summary()}")
 
 
 def validate_main(argv: list[str] | None = None) -> None:

@@ -640,7 +640,7 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
     already parsed (:func:`xbench.schemas.convert_masks.convert_json` parses it once to tell masks from boxes);
     ``grid`` None is :data:`DEFAULT_GRID`.
     """
-    from xbench.schemas.convert import Converted, _refuse_out_in_inputs, _write
+    from xbench.schemas.convert import _refuse_out_in_inputs
     from xbench.schemas.images import read_images
 
     src = Path(src)
@@ -661,6 +661,17 @@ def convert_marks(src: str | Path, out: str | Path, *, images: str | Path, mappi
                                                       "a marks JSON names its datasets itself"))
         parsed = read_marks(src, store, mapping=maps, data=data)
     del data
+    return write_parsed(parsed, store, src, out, mapping=mapping, images=images, grid=grid,
+                        cases_per_block=cases_per_block, map_dtype=map_dtype, progress=progress, total=total, gt=gt,
+                        require_phrases=require_phrases, phrases_reason=phrases_reason)
+
+
+def write_parsed(parsed: Parsed, store, src: Path, out: str | Path, *, mapping, images, grid: int, cases_per_block: int,
+                 map_dtype: str, progress, total, gt, require_phrases: bool, phrases_reason: str | None) -> Path:
+    """Write a source read and checked (``parsed``, against the images store ``store``) as a submission by the
+    rule (the module docstring): the one writer of marks, whatever source they were read from."""
+    from xbench.schemas.convert import Converted, _write
+
     specs = {}
     for name in sorted(parsed.findings):
         ds = store.datasets[name]

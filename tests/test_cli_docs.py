@@ -239,7 +239,8 @@ def _npz_folder(sandbox: Path) -> None:
 
 
 def _marks_files(sandbox: Path) -> None:
-    """docs/convert.md's inputs on the phantom: a COCO results file, its categories.toml and a marks JSON."""
+    """docs/convert.md's inputs on the phantom: a COCO results file, its categories.toml, a marks JSON and model
+    answers (JSONL)."""
     import json
 
     from xbench.schemas import read_images
@@ -255,6 +256,13 @@ def _marks_files(sandbox: Path) -> None:
                "datasets": {"phantom": {ids[1]: {"nodule": {"points": [[0.41, 0.33, 0.8]]},
                                                   "Pleural effusion": {"boxes": [[0.05, 0.6, 0.3, 0.3]], "score": 0.7}}}}}
     (sandbox / "answers.json").write_text(json.dumps(answers))
+    # docs/convert.md, "A model's own boxes": a generative model's answers in CheXagent's and MAIRA-2's formats
+    rows = [{"case_id": c, "finding": "Nodule", "text": f"<|ref|>nodule<|/ref|><|box|>({10 + k},20),(55,48)<|/box|>"}
+            for k, c in enumerate(ids[:6])] + [{"case_id": ids[6], "finding": "Nodule", "text": "No nodule."}]
+    (sandbox / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = [{"case_id": c, "finding": "Pleural effusion", "text": f"<obj>Effusion<box><x{k}><y60><x40><y90></box></obj>"}
+            for k, c in enumerate(ids[:6])]
+    (sandbox / "maira2_answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _mask_files(sandbox, ds)
 
 

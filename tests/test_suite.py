@@ -350,6 +350,28 @@ def test_gaze_suite_prepares_the_phantom_with_gaze():
     S.parse_suite(data, ROOT / "suites")
 
 
+def test_generative_suite_scores_the_generative_models_beside_the_papers(monkeypatch):
+    """suites/generative.yaml (issue 45 item 6): the paper suite's seven datasets and models unchanged, MS-CXR's
+    phrase rows, and the decoder VLMs by their registered names with the four answer-position map methods."""
+    paper = yaml.safe_load((ROOT / "suites" / "paper.yaml").read_text())
+    gen = yaml.safe_load((ROOT / "suites" / "generative.yaml").read_text())
+    for key in ("prepare", "extract", "score", "report"):
+        assert gen[key] == paper[key], key
+    assert {k: v for k, v in gen["datasets"].items() if k != "ms_cxr"} == paper["datasets"]
+    assert gen["datasets"]["ms_cxr"]["root"] == "$XBENCH_DATA/ms_cxr"
+    assert gen["models"][:len(paper["models"])] == paper["models"]
+    added = gen["models"][len(paper["models"]):]
+    assert [m["model"] for m in added] == ["llava-rad", "medgemma"]
+    assert all(m["methods"] == ["attention", "rollout", "chefer", "gradcam"] for m in added)
+    suite = S.parse_suite(gen, ROOT / "suites")
+    assert len(suite.models) == 11 + 2 * 4 and len(suite.datasets) == 8
+    from xbench.extract.models import MODELS
+
+    # every paper model is registered; the decoder VLMs come with extract/models/decoder/ (issue 45 item 1)
+    unknown = {m["model"] for m in gen["models"]} - set(MODELS.names())
+    assert unknown <= {"llava-rad", "medgemma"}, unknown
+
+
 def test_demo_gaps_have_resamples_enough_for_holm():
     """The demo page's gaps (neighbours x GAP_METRICS tests) can pass the Holm adjustment: m/(B+1) < 0.05 with room
     (contract "Significant"), both in the shipped suite and in what `xbench demo` runs."""

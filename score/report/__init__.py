@@ -186,6 +186,8 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
 
     info: dict = {}
     info["auroc_vs_pointing"] = F.auroc_vs_pointing(results, fig_dir / "auroc_vs_pointing")
+    skipped += [f"{n}: {why}, left out of the recognition-vs-grounding figure and fit"
+                for n, why in info["auroc_vs_pointing"]["left_out"]]
     info["dice_fixed_vs_best"] = F.dice_fixed_vs_best(results, fig_dir / "dice_fixed_vs_best", computed)
     info["pointing_heatmap"] = F.pointing_heatmap(results, fig_dir / "pointing_heatmap")
     with_sizes = size_bins == "fixed" and all("pointing_game_small" in r.metrics.get("overall", {}) for r in results)
@@ -298,6 +300,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     from xbench.score.sections.rowscope import row_scopes
 
     pages = [(s.page_at, *s.fn("page")(results)) for s in row_scopes(primary=False) if s.page is not None]
+    pages.append(_own_boxes(results, images, gt, submissions, out, files, skipped))
     md += [line for _, lines, _ in pages for line in lines]  # each section's Markdown (human ceilings)
     checks = read_sanity(sanity)
     if checks:
@@ -344,6 +347,17 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     steps.update(1)
     steps.close()
     return index
+
+
+def _own_boxes(results, images, gt, submissions, out: Path, files: dict, skipped: list) -> tuple[str, list, str]:
+    """The "own boxes" section (:mod:`xbench.score.report.own_boxes`) as a page entry (at, Markdown, HTML)."""
+    from xbench.score.report.own_boxes import own_boxes_section
+
+    subs = _resolve_inputs(results, images, gt, submissions)[2]
+    md, html, written, why = own_boxes_section(results, subs, out)
+    files["tables"] += written
+    skipped += why
+    return "results", md, html
 
 
 def _shown_path(path: Path, out: Path) -> str:

@@ -87,9 +87,13 @@ def linear_fit(x, y) -> dict | None:
 
 
 def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
-    """Fig. 3: overall AUROC (x) vs overall pointing game (y), percent, with fitted line and R²."""
+    """Fig. 3: overall AUROC (x) vs overall pointing game (y), percent, with fitted line and R²: every model of the
+    leaderboard that has both (the CLIP-style ones and the generative ones alike); ``left_out`` names the others
+    and what they lack (a model scored only where AUROC is null by design, e.g. MS-CXR alone)."""
     pts = [(r.name, _pct(value_of(r.metrics, "overall", "auroc")), _pct(value_of(r.metrics, "overall", "pointing_game")))
            for r in results]
+    left_out = [(p[0], "no overall AUROC" if p[1] is None else "no overall pointing game")
+                for p in pts if p[1] is None or p[2] is None]
     pts = [p for p in pts if p[1] is not None and p[2] is not None]
     fig = Figure(figsize=(5.2, 4.2))
     ax = fig.add_subplot()
@@ -110,7 +114,7 @@ def auroc_vs_pointing(results: list[Result], stem: Path) -> dict:
     ax.set_title("Recognition vs grounding")
     ax.grid(alpha=0.3)
     files = save_figure(fig, stem)
-    return {"files": files, "points": pts, "fit": fit}
+    return {"files": files, "points": pts, "fit": fit, "left_out": left_out}
 
 
 def _ci_pct(r: Result, scope: str, key: str, computed: dict | None, cls: str | None = None):
