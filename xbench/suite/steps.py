@@ -107,7 +107,8 @@ def _run_score(step: Step, ctx: Context, resume: bool) -> None:
     sub = ctx.run_dir / f"submissions/{step.key}.zarr"
     out = ctx.run_dir / step.outputs[0]
     shutil.rmtree(out, ignore_errors=True)  # scoring is one call: nothing to resume, no stale file may stay
-    given = {k: v for k, v in step.options.items() if k not in SCORE_SET_BY_SUITE}  # the score: section's keys
+    given = {k: tuple(v) if isinstance(v, list) else v  # the score: section's keys (lists in the fingerprint)
+             for k, v in step.options.items() if k not in SCORE_SET_BY_SUITE}
     options = ScoreOptions(**given, gt_path=str(data / "gt.zarr"), out_dir=out, images_path=data / "images.zarr",
                            seed=step.options["seed"], datasets=tuple(step.options["datasets"]), quiet=True)
     try:
