@@ -149,10 +149,12 @@ def run_options(options: ScoreOptions, submissions, *, max_memory: str | None = 
     seconds = budget.timeout if timeout is None else timeout
 
     def invoke(_args):
-        try:
-            return _command(options, list(submissions), as_json=False, max_memory=memory, timeout=seconds)
-        except KeyboardInterrupt:
-            raise Interrupted(NOT_WRITTEN_HINT) from None
+        # the command's own context: what it starts (the budget's watchdog) is stopped when it closes
+        with click.Context(score_command, info_name="xbench-score"):
+            try:
+                return _command(options, list(submissions), as_json=False, max_memory=memory, timeout=seconds)
+            except KeyboardInterrupt:
+                raise Interrupted(NOT_WRITTEN_HINT) from None
 
     try:
         run_main(invoke, [], "xbench-score")
