@@ -21,9 +21,10 @@ from typing import Mapping
 import numpy as np
 
 from xbench.schemas.errors import Problem
+from xbench.schemas.schema_versions import minor
 
 #: the gt minor version that adds case attributes
-GT_MINOR = 6
+GT_MINOR = minor("ground-truth", "attributes")
 GROUP = "attributes"
 FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 KINDS = ("category", "number")

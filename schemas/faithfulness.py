@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from xbench.schemas.errors import InputError, Problem
+from xbench.schemas.schema_versions import minor
 
 CURVES = ("deletion", "insertion", "road")
 #: the orders each curve is measured in: the map's own (most relevant first), ROAD's least-relevant-first
 #: (the map order reversed) and a seeded random order, the baseline every curve is compared with
 ORDERS = {"deletion": ("map", "random"), "insertion": ("map", "random"), "road": ("map", "reverse", "random")}
-IMAGES_MINOR = 5       # images store minor of a round-2 store (root attribute xbench.faithfulness)
-SUBMISSION_MINOR = 2   # submission minor of a scores-only submission (root attribute xbench.scores_only)
+IMAGES_MINOR = minor("images", "faithfulness")  # images store minor of a round-2 store (root attribute xbench.faithfulness)
+SUBMISSION_MINOR = minor("submission", "scores_only")  # submission minor of a scores-only submission (root attribute xbench.scores_only)
 KEY_KIND = "faithfulness-key"
 DEFAULT_GRID = 16
 DEFAULT_STEPS = 10

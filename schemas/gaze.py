@@ -24,9 +24,10 @@ import numpy as np
 
 from xbench.schemas import grid as exact_grid
 from xbench.schemas.errors import Problem
+from xbench.schemas.schema_versions import minor
 
 #: the gt minor version that adds the gaze arrays
-GT_MINOR = 5
+GT_MINOR = minor("ground-truth", "gaze")
 ARRAYS = ("gaze_case", "gaze_reader", "gaze_offset", "fixations", "gaze_sigma", "gaze_map", "gaze_labels")
 REGION_ARRAYS = ("gaze_region_index", "gaze_region_mask")
 #: bounds on a store from outside: readings per dataset, fixations per reading and in all (a REFLACX reading

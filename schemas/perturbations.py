@@ -42,9 +42,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from xbench.schemas.errors import InputError, InvalidStoreError, Problem
+from xbench.schemas.schema_versions import minor
 
-GT_MINOR = 3       # the gt minor version that adds the perturbation table
-IMAGES_MINOR = 3   # the images minor version of a store holding perturbed copies
+GT_MINOR = minor("ground-truth", "perturbations")  # the gt minor version that adds the perturbation table
+IMAGES_MINOR = minor("images", "perturbations")  # the images minor version of a store holding perturbed copies
 ARRAYS = ("perturb_id", "perturb_case", "perturb_group", "perturb_spec", "perturb_seed")
 QUERY_ARRAYS = ("perturb_query_id", "perturb_query_of", "perturb_query_copy")  # the copies' phrase rows
 ATTR = "perturbation"

@@ -21,6 +21,7 @@ import numpy as np
 import zarr
 
 from xbench.schemas.errors import Problem
+from xbench.schemas.schema_versions import minor
 
 __all__ = ["KINDS", "PROBE_ARRAYS", "PROBE_MINOR", "TextProbes", "check_probes", "write_probe_arrays",
            "read_probes", "validate_probe_arrays"]
@@ -29,7 +30,7 @@ __all__ = ["KINDS", "PROBE_ARRAYS", "PROBE_MINOR", "TextProbes", "check_probes",
 KINDS = ("negation", "laterality", "shuffle")
 PROBE_ARRAYS = ("query_probe_of", "query_probe_kind")
 #: the ground-truth minor version that adds the probe arrays
-PROBE_MINOR = 4
+PROBE_MINOR = minor("ground-truth", "text_probes")
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ import zarr
 
 from xbench.schemas.errors import InvalidStoreError, Problem
 from xbench.schemas.remote import RemoteReadError
+from xbench.schemas.schema_versions import minor
 
 #: the minor version (root attribute xbench.schema_minor) a store kind needs to hold phrase rows
-QUERY_MINOR = {"images": 2, "ground-truth": 2, "submission": 1}
+QUERY_MINOR = {kind: minor(kind, "phrases") for kind in ("images", "ground-truth", "submission")}
 IMAGES_ARRAYS = ("query_id", "query_case", "query_text", "query_category")
 GT_ARRAYS = ("query_id", "query_case", "query_category", "query_mask")
 SUBMISSION_ARRAYS = ("query_id", "query_scores", "query_saliency")

@@ -29,6 +29,7 @@ from xbench.schemas.budget import is_int
 from xbench.schemas.errors import InvalidStoreError, Problem, StoreNotFoundError
 from xbench.schemas.paths import is_remote
 from xbench.schemas.remote import RemoteReadError
+from xbench.schemas.schema_versions import SCHEMA, minor
 
 #: A remote server that timed out or broke a limit mid-read ends the run with its own line; it is not a
 #: corrupt chunk to report and skip (the next chunk would only wait for the same server again).
@@ -37,10 +38,10 @@ _REMOTE_FAILURE = RemoteReadError
 # Before any store is opened: Zarr picks a codec's class when it parses an array's metadata.
 budget.install_bounded_decoders()
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = SCHEMA
 #: Minor versions add optional arrays only, so every store of schema 1 stays valid. 1: images
 #: stores may keep the original-resolution images (``orig_offset``/``orig_pixels``).
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = minor("images", "originals")
 DATASET_KEYS = catalog.keys()  # schemas/datasets.toml: the one list of dataset keys
 KINDS = ("images", "ground-truth", "submission")
 

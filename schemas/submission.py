@@ -34,6 +34,7 @@ from xbench.schemas.errors import InvalidStoreError, Problem
 from xbench.schemas.paths import store_path
 from xbench.schemas.queries import QUERY_LEDGER, QUERY_MINOR, SUBMISSION_ARRAYS, UNSUPPORTED_ATTR, root_minor, validate_query_arrays
 from xbench.schemas.remote import RemoteReadError
+from xbench.schemas.schema_versions import minor
 from xbench.schemas.store import (
     DATASET_KEYS,
     MAX_CASES,
@@ -54,7 +55,7 @@ from xbench.schemas.store import (
 )
 
 SCORE_KINDS = ("logit", "probability")
-SCORES_ONLY_MINOR = 2  # submission minor of a scores-only submission (contract § Faithfulness)
+SCORES_ONLY_MINOR = minor("submission", "scores_only")  # submission minor of a scores-only submission (contract § Faithfulness)
 MAP_DTYPES = ("float16", "float32")
 
 

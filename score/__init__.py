@@ -2,6 +2,8 @@
 
 Public API (imported lazily, so ``import xbench.score`` stays cheap):
 
+- :func:`run` (:class:`ScoreOptions`, submissions) -> [:class:`Scored`]: the one way to score submissions, as
+  ``xbench-score``, a suite, ``xbench human`` and the platforms do
 - :func:`score_submission` -> :class:`ScoreResult` (metrics dict, per-pair DataFrame, count arrays)
 - :func:`write_outputs` (metrics.json, pairs.parquet, pair_counts.npz, tables, platform formats)
 - :class:`DatasetCounts`, :func:`load_pair_counts`, :func:`save_pair_counts` (``pair_counts.npz``)
@@ -16,6 +18,9 @@ from __future__ import annotations
 import importlib
 
 __all__ = [
+    "run",
+    "ScoreOptions",
+    "Scored",
     "ScoreResult",
     "score_submission",
     "check_inputs",
@@ -29,6 +34,9 @@ __all__ = [
 ]
 
 _WHERE = {
+    "run": "entry",
+    "ScoreOptions": "options",
+    "Scored": "entry",
     "ScoreResult": "scoring",
     "score_submission": "scoring",
     "check_inputs": "scoring",

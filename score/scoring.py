@@ -37,6 +37,7 @@ import numpy as np
 
 from xbench.score.metrics import registry as R
 from xbench.score.kernels._allocator import release_freed_memory
+from xbench.schemas.schema_versions import minor
 from xbench.score.resampling.bootstrap import bootstrap_replicates, overall_replicates, percentile_interval, percentile_intervals
 from xbench.score.resampling.bootstrap import phrase_replicates
 from xbench.score.kernels.counting import Progress, count_dataset, region_mask_problems  # noqa: F401
@@ -74,9 +75,9 @@ __all__ = [
 #: metrics.json minor version that adds the "phrases" section (contract §Versions; the phrase row scope's)
 PHRASES_METRICS_MINOR = row_scope("phrase").minor
 #: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
-PARTIAL_METRICS_MINOR = 3
+PARTIAL_METRICS_MINOR = minor("metrics", "partial")
 #: metrics.json minor version that adds "robustness" (perturbed copies in the ground truth; score/sections/robustness.py)
-ROBUSTNESS_METRICS_MINOR = 4
+ROBUSTNESS_METRICS_MINOR = row_scope("robustness").minor
 
 
 @dataclass

@@ -3,7 +3,7 @@ scored like a model (docs/human.md).
 
 The command joins the two sides, so it lives in the umbrella: :mod:`xbench.extract.human` reads each reader's
 annotations and writes them as a submission (and, for VinDr-CXR, the other readers as its ground truth);
-:func:`xbench.score.scoring.score_submission` scores it like any model; :mod:`xbench.score.sections.human.ceiling` turns
+:func:`xbench.score.run` scores it like any model; :mod:`xbench.score.sections.human.ceiling` turns
 the readers' pairs into the ceiling and :mod:`xbench.score.sections.human.reading` writes the readers' readings. The
 output folder is described in :mod:`xbench.extract.human`.
 """
@@ -147,8 +147,9 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
     from xbench.score.sections.human.ceiling import (KEYS, ReaderReading, ceiling, ceiling_json, chexlocalize_block,
                                             reader_pairs, with_hits)
     from xbench.score.sections.human.reading import HUMAN_FILE, HUMAN_SCHEMA, NATIVE_READING_FILE, READING_FILE, save_reading
+    from xbench.score.entry import run
+    from xbench.score.options import ScoreOptions
     from xbench.score.outputs.folder import write_into
-    from xbench.score.scoring import score_submission
 
     got = read_readers(dataset, root, images, gt, split=split, rule=rule, source=source, readers=readers,
                        certainty=certainty)
@@ -169,9 +170,12 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                 truth_path = gt
             sub = folder / "submission.zarr"
             write_submission(sub, dataset, r, cases, classes, reading.marks.get(r, {}), sizes, grid, info)
-            result = score_submission(sub, truth_path, bootstrap=bootstrap, seed=seed, datasets=[dataset],
-                                      allow_missing=reading.truth is None)
-            write_into(result, folder, formats=("xbench",), label=f"human {r}")
+            # scored like any model (the one entry point), in memory: the files go into this reader's folder
+            options = ScoreOptions(gt_path=str(truth_path), out_dir=None, bootstrap=bootstrap, seed=seed,
+                                   datasets=(dataset,), allow_missing=reading.truth is None, quiet=True)
+            [scored] = run(options, [sub], labels=[f"human {r}"])
+            result = scored.result
+            write_into(result, folder, formats=("xbench",), label=scored.label)
             rows = reading_rows(cases, classes, reading.marks.get(r, {}), sizes, grid, got.truth_of(r),
                                  points_rule=dataset in POINT_READERS)
             readings[r] = ReaderReading(**rows, cases=np.asarray(sorted(cases), dtype=str))

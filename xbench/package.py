@@ -123,30 +123,72 @@ def _reason(code: int, captured: str) -> str:
     return lines[-1] if lines else f"scoring failed (exit {code})"
 
 
+#: A platform's configuration of the scoring: a JSON object of ``xbench-score``'s options, the keys a suite's
+#: ``score:`` section takes (:class:`~xbench.score.options.ScoreOptions`), e.g. ``{"by": "sex",
+#: "metric_groups": ["complexity"], "pointing_tolerance": 10}``; the platform's own (the formats, a phase's
+#: faithfulness round) are not among them.
+SCORE_OPTIONS_ENV = "XBENCH_SCORE_OPTIONS"
+_PLATFORM_OWN = ("formats", "faithfulness", "key")
+
+
+def platform_options(bootstrap: int, options: dict | None = None) -> dict:
+    """The :class:`~xbench.score.options.ScoreOptions` values a platform scores with: ``options`` (else the JSON
+    object in ``$XBENCH_SCORE_OPTIONS``) over ``bootstrap``, ``$XBENCH_BOOTSTRAP`` over both. Raises
+    :class:`PlatformError` naming every problem (an unknown key, a value its option refuses)."""
+    from xbench.schemas import options as _options
+    from xbench.schemas.inputs import CONFIG, parse_json
+    from xbench.score.options import ScoreOptions, section_problems
+
+    where = "options"
+    if options is None and os.environ.get(SCORE_OPTIONS_ENV):
+        where = SCORE_OPTIONS_ENV
+        try:
+            options = parse_json(os.environ[SCORE_OPTIONS_ENV], SCORE_OPTIONS_ENV, CONFIG)
+        except InputError as exc:
+            raise PlatformError("; ".join(str(p) for p in exc.problems) or str(exc)) from None
+    if options is not None and not isinstance(options, dict):
+        raise PlatformError(f"{where}: must be an object of xbench-score's options, got {type(options).__name__}")
+    values = {"bootstrap": int(bootstrap), **dict(options or {})}
+    if os.environ.get("XBENCH_BOOTSTRAP"):
+        text = os.environ["XBENCH_BOOTSTRAP"].strip()
+        if not text.isdigit():
+            raise PlatformError(f"XBENCH_BOOTSTRAP {escape_text(repr(text))}: must be an integer >= 0")
+        values["bootstrap"] = int(text)
+    known = [f.name for f, o in _options.declared(ScoreOptions) if o.suite and f.name not in _PLATFORM_OWN]
+    given = {k: v for k, v in values.items() if k in known}
+    problems = _options.unknown_keys(values, known, where)
+    problems += section_problems(given, where, lambda path: os.path.abspath(os.path.expanduser(path)))
+    if problems:
+        raise PlatformError("; ".join(escape_text(p) for p in problems))
+    return given  # lists made tuples, paths made absolute
+
+
 def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str, *, bootstrap: int = 1000,
-                       faithfulness: Path | None = None) -> int:
-    """Run ``xbench-score`` in this process; on failure print the reason as the last stderr line.
-    ``$XBENCH_BOOTSTRAP`` overrides ``bootstrap`` (the resamples of the 95 % intervals). ``faithfulness``: the
+                       faithfulness: Path | None = None, options: dict | None = None) -> int:
+    """Score as ``xbench-score`` does (:func:`xbench.score.cli.run_options`, the library's one entry point with
+    the command's messages and exit status); on failure print the reason as the last stderr line.
+    ``options``: the platform's configuration (:func:`platform_options`: else ``$XBENCH_SCORE_OPTIONS``;
+    ``$XBENCH_BOOTSTRAP`` overrides ``bootstrap``, the resamples of the 95 % intervals). ``faithfulness``: the
     phase's folder of round-1 stores and keys; ``submission`` is then a round-2 (scores-only) submission, scored
     beside the round-1 store whose key it matches (:func:`round2_pair`)."""
-    from xbench.score.cli import main as score_main
+    from xbench.score.cli import run_options
+    from xbench.score.options import ScoreOptions
 
+    try:
+        values = platform_options(bootstrap, options)
+    except PlatformError as exc:
+        return _fail(str(exc))
     err = io.StringIO()
-    code = 0
-    extra: list[str] = []
     if faithfulness is not None:
         try:
             round1, key = round2_pair(submission, faithfulness)
         except PlatformError as exc:
             return _fail(str(exc))
-        extra = ["--faithfulness", str(submission), "--key", str(key)]
+        values.update(faithfulness=str(submission), key=str(key))
         submission = round1
+    run = ScoreOptions(**values, gt_path=str(gt), out_dir=Path(out), formats=(fmt,), quiet=True)
     with contextlib.redirect_stderr(err):
-        try:
-            score_main([str(submission), "--gt", str(gt), "--out", str(out), "--format", fmt, "--bootstrap",
-                        os.environ.get("XBENCH_BOOTSTRAP", str(bootstrap)), "--quiet", *extra])
-        except SystemExit as exc:
-            code = int(exc.code or 0)
+        code = run_options(run, [str(submission)])
     sys.stderr.write(err.getvalue())
     if code:
         sys.stderr.write(_reason(code, err.getvalue()).rstrip("\n") + "\n")

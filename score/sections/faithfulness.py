@@ -24,9 +24,10 @@ import numpy as np
 from xbench.schemas import faithfulness as F
 from xbench.schemas.errors import InputError, Problem
 
+from xbench.schemas.schema_versions import minor
 from xbench.score.resampling.intervals import percentile_interval
 
-METRICS_MINOR = 7
+METRICS_MINOR = minor("metrics", "faithfulness")
 
 #: curve -> [(metrics.json key, how it is made from the per-order areas)]
 KEYS = {

@@ -31,11 +31,12 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
+from xbench.schemas.schema_versions import minor
 from xbench.score.metrics import gaze as G
 
 SECTION = "gaze"
 #: metrics.json schema minor that added the "gaze" section
-GAZE_METRICS_MINOR = 8
+GAZE_METRICS_MINOR = minor("metrics", "gaze")
 GAZE_ARRAYS = ("gaze_case", "gaze_reader", "gaze_offset", "fixations", "gaze_sigma", "gaze_map", "gaze_labels")
 REGION_ARRAYS = ("gaze_region_index", "gaze_region_mask")
 IMAGE_MAP = ("the mean of the model's min-max normalised maps over the classes the reading labels present "

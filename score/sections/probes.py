@@ -35,6 +35,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from xbench.schemas.schema_versions import minor
 from xbench.score.resampling.intervals import mean_defined
 from xbench.score.metrics.average_ranks import average_ranks
 
@@ -42,7 +43,7 @@ __all__ = ["PROBES_METRICS_MINOR", "KEYS", "SIDE_KEYS", "originals_only", "probe
            "rank_change", "mass_change", "left_share", "probe_rows", "COLUMNS"]
 
 #: metrics.json minor version that adds the "text_probes" section (contract §Versions)
-PROBES_METRICS_MINOR = 5
+PROBES_METRICS_MINOR = minor("metrics", "text_probes")
 KEYS = ("rank_change", "mass_change")
 SIDE_KEYS = ("moved", "side_shift")
 _BATCH = 512  # probe rows whose maps (and their originals') are held at once

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from xbench.schemas.schema_versions import minor as schema_minor  # the one versions table
+
 __all__ = ["RowScope", "ROW_SCOPES", "declare_scope", "declared_scopes", "row_scope", "row_scopes", "scope_names"]
 
 #: a behaviour of a scope: a callable, or "package.module:attr" imported on first use
@@ -197,7 +199,7 @@ declare_scope(RowScope(
     doc="positive and labelled pairs of each finding class"))
 
 declare_scope(RowScope(
-    "phrase", "phrase rows", unit="images", section="phrases", minor=2,
+    "phrase", "phrase rows", unit="images", section="phrases", minor=schema_minor("metrics", "phrases"),
     keys="xbench.score.metrics.registry:phrase_keys",
     score="xbench.score.scoring:score_phrases",
     ground_truth_problems="xbench.score.sections.phrases:phrase_ground_truth_problems",
@@ -212,7 +214,7 @@ declare_scope(RowScope(
     doc="the phrase rows (free-text queries) of each category; one image carries several phrases"))
 
 declare_scope(RowScope(
-    "gaze", "gaze rows", unit="cases", kinds=("gaze",), section="gaze", minor=8,
+    "gaze", "gaze rows", unit="cases", kinds=("gaze",), section="gaze", minor=schema_minor("metrics", "gaze"),
     keys="xbench.score.sections.gaze:gaze_keys",
     score="xbench.score.sections.gaze:score_gaze",
     ground_truth_problems="xbench.score.sections.gaze:ground_truth_problems",
@@ -233,28 +235,28 @@ declare_scope(RowScope(
 # -- tracks: sections without rows of their own (declaration order = their order in metrics.json, in the
 # outputs and on the page)
 declare_scope(RowScope(
-    "text_probes", "text probes", unit="images", kinds=(), section="text_probes", minor=5,
+    "text_probes", "text probes", unit="images", kinds=(), section="text_probes", minor=schema_minor("metrics", "text_probes"),
     run_section="xbench.score.sections.probes:run_section",
     write_tables="xbench.score.sections.probe_table:section_tables",
     page="xbench.score.sections.probe_table:page", page_at="end",
     doc="paraphrases, negations and decoys of the phrase rows (only with probes in the ground truth)"))
 
 declare_scope(RowScope(
-    "robustness", "robustness", unit="cases", kinds=(), section="robustness", minor=4,
+    "robustness", "robustness", unit="cases", kinds=(), section="robustness", minor=schema_minor("metrics", "robustness"),
     run_section="xbench.score.scoring:robustness_section",
     write_tables="xbench.score.sections.robustness_table:section_tables",
     page="xbench.score.sections.robustness_table:page",
     doc="the same metrics on perturbed copies of the images (only with copies in the ground truth)"))
 
 declare_scope(RowScope(
-    "human", "human ceilings", unit="cases", kinds=(), section="human", minor=6, options=("human_dir",),
+    "human", "human ceilings", unit="cases", kinds=(), section="human", minor=schema_minor("metrics", "human"), options=("human_dir",),
     prepare="xbench.score.sections.human.section:prepare", add="xbench.score.sections.human.section:add",
     write_tables="xbench.score.sections.human.tables:section_tables", terminal="xbench.score.sections.human.tables:human_lines",
     page="xbench.score.sections.human.page:report_sections",
     doc="a second radiologist scored like a model, and the model's % of human (xbench-score --human)"))
 
 declare_scope(RowScope(
-    "subgroups", "subgroups", unit="cases", kinds=(), section="subgroups", minor=9,
+    "subgroups", "subgroups", unit="cases", kinds=(), section="subgroups", minor=schema_minor("metrics", "subgroups"),
     options=("by", "age_bands", "min_group"),
     prepare="xbench.score.sections.subgroups:prepare", add="xbench.score.sections.subgroups:add",
     write_tables="xbench.score.sections.subgroups:write_subgroup_tables",
@@ -267,7 +269,7 @@ declare_scope(RowScope(
     doc="every metric per group of case attributes, and the gap between groups (xbench-score --by)"))
 
 declare_scope(RowScope(
-    "faithfulness", "faithfulness", unit="cases", kinds=(), section="faithfulness", minor=7,
+    "faithfulness", "faithfulness", unit="cases", kinds=(), section="faithfulness", minor=schema_minor("metrics", "faithfulness"),
     options=("faithfulness", "key"),
     prepare="xbench.score.sections.faithfulness:prepare", add="xbench.score.sections.faithfulness:add",
     write_tables="xbench.score.sections.faithfulness:write_tables",

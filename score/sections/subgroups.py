@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xbench.schemas.schema_versions import minor
 from xbench.score.metrics import registry as R
 from xbench.score.resampling.bootstrap import dataset_replicates, serial_blas
 from xbench.score.resampling.engine import resample_weights, stream
@@ -30,7 +31,7 @@ from xbench.score.resampling.intervals import defined, paired_row, percentile_in
 
 SECTION = "subgroups"
 #: metrics.json schema minor that adds the "subgroups" section (only with --by)
-SUBGROUP_METRICS_MINOR = 9
+SUBGROUP_METRICS_MINOR = minor("metrics", "subgroups")
 DEFAULT_MIN_GROUP = 20
 DEFAULT_AGE_BANDS = (40.0, 60.0, 80.0)
 #: the label of a cross-product group joins "field=value" parts with this

@@ -12,7 +12,7 @@ from xbench.extract.options import ExtractOptions, PrepareOptions
 from xbench.schemas import options as _options
 from xbench.schemas.errors import InputError
 from xbench.schemas.options import CONFIG_SUFFIXES, Grid
-from xbench.score.options import ReportOptions, ScoreOptions
+from xbench.score.options import ReportOptions, ScoreOptions, section_problems
 
 #: defaults of each option block; a suite may set any of these keys, and nothing else (the prepare, extract and
 #: score and report keys, their defaults and their rules are the commands' own: xbench/extract/options.py,
@@ -206,7 +206,7 @@ def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "
     models = _parse_models(data, extract, base, problems)
     seed = data.get("seed", 0)
     _check_int(seed, "seed", problems, low=0)
-    problems += _options.problems(ScoreOptions, score, "score")
+    problems += section_problems(score, "score", lambda path: _expand(path, base))
     problems += _options.problems(ReportOptions, report, "report")
     name = str(data.get("name") or Path(source).stem)
     out = data.get("out")

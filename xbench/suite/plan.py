@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from xbench.suite.fingerprint import DigestCache, _hash, canonical_specs, model_digest, tree_digest
-from xbench.suite.parse import (EXTRACT_DEFAULTS, EXTRACT_FINGERPRINT_WHEN_SET, EXTRACT_NOT_IN_OUTPUT, ModelEntry,
-                                Suite, SuiteError, _grid)
+from xbench.suite.parse import (EXTRACT_DEFAULTS, EXTRACT_FINGERPRINT_WHEN_SET, EXTRACT_NOT_IN_OUTPUT, SCORE_DEFAULTS,
+                                ModelEntry, Suite, SuiteError, _grid)
 
 STEP_KINDS = ("prepare", "extract", "score", "report")
 
@@ -43,6 +43,15 @@ def _extract_fingerprinted(m: "ModelEntry") -> dict:
     return out
 
 
+def _score_options(suite: Suite, ds_keys: list[str]) -> dict:
+    """A score step's options (:class:`~xbench.score.options.ScoreOptions` fields): the suite's bootstrap,
+    seed and datasets, and each other key of its ``score:`` section only when it differs from its default, so
+    a suite without them keeps the fingerprints it had before they were suite keys."""
+    later = {k: (list(v) if isinstance(v, tuple) else v) for k, v in suite.score.items()
+             if k != "bootstrap" and v != SCORE_DEFAULTS[k]}
+    return {"bootstrap": suite.score["bootstrap"], "seed": suite.seed, "datasets": ds_keys, **later}
+
+
 def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
     """The steps of a suite in the order they run (each after the steps it depends on)."""
     steps: list[Step] = []
@@ -60,8 +69,7 @@ def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
         opts = {"model": m.model, "overrides": overrides, "datasets": ds_keys, **_extract_fingerprinted(m)}
         steps.append(Step("extract", m.key, [f"prepare/{k}" for k in ds_keys], opts, [f"submissions/{m.key}.zarr"]))
         steps.append(Step("score", m.key, [f"extract/{m.key}", *(f"prepare/{k}" for k in ds_keys)],
-                          {"bootstrap": suite.score["bootstrap"], "seed": suite.seed, "datasets": ds_keys},
-                          [f"scores/{m.key}"]))
+                          _score_options(suite, ds_keys), [f"scores/{m.key}"]))
     steps.append(Step("report", "", [f"score/{m.key}" for m in suite.models] + [f"extract/{m.key}" for m in suite.models],
                       {**suite.report, "title": suite.title, "seed": suite.seed, "models": [m.key for m in suite.models]},
                       ["report"]))

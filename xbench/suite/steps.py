@@ -93,22 +93,30 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
         raise SuiteError([f"extract/{step.key}: {line}" for line in lines]) from None
 
 
+#: the :class:`~xbench.score.options.ScoreOptions` fields a suite sets itself (its data, its seed, the step's
+#: folder); every other field is a key of the suite's ``score:`` section, passed through by :func:`_run_score`
+SCORE_SET_BY_SUITE = ("gt_path", "out_dir", "images_path", "seed", "datasets", "quiet", "overwrite")
+
+
 def _run_score(step: Step, ctx: Context, resume: bool) -> None:
     from xbench.schemas import InvalidStoreError
-    from xbench.score.outputs.folder import write_outputs
-    from xbench.score.scoring import score_submission
+    from xbench.score.entry import ScoreRunError, run
+    from xbench.score.options import ScoreOptions
 
     data = ctx.run_dir / "data"
     sub = ctx.run_dir / f"submissions/{step.key}.zarr"
     out = ctx.run_dir / step.outputs[0]
     shutil.rmtree(out, ignore_errors=True)  # scoring is one call: nothing to resume, no stale file may stay
+    given = {k: tuple(v) if isinstance(v, list) else v  # the score: section's keys (lists in the fingerprint)
+             for k, v in step.options.items() if k not in SCORE_SET_BY_SUITE}
+    options = ScoreOptions(**given, gt_path=str(data / "gt.zarr"), out_dir=out, images_path=data / "images.zarr",
+                           seed=step.options["seed"], datasets=tuple(step.options["datasets"]), quiet=True)
     try:
-        res = score_submission(sub, data / "gt.zarr", bootstrap=step.options["bootstrap"], seed=step.options["seed"],
-                               datasets=step.options["datasets"])
+        run(options, [sub], labels=[step.key])
+    except ScoreRunError as e:
+        raise SuiteError([f"score/{step.key}: {p}" for p in [*e.problems, *([e.hint] if e.hint else [])]]) from None
     except InvalidStoreError as e:
         raise SuiteError([f"score/{step.key}: {p}" for p in e.problems]) from None
-    res.metrics["xbench"].setdefault("inputs", {})["images"] = str((data / "images.zarr").resolve())
-    write_outputs(res, out, label=step.key)
 
 
 def _run_report(step: Step, ctx: Context, resume: bool) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from xbench.schemas.schema_versions import minor
 from xbench.score.kernels.counts import DatasetCounts
 from xbench.score.resampling.intervals import paired_p_value, percentile_interval, tied_differences
 from xbench.score.sections.human.ceiling import (KEYS, HumanCeiling, ceiling, chexlocalize_block, percent_of_human, percentage_decrease,
@@ -13,7 +14,7 @@ from xbench.score.sections.human.ceiling import (KEYS, HumanCeiling, ceiling, ch
 from xbench.score.sections.human.reading import HUMAN_FILE, HumanSource
 
 #: metrics.json minor version that adds the "human" section (contract, "Versions")
-HUMAN_METRICS_MINOR = 6
+HUMAN_METRICS_MINOR = minor("metrics", "human")
 
 
 # -- the "human" section of a model's metrics.json ---------------------------------------------------------
