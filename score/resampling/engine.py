@@ -91,6 +91,39 @@ def resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) ->
     return out
 
 
+def positioned_stream(prior_units, n_resamples: int, seed: int) -> np.random.Generator:
+    """A dataset's generator: ``numpy.random.default_rng(seed)`` advanced past the resamples of the datasets
+    before it in sorted order (``prior_units``: their unit counts, cases or clusters, in that order), exactly as
+    :func:`resample_streams` positions it. Any section resampling a dataset's cases asks for this stream, so its
+    resamples are the dataset's own (those behind the dataset's metrics.json intervals), row for row."""
+    rng = stream(seed)
+    for n in prior_units:
+        skip_resamples(int(n), n_resamples, rng)
+    return rng
+
+
+def prior_units(units: Mapping[str, int], name: str) -> tuple[int, ...]:
+    """The unit counts of the datasets before ``name`` in sorted order among ``units`` (the scored datasets):
+    what :func:`positioned_stream` skips."""
+    return tuple(int(units[d]) for d in sorted(units) if d < name)
+
+
+def permutation_stream(seed: int, dataset: str) -> np.random.Generator:
+    """The generator of a dataset's label permutations (the subgroup gaps' test):
+    ``numpy.random.default_rng([seed, *dataset.encode("utf-8")])``; it depends on the seed and the dataset's name
+    only, never on the other datasets scored, and never touches the resampling stream."""
+    return np.random.default_rng([int(seed), *dataset.encode("utf-8")])
+
+
+def label_permutations(n_labelled: int, n_permutations: int, rng: np.random.Generator,
+                       *, chunk: int | None = None) -> Iterator[np.ndarray]:
+    """Blocks (b, n_labelled) int64 of ``n_permutations`` permutations in all, row r = ``rng.permutation(n)``
+    (drawn in order, so the block size does not change them): in permutation r, the j-th labelled case takes the
+    label of the ``perm[r, j]``-th labelled case."""
+    for b in _block_sizes(n_labelled, n_permutations, chunk):
+        yield np.stack([rng.permutation(n_labelled) for _ in range(b)]) if b else np.zeros((0, n_labelled), np.int64)
+
+
 def n_clusters(cluster: np.ndarray | None, n_cases: int) -> int:
     """How many units a resample draws: the cases, or the clusters ``0..max(cluster)`` of a clustered dataset."""
     if cluster is None:
