@@ -12,6 +12,13 @@ Draws (docs/contract.md, "Resampling"):
 * :func:`case_indices` — the same draws as indices (B, n): ``default_rng(seed).integers(0, n, size=(B, n))``, for
   the tracks that index rows (text probes' images, robustness's clean cases, the report's size figure). Row r of
   it and row r of :func:`resample_weights` over the same seed are the same resample.
+* :func:`positioned_stream` / :func:`prior_units` — THE policy: a dataset's resamples are the B resamples it takes
+  from the one ``default_rng(seed)`` after the datasets sorted before it; a section that resamples a dataset's
+  cases asks for that stream (class rows, summaries, subgroups, their paired comparisons), so its resample r is
+  the dataset's resample r. (Gaze, the human ceiling, faithfulness, probes and phrase rows still start
+  ``stream(seed)`` per dataset: docs/contract.md, "Resampling", lists each.)
+* :func:`permutation_stream` / :func:`label_permutations` — the subgroup gaps' permutation test, a generator of its
+  own per dataset (``default_rng([seed, *name bytes])``) so it never moves the resamples.
 * :func:`legacy_choice_weights` — CheXlocalize's own bootstrap, replicated on purpose (its ``eval.py``):
   ``numpy.random.RandomState(seed)`` and per resample ``choice(n, size=n, replace=True)``; used only for their
   summary values (the human section's ``chexlocalize`` block), never for XBench's own intervals.

@@ -71,9 +71,28 @@ def case_draws(n_cases: int, n_resamples: int, seed: int, prior: Sequence[int] =
     return resample_weights(n_cases, n_resamples, positioned_stream(prior, n_resamples, seed))
 
 
-def _replicates(dc: DatasetCounts, weights: np.ndarray, cache: dict) -> dict[str, np.ndarray]:
+def _replicates(dc: DatasetCounts, weights: np.ndarray, cache: dict, taus: Mapping | None = None
+                ) -> dict[str, np.ndarray]:
     with serial_blas():
-        return dataset_replicates(dc, weights, per_pair=cache)[1]
+        return dataset_replicates(dc, weights, taus=taus, per_pair=cache)[1]
+
+
+def dataset_taus(dc: DatasetCounts) -> dict[str, dict[str, int]]:
+    """{class: {tau key: index}}: the best thresholds the whole dataset chose at the point estimate (the metrics.json
+    ``tau_dice``/``tau_iou`` of each class), to score every group at them."""
+    from xbench.score.metrics.estimates import class_grounding_point
+
+    out = {}
+    for c, name in enumerate(dc.classes):
+        idx = dc.class_pairs(c)
+        if idx.size:
+            out[str(name)] = class_grounding_point(dc, idx)[1]
+    return out
+
+
+def tau_keys() -> list[str]:
+    """The summary keys whose value depends on a chosen best threshold (they differ at the dataset's τ)."""
+    return [k for k in R.summary_keys() if isinstance(getattr(R.metric(k), "threshold", None), (R.Best, R.ChosenBy))]
 
 
 def group_indicators(labels: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -84,37 +103,38 @@ def group_indicators(labels: np.ndarray) -> tuple[list[str], np.ndarray]:
     return groups, ind
 
 
-def _per_group(dc: DatasetCounts, blocks, G: int, cache: dict) -> dict[str, np.ndarray]:
+def _per_group(dc: DatasetCounts, blocks, G: int, cache: dict, taus: Mapping | None = None) -> dict[str, np.ndarray]:
     """Every summary key on each (G, b, N) block of group weights: {key: (G, sum of b)}."""
     keys = R.summary_keys()
     out = {k: [] for k in keys}
     for wg in blocks:
-        block = _replicates(dc, wg.reshape(-1, dc.n_cases), cache)
+        block = _replicates(dc, wg.reshape(-1, dc.n_cases), cache, taus)
         for k in keys:
             out[k].append(block[k].reshape(G, -1))
     return {k: np.concatenate(v, axis=1) if v else np.zeros((G, 0)) for k, v in out.items()}
 
 
-def group_replicates(dc: DatasetCounts, ind: np.ndarray, *, n_resamples: int, seed: int, prior: Sequence[int] = ()
-                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def group_replicates(dc: DatasetCounts, ind: np.ndarray, *, n_resamples: int, seed: int, prior: Sequence[int] = (),
+                     taus: Mapping | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Every summary metric per group: (point {key: (G,)}, replicates {key: (G, B)}; {} without resamples).
 
     A group's value is its metric on its own cases (the weights of the other cases 0); a replicate, on the drawn
-    copies of its cases in the dataset's resample (:func:`case_draws`)."""
+    copies of its cases in the dataset's resample (:func:`case_draws`). ``taus``: every group at these fixed
+    thresholds (:func:`dataset_taus`) instead of its own best ones."""
     keys = R.summary_keys()
     G = ind.shape[0]
     if G == 0:
         return {k: np.zeros(0) for k in keys}, {}
     cache: dict = {}
-    point = _replicates(dc, ind, cache)
+    point = _replicates(dc, ind, cache, taus)
     if n_resamples <= 0:
         return point, {}
     blocks = (w[None, :, :] * ind[:, None, :] for w in case_draws(dc.n_cases, n_resamples, seed, prior))
-    return point, _per_group(dc, blocks, G, cache)
+    return point, _per_group(dc, blocks, G, cache, taus)
 
 
 def group_permutations(dc: DatasetCounts, labels: np.ndarray, groups: Sequence[str], *, n_permutations: int,
-                       seed: int, dataset: str) -> dict[str, np.ndarray]:
+                       seed: int, dataset: str, taus: Mapping | None = None) -> dict[str, np.ndarray]:
     """Every summary metric per group when the group labels are permuted among the labelled cases: {key: (G, P)}.
 
     Permutation r (:func:`xbench.score.resampling.engine.label_permutations` from the dataset's
@@ -134,7 +154,7 @@ def group_permutations(dc: DatasetCounts, labels: np.ndarray, groups: Sequence[s
             wg[code[perm].ravel(), rows, np.tile(where, perm.shape[0])] = 1.0
             yield wg
 
-    return _per_group(dc, blocks(), G, {})
+    return _per_group(dc, blocks(), G, {}, taus)
 
 
 def spread(values: np.ndarray, ranked: np.ndarray, higher_is_better: bool) -> np.ndarray:
@@ -209,28 +229,35 @@ def gap_ratio(values: np.ndarray, ranked: np.ndarray) -> float | None:
 def dataset_subgroups(dc: DatasetCounts, labels: np.ndarray, *, n_resamples: int, seed: int,
                       prior: Sequence[int] = (), dataset: str = "", min_group: int = DEFAULT_MIN_GROUP,
                       level: float = 0.95) -> tuple[dict, dict]:
-    """The subgroup entry of one dataset (groups: value, interval, size, ranked; per metric, the gap) and
-    {key: the permuted gaps (P,)} for the Holm family (:func:`holm_gaps`)."""
+    """The subgroup entry of one dataset (groups: value, interval, size, ranked; per metric, the gap, with every
+    group at its own best threshold; ``gaps_dataset_tau``: the threshold-dependent metrics again with every group
+    at the dataset's own best thresholds) and {(gap table, key): the permuted gaps (P,)} for :func:`holm_gaps`."""
     keys = R.summary_keys()
     labels = np.asarray(labels, dtype=str)
     groups, ind = group_indicators(labels)
-    point, reps = group_replicates(dc, ind, n_resamples=n_resamples, seed=seed, prior=prior)
-    perms = group_permutations(dc, labels, groups, n_permutations=n_resamples, seed=seed, dataset=dataset)
     sizes = ind.sum(axis=1).astype(int)
-    out_groups = {}
-    for j, g in enumerate(groups):
-        entry = {"n_cases": int(sizes[j]), "ranked": bool(sizes[j] >= min_group)}
-        entry.update({k: defined(point[k][j]) for k in keys})
-        if reps:
-            entry["ci95"] = {k: percentile_interval(reps[k][j], level) for k in keys}
-        out_groups[g] = entry
-    gaps, permuted = {}, {}
-    for k in keys:
-        found = _gap(k, groups, point[k], reps.get(k), perms.get(k), sizes >= min_group, level)
-        if found is not None:
-            gaps[k], permuted[k] = found
-    return ({"n_cases": int(dc.n_cases), "n_missing": int((labels == "").sum()), "groups": out_groups,
-             "gaps": gaps}, permuted)
+    ranked = sizes >= min_group
+    out_groups = {g: {"n_cases": int(sizes[j]), "ranked": bool(ranked[j])} for j, g in enumerate(groups)}
+    entry = {"n_cases": int(dc.n_cases), "n_missing": int((labels == "").sum()), "groups": out_groups}
+    permuted = {}
+    dtaus = dataset_taus(dc)
+    for table, taus, which in (("gaps", None, keys), ("gaps_dataset_tau", dtaus, tau_keys())):
+        if not which:
+            continue
+        point, reps = group_replicates(dc, ind, n_resamples=n_resamples, seed=seed, prior=prior, taus=taus)
+        perms = group_permutations(dc, labels, groups, n_permutations=n_resamples, seed=seed, dataset=dataset,
+                                   taus=taus)
+        for j, g in enumerate(groups):
+            target = out_groups[g] if taus is None else out_groups[g].setdefault("at_dataset_tau", {})
+            target.update({k: defined(point[k][j]) for k in which})
+            if reps:
+                target["ci95"] = {k: percentile_interval(reps[k][j], level) for k in which}
+        entry[table] = {}
+        for k in which:
+            found = _gap(k, groups, point[k], reps.get(k), perms.get(k), ranked, level)
+            if found is not None:
+                entry[table][k], permuted[(table, k)] = found
+    return entry, permuted
 
 
 def best_worst(key: str, point: np.ndarray, ranked: np.ndarray) -> tuple[int, int] | None:
@@ -264,17 +291,21 @@ def _gap(key: str, groups: list[str], point: np.ndarray, reps: np.ndarray | None
              "p_value": permutation_p(gap, permuted) if perms is not None else None}, permuted)
 
 
-def holm_gaps(datasets: dict, permuted: Mapping[str, Mapping[str, np.ndarray]]) -> int:
-    """Holm over every gap of the section (all datasets and keys; identical tests once,
+def holm_gaps(datasets: dict, permuted: Mapping[str, Mapping[tuple[str, str], np.ndarray]]) -> int:
+    """Holm over every gap of the section (all datasets, both threshold choices and keys; identical tests once,
     :func:`xbench.score.resampling.engine.holm_family`): sets each gap's ``p_holm`` and ``significant``; returns m."""
-    where = [(d, k) for d in datasets for k in datasets[d]["gaps"]]
-    ps = [datasets[d]["gaps"][k]["p_value"] for d, k in where]
-    tests = [test_identity(permuted[d][k], datasets[d]["gaps"][k]["gap"]) for d, k in where]
+    where = [(d, t, k) for d in datasets for t in GAP_TABLES for k in datasets[d].get(t, {})]
+    ps = [datasets[d][t][k]["p_value"] for d, t, k in where]
+    tests = [test_identity(permuted[d][(t, k)], datasets[d][t][k]["gap"]) for d, t, k in where]
     adjusted, m = holm_family(ps, tests)
-    for (d, k), p in zip(where, adjusted, strict=True):
-        datasets[d]["gaps"][k]["p_holm"] = p
-        datasets[d]["gaps"][k]["significant"] = significant(p)
+    for (d, t, k), p in zip(where, adjusted, strict=True):
+        datasets[d][t][k]["p_holm"] = p
+        datasets[d][t][k]["significant"] = significant(p)
     return m
+
+
+#: the gap tables of a dataset's entry: every group at its own best threshold, then at the dataset's
+GAP_TABLES = ("gaps", "gaps_dataset_tau")
 
 
 def dataset_labels(counts: Mapping[str, DatasetCounts], attributes: Mapping[str, Mapping], by: Sequence[str],
@@ -303,7 +334,8 @@ def subgroup_section(counts: Mapping[str, DatasetCounts], attributes: Mapping[st
             min_group=min_group, level=level)
     m = holm_gaps(datasets, permuted)
     out = {"by": list(by), "age_bands": [float(b) for b in age_bands], "min_group": int(min_group),
-           "keys": list(R.summary_keys()), "threshold": "group", "gap_test": "permutation", "holm_m": m,
+           "keys": list(R.summary_keys()), "thresholds": {"gaps": "group", "gaps_dataset_tau": "dataset"},
+           "gap_test": "permutation", "holm_m": m,
            "datasets": datasets}
     note = holm_floor_note(m, n_resamples) if n_resamples > 0 else None
     if note:
@@ -493,8 +525,8 @@ def write_subgroup_tables(metrics: dict, folder, label: str) -> list:
     lines = [f"## Subgroups by {', '.join(sec.get('by', []))} ({label})", "",
              f"Ranked groups hold at least {sec.get('min_group')} cases; {GAP_WORDS} p (Holm): adjusted over the "
              f"{sec.get('holm_m', 0)} gaps of this table.", "", *([sec["note"], ""] if sec.get("note") else []),
-             "| dataset | metric | best | worst | worst value | gap | ratio | 95% CI | p | p (Holm) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| dataset | metric | threshold | best | worst | worst value | gap | ratio | 95% CI | p | p (Holm) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, entry in sec.get("datasets", {}).items():
         frame = by_group_frame(entry, keys)
         frame.insert(0, "ranked", [entry["groups"][g]["ranked"] for g in frame.index])
@@ -502,12 +534,13 @@ def write_subgroup_tables(metrics: dict, folder, label: str) -> list:
         path = Path(folder) / f"subgroups_{name}.csv"
         frame.to_csv(path)
         paths.append(path)
-        for k, gap in entry["gaps"].items():
-            ci = gap["gap_ci95"]
-            lines.append("| " + " | ".join(md_cell(x) for x in (
-                name, k, gap["best"], gap["worst"], _f(gap["worst_value"]), _f(gap["gap"]), _f(gap.get("ratio")),
-                "" if ci is None else f"[{_f(ci[0])}, {_f(ci[1])}]", _p(gap["p_value"]),
-                _p(gap.get("p_holm")))) + " |")
+        for table, tau in zip(GAP_TABLES, TAU_WORDS, strict=True):
+            for k, gap in entry.get(table, {}).items():
+                ci = gap["gap_ci95"]
+                lines.append("| " + " | ".join(md_cell(x) for x in (
+                    name, k, tau, gap["best"], gap["worst"], _f(gap["worst_value"]), _f(gap["gap"]),
+                    _f(gap.get("ratio")), "" if ci is None else f"[{_f(ci[0])}, {_f(ci[1])}]", _p(gap["p_value"]),
+                    _p(gap.get("p_holm")))) + " |")
     path = Path(folder) / "table_subgroups.md"
     path.write_text("\n".join(lines) + "\n")
     return [*paths, path]
@@ -522,15 +555,18 @@ def _p(v) -> str:
     return "" if v is None else ("< 0.001" if v < 0.0005 else f"{v:.3f}")
 
 
+#: the threshold column of each gap table (:data:`GAP_TABLES`)
+TAU_WORDS = ("group's own", "dataset's")
 #: what every printed gap is (the page's caption and table_subgroups.md)
-GAP_WORDS = ("each group is scored at its own best threshold; gap = best - worst ranked group, ratio = smallest / "
+GAP_WORDS = ("threshold: each group scored at its own best threshold (which flatters small groups) or at the "
+             "dataset's best threshold (the metrics that depend on it); gap = best - worst ranked group, ratio = smallest / "
              "largest group value (fairlearn's between-groups ratio); the 95% interval holds the gap whenever every ranked "
              "group's simultaneous bootstrap band holds its group's value (0 when the bands overlap); p: permutation test of the group labels (is any gap beyond chance);")
 
 
 #: the metrics the report page shows per model (every metric is in table_subgroups.md and the CSVs)
 PAGE_KEYS = ("pointing_game", "dice_best", "iou_best", "auroc", "f1")
-PAGE_HEAD = ("model", "dataset", "metric", "ranked groups", "best", "worst", "worst value", "gap", "ratio", "95% CI",
+PAGE_HEAD = ("model", "dataset", "metric", "threshold", "ranked groups", "best", "worst", "worst value", "gap", "ratio", "95% CI",
              "p", "p (Holm)")
 
 
@@ -546,13 +582,14 @@ def page_rows(results) -> list[tuple]:
         for name, entry in sorted(sec.get("datasets", {}).items()):
             n_ranked = sum(bool(g.get("ranked")) for g in entry.get("groups", {}).values())
             for k in PAGE_KEYS:
-                gap = entry.get("gaps", {}).get(k)
-                if gap is not None:
-                    mine.append((name, k, n_ranked, len(entry["groups"]), gap))
+                for table, tau in zip(GAP_TABLES, TAU_WORDS, strict=True):
+                    gap = entry.get(table, {}).get(k)
+                    if gap is not None:
+                        mine.append((name, k, tau, n_ranked, len(entry["groups"]), gap))
         adjusted = holm([g["p_value"] for *_, g in mine])
-        for (name, k, n_ranked, n_groups, gap), p_holm in zip(mine, adjusted, strict=True):
+        for (name, k, tau, n_ranked, n_groups, gap), p_holm in zip(mine, adjusted, strict=True):
             ci = gap.get("gap_ci95")
-            rows.append((r.name, name, k, f"{n_ranked} of {n_groups}", gap["best"], gap["worst"],
+            rows.append((r.name, name, k, tau, f"{n_ranked} of {n_groups}", gap["best"], gap["worst"],
                          _f(gap["worst_value"]), _f(gap["gap"]), _f(gap.get("ratio")),
                          "" if ci is None else f"[{_f(ci[0])}, {_f(ci[1])}]", _p(gap["p_value"]), _p(p_holm)))
     return rows

@@ -77,7 +77,7 @@ def test_gap_interval_and_permutation_p_from_the_contracts_words():
     counts = _counts()
     attrs = _attrs(counts, np.random.default_rng(9))
     sec = subgroup_section(counts, attrs, ["site"], n_resamples=B, seed=SEED, min_group=2)
-    assert sec["gap_test"] == "permutation" and sec["threshold"] == "group"
+    assert sec["gap_test"] == "permutation" and sec["thresholds"] == {"gaps": "group", "gaps_dataset_tau": "dataset"}
     for name in sorted(counts):
         dc, labels = counts[name], np.asarray(attrs[name]["site"].values, dtype=str)
         groups = sorted(set(labels) - {""})
@@ -117,8 +117,8 @@ def test_gap_interval_and_permutation_p_from_the_contracts_words():
         perm_gaps = perm_gaps[~np.isnan(perm_gaps)]
         want = (1 + np.count_nonzero(perm_gaps >= abs(point) - 1e-12)) / (1 + perm_gaps.size)
         assert entry["p_value"] == pytest.approx(want, abs=1e-12)
-    ps = [g["p_value"] for d in sec["datasets"].values() for g in d["gaps"].values()]
-    adjusted = [g["p_holm"] for d in sec["datasets"].values() for g in d["gaps"].values()]
+    every = [g for d in sec["datasets"].values() for t in ("gaps", "gaps_dataset_tau") for g in d[t].values()]
+    ps, adjusted = [g["p_value"] for g in every], [g["p_holm"] for g in every]
     m = sec["holm_m"]
     assert 1 <= m <= len(ps) and all(a >= p for a, p in zip(adjusted, ps))
     assert min(adjusted) == pytest.approx(min(1.0, m * min(ps)))  # the smallest p is multiplied by m
@@ -222,3 +222,27 @@ def test_end_to_end_phantom_attributes_are_chance_and_nothing_is_significant(tmp
     assert not any(g["significant"] for g in gaps)
     table = (tmp_path / "s/table_subgroups.md").read_text()
     assert "| p | p (Holm) |" in table and "permutation test of the group labels" in table
+
+
+def test_groups_at_the_datasets_own_best_threshold():
+    """``at_dataset_tau``: every group's Dice at the threshold the whole dataset chose (per class the first maximum
+    of the class-mean Dice curve over all its pairs), beside the group's own best (its own first maximum)."""
+    counts = _counts()
+    attrs = _attrs(counts, np.random.default_rng(4))
+    sec = subgroup_section(counts, attrs, ["site"], n_resamples=0, seed=SEED, min_group=2)
+    for name, dc in counts.items():
+        labels = np.asarray(attrs[name]["site"].values, dtype=str)
+        dice = 2.0 * dc.br.astype(float) / (dc.b.astype(float) + dc.region_pixels.astype(float)[:, None])
+        tau = {c: int(np.argmax(dice[dc.pair_class == c].mean(axis=0))) for c in set(dc.pair_class.tolist())}
+        for g, entry in sec["datasets"][name]["groups"].items():
+            own, fixed = [], []
+            for c in sorted(tau):
+                sel = (dc.pair_class == c) & (labels[dc.pair_case] == g.split("=")[1])
+                if sel.any():
+                    curve = dice[sel].mean(axis=0)
+                    own.append(curve.max())
+                    fixed.append(curve[tau[c]])
+            assert entry["dice_best"] == pytest.approx(np.mean(own), abs=1e-12)
+            assert entry["at_dataset_tau"]["dice_best"] == pytest.approx(np.mean(fixed), abs=1e-12)
+        gaps = sec["datasets"][name]["gaps_dataset_tau"]
+        assert "dice_best" in gaps and "auroc" not in gaps  # only the metrics a threshold choice moves
