@@ -14,8 +14,8 @@ Draws (docs/contract.md, "Resampling"):
   it and row r of :func:`resample_weights` over the same seed are the same resample.
 * :func:`positioned_stream` / :func:`prior_units` — THE policy: a dataset's resamples are the B resamples it takes
   from the one ``default_rng(seed)`` after the datasets sorted before it; a section that resamples a dataset's
-  cases asks for that stream (class rows, summaries, subgroups, their paired comparisons), so its resample r is
-  the dataset's resample r. (Gaze, the human ceiling, faithfulness, probes and phrase rows still start
+  cases asks for that stream (class rows, summaries, subgroups, gaze, their paired comparisons), so its resample r
+  is the dataset's resample r. (The human ceiling, faithfulness, probes and phrase rows still start
   ``stream(seed)`` per dataset: docs/contract.md, "Resampling", lists each.)
 * :func:`permutation_stream` / :func:`label_permutations` — the subgroup gaps' permutation test, a generator of its
   own per dataset (``default_rng([seed, *name bytes])``) so it never moves the resamples.

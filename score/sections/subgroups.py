@@ -379,7 +379,7 @@ class SubgroupCounts:
     def same_groups(self, other: "SubgroupCounts") -> bool:
         """True when both split the same cases into the same groups under the same request."""
         return (self.by == other.by and self.age_bands == other.age_bands and self.min_group == other.min_group
-                and self.prior == other.prior and np.array_equal(self.labels, other.labels))
+                and np.array_equal(self.labels, other.labels))
 
 
 #: a group label is at most this long in pair_counts.npz (32 fields of "name=value" joined by ", ")
@@ -403,8 +403,10 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
     w = f"{where}: {prefix}"
     name = prefix.rsplit(".", 1)[0]
     want = {"group": ("U", 1), "by": ("U", 1), "age_bands": ("f", 1), "min_group": ("iu", 0), "prior": ("iu", 1)}
+    optional = {"prior"}  # absent in files written before it: the stream's start
     bad = [f for f, (kinds, ndim) in want.items()
-           if f"{prefix}.{f}" not in z or z[f"{prefix}.{f}"].dtype.kind not in kinds or z[f"{prefix}.{f}"].ndim != ndim]
+           if (f"{prefix}.{f}" not in z and f not in optional) or (f"{prefix}.{f}" in z and (
+               z[f"{prefix}.{f}"].dtype.kind not in kinds or z[f"{prefix}.{f}"].ndim != ndim))]
     if bad:
         return [f"{w}.{', '.join(bad)}: missing or of the wrong type or shape"]
     problems = []
@@ -420,7 +422,7 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
         problems.append(f"{w}.by must list 1 to 32 field names")
     if bands.size > 32 or not np.all(np.isfinite(bands)):
         problems.append(f"{w}.age_bands must hold at most 32 finite ages")
-    prior = z[f"{prefix}.prior"]
+    prior = z.get(f"{prefix}.prior", np.zeros(0, np.int64))
     if not 1 <= int(z[f"{prefix}.min_group"]) <= 2**31 or prior.size > MAX_PRIOR or (
             prior.size and not (0 <= int(prior.min()) and int(prior.max()) < 2**31)):
         problems.append(f"{w}.min_group / .prior out of range")
@@ -433,7 +435,7 @@ def load_counts(z: Mapping[str, np.ndarray], prefix: str, name: str) -> Subgroup
 
     return SubgroupCounts(np.asarray(z[f"{prefix}.group"], dtype=str), tuple(str(f) for f in z[f"{prefix}.by"]),
                           tuple(float(x) for x in z[f"{prefix}.age_bands"]), int(z[f"{prefix}.min_group"]),
-                          tuple(int(x) for x in z[f"{prefix}.prior"]), class_counts(z, name, name))
+                          tuple(int(x) for x in z.get(f"{prefix}.prior", ())), class_counts(z, name, name))
 
 
 def _group_replicates(sc: SubgroupCounts, ind: np.ndarray, n_resamples: int, seed: int, cache: dict | None,
@@ -462,6 +464,10 @@ def paired_rows(a: Mapping[str, SubgroupCounts], b: Mapping[str, SubgroupCounts]
         sa, sb = a[d], b[d]
         if not sa.same_groups(sb) or not sa.counts.same_ground_truth(sb.counts):
             continue  # said by the compare hook (compare_lines)
+        if sb.prior != sa.prior:  # scored beside other datasets: both on A's draws, still paired
+            import dataclasses
+
+            sb = dataclasses.replace(sb, prior=sa.prior)
         groups, ind = group_indicators(sa.labels)
         ranked = ind.sum(axis=1) >= sa.min_group
         pa, ra = _group_replicates(sa, ind, n_resamples, seed, cache, name_a, d)
