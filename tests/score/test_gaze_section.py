@@ -241,6 +241,13 @@ def test_counts_file_round_trip_and_problems(stores):
     del bad["phantom.gaze.q_model"]
     problems = GS.counts_problems(bad, "phantom.gaze", "f.npz")
     assert any("q_model missing" in p for p in problems) and len(problems) >= 1
+    assert tuple(z["phantom.gaze.prior"]) == gc.prior == ()  # the first (only) dataset: the stream's start
+    for forged in (np.array([-1]), np.array([[3]]), np.array([2.5]), np.zeros(10_001, np.int64), np.array([2**31])):
+        problems = GS.counts_problems({**z, "phantom.gaze.prior": forged}, "phantom.gaze", "f.npz")
+        assert problems == ["f.npz: phantom.gaze.prior must list at most 10,000 case counts, each 0 to 2^31 - 1"]
+    older = {k: v for k, v in z.items() if not k.endswith(".prior")}  # written before the prior was kept
+    assert GS.counts_problems(older, "phantom.gaze", "f.npz") == []
+    assert GS.load_counts(older, "phantom.gaze", "phantom").prior == ()
 
 
 def _break_offset(g):
