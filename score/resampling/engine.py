@@ -15,8 +15,8 @@ Draws (docs/contract.md, "Resampling"):
 * :func:`positioned_stream` / :func:`prior_units` — THE policy: a dataset's resamples are the B resamples it takes
   from the one ``default_rng(seed)`` after the datasets sorted before it; a section that resamples a dataset's
   cases asks for that stream (class rows, summaries, subgroups, gaze, their paired comparisons), so its resample r
-  is the dataset's resample r. (The human ceiling, faithfulness, probes and phrase rows still start
-  ``stream(seed)`` per dataset: docs/contract.md, "Resampling", lists each.)
+  is the dataset's resample r. (The human ceiling and faithfulness start ``stream(seed)`` per dataset on
+  purpose, probes and phrase rows not yet moved: docs/contract.md, "Resampling", lists each and why.)
 * :func:`permutation_stream` / :func:`label_permutations` — the subgroup gaps' permutation test, a generator of its
   own per dataset (``default_rng([seed, *name bytes])``) so it never moves the resamples.
 * :func:`legacy_choice_weights` — CheXlocalize's own bootstrap, replicated on purpose (its ``eval.py``):
