@@ -14,9 +14,9 @@ Draws (docs/contract.md, "Resampling"):
   it and row r of :func:`resample_weights` over the same seed are the same resample.
 * :func:`positioned_stream` / :func:`prior_units` — THE policy: a dataset's resamples are the B resamples it takes
   from the one ``default_rng(seed)`` after the datasets sorted before it; a section that resamples a dataset's
-  cases asks for that stream (class rows, summaries, subgroups, gaze, their paired comparisons), so its resample r
-  is the dataset's resample r. (The human ceiling and faithfulness start ``stream(seed)`` per dataset on
-  purpose, probes and phrase rows not yet moved: docs/contract.md, "Resampling", lists each and why.)
+  cases asks for that stream (class rows, summaries, subgroups, gaze, text probes, their paired comparisons), so
+  its resample r is the dataset's resample r. (The human ceiling and faithfulness start ``stream(seed)`` per
+  dataset on purpose, phrase rows not yet moved: docs/contract.md, "Resampling", lists each and why.)
 * :func:`permutation_stream` / :func:`label_permutations` — the subgroup gaps' permutation test, a generator of its
   own per dataset (``default_rng([seed, *name bytes])``) so it never moves the resamples.
 * :func:`legacy_choice_weights` — CheXlocalize's own bootstrap, replicated on purpose (its ``eval.py``):
