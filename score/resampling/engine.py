@@ -165,12 +165,6 @@ def draw_indices(rng: np.random.Generator, n_cases: int, n_resamples: int) -> np
     return rng.integers(0, n_cases, size=(n_resamples, n_cases))
 
 
-def multinomial_weights(rng: np.random.Generator, n_units: int, n_resamples: int) -> np.ndarray:
-    """(n_resamples, n_units) float64 multiplicities of n units drawn with replacement, as one multinomial draw
-    per resample (``rng.multinomial(n, 1/n, size=B)``): the phrase rows' image bootstrap."""
-    return rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=n_resamples).astype(np.float64)
-
-
 def case_indices(n_cases: int, n_resamples: int, seed: int) -> np.ndarray:
     """(n_resamples, n_cases) int64: the cases each resample draws, ``default_rng(seed).integers(0, n, (B, n))``
     (the rows of :func:`resample_weights` over the same seed, as indices); (B, 0) without cases."""

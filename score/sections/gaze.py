@@ -500,7 +500,9 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
     cases = cases or {}
     from xbench.score.resampling.engine import prior_units
 
-    units = {name: _n_scored(sub, gt, name, cases.get(name)) for name in names}
+    from xbench.score.sections.rowscope import scored_units
+
+    units = scored_units(sub, gt, names, cases)
     for name in sorted(names):
         truth = read_gaze(gt, name, f"{where}/{name}" if where else name)
         if truth is None:
@@ -532,19 +534,6 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
     # overall: the finding rows' means at the top (the keys a comparison looks up), the image rows' under "images"
     return {"image_map": IMAGE_MAP, "overall": {**over("findings"), "images": over("images")},
             "datasets": section}, counts
-
-
-def _n_scored(sub, gt, name: str, present) -> int:
-    """The cases of dataset ``name`` the class rows score (the submission's, ``present`` where partial): its
-    units in the one stream."""
-    from xbench.schemas import align
-
-    if name not in sub.datasets:
-        return 0
-    case_rows = align(sub.datasets[name], gt.datasets[name], allow_missing=True)[0]
-    if present is not None:
-        case_rows = np.where(np.asarray(present, bool), case_rows, -1)
-    return int(np.count_nonzero(np.asarray(case_rows) >= 0))
 
 
 def ground_truth_problems(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts]) -> list[str]:
