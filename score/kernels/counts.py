@@ -40,6 +40,8 @@ phrase counts were saved) has none::
                                               extra.cnr holds each row's signed CNR (NaN = undefined)
     <d>.phrases.image       (P,) int64        image row (dataset case) of each pair: resampling is by image
     <d>.phrases.n_images    () int64          images of the dataset (the resampled units)
+    <d>.phrases.prior       (k,) int64        scored case counts of the datasets sorted before d: where its
+                                              draws start in the one stream (absent: the stream's start)
 """
 
 from __future__ import annotations
