@@ -10,13 +10,13 @@ Draws (docs/contract.md, "Resampling"):
   same cases uses it; :func:`resample_streams` positions one stream per dataset as the serial loop would, and
   :func:`cluster_weights` draws clusters (a clean case with its perturbed copies) instead of cases.
 * :func:`case_indices` — the same draws as indices (B, n): ``default_rng(seed).integers(0, n, size=(B, n))``, for
-  the tracks that index rows (text probes' images, robustness's clean cases, the report's size figure). Row r of
-  it and row r of :func:`resample_weights` over the same seed are the same resample.
+  the tracks that index rows (robustness's clean cases, the report's size figure). Row r of it and row r of
+  :func:`resample_weights` over the same seed are the same resample.
 * :func:`positioned_stream` / :func:`prior_units` — THE policy: a dataset's resamples are the B resamples it takes
   from the one ``default_rng(seed)`` after the datasets sorted before it; a section that resamples a dataset's
-  cases asks for that stream (class rows, summaries, subgroups, gaze, text probes, their paired comparisons), so
-  its resample r is the dataset's resample r. (The human ceiling and faithfulness start ``stream(seed)`` per
-  dataset on purpose, phrase rows not yet moved: docs/contract.md, "Resampling", lists each and why.)
+  cases (or images) asks for that stream (class rows, summaries, subgroups, gaze, text probes, phrase rows, their
+  paired comparisons), so its resample r is the dataset's resample r. (The human ceiling and faithfulness start
+  ``stream(seed)`` per dataset on purpose: docs/contract.md, "Resampling", says why.)
 * :func:`permutation_stream` / :func:`label_permutations` — the subgroup gaps' permutation test, a generator of its
   own per dataset (``default_rng([seed, *name bytes])``) so it never moves the resamples.
 * :func:`legacy_choice_weights` — CheXlocalize's own bootstrap, replicated on purpose (its ``eval.py``):
