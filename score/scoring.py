@@ -243,9 +243,15 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
     ground truth of those images alone."""
     from xbench.schemas.queries import UNSUPPORTED_ATTR
 
+    import dataclasses
+
+    from xbench.score.resampling.engine import prior_units
+    from xbench.score.sections.rowscope import scored_units
+
     section: dict = {}
     counts: dict[str, PhraseCounts] = {}
     cases = cases or {}
+    units = scored_units(sub, gt, names, cases)
     for name in sorted(names):
         gt_ds, sub_ds = originals_only(gt.datasets[name]), sub.datasets[name]  # text probes score apart
         if getattr(gt_ds, "queries", None) is None:
@@ -261,9 +267,10 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
                              "reason": str(reason or "the submission has no phrase rows"),
                              "summary": {k: None for k in R.phrase_keys()}}
             continue
-        pc = counts[name] = phrase_counts(sub_ds, gt_ds, region_problems=region_problems,
-                                          where=f"{where}/{name}" if where else name, timings=timings,
-                                          cases=present)
+        pc = phrase_counts(sub_ds, gt_ds, region_problems=region_problems, where=f"{where}/{name}" if where else name,
+                           timings=timings, cases=present)
+        # its images are its scored cases: the dataset's own draws, after those of the datasets before it
+        pc = counts[name] = dataclasses.replace(pc, prior=prior_units(units, name))
         section[name] = phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
     if section:
         section = {"overall": {k: mean_defined(np.array([np.nan if d["summary"][k] is None else d["summary"][k]

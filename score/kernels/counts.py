@@ -40,6 +40,8 @@ phrase counts were saved) has none::
                                               extra.cnr holds each row's signed CNR (NaN = undefined)
     <d>.phrases.image       (P,) int64        image row (dataset case) of each pair: resampling is by image
     <d>.phrases.n_images    () int64          images of the dataset (the resampled units)
+    <d>.phrases.prior       (k,) int64        scored case counts of the datasets sorted before d: where its
+                                              draws start in the one stream (absent: the stream's start)
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ class PhraseCounts:
     counts: DatasetCounts
     image: np.ndarray
     n_images: int
+    #: the scored case counts of the datasets sorted before this one: where its draws start in the one stream
+    prior: tuple = ()
 
     @property
     def name(self) -> str:
@@ -194,13 +198,15 @@ def phrase_arrays(prefix: str, pc: PhraseCounts) -> dict[str, np.ndarray]:
     _put(arrays, prefix, pc.counts)
     arrays[f"{prefix}.image"] = np.asarray(pc.image, dtype=np.int64)
     arrays[f"{prefix}.n_images"] = np.asarray(int(pc.n_images), dtype=np.int64)
+    arrays[f"{prefix}.prior"] = np.asarray(pc.prior, dtype=np.int64).reshape(-1)
     return arrays
 
 
 def phrase_from_arrays(z: Mapping[str, np.ndarray], prefix: str, name: str) -> PhraseCounts:
     """The phrase scope's ``load_counts``: the inverse of :func:`phrase_arrays`."""
     return PhraseCounts(counts=_get(z, prefix, name), image=np.asarray(z[f"{prefix}.image"], np.int64),
-                        n_images=int(z[f"{prefix}.n_images"]))
+                        n_images=int(z[f"{prefix}.n_images"]),
+                        prior=tuple(int(x) for x in z.get(f"{prefix}.prior", ())))  # absent: an older file
 
 
 def phrase_arrays_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> list[str]:
@@ -213,6 +219,10 @@ def phrase_arrays_problems(z: Mapping[str, np.ndarray], prefix: str, where: str)
         problems.append(f"{where}: {prefix}.image / .n_images missing or of the wrong type or shape")
     elif image.size and (image.min() < 0 or image.max() >= int(n_images)):
         problems.append(f"{where}: {prefix}.image refers to an image that does not exist")
+    prior = z.get(f"{prefix}.prior")  # absent in files written before it: the stream's start
+    if prior is not None and (prior.dtype.kind not in "iu" or prior.ndim != 1 or prior.size > 10_000 or (
+            prior.size and not (int(prior.min()) >= 0 and int(prior.max()) < 2**31))):
+        problems.append(f"{where}: {prefix}.prior must list at most 10,000 case counts, each 0 to 2^31 - 1")
     return problems
 
 

@@ -35,7 +35,8 @@ import numpy as np
 
 from xbench.score.metrics import registry as R
 from xbench.score.resampling.engine import (ALPHA, cluster_weights, holm, holm_family, holm_floor_note, holm_min_resamples, n_clusters,
-                         multinomial_weights, resample_streams, resample_weights, significant, stream)
+                         positioned_stream, resample_streams, resample_weights, significant,
+                         stream)
 from xbench.score.kernels.counts import DatasetCounts, PhraseCounts
 from xbench.score.resampling.intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
 from xbench.score.resampling.intervals import percentile_interval, percentile_intervals
@@ -759,11 +760,12 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
     {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
 
-    Each resample draws the dataset's images with replacement from ``numpy.random.default_rng(seed)``; a
-    phrase enters with the multiplicity of its image. Best thresholds are chosen again per category in each
+    Each resample draws the dataset's images with replacement: the dataset's own resamples in the run's one
+    stream (:func:`positioned_stream` past ``pc.prior``; its images are its scored cases); a phrase enters with
+    the multiplicity of its image. Best thresholds are chosen again per category in each
     resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
     """
-    rng = stream(seed)
+    rng = positioned_stream(pc.prior, n_resamples, seed)
     dc = pc.counts
     n = pc.n_images
     ms = R.metrics("grounding", scope="phrase")
@@ -773,9 +775,7 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
     per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
     pooled: dict = {m.key: [] for m in pooled_ms}
-    for b0 in range(0, n_resamples, chunk):
-        b = min(chunk, n_resamples - b0)
-        draws = multinomial_weights(rng, n, b)  # (b, N) image counts
+    for draws in resample_weights(n, n_resamples, rng, chunk=chunk):  # (b, N) image counts
         w_all = draws[:, pc.image]
         for k, v in everything.replicates(w_all).items():
             pooled[k].append(v)

@@ -10,8 +10,15 @@ Draws (docs/contract.md, "Resampling"):
   same cases uses it; :func:`resample_streams` positions one stream per dataset as the serial loop would, and
   :func:`cluster_weights` draws clusters (a clean case with its perturbed copies) instead of cases.
 * :func:`case_indices` — the same draws as indices (B, n): ``default_rng(seed).integers(0, n, size=(B, n))``, for
-  the tracks that index rows (text probes' images, robustness's clean cases, the report's size figure). Row r of
-  it and row r of :func:`resample_weights` over the same seed are the same resample.
+  the tracks that index rows (robustness's clean cases, the report's size figure). Row r of it and row r of
+  :func:`resample_weights` over the same seed are the same resample.
+* :func:`positioned_stream` / :func:`prior_units` — THE policy: a dataset's resamples are the B resamples it takes
+  from the one ``default_rng(seed)`` after the datasets sorted before it; a section that resamples a dataset's
+  cases (or images) asks for that stream (class rows, summaries, subgroups, gaze, text probes, phrase rows, their
+  paired comparisons), so its resample r is the dataset's resample r. (The human ceiling and faithfulness start
+  ``stream(seed)`` per dataset on purpose: docs/contract.md, "Resampling", says why.)
+* :func:`permutation_stream` / :func:`label_permutations` — the subgroup gaps' permutation test, a generator of its
+  own per dataset (``default_rng([seed, *name bytes])``) so it never moves the resamples.
 * :func:`legacy_choice_weights` — CheXlocalize's own bootstrap, replicated on purpose (its ``eval.py``):
   ``numpy.random.RandomState(seed)`` and per resample ``choice(n, size=n, replace=True)``; used only for their
   summary values (the human section's ``chexlocalize`` block), never for XBench's own intervals.
@@ -91,6 +98,39 @@ def resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) ->
     return out
 
 
+def positioned_stream(prior_units, n_resamples: int, seed: int) -> np.random.Generator:
+    """A dataset's generator: ``numpy.random.default_rng(seed)`` advanced past the resamples of the datasets
+    before it in sorted order (``prior_units``: their unit counts, cases or clusters, in that order), exactly as
+    :func:`resample_streams` positions it. Any section resampling a dataset's cases asks for this stream, so its
+    resamples are the dataset's own (those behind the dataset's metrics.json intervals), row for row."""
+    rng = stream(seed)
+    for n in prior_units:
+        skip_resamples(int(n), n_resamples, rng)
+    return rng
+
+
+def prior_units(units: Mapping[str, int], name: str) -> tuple[int, ...]:
+    """The unit counts of the datasets before ``name`` in sorted order among ``units`` (the scored datasets):
+    what :func:`positioned_stream` skips."""
+    return tuple(int(units[d]) for d in sorted(units) if d < name)
+
+
+def permutation_stream(seed: int, dataset: str) -> np.random.Generator:
+    """The generator of a dataset's label permutations (the subgroup gaps' test):
+    ``numpy.random.default_rng([seed, *dataset.encode("utf-8")])``; it depends on the seed and the dataset's name
+    only, never on the other datasets scored, and never touches the resampling stream."""
+    return np.random.default_rng([int(seed), *dataset.encode("utf-8")])
+
+
+def label_permutations(n_labelled: int, n_permutations: int, rng: np.random.Generator,
+                       *, chunk: int | None = None) -> Iterator[np.ndarray]:
+    """Blocks (b, n_labelled) int64 of ``n_permutations`` permutations in all, row r = ``rng.permutation(n)``
+    (drawn in order, so the block size does not change them): in permutation r, the j-th labelled case takes the
+    label of the ``perm[r, j]``-th labelled case."""
+    for b in _block_sizes(n_labelled, n_permutations, chunk):
+        yield np.stack([rng.permutation(n_labelled) for _ in range(b)]) if b else np.zeros((0, n_labelled), np.int64)
+
+
 def n_clusters(cluster: np.ndarray | None, n_cases: int) -> int:
     """How many units a resample draws: the cases, or the clusters ``0..max(cluster)`` of a clustered dataset."""
     if cluster is None:
@@ -123,12 +163,6 @@ def draw_indices(rng: np.random.Generator, n_cases: int, n_resamples: int) -> np
     """(n_resamples, n_cases) cases drawn from ``rng`` as it stands (several datasets drawn in turn from one
     stream): ``rng.integers(0, n, size=(B, n))``."""
     return rng.integers(0, n_cases, size=(n_resamples, n_cases))
-
-
-def multinomial_weights(rng: np.random.Generator, n_units: int, n_resamples: int) -> np.ndarray:
-    """(n_resamples, n_units) float64 multiplicities of n units drawn with replacement, as one multinomial draw
-    per resample (``rng.multinomial(n, 1/n, size=B)``): the phrase rows' image bootstrap."""
-    return rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=n_resamples).astype(np.float64)
 
 
 def case_indices(n_cases: int, n_resamples: int, seed: int) -> np.ndarray:

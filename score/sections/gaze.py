@@ -197,6 +197,8 @@ class GazeCounts:
     q_class: np.ndarray
     q_gaze: np.ndarray
     q_model: np.ndarray
+    #: the scored case counts of the datasets sorted before this one: where its draws start in the one stream
+    prior: tuple = ()
 
 
 def _vec(d: dict) -> np.ndarray:
@@ -368,13 +370,14 @@ def gaze_counts(sub_ds, gt_ds, truth: GazeTruth, *, case_rows: np.ndarray, class
 
 
 # ------------------------------------------------------------------------------ estimates and intervals
-def case_draws(n_cases: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
-    """THE draws of the gaze section (its only one): blocks of case multiplicities (b, n_cases), the cases
-    drawn with replacement from ``numpy.random.default_rng(seed)`` per dataset by the bootstrap's public
-    helper; two submissions of one ground truth get the same resamples (paired comparisons)."""
-    from xbench.score.resampling.engine import resample_weights, stream
+def case_draws(n_cases: int, n_resamples: int, seed: int, prior=()) -> Iterator[np.ndarray]:
+    """THE draws of the gaze section (its only one): blocks of case multiplicities (b, n_cases), the dataset's own
+    resamples in the run's one stream (:func:`xbench.score.resampling.engine.positioned_stream`, past the
+    ``prior`` datasets), so row r is the resample behind row r of the dataset's class intervals; two submissions
+    of one ground truth get the same resamples (paired comparisons)."""
+    from xbench.score.resampling.engine import positioned_stream, resample_weights
 
-    return resample_weights(n_cases, n_resamples, stream(seed))
+    return resample_weights(n_cases, n_resamples, positioned_stream(prior, n_resamples, seed))
 
 
 def _wmean(w: np.ndarray, case: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -421,7 +424,7 @@ def _map_leaves(fn, *trees):
 
 def replicates(gc: GazeCounts, n_resamples: int, seed: int) -> dict:
     """:func:`estimates` over ``n_resamples`` case resamples (:func:`case_draws`), (n_resamples,) per leaf."""
-    blocks = [estimates(gc, w) for w in case_draws(gc.n_cases, n_resamples, seed)]
+    blocks = [estimates(gc, w) for w in case_draws(gc.n_cases, n_resamples, seed, gc.prior)]
     if not blocks:
         return _map_leaves(lambda v: np.zeros(0), estimates(gc, np.ones((1, gc.n_cases))))
     return _map_leaves(lambda *vs: np.concatenate(vs), *blocks)
@@ -496,6 +499,11 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
     section: dict = {}
     counts: dict[str, GazeCounts] = {}
     cases = cases or {}
+    from xbench.score.resampling.engine import prior_units
+
+    from xbench.score.sections.rowscope import scored_units
+
+    units = scored_units(sub, gt, names, cases)
     for name in sorted(names):
         truth = read_gaze(gt, name, f"{where}/{name}" if where else name)
         if truth is None:
@@ -509,6 +517,7 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
             case_rows = np.where(np.asarray(present, bool), case_rows, -1)
         gc = gaze_counts(sub_ds, gt_ds, truth, case_rows=case_rows, class_cols=class_cols,
                          where=f"{where}/{name}" if where else name)
+        gc.prior = prior_units(units, name)
         if not gc.n_readings:
             continue
         counts[name] = gc
@@ -557,6 +566,10 @@ def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, n_r
         raise GroundTruthMismatchError(problems)
     rows = []
     for d in sorted(set(a) & set(b)):
+        if a[d].prior != b[d].prior:  # scored beside other datasets: both on A's draws, still paired
+            import dataclasses
+
+            b = {**b, d: dataclasses.replace(b[d], prior=a[d].prior)}
         pa, pb = points(a[d]), points(b[d])
         ra, rb = (replicates(x[d], n_resamples, seed) if n_resamples > 0 else
                   _map_leaves(lambda v: np.zeros(0), estimates(x[d], np.ones((1, x[d].n_cases)))) for x in (a, b))
@@ -740,6 +753,7 @@ def save_counts(prefix: str, gc: GazeCounts) -> dict[str, np.ndarray]:
     arrays[f"{prefix}.classes"] = np.array(gc.classes, dtype=str)
     arrays[f"{prefix}.n_cases"] = np.asarray(gc.n_cases, np.int64)
     arrays[f"{prefix}.n_readings"] = np.asarray(gc.n_readings, np.int64)
+    arrays[f"{prefix}.prior"] = np.asarray(gc.prior, np.int64).reshape(-1)
     return arrays
 
 
@@ -754,6 +768,10 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
         return p
     n, nc = int(z[f"{prefix}.n_cases"]), z[f"{prefix}.classes"].size
     m = len(G.MEASURES)
+    prior = z.get(f"{prefix}.prior")  # absent in files written before it: the stream's start
+    if prior is not None and (prior.dtype.kind not in "iu" or prior.ndim != 1 or prior.size > 10_000 or (
+            prior.size and not (int(prior.min()) >= 0 and int(prior.max()) < 2**31))):
+        p.append(f"{where}: {prefix}.prior must list at most 10,000 case counts, each 0 to 2^31 - 1")
     for case, extra in (("f_case", ("f_class", "f_values")), ("i_case", ("i_values",)),
                         ("c_case", ("c_human", "c_model")), ("q_case", ("q_class", "q_gaze", "q_model"))):
         c = z[f"{prefix}.{case}"]
@@ -773,4 +791,5 @@ def load_counts(z: Mapping[str, np.ndarray], prefix: str, name: str) -> GazeCoun
     return GazeCounts(name=name, classes=tuple(str(c) for c in z[f"{prefix}.classes"]),
                       n_cases=int(z[f"{prefix}.n_cases"]), n_readings=int(z[f"{prefix}.n_readings"]),
                       **{k: np.asarray(z[f"{prefix}.{k}"], np.float64 if _ARRAYS[k] == "f" else np.int64)
-                         for k in _ARRAYS})
+                         for k in _ARRAYS},
+                      prior=tuple(int(x) for x in z.get(f"{prefix}.prior", np.zeros(0, np.int64))))

@@ -24,8 +24,9 @@ Here, each probe's map is compared with its original's map, both resized to the 
 
 Per dataset, per kind (and per category and kind): the mean over the probes (rank_change over those where
 it is defined), and a 95 % percentile bootstrap interval over images, as for the phrase metrics: ``B``
-resamples of the dataset's images with replacement (``numpy.random.default_rng(seed).integers(0, n_images,
-(B, n_images))``), each drawn image with all its probes, the mean re-taken in each resample (a resample
+resamples of the dataset's images with replacement (its images are its scored cases: the dataset's own draws
+in the run's one stream, docs/contract.md "Resampling"; ``numpy.random.default_rng(seed).integers(0, n_images,
+(B, n_images))`` for the first dataset in sorted order), each drawn image with all its probes, the mean re-taken in each resample (a resample
 without a probe of the group is left out). Overall: per kind, the unweighted mean over datasets.
 """
 from __future__ import annotations
@@ -198,7 +199,7 @@ def _group_entry(vals: list[dict], image: np.ndarray, n_images: int, kind: str, 
 
 
 def dataset_probes(sub_ds, gt_ds, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95,
-                   cases: np.ndarray | None = None) -> dict:
+                   cases: np.ndarray | None = None, prior=()) -> dict:
     """The "text_probes" entry of one dataset (its ground truth has probes)."""
     from xbench.schemas.probes import KINDS
 
@@ -206,9 +207,10 @@ def dataset_probes(sub_ds, gt_ds, *, bootstrap: int = 1000, seed: int = 0, level
     n_images = int(np.count_nonzero(cases)) if cases is not None else int(len(gt_ds.case_id))
     draws = None
     if bootstrap > 0 and n_images:
-        from xbench.score.resampling.engine import resample_weights, stream
+        from xbench.score.resampling.engine import positioned_stream, resample_weights
 
-        draws = np.concatenate(list(resample_weights(n_images, bootstrap, stream(seed))))
+        # the dataset's own resamples in the one stream (its images are its scored cases, in case order)
+        draws = np.concatenate(list(resample_weights(n_images, bootstrap, positioned_stream(prior, bootstrap, seed))))
 
     def block(sel: np.ndarray) -> dict:
         return {k: _group_entry([values[i] for i in np.flatnonzero(sel & (kind == k))], image[sel & (kind == k)],
@@ -223,11 +225,12 @@ def dataset_probes(sub_ds, gt_ds, *, bootstrap: int = 1000, seed: int = 0, level
 
 
 def score_probes(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0,
-                 cases: Mapping[str, np.ndarray] | None = None) -> dict:
+                 cases: Mapping[str, np.ndarray] | None = None, units: Mapping[str, int] | None = None) -> dict:
     """The metrics.json "text_probes" section for the datasets ``names`` whose ground truth has probes ({} when
     none has). A submission that declares ``phrases_unsupported`` gets ``unsupported`` with the reason."""
     from xbench.schemas.probes import KINDS
     from xbench.schemas.queries import UNSUPPORTED_ATTR
+    from xbench.score.resampling.engine import prior_units
 
     datasets: dict = {}
     for name in sorted(names):
@@ -240,7 +243,8 @@ def score_probes(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0,
             datasets[name] = {"n_probes": int(gt_ds.query_probes.is_probe.sum()), "unsupported": True,
                               "reason": str(reason or "the submission has no phrase rows")}
             continue
-        datasets[name] = dataset_probes(sub_ds, gt_ds, bootstrap=bootstrap, seed=seed, cases=present)
+        datasets[name] = dataset_probes(sub_ds, gt_ds, bootstrap=bootstrap, seed=seed, cases=present,
+                                        prior=prior_units(units or {}, name))
     if not datasets:
         return {}
     overall = {}
@@ -279,4 +283,5 @@ def probe_rows(results) -> list[dict]:
 def run_section(run, *, bootstrap: int, seed: int, metric_params=None, timings=None) -> dict:
     """The "text_probes" track's section from an opened scoring run (:mod:`xbench.score.sections.rowscope`)."""
     return score_probes(run.sub, run.gt, run.scored, bootstrap=bootstrap, seed=seed,
-                        cases={d: run.aligned[d][0] >= 0 for d in run.partial})
+                        cases={d: run.aligned[d][0] >= 0 for d in run.partial},
+                        units={d: int(np.count_nonzero(run.aligned[d][0] >= 0)) for d in run.scored})

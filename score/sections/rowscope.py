@@ -275,3 +275,25 @@ declare_scope(RowScope(
     write_tables="xbench.score.sections.faithfulness:write_tables",
     page="xbench.score.sections.faithfulness:page",
     doc="deletion, insertion and ROAD from a round-2 submission (xbench-score --faithfulness --key)"))
+
+
+def scored_units(sub, gt, names, cases=None) -> dict[str, int]:
+    """{dataset: its scored cases} for the datasets ``names`` (the submission's cases of the ground truth; with
+    ``cases`` {dataset: bool per ground-truth case}, those present): the units each dataset takes in the run's one
+    resampling stream, from which a scope positions its draws
+    (:func:`xbench.score.resampling.engine.prior_units`, docs/contract.md "Resampling")."""
+    import numpy as np
+
+    from xbench.schemas import align
+
+    out = {}
+    for name in names:
+        if name not in sub.datasets or name not in gt.datasets:
+            out[name] = 0
+            continue
+        rows = np.asarray(align(sub.datasets[name], gt.datasets[name], allow_missing=True)[0])
+        present = (cases or {}).get(name)
+        if present is not None:
+            rows = np.where(np.asarray(present, bool), rows, -1)
+        out[name] = int(np.count_nonzero(rows >= 0))
+    return out

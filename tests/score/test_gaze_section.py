@@ -241,6 +241,13 @@ def test_counts_file_round_trip_and_problems(stores):
     del bad["phantom.gaze.q_model"]
     problems = GS.counts_problems(bad, "phantom.gaze", "f.npz")
     assert any("q_model missing" in p for p in problems) and len(problems) >= 1
+    assert tuple(z["phantom.gaze.prior"]) == gc.prior == ()  # the first (only) dataset: the stream's start
+    for forged in (np.array([-1]), np.array([[3]]), np.array([2.5]), np.zeros(10_001, np.int64), np.array([2**31])):
+        problems = GS.counts_problems({**z, "phantom.gaze.prior": forged}, "phantom.gaze", "f.npz")
+        assert problems == ["f.npz: phantom.gaze.prior must list at most 10,000 case counts, each 0 to 2^31 - 1"]
+    older = {k: v for k, v in z.items() if not k.endswith(".prior")}  # written before the prior was kept
+    assert GS.counts_problems(older, "phantom.gaze", "f.npz") == []
+    assert GS.load_counts(older, "phantom.gaze", "phantom").prior == ()
 
 
 def _break_offset(g):
@@ -331,3 +338,29 @@ def test_rows_are_the_same_for_any_number_of_workers(stores):
                       "q_case", "q_class", "q_gaze", "q_model"):
             np.testing.assert_array_equal(getattr(other, field), getattr(got[0], field), err_msg=field)
     assert got[0].f_values.shape[0] > 0 and got[0].c_human.shape[0] > 0 and got[0].q_gaze.shape[0] > 0
+
+
+def test_a_second_dataset_draws_its_own_resamples_in_the_one_stream(tmp_path):
+    """docs/contract.md "Resampling": one default_rng(seed); the datasets in sorted order each take B resamples
+    of integers(0, n, n); "phantom" comes after "chestx_det10" (5 cases), so its gaze rows are resampled on the draws that
+    follow alpha's, the same resamples as its class intervals (main started a new default_rng(seed) per dataset)."""
+    gt = make_gt(tmp_path / "gt.zarr", datasets={"chestx_det10": dict(n=5, classes=CLASSES, grid=GRID),
+                                                 "phantom": dict(n=N, classes=CLASSES, grid=GRID)})
+    gaze = add_gaze(tmp_path / "gt.zarr", "phantom", n_cases=N, n_classes=3, grid=GRID)
+    sub = make_submission(tmp_path / "sub.zarr", gt, unsupported={"phantom": ("C",)})
+    e = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=B, seed=3).metrics["gaze"]
+    e = e["datasets"]["phantom"]
+    rng = np.random.default_rng(3)
+    for _ in range(B):
+        rng.integers(0, 5, 5)  # chestx_det10's resamples
+    w = np.array([np.bincount(rng.integers(0, N, N), minlength=N) for _ in range(B)], np.float64)
+    _, image, _, _ = bf_rows(gt["phantom"], gaze, sub["phantom"])
+    for m in MEASURES:
+        reps = []
+        for b in range(B):
+            num = sum(w[b, c] * v[m] for c, _, v in image if v[m] is not None)
+            den = sum(w[b, c] for c, _, v in image if v[m] is not None)
+            reps.append(num / den if den else np.nan)
+        reps = np.array(reps)
+        want = np.percentile(reps[~np.isnan(reps)], [2.5, 97.5])
+        assert np.allclose(e["images"]["ci95"][m], want, rtol=1e-9), m

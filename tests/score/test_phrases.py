@@ -191,14 +191,27 @@ def test_phrase_rows_score_as_the_brute_force_reference(tmp_path):
     json.dumps(res.metrics, allow_nan=False)
 
 
-def test_phrase_bootstrap_resamples_images(tmp_path):
+@pytest.mark.parametrize("before", [(), (5,)])
+def test_phrase_bootstrap_resamples_images(tmp_path, before):
+    """The contract's words ("Resampling"): one default_rng(seed); the datasets sorted before this one take their
+    B resamples of integers(0, n, n) first (``before``: their case counts), then this one's images."""
+    import dataclasses
+
+    from xbench.score.scoring import phrase_metrics
+
     gt, sub, q, qmask, qmaps = make_phrase_stores(tmp_path, seed=3)
     B, seed = 60, 7
     res = score_submission(sub, gt, bootstrap=B, seed=seed)
     ph = res.metrics["phrases"]["datasets"]["ms_cxr"]
+    if before:  # as if scored beside a dataset sorted before ms_cxr
+        ph = phrase_metrics(dataclasses.replace(res.phrase_counts["ms_cxr"], prior=before), bootstrap=B, seed=seed)
     rows = reference_phrases(q, qmask, qmaps)
     n = 9
-    draws = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=B)
+    rng = np.random.default_rng(seed)
+    for m in before:
+        for _ in range(B):
+            rng.integers(0, m, m)
+    draws = np.array([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(B)])
     reps = {cat: {"pointing_game": [], "dice_best": [], "cnr": []} for cat in CATS}
     for d in draws:
         sample = [r for i in range(n) for _ in range(d[i]) for r in rows if r["image"] == i]
@@ -261,7 +274,8 @@ def test_phrase_row_problems_are_reported(tmp_path):
 def _explicit_resamples(rows, n, B, seed):
     """The image resamples of the phrase bootstrap written out: each resample's phrase rows, an image's
     phrases repeated as often as it was drawn."""
-    draws = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=B)
+    rng = np.random.default_rng(seed)  # the only dataset: its draws start the stream (contract "Resampling")
+    draws = np.array([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(B)])
     return [[r for i in range(n) for _ in range(d[i]) for r in rows if r["image"] == i] for d in draws]
 
 
@@ -399,3 +413,21 @@ def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
     want = ph[(ph["dataset"] == "phrases/ms_cxr") & (ph["class"] == "Edema") & (ph["metric"] == "cnr")].iloc[0]
     assert got[("phrases/ms_cxr", "Edema", "cnr")].ci_lo == want["diff_lo"]
     assert not any(r.scope == "overall" and r.metric == "cnr" for r in rows)  # class rows keep their keys
+
+
+def test_phrase_prior_in_pair_counts_is_checked(tmp_path):
+    """``<d>.phrases.prior`` (where the dataset's draws start in the one stream): saved, read back, forged values
+    refused one line each, and a file written before it reads as the stream's start."""
+    from xbench.score.kernels.counts import phrase_arrays, phrase_arrays_problems, phrase_from_arrays
+
+    gt, sub, *_ = make_phrase_stores(tmp_path, seed=3)
+    pc = score_submission(sub, gt, bootstrap=0).phrase_counts["ms_cxr"]
+    z = phrase_arrays("ms_cxr.phrases", pc)
+    assert phrase_arrays_problems(z, "ms_cxr.phrases", "f.npz") == [] and tuple(z["ms_cxr.phrases.prior"]) == ()
+    assert phrase_from_arrays({**z, "ms_cxr.phrases.prior": np.array([4, 9])}, "ms_cxr.phrases", "ms_cxr").prior == (4, 9)
+    for forged in (np.array([-2]), np.array([[1]]), np.array([0.5]), np.array([2**40])):
+        problems = phrase_arrays_problems({**z, "ms_cxr.phrases.prior": forged}, "ms_cxr.phrases", "f.npz")
+        assert problems == ["f.npz: ms_cxr.phrases.prior must list at most 10,000 case counts, each 0 to 2^31 - 1"]
+    older = {k: v for k, v in z.items() if not k.endswith(".prior")}
+    assert phrase_arrays_problems(older, "ms_cxr.phrases", "f.npz") == []
+    assert phrase_from_arrays(older, "ms_cxr.phrases", "ms_cxr").prior == ()

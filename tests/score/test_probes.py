@@ -123,10 +123,16 @@ def ref_values(orig, probe, kind):
     return out
 
 
-def reference(rows, maps, n_images, B, seed):
+def reference(rows, maps, n_images, B, seed, before=()):
+    """``before``: the case counts of the scored datasets sorted before this one (their resamples come first in
+    the one default_rng(seed), docs/contract.md "Resampling")."""
     row_of = {r[0]: k for k, r in enumerate(rows)}
     per = [(r[5], r[2], r[1], ref_values(maps[row_of[r[4]]], maps[k], r[5])) for k, r in enumerate(rows) if r[5]]
-    draws = np.random.default_rng(seed).integers(0, n_images, size=(B, n_images))
+    rng = np.random.default_rng(seed)
+    for n in before:
+        for _ in range(B):
+            rng.integers(0, n, n)
+    draws = np.array([rng.integers(0, n_images, n_images) for _ in range(B)])
 
     def group(sel):
         kind = sel[0][0]
@@ -185,6 +191,22 @@ def test_text_probe_section_equals_brute_force(tmp_path):
     assert 0 < lat["moved"] < 1 and lat["n_side_undefined"] == sum(np.isnan(p[3]["moved"]) for p in per if p[0] == "laterality")
     assert res.metrics["text_probes"]["overall"]["negation"]["mass_change"] == section["kinds"]["negation"]["mass_change"]
     json.dumps(res.metrics, allow_nan=False)
+
+
+def test_a_dataset_after_another_draws_its_own_resamples_in_the_one_stream(tmp_path):
+    """The probe intervals of a dataset sorted after another scored one (5 cases) are taken on the draws that
+    follow that dataset's, the resamples of its own class intervals (main started default_rng(seed) again)."""
+    from xbench.schemas import read_ground_truth, read_submission
+    from xbench.score.sections.probes import score_probes
+
+    ids, rows, maps = build()
+    gt, sub = write(tmp_path, ids, rows, maps)
+    units = {"chestx_det10": 5, "ms_cxr": len(ids)}
+    section = score_probes(read_submission(sub), read_ground_truth(gt), ["ms_cxr"], bootstrap=40, seed=3,
+                           units=units)["datasets"]["ms_cxr"]
+    kinds, _, _ = reference(rows, maps, len(ids), 40, 3, before=(5,))
+    for k, want in kinds.items():
+        _check(section["kinds"][k], want)
 
 
 def _sha(path):

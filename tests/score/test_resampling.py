@@ -62,9 +62,14 @@ def test_streams_are_positioned_as_the_serial_loop():
         np.testing.assert_array_equal(np.concatenate(list(RS.resample_weights(n[k], 30, g))), want[k])
 
 
-def test_multinomial_and_draw_indices():
-    m = RS.multinomial_weights(np.random.default_rng(1), 6, 50)
-    assert m.shape == (50, 6) and (m.sum(axis=1) == 6).all()
+def test_draw_indices_and_positioned_streams():
+    assert not hasattr(RS, "multinomial_weights")  # one draw for every unit: the phrase rows' images too
+    rng = np.random.default_rng(8)
+    for n in (4, 0, 7):
+        rng.integers(0, n, size=(6, n)) if n else None
+    np.testing.assert_array_equal(np.concatenate(list(RS.resample_weights(3, 6, RS.positioned_stream((4, 0, 7), 6, 8)))),
+                                  np.concatenate(list(RS.resample_weights(3, 6, rng))))
+    assert RS.prior_units({"b": 4, "a": 2, "c": 9}, "b") == (2,)
     np.testing.assert_array_equal(RS.draw_indices(np.random.default_rng(4), 5, 3),
                                   np.random.default_rng(4).integers(0, 5, size=(3, 5)))
 

@@ -87,7 +87,7 @@ def test_gap_is_best_minus_worst(scored):
         vals = {g: e[k] for g, e in entry["groups"].items() if e[k] is not None}
         assert gap["gap"] == pytest.approx(max(vals.values()) - min(vals.values()))
         assert gap["worst_value"] == pytest.approx(min(vals.values()))
-        assert 0 <= gap["p_value"] <= 1
+        assert 1 / (B + 1) <= gap["p_value"] <= gap["p_holm"] <= 1 and gap["significant"] is False
 
 
 def test_group_intervals_equal_a_brute_force_bootstrap(scored):
@@ -138,6 +138,7 @@ def test_fairlearn_gives_the_same_by_group_values_and_difference(scored):
         for g, v in mf.by_group.items():
             assert entry["groups"][g][key] == pytest.approx(v, abs=1e-12)
         assert entry["gaps"][key]["gap"] == pytest.approx(mf.difference(method="between_groups"), abs=1e-12)
+        assert entry["gaps"][key]["ratio"] == pytest.approx(mf.ratio(method="between_groups"), abs=1e-12)
 
 
 def test_by_group_csv_has_fairlearns_shape(scored):
@@ -205,12 +206,12 @@ def test_compare_of_gaps_equals_a_brute_force_paired_bootstrap(scored, two):
         row, diffs = by_key[key], []
         gaps = [m["subgroups"]["datasets"]["phantom"]["gaps"][key] for m in (metrics_a, metrics_b)]
         assert row["a"] == pytest.approx(gaps[0]["gap"], abs=1e-12) and row["b"] == pytest.approx(gaps[1]["gap"], abs=1e-12)
-        for r in range(B):
+        for r in range(B):  # each side's best and worst group re-chosen in every resample
             w = dict(zip(case_ids, draws[r]))
             side = []
-            for pairs, gap in ((pairs_a, gaps[0]), (pairs_b, gaps[1])):
-                best, worst = (brute(pairs, cases[g[-1]], w)[key] for g in (gap["best"], gap["worst"]))
-                side.append(np.nan if best is None or worst is None else best - worst)
+            for pairs in (pairs_a, pairs_b):
+                vals = [v for v in (brute(pairs, cases[g], w)[key] for g in ("F", "M")) if v is not None]
+                side.append(max(vals) - min(vals) if len(vals) == 2 else np.nan)
             diffs.append(side[0] - side[1])
         diffs = np.asarray(diffs)
         ok = diffs[~np.isnan(diffs)]
@@ -240,8 +241,9 @@ def test_forged_groups_in_pair_counts_exit_2(scored, two, tmp_path):
     for field, value, text in (("group", np.array(["sex=F"] * 3), "one group label per case"),
                                 ("by", np.array(["Bad Name"]), "must list 1 to 32 field names"),
                                 ("min_group", np.array(0), "out of range"),
-                                ("seed_offset", np.array([1, 2]), "missing or of the wrong type")):
-        forged = tmp_path / f"forged_{field}"
+                                ("prior", np.array(3), "missing or of the wrong type"),
+                                ("prior", np.array([-1]), "out of range")):
+        forged = tmp_path / f"forged_{field}_{value.size}_{text[:3]}"
         shutil.copytree(d / "r", forged)
         z = dict(np.load(forged / "pair_counts.npz"))
         z[f"phantom.subgroups.{field}"] = value
