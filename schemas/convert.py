@@ -45,7 +45,7 @@ import numpy as np
 
 from xbench.schemas.errors import InputError, InputLimitError, InvalidStoreError, Problem
 from xbench.schemas.paths import STOP, _pid_alive, check_stop, is_remote, terminate_as_interrupt  # noqa: F401 - the one stop, shared
-from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
+from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, _class_hint, _listed, validate_submission
 
 ProgressFn = Callable[[int], None]
 #: the reason recorded for a dataset whose source holds no phrase rows (docs/convert.md, "Phrase rows")
@@ -642,8 +642,7 @@ def _gt_problems(converted: Converted, gt, out: Path) -> list[Problem]:
             problems.append(Problem(f"{w}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. "
                                                     f"{', '.join(map(repr, missing[:3]))}"))
         lacking = [c for c in ds.classes if c not in spec.classes]
-        if lacking:
-            problems.append(Problem(w, f"class(es) of the ground truth missing from 'classes': {', '.join(lacking)}"))
+        problems += _listed(w, "class", lacking, _class_hint([c for c in spec.classes if c not in ds.classes]))
         if ds.queries is None or spec.phrases_unsupported:
             continue
         if not len(spec.query_ids):
