@@ -105,10 +105,32 @@ def find_store(folder: str | os.PathLike, what: str) -> Path:
         return folder
     found = sorted(p for p in folder.iterdir() if _is_store(p))
     if len(found) != 1:
-        listed = ", ".join(p.name for p in found[:5]) or "nothing usable"
+        listed = ", ".join(p.name for p in found[:5]) or _what_is_there(folder)
         raise PlatformError(f"expected exactly one {what} (a .zarr folder or .zarr.zip file) in {folder}; "
                             f"found {len(found)}: {listed}")
     return found[0]
+
+
+def _what_is_there(folder: Path, shown: int = 5) -> str:
+    """What an upload holds when no store is in it: the first entries by name, each said for what it is (a folder
+    of .npz files or an HDF5 file: a model's outputs not yet converted), and how many there are in all."""
+    import itertools
+
+    from xbench.schemas._cli import _unconverted_source
+
+    entries = sorted(itertools.islice(folder.iterdir(), 10_000))
+    if not entries:
+        return "the folder is empty (was the upload a zip of nothing?)"
+    if (folder / "meta.json").is_file() and _unconverted_source(folder):
+        return ("it holds meta.json and per-case .npz files: model outputs not converted; run xbench-convert on the "
+                "folder (--out submission.zarr) and upload submission.zarr, zipped")
+    said = []
+    for p in entries[:shown]:
+        name = escape_text(p.name) + ("/" if p.is_dir() else "")
+        source = None if p.is_symlink() else _unconverted_source(p)
+        said.append(f"{name} ({source}: run xbench-convert first)" if source else name)
+    more = f" and {len(entries) - shown} more" if len(entries) > shown else ""
+    return f"nothing usable among {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}: {', '.join(said)}{more}"
 
 
 def _reason(code: int, captured: str) -> str:

@@ -74,11 +74,12 @@ def model_notes(results) -> dict[str, tuple[str, str]]:
     ``xbench.submission``: the extraction's config and adapter) says they are not trained models: ``untrained``
     when the config draws random weights (``weights: random``, ``random_init: true``; the demo's clip-tiny), or
     ``baseline`` when the adapter is one of XBench's baselines (random, center, dog: no learned model)."""
+    from xbench.score.outputs.leaderboard import is_untrained
+
     out = {}
     for r in results:
-        sub = _mapping(_mapping(r.metrics.get("xbench")).get("submission"))
-        config, adapter = _mapping(sub.get("config")), _mapping(sub.get("adapter"))
-        if config.get("weights") == "random" or config.get("random_init") is True or adapter.get("weights") == "random":
+        adapter = _mapping(_mapping(_mapping(r.metrics.get("xbench")).get("submission")).get("adapter"))
+        if is_untrained(r.metrics):
             out[r.name] = ("untrained", "untrained: its weights are random (its config says weights: random), a "
                                         "plumbing check; its rank says nothing about the architecture")
         elif str(adapter.get("adapter", "")).endswith("Baseline"):
@@ -97,6 +98,8 @@ def _notes_html(results) -> str:
 def _tag_models(table_html: str, notes: dict) -> str:
     """The leaderboard's model cells with their tag (untrained, baseline) beside the name."""
     for name, (tag, _) in notes.items():
+        if name.endswith(f" ({tag})"):  # the name says it already (load_result's "(untrained)")
+            continue
         cell = f'<th class="model">{_e(name)}</th>'
         table_html = table_html.replace(cell, f'<th class="model">{_e(name)}<span class="tag {tag}">{tag}</span></th>')
     return table_html
@@ -193,9 +196,13 @@ def _gaps_html(gaps) -> str:
 
 def _resamples_note(results, n_boot) -> str:
     """How many bootstrap resamples stand behind the intervals and the gaps (issue 12: say it on the page)."""
-    scored = sorted({int(r.metrics.get("xbench", {}).get("bootstrap", {}).get("n_resamples", 0)) for r in results})
-    scored = [n for n in scored if n]
+    per_model = {r.name: int(r.metrics.get("xbench", {}).get("bootstrap", {}).get("n_resamples", 0) or 0)
+                 for r in results}
+    scored = sorted({n for n in per_model.values() if n})
     parts = [f"scorer intervals: {', '.join(map(str, scored))} resamples"] if scored else []
+    if len(set(per_model.values())) > 1:  # mixed counts: which model has which (their intervals differ in precision)
+        parts = ["scorer intervals: " + ", ".join(f"{name} {n or 'none'}" for name, n in per_model.items())
+                 + " resamples (mixed: intervals from fewer resamples are less precise)"]
     if n_boot:
         parts.append(f"intervals computed here and paired gaps: {n_boot} resamples")
     return ("Bootstrap: " + "; ".join(parts) + ". ") if parts else "No bootstrap intervals. "
