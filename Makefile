@@ -13,6 +13,12 @@ PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 # the same pinned version.
 TORCH_INDEX ?=
 TORCH_PINS := $(shell sed -n 's/^\(torch[a-z]*\)==.*/\1/p' constraints/torch.txt 2>/dev/null | tr '\n' ' ')
+# One line when the torch install fails (an unreachable index, no wheel for this Python or platform), after pip's
+# own lines: why, and what to run instead (the scorer side needs no torch).
+TORCH_HINT = make: torch did not install from $(or $(TORCH_INDEX),PyPI) (pip's last lines above say why: no \
+	network, the index unreachable, or no wheel for this Python/platform); retry with another TORCH_INDEX \
+	(e.g. https://download.pytorch.org/whl/cpu, or empty for PyPI) after make clean, or install the scorer side \
+	alone, which needs no torch: $(PYTHON) -m pip install .
 ifeq ($(strip $(TORCH_INDEX)),)
 TORCH_FROM := PyPI: the CUDA build, about 6.8 GB with its CUDA libraries, ~5 minutes; without a GPU, \
 	make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (about 0.2 GB)
@@ -37,7 +43,7 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 	$(PYTHON) -m venv $(VENV)
 	@echo "installing $(TORCH_PINS)(constraints/torch.txt) from $(TORCH_FROM)"
 	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on $(TORCH_INDEX_ARGS) \
-		-c constraints/torch.txt $(TORCH_PINS)
+		-c constraints/torch.txt $(TORCH_PINS) || { echo "$(TORCH_HINT)" >&2; exit 1; }
 	@echo "installing XBench with the extract and dev extras (torch is kept)"
 	$(PIP_INSTALL) -e ".[extract,dev]" -c constraints/torch.txt
 	$(BIN)/xbench warm  # compile the scorer's kernels once, on all cores (score/kernels/warm.py)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 import time
 import traceback
@@ -452,6 +453,42 @@ def _zip_folder(path: Path) -> str | None:
     return None
 
 
+#: entries of a folder or zip looked at to recognise an unconverted model-output source (bounded on purpose)
+_SOURCE_SCAN = 10_000
+
+
+def _unconverted_source(path: Path) -> str | None:
+    """What ``path`` is when it is a model's outputs in a layout xbench-convert reads, not yet converted: a
+    folder of per-case .npz files (meta.json beside dataset folders), such a folder zipped, or an HDF5 file."""
+    import itertools
+    import zipfile
+
+    if path.is_file() and path.suffix.lower() in (".h5", ".hdf5"):
+        return "an HDF5 file of model outputs"
+    names: list[str] = []
+    if path.is_dir():
+        try:
+            for entry in itertools.islice(path.iterdir(), _SOURCE_SCAN):
+                names.append(entry.name)
+                if entry.is_dir() and not entry.is_symlink():
+                    names += [f"{entry.name}/{e.name}" for e in itertools.islice(entry.iterdir(), 50)]
+        except OSError:
+            return None
+    elif path.is_file() and str(path).endswith(".zip"):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = [i.filename for i in itertools.islice(zf.infolist(), _SOURCE_SCAN)]
+        except (OSError, zipfile.BadZipFile):
+            return None
+    if "zarr.json" in names:
+        return None
+    metas = [n for n in names if n.rsplit("/", 1)[-1] == "meta.json" and n.count("/") <= 1]
+    if metas and any(n.endswith(".npz") for n in names):
+        where = "a zip of a folder" if path.is_file() else "a folder"
+        return f"{where} of per-case .npz files (meta.json beside the dataset folders)"
+    return None
+
+
 def store_kind(path: str | os.PathLike) -> tuple[str | None, dict]:
     """The ``xbench.kind`` root attribute of a store and its whole ``xbench`` dict; (None, {}) when unreadable
     or when the pre-flight inspection finds a problem (a hostile store is never parsed by Zarr here)."""
@@ -497,6 +534,12 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
     if kind is None:
         if not remote and path.is_dir() and (path / "metrics.json").is_file():
             return f"{path}: this is a folder of scores (xbench-score output), not a store; {role} needs {_KIND_FILES[expected]}"
+        source = None if remote or expected != "submission" else _unconverted_source(path)
+        if source is not None:  # model outputs handed in as they are: the conversion step was skipped
+            zipped = source.startswith("a zip")
+            command = "unzip it, then xbench-convert FOLDER" if zipped else f"xbench-convert {shlex.quote(str(path))}"
+            return (f"{path}: this is {source}, not a submission store; run xbench-convert first: {command} "
+                    "--out submission.zarr (docs/convert.md), then hand in submission.zarr")
         return None  # not an XBench store at all: the validators list what is wrong
     what = {"images": "an images store", "ground-truth": "a ground-truth store", "submission": "a submission store"}[kind]
     fix = f"{role} needs {_KIND_FILES[expected]}"

@@ -105,6 +105,9 @@ def validate_cmd(store: str, max_memory: str, timeout: float, **params) -> None:
                                **({"notes": notes} if notes else {})}, indent=2))
     elif not quiet:
         covered = f", holding every case, class and phrase row of {images_path}" if images_path is not None else ""
+        if kind == "submission" and images_path is None and gt_path is None:
+            # the contract alone passes a misnamed class or a missing case; the platform would refuse either
+            covered = " (contract only; add --images images.zarr to check coverage)"
         click.echo(f"{store}: valid {kind} store{covered}")
 
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from xbench.schemas.errors import InputError, InputLimitError, InvalidStoreError, Problem
 from xbench.schemas.paths import STOP, _pid_alive, check_stop, is_remote, terminate_as_interrupt  # noqa: F401 - the one stop, shared
-from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, validate_submission
+from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, _class_hint, _listed, validate_submission
 
 ProgressFn = Callable[[int], None]
 #: the reason recorded for a dataset whose source holds no phrase rows (docs/convert.md, "Phrase rows")
@@ -413,6 +413,25 @@ def _load(path: Path, problems: Problems, max_bytes: int) -> dict | None:
     return arrays
 
 
+def _majority_file(paths: list[Path]) -> tuple[Path, int]:
+    """The file whose map size the dataset takes, and how many files share that size: the first of the largest group of files by ``saliency`` shape
+    (read from the headers only; no data). The read that follows then names each file of another size on its own
+    line ("expected ... got ..."), instead of blaming the majority for differing from whichever file sorts first
+    (5 odd files sorting first among 60 used to make the 55 good ones the problem). Unreadable files are left to
+    that read."""
+    from xbench.schemas.inputs import npz_shape
+
+    groups: dict[tuple[int, ...], list[Path]] = {}
+    for p in paths:
+        shape = npz_shape(p, "saliency")
+        if shape is not None:
+            groups.setdefault(shape, []).append(p)
+    if not groups:
+        return paths[0], 0
+    group = min(groups.values(), key=lambda g: (-len(g), g[0]))
+    return group[0], len(group)
+
+
 def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases_reason: str | None) -> Converted:
     from xbench.schemas.budget import limits
     from xbench.schemas.store import MAX_MAP_SIDE
@@ -422,6 +441,7 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
     specs: dict[str, DatasetSpec] = {}
     files: dict[str, list[Path]] = {}
     phrase_files: dict[str, list[Path]] = {}
+    agreeing: dict[str, int] = {}  # per dataset, how many files have the maps' size the dataset takes
     for name, info in sorted(meta["datasets"].items()):
         folder = src / name
         listed = _listing(folder, problems)
@@ -432,7 +452,8 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
             problems.add(str(folder), "holds no .npz files")
             continue
         classes = list(info["classes"])
-        first = _load(paths[0], problems, min(limits().max_chunk_bytes, _npz_bound(len(classes), MAX_MAP_SIDE, MAX_MAP_SIDE)))
+        model_file, agreeing[name] = _majority_file(paths)
+        first = _load(model_file, problems, min(limits().max_chunk_bytes, _npz_bound(len(classes), MAX_MAP_SIDE, MAX_MAP_SIDE)))
         if first is None:
             continue
         shape = first["saliency"].shape
@@ -465,7 +486,7 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
                                   **fields)
     problems.raise_if_any()
 
-    def read_rows(paths: list[Path], c: int, h: int, w: int, flat: bool):
+    def read_rows(paths: list[Path], c: int, h: int, w: int, flat: bool, majority: str = ""):
         scores = np.zeros((len(paths), c), np.float32)  # zeros: a bad file's row is finite, found by itself
         maps = np.zeros((len(paths), c, h, w), np.float32)
         bad = Problems()
@@ -483,7 +504,8 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
                 s, m = s.reshape(1), m.reshape(1, h, w)
             if s.shape != (c,) or m.shape != (c, h, w):
                 want = "scores (1,) and saliency (1, h, w)" if flat else f"scores {(c,)} and saliency {(c, h, w)}"
-                bad.add(str(path), f"expected {want}{f' = (1, {h}, {w})' if flat else ''}, got {s.shape} and {m.shape}")
+                bad.add(str(path), f"expected {want}{f' = (1, {h}, {w})' if flat else ''}{majority}, got {s.shape} "
+                                   f"and {m.shape}")
                 continue
             scores[i], maps[i] = s, m
         if bad:  # every bad file of the block, and the block, whose other rows are checked too
@@ -492,7 +514,9 @@ def read_npz_dir(src: Path, cases_per_block: int, require_phrases: bool, phrases
 
     def blocks(name: str, start: int, stop: int):
         spec = specs[name]
-        return read_rows(files[name][start:stop], len(spec.classes), *spec.map_shape, flat=False)
+        n, of = agreeing.get(name, 0), len(files[name])
+        return read_rows(files[name][start:stop], len(spec.classes), *spec.map_shape, flat=False,
+                         majority=f" (the maps' size of {n} of the {of} files)" if 0 < n < of else "")
 
     def phrase_blocks(name: str, start: int, stop: int):
         try:
@@ -593,12 +617,23 @@ def _provenance(attrs: dict) -> dict:
     return {"converted_by": "xbench-convert", **kept, **({"source_attributes": apart} if apart else {})}
 
 
-def _stored(scores, maps, map_dtype: str, where_of: Callable[[int], str], start: int) -> tuple[list[Problem], tuple]:
+def _stored(scores, maps, map_dtype: str, where_of: Callable[[int], str], start: int,
+            score_kind: str = "logit") -> tuple[list[Problem], tuple]:
     """A block as it will be stored (scores float32, maps in ``map_dtype``), or the problems that stop it: one
     line per row (``where_of(row)`` names its file or case id) holding a value that is not finite, or that the
-    stored dtype cannot hold (it would become inf, with a NumPy warning)."""
+    stored dtype cannot hold (it would become inf, with a NumPy warning), or, for ``score_kind`` "probability",
+    a finite score outside [0, 1] (logits declared as probabilities: named in the source's terms, before the
+    store is written, not as a row of the unwritten store)."""
     scores, maps = np.asarray(scores), np.asarray(maps)
     problems: list[Problem] = []
+    if score_kind == "probability" and scores.dtype.kind in "fiu" and scores.size:
+        flat = scores.reshape(scores.shape[0], -1).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            outside = (np.isfinite(flat) & ((flat < 0) | (flat > 1))).any(axis=1)
+        for r in np.flatnonzero(outside):
+            v = flat[r][np.isfinite(flat[r]) & ((flat[r] < 0) | (flat[r] > 1))][0]
+            problems.append(Problem(where_of(start + int(r)), f"score {v:.6g} is outside [0, 1] but score_kind is "
+                                    "'probability'; logits (unbounded scores) need score_kind 'logit'"))
     for label, values, dtype in (("scores", scores, np.dtype(np.float32)), ("maps", maps, np.dtype(map_dtype))):
         if values.dtype.kind != "f":
             continue
@@ -642,8 +677,7 @@ def _gt_problems(converted: Converted, gt, out: Path) -> list[Problem]:
             problems.append(Problem(f"{w}/case_id", f"{len(missing)} case(s) of the ground truth are missing, e.g. "
                                                     f"{', '.join(map(repr, missing[:3]))}"))
         lacking = [c for c in ds.classes if c not in spec.classes]
-        if lacking:
-            problems.append(Problem(w, f"class(es) of the ground truth missing from 'classes': {', '.join(lacking)}"))
+        problems += _listed(w, "class", lacking, _class_hint([c for c in spec.classes if c not in ds.classes]))
         if ds.queries is None or spec.phrases_unsupported:
             continue
         if not len(spec.query_ids):
@@ -685,10 +719,11 @@ def _write(out, converted: Converted, cases_per_block, map_dtype, progress, gt) 
                 for b in todo(name):
                     start, stop = rows(name, b)
                     where_of = lambda r, name=name, phrase=phrase: converted.where_of(name, phrase, r)  # noqa: E731
+                    kind = "logit" if phrase else converted.specs[name].score_kind  # phrase scores: recorded, unbounded
                     try:
-                        bad, block = _stored(*read(name, start, stop), map_dtype, where_of, start)
+                        bad, block = _stored(*read(name, start, stop), map_dtype, where_of, start, kind)
                     except PartialBlock as exc:  # files that cannot be read, each its own line; the others checked
-                        bad = list(exc.problems) + _stored(*exc.block, map_dtype, where_of, start)[0]
+                        bad = list(exc.problems) + _stored(*exc.block, map_dtype, where_of, start, kind)[0]
                         bad, block = sorted(bad, key=lambda p: p.where), ()  # in file order
                     except InputError as exc:  # a block that cannot be read
                         bad, block = list(exc.problems), ()

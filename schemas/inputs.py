@@ -427,6 +427,35 @@ def load_npz(path: str | os.PathLike, *, where: str | None = None, max_bytes: in
     return arrays
 
 
+def npz_shape(path: str | os.PathLike, key: str, *, max_members: int = 100_000) -> tuple[int, ...] | None:
+    """The shape the ``.npy`` header of array ``key`` of an ``.npz`` file declares, reading only that header
+    (bounded as :func:`load_npz` reads it: a regular file, at most ``max_members`` members, a 10,000-byte
+    header); None when the file or the array cannot be read (:func:`load_npz` then says why, on its own line).
+    For a pass over many files that must not inflate their data (grouping a folder's maps by size)."""
+    import zipfile
+
+    import numpy as np
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            info = next((i for i in infos if i.filename == f"{key}.npy"), None)
+            if len(infos) > max_members or info is None or \
+                    info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                return None
+            with zf.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                if version not in read:
+                    return None
+                shape = read[version](fh, max_header_size=10_000)[0]
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError):
+        return None
+    return tuple(int(d) for d in shape)
+
+
 def with_limits(base: TextLimits = DEFAULT, **changes) -> TextLimits:
     """``base`` with some fields changed (e.g. ``allow_nonfinite=True`` for ``metrics.json``)."""
     return replace(base, **changes)

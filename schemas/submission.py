@@ -635,8 +635,9 @@ def _validate_dataset(g: zarr.Group, where: str, gt_ds, *, allow_missing: bool =
                                          f"{', '.join(map(repr, missing[:3]))}",
                                          present=int(present.sum()), of=int(present.size)))
         lacking = [cl for cl in gt_ds.classes if cl not in classes]
-        if lacking:
-            problems.append(Problem(where, f"class(es) of the ground truth missing from 'classes': {', '.join(lacking)}"))
+        # the very lines `xbench-validate --images` prints (a team's check before it submits), misnamed-class hint
+        # included: what the platform answers equals what the team saw locally
+        problems += _listed(where, "class", lacking, _class_hint([c for c in classes if c not in gt_ds.classes]))
     return problems
 
 
@@ -729,7 +730,8 @@ def _listed(where: str, what: str, names: Sequence[str], hint=None) -> list[Prob
 
 def _class_hint(extra: Sequence[str]):
     """" (the submission has 'Effusion': misnamed?)" for a missing class that an extra class of the submission
-    resembles (case and spacing aside, or close in spelling)."""
+    resembles (case and spacing aside, or close in spelling); otherwise :data:`UNSUPPORTED_HINT`, how to declare a
+    class the model cannot score."""
     import difflib
 
     folded = {"".join(e.lower().split()): e for e in extra}
@@ -742,8 +744,15 @@ def _class_hint(extra: Sequence[str]):
         if close is None:  # a word of the class alone ("Effusion" for "Pleural effusion")
             words = set(name.lower().split())
             close = next((e for e in extra if set(e.lower().split()) & words), None)
-        return f" (the submission has {close!r}: misnamed?)" if close is not None else ""
+        if close is not None:
+            return f" (the submission has {close!r}: misnamed?)"
+        return UNSUPPORTED_HINT
     return hint
+
+
+#: the end of a missing-class line with no similar name in the submission: how to leave a class out on purpose
+UNSUPPORTED_HINT = (" (a class the model cannot score stays listed in 'classes', with placeholder scores and maps, "
+                    "and is named in the dataset's 'unsupported' list: its metrics are then null, not zero)")
 
 
 def coverage_problems(path: str | os.PathLike, images, *, skip: Sequence[Problem] = ()) -> tuple[list[Problem], list[str]]:

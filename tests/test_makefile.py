@@ -50,4 +50,22 @@ def test_torch_index_points_pip_at_a_cpu_build(tmp_path):
 def test_the_pinned_packages_are_read_from_the_constraints_file(tmp_path):
     pinned = [line.split("==")[0] for line in (ROOT / "constraints/torch.txt").read_text().split() if "==" in line]
     t, _ = _steps(dry_run(tmp_path))
-    assert pinned and dry_run(tmp_path)[t].split()[-len(pinned):] == pinned
+    assert pinned and dry_run(tmp_path)[t].split("||")[0].split()[-len(pinned):] == pinned
+
+
+def test_a_failed_torch_install_ends_with_one_line_saying_why_and_what_instead(tmp_path):
+    """Issue 46: an unreachable TORCH_INDEX gave ~100 retry lines and pip's last error, no hint. The real
+    `make install` against a closed local port (no network needed; pip told not to retry): it fails, and its
+    last stderr line says why and what to run instead."""
+    import os
+    import sys
+
+    env = {**os.environ, "PIP_RETRIES": "0", "PIP_TIMEOUT": "2", "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull}
+    done = subprocess.run(["make", "--no-print-directory", "install", f"VENV={tmp_path / 'venv'}", f"PYTHON={sys.executable}",
+                           "TORCH_INDEX=http://127.0.0.1:9/simple"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-2:]  # make's own "Error 1" line follows the hint
+    hint = next(line for line in last if line.startswith("make: torch did not install"))
+    assert "http://127.0.0.1:9/simple" in hint and "pip install ." in hint and "TORCH_INDEX" in hint
+    assert not (tmp_path / "venv" / ".installed").exists()

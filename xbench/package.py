@@ -105,10 +105,32 @@ def find_store(folder: str | os.PathLike, what: str) -> Path:
         return folder
     found = sorted(p for p in folder.iterdir() if _is_store(p))
     if len(found) != 1:
-        listed = ", ".join(p.name for p in found[:5]) or "nothing usable"
+        listed = ", ".join(p.name for p in found[:5]) or _what_is_there(folder)
         raise PlatformError(f"expected exactly one {what} (a .zarr folder or .zarr.zip file) in {folder}; "
                             f"found {len(found)}: {listed}")
     return found[0]
+
+
+def _what_is_there(folder: Path, shown: int = 5) -> str:
+    """What an upload holds when no store is in it: the first entries by name, each said for what it is (a folder
+    of .npz files or an HDF5 file: a model's outputs not yet converted), and how many there are in all."""
+    import itertools
+
+    from xbench.schemas._cli import _unconverted_source
+
+    entries = sorted(itertools.islice(folder.iterdir(), 10_000))
+    if not entries:
+        return "the folder is empty (was the upload a zip of nothing?)"
+    if (folder / "meta.json").is_file() and _unconverted_source(folder):
+        return ("it holds meta.json and per-case .npz files: model outputs not converted; run xbench-convert on the "
+                "folder (--out submission.zarr) and upload submission.zarr, zipped")
+    said = []
+    for p in entries[:shown]:
+        name = escape_text(p.name) + ("/" if p.is_dir() else "")
+        source = None if p.is_symlink() else _unconverted_source(p)
+        said.append(f"{name} ({source}: run xbench-convert first)" if source else name)
+    more = f" and {len(entries) - shown} more" if len(entries) > shown else ""
+    return f"nothing usable among {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}: {', '.join(said)}{more}"
 
 
 def _reason(code: int, captured: str) -> str:
@@ -189,10 +211,30 @@ def score_for_platform(submission: Path, gt: Path, out: Path, fmt: str, *, boots
     run = ScoreOptions(**values, gt_path=str(gt), out_dir=Path(out), formats=(fmt,), quiet=True)
     with contextlib.redirect_stderr(err):
         code = run_options(run, [str(submission)])
-    sys.stderr.write(err.getvalue())
+    log = for_teams(err.getvalue())
+    sys.stderr.write(log)
     if code:
-        sys.stderr.write(_reason(code, err.getvalue()).rstrip("\n") + "\n")
+        sys.stderr.write(_reason(code, log).rstrip("\n") + "\n")
     return code
+
+
+#: what a platform's log says instead of the scorer's --allow-missing advice: a team uploads a store and passes no
+#: flag, so the advice it can act on is the check it can run itself before the next upload
+TEAM_COVERAGE = ("nothing was written; the submission must hold every case, class and phrase row of this phase's "
+                 "images store: check it with `xbench-validate submission.zarr --images images.zarr` before you submit")
+
+
+def for_teams(log: str) -> str:
+    """The scorer's log as a team sees it on a platform: a line advising ``--allow-missing`` (an organiser's flag)
+    ends with :data:`TEAM_COVERAGE` instead; every other line is the scorer's own, so a problem reads exactly as
+    ``xbench-validate --images`` printed it on the team's machine."""
+    lines = []
+    for line in log.splitlines(keepends=True):
+        if "--allow-missing" in line:
+            head = line.split("nothing was written", 1)[0] if "nothing was written" in line else ""
+            line = head + TEAM_COVERAGE + "\n"
+        lines.append(line)
+    return "".join(lines)
 
 
 def round2_pair(round2: Path, folder: Path) -> tuple[Path, Path]:
@@ -571,29 +613,53 @@ def _logo_png(size: int = 96) -> bytes:
         chunk(b"IEND", b"")
 
 
+#: the command a team runs before it submits: with --images it checks coverage, which the platform enforces
+TEAM_CHECK = "xbench-validate submission.zarr --images images.zarr"
+
+#: why --images: the words the overview page and the starting kit's README share
+TEAM_CHECK_WHY = ("`images.zarr` is this phase's public images store (the *Data* page says where each phase's comes "
+                  "from; make the submission from the same store). With `--images` the validator lists every "
+                  "dataset, class, case and phrase row the platform would find missing, one a line, with a hint "
+                  "for a misnamed class; it exits 2 until none is. Without `--images` it checks the format only "
+                  "(\"contract only\"): a misnamed class or a missing case passes it and is refused after upload.")
+
+
 def _install_lines(wheel_name: str | None) -> str:
-    """How a participant installs the validator: from the wheel in the starting kit when the bundle ships
-    one (xbench-cxr is not published on PyPI yet), else from the source repository."""
+    """How a participant installs the validator (from the wheel in the starting kit when the bundle ships
+    one: xbench-cxr is not published on PyPI yet; else from the source repository) and checks a submission's
+    coverage of the phase's images store."""
     if wheel_name:
         return f"""Install the validator (XBench's scorer side: no torch, no GPU) from the wheel in this
-competition's starting kit (the *Files* / *Get Starting Kit* tab, `starting_kit.zip`):
+competition's starting kit (the *Files* / *Get Starting Kit* tab, `starting_kit.zip`), then check the submission
+against this phase's images store:
 
 ```bash
 unzip starting_kit.zip
 pip install {wheel_name}
-xbench-validate submission.zarr
-```"""
-    return """Install the validator (XBench's scorer side: no torch, no GPU) from a clone of XBench's source
-repository, as the organisers direct (it is not published on PyPI yet), then check the submission:
+{TEAM_CHECK}
+```
+
+{TEAM_CHECK_WHY}"""
+    return f"""Install the validator (XBench's scorer side: no torch, no GPU) from a clone of XBench's source
+repository, as the organisers direct (it is not published on PyPI yet), then check the submission against this
+phase's images store:
 
 ```bash
 pip install .
-xbench-validate submission.zarr
-```"""
+{TEAM_CHECK}
+```
+
+{TEAM_CHECK_WHY}"""
 
 
-def _pages(title: str, spec: dict, bootstrap: int, wheel_name: str | None = None) -> dict[str, str]:
-    """The competition's pages (Markdown), written from the metric registry and the phases."""
+#: what the Data page says of a phase's images store when the organiser named no place for it
+IMAGES_UNNAMED = "published by the organisers; this bundle does not say where (ask them before you extract)"
+
+
+def _pages(title: str, spec: dict, bootstrap: int, wheel_name: str | None = None,
+           images: tuple[str | None, str | None] = (None, None)) -> dict[str, str]:
+    """The competition's pages (Markdown), written from the metric registry and the phases. ``images``: where
+    teams get the validation and the test phase's public images stores (None: :data:`IMAGES_UNNAMED`)."""
     from xbench.score.metrics import registry as R
 
     val, test = spec["phases"]
@@ -627,11 +693,22 @@ strata, per-dataset values) are kept but hidden. Overall values are means over t
 A submission that is not valid (wrong cases or classes, non-finite maps, a broken store) fails with the
 reason as the last line of the scoring log; nothing is scored.
 """,
-        "pages/data.md": """# Data
+        "pages/data.md": f"""# Data
 
-The images are distributed as one public `images.zarr` store by the organisers; the ground truth of each
-phase (labels and regions) stays private and is the phase's reference data. The validation and test phases
-use different ground truths.
+Each phase has its own public images store: validation and test are different splits (different cases), so a
+submission is made from, and checked against, the images store of the phase it is uploaded to.
+
+- **Validation** images store: {images[0] or IMAGES_UNNAMED}
+- **Test** images store: {images[1] or IMAGES_UNNAMED}
+
+Before uploading, check the submission against that store:
+
+```bash
+{TEAM_CHECK}
+```
+
+The ground truth of each phase (labels and regions) stays private and is the phase's reference data; its cases,
+classes and phrase rows are those of the phase's images store.
 """,
         "pages/terms.md": """# Terms
 
@@ -703,7 +780,9 @@ def _starting_kit(wheel: Path) -> bytes:
 The validator and scorer (XBench's scorer side: no torch, no GPU), as the wheel this competition scores with.
 
     pip install {wheel.name}
-    xbench-validate submission.zarr
+    {TEAM_CHECK}
+
+{TEAM_CHECK_WHY}
 
 Upload the checked store (zip it, or the .zarr.zip file) to the competition.
 """
@@ -711,10 +790,12 @@ Upload the checked store (zip it, or the .zarr.zip file) to the competition.
 
 
 def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os.PathLike, out: str | os.PathLike,
-                             spec: dict, *, bootstrap: int = 1000, wheel: Path | None = None) -> Path:
+                             spec: dict, *, bootstrap: int = 1000, wheel: Path | None = None,
+                             images: tuple[str | None, str | None] = (None, None)) -> Path:
     """Write the competition zip for ``spec`` (:func:`competition_spec`) atomically; raises PlatformError
     listing what :func:`check_competition` finds wrong (nothing is written then). ``wheel``: the scorer's
-    wheel, shipped to participants as every phase's starting kit (``starting_kit.zip``)."""
+    wheel, shipped to participants as every phase's starting kit (``starting_kit.zip``). ``images``: where teams
+    get the validation and the test images stores (named on the pages)."""
     import tempfile
 
     if wheel is not None:
@@ -725,7 +806,7 @@ def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os
         "competition.yaml": "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
                             + to_yaml(spec),
         "logo.png": _logo_png(),
-        **_pages(spec["title"], spec, bootstrap, wheel.name if wheel is not None else None),
+        **_pages(spec["title"], spec, bootstrap, wheel.name if wheel is not None else None, images),
         "scoring_program.zip": program,
         "reference_data_validation.zip": _reference_zip(gt_validation),
         "reference_data_test.zip": _reference_zip(gt_test),
@@ -859,6 +940,12 @@ class CompetitionOptions:
                                   "dist`), shipped to participants as the phases' starting kit so they can "
                                   'validate before submitting (xbench-cxr is not on PyPI yet). [default: none; '
                                   'the overview page then points to the source]')
+    images_val: str | None = opt(None, check=Text(), flag='--images-validation', metavar='WHERE',
+                                 help="Where teams get the validation phase's public images store (a URL or a "
+                                      'sentence), named on the Data page. [default: the page says the organisers '
+                                      'publish it]')
+    images_test: str | None = opt(None, check=Text(), metavar='WHERE',
+                                  help="Where teams get the test phase's public images store (another split).")
     quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')
     as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
 
@@ -920,7 +1007,13 @@ def codabench_competition(**params) -> None:
     spec = competition_spec(title=title, docker_image=docker_image, validation_start=v_start, test_start=t_start,
                             test_end=t_end, datasets=datasets, max_per_day=max_per_day,
                             max_test=max_test_submissions, time_limit=time_limit)
-    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel)
+    images = (o.images_val, o.images_test)
+    for option, where in (("--images-validation", images[0]), ("--images-test", images[1])):
+        if where is not None and (not where.strip() or any("\ud800" <= c <= "\udfff" or c in "\r\n" for c in where)):
+            problems.append(f"{option} {escape_text(where)}: expected a URL or one line of text")
+    if problems:
+        raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
+    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel, images=images)
     n_cols = len(spec["leaderboards"][0]["columns"])
     if as_json:
         click.echo(json.dumps({"ok": True, "competition": str(out_path), "columns": n_cols, "datasets": datasets}))
@@ -929,3 +1022,6 @@ def codabench_competition(**params) -> None:
         if wheel is None:
             click.echo("note: no --wheel: participants get no validator with the competition (xbench-cxr is not on "
                        "PyPI yet); `make dist` builds the wheel to pass", err=True)
+        if None in images:
+            click.echo("note: no --images-validation/--images-test: the Data page cannot say where teams get each "
+                       "phase's images store (they need it to check coverage before submitting)", err=True)

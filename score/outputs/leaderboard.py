@@ -17,3 +17,21 @@ def format_cell(value, ci) -> str:
     if not ci or ci[0] is None or ci[1] is None:
         return f"{text} [–]"
     return f"{text} [{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]"
+
+
+def _mapping(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def is_untrained(metrics: dict) -> bool:
+    """Whether a result's recorded provenance (metrics.json ``xbench.submission``: the extraction's config and
+    adapter) says its weights are random (``weights: random``, ``random_init: true``; the demo's clip-tiny): a
+    plumbing check whose rank says nothing about a trained model. Every board and table names such a model
+    "NAME (untrained)" (:data:`UNTRAINED_SUFFIX`), not only the HTML page."""
+    sub = _mapping(_mapping(_mapping(metrics).get("xbench")).get("submission"))
+    config, adapter = _mapping(sub.get("config")), _mapping(sub.get("adapter"))
+    return config.get("weights") == "random" or config.get("random_init") is True or adapter.get("weights") == "random"
+
+
+#: what a model's display name gets when :func:`is_untrained`
+UNTRAINED_SUFFIX = " (untrained)"

@@ -115,6 +115,7 @@ class Cell:
     value: float | None
     ci: tuple[float, float] | None = None
     mark: str | None = None  # "best", "second" or None
+    ranked: bool = True  # False: never marked (a constant score's recognition value, chance by construction)
 
 
 @dataclass
@@ -337,11 +338,12 @@ def ci_of(metrics: dict, scope: str, key: str, cls: str | None = None, computed:
 
 def mark_columns(table: Table) -> Table:
     """Set best/second marks in every column, comparing values at the printed precision (equal-looking values
-    share a mark) in the metric's direction. Marks need two rows, a second best three."""
+    share a mark) in the metric's direction. Marks need two rows, a second best three; a cell with ``ranked``
+    False takes no part (it neither gets a mark nor counts as a row)."""
     rows = list(table.rows)
     for j, (_, _, key) in enumerate(table.columns):
         shown = {r: round(shown_value(key, table.rows[r][j].value), DIGITS) for r in rows
-                 if table.rows[r][j].value is not None}
+                 if table.rows[r][j].value is not None and table.rows[r][j].ranked}
         if len(shown) < 2:
             continue
         distinct = sorted(set(shown.values()), reverse=_higher_is_better(key))
@@ -393,10 +395,32 @@ def _wide(results, title, key, metrics, computed, caption, layout: Layout, *, da
         columns += [(label, g, m) for m in list(metrics) + (list(dataset_metrics) if g != "overall" else [])]
     t = Table(title=title, key=key, columns=columns, caption=caption + (_RANKED if report else ""),
               index=("Model",) if report else ("Method",), labels=dict(labels or {}))
+    constant = _constant_scores(results) if report else {}
+    recognition = {m.key for m in R.table_metrics("recognition")}
     for name, m in (_ranked(ms) if report else ms).items():
         comp = (computed or {}).get(name)
-        t.rows[name] = [Cell(value_of(m, g, k), ci_of(m, g, k, computed=comp)) for _, g, k in columns]
+        flat = constant.get(name, set())
+        t.rows[name] = [Cell(value_of(m, g, k), ci_of(m, g, k, computed=comp),
+                             ranked=not (k in recognition and (g in flat or (g == "overall" and flat >= set(datasets)))))
+                        for _, g, k in columns]
     return mark_columns(t) if report else t
+
+
+def _constant_scores(results) -> dict[str, set[str]]:
+    """{row label: the datasets where its scores are one constant} for loaded results with pair counts (a mapping
+    of metrics dicts has none: {}). A constant score (the ``center`` baseline's 0.5) gives AUROC 0.5 and the
+    prevalence's F1 and accuracy by construction: chance, not a rank, so its recognition cells are not marked
+    "best" or "second best"."""
+    out: dict[str, set[str]] = {}
+    if isinstance(results, Mapping):
+        return out
+    for r in results:
+        for d, dc in (getattr(r, "counts", None) or {}).items():
+            p = np.asarray(dc.prob, dtype=np.float64)
+            p = p[np.isfinite(p)]
+            if p.size and p.min() == p.max():
+                out.setdefault(r.name, set()).add(d)
+    return out
 
 
 def _long(results, title, key, metrics, computed, caption) -> Table:
@@ -434,7 +458,8 @@ def recognition_table(results, computed=None, *, layout: Layout = "report") -> T
     overall, and the dataset-level ones (Hamming accuracy) per dataset; xbench-score's layout has one row per
     (method, dataset) and the method's mean, with every metric."""
     title, caption = ("Recognition",
-                      "Macro AUROC, AUPRC, F1 and accuracy over classes, percent; Hamming accuracy per dataset.")
+                      "Macro AUROC, AUPRC, F1 and accuracy over classes, percent; Hamming accuracy per dataset. A "
+                      "model whose scores are one constant (chance by construction) is not marked best or second.")
     ms = R.table_metrics("recognition")
     if layout == "scorer":
         return _long(results, title, "recognition", ms, computed, caption)

@@ -112,7 +112,7 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
     """Markdown table of paired differences A - B in percentage points, * where the difference is significant
     (Holm-adjusted p below alpha: :func:`xbench.score.resampling.engine.significant`), the 95 % CI, the p-value (floored
     at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
-    from xbench.score.outputs.tables import DATASET_TITLES, METRIC_TITLES, md_cell, shown_value
+    from xbench.score.outputs.tables import METRIC_TITLES, md_cell, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
@@ -121,13 +121,16 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
              "| Scope | Class | Metric | A | B | A − B | 95% CI | p | p (Holm) |",
              "|---|---|---|---:|---:|---:|---|---:|---:|"]
 
+    from xbench.score.report.paired import scope_title, shown_once
+
+    rows, repeats = shown_once(rows)  # one dataset: its summary rows equal Overall's, printed once
     for r in rows:  # percentage points for shares, ratios (fmt "number": the phrases' CNR) as they are
         def shown(x, sign=""):
             return "–" if x is None else f"{shown_value(r.metric, x):{sign}.2f}"
 
         ci = "–" if r.ci_lo is None else f"{shown(r.ci_lo, '+')} to {shown(r.ci_hi, '+')}"
         d = "–" if r.diff is None else shown(r.diff, "+") + ("*" if r.significant else "")
-        scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
+        scope = scope_title(r.scope, repeats)
         p = format_p(r.p_value, r.p_floor)
         ph = format_p(r.p_holm, r.p_floor)
         lines.append(f"| {md_cell(scope)} | {md_cell(r.cls or '')} | {METRIC_TITLES.get(r.metric, r.metric)} | "
@@ -248,6 +251,16 @@ def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict,
     return scope_tables
 
 
+def _markdown_head(title: str, results: list[Result], n_boot: int) -> list[str]:
+    """leaderboard.md's first lines: the title, the models, and the resamples behind the intervals (per model when
+    the results were scored with different counts, as the page says)."""
+    from xbench.score.outputs.tables import md_cell
+    from xbench.score.report.html import _resamples_note
+
+    return [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), "",
+            md_cell(_resamples_note(results, n_boot).strip()), ""]
+
+
 def _build_report(out: Path, results: list[Result], *, images, gt, submissions, n_boot: int, seed: int,
                   size_bins: str, overlays: bool, progress: bool, title: str, sanity) -> Path:
     """:func:`build_report` on the loaded results, the metrics they hold registered."""
@@ -290,7 +303,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised
         name = names["per_class"].name(t.key)
         files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
-    md = [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), ""]
+    md = _markdown_head(title, results, n_boot)
     md += [t.to_markdown() for t in main_tables]
     scope_tables = _scope_and_gap_tables(results, gaps, out, md, files, skipped)
     from xbench.score.report.terminal import leaderboard_text

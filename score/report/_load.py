@@ -667,6 +667,10 @@ def load_result(path: str | os.PathLike, *, name: str | None = None) -> Result:
         name = str(attrs.get("model") or path.name)
         if attrs.get("method") in MARK_METHODS:  # converted boxes/points, not maps: the leaderboard says so
             name = f"{name} ({attrs['method']})"
+        from xbench.score.outputs.leaderboard import UNTRAINED_SUFFIX, is_untrained
+
+        if is_untrained(metrics):  # random weights: every table and board says so, not only the page's tag
+            name += UNTRAINED_SUFFIX
     return Result(name=name, path=path, metrics=metrics, pairs=pairs, counts=counts, case_ids=case_ids,
                   scope_counts=scope_counts)
 
@@ -722,7 +726,8 @@ def ground_truth_problems(results: list[Result]) -> list[str]:
     if len(by_gt) < 2:
         return []
     return [("the results were scored against different ground truths, and one report ranks the results of one "
-             "ground truth; make one report per ground truth")] + \
+             "ground truth; make one report per ground truth, or score every submission on one gt.zarr "
+             "(xbench-score with the same --gt) and report those")] + \
         [f"gt_sha256 {sha[:12]}: {', '.join(paths)}" for sha, paths in sorted(by_gt.items())]
 
 

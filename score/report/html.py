@@ -37,7 +37,7 @@ details.overlay{margin:.3em 0}details.overlay summary{font-weight:normal;color:#
 details.overlay figure img{max-width:460px}
 ul.notes{font-size:.9em;margin:.3em 0 1em}.tag{display:inline-block;font-size:.75em;font-weight:600;padding:0 .4em;
 border-radius:.6em;margin-left:.3em;vertical-align:middle;white-space:nowrap}
-.tag.untrained{background:#fde68a;color:#713f12}.tag.baseline{background:#e5e7eb;color:#374151}
+.tag.untrained{background:#fde68a;color:#713f12}.tag.baseline{background:#e5e7eb;color:#374151}.tag.masks{background:#dbeafe;color:#1e3a8a}
 .partial{border-left:4px solid #c2410c;background:#fff7ed;padding:.3em .8em;margin:1em 0}
 """
 
@@ -73,12 +73,19 @@ def model_notes(results) -> dict[str, tuple[str, str]]:
     """{model: (tag, sentence)} for the models whose recorded provenance (metrics.json
     ``xbench.submission``: the extraction's config and adapter) says they are not trained models: ``untrained``
     when the config draws random weights (``weights: random``, ``random_init: true``; the demo's clip-tiny), or
-    ``baseline`` when the adapter is one of XBench's baselines (random, center, dog: no learned model)."""
+    ``baseline`` when the adapter is one of XBench's baselines (random, center, dog: no learned model); ``masks``
+    for a submission converted from mask outputs (its pointing peaks are the masks' middles)."""
+    from xbench.score.outputs.leaderboard import is_untrained
+
     out = {}
     for r in results:
         sub = _mapping(_mapping(r.metrics.get("xbench")).get("submission"))
-        config, adapter = _mapping(sub.get("config")), _mapping(sub.get("adapter"))
-        if config.get("weights") == "random" or config.get("random_init") is True or adapter.get("weights") == "random":
+        adapter = _mapping(sub.get("adapter"))
+        if sub.get("method") == "masks":  # converted mask outputs: say how their ties are pointed at
+            out[r.name] = ("masks", "mask output (xbench-convert): its pointing game points at each mask's middle, "
+                                    "the centroid of its highest cells (contract \"Pointing game\"), and its Dice "
+                                    "and IoU at tau = 0.5 are the mask's own")
+        elif is_untrained(r.metrics):
             out[r.name] = ("untrained", "untrained: its weights are random (its config says weights: random), a "
                                         "plumbing check; its rank says nothing about the architecture")
         elif str(adapter.get("adapter", "")).endswith("Baseline"):
@@ -97,6 +104,8 @@ def _notes_html(results) -> str:
 def _tag_models(table_html: str, notes: dict) -> str:
     """The leaderboard's model cells with their tag (untrained, baseline) beside the name."""
     for name, (tag, _) in notes.items():
+        if name.endswith(f" ({tag})"):  # the name says it already (load_result's "(untrained)")
+            continue
         cell = f'<th class="model">{_e(name)}</th>'
         table_html = table_html.replace(cell, f'<th class="model">{_e(name)}<span class="tag {tag}">{tag}</span></th>')
     return table_html
@@ -193,9 +202,13 @@ def _gaps_html(gaps) -> str:
 
 def _resamples_note(results, n_boot) -> str:
     """How many bootstrap resamples stand behind the intervals and the gaps (issue 12: say it on the page)."""
-    scored = sorted({int(r.metrics.get("xbench", {}).get("bootstrap", {}).get("n_resamples", 0)) for r in results})
-    scored = [n for n in scored if n]
+    per_model = {r.name: int(r.metrics.get("xbench", {}).get("bootstrap", {}).get("n_resamples", 0) or 0)
+                 for r in results}
+    scored = sorted({n for n in per_model.values() if n})
     parts = [f"scorer intervals: {', '.join(map(str, scored))} resamples"] if scored else []
+    if len(set(per_model.values())) > 1:  # mixed counts: which model has which (their intervals differ in precision)
+        parts = ["scorer intervals: " + ", ".join(f"{name} {n or 'none'}" for name, n in per_model.items())
+                 + " resamples (mixed: intervals from fewer resamples are less precise)"]
     if n_boot:
         parts.append(f"intervals computed here and paired gaps: {n_boot} resamples")
     return ("Bootstrap: " + "; ".join(parts) + ". ") if parts else "No bootstrap intervals. "
@@ -302,8 +315,8 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
     if skipped:
         parts.append("<h2>Not shown</h2><ul class=\"skipped\">" + "".join(f"<li>{_e(s)}</li>" for s in skipped)
                      + "</ul>")
-    parts.append("<h2>Definitions</h2><p class=\"meta\">Pointing game: the map's first maximum lies in the "
-                 "region. Dice/IoU at τ: the normalised map thresholded at ≥ τ against the region; best τ "
+    parts.append("<h2>Definitions</h2><p class=\"meta\">Pointing game: the map's peak (its maximum's cell; "
+                 "for tied cells, as a mask's, their centroid) lies in the region. Dice/IoU at τ: the normalised map thresholded at ≥ τ against the region; best τ "
                  "chosen per class over 0.00…1.00. Means over positive pairs per class, over classes per "
                  "dataset, over datasets overall. Intervals: 95% percentile bootstrap over cases. Best value "
                  "per column in bold, second best underlined.</p>")

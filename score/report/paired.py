@@ -141,6 +141,44 @@ def missing_intervals(result: Result, *, n_boot: int, seed: int) -> dict:
         return metrics_from_counts(result.counts, bootstrap=n_boot, seed=seed, thresholds=thresholds)[0]
 
 
+def shown_once(rows: list[ComparisonRow]) -> tuple[list[ComparisonRow], dict[str, str]]:
+    """The rows a table shows, and {scope: the one scope whose summary it repeats}. With a single dataset the
+    overall rows equal its summary rows (same metric, values and interval), and a section's mean over datasets
+    ("phrases") equals its one dataset's ("phrases/<dataset>"): the repeated block is left out (per-class rows
+    stay) and the table heads the kept one "Overall (= DATASET, the only dataset)". Files meant for programs (CSV,
+    JSON) keep every row."""
+    scopes = {r.scope for r in rows}
+    sections = {x for x in scopes if "/" not in x and any(y.startswith(x + "/") for y in scopes)}
+    groups = {"overall": {x for x in scopes if "/" not in x and x != "overall" and x not in sections}}
+    groups.update({x: {y for y in scopes if y.startswith(x + "/")} for x in sections})
+
+    def key(r):
+        return r.metric, r.a, r.b, r.diff, r.ci_lo, r.ci_hi
+
+    repeats: dict[str, str] = {}
+    for total, children in groups.items():
+        if len(children) != 1 or total not in scopes:
+            continue
+        (only,) = children
+        whole = {key(r) for r in rows if r.scope == total and r.cls is None}
+        summary = [r for r in rows if r.scope == only and r.cls is None]
+        if summary and all(key(r) in whole for r in summary):
+            repeats[total] = only
+    kept = [r for r in rows if not (r.cls is None and r.scope in repeats.values())]
+    return kept, repeats
+
+
+def scope_title(scope: str, repeats: dict[str, str]) -> str:
+    """A comparison table's scope heading: "Overall", a dataset's title, or a section's scope as it is; with
+    " (= X, the only dataset)" where :func:`shown_once` left out the repeated block X."""
+    from xbench.score.outputs.tables import DATASET_TITLES
+
+    def title(x: str) -> str:
+        return "Overall" if x == "overall" else DATASET_TITLES.get(x, x)
+
+    return title(scope) + (f" (= {title(repeats[scope])}, the only dataset)" if scope in repeats else "")
+
+
 def _pairing_problems(a: Result, b: Result) -> list[str]:
     problems = []
     if a.gt_sha256 and b.gt_sha256 and a.gt_sha256 != b.gt_sha256:
@@ -156,7 +194,14 @@ def _pairing_problems(a: Result, b: Result) -> list[str]:
         problems = [f"{a.path} vs {b.path}: {p}" for p in BS.ground_truth_problems(a.counts, b.counts)
                     + [q for s in row_scopes(primary=False) if s.ground_truth_problems
                        for q in s.fn("ground_truth_problems")(sa.get(s.name, {}), sb.get(s.name, {}))]]
+    if any("needs pair_counts.npz" not in p for p in problems):
+        problems.append(SAME_GT_FIX)  # every other refusal is a difference of ground truth: say how to pair them
     return problems
+
+
+#: the fix when two results do not share their ground truth (their cases, labels, regions or whole store)
+SAME_GT_FIX = ("a paired comparison needs both submissions scored on one ground truth: run xbench-score on each "
+               "with the same --gt gt.zarr (into two --out folders), then compare those two folders")
 
 
 def _scope_counts(r: Result) -> dict:

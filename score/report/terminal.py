@@ -126,13 +126,15 @@ def overall_lines(overall: dict, ci: dict | None = None) -> list[str]:
 def comparison_text(rows, a_name: str, b_name: str) -> str:
     """``xbench compare`` for a terminal: the rows of the Markdown table (score/report/__init__.py's
     ``comparison_markdown``) as aligned plain text, grouped by scope; the p-value note as wrapped text."""
-    from xbench.score.outputs.tables import DATASET_TITLES, METRIC_TITLES, shown_value
+    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
 
     from xbench.score.resampling.engine import ALPHA
 
-    from xbench.score.report.paired import format_p, p_note, units_note
+    from xbench.score.report.paired import format_p, p_note, scope_title, shown_once, units_note
 
     a, b = escape_text(a_name), escape_text(b_name)
+    notes_rows = rows
+    rows, repeats = shown_once(rows)  # one dataset: its summary equals Overall, printed once
     head = ["class", "metric", "A", "B", "A − B", "95% CI", "p", "p (Holm)"]
     right = [False, False, True, True, True, False, True, True]
     table: list[tuple[str, list[str]]] = []
@@ -142,7 +144,7 @@ def comparison_text(rows, a_name: str, b_name: str) -> str:
 
         ci = "–" if r.ci_lo is None else f"{shown(r.ci_lo, '+')} to {shown(r.ci_hi, '+')}"
         d = "–" if r.diff is None else shown(r.diff, "+") + ("*" if r.significant else "")
-        scope = "Overall" if r.scope == "overall" else DATASET_TITLES.get(r.scope, r.scope)
+        scope = scope_title(r.scope, repeats)
         table.append((escape_text(str(scope)), [escape_text(str(r.cls or "")), str(METRIC_TITLES.get(r.metric, r.metric)),
                                                  shown(r.a), shown(r.b), d, ci, format_p(r.p_value, r.p_floor),
                                                  format_p(r.p_holm, r.p_floor)]))
@@ -153,8 +155,9 @@ def comparison_text(rows, a_name: str, b_name: str) -> str:
     def line(cells) -> str:
         return "  ".join((f"{c:>{w}}" if rt else f"{c:<{w}}") for c, w, rt in zip(cells, widths, right) if w).rstrip()
 
-    out = textwrap.wrap(f"{a} vs {b}: paired bootstrap of A − B ({units_note(rows)}); "
-                        f"* = significant: Holm-adjusted p < {ALPHA:g}. " + p_note(rows), width=WIDTH, break_on_hyphens=False)
+    out = textwrap.wrap(f"{a} vs {b}: paired bootstrap of A − B ({units_note(notes_rows)}); "
+                        f"* = significant: Holm-adjusted p < {ALPHA:g}. " + p_note(notes_rows), width=WIDTH,
+                        break_on_hyphens=False)
     out += ["", "  " + line(head)]
     scope = None
     for s, cells in table:

@@ -630,19 +630,21 @@ def _fmt(v) -> str:
 def gaze_markdown(rows: list[dict]) -> str:
     """The gaze table (Markdown): the six measures per scope; region rows give the gaze share and the
     model's energy inside the readers' own regions; "% of human" = model / human x 100 (KL: human / model)."""
-    head = ["model", "dataset", "rows", "scope", "n", *(TITLES[m] for m in G.MEASURES)]
+    regions = any(row["rows"] == "regions" for row in rows)
+    # region rows' two shares get their own columns (under NSS and CC they read as an NSS and a CC)
+    shares = ["gaze share in region", "model energy in region"] if regions else []
+    head = ["model", "dataset", "rows", "scope", "n", *(TITLES[m] for m in G.MEASURES), *shares]
     out = ["## Gaze (the saliency benchmark's measures against radiologists' gaze)", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     from xbench.score.outputs.cells import md_cell
 
     for row in rows:
         if row["rows"] == "regions":
-            vals = [f"gaze share {_fmt(row.get('human_or_share'))}", f"model energy {_fmt(row.get('model_energy'))}"]
-            vals += [""] * (len(G.MEASURES) - 2)
+            vals = [""] * len(G.MEASURES) + [_fmt(row.get("human_or_share")), _fmt(row.get("model_energy"))]
         elif row["scope"] == "% of human":
-            vals = ["n/a" if row.get(m) is None else f"{row[m]:.1f}%" for m in G.MEASURES]
+            vals = ["n/a" if row.get(m) is None else f"{row[m]:.1f}%" for m in G.MEASURES] + [""] * len(shares)
         else:
-            vals = [_fmt(row.get(m)) for m in G.MEASURES]
+            vals = [_fmt(row.get(m)) for m in G.MEASURES] + [""] * len(shares)
         out.append("| " + " | ".join([md_cell(str(row["model"])), md_cell(str(row["dataset"])), row["rows"],
                                       md_cell(str(row["scope"])), "" if row["n"] is None else str(row["n"])] + vals)
                    + " |")
@@ -651,7 +653,8 @@ def gaze_markdown(rows: list[dict]) -> str:
 
 def terminal_lines(metrics: Mapping) -> list[str]:
     """The scope's ``terminal``: per dataset, xbench-score's line of the finding rows' NSS, CC, AUC-Judd and
-    sAUC with their 95 % intervals, and with a ceiling the model's % of the readers' on NSS and sAUC."""
+    sAUC with their 95 % intervals, and with a ceiling the model's % of the readers' on NSS and sAUC, naming the
+    rows it compares (image rows) and the readers' own values (a % of a near-chance sAUC is said to be one)."""
     def d(x):
         return x if isinstance(x, dict) else {}
 
@@ -669,10 +672,21 @@ def terminal_lines(metrics: Mapping) -> list[str]:
         lines.append(f"gaze ({name}, {e.get('n_readings')} readings; finding rows): " + ", ".join(parts))
         pct = d(d(e.get("ceiling")).get("percent_of_human"))
         if pct:
-            shown = [f"{TITLES[m]} {num(pct.get(m))}%" for m in ("nss", "auc_shuffled")]
-            lines.append(f"gaze ceiling ({name}, readers' leave-one-out; image rows): model at " + ", ".join(shown)
-                         + " of the readers'")
+            human = d(d(e.get("ceiling")).get("human"))
+            shown = [f"{TITLES[m]} {num(pct.get(m))}% (readers' own {num(human.get(m))})" for m in ("nss", "auc_shuffled")]
+            line = (f"gaze ceiling ({name}, {d(e.get('ceiling')).get('n_readings')} readings; image rows: the model's "
+                    "mean map of a reading against the readers' leave-one-out gaze): model at " + ", ".join(shown)
+                    + " of the readers'")
+            level = human.get("auc_shuffled")
+            if isinstance(level, (int, float)) and abs(level - 0.5) <= NEAR_CHANCE:
+                line += (f"; the readers' own sAUC {level:.2f} is near chance (0.5), so a % of it says little "
+                         "about the model")
+            lines.append(line)
     return lines
+
+
+#: a readers' ceiling sAUC within this of 0.5 is called near chance on the terminal line (a % of chance is no level)
+NEAR_CHANCE = 0.05
 
 
 def measures() -> dict:

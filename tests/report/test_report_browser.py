@@ -173,10 +173,10 @@ def test_interval_captions_agree_with_the_cells(page):
 def test_untrained_and_baseline_models_are_marked(page):
     _, text = page
     board = text[text.index("<h2>Leaderboard</h2>"):text.index("<h3>")]
-    assert re.search(r"<b>clip-tiny</b><span class=\"tag untrained\">untrained</span> untrained: its weights are random", board)
+    assert re.search(r"<b>clip-tiny \(untrained\)</b><span class=\"tag untrained\">untrained</span> untrained: its weights are random", board)
     assert '<b>center</b><span class="tag baseline">baseline</span>' in board
     assert "strong</b>" not in board and "weak</b>" not in board  # no provenance recorded: no note
-    assert '<th class="model">clip-tiny<span class="tag untrained">untrained</span></th>' in text
+    assert '<th class="model">clip-tiny (untrained)</th>' in text  # the name says it (every table does), no second tag
 
 
 def test_overlays_are_folded_but_the_top_models(page):

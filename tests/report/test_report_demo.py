@@ -22,7 +22,10 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     assert res.output.strip().startswith("report: ") and res.output.strip().endswith("index.html")
     report = out / "report"
     manifest = json.loads((report / "report.json").read_text())
-    assert [m["name"] for m in manifest["models"]] == ["random", "center", "dog", "clip-tiny"]
+    # the untrained CLIP says so in every table and board, not only on the page (issue 46 item 3)
+    assert [m["name"] for m in manifest["models"]] == ["random", "center", "dog", "clip-tiny (untrained)"]
+    assert "clip-tiny (untrained)" in (report / "leaderboard.md").read_text()
+    assert "clip-tiny (untrained)" in (report / "leaderboard.txt").read_text()
     assert len(manifest["files"]["figures"]) == 8
     assert len(manifest["files"]["overlays"]) == 4  # one figure per model, PNG only (raster panels)
     for group in manifest["files"].values():
@@ -36,13 +39,17 @@ def test_demo_quick_writes_the_full_report(tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
     at = [i for i, ln in enumerate(lines) if ln.split() and ln.split()[0].isdigit()]
-    board = [lines[i].split() for i in at]
+    assert sum("clip-tiny (untrained)" in lines[i] for i in at) == 1
+    # a name too long for its column ("clip-tiny (untrained)") has a line of its own, its values on the next
+    values = {i: i + 1 if len(lines[i].replace(" (untrained)", "").split()) == 2 else i for i in at}
+    board = [lines[i].replace(" (untrained)", "").split()[:2] + (lines[values[i]].split() if values[i] != i else
+             lines[i].replace(" (untrained)", "").split()[2:]) for i in at]
     assert sorted(r[1] for r in board) == ["center", "clip-tiny", "dog", "random"]
     assert [r[0] for r in board] == ["1", "2", "3", "4"] and lines[-1].startswith("report: ")
     # point estimates, and their 95 % intervals on the line under them (the demo scores with resamples)
     assert all(len(re.findall(r"^\d+\.\d\d$", " ".join(r[2:]).replace(" ", "\n"), re.M)) == 5 for r in board), board
-    assert all(len(re.findall(r"\[\d+\.\d\d, \d+\.\d\d\]", lines[i + 1])) == 5 for i in at), lines
-    board_lines = lines[min(at) - 2:max(at) + 2]  # the leaderboard: its title, header, rows and interval lines
+    assert all(len(re.findall(r"\[\d+\.\d\d, \d+\.\d\d\]", lines[values[i] + 1])) == 5 for i in at), lines
+    board_lines = lines[min(at) - 2:max(at) + 3]  # the leaderboard: its title, header, rows and interval lines
     assert all(len(ln) <= 100 for ln in board_lines), [ln for ln in board_lines if len(ln) > 100]
 
 

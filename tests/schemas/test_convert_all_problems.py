@@ -50,9 +50,10 @@ def test_an_npz_folder_gets_every_problem_in_one_run(tmp_path, capsys):
     assert code == 2
     d = src / "phantom"
     want = [f"{out}/phantom/case_id: 1 case(s) of the ground truth are missing, e.g. 'case-002'",
-            f"{out}/phantom: class(es) of the ground truth missing from 'classes': Nodule",
+            f"{out}/phantom: class 'Nodule' is missing (the submission has 'nodule': misnamed?)",
             f"{d / 'case-004.npz'}: maps hold non-finite values (NaN, inf)",
-            f"{d / 'case-009.npz'}: expected scores (3,) and saliency (3, 6, 6), got (3,) and (3, 4, 6)",
+            f"{d / 'case-009.npz'}: expected scores (3,) and saliency (3, 6, 6) (the maps' size of 10 of the 11 files), "
+            "got (3,) and (3, 4, 6)",
             f"{d / 'case-010.npz'}: scores hold non-finite values (NaN, inf)",
             f"{d / 'case-010.npz'}: maps hold non-finite values (NaN, inf)"]
     got = [ln.removeprefix("xbench-convert: error: ") for ln in err.strip().splitlines()]

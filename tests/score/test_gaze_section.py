@@ -180,7 +180,13 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     csv = (tmp_path / "sub" / "table_gaze.csv").read_text().splitlines()
     assert csv[0].startswith("model,dataset,rows,scope,n,nss,cc,sim,kl,auc_judd,auc_shuffled")
     assert any(",ceiling,% of human," in line for line in csv) and any(",regions,A," in line for line in csv)
-    assert "| NSS |" in (tmp_path / "sub" / "table_gaze.md").read_text()
+    md = (tmp_path / "sub" / "table_gaze.md").read_text().splitlines()
+    assert "| NSS |" in md[2]
+    # region rows' shares sit under their own headers, not under NSS and CC (issue 46 item 3)
+    head = [c.strip() for c in md[2].strip("|").split("|")]
+    assert head[-2:] == ["gaze share in region", "model energy in region"]
+    region = [[c.strip() for c in ln.strip("|").split("|")] for ln in md if "| regions |" in ln]
+    assert region and all(r[head.index("NSS")] == "" and r[head.index("CC")] == "" and r[-1] != "" for r in region)
     metrics = json.loads((tmp_path / "sub" / "metrics.json").read_text())
     # xbench-score's terminal: the gaze line with metrics.json's values and intervals, and the ceiling's %
     f = metrics["gaze"]["datasets"]["phantom"]["findings"]
@@ -188,6 +194,13 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     assert f"sAUC {f['auc_shuffled']:.2f} [{lo:.2f}, {hi:.2f}]" in printed["sub"]
     pct = metrics["gaze"]["datasets"]["phantom"]["ceiling"]["percent_of_human"]["nss"]
     assert f"model at NSS {pct:.2f}%" in printed["sub"]
+    # the ceiling line names its rows and the readers' own level beside the %
+    ceiling = metrics["gaze"]["datasets"]["phantom"]["ceiling"]
+    flat = " ".join(printed["sub"].split())  # the terminal wraps long lines
+    line = flat[flat.index("gaze ceiling"):]
+    line = line[:line.index("of the readers'") + 200]
+    assert "image rows" in line and f"readers' own {ceiling['human']['nss']:.2f}" in line, line
+    assert ("near chance" in line) == (abs(ceiling["human"]["auc_shuffled"] - 0.5) <= 0.05), line
     from xbench.score.resampling.bootstrap import paired_bootstrap
     from xbench.score.kernels.counts import load_pair_counts, load_scope_counts
 

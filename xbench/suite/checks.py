@@ -51,6 +51,9 @@ def unset_variables(suite: Suite, models: Sequence[ModelEntry] | None = None, *,
     for d in suite.datasets:
         _unset_in(d.root, f"datasets.{d.key}.root", acc)
     for m in suite.models if models is None else models:
+        if m.submission is not None:
+            _unset_in(m.submission, f"models.{m.key}.submission", acc)
+            continue
         _unset_in(m.model, f"models.{m.key}.model", acc)
         for k, v in m.options.items():
             _unset_in(v, f"models.{m.key}.{k}", acc)
@@ -111,6 +114,26 @@ def make_reader(entry: DatasetEntry, limit: int | None = None):
 
 
 # ---------------------------------------------------------------------------------------- dry run
+def submission_problems(suite: Suite, unset: Mapping[str, Sequence[str]] | None = None,
+                        keys: Sequence[str] | None = None) -> list[str]:
+    """One line per precomputed submission (``submission:``) that is not a finished submission store (missing, of
+    another kind, a zipped folder, model outputs not converted yet), as xbench-score would name it; a path naming
+    an unset variable is left to that line. ``keys``: the models to check (default all; a run checks those whose
+    score step it runs)."""
+    from xbench.schemas._cli import store_kind_problem
+
+    named = {w for ws in (unset or {}).values() for w in ws}
+    out = []
+    for m in suite.models:
+        where = f"models.{m.key}.submission"
+        if m.submission is None or where in named or (keys is not None and m.key not in keys):
+            continue
+        problem = store_kind_problem(m.submission, "submission", where)
+        if problem:
+            out.append(f"{where}: {problem}")
+    return out
+
+
 def check_inputs(suite: Suite, limit: int | None = None, *, skip: Sequence[str] = (),
                  unset: dict[str, list[str]] | None = None) -> tuple[list[str], dict[str, dict]]:
     """What a dry run checks without writing anything: every dataset's native files parse (annotations
@@ -144,7 +167,10 @@ def check_inputs(suite: Suite, limit: int | None = None, *, skip: Sequence[str] 
         if n == 0:
             problems.append(f"datasets.{d.key}: no case found under {d.root}")
         found[d.key] = {"split": reader.split, "cases": n, "problems": len(reader.problems)}
+    problems += submission_problems(suite, unset)
     for m in suite.models:
+        if m.submission is not None:
+            continue  # checked above: a store, not a model config
         if any(f"models.{m.key}.model" in w for w in unset.values()):
             continue  # the config file's path names an unset variable
         try:

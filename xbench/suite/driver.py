@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from xbench.suite.checks import check_inputs, unset_lines, unset_variables
+from xbench.suite.checks import check_inputs, submission_problems, unset_lines, unset_variables
 from xbench.suite.fingerprint import DigestCache, _atomic_write, _hash, listing_digest
 from xbench.suite.parse import Suite, SuiteError
 from xbench.suite.plan import _output_digest, evaluate, evaluate_one, plan_steps, select_steps
@@ -55,7 +55,10 @@ def _roots(suite: Suite) -> dict[str, str | None]:
 
 
 def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
-    """Models ranked by overall pointing game (then Dice), from their metrics.json; undefined last."""
+    """Models ranked by overall pointing game (then Dice), from their metrics.json; undefined last. A model whose
+    weights are random is shown as "KEY (untrained)", as the report names it."""
+    from xbench.score.outputs.leaderboard import UNTRAINED_SUFFIX, is_untrained
+
     rows = []
     for k in keys:
         try:
@@ -65,7 +68,8 @@ def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         keys = ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")
-        rows.append({"model": k, **{m: overall.get(m) for m in keys},
+        shown = k + (UNTRAINED_SUFFIX if is_untrained(metrics) else "")  # the board says what the report says
+        rows.append({"model": shown, **{m: overall.get(m) for m in keys},
                      "ci95": {m: cis.get(m) for m in keys if isinstance(cis, dict) and cis.get(m)}})
 
     def rank(r):
@@ -96,7 +100,8 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     cache = DigestCache(run_dir / WORK_DIR / "digests.json")
     roots = _roots(suite)
     # a dry run checks every model; a run, the models whose extraction it is asked to run
-    checked = suite.models if dry_run else [m for m in suite.models if f"extract/{m.key}" in chosen]
+    checked = suite.models if dry_run else [m for m in suite.models
+                                            if f"extract/{m.key}" in chosen or m.submission is not None]
     unset = unset_variables(suite, checked, check_out=out is None)
     named_unset = {w for ws in unset.values() for w in ws}
     absent = [d.key for d in suite.datasets if d.root is not None and roots[d.key] is None]
@@ -109,6 +114,8 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
         rows = [{"step": s.id, "status": states[s.id].status, "reason": states[s.id].reason,
                  "selected": s.id in chosen} for s in steps]
         return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), True, problems, found)
+    # a precomputed submission that is not a finished store, for the score steps this run runs
+    missing += submission_problems(suite, unset, keys=[m.key for m in suite.models if f"score/{m.key}" in chosen])
     if unset or missing:
         raise SuiteError(unset_lines(unset, suite.source) + missing)
     if before_steps is not None:  # before the outputs' digests: hashing a large earlier run is not a check

@@ -23,7 +23,7 @@ SCORE_DEFAULTS = _options.suite_defaults(ScoreOptions)
 REPORT_DEFAULTS = _options.suite_defaults(ReportOptions)
 TOP_KEYS = {"name", "title", "out", "seed", "prepare", "datasets", "models", "extract", "score", "report"}
 DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
-MODEL_KEYS = {"name", "model", "options", "methods", "extract"}
+MODEL_KEYS = {"name", "model", "options", "methods", "extract", "submission"}
 #: extraction options that do not change a single byte of the submission (so not in its fingerprint)
 EXTRACT_NOT_IN_OUTPUT = ("workers", "nproc_per_node", "threads")
 #: extraction options added later: in the fingerprint only when set, so a suite without them keeps its fingerprints
@@ -50,6 +50,8 @@ class ModelEntry:
     model: str        # registered name, config file (absolute) or module:attr
     options: dict     # config overrides (method included)
     extract: dict     # EXTRACT_DEFAULTS merged with the suite's extract block and this model's
+    #: a precomputed submission (a converted submission.zarr, absolute): scored as it is, no extraction step
+    submission: str | None = None
 
 
 @dataclass
@@ -147,8 +149,14 @@ def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str])
         where = f"models[{i}]"
         if isinstance(spec, str):
             spec = {"model": spec}
+        if isinstance(spec, Mapping) and "submission" in spec:
+            entry = _precomputed(spec, base, where, problems)
+            if entry is not None:
+                out.append(entry)
+            continue
         if not isinstance(spec, Mapping) or not isinstance(spec.get("model"), str):
-            problems.append(f"{where}: needs `model:` (a registered name, a model config file or module:attr)")
+            problems.append(f"{where}: needs `model:` (a registered name, a model config file or module:attr) "
+                            "or `submission:` (a converted submission.zarr)")
             continue
         problems += _options.unknown_keys(spec, sorted(MODEL_KEYS), where)
         model, is_file = spec["model"], Path(spec["model"]).suffix in CONFIG_SUFFIXES
@@ -181,8 +189,32 @@ def _parse_models(data: Mapping, extract: dict, base: Path, problems: list[str])
         seen.add(m.key)
         if "/" in m.key or m.key.startswith("."):
             problems.append(f"models: name {m.key!r} cannot be a folder name; give it a plain `name:`")
-        problems += _options.problems(ExtractOptions, m.extract, f"models.{m.key}.extract")
+        if m.submission is None:
+            problems += _options.problems(ExtractOptions, m.extract, f"models.{m.key}.extract")
     return out
+
+
+def _precomputed(spec: Mapping, base: Path, where: str, problems: list[str]) -> ModelEntry | None:
+    """A model entry ``{submission: PATH, name: NAME}``: a submission made outside the suite (a researcher's own
+    maps through xbench-convert), scored and reported beside the models the suite extracts. Nothing about an
+    extraction applies to it (`model`, `options`, `methods`, `extract` are refused beside it)."""
+    path = spec.get("submission")
+    if not isinstance(path, str) or not path.strip():
+        problems.append(f"{where}.submission: must be the path of a submission store (submission.zarr or .zarr.zip)")
+        return None
+    clash = sorted(k for k in ("model", "options", "methods", "extract") if k in spec)
+    if clash:
+        problems.append(f"{where}: `submission:` is scored as it is; {', '.join(clash)} apply to a model the suite "
+                        "extracts (give one or the other)")
+        return None
+    problems += _options.unknown_keys(spec, sorted(MODEL_KEYS), where)
+    full = _expand(path, base)
+    stem = Path(full).name
+    for suffix in (".zarr.zip", ".zarr"):
+        if stem.endswith(suffix) and len(stem) > len(suffix):
+            stem = stem[:-len(suffix)]
+            break
+    return ModelEntry(str(spec.get("name") or stem), "", {}, {}, submission=full)
 
 
 def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "<dict>") -> Suite:

@@ -63,6 +63,10 @@ def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
                    if k != "workers" and (d.prepare.get("perturb") or not k.startswith("perturb"))}}  # old fingerprints stay
         steps.append(Step("prepare", d.key, [], opts, [f"data/images.zarr/{d.key}", f"data/gt.zarr/{d.key}"]))
     for m in suite.models:
+        if m.submission is not None:  # precomputed: scored as it is (its content digest is the score step's input)
+            steps.append(Step("score", m.key, [f"prepare/{k}" for k in ds_keys],
+                              {**_score_options(suite, ds_keys), "submission": m.submission}, [f"scores/{m.key}"]))
+            continue
         overrides = m.options
         if isinstance(overrides, dict) and overrides.get("augment") is not None:  # a model config's augment: too
             overrides = {**overrides, "augment": canonical_specs("augment", overrides["augment"])}
@@ -70,7 +74,8 @@ def plan_steps(suite: Suite, limit: int | None = None) -> list[Step]:
         steps.append(Step("extract", m.key, [f"prepare/{k}" for k in ds_keys], opts, [f"submissions/{m.key}.zarr"]))
         steps.append(Step("score", m.key, [f"extract/{m.key}", *(f"prepare/{k}" for k in ds_keys)],
                           _score_options(suite, ds_keys), [f"scores/{m.key}"]))
-    steps.append(Step("report", "", [f"score/{m.key}" for m in suite.models] + [f"extract/{m.key}" for m in suite.models],
+    steps.append(Step("report", "", [f"score/{m.key}" for m in suite.models]
+                      + [f"extract/{m.key}" for m in suite.models if m.submission is None],
                       {**suite.report, "title": suite.title, "seed": suite.seed, "models": [m.key for m in suite.models]},
                       ["report"]))
     return steps
@@ -135,6 +140,8 @@ def evaluate(steps: Sequence[Step], record: Mapping, run_dir: Path, cache: Diges
             inputs = _input_digests(s, done)
             if inputs is not None and s.kind == "extract":
                 inputs["model"] = model_digest(s.options["model"], s.options["overrides"], cache)
+            if inputs is not None and s.options.get("submission"):  # a precomputed submission: by its content
+                inputs["submission"] = tree_digest(s.options["submission"], cache)
         if inputs is None:
             pending = [d for d in s.deps if d not in done]
             more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""

@@ -104,11 +104,11 @@ def _run_score(step: Step, ctx: Context, resume: bool) -> None:
     from xbench.score.options import ScoreOptions
 
     data = ctx.run_dir / "data"
-    sub = ctx.run_dir / f"submissions/{step.key}.zarr"
+    sub = Path(step.options.get("submission") or ctx.run_dir / f"submissions/{step.key}.zarr")  # precomputed: as given
     out = ctx.run_dir / step.outputs[0]
     shutil.rmtree(out, ignore_errors=True)  # scoring is one call: nothing to resume, no stale file may stay
     given = {k: tuple(v) if isinstance(v, list) else v  # the score: section's keys (lists in the fingerprint)
-             for k, v in step.options.items() if k not in SCORE_SET_BY_SUITE}
+             for k, v in step.options.items() if k not in SCORE_SET_BY_SUITE and k != "submission"}
     options = ScoreOptions(**given, gt_path=str(data / "gt.zarr"), out_dir=out, images_path=data / "images.zarr",
                            seed=step.options["seed"], datasets=tuple(step.options["datasets"]), quiet=True)
     try:
@@ -124,8 +124,9 @@ def _run_report(step: Step, ctx: Context, resume: bool) -> None:
 
     keys = step.options["models"]
     data = ctx.run_dir / "data"
+    given = {m.key: Path(m.submission) for m in ctx.suite.models if m.submission is not None}
     build_report(ctx.run_dir / "report", [ctx.run_dir / "scores" / k for k in keys], images=data / "images.zarr",
-                 gt=data / "gt.zarr", submissions={k: ctx.run_dir / f"submissions/{k}.zarr" for k in keys},
+                 gt=data / "gt.zarr", submissions={k: given.get(k, ctx.run_dir / f"submissions/{k}.zarr") for k in keys},
                  n_boot=step.options["bootstrap"], seed=step.options["seed"], size_bins=step.options["size_bins"],
                  overlays=bool(step.options["overlays"]), progress=False, title=step.options["title"])
 
