@@ -32,7 +32,7 @@ from click.utils import _detect_program_name
 
 from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.inputs import DEFAULT_TIMEOUT
-from xbench.schemas.options import Float, Text, click_options, opt
+from xbench.schemas.options import MAX_SECONDS, Float, Text, click_options, opt
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -318,7 +318,7 @@ class BudgetOptions:
     max_memory: str = opt(DEFAULT_MAX_MEMORY, check=Text(), metavar="SIZE",
                           help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
                                "before decoding, and the run stops with exit 2 beyond it.")
-    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0),
+    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0, MAX_SECONDS),
                          help="Stop with exit 2 after this many seconds (0: no limit).")
 
 

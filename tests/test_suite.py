@@ -62,7 +62,8 @@ def test_every_problem_of_a_bad_suite_is_listed(tmp_path):
     for needle in ("unknown top-level key(s) nme", "datasets.nosuch: unknown dataset", "datasets.siim_acr.root: required",
                    "datasets.phantom.split: must be a string", "datasets.phantom.grid", "models[2]: needs `model:`",
                    "models[3]: unknown key(s) bogus", "two entries are named 'dog'", "extract: unknown key(s) colour",
-                   "extract.batch_size: must be an integer >= 1", "score.bootstrap: must be an integer >= 0"):
+                   "extract.batch_size: must be an integer between 1 and 4096",
+                   "score.bootstrap: must be an integer between 0 and 1000000"):
         assert needle in text, needle
     assert all(str(line).startswith("s.yaml: ") for line in err.value.problems)
 

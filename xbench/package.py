@@ -43,7 +43,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import CONTEXT, Command, UserError
-from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse, resamples
+from xbench.schemas.options import MAX_SECONDS, Flag, Int, Text, click_options, opt, parse, resamples
 
 __all__ = ["check_competition", "codabench_main", "competition_columns", "competition_spec", "find_store",
            "grand_challenge_main", "package", "score_for_platform", "to_yaml", "write_codabench_bundle",
@@ -808,9 +808,9 @@ class CompetitionOptions:
                                       'days after the validation start]')
     test_end: str | None = opt(None, check=Text(), metavar='DATE',
                                help='End of the test phase. [default: open-ended]')
-    max_per_day: int = opt(5, check=Int(1), help='Submissions per day and team.')
-    max_test_submissions: int = opt(10, check=Int(1), help='Submissions per team in the whole test phase.')
-    time_limit: int = opt(1800, check=Int(60), help='Seconds a scoring run may take.')
+    max_per_day: int = opt(5, check=Int(1, 1000), help='Submissions per day and team.')
+    max_test_submissions: int = opt(10, check=Int(1, 100_000), help='Submissions per team in the whole test phase.')
+    time_limit: int = opt(1800, check=Int(60, MAX_SECONDS), help='Seconds a scoring run may take.')
     bootstrap: int = resamples(help='Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).')
     wheel: Path | None = opt(None, check=Text(click.Path(path_type=Path)), metavar='FILE',
                              help="The scorer's wheel (dist/xbench_cxr-VERSION-py3-none-any.whl, from `make "

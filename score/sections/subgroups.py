@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xbench.schemas.options import MAX_CASES
+
 from xbench.score.metrics import registry as R
 from xbench.score.resampling.bootstrap import dataset_replicates, serial_blas
 from xbench.score.resampling.engine import resample_weights, stream
@@ -243,7 +245,7 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
         problems.append(f"{w}.by must list 1 to 32 field names")
     if bands.size > 32 or not np.all(np.isfinite(bands)):
         problems.append(f"{w}.age_bands must hold at most 32 finite ages")
-    if not 1 <= int(z[f"{prefix}.min_group"]) <= 2**31 or not 0 <= int(z[f"{prefix}.seed_offset"]) < 2**20:
+    if not 1 <= int(z[f"{prefix}.min_group"]) <= MAX_CASES or not 0 <= int(z[f"{prefix}.seed_offset"]) < 2**20:
         problems.append(f"{w}.min_group / .seed_offset out of range")
     return problems
 

@@ -64,7 +64,7 @@ class BuildEmbeddingsOptions:
                                       help="Read descriptions by file order, keys ignored (MedKLIP's scripts; "
                                            "the default without --aspects) or by entity name (MAVL's scripts; "
                                            'the default with --aspects).')
-    max_length: int = opt(64, check=Int(1),
+    max_length: int = opt(64, check=Int(1, 4096),
                           help='Token length used upstream: [CLS] plus up to max-length - 1 word pieces, no '
                                '[SEP].')
     cased: bool = opt(False, check=Flag(),
