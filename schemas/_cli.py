@@ -437,13 +437,13 @@ _KIND_FILES = {"images": "images.zarr", "ground-truth": "gt.zarr", "submission":
 
 def _zip_folder(path: Path) -> str | None:
     """The one folder a zip holds when it was made by zipping the store folder instead of its contents."""
-    import zipfile
+    from xbench.schemas import budget
 
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return None
+    zf, problems = budget._zip_members(path, budget.limits())  # its entry count checked before zipfile lists it
+    if zf is None:
+        return None  # the store's own validation names the problem
+    with zf:
+        names = zf.namelist()
     if "zarr.json" in names:
         return None
     tops = {n.split("/", 1)[0] for n in names if "/" in n}

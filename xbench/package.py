@@ -239,19 +239,30 @@ def codabench_main(input_dir: str, output_dir: str, *, program: str | None = Non
                               faithfulness=faith if faith.is_dir() else None)
 
 
+#: the most a bundled ground-truth store may hold (its files together; the bundle is built in memory), and the
+#: most the scorer's wheel and its METADATA may hold: read through the bounded input layer, refused beyond
+MAX_STORE_BYTES = 256 * 2**20
+MAX_WHEEL_BYTES = 64 * 2**20
+MAX_WHEEL_METADATA_BYTES = 2**20
+
+
 def zip_store(store: str | os.PathLike, zf: zipfile.ZipFile, arcname: str) -> None:
     """Add a ``.zarr`` folder to ``zf`` as the stored (uncompressed: chunks are compressed already) zip file
-    ``arcname``, itself a ``.zarr.zip`` store. A ``.zarr.zip`` is added as it is."""
+    ``arcname``, itself a ``.zarr.zip`` store. A ``.zarr.zip`` is added as it is. Either is read through the
+    bounded input layer (regular files only, no links, at most :data:`MAX_STORE_BYTES` together): a file that
+    is only copied is still a file from outside."""
+    from xbench.schemas.inputs import read_bytes, read_tree
+
     store = Path(store)
+    fixed = (1980, 1, 1, 0, 0, 0)
     if store.is_file():
-        zf.write(store, arcname)
+        zf.writestr(zipfile.ZipInfo(arcname, fixed), read_bytes(store, max_bytes=MAX_STORE_BYTES), zipfile.ZIP_STORED)
         return
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as inner:
-        for path in sorted(store.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                inner.write(path, path.relative_to(store).as_posix())
-    zf.writestr(zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue(), zipfile.ZIP_STORED)
+        for rel, data in read_tree(store, max_bytes=MAX_STORE_BYTES):
+            inner.writestr(zipfile.ZipInfo(rel, fixed), data)
+    zf.writestr(zipfile.ZipInfo(arcname, date_time=fixed), buf.getvalue(), zipfile.ZIP_STORED)
 
 
 def write_codabench_bundle(gt: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -631,30 +642,45 @@ def _reference_zip(gt: str | os.PathLike) -> bytes:
 def check_wheel(path: Path) -> list[str]:
     """Problems of ``path`` as the scorer's wheel to ship to participants ([] when it is one): a
     ``xbench_cxr-<version>-*.whl`` zip of this very version, with its metadata, requiring no torch."""
+    return load_wheel(path)[1]
+
+
+def load_wheel(path: Path) -> tuple[bytes | None, list[str]]:
+    """(the bytes of the wheel at ``path``, []) when it is the scorer's wheel (:func:`check_wheel`), else
+    (None, its problems). Read once through the bounded input layer: at most :data:`MAX_WHEEL_BYTES`, a regular
+    file, its METADATA inflated to :data:`MAX_WHEEL_METADATA_BYTES` at most; the bytes checked are the bytes
+    shipped."""
     from importlib.metadata import version
+
+    from xbench.schemas.inputs import read_bytes, read_zip_member
 
     mine = version("xbench-cxr")
     name = path.name
     if not path.is_file():
-        return [f"--wheel {path}: no such file (`make dist` builds it into dist/)"]
+        return None, [f"--wheel {path}: no such file (`make dist` builds it into dist/)"]
     if not (name.startswith("xbench_cxr-") and name.endswith(".whl")):
-        return [f"--wheel {path}: expected xbench-cxr's wheel, xbench_cxr-{mine}-py3-none-any.whl"]
+        return None, [f"--wheel {path}: expected xbench-cxr's wheel, xbench_cxr-{mine}-py3-none-any.whl"]
     wheel_version = name.split("-")[1]
     if wheel_version != mine:
-        return [f"--wheel {path}: is version {wheel_version}, this xbench is {mine} (the scoring image's version); "
-                "build it from the same source (`make dist`)"]
+        return None, [f"--wheel {path}: is version {wheel_version}, this xbench is {mine} (the scoring image's "
+                      "version); build it from the same source (`make dist`)"]
+    where = f"--wheel {path}"
     try:
-        with zipfile.ZipFile(path) as zf:
-            meta = zf.read(f"xbench_cxr-{mine}.dist-info/METADATA").decode("utf-8", "replace")
-    except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        return [f"--wheel {path}: not a wheel with xbench_cxr-{mine}.dist-info/METADATA ({exc})"]
+        data = read_bytes(path, max_bytes=MAX_WHEEL_BYTES, where=where)
+        meta = read_zip_member(data, f"xbench_cxr-{mine}.dist-info/METADATA", max_bytes=MAX_WHEEL_METADATA_BYTES,
+                               where=where).decode("utf-8", "replace")
+    except InputError as exc:
+        return None, [f"{p}; not the scorer's wheel" for p in exc.problems]
     torch = [line for line in meta.splitlines() if line.startswith("Requires-Dist: torch") and "extra ==" not in line]
     if torch:
-        return [f"--wheel {path}: requires torch outside the extract extra ({torch[0]})"]
-    return []
+        return None, [f"--wheel {path}: requires torch outside the extract extra ({torch[0]})"]
+    return data, []
 
 
 def _starting_kit(wheel: Path) -> bytes:
+    data, problems = load_wheel(wheel)  # read again, bounded and checked: the file may have changed since
+    if problems:
+        raise InputError(problems)
     """starting_kit.zip: the scorer's wheel and a README saying how to install it and validate."""
     readme = f"""XBench starting kit
 
@@ -665,7 +691,7 @@ The validator and scorer (XBench's scorer side: no torch, no GPU), as the wheel 
 
 Upload the checked store (zip it, or the .zarr.zip file) to the competition.
 """
-    return _zip_bytes({wheel.name: wheel.read_bytes(), "README.txt": readme})
+    return _zip_bytes({wheel.name: data, "README.txt": readme})
 
 
 def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os.PathLike, out: str | os.PathLike,
@@ -878,7 +904,10 @@ def codabench_competition(**params) -> None:
     spec = competition_spec(title=title, docker_image=docker_image, validation_start=v_start, test_start=t_start,
                             test_end=t_end, datasets=datasets, max_per_day=max_per_day,
                             max_test=max_test_submissions, time_limit=time_limit)
-    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel)
+    try:  # the stores and the wheel are read (bounded) while the bundle is built
+        write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel)
+    except InputError as exc:
+        raise UserError([str(p) for p in exc.problems], "nothing was written") from None
     n_cols = len(spec["leaderboards"][0]["columns"])
     if as_json:
         click.echo(json.dumps({"ok": True, "competition": str(out_path), "columns": n_cols, "datasets": datasets}))

@@ -21,10 +21,13 @@ WORK_DIR = ".xbench-suite"
 
 # ------------------------------------------------------------------------------------- run record
 def _read_record(path: Path) -> dict:
-    try:
-        record = json.loads(path.read_text())
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import load_json
+
+    try:  # the run folder is the user's: read bounded, a FIFO or a bomb is no record
+        record = load_json(path)
         return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):
         return {}
 
 
@@ -56,13 +59,16 @@ def _roots(suite: Suite) -> dict[str, str | None]:
 
 def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
     """Models ranked by overall pointing game (then Dice), from their metrics.json; undefined last."""
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import load_json, with_limits
+
     rows = []
     for k in keys:
-        try:
-            metrics = json.loads((run_dir / "scores" / k / "metrics.json").read_text())
+        try:  # bounded: a file in the user's run folder
+            metrics = load_json(run_dir / "scores" / k / "metrics.json", limits=with_limits(max_bytes=64 * 2**20))
             overall = metrics["overall"]
             cis = metrics.get("ci95") or {}  # the scorer's overall 95 % intervals, beside "overall"
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, InputError):
             continue
         keys = ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")
         rows.append({"model": k, **{m: overall.get(m) for m in keys},
@@ -192,8 +198,10 @@ def _suite_record(suite: Suite) -> dict:
 
 def _write_suite_copy(suite: Suite, run_dir: Path) -> None:
     src = Path(suite.source)
-    if src.is_file():
-        _atomic_write(run_dir / "suite.yaml", src.read_text(encoding="utf-8"))
+    if src.is_file():  # the user's file, copied: read again through the bounded layer, as parsing read it
+        from xbench.schemas.inputs import CONFIG, decode_text, read_bytes
+
+        _atomic_write(run_dir / "suite.yaml", decode_text(read_bytes(src, max_bytes=CONFIG.max_bytes), str(src)))
     else:
         import yaml
 
