@@ -265,6 +265,38 @@ def zip_store(store: str | os.PathLike, zf: zipfile.ZipFile, arcname: str) -> No
     zf.writestr(zipfile.ZipInfo(arcname, date_time=fixed), buf.getvalue(), zipfile.ZIP_STORED)
 
 
+COMPETITION_HEADER = "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
+
+
+def replace_problem(out: Path, member: str, header: str) -> str | None:
+    """Why the bundle ``out`` may not be written (None when it may): an existing ``--out`` is replaced only when
+    it is a bundle XBench wrote, proven by its ``member`` beginning with XBench's ``header`` (read bounded: the
+    zip's entry count before zipfile lists it, the member at most 1 MiB). A file of the user's, a folder, a link
+    or a pipe there is refused, and nothing is deleted (docs/contract.md, "Output safety")."""
+    import stat as _stat
+
+    from xbench.schemas import budget
+
+    refused = (f"--out {out}: exists and is not a bundle XBench wrote ({{what}}); it would be replaced: choose "
+               "another path, or remove it yourself")
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return None
+    if not _stat.S_ISREG(st.st_mode):
+        return refused.format(what="a link" if _stat.S_ISLNK(st.st_mode) else "not a regular file")
+    zf, _ = budget._zip_members(out, budget.limits())  # the entry count checked before zipfile lists them
+    if zf is None:
+        return refused.format(what="not a zip file")
+    try:
+        with zf:
+            info = zf.getinfo(member)
+            head = zf.open(info).read(2**20) if info.file_size <= 2**20 else b""
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
+        head = b""
+    return None if head.startswith(header.encode()) else refused.format(what=f"no {member} of XBench's")
+
+
 def write_codabench_bundle(gt: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write the Codabench scoring program zip (metadata.yaml, score.py, gt.zarr.zip) atomically."""
     import tempfile
@@ -706,8 +738,7 @@ def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os
 
     program = _zip_bytes({"metadata.yaml": CODABENCH_METADATA, "score.py": COMPETITION_SCORE.format(bootstrap=int(bootstrap))})
     members: dict[str, bytes | str] = {
-        "competition.yaml": "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
-                            + to_yaml(spec),
+        "competition.yaml": COMPETITION_HEADER + to_yaml(spec),
         "logo.png": _logo_png(),
         **_pages(spec["title"], spec, bootstrap, wheel.name if wheel is not None else None),
         "scoring_program.zip": program,
@@ -783,6 +814,7 @@ def codabench(**params) -> None:
     gt_real, out_real = Path(os.path.realpath(gt_path)), Path(os.path.realpath(out_path))
     if out_real == gt_real or gt_real in out_real.parents:
         problems.append(f"--out {out_path}: is or lies inside the ground truth ({gt_path}); nothing may be written there")
+    problems += filter(None, [replace_problem(out_path, "metadata.yaml", CODABENCH_METADATA)])
     if problems:
         raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
     write_codabench_bundle(gt_path, out_path)
@@ -870,6 +902,7 @@ def codabench_competition(**params) -> None:
     problems = _check_gt("--gt-validation", gt_val, out_real) + _check_gt("--gt-test", gt_test, out_real)
     if not problems and Path(os.path.realpath(gt_val)) == Path(os.path.realpath(gt_test)):
         problems.append("--gt-test: is the validation ground truth; the test phase needs its own")
+    problems += filter(None, [replace_problem(out_path, "competition.yaml", COMPETITION_HEADER)])
     if not title.strip():
         problems.append("--title: must not be empty")
     elif any("\ud800" <= c <= "\udfff" for c in title):

@@ -337,3 +337,32 @@ def test_a_bundled_store_is_read_through_the_bounded_layer(stores, tmp_path):
                                            *DATES])
         assert res.exit_code == 2, (what, res.output)
         assert "Traceback" not in res.output and str(val) in res.output and not out.exists(), res.output
+
+
+def test_a_bundle_replaces_only_a_bundle_xbench_wrote(stores, tmp_path):
+    """Issue 44, class 5: --out is replaced only when it is XBench's own bundle (its competition.yaml or
+    metadata.yaml begins with XBench's header); a file of the user's, another zip, a folder or a link there is
+    refused (exit 2, one line) and left as it was."""
+    out, res = _bundle(stores, tmp_path)
+    assert res.exit_code == 0, res.output
+    out2, res = _bundle(stores, tmp_path)  # the same command again replaces its own bundle
+    assert res.exit_code == 0 and out2 == out, res.output
+    other = tmp_path / "other.zip"
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("competition.yaml", "title: my own competition\n")
+    (tmp_path / "folder").mkdir()
+    os.symlink(out, tmp_path / "link.zip")
+    (tmp_path / "notes.txt").write_text("mine")
+    for target in ("notes.txt", "other.zip", "folder", "link.zip"):
+        path = tmp_path / target
+        before = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        for cmd in (["codabench-competition", "--gt-validation", str(stores / "val.zarr"), "--gt-test",
+                     str(stores / "test.zarr"), "--docker-image", "a/b:1", *DATES],
+                    ["codabench", "--gt", str(stores / "val.zarr"), "--gt-in-program"]):
+            res = CliRunner().invoke(package, [*cmd, "--out", str(path)])
+            assert res.exit_code == 2, (target, res.output)
+            lines = [ln for ln in res.output.splitlines() if "is not a bundle XBench wrote" in ln]
+            assert len(lines) == 1 and "Traceback" not in res.output, res.output
+            if before is not None:
+                assert path.read_bytes() == before
+    assert (tmp_path / "link.zip").is_symlink() and (tmp_path / "folder").is_dir()
