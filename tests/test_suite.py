@@ -492,6 +492,21 @@ def test_a_second_run_on_the_same_folder_is_refused_while_the_first_holds_it(tmp
     lock.close()
 
 
+def test_a_folder_of_the_users_is_refused_as_a_run_folder(tmp_path):
+    """Issue 44, class 5: a run replaces data/, submissions/, scores/, report/ and suite.yaml in its folder; a
+    folder no run wrote (no run record, no work folder) is refused with one line and nothing in it is touched."""
+    out = tmp_path / "mine"
+    (out / "scores" / "dog").mkdir(parents=True)
+    (out / "scores" / "dog" / "notes.txt").write_text("mine")
+    (out / "suite.yaml").write_text("my own notes")
+    before = _files(out)
+    res = _invoke(_write(tmp_path, _phantom_suite()), "--out", out, "--only", "prepare")
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if "error:" in ln]
+    assert len(lines) == 1 and "files no xbench run wrote (scores, suite.yaml;" in lines[0], res.output
+    assert _files(out) == before and "Traceback" not in res.output
+
+
 # ------------------------------------------------------------------ every problem at once, hostile suites
 _MEASURE = """
 import json, os, subprocess, sys, time

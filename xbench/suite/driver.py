@@ -126,6 +126,9 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     if blocked:
         raise SuiteError(blocked)
 
+    foreign = _foreign_folder(run_dir)
+    if foreign:
+        raise SuiteError([foreign])
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(run_dir)  # released on return, on error, and by the kernel on any death
     try:
@@ -163,6 +166,24 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
         if lock is not None:
             lock.close()
     return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), False)
+
+
+def _foreign_folder(run_dir: Path) -> str | None:
+    """Why the run may not write into ``run_dir`` (None when it may): a run replaces data/, submissions/,
+    scores/, report/ and suite.yaml in its folder, so the folder must be new, empty or one a run wrote (its
+    run record or its work folder proves it); a folder of the user's is refused, nothing in it touched
+    (docs/contract.md, "Output safety")."""
+    if not run_dir.exists() and not run_dir.is_symlink():
+        return None
+    if not run_dir.is_dir():
+        return f"--out {run_dir}: exists and is not a folder; choose a new folder"
+    entries = os.listdir(run_dir)
+    if not entries or RUN_RECORD in entries or WORK_DIR in entries:
+        return None
+    shown = ", ".join(sorted(entries)[:5]) + (", ..." if len(entries) > 5 else "")
+    return (f"--out {run_dir}: is a folder with files no xbench run wrote ({shown}; no {RUN_RECORD}), and a run "
+            "replaces data/, submissions/, scores/, report/ and suite.yaml in its folder; choose a new or empty "
+            "folder")
 
 
 def _lock(run_dir: Path):
