@@ -115,3 +115,24 @@ def test_a_suite_value_past_a_bound_is_one_line():
     lines = O.problems(ScoreOptions, {"bootstrap": O.MAX_RESAMPLES + 1, "seed": O.MAX_SEED}, "score")
     assert lines == [f"score.bootstrap: must be an integer between 0 and {O.MAX_RESAMPLES}, got {O.MAX_RESAMPLES + 1}"]
     assert O.Float(0, 1).problem(float("inf")) and O.Float(0, 1).problem(float("nan"))
+
+
+def test_suite_only_numeric_fields_are_bounded_too():
+    """Fields a suite sets but no flag (cli=False: extract's threads, prepare's perturb_seed) follow the rule."""
+    seen = 0
+    for _, cmd in _commands():
+        for cls in O.declaration_of(cmd):
+            for f, o in O.declared(cls):
+                if isinstance(o.check, (O.Int, O.Float, O.Grid)):
+                    seen += 1
+                    assert o.check.high is not None and math.isfinite(o.check.high), f"{cls.__name__}.{f.name}"
+                    assert o.check.problem(o.check.high + 1) is not None
+    assert seen > len(NUMERIC)  # the cli=False fields are among them
+
+
+def test_max_memory_is_bounded_like_the_numeric_options():
+    from xbench.schemas import budget
+
+    assert budget.parse_size(f"{budget.MAX_SIZE}") == budget.MAX_SIZE
+    with pytest.raises(ValueError, match="1 PiB"):
+        budget.parse_size(f"{budget.MAX_SIZE + 1}")
