@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import click
 
 from xbench.extract.saliency import method_names
-from xbench.schemas.options import MAX_CASES, MAX_CURVE_STEPS, MAX_PHANTOM_CASES, MAX_SEED, Choice, Flag, Float, Grid, Int, Text, opt
+from xbench.schemas.options import MAX_CASES, MAX_CURVE_STEPS, MAX_DATA_SEED, MAX_PHANTOM_CASES, Choice, Flag, Float, Grid, Int, Text, opt
 
 
 # ------------------------------------------------------------------------------------ xbench-extract
@@ -101,7 +101,7 @@ class ExtractOptions:
                                              "docs/augmentations.md). The submission holds the mean over the original "
                                              "and each augmented view; maps are warped back first. Default: the model "
                                              "config's augment: (none).")
-    augment_seed: int = opt(0, check=Int(0, MAX_SEED), suite=True,
+    augment_seed: int = opt(0, check=Int(0, MAX_DATA_SEED), suite=True,
                             help="Seed of the seeded augmentations (noise); each case's draw depends only on it, the "
                                  "dataset, the case id and the view.")
     datasets: Sequence[str] | None = opt(None, check=Text(), from_cli=_dataset_list, to_cli=lambda v: [",".join(v)],
@@ -192,7 +192,7 @@ class PrepareOptions:
                                      "another disk). Repeatable. Without it a link leading outside --root is refused; "
                                      "judged by real paths, every link resolved (docs/prepare.md).")
     n_cases: int | None = opt(None, check=Int(1, MAX_PHANTOM_CASES), help="phantom only: number of cases (default 200).")
-    seed: int | None = opt(None, check=Int(0, MAX_SEED),
+    seed: int | None = opt(None, check=Int(0, MAX_DATA_SEED),
                            help="phantom: its random seed (default 0); with --perturb also the private key of the copies' "
                                 "ids and seeds (default 0: choose a secret one for a real benchmark).")
     # the robustness track (docs/robustness.md); a SPEC may give a parameter as a range LOW..HIGH
@@ -203,7 +203,7 @@ class PrepareOptions:
     perturb_copies: int = opt(1, check=Int(1, 32), suite=True,
                               help="Copies per SPEC and case, each with its own seed and drawn parameters (one for a "
                                    "SPEC that is neither seeded nor ranged, e.g. hflip: its copies would be identical).")
-    perturb_seed: int | None = opt(None, check=Int(0, MAX_SEED), suite=True, cli=False,
+    perturb_seed: int | None = opt(None, check=Int(0, MAX_DATA_SEED), suite=True, cli=False,
                                    help="Suites only: the key of the copies' ids and seeds (the command's --seed).")
     overwrite: bool = opt(False, check=Flag(),
                           help="Replace a dataset that OUT already holds prepared with other options (without it, "

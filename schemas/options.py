@@ -34,8 +34,13 @@ _UNSET: Any = object()
 # line, instead of an OverflowError mid-run or an output the next command refuses. The bounds several options
 # and readers share are declared here, once; the readers of the outputs import them (docs/contract.md, "Options").
 
-#: seeds: any non-negative int64 (numpy's default_rng, torch.manual_seed, an int64 array and JSON all hold it)
-MAX_SEED = 2**63 - 1
+#: the seeds of the resamples and of re-initialised weights (--seed of score, report, compare, human, perturb,
+#: sanity): 32 bits, as CheXlocalize's legacy RandomState (the human ceiling's own bootstrap) takes, and
+#: sanity's per-layer torch seed (seed x 1,000,003 + layer) stays within 64 bits
+MAX_SEED = 2**32 - 1
+#: the seeds of data (xbench-prepare --seed, the perturbed copies' seed, --augment-seed): any non-negative int64
+#: (default_rng, an int64 array, the perturbations' reader)
+MAX_DATA_SEED = 2**63 - 1
 #: bootstrap resamples (--bootstrap): the readers of metrics.json, report.json and the counts accept up to this
 MAX_RESAMPLES = 1_000_000
 #: cases of a store (schemas/store.py reads it from here): --limit, --n-cases, --min-group

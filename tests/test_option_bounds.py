@@ -136,3 +136,17 @@ def test_max_memory_is_bounded_like_the_numeric_options():
     assert budget.parse_size(f"{budget.MAX_SIZE}") == budget.MAX_SIZE
     with pytest.raises(ValueError, match="1 PiB"):
         budget.parse_size(f"{budget.MAX_SIZE + 1}")
+
+
+def test_the_seed_consumers_take_the_seed_bound():
+    """--seed reaches CheXlocalize's legacy RandomState (the human ceiling's own block: 32 bits) and sanity's
+    per-layer torch seed (seed x 1,000,003 + layer); both take MAX_SEED, the first refuses one more."""
+    import numpy as np
+
+    from xbench.score.resampling.engine import legacy_choice_weights
+
+    assert legacy_choice_weights(3, 2, O.MAX_SEED).shape == (2, 3)
+    with pytest.raises(ValueError):
+        np.random.RandomState(O.MAX_SEED + 1)
+    torch = pytest.importorskip("torch")
+    torch.Generator().manual_seed(O.MAX_SEED * 1_000_003 + 100_000)  # extract/sanity.py, randomise
