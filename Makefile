@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 		-c constraints/torch.txt $(TORCH_PINS)
 	@echo "installing XBench with the extract and dev extras (torch is kept)"
 	$(PIP_INSTALL) -e ".[extract,dev]" -c constraints/torch.txt
-	$(BIN)/python -m xbench.score.kernels.warm  # compile the scorer's kernels once, on all cores (score/kernels/warm.py)
+	$(BIN)/xbench warm  # compile the scorer's kernels once, on all cores (score/kernels/warm.py)
 	@touch $@
 
 demo: install

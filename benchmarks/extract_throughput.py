@@ -327,7 +327,7 @@ def markdown(rows: list[dict]) -> str:
 @click.option("--out", "out_json", type=click.Path(), default=None, help="Also write the results as JSON here.")
 def main(model, model_options, methods, preset, only, batch_size, cases, cases_per_block, image_size, workers, device,
          precision, threads, loops, out_json):
-    from xbench.extract.cli import _parse_options
+    from xbench.extract.options import _model_options
     from xbench.extract.datasets import DATASETS
     from xbench.extract.models import create_adapter
 
@@ -344,7 +344,7 @@ def main(model, model_options, methods, preset, only, batch_size, cases, cases_p
     if preset:
         runs = [r for r in paper_random_models(work / "models") if not only or any(o in r[0] for o in only)]
     else:
-        overrides = _parse_options(model_options)
+        overrides = _model_options(model_options)
         runs = [(f"{model or 'dog'} {m or ''}".strip(), model or "dog", {**overrides, **({"method": m} if m else {})})
                 for m in (methods or (None,))]
     rows = []

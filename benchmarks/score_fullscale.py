@@ -15,7 +15,7 @@ prevalence and region sizes roughly like the real datasets), then measures
   every pixel into its threshold bin (a plain Numba loop, parallel over pairs), in-process and as its own
   fresh process (interpreter and imports included, like xbench-score's figure);
 - the targets: warm xbench-score no slower than the floor process of the same run, and the first run after
-  install (``python -m xbench.score.kernels.warm``, which ``make install`` runs, fills Numba's cache) at most 5 s,
+  install (``xbench warm``, which ``make install`` runs, fills Numba's cache) at most 5 s,
   repeated on fresh copies of the installed cache; the empty-cache run (the compile paid once per install
   and machine) is reported beside it.
 
@@ -397,7 +397,7 @@ def run_target(sub: Path, gt: Path, root: Path, args, label: str, env: dict | No
         print(f"[{label}] cold  xbench-score: {res['cold_s']:.2f} s, CPU {res['cold_cpu_s']:.2f} s "
               f"(peak RSS {res['cold_rss_mib']:.0f} MiB)", flush=True)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "xbench.score.kernels.warm"], check=True, capture_output=True,
+        subprocess.run([str(Path(sys.executable).with_name("xbench")), "warm", "--quiet"], check=True, capture_output=True,
                        env={**os.environ, "NUMBA_CACHE_DIR": str(root / f"numba-cache-{label}-install"), **(env or {})})
         res["install_warm_s"] = time.perf_counter() - t0
         # the first run after install, repeated on fresh copies of the installed cache (one run is at the
@@ -409,7 +409,7 @@ def run_target(sub: Path, gt: Path, root: Path, args, label: str, env: dict | No
             firsts.append(run_cli(sub, gt, root / f"out-first{i}-{label}", args.bootstrap, copy, env))
         res["first_all_s"] = [round(f[0], 2) for f in firsts]
         res["first_s"], res["first_cpu_s"] = min(res["first_all_s"]), min(f[2] for f in firsts)
-        print(f"[{label}] python -m xbench.score.kernels.warm (make install): {res['install_warm_s']:.2f} s; "
+        print(f"[{label}] xbench warm (make install): {res['install_warm_s']:.2f} s; "
               f"then the first run: {res['first_all_s']} s", flush=True)
     warm, floors = [], []
     run_cli(sub, gt, root / f"out-warmup-{label}", args.bootstrap, cache, env)  # cache filled even with --skip-cold
@@ -513,7 +513,7 @@ def main() -> None:
             print(f"  [{label}] CPU seconds (user + system, less sensitive to other load): xbench-score "
                   f"{min(t['warm_cpu_all_s']):.2f}, floor process {min(t['floor_process_cpu_all_s']):.2f}")
             if "cold_s" in t:
-                print(f"  [{label}] first run after `python -m xbench.score.kernels.warm` ({t['install_warm_s']:.2f} s, run "
+                print(f"  [{label}] first run after `xbench warm` ({t['install_warm_s']:.2f} s, run "
                       f"by make install) {_spread(t['first_all_s'])} ({'met' if t['first_s'] <= 5.0 else 'NOT met'}); "
                       f"with an empty cache instead (no make install: the kernels compile during the run, once) "
                       f"{t['cold_s']:.2f} s, CPU {t['cold_cpu_s']:.2f} s, peak RSS {t['cold_rss_mib']:.0f} MiB")

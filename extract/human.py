@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xbench.schemas import grid as exact_grid
 from xbench.schemas.errors import InputError, Problem
 
 from xbench.extract.datasets._io import CSVFile, check_box, parse_float, read_json
@@ -63,7 +64,7 @@ from xbench.extract.datasets.base import Box, Mask, Polygon
 from xbench.extract.datasets.chexlocalize import _RLEMask, rle_area
 from xbench.extract.datasets.rasterise import rasterise_region
 from xbench.extract.datasets.vindr import is_rad_id
-from xbench.extract.human_marks import Mark, Reading
+from xbench.extract.human_marks import Mark, Reading, reader_count_problems
 
 __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read_vindr", "read_phantom", "reader_map",
            "reading_rows", "write_submission", "write_truth", "read_readers", "DatasetReaders", "MASK_LEVEL"]
@@ -278,6 +279,11 @@ def read_vindr(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str
             continue
         per.setdefault(cls, []).append(box)
     problems.raise_if_any()
+    counts = {image: len(per) for image, per in boxes.items() if len(per) >= 2}
+    counts["*"] = len({r for image in counts for r in boxes[image]})
+    too_many = reader_count_problems(counts, str(path))
+    if too_many:
+        raise InputError(too_many)
     marks: dict[str, dict[str, dict[str, Mark]]] = {}
     cases: dict[str, list[str]] = {}
     truth: dict[str, dict] = {}
@@ -396,7 +402,8 @@ def _point_cell(xy: tuple[float, float], size: tuple[int, int], grid: tuple[int,
     """The grid cell (floor(y * H / h), floor(x * W / w)) of a point (x, y) of an (h, w) image."""
     x, y = xy
     h, w = size
-    return min(int(y * grid[0] / h), grid[0] - 1), min(int(x * grid[1] / w), grid[1] - 1)
+    # exactly (xbench.schemas.grid): the float product y * H can round up onto the next cell's edge
+    return int(exact_grid.point_cells(y, h, grid[0])), int(exact_grid.point_cells(x, w, grid[1]))
 
 
 def reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, region_of: Callable, *,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from xbench.schemas.errors import InputError, Problem
 
-from xbench.extract.human_marks import Mark, Reading
+from xbench.extract.human_marks import Mark, Reading, reader_count_problems
 
 
 def read_reflacx(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[str, ...], *, certainty: int = 3,
@@ -31,12 +31,18 @@ def read_reflacx(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[s
     try:
         reader = REFLACXReader(root, "all", certainty=str(certainty), phases=",".join(str(p) for p in phases),
                                **({"images": str(images)} if images else {}))
-        reader.records()
+        records = reader.records()
     except ReaderError as exc:
         raise InputError(getattr(exc, "problems", None) or [Problem(str(root), str(exc))]) from None
     if reader.problems:
         raise InputError([Problem(p.source, f"[{p.case_id}] {p.message}" if p.case_id else p.message)
                           for p in reader.problems[:20]])
+    _check_sizes(records, sizes)
+    counts = {image: len(rs) for image, rs in reader.all_readings.items() if image in sizes and len(rs) >= 2}
+    counts["*"] = sum(counts.values())  # a reader is one reading
+    too_many = reader_count_problems(counts, str(root / "main_data"))
+    if too_many:
+        raise InputError(too_many)
     marks: dict[str, dict[str, dict[str, Mark]]] = {}
     cases: dict[str, list[str]] = {}
     truth: dict[str, dict] = {}
@@ -63,3 +69,16 @@ def read_reflacx(root: Path, sizes: dict[str, tuple[int, int]], classes: tuple[s
              if (root / "main_data" / f"metadata_phase_{p}.csv").is_file()]
     notes = [f"{absent} REFLACX image(s) are not in the images store: left out"] if absent else []
     return Reading(marks, cases, truth, files, notes)
+
+
+def _check_sizes(records, sizes: dict[str, tuple[int, int]]) -> None:
+    """Each image's size in REFLACX's metadata (up to 20,000 x 20,000, what its ellipse masks are built at) against
+    the images store's, before any mask is allocated: a metadata size that differs is refused, one line an image
+    (the first 20), instead of a 400 MB mask per ellipse the scoring would then build (issue 44, class 3)."""
+    bad = [r for r in records if r.case_id in sizes and tuple(int(v) for v in r.orig_size) != tuple(sizes[r.case_id])]
+    if bad:
+        lines = [Problem(r.source, f"[{r.case_id}] REFLACX's metadata gives the image as {r.orig_size[1]}x"
+                                  f"{r.orig_size[0]}, the images store as {sizes[r.case_id][1]}x{sizes[r.case_id][0]}")
+                 for r in bad[:20]]
+        more = [Problem("REFLACX metadata", f"and {len(bad) - 20:,} more image(s) of another size")] if len(bad) > 20 else []
+        raise InputError(lines + more)

@@ -32,6 +32,12 @@ MAX_TEXT = 64
 MAX_CATEGORIES = 1000
 #: an age outside [0, 130] years is a forged or broken value, refused (never clipped)
 AGE_RANGE = (0.0, 130.0)
+#: the fields whose names carry a meaning, and the kind that meaning needs: a file cannot declare ``age`` a category
+#: (and so skip the age range) or ``sex`` a number; a field not named here takes the kind its file declares
+NAMED_KINDS = {"age": "number", "sex": "category", "view": "category", "site": "category", "source": "category",
+               "race": "category", "ethnicity": "category"}
+#: the canonical sex codes ("" = missing; docs/contract.md "Case attributes")
+SEX_CODES = frozenset({"", "F", "M", "O"})
 
 
 @dataclass
@@ -71,10 +77,25 @@ def _value_problems(name: str, a: np.ndarray, kind: str, n: int, where: str) -> 
     long = [v for v in vals if len(v) > MAX_TEXT or any(ord(ch) < 32 for ch in v)]
     if long:
         return [Problem(w, f"{len(long)} value(s) longer than {MAX_TEXT} characters or holding control characters")]
+    if name == "sex" and not set(vals) <= SEX_CODES:
+        odd = sorted(set(vals) - SEX_CODES)
+        return [Problem(w, f"sex is coded F, M or O (\"\" = missing); found {len(odd):,} other value(s), e.g. {odd[0]!r}")]
+    if name == "view" and any(v != v.upper() for v in vals):
+        return [Problem(w, "views are upper-cased view positions (PA, AP, LL, ...); found lower-case letters")]
     k = len(set(vals) - {""})
     if k > MAX_CATEGORIES:
         return [Problem(w, f"holds {k:,} distinct values; a category field may hold at most {MAX_CATEGORIES:,}")]
     return []
+
+
+def kind_problem(name: str, kind: str, where: str) -> list[Problem]:
+    """The field's name decides its rules (:data:`NAMED_KINDS`), not the kind a file declares: one line, or none."""
+    want = NAMED_KINDS.get(name)
+    if want is None or kind == want:
+        return []
+    what = "ages in years, NaN = missing" if want == "number" else 'codes, "" = missing'
+    return [Problem(f"{where}/{GROUP}/{name}", f"a field named {name!r} holds {what}: its kind must be {want}, "
+                                               f"not {kind}")]
 
 
 def check(attributes: Mapping[str, Attribute], n_cases: int, where: str) -> list[Problem]:
@@ -88,6 +109,9 @@ def check(attributes: Mapping[str, Attribute], n_cases: int, where: str) -> list
             continue
         if att.kind not in KINDS:
             p.append(Problem(f"{where}/{GROUP}/{name}", f"kind {att.kind!r} is not category or number"))
+            continue
+        if kind_problem(name, att.kind, where):
+            p += kind_problem(name, att.kind, where)
             continue
         p += _value_problems(name, np.asarray(att.values), att.kind, n_cases, where)
     return p
@@ -120,6 +144,8 @@ def validate(g, where: str, minor: int, n_cases: int) -> list[Problem]:
     """The ``attributes/`` subgroup of a gt dataset group from outside; none is fine."""
     import zarr
 
+    from xbench.schemas.store import read_problems
+
     if GROUP not in g:
         return []
     sub = g[GROUP]
@@ -141,9 +167,16 @@ def validate(g, where: str, minor: int, n_cases: int) -> list[Problem]:
         if name not in arrays:
             p.append(Problem(f"{where}/{GROUP}/{name}", "is listed in 'fields' but missing"))
             continue
+        if kind_problem(name, info["kind"], where):
+            p += kind_problem(name, info["kind"], where)
+            continue
         arr = sub[name]
         if tuple(arr.shape) != (n_cases,):  # from metadata, before anything is read
             p.append(Problem(f"{where}/{GROUP}/{name}", f"has shape {tuple(arr.shape)}, expected ({n_cases},)"))
+            continue
+        unsafe = read_problems(arr, f"{where}/{GROUP}/{name}", whole=True)  # codecs, chunks, bombs: metadata
+        if unsafe:
+            p += unsafe
             continue
         is_text = "str" in str(arr.dtype).lower() or str(arr.dtype).startswith(("<U", "|S", "object"))
         if info["kind"] == "category" and not is_text:

@@ -47,11 +47,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from xbench.schemas import grid as exact
 from xbench.schemas.convert import Problems, phrase_fields
 from xbench.schemas.errors import InputLimitError, InvalidStoreError, Problem
 from xbench.schemas.inputs import CONFIG, MiB, TextLimits, load_json, load_toml
@@ -90,14 +92,10 @@ class Finding:
 
 
 # -- the rule -------------------------------------------------------------------------------------------
-def _centres(n_cells: int, n_native: int) -> np.ndarray:
-    """Cell centres along one axis in native coordinates (the ground truth's rule, extract/datasets/rasterise.py)."""
-    return (np.arange(n_cells, dtype=np.float64) + 0.5) * (n_native / n_cells)
-
-
-def _cell(v: float, n_native: int, n_cells: int) -> int:
-    """The cell holding native coordinate ``v``, clipped to the grid (a point on the far edge is in the last cell)."""
-    return min(max(int(math.floor(v * n_cells / n_native)), 0), n_cells - 1)
+def _cell(v: float | Fraction, n_native: int, n_cells: int) -> int:
+    """The cell holding native coordinate ``v``, clipped to the grid (a point on the far edge is in the last cell);
+    floor(v * n_cells / n_native) in exact rationals, never rounded across a cell edge."""
+    return min(max(math.floor(Fraction(v) * n_cells / n_native), 0), n_cells - 1)
 
 
 def mark_map(marks: list[Mark], orig_size: tuple[int, int], grid: int = DEFAULT_GRID) -> np.ndarray:
@@ -105,31 +103,45 @@ def mark_map(marks: list[Mark], orig_size: tuple[int, int], grid: int = DEFAULT_
 
     Marks must have been checked (:func:`mark_problem`): boxes lie at least partly inside the image. The
     cells a box covers are one run of rows by one run of columns (cell centres are sorted), found for all
-    boxes at once by binary search; each box then adds its score to that slice.
+    boxes at once and exactly (:mod:`xbench.schemas.grid`); each box then adds its score to that slice.
     """
     h0, w0 = (int(v) for v in orig_size)
-    cy, cx = _centres(grid, h0), _centres(grid, w0)
     out = np.zeros((grid, grid), np.float64)
     boxes = []
     for m in marks:
         if m.is_box:
-            boxes.append((*m.coords, m.score))
+            boxes.append(m)
         else:
             out[_cell(m.coords[1], h0, grid), _cell(m.coords[0], w0, grid)] += m.score
     if not boxes:
         return out
-    b = np.asarray(boxes, np.float64)
-    x0, x1 = np.maximum(b[:, 0], 0.0), np.minimum(b[:, 0] + b[:, 2], float(w0))
-    y0, y1 = np.maximum(b[:, 1], 0.0), np.minimum(b[:, 1] + b[:, 3], float(h0))
-    # half-open: the rows whose centre cy satisfies y0 <= cy < y1 are r0 .. r1 - 1
-    r0, r1 = np.searchsorted(cy, y0, "left"), np.searchsorted(cy, y1, "left")
-    c0, c1 = np.searchsorted(cx, x0, "left"), np.searchsorted(cx, x1, "left")
-    for k in range(len(b)):
+    b = np.asarray([m.coords for m in boxes], np.float64)
+    r0, r1 = _span_cells(b[:, 1], b[:, 3], h0, grid)
+    c0, c1 = _span_cells(b[:, 0], b[:, 2], w0, grid)
+    for k, m in enumerate(boxes):
         if r1[k] > r0[k] and c1[k] > c0[k]:
-            out[r0[k]:r1[k], c0[k]:c1[k]] += b[k, 4]
+            out[r0[k]:r1[k], c0[k]:c1[k]] += m.score
         else:  # smaller than a cell, slipping between centres: never lost (the ground truth's per-lesion rule)
-            out[_cell((y0[k] + y1[k]) / 2, h0, grid), _cell((x0[k] + x1[k]) / 2, w0, grid)] += b[k, 4]
+            fx, fy, fw, fh = (Fraction(v) for v in m.coords)
+            y0, y1 = max(fy, 0), min(fy + fh, h0)  # exact rationals: the clipped centre's cell
+            x0, x1 = max(fx, 0), min(fx + fw, w0)
+            out[_cell((y0 + y1) / 2, h0, grid), _cell((x0 + x1) / 2, w0, grid)] += m.score
     return out
+
+
+def _span_cells(start: np.ndarray, length: np.ndarray, n_native: int, n_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """The cells k0 .. k1-1 whose centre c satisfies start <= c < start + length exactly, the span clipped to
+    [0, n_native]. The far edge start + length is a float sum that can round across a centre: where it is not
+    exact (TwoSum error e != 0) the one centre that may lie between the rounded sum and the true one is
+    checked in rationals."""
+    end = start + length
+    back = end - start
+    err = (start - (end - back)) + (length - back)  # start + length == end + err exactly
+    k0, k1 = exact.centre_ranges(start, end, n_native, n_cells)
+    for i in np.flatnonzero(err != 0):
+        true_end = min(Fraction(float(start[i])) + Fraction(float(length[i])), Fraction(n_native))
+        k1[i] = min(math.ceil(2 * n_cells * true_end / n_native) // 2, n_cells)  # the first centre >= the end
+    return k0, k1
 
 
 def finding_score(finding: Finding | None) -> float:

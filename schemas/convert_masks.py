@@ -40,15 +40,17 @@ import math
 import os
 import stat
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from xbench.schemas import grid as exact
 from xbench.schemas.convert import MAX_FOLDER_ENTRIES, PHRASES_FOLDER, PartialBlock, Problems, _entry_problem, phrase_fields
 from xbench.schemas.convert_boxes import (BOXES_JSON, MAX_MARKS_PER_ITEM, _case_lookup, _coco_images, _id_text, coco_finding,
                             _MarkCount, _number, _pick_dataset, _query_lookup, _resolve_name, read_mapping)
-from xbench.schemas.errors import InputError, InvalidStoreError, Problem
+from xbench.schemas.errors import InputError, InputLimitError, InvalidStoreError, Problem
 from xbench.schemas.inputs import MiB, load_json
 from xbench.schemas.rle import rle_counts, rle_mask
 from xbench.schemas.store import file_sha256
@@ -61,60 +63,96 @@ MASKS_META_KEYS = ("model", "unsupported", "scores", "phrase_scores", "phrases_u
 MAX_PNG_BYTES = 64 * MiB
 MAX_MASK_SIDE = 16384
 MAX_MASK_PIXELS = 1 << 26
+#: the decoded bytes of one mask (pixels x bytes a pixel: 1 for 1- and 8-bit, 2 for 16-bit, 4 for 32-bit), so a
+#: 16-bit mask at the pixel cap is refused from its header rather than decoded into 128 MB and worked on
+MAX_MASK_DECODED_BYTES = 1 << 26
+#: 8-connected lesions one mask may hold: a real mask holds a handful; 4 M one-pixel dots (a 28 KB PNG) would
+#: cost seconds and hundreds of MB of per-lesion arrays, so they are refused after labelling, in one line
+MAX_MASK_LESIONS = 100_000
 #: PNG modes read, and the value that means 1 in each (Pillow opens 16-bit grey as "I;16" or "I")
 PNG_MODES = {"1": 1.0, "L": 255.0, "I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I": 65535.0}
 _CONNECTIVITY = np.ones((3, 3), dtype=bool)
+#: bytes a pixel of each mode decodes to (Pillow: mode "1" as one bool byte a pixel)
+_DECODED_BYTES = {"1": 1, "L": 1, "I;16": 2, "I;16B": 2, "I;16L": 2, "I": 4}
 
 
 # -- the rule -------------------------------------------------------------------------------------------
 def centre_pixels(n_cells: int, n_pixels: int) -> np.ndarray:
-    """The pixel index holding each cell centre along one axis: ``floor((k + 0.5) * n_pixels / n_cells)``
-    (the ground truth's cell centres, extract/datasets/rasterise.py, in the mask's own pixels)."""
-    return ((np.arange(n_cells, dtype=np.float64) + 0.5) * (n_pixels / n_cells)).astype(np.int64)
+    """The pixel index holding each cell centre along one axis: ``floor((k + 0.5) * n_pixels / n_cells)`` in
+    integers (the ground truth's cell centres, extract/datasets/rasterise.py, in the mask's own pixels)."""
+    return exact.centre_pixels(n_cells, n_pixels)
 
 
-def _cell(v: float, n_pixels: int, n_cells: int) -> int:
-    return min(max(int(math.floor(v * n_cells / n_pixels)), 0), n_cells - 1)
+def _cell(pixel_sum: int, count: int, n_pixels: int, n_cells: int) -> int:
+    """The cell holding the mean of ``count`` pixels' centres along one axis (index sum ``pixel_sum``), exactly:
+    floor((pixel_sum / count + 1/2) * n_cells / n_pixels) in rationals."""
+    return min(max(math.floor(Fraction(2 * pixel_sum + count, 2 * count) * n_cells / n_pixels), 0), n_cells - 1)
 
 
-def mask_to_grid(values: np.ndarray, grid: tuple[int, int], *, lesions: list[np.ndarray] | None = None) -> np.ndarray:
-    """A (h, w) mask with values in [0, 1] -> its (grid_h, grid_w) float64 map (the rule in the module docstring).
+class LesionLimitError(InputLimitError):
+    """A mask holding more lesions than :data:`MAX_MASK_LESIONS` (its caller names the file)."""
+
+
+def mask_to_grid(values: np.ndarray, grid: tuple[int, int], *, lesions: list[np.ndarray] | None = None,
+                 scale: float = 1.0) -> np.ndarray:
+    """A (h, w) mask with values in [0, ``scale``] -> its (grid_h, grid_w) float64 map of values / ``scale`` (the rule
+    in the module docstring). ``values`` may be the decoded integers of a PNG (``scale`` its full value): only the
+    pixels the rule picks are turned into floats, so an 8192 x 8192 mask costs its decoded bytes, not 8 a pixel.
 
     ``lesions``: boolean (h, w) masks to treat as the lesions instead of the 8-connected components of the
-    non-zero pixels (one polygon is one lesion, as in the ground truth)."""
-    values = np.asarray(values, dtype=np.float64)
+    non-zero pixels (one polygon is one lesion, as in the ground truth). More than :data:`MAX_MASK_LESIONS`
+    components raise :class:`LesionLimitError` before any per-lesion work; the rest is vectorised (one pass)."""
+    values = np.asarray(values)
     h, w = values.shape
     gh, gw = int(grid[0]), int(grid[1])
     rows, cols = centre_pixels(gh, h), centre_pixels(gw, w)
-    out = values[np.ix_(rows, cols)].copy()
+    out = values[np.ix_(rows, cols)].astype(np.float64) / scale  # max(v) / s == max(v / s): division is monotone
     if lesions is None:
-        from scipy import ndimage
-
-        labels, n = ndimage.label(values > 0, structure=_CONNECTIVITY)
-        if n == 0:
-            return out
-        hit = np.zeros(n + 1, dtype=bool)
-        hit[labels[np.ix_(rows, cols)].ravel()] = True
-        missed = np.flatnonzero(~hit[1:]) + 1
-        if not len(missed):
-            return out
-        rr, cc = np.nonzero(labels)
-        lab = labels[rr, cc]
-        count = np.bincount(lab, minlength=n + 1).astype(np.float64)
-        mean_r = np.bincount(lab, weights=rr, minlength=n + 1) / np.maximum(count, 1.0)
-        mean_c = np.bincount(lab, weights=cc, minlength=n + 1) / np.maximum(count, 1.0)
-        top = np.zeros(n + 1)
-        np.maximum.at(top, lab, values[rr, cc])
-        for k in missed:
-            i, j = _cell(mean_r[k] + 0.5, h, gh), _cell(mean_c[k] + 0.5, w, gw)
-            out[i, j] = max(out[i, j], top[k])
-        return out
+        return _missed_lesions(values, out, rows, cols, scale)
     for m in lesions:
         if m[np.ix_(rows, cols)].any() or not m.any():
             continue
         rr, cc = np.nonzero(m)
-        i, j = _cell(rr.mean() + 0.5, h, gh), _cell(cc.mean() + 0.5, w, gw)
-        out[i, j] = max(out[i, j], float(values[rr, cc].max()))
+        i, j = _cell(int(rr.sum()), len(rr), h, gh), _cell(int(cc.sum()), len(cc), w, gw)
+        out[i, j] = max(out[i, j], float(values[rr, cc].max()) / scale)
+    return out
+
+
+def _missed_lesions(values: np.ndarray, out: np.ndarray, rows: np.ndarray, cols: np.ndarray, scale: float) -> np.ndarray:
+    """``out`` with each 8-connected lesion that no cell centre falls on set at the cell of its area centroid to
+    its highest value (the rule), in a few vectorised passes over the mask, bands of rows at a time."""
+    from scipy import ndimage
+
+    h, w = values.shape
+    gh, gw = out.shape
+    labels, n = ndimage.label(values > 0, structure=_CONNECTIVITY)
+    if n > MAX_MASK_LESIONS:
+        raise LesionLimitError(f"holds {n:,} separate lesions (8-connected regions); a mask may hold at most "
+                               f"{MAX_MASK_LESIONS:,}")
+    if n == 0:
+        return out
+    hit = np.zeros(n + 1, dtype=bool)
+    hit[labels[np.ix_(rows, cols)].ravel()] = True
+    hit[0] = True
+    if hit.all():
+        return out
+    count, sum_r, sum_c, top = (np.zeros(n + 1) for _ in range(4))
+    band = max(1, (1 << 20) // max(w, 1))  # ~1 M pixels a pass: temporaries bounded whatever the mask holds
+    for r0 in range(0, h, band):
+        lab = labels[r0:r0 + band]
+        rr, cc = np.nonzero(lab)
+        k = lab[rr, cc]
+        count += np.bincount(k, minlength=n + 1)
+        sum_r += np.bincount(k, weights=rr + r0, minlength=n + 1)
+        sum_c += np.bincount(k, weights=cc, minlength=n + 1)
+        np.maximum.at(top, k, values[r0 + rr, cc].astype(np.float64))
+    missed = np.flatnonzero(~hit)
+    # the centroid's cell, as _cell computes it for one lesion, in integers: floor((sum/count + 1/2)·cells/pixels)
+    # = ((2·sum + count)·cells) // (2·count·pixels); the float64 sums of integer indices are exact (< 2**53)
+    n_px = count[missed].astype(np.int64)
+    i = np.clip(((2 * sum_r[missed].astype(np.int64) + n_px) * gh) // (2 * n_px * h), 0, gh - 1)
+    j = np.clip(((2 * sum_c[missed].astype(np.int64) + n_px) * gw) // (2 * n_px * w), 0, gw - 1)
+    np.maximum.at(out, (i, j), top[missed] / scale)
     return out
 
 
@@ -337,12 +375,19 @@ def png_header_problem(path: Path) -> str | None:
         return f"is a PNG of mode {mode}; a mask is one grey channel of 1, 8 or 16 bits"
     if not (1 <= w <= MAX_MASK_SIDE and 1 <= h <= MAX_MASK_SIDE) or w * h > MAX_MASK_PIXELS:
         return f"is {w}x{h} pixels; a mask may be at most {MAX_MASK_SIDE} a side and {MAX_MASK_PIXELS:,} pixels"
+    per_pixel = _DECODED_BYTES.get(mode, 4)
+    if w * h * per_pixel > MAX_MASK_DECODED_BYTES:
+        return (f"is {w}x{h} pixels of {per_pixel} byte(s) each once decoded ({w * h * per_pixel / MiB:.0f} MiB); a mask "
+                f"may decode to at most {MAX_MASK_DECODED_BYTES // MiB} MiB (e.g. {MAX_MASK_DECODED_BYTES // 2:,} pixels "
+                "of 16 bits)")
     return None
 
 
-def read_png_mask(path: Path) -> np.ndarray:
-    """The mask's (h, w) values in [0, 1] (its header already checked). Raises InvalidStoreError when the
-    pixels cannot be decoded or a 16-bit value lies outside 0..65535."""
+def read_png_mask(path: Path) -> tuple[np.ndarray, float]:
+    """The mask's (h, w) decoded values and the value that means 1 (:data:`PNG_MODES`; its header already
+    checked): values / scale lie in [0, 1]. Kept as decoded (1, 2 or 4 bytes a pixel, never 8): :func:`mask_to_grid`
+    turns only the pixels it uses into floats. Raises InvalidStoreError when the pixels cannot be decoded or a
+    value lies outside 0..scale."""
     from PIL import Image
 
     try:
@@ -353,10 +398,9 @@ def read_png_mask(path: Path) -> np.ndarray:
     except (OSError, SyntaxError, ValueError) as exc:
         raise InvalidStoreError(Problem(str(path), f"cannot be decoded ({exc})")) from None
     one = PNG_MODES[mode]
-    values = values.astype(np.float64)
-    if values.size and (values.min() < 0 or values.max() > one):
+    if values.size and (float(values.min()) < 0 or float(values.max()) > one):
         raise InvalidStoreError(Problem(str(path), f"holds values outside 0..{one:g}"))
-    return values / one
+    return values, one
 
 
 def _scandir(folder: Path, problems: Problems, what: str) -> list[os.DirEntry] | None:
@@ -541,9 +585,16 @@ def _grids(names: list[str], grid: int | None, gt) -> dict[str, tuple[int, int]]
 def _item_map(entries: list, grid: tuple[int, int]) -> tuple[np.ndarray, float]:
     """(map, derived score) of one case and finding: COCO instances, or one PNG path."""
     if entries and isinstance(entries[0], Instance):
-        return instance_map(entries, grid), max(i.score for i in entries)
-    values = read_png_mask(entries[0])
-    return mask_to_grid(values, grid), float(values.max()) if values.size else 0.0
+        try:
+            return instance_map(entries, grid), max(i.score for i in entries)
+        except LesionLimitError as exc:
+            raise InvalidStoreError(Problem(f"an RLE segmentation of a {entries[0].size[1]}x{entries[0].size[0]} image",
+                                            str(exc))) from None
+    values, one = read_png_mask(entries[0])
+    try:
+        return mask_to_grid(values, grid, scale=one), float(values.max()) / one if values.size else 0.0
+    except LesionLimitError as exc:
+        raise InvalidStoreError(Problem(str(entries[0]), str(exc))) from None
 
 
 def convert_masks(src: str | Path, out: str | Path, *, images: str | Path, results: list | None = None,

@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from xbench.schemas import grid as exact_grid
 from xbench.schemas.errors import Problem
 
 #: the gt minor version that adds the gaze arrays
@@ -33,12 +34,30 @@ REGION_ARRAYS = ("gaze_region_index", "gaze_region_mask")
 MAX_READINGS = 1_000_000
 MAX_FIXATIONS_PER_READING = 100_000
 MAX_FIXATIONS = 50_000_000
+#: readings of one case: the readers' leave-one-out ceiling compares each reading with the others' mean map, work
+#: that grows with the square of this (REFLACX's phases 1-2 read an image five times; issue 44)
+MAX_READINGS_PER_CASE = 64
 #: the sigma used when a dataset publishes no viewing geometry: 3 % of the image's larger side, about one
 #: degree of visual angle for a radiograph read at a distance where it spans ~33 degrees (docs/gaze.md)
 DEFAULT_SIGMA_FRACTION = 0.03
 DEFAULT_SIGMA_RULE = "3% of the image's larger side (no published viewing geometry)"
 #: the version of the group attribute ``gaze`` ({"sigma_rule": text, "version": 1})
 ATTRS_VERSION = 1
+
+
+#: the smallest positive float32 that is a normal number: a sigma or a duration is stored as float32, so it is
+#: checked as float32 (1e-300 passes a float64 "> 0" check and is stored as 0; issue 44)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def stored_positive(value: float, high: float = math.inf) -> bool:
+    """Whether ``value`` is still a positive, finite, normal number in (0, ``high``] once stored as float32 (what
+    the gaze arrays hold): the check made in the dtype the value is stored and used in."""
+    v = float(value)
+    if not (math.isfinite(v) and FLOAT32_TINY <= v and v <= high):
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(v)))
 
 
 def default_sigma(orig_size: Sequence[int]) -> float:
@@ -61,8 +80,7 @@ def density_map(fixations: np.ndarray, orig_size: Sequence[int], grid: Sequence[
     out = np.zeros((gh, gw), np.float64)
     if not len(fix):
         return out
-    v = (np.arange(gh) + 0.5) * (h / gh)
-    u = (np.arange(gw) + 0.5) * (w / gw)
+    v, u = exact_grid.centres(gh, h), exact_grid.centres(gw, w)  # (2k+1) n / (2N), rounded once
     gy = np.exp(-((v[:, None] - fix[None, :, 1]) ** 2) / (2 * sigma * sigma))  # (H, F)
     gx = np.exp(-((u[:, None] - fix[None, :, 0]) ** 2) / (2 * sigma * sigma))  # (W, F)
     for s in range(0, len(fix), 4096):  # bounded temporaries for a long reading
@@ -179,6 +197,12 @@ def _value_problems(a: dict, n_cases: int, where: str) -> list[Problem]:
     case, offset, fix = a["gaze_case"], a["gaze_offset"].astype(np.int64), a["fixations"]
     if len(case) and (case.min() < 0 or case.max() >= n_cases):
         p.append(Problem(f"{where}/gaze_case", f"case rows must lie in 0..{n_cases - 1}"))
+    elif len(case):
+        per_case = np.bincount(case.astype(np.int64), minlength=n_cases)
+        if per_case.max() > MAX_READINGS_PER_CASE:
+            p.append(Problem(f"{where}/gaze_case", f"case row {int(per_case.argmax())} has {int(per_case.max()):,} "
+                                                   f"readings; at most {MAX_READINGS_PER_CASE} a case (each is compared "
+                                                   "with the others)"))
     if offset[0] != 0 or (np.diff(offset) < 0).any() or offset[-1] != len(fix):
         p.append(Problem(f"{where}/gaze_offset", f"must start at 0, never decrease and end at {len(fix)} (the fixations)"))
     elif len(offset) > 1 and np.diff(offset).max() > MAX_FIXATIONS_PER_READING:
@@ -189,11 +213,13 @@ def _value_problems(a: dict, n_cases: int, where: str) -> list[Problem]:
                                                  f"e.g. {bad[0]!r}"))
     if not np.isfinite(fix).all():
         p.append(Problem(f"{where}/fixations", "holds non-finite values (NaN, inf)"))
-    elif len(fix) and (fix[:, 2] <= 0).any():
-        p.append(Problem(f"{where}/fixations", "durations (column 3) must be positive seconds"))
+    elif len(fix) and (fix[:, 2] < FLOAT32_TINY).any():
+        p.append(Problem(f"{where}/fixations", f"durations (column 3) must be positive seconds (at least "
+                                               f"{FLOAT32_TINY:.3g}, float32's smallest normal number)"))
     sigma = a["gaze_sigma"]
-    if not (np.isfinite(sigma).all() and (sigma > 0).all()):
-        p.append(Problem(f"{where}/gaze_sigma", "must be positive finite pixels"))
+    if not (np.isfinite(sigma).all() and (sigma >= FLOAT32_TINY).all()):
+        p.append(Problem(f"{where}/gaze_sigma", f"must be positive finite pixels (at least {FLOAT32_TINY:.3g}, "
+                                                "float32's smallest normal number)"))
     gm = a["gaze_map"]
     if not np.isfinite(gm).all() or (gm < 0).any():
         p.append(Problem(f"{where}/gaze_map", "must hold finite non-negative densities"))
@@ -260,12 +286,35 @@ def validate(g, where: str, minor: int, n_cases: int, n_classes: int, grid: Sequ
     p = _shape_problems(shapes, dtypes, n_classes, grid, where) + _attr_problems(g.attrs.get("gaze"), where)
     if p:
         return p
+    p = _storage_problems(g, present, where)
+    if p:
+        return p
     try:
         values = {a: np.asarray(g[a][...]) for a in present if a not in ("gaze_map", "gaze_region_mask")}
-        values["gaze_map"] = np.asarray(g["gaze_map"][...])
+        values["gaze_map"] = np.zeros((0, *grid), np.float32)  # checked a chunk at a time below
+        p = _value_problems(values, n_cases, where)
+        arr = g["gaze_map"]
+        step = int(arr.metadata.chunk_grid.chunk_shape[0])
+        for start in range(0, arr.shape[0], step):
+            block = np.asarray(arr[start:start + step])
+            if not np.isfinite(block).all() or (block < 0).any():
+                return p + [Problem(f"{where}/gaze_map", "must hold finite non-negative densities")]
     except Exception as exc:  # noqa: BLE001 - a corrupt chunk: its own line
         return [Problem(where, f"unreadable gaze array ({type(exc).__name__}: {exc})")]
-    return _value_problems(values, n_cases, where)
+    return p
+
+
+def _storage_problems(g, present: Sequence[str], where: str) -> list[Problem]:
+    """From metadata and the store's listing, before a chunk is decoded, as for every other array of a store
+    (:func:`xbench.schemas.store.read_problems`): the arrays read whole within a quarter of the memory budget, and
+    none declaring more than ``max_ratio`` times its stored bytes (a 4 GB ``gaze_map`` stored in 1 MB is refused
+    here, not by the memory watchdog)."""
+    from xbench.schemas.store import read_problems
+
+    p: list[Problem] = []
+    for a in present:
+        p += read_problems(g[a], f"{where}/{a}", whole=a not in ("gaze_map", "gaze_region_mask"))
+    return p
 
 
 def _attr_problems(attr, where: str) -> list[Problem]:

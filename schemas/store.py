@@ -270,6 +270,18 @@ def stored_problems(arr: zarr.Array, where: str, *, trusted: bool = False) -> li
     return budget.stored_chunk_problems(arr, where, _zarr.store_tag(arr.store), lim)
 
 
+def read_problems(arr: zarr.Array, where: str, *, whole: bool) -> list[Problem]:
+    """Everything that makes reading ``arr`` from a stranger unsafe, from its metadata and the store's listing
+    alone, whatever its expected shape and dtype (checked by the caller): codecs, chunk count and size
+    (:func:`check_array`; ``whole``: read at once, so within a quarter of the memory budget) and stored chunks
+    declaring more than ``max_ratio`` times their bytes (:func:`stored_problems`). For the optional arrays of a
+    store (gaze, case attributes), as the core arrays get the same checks."""
+    p: list[Problem] = []
+    if check_array(arr, where, shape=tuple(arr.shape), dtypes=(dtype_name(arr),), problems=p, whole=whole):
+        p += stored_problems(arr, where)
+    return p
+
+
 def check_strings(values: np.ndarray, where: str, what: str, problems: list[Problem]) -> None:
     """Strings no longer than ``max_name_chars`` (a ``<U`` array's width is its longest string)."""
     cap = budget.limits().max_name_chars

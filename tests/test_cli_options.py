@@ -28,7 +28,7 @@ def _commands():
 
 
 def test_every_subcommand_is_counted():
-    assert len(SUBCOMMANDS) == 15
+    assert len(SUBCOMMANDS) == 16
     assert {n.split()[0] for n, _ in _commands()} == set(SUBCOMMANDS)
 
 

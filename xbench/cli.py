@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "human": ("xbench.human:human", "The human ceiling: a dataset's own radiologists scored like a model.",
               "extract"),
     "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from an HDF5 file or a folder of .npz files.", None),
+    "warm": ("xbench.score.kernels.warm:warm", "Compile the scorer's Numba kernels into the cache now (install, images).",
+             None),
 }
 
 

@@ -26,7 +26,6 @@ more fixations than one reading may hold, a missing image. Split: ``all`` (the r
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +64,11 @@ class EGDCXRReader(DatasetReader):
             self.sigma = None if options.get("sigma") in (None, "") else float(options["sigma"])
         except (TypeError, ValueError):
             raise ReaderOptionError(f"egd_cxr: option sigma must be a number of pixels; got {options['sigma']!r}") from None
-        if self.sigma is not None and not (math.isfinite(self.sigma) and 0 < self.sigma <= 10_000):
-            raise ReaderOptionError(f"egd_cxr: sigma must lie in (0, 10000] pixels; got {self.sigma}")
+        from xbench.schemas.gaze import stored_positive
+
+        if self.sigma is not None and not stored_positive(self.sigma, 10_000):
+            raise ReaderOptionError(f"egd_cxr: sigma must lie in (0, 10000] pixels (a normal float32, as stored); "
+                                    f"got {self.sigma}")
         self._labels = {n: c for c in self.classes for n in native_labels(self.key, c)}
         self._fixations: dict[str, np.ndarray] = {}
         self._record_labels: dict[str, dict] = {}
@@ -81,7 +83,7 @@ class EGDCXRReader(DatasetReader):
         return p
 
     def records(self) -> list[CaseRecord]:
-        from xbench.schemas.gaze import MAX_FIXATIONS_PER_READING
+        from xbench.schemas.gaze import MAX_FIXATIONS_PER_READING, stored_positive
 
         self.problems.clear()
         bad = CaseProblems(self.problems)
@@ -132,6 +134,8 @@ class EGDCXRReader(DatasetReader):
                 d, x, y = (parse_float(row[k] or "") for k in ("FPOGD", "X_ORIGINAL", "Y_ORIGINAL"))
                 if d < 0:
                     raise ValueError(f"FPOGD {d} is a negative duration")
+                if d != 0 and not stored_positive(d):  # stored as float32: 1e-300 would become 0, 1e300 inf
+                    raise ValueError(f"FPOGD {d} is not a duration float32 holds (normal, finite)")
                 if abs(x) > 1e6 or abs(y) > 1e6:
                     raise ValueError(f"fixation ({x}, {y}) lies on no image")
             except ValueError as exc:

@@ -5,7 +5,8 @@ native continuous pixel coordinates,
 
     cx = (j + 0.5) * W_orig / W,        cy = (i + 0.5) * H_orig / H,
 
-falls inside the native region. Rasterisation goes lesion by lesion so that no lesion is lost
+falls inside the native region, decided exactly (:mod:`xbench.schemas.grid`: a centre exactly on a pixel
+edge or on a box edge is never moved by float rounding; 13.5 * (296/36) in floats is 110.99999999999999). Rasterisation goes lesion by lesion so that no lesion is lost
 to downsampling: a lesion is one box, one polygon, or one 8-connected component of a mask (pixels
 touching at a corner are one lesion). Each lesion sets the cells whose centres fall inside it; a
 lesion that no cell centre falls inside (smaller than a cell, slipping between centres) sets the
@@ -32,7 +33,7 @@ Inside-rules, one per shape type (native coordinates: x right, y down, pixel (r,
 
 Area centroids: a clipped box's is its centre; a pixel lesion's (a polygon's pixels, a mask
 component) is ``mean(c + 0.5), mean(r + 0.5)`` over its pixels. The centroid cell is
-``(floor(cy_c * H / H_orig), floor(cx_c * W / W_orig))``, clipped to the grid.
+``(floor(cy_c * H / H_orig), floor(cx_c * W / W_orig))``, clipped to the grid, in exact rationals.
 
 All functions are pure; nothing here reads files.
 """
@@ -42,11 +43,13 @@ from xbench.schemas.errors import InputError
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 
 from xbench.extract.datasets.base import Box, Mask, Polygon, Shape
+from xbench.schemas import grid as exact
 
 __all__ = [
     "RASTERISATION",
@@ -86,9 +89,10 @@ class RegionRaster:
 def cell_centres(n_cells: int, n_native: int) -> np.ndarray:
     """Centres of ``n_cells`` grid cells along one axis, in native continuous coordinates.
 
-    Returns (n_cells,) float64: ``(k + 0.5) * n_native / n_cells``, all in [0, n_native).
+    Returns (n_cells,) float64: ``(2k + 1) * n_native / (2 n_cells)`` rounded once, all in [0, n_native).
+    Which pixel or box holds a centre is decided exactly (:mod:`xbench.schemas.grid`), never from these floats.
     """
-    return (np.arange(n_cells, dtype=np.float64) + 0.5) * (n_native / n_cells)
+    return exact.centres(n_cells, n_native)
 
 
 def _check_size(orig_size: tuple[int, int], grid: tuple[int, int] | None = None) -> tuple[int, int]:
@@ -212,6 +216,13 @@ def _pixels_centroid(m: np.ndarray) -> tuple[float, float]:
     return float(cols.mean() + 0.5), float(rows.mean() + 0.5)
 
 
+def _exact_pixels_centroid(m: np.ndarray) -> tuple[Fraction, Fraction]:
+    """:func:`_pixels_centroid` as exact rationals (its cell is then decided exactly)."""
+    rows, cols = np.nonzero(m)
+    n = len(rows)
+    return Fraction(2 * int(cols.sum()) + n, 2 * n), Fraction(2 * int(rows.sum()) + n, 2 * n)
+
+
 def region_centroid(shapes: Sequence[Shape], orig_size: tuple[int, int]) -> tuple[float, float] | None:
     """Area centroid (cx, cy) of the native region in continuous coordinates; None when empty."""
     size = _check_size(orig_size)
@@ -223,19 +234,23 @@ def region_centroid(shapes: Sequence[Shape], orig_size: tuple[int, int]) -> tupl
     return _pixels_centroid(pixels) if pixels.any() else None
 
 
-def _centroid_cell(cx: float, cy: float, size: tuple[int, int], grid: tuple[int, int]) -> tuple[int, int]:
+def _centroid_cell(cx: float | Fraction, cy: float | Fraction, size: tuple[int, int], grid: tuple[int, int]) -> tuple[int, int]:
     """The grid cell holding the native point (cx, cy), clipped to the grid."""
     (h0, w0), (gh, gw) = size, grid
-    i = min(max(int(math.floor(cy * gh / h0)), 0), gh - 1)
-    j = min(max(int(math.floor(cx * gw / w0)), 0), gw - 1)
+    # in rationals (a float or a Fraction is exact here): floor(cy * gh / h0) must not round across a cell edge
+    i = min(max(math.floor(Fraction(cy) * gh / h0), 0), gh - 1)
+    j = min(max(math.floor(Fraction(cx) * gw / w0), 0), gw - 1)
     return i, j
 
 
 #: 8-connectivity: pixels touching at a corner belong to one lesion (a thin diagonal stroke stays one).
 _CONNECTIVITY = np.ones((3, 3), dtype=bool)
+#: lesions one native mask may hold (issue 44): a dataset's mask holds a handful; a file of millions of
+#: one-pixel dots is refused after labelling, before any work per lesion (xbench-convert's masks: the same cap)
+MAX_MASK_LESIONS = 100_000
 
 
-def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, list[tuple[float, float]]]:
+def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, list[tuple[Fraction, Fraction]]]:
     """Sample a native pixel mask at the grid's cell centres, lesion by lesion.
 
     ``rows``/``cols`` are the native pixel indices of the cell centres. Returns the sampled (H, W) mask
@@ -245,6 +260,8 @@ def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[n
 
     sampled = m[np.ix_(rows, cols)]
     labels, n = ndimage.label(m, structure=_CONNECTIVITY)
+    if n > MAX_MASK_LESIONS:
+        raise ShapeError(f"mask holds {n:,} separate lesions (8-connected regions); at most {MAX_MASK_LESIONS:,}")
     if n == 0:
         return sampled, []
     hit = np.zeros(n + 1, dtype=bool)
@@ -254,10 +271,12 @@ def _pixel_lesions(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[n
         return sampled, []
     rr, cc = np.nonzero(m)
     lab = labels[rr, cc]
-    count = np.bincount(lab, minlength=n + 1).astype(np.float64)
-    mean_c = np.bincount(lab, weights=cc, minlength=n + 1) / np.maximum(count, 1.0)
-    mean_r = np.bincount(lab, weights=rr, minlength=n + 1) / np.maximum(count, 1.0)
-    return sampled, [(float(mean_c[k] + 0.5), float(mean_r[k] + 0.5)) for k in missed]
+    # integer sums, so that each centroid (mean of the pixels' centres) is an exact rational
+    count = np.bincount(lab, minlength=n + 1)
+    sum_c = np.bincount(lab, weights=cc, minlength=n + 1)  # float64 sums of integers below 2**53: exact
+    sum_r = np.bincount(lab, weights=rr, minlength=n + 1)
+    return sampled, [(Fraction(2 * int(sum_c[k]) + int(count[k]), 2 * int(count[k])),
+                      Fraction(2 * int(sum_r[k]) + int(count[k]), 2 * int(count[k]))) for k in missed]
 
 
 def rasterise_region(
@@ -284,26 +303,25 @@ def rasterise_region(
     """
     size = _check_size(orig_size, grid)
     (h0, w0), (gh, gw) = size, (int(grid[0]), int(grid[1]))
-    cx, cy = cell_centres(gw, w0), cell_centres(gh, h0)
-    # floor of a centre in [0, n) is a valid pixel index; int conversion floors non-negatives
-    rows, cols = cy.astype(np.int64), cx.astype(np.int64)
+    # the native pixel holding each centre, in integers: a centre exactly on a pixel edge is the next pixel's
+    rows, cols = exact.centre_pixels(gh, h0), exact.centre_pixels(gw, w0)
     out = np.zeros((gh, gw), dtype=bool)
-    centroids: list[tuple[float, float]] = []
+    centroids: list[tuple[Fraction, Fraction]] = []
     for s in shapes:
         if isinstance(s, Box):
             b = clip_box(s, size)
             if b is None:
                 continue
-            cells = np.outer((cy >= b.y0) & (cy < b.y1), (cx >= b.x0) & (cx < b.x1))
-            if cells.any():
-                out |= cells
+            (r0, r1), (c0, c1) = exact.centre_ranges(b.y0, b.y1, h0, gh), exact.centre_ranges(b.x0, b.x1, w0, gw)
+            if r1 > r0 and c1 > c0:  # the centres with y0 <= cy < y1 and x0 <= cx < x1, decided exactly
+                out[r0:r1, c0:c1] = True
             else:  # a box's area centroid is its centre
-                centroids.append(((b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2))
+                centroids.append(((Fraction(b.x0) + Fraction(b.x1)) / 2, (Fraction(b.y0) + Fraction(b.y1)) / 2))
             continue
         if isinstance(s, Polygon):
             m = _polygon_mask(s, size)
             sampled = m[np.ix_(rows, cols)]
-            missed = [] if sampled.any() or not m.any() else [_pixels_centroid(m)]
+            missed = [] if sampled.any() or not m.any() else [_exact_pixels_centroid(m)]
         elif isinstance(s, Mask):
             sampled, missed = _pixel_lesions(load_mask(s, size), rows, cols)
         else:

@@ -124,10 +124,13 @@ class REFLACXReader(DatasetReader):
         except (TypeError, ValueError):
             raise ReaderOptionError(f"reflacx: options certainty and phases must be whole numbers, sigma a number of "
                                     f"pixels; got {options!r}") from None
+        from xbench.schemas.gaze import stored_positive
+
         if not (1 <= self.certainty <= 5 and set(self.phases) <= set(PHASES) and self.phases
-                and (self.sigma is None or (math.isfinite(self.sigma) and 0 < self.sigma <= 10_000))):
+                and (self.sigma is None or stored_positive(self.sigma, 10_000))):
             raise ReaderOptionError("reflacx: certainty must lie in 1..5, phases among 1,2,3 and sigma in (0, 10000] "
-                                    f"pixels; got certainty={self.certainty}, phases={self.phases}, sigma={self.sigma}")
+                                    "pixels (a normal float32, as stored); got "
+                                    f"certainty={self.certainty}, phases={self.phases}, sigma={self.sigma}")
         self._labels = {n: c for c in self.classes for n in native_labels(self.key, c)}
         self._readings: dict[str, list[NativeReading]] = {}
         #: every reading of each kept case, discarded eye tracking included (labels and ellipses): the readers'
@@ -149,6 +152,8 @@ class REFLACXReader(DatasetReader):
         return out
 
     def records(self) -> list[CaseRecord]:
+        from xbench.schemas.gaze import MAX_READINGS_PER_CASE
+
         self.problems.clear()
         self._readings, self.all_readings = {}, {}
         bad = CaseProblems(self.problems)
@@ -175,6 +180,10 @@ class REFLACXReader(DatasetReader):
             image = self.images / c["path"]
             if not image.is_file():
                 bad.add(c["where"], f"no image {c['path']} under {self.images}", cid)
+                self._readings.pop(cid, None)
+                continue
+            if len(c["all"]) > MAX_READINGS_PER_CASE:  # before any gaze map is built for them (issue 44)
+                bad.add(c["where"], f"{len(c['all']):,} readings of one image; at most {MAX_READINGS_PER_CASE}", cid)
                 self._readings.pop(cid, None)
                 continue
             labels = {k: -1 for k in self.classes}
@@ -228,6 +237,8 @@ class REFLACXReader(DatasetReader):
             bad.add(where, f"reading {rid}: {exc}", cid)
 
     def _fixations(self, path: Path) -> tuple[np.ndarray, float]:
+        from xbench.schemas.gaze import stored_positive
+
         if not path.is_file():
             raise ValueError(f"no {path.name} in main_data/{path.parent.name} (and the reading is not discarded)")
         reader = CSVFile(path, self.source_roots(), max_rows=MAX_FIXATIONS)
@@ -242,11 +253,13 @@ class REFLACXReader(DatasetReader):
                 t0, t1, x, y, rx, ry = (parse_float(row[c] or "") for c in FIXATION_COLUMNS)
             except ValueError as exc:
                 raise ValueError(f"{at}: {exc}") from None
-            if not t1 > t0:
-                raise ValueError(f"{at}: the fixation ends at {t1} s, not after its start {t0} s")
-            if not (0 < rx <= MAX_PIXELS_PER_DEGREE and 0 < ry <= MAX_PIXELS_PER_DEGREE):
+            # checked as stored: the duration and the sigma (from rx, ry) are float32 in gt.zarr
+            if not stored_positive(t1 - t0):
+                raise ValueError(f"{at}: the fixation ends at {t1} s, not after its start {t0} s by a duration "
+                                 "float32 holds")
+            if not (stored_positive(rx, MAX_PIXELS_PER_DEGREE) and stored_positive(ry, MAX_PIXELS_PER_DEGREE)):
                 raise ValueError(f"{at}: angular resolution ({rx}, {ry}) pixels per degree outside (0, "
-                                 f"{MAX_PIXELS_PER_DEGREE:g}]")
+                                 f"{MAX_PIXELS_PER_DEGREE:g}] (as float32)")
             if abs(x) > 1e6 or abs(y) > 1e6:
                 raise ValueError(f"{at}: position ({x}, {y}) is not on any screen")
             fix.append((x, y, t1 - t0))

@@ -26,7 +26,9 @@ _FOLD_SLICE = 1 << 20
 
 
 def kernel(s: float) -> np.ndarray:
-    r = math.ceil(4.0 * s) if s > 0 else 0
+    if not 2.0 * s * s > 0:  # s = 0, or so small (1e-300 passes the range check) that s^2 underflows: 0/0 below
+        return np.ones(1)  # the Gaussian's limit as s -> 0, the identity
+    r = math.ceil(4.0 * s)
     k = np.arange(-r, r + 1, dtype=np.float64)
     w = np.exp(-(k * k) / (2.0 * s * s)) if r else np.ones(1)
     return w / w.sum()

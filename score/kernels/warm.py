@@ -3,8 +3,8 @@
 The scorer's kernels take ~6 s (counting) and ~2 s (ranking) of one core to compile, once per install and
 machine (:mod:`._numba_cache` says where the cache lives). Two ways to pay that early, on several cores:
 
-* ``python -m xbench.score.kernels.warm`` (run by ``make install``): compiles every kernel ``xbench-score`` uses, one
-  child process per kernel, so the first real run finds them all cached;
+* ``xbench warm`` (run by ``make install`` and the evaluation image's build): compiles every kernel ``xbench-score``
+  uses, one child process per kernel, so the first real run finds them all cached;
 * :func:`start_background_warm`, called by the scorer itself: when the ranking kernel is not cached yet,
   a child process compiles it while the scorer validates, reads and compiles the counting kernel.
 
@@ -18,10 +18,15 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
+import click
+
+from xbench.schemas._cli import command
+from xbench.schemas.options import Flag, click_options, opt, parse
 from xbench.score.metrics.params import POINTING_TOLERANCE
 
-__all__ = ["JOBS", "compile_job", "warm_cache", "start_background_warm"]
+__all__ = ["JOBS", "compile_job", "warm_cache", "start_background_warm", "warm"]
 
 #: What each child compiles: the counting kernel of each resize path, the ranking kernel, and the gaze
 #: section's two AUC kernels (kernels/saliency.py).
@@ -116,22 +121,44 @@ def start_background_warm() -> subprocess.Popen | None:
         return None  # the scorer then compiles it itself when needed
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    jobs = tuple(args) or JOBS
-    unknown = [j for j in jobs if j not in JOBS]
-    if unknown:
-        print(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(JOBS)}", file=sys.stderr)
-        return 2
+@dataclass(kw_only=True)
+class WarmOptions:
+    """What ``xbench warm [KERNEL...]`` takes besides the kernels (the fields are its options)."""
+
+    quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing.")
+    as_json: bool = opt(False, check=Flag(), flag="--json",
+                        help="Print the kernels compiled, the seconds and the cache folder as JSON.")
+
+
+@command("warm")
+@click.argument("kernels", nargs=-1, type=click.Choice(JOBS))
+@click_options(WarmOptions)
+def warm(kernels, **params):
+    """Compile the scorer's Numba kernels into Numba's cache now, so no scoring run pays for it.
+
+    Each KERNEL (default: all of them) compiles in its own child process, on the usable cores. Run it once
+    after installing: `make install` runs it, and so does the evaluation image's build
+    (platforms/grand-challenge/Dockerfile), where NUMBA_CPU_NAME=generic keys the cache to any x86-64 CPU.
+
+    \b
+    Examples:
+      xbench warm                 # every kernel xbench-score uses
+      xbench warm rank --json     # one kernel; the result as JSON
+    """
+    o = parse(WarmOptions, params)
+    import json
+
     from xbench.score.kernels._numba_cache import choose_cache_dir
 
-    seconds = warm_cache(jobs)
+    jobs = tuple(dict.fromkeys(kernels)) or JOBS
+    try:
+        seconds = warm_cache(jobs)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
     where = choose_cache_dir(os.path.dirname(__file__))
     if where is None:  # Numba's default: a __pycache__ folder beside the kernels' sources
         where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
-    print(f"compiled {', '.join(jobs)} in {seconds:.1f} s; the kernels are cached in {where}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if o.as_json:
+        click.echo(json.dumps({"compiled": list(jobs), "seconds": round(seconds, 3), "cache": where}))
+    elif not o.quiet:
+        click.echo(f"compiled {', '.join(jobs)} in {seconds:.1f} s; the kernels are cached in {where}")

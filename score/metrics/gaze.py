@@ -34,6 +34,7 @@ import functools
 
 import numpy as np
 
+from xbench.schemas import grid as exact_grid
 from xbench.score.kernels.saliency import shuffled_ranks, threshold_bins
 
 __all__ = ["KL_EPS", "JITTER", "JITTER_SEED", "MEASURES", "LOWER_IS_BETTER", "fixation_cells", "density",
@@ -65,7 +66,8 @@ def fixation_cells(xy, orig_size, grid) -> tuple[np.ndarray, np.ndarray]:
     ``xy``: (F, 2+) x, y in original pixels (x to the right, y down); ``orig_size``: the image's (height,
     width) in pixels; ``grid``: (H, W). The image is ``0 <= x < width``, ``0 <= y < height``; a fixation
     outside it (on or beyond the right or bottom edge, or negative) is left out. The cell is
-    ``floor(x * W / width)`` (and likewise for y): the cell whose span of original pixels holds the point.
+    ``floor(x * W / width)`` (and likewise for y) in exact arithmetic: the cell whose span of original pixels
+    holds the point, a point exactly on a cell edge in the cell after it.
     """
     a = np.asarray(xy, dtype=np.float64)
     if a.size == 0:
@@ -78,8 +80,9 @@ def fixation_cells(xy, orig_size, grid) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"image size {tuple(orig_size)} and grid {tuple(grid)} must be positive.")
     x, y = a[:, 0], a[:, 1]
     inside = np.isfinite(x) & np.isfinite(y) & (x >= 0) & (x < w) & (y >= 0) & (y < h)
-    cols = np.minimum(np.floor(x[inside] * W / w).astype(np.int64), W - 1)  # rounding never leaves the grid
-    rows = np.minimum(np.floor(y[inside] * H / h).astype(np.int64), H - 1)
+    # exactly, not from the float product x * W (which can round up onto the next cell's edge)
+    cols = exact_grid.point_cells(x[inside], int(w), W)
+    rows = exact_grid.point_cells(y[inside], int(h), H)
     return rows, cols
 
 

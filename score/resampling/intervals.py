@@ -11,7 +11,36 @@ from collections.abc import Mapping
 import numpy as np
 
 __all__ = ["nanmean_rows", "mean_defined", "percentile_interval", "percentile_intervals", "paired_row", "defined",
-           "test_identity"]
+           "test_identity", "TIE_TOLERANCE", "tied_differences", "paired_p_value"]
+
+#: a replicate difference d*_j = a*_j - b*_j with |d*_j| <= TIE_TOLERANCE * M (M the largest |a*_j|, |b*_j| of the
+#: row's defined resamples) is a tie, d*_j = 0 (docs/contract.md, "Significant"). Both sides are float sums of the
+#: same rationals in different orders (10/21 as 4/21 + 6/21 or as 10/21), so an exact 0 can come out as +-1e-16;
+#: numpy's summation over up to ~10**7 terms errs by far less than 1e-9 relative, and no printed statistic
+#: distinguishes values closer than that.
+TIE_TOLERANCE = 1e-9
+
+
+def tied_differences(reps_a, reps_b) -> np.ndarray:
+    """The paired replicate differences ``a - b`` (float64, NaN where either side is undefined) with every tie
+    (:data:`TIE_TOLERANCE`) set to exactly 0."""
+    a, b = np.asarray(reps_a, dtype=np.float64), np.asarray(reps_b, dtype=np.float64)
+    d = a - b
+    ok = ~np.isnan(d)
+    if ok.any():
+        scale = max(float(np.abs(a[ok]).max()), float(np.abs(b[ok]).max()))
+        d[ok & (np.abs(d) <= TIE_TOLERANCE * scale)] = 0.0
+    return d
+
+
+def paired_p_value(d) -> float | None:
+    """The two-sided paired-bootstrap p-value min(1, 2 min(P*(d <= 0), P*(d >= 0))) over the defined differences
+    of :func:`tied_differences` (a tie counts on both sides); None when none is defined. Not yet floored."""
+    d = np.asarray(d, dtype=np.float64)
+    ok = d[~np.isnan(d)]
+    if not ok.size:
+        return None
+    return float(min(1.0, 2.0 * min(np.count_nonzero(ok <= 0), np.count_nonzero(ok >= 0)) / ok.size))
 
 
 def nanmean_rows(stack: np.ndarray) -> np.ndarray:
@@ -67,8 +96,8 @@ def defined(x) -> float | None:
 
 def test_identity(d: np.ndarray, diff: float | None) -> str:
     """Which test a paired row is: a digest of its resampled statistic, the replicate differences ``d`` (B,) bit
-    for bit (which resamples are undefined, then the defined values; -0.0 counted as 0.0), and its point
-    difference. Two rows with the same identity are one test whatever they are called (with one dataset the
+    for bit after the tie rule (:func:`tied_differences`: which resamples are undefined, then the defined values;
+    a tie and -0.0 counted as 0.0), and its point difference. Two rows with the same identity are one test whatever they are called (with one dataset the
     overall mean is that dataset's mean, resample by resample), so a multiplicity family counts them once
     (:func:`xbench.score.resampling.engine.holm_family`)."""
     import hashlib
@@ -92,7 +121,8 @@ def paired_row(dataset, cls, metric, point_a, point_b, reps_a, reps_b, level) ->
     d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
     ok = d[~np.isnan(d)]
     ci = percentile_interval(ok, level)
-    p = float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0)))) if ok.size else None
+    d = tied_differences(reps_a, reps_b)  # the p-value and the test's identity decide d = 0 with the tie rule
+    p = paired_p_value(d)
     diff = None if a is None or b is None else a - b
     return {"dataset": dataset, "class": cls, "metric": metric, "a": a, "b": b,
             "diff": diff, "diff_lo": None if ci is None else ci[0],

@@ -417,6 +417,34 @@ def page(results) -> tuple[list[str], str]:
                        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
+#: bytes one row of group replicates holds besides its case weights: the threshold curves' sums and the metrics'
+#: values of one resample (measured: 13-16 KiB a row with the default thresholds; the test holds the bound)
+ROW_BYTES = 16 * 1024
+
+
+def work_bytes(n_groups: int, n_cases: int, n_resamples: int) -> int:
+    """What one block of group replicates holds at once (:func:`group_replicates`): a row per group and resample of
+    the block, each with its case weights about four times over in float64 (the product, its transpose, a class's
+    pairs' weights) and :data:`ROW_BYTES` of sums."""
+    from xbench.score.resampling.engine import _block_sizes
+
+    rows = n_groups * (_block_sizes(n_cases, n_resamples)[0] if n_resamples > 0 else 1)
+    return rows * (4 * 8 * n_cases + ROW_BYTES)
+
+
+def work_problems(name: str, fields: Sequence[str], n_groups: int, n_cases: int, n_resamples: int) -> list[str]:
+    """One line when the groups' resamples would not fit half of ``--max-memory``, from the counts alone, before
+    anything is allocated (550 groups of 2 cases held gigabytes a block; issue 44)."""
+    from xbench.schemas.budget import MiB, limits
+
+    need, cap = work_bytes(n_groups, n_cases, n_resamples), limits().max_memory // 2
+    if need <= cap:
+        return []
+    return [f"--by {','.join(fields)}: {name} splits {n_cases:,} cases into {n_groups:,} groups, whose resamples "
+            f"would hold {need / MiB:,.0f} MiB at once, more than half of --max-memory ({limits().max_memory / MiB:,.0f} "
+            "MiB): split by fewer groups, or raise --max-memory"]
+
+
 def prepare(values: dict, gt, names, submissions) -> dict | None:
     """--by's fields, bands and minimum group size, checked against the scored datasets' case attributes before
     anything is scored; None without --by."""
@@ -454,6 +482,9 @@ def prepare(values: dict, gt, names, submissions) -> dict | None:
         n_groups = len(set(group_labels(attrs, fields, bands).tolist()) - {""})
         if n_groups > MAX_GROUPS:
             problems.append(f"--by {','.join(fields)}: {name} splits into {n_groups:,} groups; at most {MAX_GROUPS:,}")
+        else:
+            problems += work_problems(name, fields, n_groups, len(gt.datasets[name].case_id),
+                                      int(values.get("bootstrap") or 0))
     if problems:
         raise UserError(problems, _NOTHING_WRITTEN)
     return {"by": fields, "age_bands": bands, "min_group": min_group, "attributes": attributes}

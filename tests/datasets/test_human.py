@@ -379,7 +379,11 @@ def hostile(chex, tmp_path_factory):
                                       f"{F.VINDR_IDS['d']},../R1,No finding,,,,\n"),
                        ("unicode digit rad_id", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n"  # str.isdigit
                                                 f"{F.VINDR_IDS['d']},R\u00b2,No finding,,,,\n"
-                                                f"{F.VINDR_IDS['d']},R1,No finding,,,,\n")):
+                                                f"{F.VINDR_IDS['d']},R1,No finding,,,,\n"),
+                       # issue 44, class 4: each reader's truth is the others' marks; 10^8 truths before the cap
+                       ("10,000 readers of one image", "image_id,rad_id,class_name,x_min,y_min,x_max,y_max\n" + "".join(
+                           f"{F.VINDR_IDS['d']},R{k},Nodule/Mass,{k % 40},5,{k % 40 + 8},20\n"
+                           for k in range(1, 10_001)))):
         case = vroot / name.replace(" ", "_")
         r = case / "root"
         (r / "annotations").mkdir(parents=True)
@@ -389,7 +393,8 @@ def hostile(chex, tmp_path_factory):
     results = run_forked(jobs, tmp_path_factory.mktemp("hostile-human"), entry="xbench.human:human",
                          prog="xbench human", preload=("xbench.extract.human", "xbench.human",
                                                        "xbench.score.scoring"))
-    return dict(zip([*HOSTILE, "no rad_id", "box past the image", "bad rad_id", "unicode digit rad_id"],
+    return dict(zip([*HOSTILE, "no rad_id", "box past the image", "bad rad_id", "unicode digit rad_id",
+                     "10,000 readers of one image"],
                     zip(jobs, results)))
 
 
@@ -410,7 +415,8 @@ def vindr_images(factory) -> Path:
 
 
 HOSTILE_MESSAGES = {**{k: v[1] for k, v in HOSTILE.items()}, "no rad_id": "rad_id", "box past the image": "bad box",
-                    "bad rad_id": "not like R8", "unicode digit rad_id": "not like R8"}
+                    "bad rad_id": "not like R8", "unicode digit rad_id": "not like R8",
+                    "10,000 readers of one image": "with 10,000); readers are scored against each other, at most 32"}
 
 
 @pytest.mark.parametrize("rad", ["R8", "R17", "R1234567", "R\u00b2", "R\u0661", "R\uff18", "R8\n", "R", "r8",
@@ -588,3 +594,29 @@ def test_stores_holding_other_datasets_too(chex, chex_human, tmp_path):
     a = json.loads((out / "human.json").read_text())["datasets"]
     b = json.loads((chex_human / "human.json").read_text())["datasets"]
     assert a == b
+
+
+def test_a_readers_point_on_an_exact_cell_edge_lands_in_the_cell_the_contract_names():
+    # issue 43: floor(x * W / w) decided exactly; x = 2402.6666666666665 on a 2544-wide image at 36 cells is just
+    # below the edge 34 * 2544 / 36 = 2402.666..., in cell 33, while the float product rounds to 34
+    import math
+    from fractions import Fraction
+
+    from xbench.extract.human import _point_cell
+    for w, W in [(2544, 36), (1088, 224), (296, 36)]:
+        for k in range(1, W):
+            e = float(Fraction(k * w, W))
+            for x in (e, math.nextafter(e, 0), math.nextafter(e, w)):
+                want = min(math.floor(Fraction(x) * W / w), W - 1)
+                assert _point_cell((x, x), (w, w), (W, W)) == (want, want), (w, W, x)
+
+
+def test_reader_count_bounds_from_the_counts_alone():
+    """The bounds on readers (issue 44, class 4), one line each, before any truth is built."""
+    from xbench.extract.human_marks import MAX_READERS, MAX_READERS_PER_IMAGE, reader_count_problems
+
+    assert reader_count_problems({"a": MAX_READERS_PER_IMAGE, "*": MAX_READERS}, "f.csv") == []
+    lines = [str(p) for p in reader_count_problems({"a": 33, "b": 40, "c": 2, "*": MAX_READERS + 1}, "f.csv")]
+    assert lines == [f"f.csv: 2 image(s) have more than {MAX_READERS_PER_IMAGE} readers (the most: b with 40); "
+                     f"readers are scored against each other, at most {MAX_READERS_PER_IMAGE} an image",
+                     f"f.csv: holds {MAX_READERS + 1:,} readers; each is scored on its own, at most {MAX_READERS:,}"]

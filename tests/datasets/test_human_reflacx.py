@@ -182,3 +182,29 @@ def test_xbench_human_reflacx_refuses_a_hostile_reading_file_with_exit_2(tmp_pat
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     lines = [ln for ln in res.output.splitlines() if "P101R000003" in ln]
     assert len(lines) == 1 and not out.exists()
+
+
+def test_xbench_human_reflacx_checks_the_metadata_size_before_any_mask(tmp_path_factory):
+    """Issue 44, class 3: a metadata size of 20,000 x 20,000 (within the reader's bound) against the images store's
+    60 x 80 was built into ellipse masks at 20,000 x 20,000 before anything compared the sizes; now refused first,
+    one line naming the image, exit 2, no output, under 1 GiB (the metadata size alone would cost 400 MB a mask)."""
+    import shutil
+    import subprocess
+    import sys
+
+    root, data = _reflacx_data(tmp_path_factory.getbasetemp() / "reflacx_human")
+    bad = tmp_path_factory.mktemp("size") / "raw"
+    shutil.copytree(root, bad)
+    meta = bad / "main_data" / "metadata_phase_1.csv"
+    text = meta.read_text()
+    assert text.count(",80,60,") >= 1, text[:400]
+    meta.write_text(text.replace(",80,60,", ",20000,20000,"))
+    out = bad.parent / "out"
+    code = "import sys; from xbench.cli import main; sys.argv[0] = 'xbench'; main()"
+    res = subprocess.run([sys.executable, "-c", code, "human", "reflacx", "--root", str(bad), "--images",
+                          str(data / "images.zarr"), "--out", str(out), "--bootstrap", "0", "--max-memory", "1GiB",
+                          "--timeout", "60"], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "20000x20000, the images store as 80x60" in lines[0] and D1 in lines[0], res.stderr
+    assert not out.exists()

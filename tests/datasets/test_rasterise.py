@@ -306,3 +306,52 @@ def test_no_box_is_lost_on_chestx_det10_shaped_data_at_coarse_grids(tmp_path):
     # the data exercises the case the per-region rule got wrong, more so as the grid coarsens
     assert lost_by_the_old_rule[224] < lost_by_the_old_rule[56] < lost_by_the_old_rule[14]
     assert lost_by_the_old_rule[14] > 20
+
+
+# issue 43: at these sizes a cell centre lies exactly on a pixel edge, and the float product (k + 0.5) * (n / N)
+# fell just below it, so the cell sampled the pixel above the one the contract names
+_EDGE = [(1088, 224), (2176, 224), (2624, 224), (3648, 224), (3904, 224), (4352, 224), (296, 36)]
+
+
+def _edge_cells(n, N):
+    from fractions import Fraction
+    return [(k, (2 * k + 1) * n // (2 * N)) for k in range(N) if Fraction((2 * k + 1) * n, 2 * N).denominator == 1]
+
+
+@pytest.mark.parametrize("n, N", _EDGE)
+def test_a_centre_exactly_on_a_pixel_edge_samples_the_pixel_after_it(n, N):
+    for k, edge in _edge_cells(n, N)[:3]:
+        m = np.zeros((n, 8), dtype=bool)
+        m[edge, :] = True  # one row: the pixel the exact centre of grid row k lies on the top edge of
+        m[edge + 2:, :] = True  # a second lesion below, hit by centres, so the centroid rule cannot hide a miss
+        r = rasterise_region([mask_shape(m)], (n, 8), (N, 1))
+        assert r.mask[k, 0], (n, N, k, edge)
+        above = np.zeros((n, 8), dtype=bool)
+        above[:edge, :] = True  # every pixel above the edge: cell k's centre is not on it
+        assert rasterise_region([mask_shape(above)], (n, 8), (N, 1)).mask[:, 0].tolist() == [True] * k + [False] * (N - k)
+
+
+@pytest.mark.parametrize("n, N", _EDGE)
+def test_a_box_edge_exactly_on_a_centre_is_decided_exactly(n, N):
+    for k, edge in _edge_cells(n, N)[:3]:
+        # half-open: y0 <= cy < y1, so a box starting on the centre holds it and one ending there does not
+        starts = rasterise_region([Box(0, edge, 4, n)], (n, 4), (N, 1)).mask[:, 0]
+        assert starts[k] and not starts[:k].any() and starts[k:].all()
+        ends = rasterise_region([Box(0, 0, 4, edge)], (n, 4), (N, 1)).mask[:, 0]
+        assert ends[:k].all() and not ends[k:].any()
+
+
+def test_a_mask_of_too_many_lesions_is_refused_before_the_work_per_lesion(monkeypatch):
+    """Issue 44, class 4: a native mask of millions of one-pixel dots is refused after labelling (ShapeError: the
+    case is skipped with one line), not walked lesion by lesion; at the cap it is rasterised as before."""
+    from xbench.extract.datasets import rasterise as R
+    from xbench.extract.datasets.base import Mask as NativeMask
+
+    dots = np.zeros((40, 40), bool)
+    dots[::2, ::2] = True  # 400 one-pixel lesions
+    monkeypatch.setattr(R, "MAX_MASK_LESIONS", 399)
+    with pytest.raises(R.ShapeError, match="mask holds 400 separate lesions"):
+        R.rasterise_region([NativeMask(lambda: dots)], (40, 40), (4, 4))
+    monkeypatch.setattr(R, "MAX_MASK_LESIONS", 400)
+    got = R.rasterise_region([NativeMask(lambda: dots)], (40, 40), (4, 4))
+    assert got is not None and got.mask.any()

@@ -66,7 +66,7 @@ def test_sigma_option(tmp_path):
 
     gaze = r.gaze_readings([dataclasses.replace(x, orig_size=EGD_IMAGES[x.case_id][2]) for x in recs], (8, 8))
     assert gaze.sigma.tolist() == [12.0, 12.0] and "12 original pixels" in gaze.sigma_rule
-    for bad in ("0", "inf", "x"):
+    for bad in ("0", "inf", "x", "1e-300", "1e-40"):  # 1e-300 and 1e-40 pass "> 0" in float64; float32 stores 0
         with pytest.raises(ReaderOptionError):
             EGDCXRReader(tmp_path, sigma=bad)
     with pytest.raises(ReaderError, match="no EGD-CXR master_sheet.csv"):
@@ -78,6 +78,8 @@ def test_sigma_option(tmp_path):
     ((E1, 0.2, 30, 1, "nan", 5), "not a finite number"),
     ((E1, 0.2, 30, 1, 5, 1e9), "lies on no image"),
     ((E1, "", 30, 1, 5, 5), "could not convert"),
+    ((E1, 1e-300, 30, 1, 5, 5), "not a duration float32 holds"),  # float32 would store 0 (issue 44, class 1)
+    ((E1, 1e300, 30, 1, 5, 5), "not a duration float32 holds"),  # float32 would store inf
 ])
 def test_hostile_fixation_rows_skip_their_case(tmp_path, row, expect):
     write_egd(tmp_path, fixations=[*EGD_FIXATIONS, row])
@@ -123,4 +125,22 @@ def test_cli_exit_2_one_line(tmp_path):
                                     "--workers", "1", "--quiet", "--grid", "8", "--image-size", "16"])
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert len([ln for ln in res.output.splitlines() if "fixations.csv:11: not a finite number" in ln]) == 1, res.output
+    assert not (tmp_path / "out" / "gt.zarr" / "egd_cxr").exists()
+
+
+@pytest.mark.parametrize("args, row, text", [
+    (["--option", "sigma=1e-300"], None, "sigma must lie in (0, 10000] pixels (a normal float32"),
+    ([], (E2, 1e-300, 99, 1, 5, 3), "not a duration float32 holds"),
+])
+def test_cli_values_checked_as_float32_exit_2_one_line(tmp_path, args, row, text):
+    """Issue 44, class 1: a value that passes a float64 check and is 0 in float32 was an unexpected ValueError."""
+    from click.testing import CliRunner
+
+    from xbench.extract.prepare_cli import main
+
+    write_egd(tmp_path / "raw", fixations=[*EGD_FIXATIONS, *([row] if row else [])])
+    res = CliRunner().invoke(main, ["egd_cxr", "--root", str(tmp_path / "raw"), "--out", str(tmp_path / "out"),
+                                    "--workers", "1", "--quiet", "--grid", "8", "--image-size", "16", *args])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "unexpected" not in res.output, res.output
+    assert len([ln for ln in res.output.splitlines() if text in ln]) == 1, res.output
     assert not (tmp_path / "out" / "gt.zarr" / "egd_cxr").exists()

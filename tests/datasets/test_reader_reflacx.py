@@ -84,7 +84,7 @@ def test_options_certainty_split_phases_sigma(tmp_path):
     r.records()
     assert {nr.sigma for rs in r._readings.values() for nr in rs} == {7.5}
     for bad in ({"certainty": "0"}, {"certainty": "x"}, {"phases": "4"}, {"sigma": "-1"}, {"sigma": "nan"},
-                {"colour": "red"}):
+                {"sigma": "1e-300"}, {"sigma": "1e-40"}, {"colour": "red"}):  # float32 stores 1e-300 as 0
         with pytest.raises(ReaderOptionError):
             REFLACXReader(tmp_path, **bad)
     with pytest.raises(ReaderError, match="no REFLACX metadata"):
@@ -140,6 +140,10 @@ def test_prepared_gaze_arrays_are_exactly_the_fixture(tmp_path):
     (lambda rs: rs["P300R000004"][4].__setitem__(1, (0.5, 0.62, float("nan"), 22, 27, 25)), "not a finite number"),
     (lambda rs: rs["P300R000004"][4].__setitem__(1, (0.62, 0.5, 31, 22, 27, 25)), "not after its start"),
     (lambda rs: rs["P300R000004"][4].__setitem__(1, (0.5, 0.62, 31, 22, 0, 25)), "angular resolution"),
+    # checked as float32, as stored (issue 44, class 1): a duration or a resolution of 1e-300 is 0 there
+    (lambda rs: rs["P300R000004"][4].__setitem__(1, (0, 1e-300, 31, 22, 27, 25)), "a duration float32 holds"),
+    (lambda rs: rs["P300R000004"][4].__setitem__(1, (-1e300, 1e300, 31, 22, 27, 25)), "a duration float32 holds"),
+    (lambda rs: rs["P300R000004"][4].__setitem__(1, (0.5, 0.62, 31, 22, 1e-300, 1e-300)), "(as float32)"),
     (lambda rs: rs["P300R000004"][5].__setitem__(0, (24, 14, 20, 26, 5, ["Lung nodule or mass"])), "empty or inverted"),
     (lambda rs: rs["P300R000004"][5].__setitem__(0, (240, 140, 360, 260, 5, ["Lung nodule or mass"])), "outside"),
 ])
@@ -205,3 +209,31 @@ def test_cli_refuses_a_hostile_gaze_file_with_exit_2_one_line(tmp_path):
     lines = [ln for ln in res.output.splitlines() if "P300R000004" in ln]
     assert len(lines) == 1 and "not after its start" in lines[0], res.output
     assert "Traceback" not in res.output and not (tmp_path / "out" / "gt.zarr" / "reflacx").exists()
+
+
+def test_cli_sigma_checked_as_float32_exit_2_one_line(tmp_path):
+    """Issue 44, class 1: --option sigma=1e-300 passed a float64 check, was 0 in float32: unexpected ValueError."""
+    from click.testing import CliRunner
+
+    from xbench.extract.prepare_cli import main
+
+    write_reflacx(tmp_path / "raw")
+    res = CliRunner().invoke(main, ["reflacx", "--root", str(tmp_path / "raw"), "--out", str(tmp_path / "out"),
+                                    "--workers", "1", "--quiet", "--grid", "8", "--image-size", "16",
+                                    "--option", "sigma=1e-300"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "unexpected" not in res.output, res.output
+    assert len([ln for ln in res.output.splitlines() if "error" in ln and "a normal float32" in ln]) == 1, res.output
+    assert not (tmp_path / "out").exists() or not (tmp_path / "out" / "gt.zarr" / "reflacx").exists()
+
+
+def test_too_many_readings_of_one_image_skip_it(tmp_path, monkeypatch):
+    """Issue 44, class 4: each reading's gaze map is built and compared with the others'; an image read more than
+    MAX_READINGS_PER_CASE times is skipped with one problem before any map is built."""
+    import xbench.schemas.gaze as GZ
+
+    write_reflacx(tmp_path)
+    monkeypatch.setattr(GZ, "MAX_READINGS_PER_CASE", 2)  # D1 is read three times in phase 1
+    reader = REFLACXReader(tmp_path)
+    assert [r.case_id for r in reader.records()] == [D2, D3]
+    assert len(reader.problems) == 1 and "3 readings of one image; at most 2" in str(reader.problems[0])
+    assert D1 not in reader._readings

@@ -41,6 +41,11 @@ def test_round_trip(tmp_path):
     ({"site": category(["a\nb"] * 4)}, "control characters"),
     ({"sex": Attribute(np.array(["F"] * 4), "colour")}, "is not category or number"),
     ({f"f{i}": category(["a"] * 4) for i in range(33)}, "the limit is 32"),
+    ({"age": category(["-3", "500", "40", ""])}, "its kind must be number, not category"),
+    ({"sex": number([1, 2, 1, 2])}, "its kind must be category, not number"),
+    ({"view": number([1, 2, 1, 2])}, "its kind must be category, not number"),
+    ({"sex": category(["F", "M", "X", ""])}, "sex is coded F, M or O"),
+    ({"view": category(["PA", "ap", "", "LL"])}, "views are upper-cased"),
 ])
 def test_forged_attributes_are_refused_before_writing(tmp_path, attrs, expect):
     with pytest.raises(InvalidStoreError) as exc:
@@ -82,3 +87,22 @@ def test_without_attributes_nothing_is_written(tmp_path):
     gt = write(tmp_path / "gt.zarr", None)
     assert "attributes" not in zarr.open_group(str(gt / "phantom"))
     assert read_attributes(zarr.open_group(str(gt / "phantom"))) == {}
+
+
+def test_an_attribute_array_is_checked_from_metadata_before_it_is_read(tmp_path):
+    """As every array a stranger's store holds (issue 44): its chunk count (and codecs, chunk size, declared bytes
+    against stored bytes) from metadata alone, before it is read."""
+    from xbench.schemas.budget import limits, set_limits
+
+    gt = write(tmp_path / "gt.zarr", {"site": category(["a", "b", "a", "b"])})
+    sub = zarr.open_group(str(gt / "phantom" / "attributes"), mode="r+")
+    del sub["site"]
+    sub.create_array("site", shape=(N,), dtype=str, chunks=(1,), dimension_names=("case",))[:] = ["a", "b", "a", "b"]
+    assert validate_ground_truth(gt) == []
+    old = limits()
+    set_limits(max_chunks=2)
+    try:
+        problems = [str(p) for p in validate_ground_truth(gt)]
+    finally:
+        set_limits(old)
+    assert len(problems) == 1 and "attributes/site" in problems[0] and "declares 4 chunks" in problems[0], problems

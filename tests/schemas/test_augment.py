@@ -214,7 +214,8 @@ def _brute_blur(img: np.ndarray, sy: float, sx: float) -> np.ndarray:
 
 @pytest.mark.parametrize("text,sy,sx", [("blur:sigma=1,side=23", 1.0, 17 / 23), ("blur:sigma=2.5,side=10", 5.75, 4.25),
                                         ("blur:sigma=9.2,side=23", 9.2, 9.2 * 17 / 23),  # long kernels: the FFT path
-                                        ("blur:sigma=0", 0, 0)])
+                                        ("blur:sigma=0", 0, 0),
+                                        ("blur:sigma=1e-300", 0, 0)])  # s^2 underflows: the limit, no NaN
 def test_blur_equals_a_2d_sum_with_mirrored_borders(text, sy, sx):
     got = parse_spec(text).apply_image(IMG, seed=0).astype(np.float64)
     diff = np.abs(got - _brute_blur(IMG, sy, sx))

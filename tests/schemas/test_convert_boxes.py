@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -58,25 +59,22 @@ def brute_map(marks, size, grid):
     a box holding no centre goes to the cell of its clipped centre."""
     h0, w0 = size
     out = np.zeros((grid, grid))
-    for m in marks:
+    for m in marks:  # in exact rationals (issue 43: float products can round across a cell centre or edge)
         if len(m.coords) == 2:
-            x, y = m.coords
-            r = min(int(y / (h0 / grid)), grid - 1)
-            c = min(int(x / (w0 / grid)), grid - 1)
+            x, y = (Fraction(v) for v in m.coords)
+            r = min(math.floor(y * grid / h0), grid - 1)
+            c = min(math.floor(x * grid / w0), grid - 1)
             out[r, c] += m.score
             continue
-        x, y, w, h = m.coords
+        x, y, w, h = (Fraction(v) for v in m.coords)
         x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, w0), min(y + h, h0)
-        hit = False
-        for r in range(grid):
-            for c in range(grid):
-                cx, cy = (c + 0.5) * w0 / grid, (r + 0.5) * h0 / grid
-                if x0 <= cx < x1 and y0 <= cy < y1:
-                    out[r, c] += m.score
-                    hit = True
-        if not hit:
-            r = min(int(((y0 + y1) / 2) / (h0 / grid)), grid - 1)
-            c = min(int(((x0 + x1) / 2) / (w0 / grid)), grid - 1)
+        # a cell is in when both of its centre's coordinates are: each axis checked centre by centre
+        rows = [r for r in range(grid) if y0 <= Fraction(2 * r + 1, 2) * h0 / grid < y1]
+        cols = [c for c in range(grid) if x0 <= Fraction(2 * c + 1, 2) * w0 / grid < x1]
+        out[np.ix_(rows, cols)] += m.score
+        if not (rows and cols):
+            r = min(math.floor((y0 + y1) / 2 * grid / h0), grid - 1)
+            c = min(math.floor((x0 + x1) / 2 * grid / w0), grid - 1)
             out[r, c] += m.score
     return out
 
@@ -95,6 +93,27 @@ def test_mark_map_matches_brute_force():
                 marks.append(Mark((rng.uniform(-w / 2, size[1] - 0.05), rng.uniform(-h / 2, size[0] - 0.05), w, h),
                                   float(rng.random())))
         np.testing.assert_allclose(mark_map(marks, size, grid), brute_map(marks, size, grid), err_msg=f"trial {trial}")
+
+
+@pytest.mark.parametrize("n, grid", [(296, 36), (1088, 224), (3648, 224)])
+def test_mark_map_on_exact_centres_and_edges(n, grid):
+    # issue 43: sizes where a cell centre (2k+1) n / (2 grid) is a whole pixel that the float product
+    # (k + 0.5) * (n / grid) misses; boxes start or end exactly on it, or a float step away, or at a sum
+    # x + w that rounds in floats; points on exact cell edges k n / grid and a float step either side
+    rng = np.random.default_rng(43)
+    ks = [k for k in range(grid) if ((2 * k + 1) * n) % (2 * grid) == 0]
+    marks = []
+    for k in ks[:4]:
+        c = (2 * k + 1) * n // (2 * grid)
+        for v in (float(c), math.nextafter(c, 0), math.nextafter(c, n)):
+            marks.append(Mark((1.0, v, 3.0, 40.0), 0.5))
+            marks.append(Mark((v, 1.0, 40.0, 3.0), 0.25))
+            marks.append(Mark((0.1, 0.3, v - 0.1, v - 0.3), 0.125))  # x + w, y + h: float sums near c
+        e = float(Fraction(k * n, grid))
+        for v in (e, math.nextafter(e, 0), math.nextafter(e, n)):
+            marks.append(Mark((v, float(rng.uniform(0, n))), 1.0))
+    for m in marks:
+        np.testing.assert_array_equal(mark_map([m], (n, n), grid), brute_map([m], (n, n), grid), err_msg=str(m))
 
 
 def test_mark_map_edges_and_sums():

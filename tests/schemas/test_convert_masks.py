@@ -8,8 +8,10 @@ converted masks score exactly as the same maps handed in directly; hostile masks
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -115,7 +117,7 @@ def brute_grid(values, grid):
     hit_pixels = set()
     for r in range(gh):
         for c in range(gw):
-            y, x = int((r + 0.5) * h / gh), int((c + 0.5) * w / gw)
+            y, x = ((2 * r + 1) * h) // (2 * gh), ((2 * c + 1) * w) // (2 * gw)  # exact: issue 43
             out[r, c] = values[y, x]
             hit_pixels.add((y, x))
     seen = np.zeros(values.shape, bool)
@@ -136,11 +138,29 @@ def brute_grid(values, grid):
                             stack.append((yy, xx))
             if any(p in hit_pixels for p in comp):
                 continue
-            cy = sum(p[0] + 0.5 for p in comp) / len(comp)
-            cx = sum(p[1] + 0.5 for p in comp) / len(comp)
-            r, c = min(int(cy * gh / h), gh - 1), min(int(cx * gw / w), gw - 1)
+            cy = sum(Fraction(2 * p[0] + 1, 2) for p in comp) / len(comp)  # exact rationals
+            cx = sum(Fraction(2 * p[1] + 1, 2) for p in comp) / len(comp)
+            r, c = min(math.floor(cy * gh / h), gh - 1), min(math.floor(cx * gw / w), gw - 1)
             out[r, c] = max(out[r, c], max(values[p] for p in comp))
     return out
+
+
+@pytest.mark.parametrize("h, gh", [(296, 36), (1088, 224), (2624, 224)])
+def test_masks_at_sizes_whose_centres_fall_on_pixel_edges(h, gh):
+    # issue 43: the cell whose exact centre is the top edge of pixel row c samples row c, not row c - 1
+    rng = np.random.default_rng(h)
+    ks = [k for k in range(gh) if ((2 * k + 1) * h) % (2 * gh) == 0]
+    for k in ks[:3]:
+        c = (2 * k + 1) * h // (2 * gh)
+        values = np.zeros((h, 5))
+        values[c] = rng.uniform(0.1, 1.0, 5)
+        values[c - 1] = 0.05
+        got = mask_to_grid(values, (gh, 1))
+        assert got[k, 0] == values[c, 2]
+        np.testing.assert_array_equal(got, brute_grid(values, (gh, 1)))
+        lesion = np.zeros((h, 5))
+        lesion[c - 3:c - 1, 1:3] = 0.7  # a lesion no centre falls on: its centroid's cell, exactly
+        np.testing.assert_array_equal(mask_to_grid(lesion, (gh, 1)), brute_grid(lesion, (gh, 1)))
 
 
 def test_binary_mask_becomes_the_ground_truths_region():
@@ -162,6 +182,39 @@ def test_probability_mask_matches_brute_force():
         v = rng.random((h, w)) * (rng.random((h, w)) < 0.1)
         grid = tuple(int(x) for x in rng.integers(2, 30, 2))
         np.testing.assert_array_equal(mask_to_grid(v, grid), brute_grid(v, grid))
+
+
+def test_decoded_integers_with_their_scale_and_many_missed_lesions_match_brute_force():
+    """Issue 44, class 4: the missed lesions' cells computed in one vectorised pass (not a loop per lesion), and a
+    PNG's decoded integers divided by their full value only where the rule reads them: both equal the brute force
+    on the [0, 1] values, also with hundreds of one-pixel lesions between the cell centres."""
+    rng = np.random.default_rng(7)
+    for k in range(12):
+        h, w = (int(v) for v in rng.integers(20, 90, 2))
+        one = (1, 255, 65535)[k % 3]
+        raw = (rng.integers(1, one + 1, (h, w)) * (rng.random((h, w)) < 0.2)).astype(np.uint16 if one > 255 else np.uint8)
+        if k % 2:
+            raw[::2, ::2] = 0
+            raw[1::2, :] = 0
+            raw[:, 1::2] = 0  # isolated dots only
+            raw[::3, ::3] = one  # ... a few hundred of them
+            raw[1::2, :] = 0
+            raw[:, 1::2] = 0
+        grid = tuple(int(x) for x in rng.integers(2, 12, 2))
+        want = brute_grid(raw.astype(np.float64) / one, grid)
+        np.testing.assert_array_equal(mask_to_grid(raw, grid, scale=one), want)
+
+
+def test_too_many_lesions_are_refused_before_the_work_per_lesion(monkeypatch):
+    from xbench.schemas import convert_masks as CM
+
+    dots = np.zeros((40, 40), bool)
+    dots[::2, ::2] = True  # 400 one-pixel lesions
+    monkeypatch.setattr(CM, "MAX_MASK_LESIONS", 399)
+    with pytest.raises(CM.LesionLimitError, match="holds 400 separate lesions"):
+        mask_to_grid(dots, (4, 4))
+    monkeypatch.setattr(CM, "MAX_MASK_LESIONS", 400)
+    np.testing.assert_array_equal(mask_to_grid(dots, (4, 4)), brute_grid(dots.astype(np.float64), (4, 4)))
 
 
 def test_polygon_is_the_ground_truths_polygon_rule():
@@ -328,12 +381,13 @@ def test_png_folder(tmp_path, stores, capsys, mode, one):
 
 
 # -- hostile input -------------------------------------------------------------------------------------------
-def forged_png(path, width: int, height: int):
-    """A PNG whose header claims width x height pixels (a decompression bomb's header), with a tiny body."""
+def forged_png(path, width: int, height: int, bits: int = 8):
+    """A PNG whose header claims width x height grey pixels of ``bits`` (a decompression bomb's header), with a tiny
+    body."""
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", width, height, bits, 0, 0, 0, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 10))
                      + chunk(b"IEND", b""))
@@ -424,3 +478,48 @@ def test_the_report_labels_masks(tmp_path):
     (d / "metrics.json").write_text(json.dumps({"xbench": {"schema": 1, "submission": {"model": "seg", "method": "masks"}},
                                                 "datasets": {}}))
     assert load_result(d).name == "seg (masks)"
+
+
+def test_work_and_decoded_bytes_are_bounded_one_line_each(tmp_path, stores, capsys):
+    """Issue 44, class 4 and the 16-bit bomb: a small PNG of 1 M isolated dots (within every pixel cap) is refused
+    in one line after labelling instead of seconds of work per lesion; a 16-bit PNG at the pixel cap (128 MiB
+    decoded, 1 GB of floats before) is refused from its header. Exit 2, nothing written."""
+    from PIL import Image
+
+    images, _ = stores
+    src = tmp_path / "pngs"
+    dots = np.zeros((2048, 2048), np.uint8)
+    dots[::2, ::2] = 255
+    (src / "phantom" / IDS[0]).mkdir(parents=True)
+    Image.fromarray(dots, mode="L").save(src / "phantom" / IDS[0] / "Cardiomegaly.png")
+    assert (src / "phantom" / IDS[0] / "Cardiomegaly.png").stat().st_size < 64 * 1024
+    (src / "masks.json").write_text(json.dumps({"scores": {}}))
+    out = tmp_path / "x.zarr"
+    code, _, err = run(capsys, src, "--images", images, "--out", out)
+    assert code == 2 and "Traceback" not in err and not out.exists(), err
+    lines = [ln for ln in err.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "holds 1,048,576 separate lesions" in lines[0] and IDS[0] in lines[0], err
+    forged_png(src / "phantom" / IDS[1] / "Cardiomegaly.png", 8192, 8192, bits=16)  # read first: its header
+    code, _, err = run(capsys, src, "--images", images, "--out", out)
+    assert code == 2 and "Traceback" not in err and not out.exists(), err
+    lines = [ln for ln in err.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "of 2 byte(s) each once decoded (128 MiB)" in lines[0] and IDS[1] in lines[0], err
+
+
+def test_an_rle_of_too_many_lesions_is_one_line(tmp_path, stores, capsys, monkeypatch):
+    """The lesion cap on the COCO side (issue 44, class 4): an RLE of 600 one-pixel dots over a cap of 10."""
+    from xbench.schemas import convert_masks as CM
+
+    images, _ = stores
+    h, w = SIZES[0]
+    dots = np.zeros((h, w), bool)
+    dots[::2, ::2] = True
+    src = tmp_path / "dots.json"
+    src.write_text(json.dumps([{"image_id": IDS[0], "category_id": "Cardiomegaly", "score": 0.5,
+                                "segmentation": {"size": [h, w], "counts": encode(dots)}}]))
+    monkeypatch.setattr(CM, "MAX_MASK_LESIONS", 10)
+    out = tmp_path / "x.zarr"
+    code, _, err = run(capsys, src, "--images", images, "--out", out)
+    assert code == 2 and "Traceback" not in err and not out.exists(), err
+    lines = [ln for ln in err.splitlines() if "error" in ln]
+    assert len(lines) == 1 and f"RLE segmentation of a {w}x{h} image: holds 600 separate lesions" in lines[0], err

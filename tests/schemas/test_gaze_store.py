@@ -98,6 +98,9 @@ def test_without_gaze_the_store_is_unchanged(tmp_path):
     (lambda g: g.case.__setitem__(0, 7), "gaze_case: case rows must lie in 0..2"),
     (lambda g: g.labels.__setitem__((0, 0), 3), "gaze_labels: values other than -1, 0, 1"),
     (lambda g: g.sigma.__setitem__(0, 0.0), "gaze_sigma: must be positive"),
+    # float32 subnormals: positive, but not values a sigma or a duration is checked as (issue 44, class 1)
+    (lambda g: g.sigma.__setitem__(0, np.float32(1e-40)), "gaze_sigma: must be positive"),
+    (lambda g: g.fixations.__setitem__((1, 2), np.float32(1e-40)), "durations (column 3) must be positive"),
     (lambda g: g.gaze_map.__setitem__((0, 0, 0), np.inf), "gaze_map: must hold finite non-negative"),
     (lambda g: g.region_index.__setitem__((0, 1), 9), "gaze_region_index: (reading, class) must lie"),
 ])
@@ -176,3 +179,68 @@ def test_gaze_attribute_states_the_sigma_rule_and_is_checked(tmp_path):
         g.attrs["gaze"] = bad
         problems = [str(p) for p in validate_ground_truth(gt)]
         assert len(problems) == 1 and "attrs['gaze']" in problems[0], (bad, problems)
+
+
+def test_a_gaze_map_bomb_is_refused_from_metadata(tmp_path):
+    """Issue 44: a 4 GB gaze_map stored in ~100 KB (every chunk the same few bytes of zstd zeros) is refused from
+    its metadata and the store's listing with one line, exit 2, before a chunk is decoded; under 1 GiB."""
+    import shutil
+    import subprocess
+    import sys
+
+    grid, r = (224, 224), 20_000  # 20,000 readings of 224 x 224 float32: 4.0 GB declared
+    gt = tmp_path / "gt.zarr"
+    masks = np.zeros((2, *grid), bool)
+    masks[:, 1:3, 1:3] = True
+    write_ground_truth(gt, "phantom", case_ids=["a", "b", "c"], classes=["A", "B", "C"],
+                       labels=np.array([[1, 0, 0], [0, 1, 0], [0, 0, 0]], np.int8),
+                       region_index=np.array([[0, 0], [1, 1]], np.int32), region_mask=masks, orig_size=ORIG, grid=grid,
+                       gaze=Gaze.from_readings([Reading(x.case, x.reader, x.fixations, x.labels, x.sigma)
+                                                for x in readings()], ORIG, grid, 3))
+    g = zarr.open_group(str(gt / "phantom"), mode="r+")
+    for name in ("gaze_case", "gaze_reader", "gaze_offset", "fixations", "gaze_sigma", "gaze_map", "gaze_labels"):
+        del g[name]
+    g.create_array("gaze_case", data=np.zeros(r, np.int32))
+    g.create_array("gaze_reader", shape=(r,), dtype=str)[:] = np.full(r, "R1")
+    g.create_array("gaze_offset", data=np.zeros(r + 1, np.int64))
+    g.create_array("fixations", data=np.zeros((0, 3), np.float32))
+    g.create_array("gaze_sigma", data=np.ones(r, np.float32))
+    g.create_array("gaze_labels", data=np.zeros((r, 3), np.int8))
+    gm = g.create_array("gaze_map", shape=(r, *grid), dtype="float32", chunks=(32, *grid),
+                        config={"write_empty_chunks": True})
+    gm[:32] = 0.0  # one real chunk of zeros, then copied to every other chunk's key
+    first = gt / "phantom" / "gaze_map" / "c" / "0" / "0" / "0"
+    for k in range(1, -(-r // 32)):
+        (first.parent.parent.parent / str(k) / "0").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(first, first.parent.parent.parent / str(k) / "0" / "0")
+    stored = sum(f.stat().st_size for f in (gt / "phantom" / "gaze_map").rglob("*") if f.is_file())
+    assert stored < 2**20 and r * grid[0] * grid[1] * 4 > 4 * 10**9
+    code = "import sys; from xbench.schemas.cli import validate_main; sys.argv[0] = 'xbench-validate'; validate_main()"
+    res = subprocess.run([sys.executable, "-c", code, str(gt), "--max-memory", "1GiB", "--timeout", "60"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "gaze_map" in lines[0] and "decompression bomb" in lines[0], res.stderr
+
+
+def test_readings_of_one_case_are_bounded(tmp_path):
+    """Issue 44, class 4: the readers' leave-one-out ceiling compares each reading of a case with the others (work
+    that grows with the square of their number): more than MAX_READINGS_PER_CASE readings of a case are refused,
+    one line, before writing and by the validator."""
+    from xbench.schemas.gaze import MAX_READINGS_PER_CASE
+
+    rs = readings()
+    many = [Reading(0, f"R{k}", rs[0].fixations, rs[0].labels, rs[0].sigma) for k in range(MAX_READINGS_PER_CASE + 1)]
+    with pytest.raises(InvalidStoreError) as exc:
+        write(tmp_path, Gaze.from_readings(many, ORIG, GRID, 3))
+    lines = [str(p) for p in exc.value.problems]
+    assert len(lines) == 1 and f"case row 0 has {MAX_READINGS_PER_CASE + 1} readings; at most" in lines[0], lines
+    at_bound = [*many[:-1], Reading(1, "R1", rs[0].fixations, rs[0].labels, rs[0].sigma)]
+    gt = write(tmp_path, Gaze.from_readings(at_bound, ORIG, GRID, 3))  # 64 readings of case 0: written and valid
+    assert validate_ground_truth(gt) == []
+    g = zarr.open_group(str(gt / "phantom"), mode="r+")
+    case = g["gaze_case"][...]
+    case[-1] = 0  # the last reading (case 1's) moved onto case 0
+    g["gaze_case"][...] = case
+    problems = [str(p) for p in validate_ground_truth(gt)]
+    assert len(problems) == 1 and "readings; at most" in problems[0], problems

@@ -39,7 +39,7 @@ def _docker_skip_reason() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_docker_skip_reason() is not None,
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.skipif(_docker_skip_reason() is not None,
                                                    reason=str(_docker_skip_reason()))]
 
 

@@ -154,6 +154,21 @@ def test_fixation_cells_equal_brute_force():
     assert rows.tolist() == [0, 5] and cols.tolist() == [0, 6]
 
 
+@pytest.mark.parametrize("w, W", [(1088, 224), (2544, 36), (296, 36), (3648, 64)])
+def test_fixation_cells_on_exact_cell_edges(w, W):
+    # issue 43: a fixation on a cell edge k w / W (or a float step either side) lands in the cell that the exact
+    # floor(x W / w) names; the float product x * W / w rounds onto the edge for hundreds of such points
+    from fractions import Fraction
+    xs = []
+    for k in range(W + 1):
+        e = float(Fraction(k * w, W))
+        xs += [v for v in (e, math.nextafter(e, 0), math.nextafter(e, w)) if 0 <= v < w]
+    xy = np.array([(x, x * 0 + 1.0) for x in xs])
+    rows, cols = G.fixation_cells(xy, (w, w), (W, W))
+    assert cols.tolist() == [min(math.floor(Fraction(x) * W / w), W - 1) for x in xs]
+    assert len(rows) == len(xs)
+
+
 @pytest.mark.parametrize("mk,fk", CASES)
 def test_measures_equal_brute_force(mk, fk):
     m = _maps()[mk]

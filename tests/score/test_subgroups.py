@@ -328,3 +328,62 @@ def test_the_options_bounds_are_accepted_by_compare_and_one_past_is_refused(scor
                         flag, value)
         assert code == 2 and len([ln for ln in text.splitlines() if ": error:" in ln]) == 1, text
         assert flag in text and "Traceback" not in text and not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("field, kind, values, text", [
+    ("age", "category", ["-3", "500"], "a field named 'age' holds ages in years, NaN = missing: its kind must be "
+                                       "number, not category"),
+    ("sex", "number", [1.0, 2.0], "its kind must be category, not number"),
+    ("sex", "category", ["F", "female"], "sex is coded F, M or O"),
+    ("view", "category", ["PA", "ap"], "views are upper-cased view positions")])
+def test_a_fields_rules_follow_its_name_not_its_declared_kind(scored, tmp_path, field, kind, values, text):
+    """Issue 44, class 7: `age` declared a category would skip the 0..130 rule and report groups age=-3, age=500."""
+    import shutil
+
+    import zarr
+
+    d = scored[0]
+    shutil.copytree(d / "data/gt.zarr", tmp_path / "gt.zarr")
+    g = zarr.open_group(str(tmp_path / "gt.zarr/phantom/attributes"), mode="a")
+    n = g[field].shape[0]
+    new = np.resize(np.asarray(values), n)
+    del g[field]
+    if kind == "category":
+        g.create_array(field, shape=new.shape, dtype=str, dimension_names=("case",))[:] = new.astype(str)
+    else:
+        g.create_array(field, data=new.astype(np.float32), dimension_names=("case",))
+    g.attrs["fields"] = {**g.attrs["fields"], field: {"kind": kind, "source": "forged"}}
+    code, out = xb("score", d / "dog.zarr", "--gt", tmp_path / "gt.zarr", "--out", tmp_path / "s", "--by", field, "-q")
+    assert code == 2 and text in out and "Traceback" not in out, out
+    assert sum("error:" in line for line in out.splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_groups_work_is_bounded_before_anything_is_allocated(scored, monkeypatch):
+    """Issue 44: `--by` a field of 550 groups of 2 cases held ~1.8 GB a block of resamples before the watchdog
+    stopped it. The bound is computed from the counts (work_bytes), checked against what group_replicates
+    really allocates (tracemalloc's peak, numpy's allocations included), and refused in one line, exit 2."""
+    import tracemalloc
+
+    import xbench.score.sections.subgroups as S
+    from xbench.schemas.budget import limits
+    from xbench.score.kernels.counts import load_pair_counts
+
+    d = scored[0]
+    dc = load_pair_counts(d / "s/pair_counts.npz")["phantom"]
+    for g in (2, 24):
+        _, ind = S.group_indicators(np.asarray([f"g{i % g}" for i in range(dc.n_cases)]))
+        S.group_replicates(dc, ind, n_resamples=8, seed=0)  # caches and imports out of the measure
+        tracemalloc.start()
+        S.group_replicates(dc, ind, n_resamples=125, seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        est = S.work_bytes(g, dc.n_cases, 125)
+        assert peak <= est <= 2 * peak, (g, peak, est)  # an upper bound, within a factor 2 of what is held
+    lines = S.work_problems("phantom", ["site"], 550, 1100, 1000)  # the issue's case at the default budget
+    assert len(lines) == 1 and "splits 1,100 cases into 550 groups" in lines[0] and "--max-memory" in lines[0]
+    assert S.work_bytes(550, 1100, 1000) > limits().max_memory // 2 >= S.work_bytes(24, 10_000, 1000)
+    monkeypatch.setattr(S, "work_bytes", lambda g, n, b: limits().max_memory)  # the wiring: refused before scoring
+    code, out = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", d / "wide", "--by", "sex", "-q")
+    assert code == 2 and "whose resamples would hold" in out and "Traceback" not in out, out
+    assert sum("error:" in line for line in out.splitlines()) == 1 and not (d / "wide").exists()

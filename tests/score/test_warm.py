@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from click.testing import CliRunner
 
 from xbench.score.kernels import warm
 
@@ -22,7 +23,8 @@ def test_a_child_fills_the_cache_with_the_ranking_kernel(tmp_path, monkeypatch):
 def test_unknown_jobs_are_refused():
     with pytest.raises(ValueError, match="unknown job 'nope'"):
         warm.compile_job("nope")
-    assert warm.main(["nope"]) == 2
+    result = CliRunner().invoke(warm.warm, ["nope"])
+    assert result.exit_code == 2 and "'nope' is not one of" in result.output
 
 
 def test_a_failing_child_is_reported(monkeypatch):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from xbench.score.kernels.counts import DatasetCounts
-from xbench.score.resampling.intervals import percentile_interval
+from xbench.score.resampling.intervals import paired_p_value, percentile_interval, tied_differences
 from xbench.score.sections.human.ceiling import (KEYS, HumanCeiling, ceiling, chexlocalize_block, percent_of_human, percentage_decrease,
                       reader_pairs)
 from xbench.score.sections.human.reading import HUMAN_FILE, HumanSource
@@ -30,8 +30,8 @@ def _entry(model_value, h: HumanCeiling, m: HumanCeiling | None, c, k: str, leve
             d = m.reps[c][k] - h.reps[c][k]
             ok = d[~np.isnan(d)]
             out["paired"]["gap_ci95"] = percentile_interval(ok, level)
-            out["paired"]["p_value"] = (float(min(1.0, 2.0 * min(np.mean(ok <= 0), np.mean(ok >= 0))))
-                                        if ok.size else None)
+            # d = 0 decided by the tie rule (docs/contract.md, "Significant"), as every paired p-value
+            out["paired"]["p_value"] = paired_p_value(tied_differences(m.reps[c][k], h.reps[c][k]))
     return out
 
 
