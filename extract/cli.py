@@ -63,7 +63,8 @@ def _bar_callback(enabled: bool):
     return update, close
 
 
-def _check(model: str, overrides: dict, method, device, precision, images: str, out: str) -> None:
+def _check(model: str, overrides: dict, method, device, precision, images: str, out: str, *,
+           overwrite: bool = False) -> None:
     """Every check that needs no torch, all problems at once: the model request (names, config keys and
     values, weights paths: extract/models/request.py) and the kinds of --images and --out.
 
@@ -85,6 +86,12 @@ def _check(model: str, overrides: dict, method, device, precision, images: str, 
         out_problem = store_kind_problem(out, "submission", "--out", unfinished_ok=True)
         if out_problem:
             problems.append(out_problem)
+        elif overwrite:  # --overwrite deletes only a submission store XBench wrote, never a folder of the user's
+            from xbench.schemas.submission import replace_problem
+
+            not_ours = replace_problem(out)
+            if not_ours:
+                problems.append(f"--out {out}: {not_ours}")
     if problems:
         raise InputError(problems)
 
@@ -224,7 +231,8 @@ def main(as_json, list_models, list_methods, **params):
         problems = folder_problems(opts)
         if problems:
             raise UserError(problems, "nothing was written")
-    _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out)
+    _check(opts.model, opts.overrides, opts.method, opts.device, opts.precision, opts.images, opts.out,
+           overwrite=opts.overwrite)
     early = _method_ignored_early(opts.model, opts.overrides, opts.method)
     if early and int(os.environ.get("RANK", 0)) == 0:
         warn("xbench-extract", early)

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import click
 
 from xbench.extract.saliency import method_names
-from xbench.schemas.options import Choice, Flag, Float, Grid, Int, Text, opt
+from xbench.schemas.options import MAX_CASES, MAX_CURVE_STEPS, MAX_DATA_SEED, MAX_PHANTOM_CASES, Choice, Flag, Float, Grid, Int, Text, opt
 
 
 # ------------------------------------------------------------------------------------ xbench-extract
@@ -101,18 +101,18 @@ class ExtractOptions:
                                              "docs/augmentations.md). The submission holds the mean over the original "
                                              "and each augmented view; maps are warped back first. Default: the model "
                                              "config's augment: (none).")
-    augment_seed: int = opt(0, check=Int(0, 2**63 - 1), suite=True,
+    augment_seed: int = opt(0, check=Int(0, MAX_DATA_SEED), suite=True,
                             help="Seed of the seeded augmentations (noise); each case's draw depends only on it, the "
                                  "dataset, the case id and the view.")
     datasets: Sequence[str] | None = opt(None, check=Text(), from_cli=_dataset_list, to_cli=lambda v: [",".join(v)],
                                          help="Comma-separated dataset keys to extract (default: all in the images store).")
-    batch_size: int = opt(32, check=Int(1), suite=True, help="Images per forward pass.")
+    batch_size: int = opt(32, check=Int(1, 4096), suite=True, help="Images per forward pass.")
     device: str | None = opt(None, check=Text(), suite=True,
                              help="cpu, cuda, cuda:1 ... (default: this rank's GPU, else CPU).")
     precision: str | None = opt(None, check=Choice(("bf16", "fp16", "fp32")), suite=True,
                                 help="Autocast precision (default fp32).")
-    workers: int = opt(2, check=Int(0), suite=True, help="DataLoader worker processes reading images.zarr.")
-    cases_per_block: int | None = opt(None, check=Int(1), suite=True,
+    workers: int = opt(2, check=Int(0, 1024), suite=True, help="DataLoader worker processes reading images.zarr.")
+    cases_per_block: int | None = opt(None, check=Int(1, 4096), suite=True,
                                       help="Rows per written block (default max(64, batch size)).")
     map_dtype: str = opt("float16", check=Choice(("float16", "float32")), suite=True)
     # blocks written on a background thread, or "process" (extract/writer_process.py)
@@ -123,12 +123,12 @@ class ExtractOptions:
                           from_cli=_model_options, to_cli=_model_option_args,
                           help="Override a model config key (dots for nesting: preprocess.resize=crop). Repeatable.")
     # the launch, not the run: the runner ignores these two ("auto": one rank per visible GPU, suites only)
-    nproc_per_node: int | None = opt(None, check=Int(1), suite=True, suite_default="auto", suite_also=("auto",),
+    nproc_per_node: int | None = opt(None, check=Int(1, 1024), suite=True, suite_default="auto", suite_also=("auto",),
                                      help="Launch this many local ranks through torch.distributed.run.")
-    threads: int | None = opt(None, check=Int(1), suite=True, cli=False,
+    threads: int | None = opt(None, check=Int(1, 1024), suite=True, cli=False,
                               help="Cap on torch's CPU threads (suites only).")
     overwrite: bool = opt(False, check=Flag(), help="Delete an existing store written with a different spec.")
-    limit: int | None = opt(None, check=Int(1),  # only the first N cases of each dataset (smoke tests)
+    limit: int | None = opt(None, check=Int(1, MAX_CASES),  # only the first N cases of each dataset (smoke tests)
                             help="Only the first N cases of each dataset: a smoke test on real data (the store can be "
                                  "validated, not scored against the full ground truth).")
     # faithfulness (contract § Faithfulness, docs/faithfulness.md)
@@ -140,7 +140,7 @@ class ExtractOptions:
                                         "perturbed images), DIR/round2.key.npz (the key) and DIR/round2-sub.zarr (the scores).")
     faithfulness_curve: str = opt("deletion,insertion", check=Text(), metavar="CURVE[,CURVE...]",
                                   help="With --faithfulness: deletion, insertion and/or road.")
-    faithfulness_steps: int = opt(10, check=Int(1), help="With --faithfulness: steps K per curve (xbench perturb --steps).")
+    faithfulness_steps: int = opt(10, check=Int(1, MAX_CURVE_STEPS), help="With --faithfulness: steps K per curve (xbench perturb --steps).")
     quiet: bool = opt(False, check=Flag(), short="-q", help="No progress bar.")
 
     def model_overrides(self) -> dict:
@@ -191,8 +191,8 @@ class PrepareOptions:
                                 help="A folder that links under --root may lead to (for example images/ linked to "
                                      "another disk). Repeatable. Without it a link leading outside --root is refused; "
                                      "judged by real paths, every link resolved (docs/prepare.md).")
-    n_cases: int | None = opt(None, check=Int(1), help="phantom only: number of cases (default 200).")
-    seed: int | None = opt(None, check=Int(0, 2**63 - 1),
+    n_cases: int | None = opt(None, check=Int(1, MAX_PHANTOM_CASES), help="phantom only: number of cases (default 200).")
+    seed: int | None = opt(None, check=Int(0, MAX_DATA_SEED),
                            help="phantom: its random seed (default 0); with --perturb also the private key of the copies' "
                                 "ids and seeds (default 0: choose a secret one for a real benchmark).")
     # the robustness track (docs/robustness.md); a SPEC may give a parameter as a range LOW..HIGH
@@ -203,7 +203,7 @@ class PrepareOptions:
     perturb_copies: int = opt(1, check=Int(1, 32), suite=True,
                               help="Copies per SPEC and case, each with its own seed and drawn parameters (one for a "
                                    "SPEC that is neither seeded nor ranged, e.g. hflip: its copies would be identical).")
-    perturb_seed: int | None = opt(None, check=Int(0, 2**63 - 1), suite=True, cli=False,
+    perturb_seed: int | None = opt(None, check=Int(0, MAX_DATA_SEED), suite=True, cli=False,
                                    help="Suites only: the key of the copies' ids and seeds (the command's --seed).")
     overwrite: bool = opt(False, check=Flag(),
                           help="Replace a dataset that OUT already holds prepared with other options (without it, "

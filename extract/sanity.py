@@ -42,7 +42,7 @@ import click
 import numpy as np
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
-from xbench.schemas.options import Choice, Flag, Float, Int, Text, click_options, opt, parse
+from xbench.schemas.options import MAX_CASES, Choice, Flag, Float, Int, Text, click_options, opt, parse, seed_opt
 
 COMPARE_GRID = 64
 MODES = ("cascading", "independent")
@@ -358,11 +358,11 @@ class SanityOptions:
                     help='Folder to write (must not exist): sanity.json, sanity.md, sanity.csv, '
                          'sanity.png/.svg.')
     method: str | None = opt(None, check=Text(), help="Saliency method (default: the model's own).")
-    limit: int = opt(8, check=Int(1), help='Cases per dataset.')
-    seed: int = opt(0, check=Int(), help='Seed of the re-initialised weights.')
+    limit: int = opt(8, check=Int(1, MAX_CASES), help='Cases per dataset.')
+    seed: int = seed_opt(help='Seed of the re-initialised weights.')
     mode: str = opt('cascading', check=Choice(MODES),
                     help='cascading: top layer down, cumulatively; independent: one layer at a time.')
-    threshold: float = opt(0.5, check=Float(),
+    threshold: float = opt(0.5, check=Float(0, 1),
                            help='Maps depend on the weights when mean |Spearman| falls below this.')
     device: str | None = opt(None, check=Text(), help='torch device (default: cuda when available, else cpu).')
     quiet: bool = opt(False, check=Flag(), short='-q', help='No progress and no summary line.')

@@ -33,7 +33,7 @@ from click.utils import _detect_program_name
 
 from xbench.schemas.errors import InputError, escape_text
 from xbench.schemas.inputs import DEFAULT_TIMEOUT
-from xbench.schemas.options import Float, Text, click_options, opt
+from xbench.schemas.options import MAX_SECONDS, Float, Text, click_options, opt
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -319,7 +319,7 @@ class BudgetOptions:
     max_memory: str = opt(DEFAULT_MAX_MEMORY, check=Text(), metavar="SIZE",
                           help="Resident memory budget, e.g. 1GiB or 512MiB: stores that declare more are refused "
                                "before decoding, and the run stops with exit 2 beyond it.")
-    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0),
+    timeout: float = opt(DEFAULT_TIMEOUT, check=Float(0, MAX_SECONDS),
                          help="Stop with exit 2 after this many seconds (0: no limit).")
 
 
@@ -438,13 +438,13 @@ _KIND_FILES = {"images": "images.zarr", "ground-truth": "gt.zarr", "submission":
 
 def _zip_folder(path: Path) -> str | None:
     """The one folder a zip holds when it was made by zipping the store folder instead of its contents."""
-    import zipfile
+    from xbench.schemas import budget
 
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return None
+    zf, problems = budget.open_zip(path, budget.limits())  # its entry count checked before zipfile lists it
+    if zf is None:
+        return None  # the store's own validation names the problem
+    with zf:
+        names = zf.namelist()
     if "zarr.json" in names:
         return None
     tops = {n.split("/", 1)[0] for n in names if "/" in n}
@@ -461,7 +461,6 @@ def _unconverted_source(path: Path) -> str | None:
     """What ``path`` is when it is a model's outputs in a layout xbench-convert reads, not yet converted: a
     folder of per-case .npz files (meta.json beside dataset folders), such a folder zipped, or an HDF5 file."""
     import itertools
-    import zipfile
 
     if path.is_file() and path.suffix.lower() in (".h5", ".hdf5"):
         return "an HDF5 file of model outputs"
@@ -475,11 +474,13 @@ def _unconverted_source(path: Path) -> str | None:
         except OSError:
             return None
     elif path.is_file() and str(path).endswith(".zip"):
-        try:
-            with zipfile.ZipFile(path) as zf:
-                names = [i.filename for i in itertools.islice(zf.infolist(), _SOURCE_SCAN)]
-        except (OSError, zipfile.BadZipFile):
+        from xbench.schemas.budget import limits, open_zip
+
+        zf, _ = open_zip(path, limits())  # entry count checked first; a refused zip is named by the store checks
+        if zf is None:
             return None
+        with zf:
+            names = [i.filename for i in itertools.islice(zf.infolist(), _SOURCE_SCAN)]
     if "zarr.json" in names:
         return None
     metas = [n for n in names if n.rsplit("/", 1)[-1] == "meta.json" and n.count("/") <= 1]

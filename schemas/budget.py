@@ -86,6 +86,10 @@ def set_limits(new: Limits | None = None, **changes) -> Limits:
     return _limits
 
 
+#: the largest --max-memory taken (1 PiB): a budget is a bound, not a way around one
+MAX_SIZE = 2**50
+
+
 def parse_size(text: str) -> int:
     """'2GiB', '512M', '1.5G', '1000000' -> bytes (binary units; a bare number is bytes)."""
     s = str(text).strip().upper().removesuffix("B").removesuffix("I")
@@ -97,6 +101,8 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size; write e.g. 2GiB, 512MiB or a number of bytes") from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{text!r} is not a positive size")
+    if value * scale > MAX_SIZE:  # a bound like every numeric option's (docs/contract.md, "Option bounds")
+        raise ValueError(f"{text!r} is more than the largest size taken, 1 PiB")
     return int(value * scale)
 
 
@@ -176,7 +182,9 @@ def _read_capped(path: Path, cap: int) -> bytes:
         return f.read(cap + 1)
 
 
-def _zip_members(path: Path, lim: Limits) -> tuple[zipfile.ZipFile | None, list[Problem]]:
+def open_zip(path: Path, lim: Limits) -> tuple[zipfile.ZipFile | None, list[Problem]]:
+    """A zip file from outside opened only after its end record's entry count and central-directory size are
+    within ``lim`` (zipfile would parse a directory of millions of entries whole); (None, problems) otherwise."""
     where = str(path)
     try:
         with open(path, "rb") as fp:
@@ -255,7 +263,7 @@ def inspect_store(path: str | os.PathLike, lim: Limits | None = None) -> tuple[I
     if str(path).endswith(".zip"):
         if not path.is_file():
             return None, []  # opening reports the missing store
-        zf, problems = _zip_members(path, lim)
+        zf, problems = open_zip(path, lim)
         if zf is None:
             return None, problems
         with zf:

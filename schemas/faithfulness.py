@@ -22,6 +22,7 @@ import numpy as np
 
 from xbench.schemas.errors import InputError, Problem
 from xbench.schemas.schema_versions import minor
+from xbench.schemas.options import MAX_CURVE_STEPS
 
 CURVES = ("deletion", "insertion", "road")
 #: the orders each curve is measured in: the map's own (most relevant first), ROAD's least-relevant-first
@@ -358,8 +359,8 @@ def read_key(path: str | os.PathLike, *, where: str | None = None) -> Key:
         elif len(a) != n:
             problems.append(Problem(f"{w}: {k}", f"has {len(a)} rows, the other columns {n}"))
     steps, grid, curves = header.get("steps"), header.get("grid"), header.get("curves")
-    if not (isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= 10_000):
-        problems.append(Problem(f"{w}: header", "'steps' must be an integer in 1..10000"))
+    if not (isinstance(steps, int) and not isinstance(steps, bool) and 1 <= steps <= MAX_CURVE_STEPS):
+        problems.append(Problem(f"{w}: header", f"'steps' must be an integer in 1..{MAX_CURVE_STEPS}"))
     if not (isinstance(grid, int) and not isinstance(grid, bool) and 1 <= grid <= 1024):
         problems.append(Problem(f"{w}: header", "'grid' must be an integer in 1..1024"))
     if not (isinstance(curves, list) and curves and all(c in CURVES for c in curves)):

@@ -92,6 +92,70 @@ def read_bytes(path: str | os.PathLike, *, max_bytes: int, where: str | None = N
     return data
 
 
+def read_zip_member(data: bytes, member: str, *, max_bytes: int, where: str, max_members: int = 100_000) -> bytes:
+    """One member of the zip file ``data`` (bytes already read through :func:`read_bytes`), refused when the zip
+    lists more than ``max_members`` entries, lacks ``member``, or when the member declares or inflates to more
+    than ``max_bytes`` (a few KB of METADATA inflating to gigabytes is read to the limit and no further)."""
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            if len(zf.filelist) > max_members:
+                raise _fail(where, f"holds {len(zf.filelist):,} members; the limit is {max_members:,}", limit=True)
+            info = zf.getinfo(member)
+            if info.file_size > max_bytes:
+                raise _fail(where, f"member {member[:80]!r} declares {_size(info.file_size)}; the limit is "
+                                   f"{_size(max_bytes)}", limit=True)
+            with zf.open(info) as fh:
+                out = fh.read(max_bytes + 1)
+    except InputError:
+        raise
+    except KeyError:
+        raise _fail(where, f"holds no {member[:80]!r}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
+        raise _fail(where, f"is not a readable zip file ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+    if len(out) > max_bytes:
+        raise _fail(where, f"member {member[:80]!r} inflates to more than {_size(max_bytes)}", limit=True)
+    return out
+
+
+def read_tree(root: str | os.PathLike, *, max_bytes: int, max_files: int = 100_000,
+              where: str | None = None) -> list[tuple[str, bytes]]:
+    """(relative POSIX path, bytes) of every regular file below the folder ``root``, in path order, each read
+    through :func:`read_bytes` and all of them together at most ``max_bytes`` (sizes summed from ``lstat``
+    before anything is read: a sparse file of gigabytes is refused, not copied). Symbolic links are refused
+    (their target lies outside what was given); a pipe or device too."""
+    w = _where(where, root)
+    root = Path(root)
+    files, total = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = p.relative_to(root).as_posix()
+            if stat.S_ISLNK(st.st_mode):
+                raise _fail(f"{w}: {rel[:200]}", "is a symbolic link; give the folder's own files")
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise _fail(f"{w}: {rel[:200]}", "is not a regular file (a pipe, socket or device)")
+            files.append((rel, p))
+            total += st.st_size
+            if len(files) > max_files:
+                raise _fail(w, f"holds more than {max_files:,} files", limit=True)
+            if total > max_bytes:
+                raise _fail(w, f"holds more than {_size(max_bytes)} of files, the limit for it",
+                            limit=True)
+    out, read = [], 0
+    for rel, p in sorted(files):
+        data = read_bytes(p, max_bytes=max_bytes - read, where=f"{w}: {rel[:200]}")
+        read += len(data)
+        out.append((rel, data))
+    return out
+
+
 def _size(n: int) -> str:
     return f"{n / MiB:.1f} MiB" if n >= MiB else f"{n} bytes"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -26,6 +27,31 @@ import click
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
 _UNSET: Any = object()
+
+# ------------------------------------------------------------------------------------------ shared bounds
+# Every numeric option has a finite upper bound (tests/test_cli_options.py walks them): a value its consumers
+# cannot hold (an int64 array, a JSON reader of the command's own output) is refused when parsed, exit 2, one
+# line, instead of an OverflowError mid-run or an output the next command refuses. The bounds several options
+# and readers share are declared here, once; the readers of the outputs import them (docs/contract.md, "Options").
+
+#: the seeds of the resamples and of re-initialised weights (--seed of score, report, compare, human, perturb,
+#: sanity): 32 bits, as CheXlocalize's legacy RandomState (the human ceiling's own bootstrap) takes, and
+#: sanity's per-layer torch seed (seed x 1,000,003 + layer) stays within 64 bits
+MAX_SEED = 2**32 - 1
+#: the seeds of data (xbench-prepare --seed, the perturbed copies' seed, --augment-seed): any non-negative int64
+#: (default_rng, an int64 array, the perturbations' reader)
+MAX_DATA_SEED = 2**63 - 1
+#: bootstrap resamples (--bootstrap): the readers of metrics.json, report.json and the counts accept up to this
+MAX_RESAMPLES = 1_000_000
+#: cases of a store (schemas/store.py reads it from here): --limit, --n-cases, --min-group
+MAX_CASES = 10_000_000
+#: seconds of one command's run (--timeout, a competition's time limit): 30 days
+MAX_SECONDS = 30 * 86_400
+#: steps of a deletion/insertion curve (xbench perturb --steps, xbench-extract --faithfulness-steps; the
+#: faithfulness key's reader accepts the same)
+MAX_CURVE_STEPS = 10_000
+#: cases of a phantom dataset (xbench-prepare phantom --n-cases, xbench demo --n-cases; extract/datasets/phantom.py)
+MAX_PHANTOM_CASES = 1_000_000
 
 
 # ------------------------------------------------------------------------------------------ constraints
@@ -67,15 +93,25 @@ class Float:
     high: float | None = None
 
     def click_type(self) -> click.ParamType:
-        return click.FLOAT if self.low is None and self.high is None else click.FloatRange(self.low, self.high)
+        return _FiniteFloat(self.low, self.high)
 
     def problem(self, value) -> str | None:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and \
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
             (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
         return None if ok else f"must be a number{_bounds(self.low, self.high)}"
 
     def argv(self, value) -> str:
         return str(value)
+
+
+class _FiniteFloat(click.FloatRange):
+    """click's FloatRange without nan and inf (click takes "nan" for a float, and nan passes every range test)."""
+
+    def convert(self, value, param, ctx):
+        number = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 @dataclass(frozen=True)
@@ -226,9 +262,15 @@ RESAMPLES_FLAG = "--bootstrap"
 
 
 def resamples(default: int = 1000, *, help: str, suite: bool = False) -> Any:
-    """The resample-count field of a command's declaration: ``--bootstrap B`` (B >= 0; 0 turns the draws off)."""
-    return opt(default, check=Int(0), flag=RESAMPLES_FLAG, aliases=("--n-boot",), metavar="B", suite=suite,
+    """The resample-count field of a command's declaration: ``--bootstrap B`` (0 <= B <= MAX_RESAMPLES; 0 turns
+    the draws off)."""
+    return opt(default, check=Int(0, MAX_RESAMPLES), flag=RESAMPLES_FLAG, aliases=("--n-boot",), metavar="B", suite=suite,
                help=help)
+
+
+def seed_opt(default: int | None = 0, *, help: str, **kwargs) -> Any:
+    """A seed field: ``--seed N`` (0 <= N <= MAX_SEED)."""
+    return opt(default, check=Int(0, MAX_SEED), help=help, **kwargs)
 
 
 def opt(default: Any = _UNSET, *, default_factory: Callable | None = None, **kwargs) -> Any:

@@ -437,31 +437,87 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-_LEGACY_OUTPUTS = re.compile(r"(metrics\.json|pairs\.parquet|pair_counts\.npz|scores\.json|table.*\.(csv|md)|"
-                             r"index\.html|report\.json)")
+#: The exact names the versions before the marker (xbench-output.json) wrote at the top of an output folder: the
+#: scorer's files and tables (plus ``table_pointing_<dataset>.csv/.md`` for each dataset of its metrics.json), the
+#: report's page, manifest and tables (its other files are listed in its report.json). Nothing is matched by a
+#: prefix or a pattern: a file of the user's named ``table_of_my_patients.csv`` is not XBench's.
+LEGACY_SCORE_FILES = frozenset({
+    "metrics.json", "pairs.parquet", "pair_counts.npz", "scores.json",
+    *(f"{stem}.{ext}" for stem in ("table1_grounding", "table1_grounding_fixed", "table_recognition")
+      for ext in ("csv", "md"))})
+LEGACY_REPORT_FILES = frozenset({"index.html", "report.json", "leaderboard.csv", "leaderboard.md", "per_class.md",
+                                 "grounding_fixed.csv", "recognition.csv", "comparisons.csv"})
+_LEGACY_MAX_BYTES = 64 * 2**20  # an old metrics.json or report.json: read bounded, like any file from outside
+
+
+def _legacy_json(path: Path):
+    """An old run's metrics.json or report.json (bounded), or None when it is not there or not readable."""
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import DEFAULT, load_json, with_limits
+
+    try:
+        return load_json(path, limits=with_limits(DEFAULT, max_bytes=_LEGACY_MAX_BYTES, allow_nonfinite=True))
+    except InputError:
+        return None
+
+
+def _legacy_score_files(folder: Path, entries: set[str]) -> set[str]:
+    """The entries of ``folder`` an old scorer run wrote: the exact names, and the pointing table of each dataset
+    its own metrics.json names."""
+    names = set(LEGACY_SCORE_FILES)
+    metrics = _legacy_json(folder / "metrics.json") if "metrics.json" in entries else None
+    datasets = metrics.get("datasets") if isinstance(metrics, dict) else None
+    if isinstance(datasets, dict):
+        names |= {f"table_pointing_{d}.{ext}" for d in datasets for ext in ("csv", "md")}
+    return entries & names
+
+
+def _legacy_report_files(folder: Path, entries: set[str]) -> set[str]:
+    """The entries of ``folder`` an old report wrote: its exact names, the top-level entries of the files its
+    report.json lists, and the result folders of a multi-submission scoring run it names (``models``) that sit in
+    ``folder`` and hold nothing but an old scorer's files."""
+    found = entries & LEGACY_REPORT_FILES
+    manifest = _legacy_json(folder / "report.json") if "report.json" in entries else None
+    if not isinstance(manifest, dict):
+        return found
+    listed = manifest.get("files")
+    if isinstance(listed, dict):
+        found |= {Path(f).parts[0] for group in listed.values() if isinstance(group, list) for f in group
+                  if isinstance(f, str) and Path(f).parts} & entries
+    models = manifest.get("models")
+    for m in models if isinstance(models, list) else ():
+        p = Path(m["path"]) if isinstance(m, dict) and isinstance(m.get("path"), str) else None
+        if p is None or p.name not in entries or p.parent.name != folder.name:
+            continue
+        sub = folder / p.name
+        if sub.is_dir() and not sub.is_symlink():
+            inside = set(os.listdir(sub))
+            if inside and _legacy_score_files(sub, inside) == inside:
+                found.add(p.name)
+    return found
 
 
 def written_before(folder: str | os.PathLike) -> set[str]:
-    """The top-level entries of ``folder`` that an earlier XBench run wrote (from its marker; for folders written
-    before the marker existed, the scorer's and the report's file names and report.json's list)."""
+    """The top-level entries of ``folder`` that an earlier XBench run provably wrote: those its marker lists; for
+    a folder written before the marker existed, the exact names those versions wrote (:data:`LEGACY_SCORE_FILES`,
+    :data:`LEGACY_REPORT_FILES`, the names their metrics.json and report.json imply). Anything else is the user's
+    and is never removed (docs/contract.md, "Output safety")."""
     from xbench.schemas.errors import InputError
     from xbench.schemas.inputs import DEFAULT, load_json, with_limits
 
     # the folder is the user's: its marker and report.json are read like any file from outside (bounded, a FIFO
     # or a nesting bomb is no marker at all)
-    limits = with_limits(DEFAULT, max_bytes=64 * 2**20)
     folder = Path(folder)
     try:
-        return {str(f) for f in load_json(folder / MARKER, limits=limits)["files"]}
+        files = load_json(folder / MARKER, limits=with_limits(DEFAULT, max_bytes=64 * 2**20))["files"]
+        if isinstance(files, list):
+            return {f for f in files if isinstance(f, str)}
     except (InputError, KeyError, TypeError):
         pass
-    found = {e for e in os.listdir(folder) if _LEGACY_OUTPUTS.fullmatch(e)} if folder.is_dir() else set()
-    try:
-        listed = load_json(folder / "report.json", limits=limits).get("files", {})
-        found |= {Path(f).parts[0] for group in listed.values() for f in group if Path(f).parts}
-    except (InputError, AttributeError, TypeError):
-        pass
-    return found
+    if not folder.is_dir():
+        return set()
+    entries = set(os.listdir(folder))
+    return _legacy_score_files(folder, entries) | _legacy_report_files(folder, entries)
 
 
 def _holds_outputs(folder: Path, held: set[str] = frozenset()) -> bool:

@@ -90,6 +90,9 @@ def key_problems(key: str | os.PathLike, out: str | os.PathLike, inputs: dict, *
                                else "nothing may be written into an input"))
         elif k in src.parents:
             problems.append(f"{flag} {key}: holds {what}; the key is a file, choose another path")
+    if not problems and os.path.lexists(key):  # never replaced: a file of the user's, or the key of another round 2
+        problems.append(f"{flag} {key}: exists; a key is written only to a new path (a file there is the user's, or "
+                        "the key of another round 2, which would lose its pairing): choose a new path")
     return problems
 
 

@@ -27,6 +27,7 @@ from zarr.storage import LocalStore, ZipStore
 from xbench.schemas import _zarr, budget, catalog
 from xbench.schemas.budget import is_int
 from xbench.schemas.errors import InvalidStoreError, Problem, StoreNotFoundError
+from xbench.schemas.options import MAX_CASES as _OPT_MAX_CASES
 from xbench.schemas.paths import is_remote
 from xbench.schemas.remote import RemoteReadError
 from xbench.schemas.schema_versions import SCHEMA, minor
@@ -46,7 +47,7 @@ DATASET_KEYS = catalog.keys()  # schemas/datasets.toml: the one list of dataset 
 KINDS = ("images", "ground-truth", "submission")
 
 #: Limits that bound validation cost; documented in schemas/README.md.
-MAX_CASES = 10_000_000
+MAX_CASES = _OPT_MAX_CASES  # one number: the options that count cases (schemas/options.py) share it
 MAX_CLASSES = 1_000
 MAX_MAP_SIDE = 1024  # saliency maps up to 1024 x 1024 per case and class
 MAX_IMAGE_SIDE = 4096

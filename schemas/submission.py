@@ -129,6 +129,28 @@ class Submission:
     datasets: dict[str, SubmissionDataset]
 
 
+def replace_problem(path: str | os.PathLike) -> str | None:
+    """Why ``--overwrite`` may not replace ``path`` (None when it may): only a submission store XBench wrote (its
+    root attribute ``xbench.kind`` says so), the remains of a killed creation, or an empty folder is replaced;
+    a folder of the user's, another kind of store or a file is never deleted (docs/contract.md, "Output safety")."""
+    path = Path(path)
+    refused = ("exists and is not a submission store XBench wrote ({what}); --overwrite replaces only one, and "
+               "nothing was deleted: choose another path")
+    if path.is_symlink() or not path.is_dir():
+        return refused.format(what="a link" if path.is_symlink() else "a file")
+    with os.scandir(path) as entries:
+        if next(entries, None) is None:
+            return None
+    try:
+        group = open_store_group(path, mode="r")
+        kind = (group.attrs.get("xbench") or {}).get("kind")
+        if kind == "submission" or _blocks.interrupted_creation(group):
+            return None
+    except Exception:  # noqa: BLE001 - whatever the folder holds, it is not a store this writer can prove it wrote
+        kind = None
+    return refused.format(what=f"xbench.kind={kind!r}" if isinstance(kind, str) else "a folder of other files")
+
+
 class SubmissionWriter:
     """Creates or resumes a submission store and writes it block by block.
 
@@ -178,6 +200,10 @@ class SubmissionWriter:
             spec.check(name)
         spec_hash = cls.spec_hash(model=model, method=method, datasets=datasets, cases_per_block=cases_per_block,
                                   map_dtype=map_dtype, scores_only=scores_only)
+        if overwrite and (path.exists() or path.is_symlink()):
+            not_ours = replace_problem(path)
+            if not_ours:
+                raise InvalidStoreError(Problem(str(path), not_ours))
         if path.exists() and not overwrite:
             existing = open_store_group(path, mode="r+")
             meta = existing.attrs.get("xbench", {})

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas.options import Choice, Flag, Float, Int, Text, declared, opt, problems, resamples
+from xbench.schemas.options import (MAX_CASES, Choice, Flag, Float, Int, Text, declared, opt, problems,
+                                    resamples, seed_opt)
 from xbench.schemas.options import _shown as shown
 
 from xbench.score.metrics.params import POINTING_TOLERANCE
@@ -38,7 +39,7 @@ class ScoreOptions:
     # (the library's run() writes nothing when out_dir is None: xbench human scores its readers in memory)
     bootstrap: int = resamples(suite=True,
                          help="Bootstrap resamples for the 95% intervals (0 turns them off).")
-    seed: int = opt(0, check=Int(0), help="Bootstrap seed.")
+    seed: int = seed_opt(help="Bootstrap seed.")
     thresholds_from: Path | None = opt(None, check=Text(click.Path(path_type=Path)), suite=True,
                                        help="Use the best thresholds (tau_dice, tau_iou) of an earlier metrics.json, "
                                             "e.g. from a validation split, instead of searching them on this one.")
@@ -53,7 +54,8 @@ class ScoreOptions:
                               help="Score the cases the submission holds when it lacks some of the ground truth's (e.g. "
                                    "a smoke run of xbench-extract --limit 4); metrics.json, the tables and the summary "
                                    "then say 'partial: N of M cases'. Without it a missing case is refused.")
-    pointing_tolerance: float = opt(POINTING_TOLERANCE.default, check=Float(POINTING_TOLERANCE.low), metavar="PX", suite=True,
+    pointing_tolerance: float = opt(POINTING_TOLERANCE.default, check=Float(POINTING_TOLERANCE.low, POINTING_TOLERANCE.high), metavar="PX",
+                                    suite=True,
                                     help=POINTING_TOLERANCE.help)  # the metric's parameter (score/metrics/params.py)
     faithfulness: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="ROUND2_SUBMISSION", suite=True,
                                    help="Faithfulness: the scores-only submission of the round-2 images (xbench perturb); "
@@ -73,7 +75,7 @@ class ScoreOptions:
                               "interval and p-value, and the worst group (docs/score.md, 'Subgroups').")
     age_bands: str = opt("40,60,80", check=Text(), metavar="AGE[,AGE...]", suite=True,
                          help="With --by age: the ages (years) where the bands are cut (<40, 40-59, 60-79, >=80).")
-    min_group: int = opt(20, check=Int(1), metavar="N", suite=True,
+    min_group: int = opt(20, check=Int(1, MAX_CASES), metavar="N", suite=True,
                          help="With --by: groups with fewer cases are reported but not ranked (no gap, no worst group).")
     quiet: bool = opt(False, check=Flag(), short="-q", help="Print nothing but errors.")
     overwrite: bool = opt(False, check=Flag(),
@@ -123,7 +125,7 @@ class ReportOptions:
                                   "repeatable.")
     bootstrap: int = resamples(suite=True,
                          help="Bootstrap resamples for intervals above class level and for the paired gaps (0: none).")
-    seed: int = opt(0, check=Int(), help="Seed of the bootstrap resamples.")
+    seed: int = seed_opt(help="Seed of the bootstrap resamples.")
     size_bins: str = opt("fixed", check=Choice(("fixed", "tercile")), suite=True,
                          help="Lesion-size bins: fixed fractions of the image (<1%, 1-5%, >=5%) or terciles.")
     sanity: tuple = opt(default_factory=tuple, check=Text(click.Path(path_type=Path)), multiple=True,

@@ -62,7 +62,8 @@ def test_every_problem_of_a_bad_suite_is_listed(tmp_path):
     for needle in ("unknown top-level key(s) nme", "datasets.nosuch: unknown dataset", "datasets.siim_acr.root: required",
                    "datasets.phantom.split: must be a string", "datasets.phantom.grid", "models[2]: needs `model:`",
                    "models[3]: unknown key(s) bogus", "two entries are named 'dog'", "extract: unknown key(s) colour",
-                   "extract.batch_size: must be an integer >= 1", "score.bootstrap: must be an integer >= 0"):
+                   "extract.batch_size: must be an integer between 1 and 4096",
+                   "score.bootstrap: must be an integer between 0 and 1000000"):
         assert needle in text, needle
     assert all(str(line).startswith("s.yaml: ") for line in err.value.problems)
 
@@ -511,6 +512,21 @@ def test_a_second_run_on_the_same_folder_is_refused_while_the_first_holds_it(tmp
         assert not (out / S.RUN_RECORD).exists()
     lock = S._lock(out)  # released: taken at once
     lock.close()
+
+
+def test_a_folder_of_the_users_is_refused_as_a_run_folder(tmp_path):
+    """Issue 44, class 5: a run replaces data/, submissions/, scores/, report/ and suite.yaml in its folder; a
+    folder no run wrote (no run record, no work folder) is refused with one line and nothing in it is touched."""
+    out = tmp_path / "mine"
+    (out / "scores" / "dog").mkdir(parents=True)
+    (out / "scores" / "dog" / "notes.txt").write_text("mine")
+    (out / "suite.yaml").write_text("my own notes")
+    before = _files(out)
+    res = _invoke(_write(tmp_path, _phantom_suite()), "--out", out, "--only", "prepare")
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if "error:" in ln]
+    assert len(lines) == 1 and "files no xbench run wrote (scores, suite.yaml;" in lines[0], res.output
+    assert _files(out) == before and "Traceback" not in res.output
 
 
 # ------------------------------------------------------------------ every problem at once, hostile suites

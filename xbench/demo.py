@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import EXTRA_HINT, UserError, command
-from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse
+from xbench.schemas.options import MAX_PHANTOM_CASES, Flag, Int, Text, click_options, opt, parse
 
 __all__ = ["run_demo", "demo", "DEMO_MODELS", "suites_dir"]
 
@@ -114,7 +114,7 @@ class DemoOptions:
 
     out_dir: Path = opt(Path('demo-out'), check=Text(click.Path(path_type=Path)), flag='--out',
                         help='Folder for the data, submissions, scores and report.')
-    n_cases: int = opt(200, check=Int(4), help='Phantom cases.')
+    n_cases: int = opt(200, check=Int(4, MAX_PHANTOM_CASES), help='Phantom cases.')
     quick: bool = opt(False, check=Flag(), help='A small run for CI: 24 cases, 100 bootstrap resamples.')
     models: str = opt(",".join(DEMO_MODELS), check=Text(), help='Comma-separated subset of the demo models.')
     quiet: bool = opt(False, check=Flag(), short='-q', help='Print only the report path.')

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
-from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse, resamples
+from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse, resamples, seed_opt
 from xbench.schemas.errors import escape_text
 from xbench.extract.human import DATASETS as READER_DATASETS
 
@@ -56,7 +56,7 @@ class HumanOptions:
                               help='phantom: how many simulated readers re-read every case [default: 3]; each '
                                    "is drawn from the phantom's seed by the reader model of docs/human.md.")
     bootstrap: int = resamples(help='Bootstrap resamples for the 95% intervals.')
-    seed: int = opt(0, check=Int(0), help='Bootstrap seed.')
+    seed: int = seed_opt(help='Bootstrap seed.')
     quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')
     as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the ceiling (human.json) on stdout.')
 

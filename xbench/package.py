@@ -43,7 +43,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import CONTEXT, Command, UserError
-from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse, resamples
+from xbench.schemas.options import MAX_SECONDS, Flag, Int, Text, click_options, opt, parse, resamples
 
 __all__ = ["check_competition", "codabench_main", "competition_columns", "competition_spec", "find_store",
            "grand_challenge_main", "package", "score_for_platform", "to_yaml", "write_codabench_bundle",
@@ -323,19 +323,62 @@ def codabench_main(input_dir: str, output_dir: str, *, program: str | None = Non
                               faithfulness=faith if faith.is_dir() else None)
 
 
+#: the most a bundled ground-truth store may hold (its files together; the bundle is built in memory), and the
+#: most the scorer's wheel and its METADATA may hold: read through the bounded input layer, refused beyond
+MAX_STORE_BYTES = 256 * 2**20
+MAX_WHEEL_BYTES = 64 * 2**20
+MAX_WHEEL_METADATA_BYTES = 2**20
+
+
 def zip_store(store: str | os.PathLike, zf: zipfile.ZipFile, arcname: str) -> None:
     """Add a ``.zarr`` folder to ``zf`` as the stored (uncompressed: chunks are compressed already) zip file
-    ``arcname``, itself a ``.zarr.zip`` store. A ``.zarr.zip`` is added as it is."""
+    ``arcname``, itself a ``.zarr.zip`` store. A ``.zarr.zip`` is added as it is. Either is read through the
+    bounded input layer (regular files only, no links, at most :data:`MAX_STORE_BYTES` together): a file that
+    is only copied is still a file from outside."""
+    from xbench.schemas.inputs import read_bytes, read_tree
+
     store = Path(store)
+    fixed = (1980, 1, 1, 0, 0, 0)
     if store.is_file():
-        zf.write(store, arcname)
+        zf.writestr(zipfile.ZipInfo(arcname, fixed), read_bytes(store, max_bytes=MAX_STORE_BYTES), zipfile.ZIP_STORED)
         return
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as inner:
-        for path in sorted(store.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                inner.write(path, path.relative_to(store).as_posix())
-    zf.writestr(zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0)), buf.getvalue(), zipfile.ZIP_STORED)
+        for rel, data in read_tree(store, max_bytes=MAX_STORE_BYTES):
+            inner.writestr(zipfile.ZipInfo(rel, fixed), data)
+    zf.writestr(zipfile.ZipInfo(arcname, date_time=fixed), buf.getvalue(), zipfile.ZIP_STORED)
+
+
+COMPETITION_HEADER = "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
+
+
+def replace_problem(out: Path, member: str, header: str) -> str | None:
+    """Why the bundle ``out`` may not be written (None when it may): an existing ``--out`` is replaced only when
+    it is a bundle XBench wrote, proven by its ``member`` beginning with XBench's ``header`` (read bounded: the
+    zip's entry count before zipfile lists it, the member at most 1 MiB). A file of the user's, a folder, a link
+    or a pipe there is refused, and nothing is deleted (docs/contract.md, "Output safety")."""
+    import stat as _stat
+
+    from xbench.schemas import budget
+
+    refused = (f"--out {out}: exists and is not a bundle XBench wrote ({{what}}); it would be replaced: choose "
+               "another path, or remove it yourself")
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return None
+    if not _stat.S_ISREG(st.st_mode):
+        return refused.format(what="a link" if _stat.S_ISLNK(st.st_mode) else "not a regular file")
+    zf, _ = budget.open_zip(out, budget.limits())  # the entry count checked before zipfile lists them
+    if zf is None:
+        return refused.format(what="not a zip file")
+    try:
+        with zf:
+            info = zf.getinfo(member)
+            head = zf.open(info).read(2**20) if info.file_size <= 2**20 else b""
+    except (KeyError, zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
+        head = b""
+    return None if head.startswith(header.encode()) else refused.format(what=f"no {member} of XBench's")
 
 
 def write_codabench_bundle(gt: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -750,30 +793,45 @@ def _reference_zip(gt: str | os.PathLike) -> bytes:
 def check_wheel(path: Path) -> list[str]:
     """Problems of ``path`` as the scorer's wheel to ship to participants ([] when it is one): a
     ``xbench_cxr-<version>-*.whl`` zip of this very version, with its metadata, requiring no torch."""
+    return load_wheel(path)[1]
+
+
+def load_wheel(path: Path) -> tuple[bytes | None, list[str]]:
+    """(the bytes of the wheel at ``path``, []) when it is the scorer's wheel (:func:`check_wheel`), else
+    (None, its problems). Read once through the bounded input layer: at most :data:`MAX_WHEEL_BYTES`, a regular
+    file, its METADATA inflated to :data:`MAX_WHEEL_METADATA_BYTES` at most; the bytes checked are the bytes
+    shipped."""
     from importlib.metadata import version
+
+    from xbench.schemas.inputs import read_bytes, read_zip_member
 
     mine = version("xbench-cxr")
     name = path.name
     if not path.is_file():
-        return [f"--wheel {path}: no such file (`make dist` builds it into dist/)"]
+        return None, [f"--wheel {path}: no such file (`make dist` builds it into dist/)"]
     if not (name.startswith("xbench_cxr-") and name.endswith(".whl")):
-        return [f"--wheel {path}: expected xbench-cxr's wheel, xbench_cxr-{mine}-py3-none-any.whl"]
+        return None, [f"--wheel {path}: expected xbench-cxr's wheel, xbench_cxr-{mine}-py3-none-any.whl"]
     wheel_version = name.split("-")[1]
     if wheel_version != mine:
-        return [f"--wheel {path}: is version {wheel_version}, this xbench is {mine} (the scoring image's version); "
-                "build it from the same source (`make dist`)"]
+        return None, [f"--wheel {path}: is version {wheel_version}, this xbench is {mine} (the scoring image's "
+                      "version); build it from the same source (`make dist`)"]
+    where = f"--wheel {path}"
     try:
-        with zipfile.ZipFile(path) as zf:
-            meta = zf.read(f"xbench_cxr-{mine}.dist-info/METADATA").decode("utf-8", "replace")
-    except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        return [f"--wheel {path}: not a wheel with xbench_cxr-{mine}.dist-info/METADATA ({exc})"]
+        data = read_bytes(path, max_bytes=MAX_WHEEL_BYTES, where=where)
+        meta = read_zip_member(data, f"xbench_cxr-{mine}.dist-info/METADATA", max_bytes=MAX_WHEEL_METADATA_BYTES,
+                               where=where).decode("utf-8", "replace")
+    except InputError as exc:
+        return None, [f"{p}; not the scorer's wheel" for p in exc.problems]
     torch = [line for line in meta.splitlines() if line.startswith("Requires-Dist: torch") and "extra ==" not in line]
     if torch:
-        return [f"--wheel {path}: requires torch outside the extract extra ({torch[0]})"]
-    return []
+        return None, [f"--wheel {path}: requires torch outside the extract extra ({torch[0]})"]
+    return data, []
 
 
 def _starting_kit(wheel: Path) -> bytes:
+    data, problems = load_wheel(wheel)  # read again, bounded and checked: the file may have changed since
+    if problems:
+        raise InputError(problems)
     """starting_kit.zip: the scorer's wheel and a README saying how to install it and validate."""
     readme = f"""XBench starting kit
 
@@ -786,7 +844,7 @@ The validator and scorer (XBench's scorer side: no torch, no GPU), as the wheel 
 
 Upload the checked store (zip it, or the .zarr.zip file) to the competition.
 """
-    return _zip_bytes({wheel.name: wheel.read_bytes(), "README.txt": readme})
+    return _zip_bytes({wheel.name: data, "README.txt": readme})
 
 
 def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os.PathLike, out: str | os.PathLike,
@@ -803,8 +861,7 @@ def write_competition_bundle(gt_validation: str | os.PathLike, gt_test: str | os
 
     program = _zip_bytes({"metadata.yaml": CODABENCH_METADATA, "score.py": COMPETITION_SCORE.format(bootstrap=int(bootstrap))})
     members: dict[str, bytes | str] = {
-        "competition.yaml": "# Codabench competition bundle written by `xbench package codabench-competition`.\n"
-                            + to_yaml(spec),
+        "competition.yaml": COMPETITION_HEADER + to_yaml(spec),
         "logo.png": _logo_png(),
         **_pages(spec["title"], spec, bootstrap, wheel.name if wheel is not None else None, images),
         "scoring_program.zip": program,
@@ -880,6 +937,7 @@ def codabench(**params) -> None:
     gt_real, out_real = Path(os.path.realpath(gt_path)), Path(os.path.realpath(out_path))
     if out_real == gt_real or gt_real in out_real.parents:
         problems.append(f"--out {out_path}: is or lies inside the ground truth ({gt_path}); nothing may be written there")
+    problems += filter(None, [replace_problem(out_path, "metadata.yaml", CODABENCH_METADATA)])
     if problems:
         raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
     write_codabench_bundle(gt_path, out_path)
@@ -931,9 +989,9 @@ class CompetitionOptions:
                                       'days after the validation start]')
     test_end: str | None = opt(None, check=Text(), metavar='DATE',
                                help='End of the test phase. [default: open-ended]')
-    max_per_day: int = opt(5, check=Int(1), help='Submissions per day and team.')
-    max_test_submissions: int = opt(10, check=Int(1), help='Submissions per team in the whole test phase.')
-    time_limit: int = opt(1800, check=Int(60), help='Seconds a scoring run may take.')
+    max_per_day: int = opt(5, check=Int(1, 1000), help='Submissions per day and team.')
+    max_test_submissions: int = opt(10, check=Int(1, 100_000), help='Submissions per team in the whole test phase.')
+    time_limit: int = opt(1800, check=Int(60, MAX_SECONDS), help='Seconds a scoring run may take.')
     bootstrap: int = resamples(help='Bootstrap resamples of the 95 % intervals (0: no interval columns are filled).')
     wheel: Path | None = opt(None, check=Text(click.Path(path_type=Path)), metavar='FILE',
                              help="The scorer's wheel (dist/xbench_cxr-VERSION-py3-none-any.whl, from `make "
@@ -973,6 +1031,7 @@ def codabench_competition(**params) -> None:
     problems = _check_gt("--gt-validation", gt_val, out_real) + _check_gt("--gt-test", gt_test, out_real)
     if not problems and Path(os.path.realpath(gt_val)) == Path(os.path.realpath(gt_test)):
         problems.append("--gt-test: is the validation ground truth; the test phase needs its own")
+    problems += filter(None, [replace_problem(out_path, "competition.yaml", COMPETITION_HEADER)])
     if not title.strip():
         problems.append("--title: must not be empty")
     elif any("\ud800" <= c <= "\udfff" for c in title):
@@ -1013,7 +1072,10 @@ def codabench_competition(**params) -> None:
             problems.append(f"{option} {escape_text(where)}: expected a URL or one line of text")
     if problems:
         raise UserError(problems, f"invalid input ({len(problems)} problem(s) above); nothing was written")
-    write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel, images=images)
+    try:  # the stores and the wheel are read (bounded) while the bundle is built
+        write_competition_bundle(gt_val, gt_test, out_path, spec, bootstrap=bootstrap, wheel=wheel, images=images)
+    except InputError as exc:
+        raise UserError([str(p) for p in exc.problems], "nothing was written") from None
     n_cols = len(spec["leaderboards"][0]["columns"])
     if as_json:
         click.echo(json.dumps({"ok": True, "competition": str(out_path), "columns": n_cols, "datasets": datasets}))

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command, progress, require_kind
-from xbench.schemas.options import Choice, Flag, Float, Int, Text, click_options, opt, parse
+from xbench.schemas.options import MAX_CASES, MAX_CURVE_STEPS, MAX_SEED, Choice, Flag, Float, Int, Text, click_options, opt, parse
 from xbench.schemas.errors import escape_text
 
 EXAMPLES = """\b
@@ -43,7 +43,7 @@ class PerturbOptions:
                                      'it apart from OUT; never hand it out.')
     curves: str = opt('deletion,insertion', check=Text(), flag='--curve', metavar='CURVE[,CURVE...]',
                       help='deletion, insertion and/or road (comma-separated).')
-    steps: int = opt(10, check=Int(1),
+    steps: int = opt(10, check=Int(1, MAX_CURVE_STEPS),
                      help='K: images 0..K per curve and order (ROAD: 0..K-1), step k changing floor(k*G*G/K) '
                           'cells.')
     grid: int = opt(16, check=Int(1, 256),
@@ -54,11 +54,11 @@ class PerturbOptions:
     classes: str | None = opt(None, check=Text(), metavar='NAME[,NAME...]', help='Only these classes.')
     datasets: str | None = opt(None, check=Text(), metavar='KEY[,KEY...]',
                                help='Only these datasets (default: all in both stores).')
-    limit: int | None = opt(None, check=Int(1), help='Only the first N cases of each dataset.')
-    seed: int = opt(0, check=Int(0),
+    limit: int | None = opt(None, check=Int(1, MAX_CASES), help='Only the first N cases of each dataset.')
+    seed: int = opt(0, check=Int(0, MAX_SEED),
                     help="Seed of the random-order baseline and of ROAD's noise (ids are drawn from a secret "
                          'salt instead).')
-    road_noise: float = opt(2.55, check=Float(),
+    road_noise: float = opt(2.55, check=Float(0, 255),
                             help='Standard deviation, in grey levels, of the noise ROAD adds to imputed pixels '
                                  "(the authors' 0.01 of the range).")
     insertion_substrate: str = opt('blur', check=Choice(('blur', 'grey')),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from xbench.schemas.options import Flag, Int, Text, opt
+from xbench.schemas.options import MAX_CASES, Flag, Int, Text, opt
 
 
 @dataclass(kw_only=True)
@@ -19,7 +19,7 @@ class RunOptions:
 
     out: Path | None = opt(None, check=Text(click.Path(file_okay=False, path_type=Path)),
                            help="Output folder (default: the suite's `out`).")
-    limit: int | None = opt(None, check=Int(1),
+    limit: int | None = opt(None, check=Int(1, MAX_CASES),
                             help='Only the first N cases of each dataset (writes under OUT/limit-N).')
     dry_run: bool = opt(False, check=Flag(), help='Check the inputs and print the plan; write nothing.')
     only: tuple = opt(default_factory=tuple, check=Text(), multiple=True, metavar='STEP/KEY',

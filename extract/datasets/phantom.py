@@ -42,6 +42,8 @@ from typing import Sequence
 
 import numpy as np
 
+from xbench.schemas.options import MAX_PHANTOM_CASES
+
 from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, Phrase, ReaderError
 
 __all__ = ["PHANTOM_CLASSES", "PREVALENCE", "PhantomCase", "PhantomReader", "render_image", "render_finding",
@@ -57,7 +59,7 @@ PREVALENCE: dict[str, float] = {
     "Pneumothorax": 0.20,
 }
 _SPLITS = ("test", "val")
-MAX_CASES = 1_000_000  # a typo of a few zeros must not start a week-long run or fill the disk
+MAX_CASES = MAX_PHANTOM_CASES  # a typo of a few zeros must not start a week-long run or fill the disk
 MAX_SIZE = 4096
 
 

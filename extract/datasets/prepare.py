@@ -583,8 +583,12 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
     images_path, gt_path = out / "images.zarr", out / "gt.zarr"
     if _open_work_dir(work, _plan_digest(plan)) and (images_path / reader.key).is_dir():
         # ImagesWriter would resume an unfinished group with the same case ids even if reader
-        # options (and so pixels and attributes) changed; nothing is resumable here, so drop it.
-        shutil.rmtree(images_path / reader.key)
+        # options (and so pixels and attributes) changed; nothing is resumable here, so drop it. Only a group of
+        # an images store XBench wrote: ensure_root refuses a folder that is not one (nothing of the user's goes).
+        from xbench.schemas.store import ensure_root
+
+        if reader.key in ensure_root(images_path, "images"):
+            shutil.rmtree(images_path / reader.key)
 
     writer, n_blocks = _stage1(reader, work, images_path, kept, case_ids, classes, grid, image_size, cases_per_block,
                                base_attrs, skipped, keep_original, queries, probes, workers, progress, guard, summary)

@@ -75,7 +75,10 @@ def _loose_yaml_trust(model: str) -> list[Problem]:
     import yaml
 
     problems, previous = [], None
-    for event in yaml.parse(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader):
+    from xbench.schemas.inputs import CONFIG, decode_text, read_bytes
+
+    text = decode_text(read_bytes(path, max_bytes=CONFIG.max_bytes), str(path))  # bounded, as its first read
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.ScalarEvent):
             if previous == "trust_checkpoint" and event.style is None and event.value in _YAML11_ONLY:
                 problems.append(Problem(f"{model}: trust_checkpoint",

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, apply_budget, budget_options, command
-from xbench.schemas.options import Flag, Int, Text, click_options, opt, parse, resamples
+from xbench.schemas.options import Flag, Text, click_options, opt, parse, resamples, seed_opt
 from xbench.schemas.errors import escape_text
 from xbench.schemas.options import from_params
 from xbench.score.options import ReportOptions
@@ -86,7 +86,7 @@ class CompareOptions:
     """What ``xbench compare A_DIR B_DIR`` takes besides the two folders (the fields are its options)."""
 
     n_boot: int = resamples(help='Paired bootstrap resamples (0: point estimates only).')
-    seed: int = opt(0, check=Int(), help='Seed of the resamples.')
+    seed: int = seed_opt(help='Seed of the resamples.')
     per_class: bool = opt(False, check=Flag(), flag='--per-class/--no-per-class',
                           help='Also compare every class, not only dataset means and the overall mean.')
     out_csv: Path | None = opt(None, check=Text(click.Path(path_type=Path)), flag='--out',

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xbench.schemas.schema_versions import minor
+from xbench.schemas.options import MAX_CASES
+
 from xbench.score.metrics import registry as R
 from xbench.score.resampling.bootstrap import dataset_replicates, serial_blas
 from xbench.score.kernels.counts import DatasetCounts
@@ -424,7 +426,7 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
     if bands.size > 32 or not np.all(np.isfinite(bands)):
         problems.append(f"{w}.age_bands must hold at most 32 finite ages")
     prior = z.get(f"{prefix}.prior", np.zeros(0, np.int64))
-    if not 1 <= int(z[f"{prefix}.min_group"]) <= 2**31 or prior.size > MAX_PRIOR or (
+    if not 1 <= int(z[f"{prefix}.min_group"]) <= MAX_CASES or prior.size > MAX_PRIOR or (
             prior.size and not (0 <= int(prior.min()) and int(prior.max()) < 2**31)):
         problems.append(f"{w}.min_group / .prior out of range")
     return problems

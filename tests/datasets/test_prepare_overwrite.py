@@ -68,3 +68,17 @@ def test_another_dataset_in_the_same_out_is_not_a_replacement(tmp_path):
     res = CliRunner().invoke(cli, ["phantom", "--out", str(tmp_path / "other"), "--n-cases", "4", *SMALL],
                              prog_name="xbench-prepare")
     assert res.exit_code == 0 and n_cases(tmp_path) == 6 and n_cases(tmp_path / "other") == 4
+
+
+def test_a_folder_of_the_users_named_like_the_stores_is_never_deleted(tmp_path):
+    """Issue 44, class 5: OUT/images.zarr/phantom/ that no XBench run wrote (no images store around it) is the
+    user's: with or without --overwrite the run is refused (exit 2, one line) and the folder stays as it was."""
+    mine = tmp_path / "images.zarr" / "phantom"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        res = prepare(tmp_path, "--n-cases", "6", *extra)
+        assert res.exit_code == 2, res.output
+        errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+        assert len(errors) == 1 and "images.zarr" in errors[0] and "Traceback" not in res.output
+        assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"

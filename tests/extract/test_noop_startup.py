@@ -54,3 +54,19 @@ def test_any_other_request_reaches_the_runner(finished, tmp_path, change):
         args = args[:-2]
     res = run_extract([*args, *change], tmp_path, no_torch=True, cap_s=60)
     assert res.rc == 99 and "TORCH WAS IMPORTED" in res.stderr, (res.rc, res.stdout, res.stderr[-1000:])
+
+
+def test_overwrite_refuses_a_folder_of_the_users_before_torch(phantom_images, tmp_path):
+    """Issue 44, class 5: ``--overwrite`` replaces a submission store XBench wrote, never a folder of the user's:
+    exit 2, one line, before torch is imported, and the folder is as it was."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    args = ["--model", "dog", "--images", phantom_images / "images.zarr", "--out", mine, "--workers", "0",
+            "--overwrite"]
+    res = run_extract(args, tmp_path, no_torch=True, cap_s=60)
+    assert res.rc == 2, (res.stdout, res.stderr[-1000:])
+    assert "TORCH WAS IMPORTED" not in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+    assert len(lines) == 1 and "is not a submission store XBench wrote" in lines[0] and "nothing was deleted" in lines[0]
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"

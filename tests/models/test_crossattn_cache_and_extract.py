@@ -226,3 +226,27 @@ def test_complete_extraction_validates(model, tmp_path, images_store, tiny_bert,
     assert sub.attrs["method"] == "cross-attention"
     sal = np.asarray(ds.saliency[:])
     assert np.isfinite(sal).all() and sal.shape[:2] == (5, 4)
+
+
+def test_cli_replaces_only_a_cache_it_wrote(tmp_path, tiny_bert, text_files):
+    """Issue 44, class 5: --out is replaced when it is a query cache (the re-run above), never a file of the
+    user's, another npz, a folder or a link: exit 2, one line, before the text encoder loads; left as it was."""
+    import os
+
+    from click.testing import CliRunner
+
+    d, *_ = text_files
+    (tmp_path / "notes.npz").write_text("mine")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    (tmp_path / "folder.npz").mkdir()
+    os.symlink(tmp_path / "notes.npz", tmp_path / "link.npz")
+    for name in ("notes.npz", "other.npz", "folder.npz", "link.npz"):
+        path = tmp_path / name
+        before = path.read_bytes() if path.is_file() else None
+        res = CliRunner().invoke(build_embeddings, ["--text-encoder", str(tiny_bert), "--descriptions", str(d),
+                                                    "--out", str(path), "--quiet"])
+        assert res.exit_code == 2 and res.stderr.count("error:") == 1, res.output
+        assert ("is not a query cache XBench wrote" in res.stderr or "is a directory" in res.stderr)  # click's own
+        assert "Traceback" not in res.output
+        assert (path.read_bytes() if path.is_file() else None) == before
+    assert (tmp_path / "link.npz").is_symlink() and (tmp_path / "folder.npz").is_dir()

@@ -118,7 +118,8 @@ def test_parse_size_and_is_int():
     assert budget.parse_size("512M") == 512 * 2**20
     assert budget.parse_size("1.5g") == 3 * 2**29
     assert budget.parse_size("1000") == 1000
-    for bad in ("", "lots", "-1G", "nan", "0"):
+    assert budget.parse_size("1024T") == budget.MAX_SIZE == 2**50  # the bound itself is taken, one past it not
+    for bad in ("", "lots", "-1G", "nan", "0", "1025T", "1e30", "100000000000000000000000GiB"):
         with pytest.raises(ValueError):
             budget.parse_size(bad)
     assert budget.is_int(1) and not budget.is_int(True) and not budget.is_int(1.0)

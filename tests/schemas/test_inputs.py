@@ -244,3 +244,57 @@ def test_cli_classifies_by_type_and_escapes(capsys):
     assert err.count("\n") == 1 and "case a\\nforged" in err
     assert classify(ValueError("bug")).code == EXIT_ERROR
     assert classify(click.UsageError("bad")).code == EXIT_INVALID
+
+
+def test_read_zip_member_is_bounded(tmp_path):
+    """Issue 44, class 6: a member is read to its limit and no further; a lying header (a small declared size,
+    more data) is a problem line, not an inflation."""
+    import io
+    import zipfile
+
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import read_zip_member
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("small", b"x" * 100)
+        zf.writestr("big", b"\0" * (1 << 20))
+    data = buf.getvalue()
+    assert read_zip_member(data, "small", max_bytes=100, where="w") == b"x" * 100
+    for member, limit, needle in (("big", 1000, "declares 1.0 MiB"), ("nope", 10, "holds no 'nope'"),
+                                  ("small", 99, "declares 100 bytes")):
+        with pytest.raises(InputError) as info:
+            read_zip_member(data, member, max_bytes=limit, where="w")
+        assert needle in str(info.value) and len(info.value.problems) == 1
+    with pytest.raises(InputError, match="not a readable zip"):
+        read_zip_member(b"not a zip", "x", max_bytes=10, where="w")
+    forged = data.replace((1 << 20).to_bytes(4, "little"), (10).to_bytes(4, "little"))  # sizes claim 10 bytes
+    with pytest.raises(InputError):
+        read_zip_member(forged, "big", max_bytes=1000, where="w")
+
+
+def test_read_tree_refuses_links_pipes_and_sparse_giants_before_reading(tmp_path):
+    import os
+
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import read_tree
+
+    root = tmp_path / "s"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "zarr.json").write_text("{}")
+    (root / "a" / "b" / "c").write_bytes(b"123")
+    assert read_tree(root, max_bytes=5) == [("a/b/c", b"123"), ("zarr.json", b"{}")]
+    with pytest.raises(InputError, match="holds more than 4 bytes"):
+        read_tree(root, max_bytes=4)
+    with open(root / "sparse", "wb") as fh:
+        fh.truncate(1 << 40)  # a terabyte on paper: refused from its size, never read
+    with pytest.raises(InputError, match="holds more than"):
+        read_tree(root, max_bytes=1 << 30)
+    (root / "sparse").unlink()
+    os.symlink(tmp_path / "elsewhere", root / "link")
+    with pytest.raises(InputError, match="symbolic link"):
+        read_tree(root, max_bytes=100)
+    (root / "link").unlink()
+    os.mkfifo(root / "pipe")
+    with pytest.raises(InputError, match="not a regular file"):
+        read_tree(root, max_bytes=100)

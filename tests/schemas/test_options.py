@@ -216,5 +216,5 @@ def test_the_suites_extract_argv_is_the_declared_one(tmp_path):
 def test_a_huge_or_odd_suite_value_is_one_short_line():
     lines = O.problems(ExtractOptions, {"batch_size": list(range(10**5)), "precision": {"a": 1}, "workers": None}, "e")
     assert len(lines) == 3 and all(len(line) < 200 for line in lines)
-    assert lines[0].startswith("e.batch_size: must be an integer >= 1, got [0, 1, 2") and lines[0].endswith("...")
-    assert lines[2] == "e.workers: must be an integer >= 0, got None"  # None is no default of workers
+    assert lines[0].startswith("e.batch_size: must be an integer between 1 and 4096, got [0, 1, 2") and lines[0].endswith("...")
+    assert lines[2] == "e.workers: must be an integer between 0 and 1024, got None"  # None is no default of workers

@@ -207,3 +207,31 @@ def test_swap_without_renameat2(tmp_path, monkeypatch):
         with P.PublishedDir(out) as work:
             _fill(work, {"metrics.json": value})
     assert (out / "metrics.json").read_text() == "2" and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_written_before_names_only_what_an_old_version_provably_wrote(tmp_path):
+    from old_outputs import old_version_folder
+    from xbench.schemas.paths import written_before
+
+    mine = old_version_folder(tmp_path / "results")
+    got = written_before(tmp_path / "results")
+    assert got == {"a", "b", "per_class", "figures", "index.html", "report.json", "leaderboard.csv", "leaderboard.md",
+                   "comparisons.csv"}
+    assert not got & set(mine) and "mine_results" not in got
+    assert written_before(tmp_path / "results" / "a") == {
+        "metrics.json", "pairs.parquet", "pair_counts.npz", "table1_grounding.csv", "table1_grounding.md",
+        "table_pointing_chexlocalize.csv", "table_pointing_vindr cxr.md", "table_recognition.csv"}
+
+
+def test_an_old_table_of_an_unlisted_dataset_is_no_proof(tmp_path):
+    """A pointing table is proven by its dataset in the old metrics.json; without that it is kept, never guessed."""
+    import json
+
+    from xbench.schemas.paths import written_before
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"datasets": {"vindr": {}}}))
+    (tmp_path / "table_pointing_vindr.csv").write_text("old")
+    (tmp_path / "table_pointing_mimic.csv").write_text("mine?")
+    assert written_before(tmp_path) == {"metrics.json", "table_pointing_vindr.csv"}
+    (tmp_path / "metrics.json").write_text("[" * 100_000)  # a hostile old metrics.json proves nothing more
+    assert written_before(tmp_path) == {"metrics.json"}

@@ -656,6 +656,10 @@ def test_perturb_refuses_a_key_near_the_public_store(flow, tmp_path):
         _fails(res, fragment)
         assert not out.exists() and not (d / "images.zarr" / "k.npz").exists() and not (d / "sub.zarr" / "k.npz").exists()
         assert res.output.splitlines()[-1] == "xbench perturb: nothing was written", res.output
+    (tmp_path / "notes.npz").write_text("mine")  # issue 44, class 5: an existing file is never replaced
+    res = _xb(["perturb", *args, "--out", out, "--key", tmp_path / "notes.npz"])
+    _fails(res, "--key", "exists; a key is written only to a new path")
+    assert (tmp_path / "notes.npz").read_text() == "mine" and not out.exists()
     res = _xb(["perturb", *args, "--out", out, "--key", tmp_path / "private" / "r2.key.npz", "-q"])
     assert res.exit_code == 0, res.output
     assert F.read_key(tmp_path / "private" / "r2.key.npz").header["store"] == "r2.zarr"

@@ -303,3 +303,27 @@ def test_the_watchdog_removes_every_kind_of_work_folder(tmp_path, how):
     assert res.returncode == 2 and res.stderr.strip() == "stopped", res.stderr
     assert hidden(tmp_path) == []
     assert not out.exists() or [p.name for p in out.iterdir()] == []
+
+
+def test_overwrite_of_an_old_versions_folder_removes_only_what_it_provably_wrote(stores, tmp_path, capsys):
+    """Issue 44, class 5: a results folder of a version before the marker. --overwrite removes the old run's
+    files by their exact names (and those its metrics.json and report.json imply), never by a prefix: the user's
+    table_of_my_patients.csv and the rest stay, byte for byte; no stale output of the old run survives."""
+    from old_outputs import old_version_folder
+
+    out = tmp_path / "results"
+    mine = old_version_folder(out)
+    kept = {**{n: (out / n).read_bytes() for n in mine}, "mine_results/my_notes.txt": b"mine",
+            "mine_results/metrics.json": b"{}"}
+    code, _, err = score([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", out, "--bootstrap", "0", "-q"],
+                         capsys)
+    assert code == 2 and "pass --overwrite" in err  # never without asking
+    code, _, err = score([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", out, "--bootstrap", "0", "-q",
+                          "--overwrite"], capsys)
+    assert code == 0, err
+    assert {n: (out / n).read_bytes() for n in kept} == kept
+    for stale in ("a", "b", "per_class", "figures", "index.html", "report.json", "leaderboard.csv", "comparisons.csv"):
+        assert not (out / stale).exists(), stale
+    marker = json.loads((out / "xbench-output.json").read_text())
+    assert (out / "metrics.json").is_file() and not set(marker["files"]) & set(kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]

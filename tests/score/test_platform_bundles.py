@@ -285,3 +285,84 @@ def test_a_wheel_of_another_version_or_needing_torch_is_refused(stores, tmp_path
                           (tmp_path / "missing.whl", "no such file")):
         out, res = _bundle(stores, tmp_path, "--wheel", str(wheel))
         assert res.exit_code == 2 and reason in res.output and not out.exists(), res.output
+
+
+def test_a_hostile_wheel_is_refused_from_the_bounded_reader(stores, tmp_path):
+    """Issue 44, class 6: the wheel is read through the bounded input layer. A wheel whose METADATA inflates past
+    its limit (a zip bomb), a sparse file past the wheel limit, and a FIFO named like the wheel are exit 2 with
+    one line each; nothing is written and nothing is read beyond the limits (the sparse file is never read)."""
+    from importlib.metadata import version
+
+    from xbench.package import MAX_WHEEL_BYTES, MAX_WHEEL_METADATA_BYTES
+
+    mine = version("xbench-cxr")
+    name = f"xbench_cxr-{mine}-py3-none-any.whl"
+    bomb = tmp_path / "bomb" / name
+    bomb.parent.mkdir()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"xbench_cxr-{mine}.dist-info/METADATA", b"Name: xbench-cxr\n" + b" " * MAX_WHEEL_METADATA_BYTES)
+    assert bomb.stat().st_size < 10_000
+    sparse = tmp_path / "sparse" / name
+    sparse.parent.mkdir()
+    with open(sparse, "wb") as fh:
+        fh.truncate(MAX_WHEEL_BYTES + 1)
+    fifo = tmp_path / "fifo" / name
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    for wheel, reason in ((bomb, "the limit is 1.0 MiB"), (sparse, "the limit for this file is 64.0 MiB"),
+                          (fifo, "no such file")):
+        out, res = _bundle(stores, tmp_path, "--wheel", str(wheel))
+        assert res.exit_code == 2, res.output
+        lines = [ln for ln in res.output.splitlines() if "--wheel" in ln]
+        assert len(lines) == 1 and reason in lines[0], res.output
+        assert "Traceback" not in res.output and not out.exists()
+
+
+def test_a_bundled_store_is_read_through_the_bounded_layer(stores, tmp_path):
+    """The ground truths a bundle only copies: a sparse file past the store limit, a link out of the store and a
+    FIFO inside it are refused (exit 2, one line naming the file), never copied into the bundle or waited on."""
+    from xbench.package import MAX_STORE_BYTES
+
+    cases = {"sparse": lambda p: open(p / "junk.bin", "wb").truncate(MAX_STORE_BYTES + 1),
+             "link": lambda p: os.symlink(tmp_path / "secret.txt", p / "zarr.json.bak"),
+             "fifo": lambda p: os.mkfifo(p / "pipe")}
+    (tmp_path / "secret.txt").write_text("not to ship")
+    for what, make in cases.items():
+        val = tmp_path / what / "val.zarr"
+        shutil.copytree(stores / "val.zarr", val)
+        make(val)
+        out = tmp_path / f"{what}.zip"
+        res = CliRunner().invoke(package, ["codabench-competition", "--gt-validation", str(val), "--gt-test",
+                                           str(stores / "test.zarr"), "--docker-image", "a/b:1", "--out", str(out),
+                                           *DATES])
+        assert res.exit_code == 2, (what, res.output)
+        assert "Traceback" not in res.output and str(val) in res.output and not out.exists(), res.output
+
+
+def test_a_bundle_replaces_only_a_bundle_xbench_wrote(stores, tmp_path):
+    """Issue 44, class 5: --out is replaced only when it is XBench's own bundle (its competition.yaml or
+    metadata.yaml begins with XBench's header); a file of the user's, another zip, a folder or a link there is
+    refused (exit 2, one line) and left as it was."""
+    out, res = _bundle(stores, tmp_path)
+    assert res.exit_code == 0, res.output
+    out2, res = _bundle(stores, tmp_path)  # the same command again replaces its own bundle
+    assert res.exit_code == 0 and out2 == out, res.output
+    other = tmp_path / "other.zip"
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("competition.yaml", "title: my own competition\n")
+    (tmp_path / "folder").mkdir()
+    os.symlink(out, tmp_path / "link.zip")
+    (tmp_path / "notes.txt").write_text("mine")
+    for target in ("notes.txt", "other.zip", "folder", "link.zip"):
+        path = tmp_path / target
+        before = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        for cmd in (["codabench-competition", "--gt-validation", str(stores / "val.zarr"), "--gt-test",
+                     str(stores / "test.zarr"), "--docker-image", "a/b:1", *DATES],
+                    ["codabench", "--gt", str(stores / "val.zarr"), "--gt-in-program"]):
+            res = CliRunner().invoke(package, [*cmd, "--out", str(path)])
+            assert res.exit_code == 2, (target, res.output)
+            lines = [ln for ln in res.output.splitlines() if "is not a bundle XBench wrote" in ln]
+            assert len(lines) == 1 and "Traceback" not in res.output, res.output
+            if before is not None:
+                assert path.read_bytes() == before
+    assert (tmp_path / "link.zip").is_symlink() and (tmp_path / "folder").is_dir()

@@ -308,6 +308,30 @@ def test_forged_attributes_in_the_ground_truth_exit_2(scored, tmp_path, field, f
     assert not (tmp_path / "s").exists()
 
 
+def test_the_options_bounds_are_accepted_by_compare_and_one_past_is_refused(scored, two, tmp_path):
+    """Issue 44, class 2: --min-group and --seed at their bounds score, and xbench compare reads that output
+    (pair_counts.npz records min_group); one past the bound (3e9, 1e20: an OverflowError before) is exit 2, one
+    line, nothing written."""
+    from xbench.schemas.options import MAX_CASES, MAX_SEED
+
+    d = scored[0]
+    for sub, out in (("dog", "hi_a"), ("random", "hi_b")):
+        code, text = xb("score", d / f"{sub}.zarr", "--gt", d / "data/gt.zarr", "--out", tmp_path / out,
+                        "--bootstrap", 4, "--by", "sex", "--min-group", MAX_CASES, "--seed", MAX_SEED, "-q")
+        assert code == 0, text
+        sec = json.loads((tmp_path / out / "metrics.json").read_text())["subgroups"]
+        assert sec["min_group"] == MAX_CASES
+        assert not any(g["ranked"] for g in sec["datasets"]["phantom"]["groups"].values())
+    code, text = xb("compare", tmp_path / "hi_a", tmp_path / "hi_b", "--bootstrap", 4, "--seed", MAX_SEED, "--json")
+    assert code == 0, text
+    for flag, value in (("--min-group", 3_000_000_000), ("--min-group", 10**20), ("--seed", MAX_SEED + 1),
+                        ("--bootstrap", 10**20)):
+        code, text = xb("score", d / "dog.zarr", "--gt", d / "data/gt.zarr", "--out", tmp_path / "no", "--by", "sex",
+                        flag, value)
+        assert code == 2 and len([ln for ln in text.splitlines() if ": error:" in ln]) == 1, text
+        assert flag in text and "Traceback" not in text and not (tmp_path / "no").exists()
+
+
 @pytest.mark.parametrize("field, kind, values, text", [
     ("age", "category", ["-3", "500"], "a field named 'age' holds ages in years, NaN = missing: its kind must be "
                                        "number, not category"),

@@ -21,10 +21,13 @@ WORK_DIR = ".xbench-suite"
 
 # ------------------------------------------------------------------------------------- run record
 def _read_record(path: Path) -> dict:
-    try:
-        record = json.loads(path.read_text())
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import load_json
+
+    try:  # the run folder is the user's: read bounded, a FIFO or a bomb is no record
+        record = load_json(path)
         return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):
         return {}
 
 
@@ -58,14 +61,16 @@ def leaderboard(run_dir: Path, keys: Sequence[str]) -> list[dict]:
     """Models ranked by overall pointing game (then Dice), from their metrics.json; undefined last. A model whose
     weights are random is shown as "KEY (untrained)", as the report names it."""
     from xbench.score.outputs.leaderboard import UNTRAINED_SUFFIX, is_untrained
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import load_json, with_limits
 
     rows = []
     for k in keys:
-        try:
-            metrics = json.loads((run_dir / "scores" / k / "metrics.json").read_text())
+        try:  # bounded: a file in the user's run folder
+            metrics = load_json(run_dir / "scores" / k / "metrics.json", limits=with_limits(max_bytes=64 * 2**20))
             overall = metrics["overall"]
             cis = metrics.get("ci95") or {}  # the scorer's overall 95 % intervals, beside "overall"
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, InputError):
             continue
         keys = ("pointing_game", "dice_best", "iou_best", "dice_fixed", "auroc")
         shown = k + (UNTRAINED_SUFFIX if is_untrained(metrics) else "")  # the board says what the report says
@@ -127,6 +132,9 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     if blocked:
         raise SuiteError(blocked)
 
+    foreign = _foreign_folder(run_dir)
+    if foreign:
+        raise SuiteError([foreign])
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(run_dir)  # released on return, on error, and by the kernel on any death
     try:
@@ -166,6 +174,24 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     return RunResult(run_dir, rows, leaderboard(run_dir, [m.key for m in suite.models]), False)
 
 
+def _foreign_folder(run_dir: Path) -> str | None:
+    """Why the run may not write into ``run_dir`` (None when it may): a run replaces data/, submissions/,
+    scores/, report/ and suite.yaml in its folder, so the folder must be new, empty or one a run wrote (its
+    run record or its work folder proves it); a folder of the user's is refused, nothing in it touched
+    (docs/contract.md, "Output safety")."""
+    if not run_dir.exists() and not run_dir.is_symlink():
+        return None
+    if not run_dir.is_dir():
+        return f"--out {run_dir}: exists and is not a folder; choose a new folder"
+    entries = os.listdir(run_dir)
+    if not entries or RUN_RECORD in entries or WORK_DIR in entries:
+        return None
+    shown = ", ".join(sorted(entries)[:5]) + (", ..." if len(entries) > 5 else "")
+    return (f"--out {run_dir}: is a folder with files no xbench run wrote ({shown}; no {RUN_RECORD}), and a run "
+            "replaces data/, submissions/, scores/, report/ and suite.yaml in its folder; choose a new or empty "
+            "folder")
+
+
 def _lock(run_dir: Path):
     """An exclusive lock on the run folder, so that two runs never write the same outputs at once.
 
@@ -199,8 +225,10 @@ def _suite_record(suite: Suite) -> dict:
 
 def _write_suite_copy(suite: Suite, run_dir: Path) -> None:
     src = Path(suite.source)
-    if src.is_file():
-        _atomic_write(run_dir / "suite.yaml", src.read_text(encoding="utf-8"))
+    if src.is_file():  # the user's file, copied: read again through the bounded layer, as parsing read it
+        from xbench.schemas.inputs import CONFIG, decode_text, read_bytes
+
+        _atomic_write(run_dir / "suite.yaml", decode_text(read_bytes(src, max_bytes=CONFIG.max_bytes), str(src)))
     else:
         import yaml
 

@@ -24,9 +24,12 @@ class DigestCache:
         self.path = path
         self.entries: dict[str, list] = {}
         if path is not None and path.is_file():
-            try:
-                self.entries = json.loads(path.read_text())
-            except ValueError:
+            from xbench.schemas.errors import InputError
+            from xbench.schemas.inputs import load_json
+
+            try:  # bounded: the cache lies in the user's run folder
+                self.entries = load_json(path)
+            except (ValueError, InputError):
                 self.entries = {}  # a damaged cache only costs re-reading
 
     def file(self, path: Path) -> str:

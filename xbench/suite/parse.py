@@ -237,7 +237,9 @@ def parse_suite(data: Any, base_dir: str | os.PathLike = ".", *, source: str = "
     datasets = _parse_datasets(data, prepare, base, problems)
     models = _parse_models(data, extract, base, problems)
     seed = data.get("seed", 0)
-    _check_int(seed, "seed", problems, low=0)
+    seed_problem = _options.Int(0, _options.MAX_SEED).problem(seed)  # the scorer's and report's --seed rule
+    if seed_problem:
+        problems.append(f"seed: {seed_problem}, got {_options._shown(seed)}")
     problems += section_problems(score, "score", lambda path: _expand(path, base))
     problems += _options.problems(ReportOptions, report, "report")
     name = str(data.get("name") or Path(source).stem)

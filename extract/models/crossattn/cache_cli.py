@@ -11,6 +11,7 @@ model config). See :mod:`.cache` for the upstream lines each step follows.
 from __future__ import annotations
 
 import json
+import os
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,31 @@ import click
 
 from xbench.schemas._cli import NOT_WRITTEN_HINT, UserError, command, progress
 from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse
+
+
+def replace_problem(out: Path) -> str | None:
+    """Why ``--out`` may not be written (None when it may): an existing file is replaced only when it is a query
+    cache XBench wrote (an npz holding ``entities``, ``disease_book`` and ``meta``, read bounded); a file of the
+    user's, a folder, a link or a pipe is refused and nothing is deleted (docs/contract.md, "Output safety")."""
+    import stat
+
+    from xbench.schemas.errors import InputError
+    from xbench.schemas.inputs import load_npz
+
+    from xbench.extract.models.crossattn.cache import CACHE_MAX_BYTES
+
+    refused = f"--out {out}: exists and is not a query cache XBench wrote ({{what}}); choose another path"
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return refused.format(what="a link" if stat.S_ISLNK(st.st_mode) else "not a regular file")
+    try:
+        arrays = load_npz(out, max_bytes=CACHE_MAX_BYTES, max_members=16)
+    except InputError:
+        return refused.format(what="not an npz file")
+    return None if {"entities", "disease_book", "meta"} <= set(arrays) else refused.format(what="other arrays")
 
 
 def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | None = None,
@@ -28,6 +54,9 @@ def run_build(text_encoder: str, descriptions: str, out: str, *, aspects: str | 
     from xbench.extract.models.crossattn.cache import build_query_cache
     from xbench.extract.models.crossattn.entities import ENTITIES
 
+    not_ours = replace_problem(Path(out).expanduser())
+    if not_ours:  # before the text encoder is loaded
+        raise ValueError(not_ours)
     total = len(ENTITIES) + len(set(extra_entities) - set(ENTITIES))
     n_texts = total * (1 + (8 if aspects else 0))  # the bar's length only; MAVL's files have 8 aspects
     bar = progress(n_texts, desc="encoding", unit="text", enabled=not quiet)
@@ -64,7 +93,7 @@ class BuildEmbeddingsOptions:
                                       help="Read descriptions by file order, keys ignored (MedKLIP's scripts; "
                                            "the default without --aspects) or by entity name (MAVL's scripts; "
                                            'the default with --aspects).')
-    max_length: int = opt(64, check=Int(1),
+    max_length: int = opt(64, check=Int(1, 4096),
                           help='Token length used upstream: [CLS] plus up to max-length - 1 word pieces, no '
                                '[SEP].')
     cased: bool = opt(False, check=Flag(),

@@ -111,7 +111,7 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
 
     Raises :class:`InputError` (one problem a line) for a missing or malformed file, a reader name that is not a
     plain folder name, a file outside the folder (a link leaving it), or counts that do not hold the dataset."""
-    from xbench.schemas.inputs import load_json
+    from xbench.schemas.inputs import DEFAULT, parse_json, read_bytes
 
     from xbench.score.kernels.counts import read_counts_file
 
@@ -121,7 +121,8 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
         raise InputError([Problem(str(folder), "--human must be the output folder of `xbench human` (no such folder)")])
     if not path.is_file() or not _inside(path, folder):
         raise InputError([Problem(str(path), "no human.json here; --human takes the output folder of `xbench human`")])
-    data = load_json(path)
+    raw = read_bytes(path, max_bytes=DEFAULT.max_bytes)  # once: the bytes parsed are the bytes hashed
+    data = parse_json(raw, str(path))
     problems: list[Problem] = []
     info = data.get("xbench") if isinstance(data, dict) else None
     datasets = data.get("datasets") if isinstance(data, dict) else None
@@ -192,5 +193,5 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
             problems.append(Problem(str(folder), f"{NATIVE_READING_FILE} is there for some readers of {name} only"))
     if problems:
         raise InputError(problems)
-    return HumanSource(folder, hashlib.sha256(path.read_bytes()).hexdigest(), info, readers, classes, readings,
+    return HumanSource(folder, hashlib.sha256(raw).hexdigest(), info, readers, classes, readings,
                        natives)
