@@ -7,14 +7,12 @@ from pathlib import Path
 import torch
 
 WORDS = ("a chat between curious user and an artificial intelligence assistant . the gives helpful , detailed "
-         "polite answers to 's questions : is there in this chest x - ray ? yes no pneumonia effusion "
+         "polite answers to ' s questions : is there in this chest x - ray ? yes no pneumonia effusion "
          "cardiomegaly atelectasis pleural").split()
 #: open_clip config of a small timm ViT (the authors' tower class is the same open_clip/timm path at 518 px)
 VISION = {"embed_dim": 64, "vision_cfg": {"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False,
                                           "timm_pool": "", "timm_proj": "linear", "image_size": 224},
-          "text_cfg": {"hf_model_name": "none", "hf_tokenizer_name": "none", "hf_proj_type": "mlp",
-                       "hf_pooler_type": "cls_last_hidden_state_pooler", "context_length": 16},
-          "preprocess_cfg": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}}
+          "text_cfg": {"context_length": 16, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1}}
 LLAMA = dict(vocab_size=len(WORDS) + 4, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=2,
              eos_token_id=3, pad_token_id=0, rms_norm_eps=1e-5, tie_word_embeddings=False)

@@ -25,7 +25,7 @@ from xbench.extract.models.errors import ModelConfigError
 
 REGISTER = {"llava-rad": "build"}
 
-#: open_clip's defaults when the vision config names no preprocessing (open_clip.constants OPENAI_DATASET_*)
+#: open_clip's normalisation of a model built from a config and a checkpoint (open_clip.constants OPENAI_DATASET_*)
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 VISION_PREFIX = "model.vision_tower.vision_tower.vit."
@@ -77,10 +77,9 @@ class LlavaRad(DecoderModel):
         self.tok = tok
         self.grid = tuple(int(v) for v in self.vit.patch_embed.grid_size)
         self.input_size = int(self.vit.patch_embed.img_size[0])
-        pre = vision_config.get("preprocess_cfg") or {}
-        self.mean = tuple(float(v) for v in pre.get("mean", OPENAI_MEAN))
-        self.std = tuple(float(v) for v in pre.get("std", OPENAI_STD))
-        self.interpolation = str(pre.get("interpolation", "bicubic"))
+        # open_clip's eval transform for a model built from a config and a checkpoint file (no pretrained
+        # config): OpenAI's mean and std, bicubic (open_clip_encoder/utils.py:41-44 -> open_clip)
+        self.mean, self.std, self.interpolation = OPENAI_MEAN, OPENAI_STD, "bicubic"
         prompts = published_prompts()["llava-rad"]
         self.system, self.roles = prompts["system"], tuple(prompts["roles"])
         self._layers = {layer.self_attn: i for i, layer in enumerate(self.lm.model.layers)}
