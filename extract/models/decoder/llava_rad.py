@@ -46,39 +46,39 @@ def projector(kind: str, vision_dim: int, hidden: int) -> nn.Module:
 
 
 class LlavaRad(DecoderModel):
-    """The model; ``config`` is the folder's config.json, ``vision_config`` the open_clip model config."""
+    """The model; ``hf_config`` is the folder's config.json, ``vision_config`` the open_clip model config."""
 
     resize = "crop"  # open_clip's eval transform: shorter side to R, centre crop (model_mimic_cxr.py:124)
 
-    def __init__(self, config: Mapping[str, Any], vision_config: Mapping[str, Any], tok) -> None:
+    def __init__(self, hf_config: Mapping[str, Any], vision_config: Mapping[str, Any], tok) -> None:
         from open_clip.model import _build_vision_tower
         from transformers import LlamaConfig, LlamaForCausalLM
 
         super().__init__()
-        if config.get("mm_use_im_start_end"):
+        if hf_config.get("mm_use_im_start_end"):
             raise ModelConfigError("mm_use_im_start_end: true is not supported (LLaVA-Rad does not use it)")
-        if config.get("mm_vision_select_feature", "patch") != "patch":
+        if hf_config.get("mm_vision_select_feature", "patch") != "patch":
             raise ModelConfigError("mm_vision_select_feature must be 'patch' (the image tokens are the patches)")
         vcfg = dict(vision_config.get("vision_cfg") or {})
         if not vcfg.get("timm_model_name"):
             raise ModelConfigError("the vision config must name a timm ViT (vision_cfg.timm_model_name)")
         vcfg["timm_model_pretrained"] = False  # never download
         self.vit = _build_vision_tower(int(vision_config.get("embed_dim", 512)), vcfg).trunk
-        self.select_layer = int(config.get("mm_vision_select_layer", -2))
+        self.select_layer = int(hf_config.get("mm_vision_select_layer", -2))
         depth = len(self.vit.blocks)
         if not -(depth + 1) <= self.select_layer <= depth:
             raise ModelConfigError(f"mm_vision_select_layer {self.select_layer} outside the tower's {depth} blocks")
-        llama = {k: v for k, v in config.items() if not k.startswith("mm_") and k not in ("architectures", "model_type")}
+        llama = {k: v for k, v in hf_config.items() if not k.startswith("mm_") and k not in ("architectures", "model_type")}
         lcfg = LlamaConfig(**llama)
         capture.register()
         lcfg._attn_implementation = capture.NAME
         self.lm = LlamaForCausalLM(lcfg)
-        self.projector = projector(str(config.get("mm_projector_type", "linear")), self.vit.embed_dim, lcfg.hidden_size)
+        self.projector = projector(str(hf_config.get("mm_projector_type", "linear")), self.vit.embed_dim, lcfg.hidden_size)
         self.tok = tok
         self.grid = tuple(int(v) for v in self.vit.patch_embed.grid_size)
         self.input_size = int(self.vit.patch_embed.img_size[0])
-        # open_clip's eval transform for a model built from a config and a checkpoint file (no pretrained
-        # config): OpenAI's mean and std, bicubic (open_clip_encoder/utils.py:41-44 -> open_clip)
+        # open_clip's eval transform for a model built from a hf_config and a checkpoint file (no pretrained
+        # hf_config): OpenAI's mean and std, bicubic (open_clip_encoder/utils.py:41-44 -> open_clip)
         self.mean, self.std, self.interpolation = OPENAI_MEAN, OPENAI_STD, "bicubic"
         prompts = published_prompts()["llava-rad"]
         self.system, self.roles = prompts["system"], tuple(prompts["roles"])
@@ -151,11 +151,11 @@ class LlavaRad(DecoderModel):
 def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> LlavaRad:
     """The model of a weights folder (refused when it holds code or pickles); ``random``: untrained weights."""
     folder = check_folder(folder, "LLaVA-Rad", need_weights=not random)
-    config = read_json(folder / "config.json", "LLaVA-Rad config.json")
-    vname = Path(str(config.get("mm_vision_tower_config") or "biomedclipcxr_518.json")).name
+    hf_config = read_json(folder / "config.json", "LLaVA-Rad config.json")
+    vname = Path(str(hf_config.get("mm_vision_tower_config") or "biomedclipcxr_518.json")).name
     vision = read_json(folder / vname, f"LLaVA-Rad vision tower config {vname}")
     torch.manual_seed(seed)
-    model = LlavaRad(config, vision, tokenizer(folder, "LLaVA-Rad"))
+    model = LlavaRad(hf_config, vision, tokenizer(folder, "LLaVA-Rad"))
     if not random:
         model.load_state(load_safetensors(folder, "LLaVA-Rad"))
     return model.eval().requires_grad_(False)
