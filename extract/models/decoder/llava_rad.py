@@ -141,7 +141,11 @@ class LlavaRad(DecoderModel):
                 parts["lm"][key] = value
         problems = []
         for name, sub in parts.items():
-            missing, unexpected = getattr(self, name).load_state_dict(sub, strict=False)
+            try:
+                missing, unexpected = getattr(self, name).load_state_dict(sub, strict=False)
+            except RuntimeError as exc:  # a tensor of the wrong shape: the folder does not match its config
+                raise ModelConfigError([f"weights of {name}: {line.strip()[:200]}" for line in
+                                        str(exc).splitlines()[1:11] if line.strip()]) from None
             problems += [f"missing weight {name}.{k}" for k in missing[:20]]
             problems += [f"unexpected weight {name}.{k}" for k in unexpected[:20]]
         if problems:
