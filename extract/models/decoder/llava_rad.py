@@ -87,7 +87,7 @@ class LlavaRad(DecoderModel):
     # -- the vision side ---------------------------------------------------------------------------------
     def vision_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """The hidden state after block ``select_layer`` (the authors index [embeddings, block 1, ...]),
-        class token dropped: patch_embed, _pos_embed, norm_pre, blocks (open_clip_encoder.py:41-54, 115-123)."""
+        class token dropped: patch_embed, _pos_embed, norm_pre, blocks (open_clip_encoder.py:23-36, 97-105)."""
         vit = self.vit
         x = vit.norm_pre(vit._pos_embed(vit.patch_embed(pixels)))
         for block in vit.blocks[:self.select_layer % (len(vit.blocks) + 1)]:
