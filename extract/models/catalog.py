@@ -360,6 +360,9 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in [
               "model=FOLDER (config.json, model.safetensors in the authors' state-dict layout, the vision config, "
               "tokenizer; no Python, no pickles)", methods=DECODER_METHODS, config=DecoderConfig,
               card="model_cards/llava-rad.md"),
+    ModelInfo("medgemma", "decoder VLM", "MedGemma 4B (transformers Gemma3ForConditionalGeneration), yes/no likelihood",
+              "model=FOLDER (config.json, model.safetensors, tokenizer and processor files; no Python, no pickles)",
+              methods=DECODER_METHODS, config=DecoderConfig, card="model_cards/medgemma.md"),
     ModelInfo("random", "baseline", "uniform random maps and scores (a floor)", "none", own_method="random",
               config=RandomConfig, card="model_cards/baselines.md"),
     ModelInfo("center", "baseline", "a centred Gaussian map, constant scores (the centre bias)", "none",

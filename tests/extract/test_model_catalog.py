@@ -37,6 +37,7 @@ SOURCES = {
     "center": [("baselines.py", ("config",), ("build_center", "_grid"))],
     "dog": [("baselines.py", ("config",), ("build_dog", "_grid"))],
     "llava-rad": [("decoder/llava_rad.py", ("config",))],
+    "medgemma": [("decoder/medgemma.py", ("config",))],
 }
 
 

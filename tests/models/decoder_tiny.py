@@ -64,3 +64,50 @@ def make_folder(folder: Path, state: dict | None = None, seed: int = 0, **over) 
         state.update(model.lm.state_dict())
     save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
     return folder
+
+
+GEMMA_WORDS = "user model is there pneumonia effusion in this chest x - ray ? answer yes or no . pleural".split()
+GEMMA_SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
+                 "<end_of_image>", "<image_soft_token>"]
+#: a chat template of Gemma 3's form (turns, the image as <start_of_image>, the model's generation prompt)
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' "
+                  "else m['role'] }}\n{% for c in m['content'] %}{% if c['type'] == 'image' %}<start_of_image>"
+                  "{% else %}{{ c['text'] }}{% endif %}{% endfor %}<end_of_turn>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def make_gemma_folder(folder: Path, seed: int = 0) -> Path:
+    """A tiny random Gemma3ForConditionalGeneration (sliding-window and global layers, a 4 x 4 SigLIP grid
+    pooled to 2 x 2 image tokens) with a Gemma3Processor, saved as transformers saves them."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor,
+                              PreTrainedTokenizerFast)
+
+    vocab = {w: i for i, w in enumerate(GEMMA_SPECIAL + GEMMA_WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>",
+                                   eos_token="<eos>", extra_special_tokens={
+                                       "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                       "image_token": "<image_soft_token>"})
+    fast.add_special_tokens({"additional_special_tokens": GEMMA_SPECIAL[4:]})
+    ip = Gemma3ImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    proc = Gemma3Processor(image_processor=ip, tokenizer=fast, chat_template=GEMMA_TEMPLATE, image_seq_length=4)
+    text = dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=8,
+                max_position_embeddings=256, layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4)
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                       image_token_index=vocab["<image_soft_token>"], boi_token_index=vocab["<start_of_image>"],
+                       eoi_token_index=vocab["<end_of_image>"])
+    torch.manual_seed(seed)
+    net = Gemma3ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for p in net.parameters():  # the projector starts at zero and the init is small: make both visible
+            p.normal_(0, 0.2) if p.dim() > 1 else None
+    folder.mkdir(parents=True, exist_ok=True)
+    net.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    return folder

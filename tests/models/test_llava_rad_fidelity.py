@@ -133,7 +133,7 @@ def test_logits_and_attention_match(pair, authors):
         with torch.no_grad():
             out = theirs(input_ids=ids, images=pixels, output_attentions=True, return_dict=True)
             ours_logits = ours.model.answer_logits(ours.sequences(ours.model.project(feats)[0], [c]).embeds,
-                                                   torch.tensor([len(before) + feats.shape[1] + len(after) - 1]))
+                                                   torch.tensor([len(before) + feats.shape[1] + len(after) - 1]), None)
         want_logits = out.logits[0, -1]
         start = len(before)
         want_rows = torch.stack([a[0, :, -1, start:start + feats.shape[1]].mean(0) for a in out.attentions]).mean(0)

@@ -101,13 +101,22 @@ class DecoderModel(torch.nn.Module):
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """(S, V) next-token logits at ``positions`` of the sequences ``embeds`` (S, L, D)."""
+    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor, image: tuple[int, int]) -> torch.Tensor:
+        """(S, V) next-token logits at ``positions`` of the sequences ``embeds`` (S, L, D) whose image tokens
+        are the columns ``image`` [start, stop) (a model whose image tokens attend to each other needs them)."""
         raise NotImplementedError
 
     def attention_layers(self) -> dict:
         """The decoder's attention modules -> layer number (0 = first), for :mod:`.capture`."""
         raise NotImplementedError
+
+    def grid_of(self, n: int) -> tuple[int, int]:
+        """The patch grid of a map over ``n`` tokens: the image tokens' grid, or the vision tokens' grid
+        (``feature_grid``) when the projector pools them (Grad-CAM's maps are over the vision tokens)."""
+        for grid in (self.grid, getattr(self, "feature_grid", self.grid)):
+            if grid[0] * grid[1] == n:
+                return grid
+        raise ValueError(f"{n} tokens are on neither grid {self.grid} nor the vision tokens' grid")
 
 
 @dataclass
@@ -207,7 +216,7 @@ class DecoderVLMAdapter(ModelAdapter):
             raise RuntimeError("set_classes() must be called before the adapter is run")
         pixels, boxes = self.pixels(images, orig_size)
         scores, maps = METHODS[self.method](self, pixels)
-        maps = maps.reshape(maps.shape[0], maps.shape[1], *self.model.grid)
+        maps = maps.reshape(maps.shape[0], maps.shape[1], *self.model.grid_of(maps.shape[-1]))
         return AdapterOutput(scores.float(), undo_box(maps.float(), boxes, self.map_shape))
 
     def provenance(self) -> dict:

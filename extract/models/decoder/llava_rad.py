@@ -121,7 +121,7 @@ class LlavaRad(DecoderModel):
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm.model.embed_tokens(ids)
 
-    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor, image=None) -> torch.Tensor:
         hidden = self.lm.model(inputs_embeds=embeds, use_cache=False).last_hidden_state
         rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
         return self.lm.lm_head(rows)

@@ -39,7 +39,7 @@ def _attention(adapter, feats):
     batch = adapter.sequences(adapter.model.project(feats.unsqueeze(0))[0])
     cap = Capture("rows", batch.positions, batch.image, adapter.model.attention_layers(), keep=frozenset(adapter.layers))
     with capturing(cap):
-        logits = adapter.model.answer_logits(batch.embeds, batch.positions)
+        logits = adapter.model.answer_logits(batch.embeds, batch.positions, batch.image)
     return adapter.yes_no(logits), torch.stack([cap.rows[k] for k in adapter.layers]).mean(0)
 
 
@@ -47,7 +47,7 @@ def _rollout(adapter, feats):
     batch = adapter.sequences(adapter.model.project(feats.unsqueeze(0))[0])
     cap = Capture("rollout", batch.positions, batch.image, adapter.model.attention_layers())
     with capturing(cap):
-        logits = adapter.model.answer_logits(batch.embeds, batch.positions)
+        logits = adapter.model.answer_logits(batch.embeds, batch.positions, batch.image)
     rows = cap.rollout[torch.arange(len(batch.positions)), batch.positions]
     return adapter.yes_no(logits), rows[:, batch.image[0]:batch.image[1]]
 
@@ -63,7 +63,7 @@ def _gradcam(adapter, feats):
         positions.append(b.positions[0])
     longest = max(e.shape[0] for e in embeds)
     embeds = torch.stack([F.pad(e, (0, 0, 0, longest - e.shape[0])) for e in embeds])
-    target = adapter.yes_no(adapter.model.answer_logits(embeds, torch.stack(positions)))
+    target = adapter.yes_no(adapter.model.answer_logits(embeds, torch.stack(positions), b.image))
     (g,) = torch.autograd.grad(target.sum(), x)  # sequences are independent: each row gets its own gradient
     weights = g.float().mean(dim=1, keepdim=True)
     return target, F.relu((x.detach().float() * weights).sum(-1))
@@ -77,7 +77,7 @@ def _chefer(adapter, feats):
         batch.embeds.requires_grad_(True)  # a leaf, so that the attention probabilities carry a graph
         cap = Capture("full", batch.positions, batch.image, adapter.model.attention_layers())
         with capturing(cap):
-            target = adapter.yes_no(adapter.model.answer_logits(batch.embeds, batch.positions))
+            target = adapter.yes_no(adapter.model.answer_logits(batch.embeds, batch.positions, batch.image))
         grads = torch.autograd.grad(target.sum(), cap.probs, allow_unused=True)
         L = batch.embeds.shape[1]
         r = torch.eye(L, device=target.device)
