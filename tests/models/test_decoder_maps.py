@@ -178,10 +178,15 @@ def test_adapter_maps_on_the_whole_image(folder):
     assert prov["prompts"]["questions"]["Pneumonia"] == "Is there pneumonia in this chest X-ray?"
 
 
-def test_attention_method_is_registered_for_decoders_only():
+def test_attention_method_is_registered_for_decoders_only(folder, pixels):
     from xbench.extract.models.catalog import info
+    from xbench.extract.models.decoder import maps
     from xbench.extract.saliency import METHODS
 
     m = METHODS.get("attention")
+    a = _adapter(folder)
+    s1, m1 = m(a, pixels, None)  # the registered method runs the decoder's own code
+    s2, m2 = maps.METHODS["attention"](a, pixels)
+    assert torch.equal(s1, s2) and torch.equal(m1, m2)
     assert m.missing({"gradients", "blocks", "class_token"})  # a dual encoder's tower lacks the decoder
     assert info("llava-rad").methods == ("attention", "rollout", "chefer", "gradcam")

@@ -77,6 +77,23 @@ def test_extract_writes_a_valid_submission_and_resumes(folder, images, tmp_path)
     assert np.array_equal(np.asarray(a.saliency[:]), np.asarray(b.saliency[:]))
 
 
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_rank(folder, images, tmp_path):
+    """--nproc-per-node 2 on the CPU (gloo): the blocks split over two ranks, the same store as one rank."""
+    from xbench.schemas import read_submission
+
+    one, two = tmp_path / "one.zarr", tmp_path / "two.zarr"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for out, extra in ((one, []), (two, ["--nproc-per-node", "2"])):
+        cmd = [sys.executable, "-m", "xbench.extract.cli", *_args(folder, images, out, *extra)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["world_size"] == 2
+    a, b = read_submission(one).datasets["phantom"], read_submission(two).datasets["phantom"]
+    assert np.array_equal(np.asarray(a.scores), np.asarray(b.scores))
+    assert np.array_equal(np.asarray(a.saliency[:]), np.asarray(b.saliency[:]))
+
+
 def _copy(folder: Path, dest: Path) -> Path:
     dest.mkdir()
     for f in folder.iterdir():
