@@ -18,6 +18,7 @@ def run(adapter, pixels, text=None):
 
 METHOD = MapMethod(
     name="attention", run=run,
-    description="decoder VLMs: the answer position's attention over the image tokens, heads and stated layers averaged",
+    description=("decoder VLMs: the answer position's attention over the image tokens, heads and stated layers "
+                 "averaged (their rollout, chefer, gradcam are the decoder forms: extract/models/decoder/maps.py)"),
     reference="Abnar & Zuidema 2020 (attention as explanation); issue 45 of XBench (answer-position rows)",
     needs=frozenset({"decoder"}))

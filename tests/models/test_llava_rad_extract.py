@@ -177,3 +177,22 @@ def test_broken_folder_is_one_line_exit_2(folder, images, tmp_path, break_it, wo
     assert r.exit_code == 2, r.output
     assert words in r.output and "Traceback" not in r.output, r.output
     assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize("options, words", [
+    ([], "llava-rad needs `model`"),
+    (["--model-option", "layers=[7]"], "outside the decoder's 3 layers"),
+    (["--model-option", "prompts.positive=no placeholder"], "one {} for the finding"),
+    (["--model-option", 'prompts.answers=["Yes"]'], "two non-empty texts"),
+    (["--model-option", 'prompts.answers=["Yes", "Yes"]'], "start with the same token"),
+    (["--method", "maskclip"], "not available for llava-rad"),
+])
+def test_bad_options_are_one_line_exit_2(folder, images, tmp_path, options, words):
+    from xbench.extract.cli import main
+
+    args = _args(folder, images, tmp_path / "out.zarr")
+    if not options:
+        args = args[:2] + args[4:]  # no model folder
+    r = CliRunner().invoke(main, args + options)
+    assert r.exit_code == 2, r.output
+    assert words in r.output and "Traceback" not in r.output, r.output
