@@ -69,7 +69,7 @@ def _brute_score(adapter, logits, pos):
     return (logp[yes] - logp[no]).float()
 
 
-@pytest.mark.parametrize("layers", [None, [-2, -1], [0]])
+@pytest.mark.parametrize("layers", [None, [-2, -1], [0], -1])
 def test_attention_and_scores_equal_brute_force(folder, pixels, layers):
     from xbench.extract.models.decoder import maps
 
@@ -77,7 +77,8 @@ def test_attention_and_scores_equal_brute_force(folder, pixels, layers):
     feats = a.model.vision_features(pixels)[0]
     scores, rows = maps._attention(a, feats)  # the findings batched, right-padded, rows captured
     n_layers = len(a.model.attention_layers())
-    keep = range(n_layers) if layers is None else sorted({v % n_layers for v in layers})
+    given = [layers] if isinstance(layers, int) else layers
+    keep = range(n_layers) if given is None else sorted({v % n_layers for v in given})
     for c in range(len(CLASSES)):
         embeds, pos, (s0, s1) = _one(a, feats, c)
         with torch.no_grad():

@@ -143,7 +143,12 @@ class DecoderVLMAdapter(ModelAdapter):
         self.name, self.model, self.template, self.method = name, model.eval(), template, method
         self.info = dict(info or {})
         n_layers = len(model.attention_layers())
-        chosen = list(range(n_layers)) if layers is None else [int(v) for v in layers]
+        if isinstance(layers, int) and not isinstance(layers, bool):
+            layers = [layers]  # `layers: -1` as the config allows
+        if layers is not None and (not isinstance(layers, (list, tuple))
+                                   or not all(isinstance(v, int) and not isinstance(v, bool) for v in layers)):
+            raise ModelConfigError(f"layers must be a layer number or a list of them, got {layers!r}")
+        chosen = list(range(n_layers)) if layers is None else list(layers)
         bad = [v for v in chosen if not -n_layers <= v < n_layers]
         if bad or not chosen:
             raise ModelConfigError(f"layers {bad or chosen} outside the decoder's {n_layers} layers")
