@@ -4,7 +4,7 @@
 
 * a registered name (``xbench-extract --list-models``): ``clip``, ``biomedclip``, ``open_clip``,
   ``chexzero``, ``biovil``, ``biovil_t``, ``gloria``, ``medclip``, ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
-  ``medklip``/``kad``/``mavl``/``carzero``/``devide``, and names from the ``xbench.models``
+  ``medklip``/``kad``/``mavl``/``carzero``/``devide``, the decoder VLMs ``llava-rad``/``medgemma``, and names from the ``xbench.models``
   entry point group of installed packages;
 * a config file (``.yaml``/``.yml``, ``.toml`` or ``.json``);
 * a ``"package.module:attr"`` string naming a factory or a ModelAdapter subclass.
@@ -87,6 +87,7 @@ MODELS: Registry[Factory] = Registry("model", check=_is_factory, entry_point_gro
                                      hint="(xbench-extract --list-models)")
 MODELS.discover(__name__, __path__, declared="REGISTER")
 MODELS.discover(f"{__name__}.crossattn", [str(Path(p) / "crossattn") for p in __path__], declared="REGISTER")
+MODELS.discover(f"{__name__}.decoder", [str(Path(p) / "decoder") for p in __path__], declared="REGISTER")
 for _preset in sorted(Path(__path__[0]).joinpath("preset_configs").glob("*.toml")):  # one file per preset
     MODELS.register(_preset.stem, f"{__name__}.presets:{_preset.stem}")
 from xbench.extract.models.checks import PATH_KEYS  # noqa: E402  (the config keys that may name local files: one definition)

@@ -12,10 +12,13 @@ from dataclasses import dataclass, fields
 
 #: Keys under ``preprocess:`` (dual encoders, the dog baseline) and ``prompts:``.
 PREPROCESS_KEYS = frozenset({"resize", "size", "mean", "std", "interpolation", "crop_offset"})
-PROMPT_KEYS = frozenset({"style", "positive", "negative", "classes", "vocabulary", "origin", "dataset"})
+PROMPT_KEYS = frozenset({"style", "positive", "negative", "classes", "vocabulary", "origin", "dataset",
+                         "answers"})  # answers: the two answers a decoder VLM compares (extract/models/decoder)
 
 #: The methods every ViT tower (open_clip, timm, transformers CLIP) runs.
 ALL_VIT = ("similarity", "maskclip", "gradcam", "rollout", "chefer", "clip_surgery", "gem")
+#: The methods of a decoder VLM (extract/models/decoder/maps.py: read at the answer position).
+DECODER_METHODS = ("attention", "rollout", "chefer", "gradcam")
 
 
 # -- typed configs -------------------------------------------------------------------------------------
@@ -189,6 +192,18 @@ class DeViDeOptions(CrossAttnOptions):
 
 
 @dataclass(frozen=True)
+class DecoderConfig(Config):
+    """What a decoder VLM reads (extract/models/decoder/)."""
+
+    model: str | None = None
+    weights: str | None = None
+    prompts: dict | None = None
+    layers: int | list[int] | None = None
+    map_size: int | list[int] | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
 class BaselineConfig(Config):
     map_size: int | list[int] | None = None
     grid: int | list[int] | None = None
@@ -341,6 +356,13 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in [
               "a DeViDe checkpoint, weights=FILE", "a local text-encoder folder, text_encoder=FOLDER",
               own_method=_CROSS, config=TextQueryConfig, options_config=DeViDeOptions,
               weights_required=True, card="model_cards/devide.md"),
+    ModelInfo("llava-rad", "decoder VLM", "LLaVA-Rad (BiomedCLIP-CXR ViT + MLP projector + Llama), yes/no likelihood",
+              "model=FOLDER (config.json, model.safetensors in the authors' state-dict layout, the vision config, "
+              "tokenizer; no Python, no pickles)", methods=DECODER_METHODS, config=DecoderConfig,
+              card="model_cards/llava-rad.md"),
+    ModelInfo("medgemma", "decoder VLM", "MedGemma 4B (transformers Gemma3ForConditionalGeneration), yes/no likelihood",
+              "model=FOLDER (config.json, model.safetensors, tokenizer and processor files; no Python, no pickles)",
+              methods=DECODER_METHODS, config=DecoderConfig, card="model_cards/medgemma.md"),
     ModelInfo("random", "baseline", "uniform random maps and scores (a floor)", "none", own_method="random",
               config=RandomConfig, card="model_cards/baselines.md"),
     ModelInfo("center", "baseline", "a centred Gaussian map, constant scores (the centre bias)", "none",
@@ -365,6 +387,7 @@ NEEDS_MODELS = {
     "class_token": "a class token that pools the image (not SigLIP)",
     "value_path": "ViT / Swin towers (the last block's value path)",
     "gradients": "gradients through the image tower (every dual encoder)",
+    "decoder": "decoder VLMs (the answer position over the image tokens)",
     "empty_prompt": "",  # every dual encoder embeds the empty prompt (extract/models/dual.py)
 }
 

@@ -26,6 +26,7 @@ NEEDS = {
     "blocks": "per-block attention views of every block (embed + blocks)",
     "class_token": "a class token that pools the image",
     "empty_prompt": "the embedding of the empty prompt",
+    "decoder": "a decoder VLM's answer position over its image tokens (extract/models/decoder)",
 }
 
 

@@ -36,6 +36,8 @@ SOURCES = {
     "random": [("baselines.py", ("config",), ("build_random", "_grid"))],
     "center": [("baselines.py", ("config",), ("build_center", "_grid"))],
     "dog": [("baselines.py", ("config",), ("build_dog", "_grid"))],
+    "llava-rad": [("decoder/llava_rad.py", ("config",))],
+    "medgemma": [("decoder/medgemma.py", ("config",))],
 }
 
 
