@@ -49,6 +49,8 @@ ALLOWED = {
     ("extract/models/medclip.py", "open"): (1, "the package's own ensemble file"),
     ("extract/models/medclip.py", "tomllib.load"): (1, "the package's own ensemble file"),
     ("extract/models/prompts.py", "open"): (1, "the package's own published prompts"),
+    ("extract/models/decoder/common.py", "open"): (1, "the package's own decoder prompts (prompts.toml)"),
+    ("extract/models/decoder/common.py", "tomllib.load"): (1, "the package's own decoder prompts (prompts.toml)"),
     ("extract/models/prompts.py", "tomllib.load"): (1, "the package's own published prompts"),
     ("extract/models/openclip.py", "zipfile.ZipFile"): (1, "lists a checkpoint's names (TorchScript or not)"),
     ("extract/models/presets.py", "read_text"): (1, "compares a preset file it writes itself"),

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: ``xbench.<key>`` names that are not Python paths: keys of the stores' and outputs' ``xbench`` attribute
 #: (docs/contract.md) and of human.json; the plug-in entry-point groups are added from the registry.
 ATTRIBUTE_KEYS = {
+    "kind": "a store's kind (xbench.kind: images, ground-truth, submission)",
     "schema_minor": "a store's minor version (xbench.schema_minor)",
     "augment": "an augmented submission's record (xbench.augment)",
     "faithfulness": "a round-2 images store's record (xbench.faithfulness)",
