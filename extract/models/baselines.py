@@ -229,10 +229,20 @@ def build_center(config: Mapping[str, Any]) -> CenterBaseline:
     return CenterBaseline(_grid(config), sigma=float(config.get("sigma", 0.25)))
 
 
+def _pair(config: Mapping[str, Any], key: str):
+    """``sigma``/``sigma_px`` as a pair of numbers, or a ModelConfigError naming the key (not a TypeError)."""
+    value = config.get(key)
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 2
+                         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        return value
+    raise ModelConfigError(f"dog: {key} must be a pair of numbers [inner, outer], got {value!r:.60}")
+
+
 def build_dog(config: Mapping[str, Any]) -> DoGBaseline:
     pre = dict(config.get("preprocess") or {})
+    sigma, sigma_px = _pair(config, "sigma"), _pair(config, "sigma_px")
     try:
         return DoGBaseline(_grid(config), size=int(pre.get("size", 224)), resize=pre.get("resize", "squash"),
-                           sigma=config.get("sigma", DOG_SIGMA), sigma_px=config.get("sigma_px"))
+                           sigma=DOG_SIGMA if sigma is None else sigma, sigma_px=sigma_px)
     except ValueError as e:
         raise ModelConfigError(f"dog: {e}") from None

@@ -281,6 +281,9 @@ def test_dog_sigmas_are_fractions_of_the_frame_side():
     for bad in ([2, 8], [0.06, 0.015], [0, 0.1]):  # pixels, swapped, zero
         with pytest.raises(ModelConfigError, match="fractions of the image side"):
             create_adapter("dog", sigma=bad)
+    for key, bad in (("sigma_px", 3), ("sigma", [0.1]), ("sigma_px", ["a", 2]), ("sigma", "x")):  # not a pair
+        with pytest.raises(ModelConfigError, match=f"{key} must be a pair of numbers"):
+            create_adapter("dog", **{key: bad})
 
 
 def test_dog_prefers_a_lesion_sized_blob_to_a_long_soft_edge():

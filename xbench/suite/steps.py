@@ -57,9 +57,19 @@ def _n_ranks(extract: Mapping) -> int:
     return torch.cuda.device_count() if device == "cuda" and torch.cuda.is_available() else 1
 
 
-def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
-    import torch
+def uses_torch(model: str, options: Mapping) -> bool:
+    """Whether the model's catalog entry says it runs on torch (the weight-free baselines do not: a suite of
+    them runs without torch installed); a config that does not load is left to the runner's own message."""
+    from xbench.extract.models import load_config
+    from xbench.extract.models.catalog import needs_torch
 
+    try:
+        return needs_torch(str(load_config(model, **copy.deepcopy(dict(options))).get("adapter")))
+    except Exception:  # noqa: BLE001 - the runner reports it, with the suite's step name
+        return True
+
+
+def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
     from xbench.schemas.registry import UnknownNameError
     from xbench.extract.runner import ExtractError, run_extraction
@@ -71,7 +81,8 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not resume:
         shutil.rmtree(out, ignore_errors=True)
-    nproc = _n_ranks(ext)
+    on_torch = uses_torch(entry.model, entry.options or {})
+    nproc = _n_ranks(ext) if on_torch else 1  # the torch-free path runs in this process
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         from xbench.extract.distributed import relaunch
 
@@ -80,9 +91,12 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
         if code:
             raise RuntimeError(f"extract/{step.key}: the ranks exited with status {code}")
         return
-    if ext["threads"]:  # a cap: never more threads than torch would use anyway
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
-    torch.manual_seed(ctx.suite.seed)
+    if on_torch:
+        import torch
+
+        if ext["threads"]:  # a cap: never more threads than torch would use anyway
+            torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
+        torch.manual_seed(ctx.suite.seed)
     # the section's keys are ExtractOptions fields (the runner ignores the launch ones: nproc_per_node, threads)
     opts = ExtractOptions(model=entry.model, images=images, out=out, overrides=copy.deepcopy(entry.options),
                           datasets=[d.key for d in ctx.suite.datasets], overwrite=not resume, quiet=True, **ext)
