@@ -1,5 +1,7 @@
 # The two set-up commands of the README: `make demo` and `make test`. Each creates the virtual
-# environment on first use, so a fresh clone needs nothing else.
+# environment on first use, so a fresh clone needs nothing else. `make demo` installs no torch: the scorer and the
+# `demo` extra, then the demo on the weight-free baselines; `make demo-models` (opt-in) adds torch and the
+# untrained clip-tiny; `make install` (test, lint) upgrades the same venv to the full one (its own marker file).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -35,7 +37,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
 # The grand-challenge evaluation image `make container` builds (platforms/grand-challenge/build.sh).
 IMAGE ?= xbench-eval
 
-.PHONY: install demo test lint test-scorer-only dist container bench clean s3rver
+.PHONY: install install-demo demo demo-models test lint test-scorer-only dist container bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -49,7 +51,24 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 	$(BIN)/xbench warm  # compile the scorer's kernels once, on all cores (score/kernels/warm.py)
 	@touch $@
 
-demo: install
+# The torch-free first run: the scorer's dependencies and the `demo` extra (no torch), or nothing when the full
+# venv is already there; then the demo on the weight-free baselines (random, center, dog: their catalog entries
+# say they need no torch).
+DEMO_BASELINES := random,center,dog
+install-demo: $(VENV)/.installed-demo
+
+$(VENV)/.installed-demo: pyproject.toml
+	@if [ -f $(VENV)/.installed ]; then echo "$(VENV) is already the full install (make install)"; else \
+		$(PYTHON) -m venv $(VENV) && \
+		echo "installing XBench with the demo extra (no torch: the scorer, pyyaml, pillow)" && \
+		$(PIP_INSTALL) -e ".[demo]"; fi
+	@touch $@
+
+demo: install-demo
+	$(BIN)/xbench demo --out $(DEMO_OUT) --models $(DEMO_BASELINES)
+
+# The second, opt-in step: torch (make install) and the demo with every model, the untrained clip-tiny included.
+demo-models: install
 	$(BIN)/xbench demo --out $(DEMO_OUT)
 
 # The lint configuration is [tool.ruff] in pyproject.toml; CI runs this and expects no finding.
