@@ -52,7 +52,7 @@ def init(info: DistInfo, device: torch.device) -> None:
 def active() -> bool:
     """Whether a process group is up; False without importing torch when torch was never imported (the
     torch-free extraction path of the weight-free baselines runs one process)."""
-    if "torch" not in sys.modules:
+    if sys.modules.get("torch") is None:
         return False
     import torch.distributed as dist
 

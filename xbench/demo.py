@@ -56,13 +56,15 @@ GAP_RESAMPLES = 1000
 #: what the demo's prepare, extract and report steps import: always (the `demo` extra), and for a model on torch
 _DEMO_NEEDS = ("PIL", "yaml")
 _TORCH_NEEDS = ("torch", "open_clip")
+DEMO_HINT = ("needs the demo extra (no torch): make demo, or pip install '.[demo]' in a checkout of XBench "
+             "(pip install 'xbench-cxr[demo]' once it is released on PyPI)")
 
 
 def torch_free_models() -> tuple[str, ...]:
     """The demo models whose catalog entries run without torch (the weight-free baselines)."""
-    from xbench.suite.steps import uses_torch
+    from xbench.extract.models import runs_on_torch
 
-    return tuple(m for m in DEMO_MODELS if not uses_torch(m, {}))
+    return tuple(m for m in DEMO_MODELS if not runs_on_torch(m))
 
 
 def default_models() -> tuple[str, ...]:
@@ -78,11 +80,12 @@ def _require_extract_extra(models) -> None:
     free = torch_free_models()
     needs = _DEMO_NEEDS + (_TORCH_NEEDS if any(m not in free for m in models) else ())
     missing = [m for m in needs if importlib.util.find_spec(m) is None]
-    if missing:
+    if set(missing) & set(_TORCH_NEEDS):
         on_torch = [m for m in models if m not in free]
-        why = f"; {', '.join(on_torch)} need(s) torch, the others do not: --models {','.join(free)}" \
-            if on_torch and set(missing) & set(_TORCH_NEEDS) else ""
-        raise UserError(f"{EXTRA_HINT} ({', '.join(missing)} not installed{why}); nothing was written")
+        raise UserError(f"{EXTRA_HINT} ({', '.join(missing)} not installed; {', '.join(on_torch)} need(s) torch, "
+                        f"the others do not: --models {','.join(free)}); nothing was written")
+    if missing:
+        raise UserError(f"{DEMO_HINT} ({', '.join(missing)} not installed); nothing was written")
 
 
 def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool = True,
@@ -163,16 +166,18 @@ def demo(**params):
     """
     o = parse(DemoOptions, params)
     out_dir, n_cases, quick, models, quiet, as_json = o.out_dir, o.n_cases, o.quick, o.models, o.quiet, o.as_json
-    from xbench.suite import SuiteError
-
     try:
         chosen = tuple(m.strip() for m in models.split(",") if m.strip()) or None
         if chosen is None and default_models() != DEMO_MODELS and not (quiet or as_json):
             click.echo(f"torch is not installed: the demo runs the weight-free baselines ({', '.join(default_models())}); "
                        "`make demo-models` installs torch and adds the untrained clip-tiny", err=True)
         index = run_demo(out_dir, n_cases=n_cases, quick=quick, progress=not (quiet or as_json), models=chosen)
-    except SuiteError as err:
-        raise UserError(err.problems) from None
+    except Exception as err:  # xbench.suite (YAML) is imported after run_demo's check of the demo extra
+        from xbench.suite import SuiteError
+
+        if isinstance(err, SuiteError):
+            raise UserError(err.problems) from None
+        raise
     if as_json:
         click.echo((Path(out_dir) / "demo.json").read_text())
         return

@@ -57,18 +57,6 @@ def _n_ranks(extract: Mapping) -> int:
     return torch.cuda.device_count() if device == "cuda" and torch.cuda.is_available() else 1
 
 
-def uses_torch(model: str, options: Mapping) -> bool:
-    """Whether the model's catalog entry says it runs on torch (the weight-free baselines do not: a suite of
-    them runs without torch installed); a config that does not load is left to the runner's own message."""
-    from xbench.extract.models import load_config
-    from xbench.extract.models.catalog import needs_torch
-
-    try:
-        return needs_torch(str(load_config(model, **copy.deepcopy(dict(options))).get("adapter")))
-    except Exception:  # noqa: BLE001 - the runner reports it, with the suite's step name
-        return True
-
-
 def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
     from xbench.schemas.registry import UnknownNameError
@@ -81,7 +69,9 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not resume:
         shutil.rmtree(out, ignore_errors=True)
-    on_torch = uses_torch(entry.model, entry.options or {})
+    from xbench.extract.models import runs_on_torch
+
+    on_torch = runs_on_torch(entry.model, **copy.deepcopy(dict(entry.options or {})))
     nproc = _n_ranks(ext) if on_torch else 1  # the torch-free path runs in this process
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         from xbench.extract.distributed import relaunch
