@@ -11,7 +11,7 @@ DEMO_OUT ?= demo-out
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 # TORCH_INDEX: the package index torch and torchvision come from. Empty: PyPI, whose Linux torch is the CUDA
 # build (about 6.8 GB with its nvidia-* and triton wheels, ~5 minutes to install); on a machine without a GPU,
-# `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU build (about 0.2 GB) at
+# `make demo-models TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU build (about 0.2 GB) at
 # the same pinned version.
 TORCH_INDEX ?=
 TORCH_PINS := $(shell sed -n 's/^\(torch[a-z]*\)==.*/\1/p' constraints/torch.txt 2>/dev/null | tr '\n' ' ')
@@ -23,7 +23,7 @@ TORCH_HINT = make: torch did not install from $(or $(TORCH_INDEX),PyPI) (pip's l
 	alone, which needs no torch: $(PYTHON) -m pip install .
 ifeq ($(strip $(TORCH_INDEX)),)
 TORCH_FROM := PyPI: the CUDA build, about 6.8 GB with its CUDA libraries, ~5 minutes; without a GPU, \
-	make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (about 0.2 GB)
+	make demo-models TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (about 0.2 GB)
 TORCH_INDEX_ARGS :=
 else
 TORCH_FROM := $(TORCH_INDEX)
