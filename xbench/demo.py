@@ -3,8 +3,8 @@
 Steps (each in this process, through the same Python APIs the commands use)::
 
     prepare   phantom -> OUT/data/images.zarr + OUT/data/gt.zarr
-    extract   random, center, dog (baselines) and clip-tiny (an untrained open_clip ViT,
-              built from a config, no weights) -> OUT/submissions/<model>.zarr
+    extract   random, center, dog (baselines, no torch) and clip-tiny (an untrained open_clip ViT,
+              built from a config, no weights; only where torch is installed) -> OUT/submissions/<model>.zarr
     score     each submission against gt.zarr -> OUT/scores/<model>/
     report    leaderboard, figures, paired gaps -> OUT/report/index.html
 
@@ -155,7 +155,7 @@ def demo(**params):
     Runs the shipped suite suites/demo.yaml (the same as `xbench run suites/demo.yaml`): prepares
     the phantom cases, extracts maps with three baselines (random, center, dog) and an untrained
     tiny CLIP, scores all four and writes the report, all offline on the CPU (about a minute on two
-    cores). A second run skips what is done. Open the printed index.html in a browser. The demo's
+    cores). Without torch (`make demo`'s venv) it runs the three baselines, which need none. A second run skips what is done. Open the printed index.html in a browser. The demo's
     settings differ from the commands' defaults (256 px images, float32 maps, 200 resamples for the
     scores, 1000 for the report's paired gaps); the page says so.
 
