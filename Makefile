@@ -1,5 +1,7 @@
 # The two set-up commands of the README: `make demo` and `make test`. Each creates the virtual
-# environment on first use, so a fresh clone needs nothing else.
+# environment on first use, so a fresh clone needs nothing else. `make demo` installs no torch: the scorer and the
+# `demo` extra, then the demo on the weight-free baselines; `make demo-models` (opt-in) adds torch and the
+# untrained clip-tiny; `make install` (test, lint) upgrades the same venv to the full one (its own marker file).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +11,7 @@ DEMO_OUT ?= demo-out
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check
 # TORCH_INDEX: the package index torch and torchvision come from. Empty: PyPI, whose Linux torch is the CUDA
 # build (about 6.8 GB with its nvidia-* and triton wheels, ~5 minutes to install); on a machine without a GPU,
-# `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU build (about 0.2 GB) at
+# `make demo-models TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs the CPU build (about 0.2 GB) at
 # the same pinned version.
 TORCH_INDEX ?=
 TORCH_PINS := $(shell sed -n 's/^\(torch[a-z]*\)==.*/\1/p' constraints/torch.txt 2>/dev/null | tr '\n' ' ')
@@ -21,7 +23,7 @@ TORCH_HINT = make: torch did not install from $(or $(TORCH_INDEX),PyPI) (pip's l
 	alone, which needs no torch: $(PYTHON) -m pip install .
 ifeq ($(strip $(TORCH_INDEX)),)
 TORCH_FROM := PyPI: the CUDA build, about 6.8 GB with its CUDA libraries, ~5 minutes; without a GPU, \
-	make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (about 0.2 GB)
+	make demo-models TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU build instead (about 0.2 GB)
 TORCH_INDEX_ARGS :=
 else
 TORCH_FROM := $(TORCH_INDEX)
@@ -35,7 +37,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope
 # The grand-challenge evaluation image `make container` builds (platforms/grand-challenge/build.sh).
 IMAGE ?= xbench-eval
 
-.PHONY: install demo test lint test-scorer-only dist container bench clean s3rver
+.PHONY: install install-demo demo demo-models test lint test-scorer-only dist container bench clean s3rver
 
 install: $(VENV)/.installed
 
@@ -49,7 +51,24 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 	$(BIN)/xbench warm  # compile the scorer's kernels once, on all cores (score/kernels/warm.py)
 	@touch $@
 
-demo: install
+# The torch-free first run: the scorer's dependencies and the `demo` extra (no torch), or nothing when the full
+# venv is already there; then the demo on the weight-free baselines (random, center, dog: their catalog entries
+# say they need no torch).
+DEMO_BASELINES := random,center,dog
+install-demo: $(VENV)/.installed-demo
+
+$(VENV)/.installed-demo: pyproject.toml
+	@if [ -f $(VENV)/.installed ]; then echo "$(VENV) is already the full install (make install)"; else \
+		$(PYTHON) -m venv $(VENV) && \
+		echo "installing XBench with the demo extra (no torch: the scorer, pyyaml, pillow)" && \
+		$(PIP_INSTALL) -e ".[demo]"; fi
+	@touch $@
+
+demo: install-demo
+	$(BIN)/xbench demo --out $(DEMO_OUT) --models $(DEMO_BASELINES)
+
+# The second, opt-in step: torch (make install) and the demo with every model, the untrained clip-tiny included.
+demo-models: install
 	$(BIN)/xbench demo --out $(DEMO_OUT)
 
 # The lint configuration is [tool.ruff] in pyproject.toml; CI runs this and expects no finding.

@@ -7,11 +7,13 @@ process group is only used for barriers and one broadcast per dataset (gloo on C
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch
+
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ def world_info() -> DistInfo:
 
 def init(info: DistInfo, device: torch.device) -> None:
     """Join the process group when there are several ranks (NCCL for CUDA devices, else gloo)."""
+    import torch
+    import torch.distributed as dist
+
     if info.world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if backend == "nccl":
@@ -45,11 +50,19 @@ def init(info: DistInfo, device: torch.device) -> None:
 
 
 def active() -> bool:
+    """Whether a process group is up; False without importing torch when torch was never imported (the
+    torch-free extraction path of the weight-free baselines runs one process)."""
+    if sys.modules.get("torch") is None:
+        return False
+    import torch.distributed as dist
+
     return dist.is_available() and dist.is_initialized()
 
 
 def barrier() -> None:
     if active():
+        import torch.distributed as dist
+
         dist.barrier()
 
 
@@ -57,6 +70,8 @@ def broadcast(obj: Any, src: int = 0) -> Any:
     """rank ``src``'s ``obj`` on every rank (any picklable object)."""
     if not active():
         return obj
+    import torch.distributed as dist
+
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
@@ -64,6 +79,8 @@ def broadcast(obj: Any, src: int = 0) -> Any:
 
 def shutdown() -> None:
     if active():
+        import torch.distributed as dist
+
         dist.destroy_process_group()
 
 

@@ -21,11 +21,9 @@ import platform
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 from xbench.schemas import DatasetSpec, InvalidStoreError, SubmissionWriter, read_images
 from xbench.schemas.options import problems
@@ -34,9 +32,16 @@ from xbench.extract import distributed
 from xbench.extract.models import create_adapter
 from xbench.extract.noop import jsonable as _jsonable
 from xbench.extract.options import ExtractOptions
-from xbench.extract.pipeline import PRECISIONS, BlockWriter, InputRing, autocast, compute_block
-from xbench.extract.tta import TTA, CombinedBlock, check_resume, resolve as resolve_tta
+from xbench.extract.models.catalog import needs_torch
+from xbench.extract.tta import TTA, check_resume, resolve as resolve_tta
 from xbench.extract.writer_process import ProcessStore
+
+if TYPE_CHECKING:  # torch is imported where it is used: a model that needs none runs without it (_run_numpy)
+    import torch
+    from xbench.extract.pipeline import InputRing
+
+#: the precisions a run accepts (extract/pipeline.py maps them onto torch dtypes)
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 #: the options run_extraction checks itself, by their declared constraints
@@ -47,7 +52,7 @@ class ExtractError(InputError, RuntimeError):
     """A problem with the inputs that the CLI reports as one line (no traceback)."""
 
 
-class _Blocks(Dataset):
+class _Blocks:
     """Rows of one images dataset, one item per submission block: (block, images, orig_size).
 
     With an adapter's host-side ``transform`` (:class:`~.models.pixels.ImageTransform`) each case
@@ -86,6 +91,8 @@ class _Blocks(Dataset):
 
     def _inputs(self, start: int, stop: int, sizes: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         """Rows start:stop as the adapter gets them, written into ``out`` when given."""
+        import torch
+
         ds = self._open()
         if self.tta is not None:
             return self._views(ds, start, stop, sizes, out)
@@ -106,6 +113,8 @@ class _Blocks(Dataset):
 
     def _views(self, ds, start: int, stop: int, sizes: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
         """The V views of rows start:stop, view-major (class doc); one case at a time, as above."""
+        import torch
+
         n, views = stop - start, self.tta.views
         stored = None if self.originals and self.transform is not None else np.asarray(ds.image[start:stop])
         made: list = [None] * (views * n)
@@ -122,6 +131,8 @@ class _Blocks(Dataset):
         return torch.stack(made) if out is None else out
 
     def __getitem__(self, i: int):
+        import torch
+
         b, start, stop = self.blocks[i]
         sizes = np.asarray(self._open().orig_size[start:stop], dtype=np.int64)
         if self.ring is None:
@@ -132,6 +143,8 @@ class _Blocks(Dataset):
 
 
 def pick_device(requested: str | None, local_rank: int) -> torch.device:
+    import torch
+
     if requested:
         try:
             dev = torch.device(requested)
@@ -152,8 +165,9 @@ def software_versions() -> dict:
     from xbench.schemas.version import __version__
 
     # xbench's own version from the package: its distribution is named xbench-cxr (pyproject.toml)
-    out = {"python": platform.python_version(), "torch": torch.__version__, "xbench": __version__}
-    for dist_name in ("numpy", "zarr", "open_clip_torch", "transformers", "timm"):
+    # torch's version from its metadata too: recorded when installed, whichever path ran (_run_numpy imports none)
+    out = {"python": platform.python_version(), "xbench": __version__}
+    for dist_name in ("torch", "numpy", "zarr", "open_clip_torch", "transformers", "timm"):
         try:
             out[dist_name] = version(dist_name)
         except PackageNotFoundError:
@@ -233,13 +247,38 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         tta = resolve_tta(opts.augment, config, opts.augment_seed)
     except InputError as e:
         raise ExtractError(e.problems) from None
-    device = pick_device(opts.device or config.get("device"), info.local_rank)
     precision = opts.precision or config.get("precision") or "fp32"
     if precision not in PRECISIONS:
         raise ExtractError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    cpb = opts.cases_per_block or max(64, opts.batch_size)
+    if not needs_torch(str(config.get("adapter"))) and info.world_size == 1:  # the catalog says: no torch
+        specs, pixels, provenance, model_name = _plan(adapter, store, names, opts, config, precision, tta)
+        _create_store(opts, info, model_name, adapter, provenance, specs, cpb)
+        summary, written = _run_numpy(opts, SubmissionWriter.open(opts.out), adapter, store, names, specs, tta,
+                                      progress)
+        SubmissionWriter.open(opts.out).finish()
+        return _summary(opts, model_name, adapter, "cpu", precision, info, written, summary, t0)
+    return _run_torch(opts, info, adapter, store, names, config, precision, tta, cpb, progress, t0)
+
+
+def _summary(opts, model_name, adapter, device, precision, info, written, summary, t0) -> dict:
+    return {"out": str(opts.out), "model": model_name, "method": adapter.method, "device": str(device),
+            "precision": precision, "rank": info.rank, "world_size": info.world_size,
+            "blocks_written": written, "datasets": summary, "seconds": round(time.perf_counter() - t0, 3),
+            "cases": sum(v["cases"] for v in summary.values())}
+
+
+def _run_torch(opts, info, adapter, store, names, config, precision, tta, cpb, progress, t0) -> dict:
+    """The extraction loop of a model that runs on torch (module doc)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from xbench.extract.pipeline import BlockWriter, InputRing, compute_block
+    from xbench.extract.tta import CombinedBlock
+
+    device = pick_device(opts.device or config.get("device"), info.local_rank)
     distributed.init(info, device)
     adapter.to(device)
-    cpb = opts.cases_per_block or max(64, opts.batch_size)
 
     specs, pixels, provenance, model_name = _plan(adapter, store, names, opts, config, precision, tta)
 
@@ -301,12 +340,87 @@ def run_extraction(opts: ExtractOptions, progress: Callable | None = None) -> di
         writer.finish()
     distributed.barrier()
     distributed.shutdown()
-    seconds = time.perf_counter() - t0
-    cases = sum(v["cases"] for v in summary.values())
-    return {"out": str(opts.out), "model": model_name, "method": adapter.method, "device": str(device),
-            "precision": precision, "rank": info.rank, "world_size": info.world_size,
-            "blocks_written": written, "datasets": summary, "seconds": round(seconds, 3),
-            "cases": cases}
+    return _summary(opts, model_name, adapter, device, precision, info, written, summary, t0)
+
+
+def _kill_hook() -> Callable[[], None]:
+    """The resume test's hook (module doc): SIGKILL this process after the n-th block written."""
+    kill_after, count = int(os.environ.get("XBENCH_EXTRACT_KILL_AFTER_BLOCKS", "0") or 0), [0]
+
+    def written() -> None:
+        count[0] += 1
+        if kill_after and count[0] >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return written
+
+
+def _numpy_inputs(ds, dataset: str, start: int, stop: int, tta: TTA | None) -> np.ndarray:
+    """Stored rows start:stop as uint8 (n, S, S), or their V views view-major (as _Blocks makes them)."""
+    stored = np.ascontiguousarray(ds.image[start:stop])
+    if tta is None:
+        return stored
+    n, made = stop - start, [None] * (tta.views * (stop - start))
+    for r in range(start, stop):
+        for v, img in enumerate(tta.view_images(stored[r - start], dataset, str(ds.case_id[r]))):
+            made[v * n + (r - start)] = np.ascontiguousarray(img)
+    return np.stack(made)
+
+
+def _run_numpy(opts, writer, adapter, store, names, specs, tta: TTA | None, progress) -> tuple[dict, int]:
+    """The extraction loop of a model the catalog marks ``torch=False`` (the weight-free baselines): the same
+    blocks, micro-batches, views and writer as the torch loop, on NumPy arrays through ``adapter.outputs``
+    and ``adapter.phrase_arrays``, in this process; resumed from the store's ledger like the torch loop."""
+    summary, hook, written = {}, _kill_hook(), 0
+    views = tta.views if tta is not None else 1
+    for name in names:
+        ds, todo = store.datasets[name], writer.blocks_todo(name)
+        summary[name] = {"cases": len(specs[name].case_ids), "blocks": writer.n_blocks(name),
+                         "blocks_todo": len(todo), "blocks_this_rank": len(todo)}
+        if todo and progress:
+            progress(name, -1, sum(b1 - b0 for b0, b1 in (writer.block_rows(name, b) for b in todo)))
+        adapter.dataset = name
+        adapter.set_classes(ds.classes)
+        for b in todo:
+            start, stop = writer.block_rows(name, b)
+            x = _numpy_inputs(ds, name, start, stop, tta)
+            sizes = np.asarray(ds.orig_size[start:stop], dtype=np.int64)
+            sizes = sizes if views == 1 else np.tile(sizes, (views, 1))
+            parts = [adapter.outputs(x[i:i + opts.batch_size], sizes[i:i + opts.batch_size])
+                     for i in range(0, x.shape[0], opts.batch_size)]  # the torch loop's micro-batches
+            scores, maps = (np.concatenate([p[k] for p in parts]).astype(np.float32) for k in (0, 1))
+            if tta is not None:
+                n = stop - start
+                scores, maps = tta.combine(scores.reshape(views, n, *scores.shape[1:]),
+                                           maps.reshape(views, n, *maps.shape[1:]))
+            writer.write_block(name, int(b), scores, maps)
+            written += 1
+            if progress:
+                progress(name, int(b), stop - start)
+            hook()
+        if specs[name].query_ids and not specs[name].phrases_unsupported:
+            _numpy_phrases(writer, adapter, name, ds, tta)
+    return summary, written
+
+
+def _numpy_phrases(writer, adapter, name: str, ds, tta: TTA | None) -> None:
+    """The phrase-row blocks still to do, as _phrase_pass writes them, through ``adapter.phrase_arrays``."""
+    adapter.dataset = name
+    adapter.set_classes(ds.classes)
+    q = ds.queries
+    for b in writer.query_blocks_todo(name):
+        s, e = writer.query_block_rows(name, b)
+        cases = np.asarray(q.case[s:e])
+        c0, c1 = int(cases.min()), int(cases.max()) + 1
+        images, sizes = _numpy_inputs(ds, name, c0, c1, tta), np.asarray(ds.orig_size[c0:c1], dtype=np.int64)
+        n, outs = c1 - c0, []
+        for v in range(tta.views if tta is not None else 1):
+            sc, mp = adapter.phrase_arrays(images[v * n:(v + 1) * n], sizes, cases - c0)
+            outs.append((np.asarray(sc, dtype=np.float32), np.asarray(mp, dtype=np.float32)))
+        if tta is None:
+            scores, maps = outs[0]
+        else:
+            scores, maps = tta.combine(np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs]))
+        writer.write_query_block(name, b, scores, maps)
 
 
 #: The most pixels one original image may have before a host transform decodes it (a 43 x 43 cm detector at
@@ -352,6 +466,10 @@ def _phrase_spec(ds, adapter, limit: int | None) -> dict:
 def _phrase_pass(opts, writer, adapter, name, ds, pixels, device, precision, info, tta: TTA | None = None) -> None:
     """Write the phrase-row blocks of ``name`` still to do: per block, the images its phrases point at
     (a contiguous run of cases: phrases are listed in case order) and the adapter's phrase outputs."""
+    import torch
+
+    from xbench.extract.pipeline import autocast
+
     todo = distributed.broadcast(writer.query_blocks_todo(name) if info.is_main else None)
     adapter.dataset = name
     adapter.set_classes(ds.classes)

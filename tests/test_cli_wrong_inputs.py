@@ -194,17 +194,22 @@ def test_missing_weights_fail_before_torch_is_imported(ph, tmp_path):
 
 
 # -- the scorer-only install: commands of the extract side say which extra to install ------------------------
-@pytest.mark.parametrize("argv", [["demo", "--quick"], ["extract", "--model", "dog", "--images", "{images}", "--out",
-                                                         "{out}"]])
-def test_scorer_only_install_says_which_extra(ph, tmp_path, argv):
+@pytest.mark.parametrize("argv,blocked,extra", [
+    (["demo", "--quick", "--models", "dog,clip-tiny"], ("torch",), "extract"),  # the baselines need none: issue 46
+    (["extract", "--model", "clip-tiny", "--images", "{images}", "--out", "{out}"], ("torch",), "extract")])
+def test_scorer_only_install_says_which_extra(ph, tmp_path, argv, blocked, extra):
     argv = [a.format(images=ph / "data/images.zarr", out=tmp_path / "o.zarr") for a in argv]
-    code = ("import sys\nsys.modules['torch'] = None  # as if torch were not installed\n"
-            "from xbench.cli import main\nmain(%r)" % argv)
+    code = ("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in blocked)  # as if not installed
+            + "from xbench.cli import main\nmain(%r)" % argv)
     out = _fresh(code, cwd=tmp_path)  # `demo` writes to ./demo-out by default: not into the checkout
     assert out.returncode == 2, out.stderr
-    assert "needs the extract extra: pip install '.[extract]' in a checkout" in out.stderr and "Traceback" not in out.stderr
-    assert "'xbench-cxr[extract]' once it is released on PyPI" in out.stderr  # issue 35: nothing is published yet
+    assert f"needs the {extra} extra" in out.stderr and f"pip install '.[{extra}]' in a checkout" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"'xbench-cxr[{extra}]' once it is released on PyPI" in out.stderr  # issue 35: nothing is published yet
     assert len(out.stderr.strip().splitlines()) == 1
+    if argv[0] == "demo":
+        assert not (tmp_path / "demo-out").exists()
+        assert ("--models random,center,dog" in out.stderr) == (extra == "extract")
 
 
 # -- Ctrl-C: 130 and the same line everywhere -----------------------------------------------------------

@@ -3,8 +3,8 @@
 Steps (each in this process, through the same Python APIs the commands use)::
 
     prepare   phantom -> OUT/data/images.zarr + OUT/data/gt.zarr
-    extract   random, center, dog (baselines) and clip-tiny (an untrained open_clip ViT,
-              built from a config, no weights) -> OUT/submissions/<model>.zarr
+    extract   random, center, dog (baselines, no torch) and clip-tiny (an untrained open_clip ViT,
+              built from a config, no weights; only where torch is installed) -> OUT/submissions/<model>.zarr
     score     each submission against gt.zarr -> OUT/scores/<model>/
     report    leaderboard, figures, paired gaps -> OUT/report/index.html
 
@@ -47,38 +47,62 @@ def _demo_suite() -> tuple[dict, Path]:
 
 
 DEMO_MODELS = ("random", "center", "dog", "clip-tiny")  # the order of suites/demo.yaml (a test checks it)
+#: the demo models that need no torch (their catalog entries say torch=False): `make demo`'s first run
 #: resamples of the report's paired gaps (the report command's default): with 4 models the page shows 12 tests,
 #: and the scorer's 200 resamples cannot pass Holm over them (12/201 >= 0.05, contract "Significant")
 GAP_RESAMPLES = 1000
 
 
-#: what the demo's prepare and extract steps import (the extract extra); checked before OUT is touched
-_DEMO_NEEDS = ("torch", "open_clip", "PIL", "yaml")
+#: what the demo's prepare, extract and report steps import: always (the `demo` extra), and for a model on torch
+_DEMO_NEEDS = ("PIL", "yaml")
+_TORCH_NEEDS = ("torch", "open_clip")
+DEMO_HINT = ("needs the demo extra (no torch): make demo, or pip install '.[demo]' in a checkout of XBench "
+             "(pip install 'xbench-cxr[demo]' once it is released on PyPI)")
 
 
-def _require_extract_extra() -> None:
+def torch_free_models() -> tuple[str, ...]:
+    """The demo models whose catalog entries run without torch (the weight-free baselines)."""
+    from xbench.extract.models import runs_on_torch
+
+    return tuple(m for m in DEMO_MODELS if not runs_on_torch(m))
+
+
+def default_models() -> tuple[str, ...]:
+    """Every demo model when torch is installed, else the ones that need none (`make demo`'s first run)."""
     import importlib.util
 
-    missing = [m for m in _DEMO_NEEDS if importlib.util.find_spec(m) is None]
+    return DEMO_MODELS if importlib.util.find_spec("torch") is not None else torch_free_models()
+
+
+def _require_extract_extra(models) -> None:
+    import importlib.util
+
+    free = torch_free_models()
+    needs = _DEMO_NEEDS + (_TORCH_NEEDS if any(m not in free for m in models) else ())
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
+    if set(missing) & set(_TORCH_NEEDS):
+        on_torch = [m for m in models if m not in free]
+        raise UserError(f"{EXTRA_HINT} ({', '.join(missing)} not installed; {', '.join(on_torch)} need(s) torch, "
+                        f"the others do not: --models {','.join(free)}); nothing was written")
     if missing:
-        raise UserError(f"{EXTRA_HINT} ({', '.join(missing)} not installed); nothing was written")
+        raise UserError(f"{DEMO_HINT} ({', '.join(missing)} not installed); nothing was written")
 
 
 def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool = True,
-             models=DEMO_MODELS, n_boot: int | None = None, seed: int = 0) -> Path:
+             models=None, n_boot: int | None = None, seed: int = 0) -> Path:
     """Run the demo suite into ``out_dir``; returns the report's index.html.
 
     n_cases: phantom cases (``quick`` uses 24 and 100 bootstrap resamples, for CI).
-    models: which of DEMO_MODELS to run. n_boot: the scorer's resamples (default 200; 100 when quick); the
+    models: which of DEMO_MODELS to run (default: :func:`default_models`). n_boot: the scorer's resamples (default 200; 100 when quick); the
     report's paired gaps take at least GAP_RESAMPLES (0 when n_boot is 0).
     Writes OUT/data, OUT/submissions, OUT/scores, OUT/report and OUT/demo.json (timings).
     """
-    _require_extract_extra()  # before anything is written: the demo prepares and extracts
-    from xbench.suite import parse_suite, run_suite
-
+    models = default_models() if models is None else tuple(models)
     unknown = [m for m in models if m not in DEMO_MODELS]
     if unknown:
         raise UserError(f"--models: unknown demo model(s) {', '.join(unknown)}; choose from {', '.join(DEMO_MODELS)}")
+    _require_extract_extra(models)  # before anything is written: the demo prepares and extracts
+    from xbench.suite import parse_suite, run_suite
     if quick:
         n_cases = min(n_cases, 24)
     n_boot = (100 if quick else 200) if n_boot is None else n_boot
@@ -116,7 +140,8 @@ class DemoOptions:
                         help='Folder for the data, submissions, scores and report.')
     n_cases: int = opt(200, check=Int(4, MAX_PHANTOM_CASES), help='Phantom cases.')
     quick: bool = opt(False, check=Flag(), help='A small run for CI: 24 cases, 100 bootstrap resamples.')
-    models: str = opt(",".join(DEMO_MODELS), check=Text(), help='Comma-separated subset of the demo models.')
+    models: str = opt("", check=Text(), help='Comma-separated subset of the demo models (default: all of '
+                      f'{",".join(DEMO_MODELS)} when torch is installed, else the torch-free baselines).')
     quiet: bool = opt(False, check=Flag(), short='-q', help='Print only the report path.')
     as_json: bool = opt(False, check=Flag(), flag='--json',
                         help='Print demo.json (cases, models, resamples, timings, report) on stdout.')
@@ -130,7 +155,7 @@ def demo(**params):
     Runs the shipped suite suites/demo.yaml (the same as `xbench run suites/demo.yaml`): prepares
     the phantom cases, extracts maps with three baselines (random, center, dog) and an untrained
     tiny CLIP, scores all four and writes the report, all offline on the CPU (about a minute on two
-    cores). A second run skips what is done. Open the printed index.html in a browser. The demo's
+    cores). Without torch (`make demo`'s venv) it runs the three baselines, which need none. A second run skips what is done. Open the printed index.html in a browser. The demo's
     settings differ from the commands' defaults (256 px images, float32 maps, 200 resamples for the
     scores, 1000 for the report's paired gaps); the page says so.
 
@@ -141,13 +166,18 @@ def demo(**params):
     """
     o = parse(DemoOptions, params)
     out_dir, n_cases, quick, models, quiet, as_json = o.out_dir, o.n_cases, o.quick, o.models, o.quiet, o.as_json
-    from xbench.suite import SuiteError
-
     try:
-        index = run_demo(out_dir, n_cases=n_cases, quick=quick, progress=not (quiet or as_json),
-                         models=tuple(m.strip() for m in models.split(",") if m.strip()))
-    except SuiteError as err:
-        raise UserError(err.problems) from None
+        chosen = tuple(m.strip() for m in models.split(",") if m.strip()) or None
+        if chosen is None and default_models() != DEMO_MODELS and not (quiet or as_json):
+            click.echo(f"torch is not installed: the demo runs the weight-free baselines ({', '.join(default_models())}); "
+                       "`make demo-models` installs torch and adds the untrained clip-tiny", err=True)
+        index = run_demo(out_dir, n_cases=n_cases, quick=quick, progress=not (quiet or as_json), models=chosen)
+    except Exception as err:  # xbench.suite (YAML) is imported after run_demo's check of the demo extra
+        from xbench.suite import SuiteError
+
+        if isinstance(err, SuiteError):
+            raise UserError(err.problems) from None
+        raise
     if as_json:
         click.echo((Path(out_dir) / "demo.json").read_text())
         return

@@ -187,6 +187,18 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def runs_on_torch(name_or_config_path: str, **overrides: Any) -> bool:
+    """Whether extracting this model needs torch: its catalog entry's ``torch`` (False for the weight-free
+    baselines, whose runs import no torch: extract/runner.py); True for a model the catalog does not list and for
+    a config that does not load (the runner then reports the config's problem)."""
+    from xbench.extract.models.catalog import needs_torch
+
+    try:
+        return needs_torch(str(load_config(name_or_config_path, **overrides).get("adapter")))
+    except Exception:  # noqa: BLE001 - any doubt: the torch path, whose checks say what is wrong
+        return True
+
+
 def create_adapter(name_or_config_path: str, **overrides: Any):
     """Build a :class:`~xbench.extract.models.base.ModelAdapter` from a name, config file or
     ``module:attr``; ``overrides`` replace config keys (dicts are merged one level deep).
@@ -215,4 +227,4 @@ def create_adapter(name_or_config_path: str, **overrides: Any):
 
 
 __all__ = ["MODELS", "ENTRY_POINT_GROUP", "ModelConfigError", "WeightsNotFoundError", "config_hash",
-           "create_adapter", "list_models", "load_config", "read_config_file", "resolve_factory"]
+           "create_adapter", "list_models", "load_config", "read_config_file", "resolve_factory", "runs_on_torch"]

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: the weight-free baselines run without it
+    import torch
+
 
 
 @dataclass
@@ -79,6 +81,8 @@ class ModelAdapter(abc.ABC):
     def inputs(self, images: torch.Tensor, orig_size: torch.Tensor) -> torch.Tensor:
         """Model inputs from what ``__call__`` got: stored (B, S, S) uint8 images go through
         :meth:`image_transform` here; anything else was prepared by the runner already."""
+        import torch  # lazily: the weight-free baselines subclass this without torch (extract/runner.py)
+
         transform = self.image_transform()
         if transform is None or images.dtype != torch.uint8:
             return images

@@ -28,12 +28,12 @@ import zlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from xbench.extract.models import frame
 from xbench.extract.models.base import AdapterOutput, ModelAdapter
 from xbench.extract.models.errors import ModelConfigError
-from xbench.extract.models.geometry import RESIZE_MODES, frame_boxes, model_input, to_model_grid, undo_box
+
+RESIZE_MODES = frame.RESIZE_MODES
 
 
 def _grid(config: Mapping[str, Any], default: int = 14) -> tuple[int, int]:
@@ -41,19 +41,27 @@ def _grid(config: Mapping[str, Any], default: int = 14) -> tuple[int, int]:
     return (int(g), int(g)) if isinstance(g, (int, float)) else (int(g[0]), int(g[1]))
 
 
-def image_seeds(images: torch.Tensor, seed: int) -> list[int]:
+def _numpy(x) -> np.ndarray:
+    """A torch tensor (any device) or an array as a NumPy array."""
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def image_seeds(images, seed: int) -> list[int]:
     """One 32-bit seed per image from its bytes: independent of batch composition and order."""
-    arr = images.detach().cpu().numpy()
-    return [zlib.crc32(np.ascontiguousarray(a).tobytes(), seed & 0xFFFFFFFF) for a in arr]
+    return [zlib.crc32(np.ascontiguousarray(a).tobytes(), seed & 0xFFFFFFFF) for a in _numpy(images)]
 
 
 class _Baseline(ModelAdapter):
+    """A weight-free baseline: :meth:`outputs` computes its scores and maps in NumPy (the one definition); the
+    torch interface (``__call__``, ``phrase_outputs``) wraps it, so the torch runner and the torch-free one
+    (the catalog's ``torch=False``, extract/runner.py) write the same arrays."""
+
     def __init__(self, name: str, grid: tuple[int, int]) -> None:
         super().__init__()
         self.name = name
         self.method = name
         self._grid = grid
-        self.device = torch.device("cpu")
+        self.device = "cpu"
 
     @property
     def map_shape(self) -> tuple[int, int]:
@@ -64,19 +72,36 @@ class _Baseline(ModelAdapter):
 
     supports_phrases = True
 
-    def phrase_outputs(self, images, orig_size, texts, rows):
+    def outputs(self, images: np.ndarray, orig_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """scores (B, C) float32 and maps (B, C, h, w) float32 from stored (B, S, S) uint8 images."""
+        raise NotImplementedError
+
+    def phrase_arrays(self, images: np.ndarray, orig_size: np.ndarray, rows: np.ndarray):
         """Baselines read no text: every phrase of an image gets the image's own (single-class) map and score."""
         saved = self.classes
         self.classes = ("phrase",)
         try:
-            out = self(images, orig_size)
+            scores, maps = self.outputs(images, orig_size)
         finally:
             self.classes = saved
-        rows = torch.as_tensor(rows, dtype=torch.long, device=out.maps.device)
-        return out.scores[rows, 0], out.maps[rows, 0]
+        rows = np.asarray(rows, dtype=np.int64)
+        return scores[rows, 0], maps[rows, 0]
+
+    def __call__(self, images, orig_size):
+        import torch
+
+        scores, maps = self.outputs(_numpy(images), _numpy(orig_size))
+        dev = images.device
+        return AdapterOutput(torch.from_numpy(scores).to(dev), torch.from_numpy(maps).to(dev))
+
+    def phrase_outputs(self, images, orig_size, texts, rows):
+        import torch
+
+        scores, maps = self.phrase_arrays(_numpy(images), _numpy(orig_size), _numpy(rows))
+        return torch.from_numpy(np.ascontiguousarray(scores)), torch.from_numpy(np.ascontiguousarray(maps))
 
     def to(self, device, dtype=None):
-        self.device = torch.device(device)
+        self.device = device
         return self
 
 
@@ -91,28 +116,27 @@ class RandomBaseline(_Baseline):
         super().__init__("random", grid)
         self.seed = int(seed)
 
-    def __call__(self, images, orig_size):
+    def outputs(self, images, orig_size):
         C, (h, w) = len(self.classes), self._grid
         scores, maps = [], []
         for s in image_seeds(images, self.seed):
             rng = np.random.default_rng(s)
             scores.append(rng.random(C, dtype=np.float32))
             maps.append(rng.random((C, h, w), dtype=np.float32))
-        dev = images.device
-        return AdapterOutput(torch.from_numpy(np.stack(scores)).to(dev), torch.from_numpy(np.stack(maps)).to(dev))
+        return np.stack(scores), np.stack(maps)
 
     def provenance(self) -> dict:
         return {"adapter": "RandomBaseline", "seed": self.seed, "map_shape": list(self._grid),
                 "score": "uniform [0,1) probability, seeded by (seed, crc32(image))"}
 
 
-def center_prior(grid: tuple[int, int], sigma: float = 0.25) -> torch.Tensor:
+def center_prior(grid: tuple[int, int], sigma: float = 0.25) -> np.ndarray:
     """(h, w) float32 Gaussian exp(-r^2 / 2 sigma^2) at the grid cell centres, r in image-side units."""
     h, w = grid
-    v = (torch.arange(h, dtype=torch.float64) + 0.5) / h - 0.5
-    u = (torch.arange(w, dtype=torch.float64) + 0.5) / w - 0.5
-    r2 = v.view(h, 1) ** 2 + u.view(1, w) ** 2
-    return torch.exp(-r2 / (2 * sigma**2)).to(torch.float32)
+    v = (np.arange(h, dtype=np.float64) + 0.5) / h - 0.5
+    u = (np.arange(w, dtype=np.float64) + 0.5) / w - 0.5
+    r2 = v.reshape(h, 1) ** 2 + u.reshape(1, w) ** 2
+    return np.exp(-r2 / (2 * sigma**2)).astype(np.float32)
 
 
 class CenterBaseline(_Baseline):
@@ -127,10 +151,10 @@ class CenterBaseline(_Baseline):
         self.sigma = float(sigma)
         self._map = center_prior(grid, sigma)
 
-    def __call__(self, images, orig_size):
+    def outputs(self, images, orig_size):
         B, C = images.shape[0], len(self.classes)
-        maps = self._map.to(images.device).expand(B, C, *self._grid).clone()
-        return AdapterOutput(torch.full((B, C), 0.5, device=images.device), maps)
+        maps = np.broadcast_to(self._map, (B, C, *self._grid)).copy()
+        return np.full((B, C), 0.5, dtype=np.float32), maps
 
     def provenance(self) -> dict:
         return {"adapter": "CenterBaseline", "sigma": self.sigma, "map_shape": list(self._grid),
@@ -140,18 +164,7 @@ class CenterBaseline(_Baseline):
 #: DoG sigmas (inner, outer) as fractions of the model frame's side: lesion scale (see the module doc).
 DOG_SIGMA = (0.015, 0.06)
 
-
-def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur of (B, 1, H, W) float, kernel radius 3 sigma, reflect padding."""
-    radius = max(1, int(round(3 * sigma)))
-    t = torch.arange(-radius, radius + 1, dtype=torch.float32, device=x.device)
-    k = torch.exp(-t**2 / (2 * sigma**2))
-    k = k / k.sum()
-    r = min(radius, x.shape[-1] - 1, x.shape[-2] - 1)
-    if r < radius:  # reflect padding needs a pad smaller than the image side
-        k, radius = k[radius - r: radius + r + 1] / k[radius - r: radius + r + 1].sum(), r
-    x = F.conv2d(F.pad(x, (radius, radius, 0, 0), mode="reflect"), k.view(1, 1, 1, -1))
-    return F.conv2d(F.pad(x, (0, 0, radius, radius), mode="reflect"), k.view(1, 1, -1, 1))
+gaussian_blur = frame.gaussian_blur
 
 
 class DoGBaseline(_Baseline):
@@ -180,19 +193,21 @@ class DoGBaseline(_Baseline):
             raise ModelConfigError(f"dog sigmas must satisfy 0 < inner < outer; got {list(px)} px")
         self.sigma = px  # pixels of the model frame
 
-    def frame_maps(self, images: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+    def frame_maps(self, images: np.ndarray, boxes: np.ndarray) -> np.ndarray:
         """(B, 1, h, w) DoG response pooled onto the grid of the model frame."""
-        x = model_input(images, boxes, self.size, self.resize, "bilinear")
-        dog = gaussian_blur(x, self.sigma[0]) - gaussian_blur(x, self.sigma[1])
-        return to_model_grid(dog, self._grid)
+        x = frame.model_input(_numpy(images), _numpy(boxes), self.size, self.resize)
+        dog = frame.gaussian_blur(x, self.sigma[0]) - frame.gaussian_blur(x, self.sigma[1])
+        return frame.to_model_grid(dog, self._grid)
 
-    def __call__(self, images, orig_size):
-        boxes = frame_boxes(orig_size, self.resize, images.shape[-1])
-        maps = undo_box(self.frame_maps(images, boxes), boxes, self._grid)  # (B, 1, h, w)
-        flat = maps.flatten(1)
-        z = (flat.amax(1) - flat.mean(1)) / (flat.std(1) + 1e-6) - 3.0
+    def outputs(self, images, orig_size):
+        boxes = frame.frame_boxes(orig_size, self.resize, images.shape[-1])
+        maps = frame.undo_box(self.frame_maps(images, boxes), boxes, self._grid)  # (B, 1, h, w)
+        flat = maps.reshape(maps.shape[0], -1).astype(np.float32)
+        # the sample standard deviation (n - 1), as torch.std gives
+        z = (flat.max(1) - flat.mean(1)) / (flat.std(1, ddof=1) + np.float32(1e-6)) - np.float32(3.0)
         C = len(self.classes)
-        return AdapterOutput(z.view(-1, 1).expand(-1, C).contiguous(), maps.expand(-1, C, -1, -1).contiguous())
+        return (np.repeat(z.astype(np.float32)[:, None], C, 1),
+                np.repeat(maps.astype(np.float32), C, 1))
 
     def provenance(self) -> dict:
         return {"adapter": "DoGBaseline", "sigma_px": list(self.sigma),
@@ -214,10 +229,20 @@ def build_center(config: Mapping[str, Any]) -> CenterBaseline:
     return CenterBaseline(_grid(config), sigma=float(config.get("sigma", 0.25)))
 
 
+def _pair(config: Mapping[str, Any], key: str):
+    """``sigma``/``sigma_px`` as a pair of numbers, or a ModelConfigError naming the key (not a TypeError)."""
+    value = config.get(key)
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 2
+                         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        return value
+    raise ModelConfigError(f"dog: {key} must be a pair of numbers [inner, outer], got {value!r:.60}")
+
+
 def build_dog(config: Mapping[str, Any]) -> DoGBaseline:
     pre = dict(config.get("preprocess") or {})
+    sigma, sigma_px = _pair(config, "sigma"), _pair(config, "sigma_px")
     try:
         return DoGBaseline(_grid(config), size=int(pre.get("size", 224)), resize=pre.get("resize", "squash"),
-                           sigma=config.get("sigma", DOG_SIGMA), sigma_px=config.get("sigma_px"))
+                           sigma=DOG_SIGMA if sigma is None else sigma, sigma_px=sigma_px)
     except ValueError as e:
         raise ModelConfigError(f"dog: {e}") from None

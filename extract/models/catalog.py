@@ -255,6 +255,9 @@ class ModelInfo:
     weights_required: bool = False  # no default: ``weights`` must be given (or ``random``)
     trust: str = ""           # when the released checkpoint needs ``options.trust_checkpoint: true``
     card: str = ""
+    #: False: the adapter computes in NumPy (``outputs``/``phrase_arrays``) and the runner extracts it without
+    #: importing torch (extract/runner.py's _run_numpy; `make demo`'s torch-free first run)
+    torch: bool = True
 
     @property
     def keys(self) -> frozenset:
@@ -364,12 +367,12 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in [
               "model=FOLDER (config.json, model.safetensors, tokenizer and processor files; no Python, no pickles)",
               methods=DECODER_METHODS, config=DecoderConfig, card="model_cards/medgemma.md"),
     ModelInfo("random", "baseline", "uniform random maps and scores (a floor)", "none", own_method="random",
-              config=RandomConfig, card="model_cards/baselines.md"),
+              config=RandomConfig, card="model_cards/baselines.md", torch=False),
     ModelInfo("center", "baseline", "a centred Gaussian map, constant scores (the centre bias)", "none",
-              own_method="center", config=CenterConfig, card="model_cards/baselines.md"),
+              own_method="center", config=CenterConfig, card="model_cards/baselines.md", torch=False),
     ModelInfo("dog", "baseline", "difference-of-Gaussians image saliency, no text (a bottom-up baseline)", "none",
               own_method="dog", config=DoGConfig,
-              card="model_cards/baselines.md"),
+              card="model_cards/baselines.md", torch=False),
 ]}
 
 #: The models whose own method is not a dual-encoder map method, by method, for ``--list-methods``.
@@ -394,6 +397,13 @@ NEEDS_MODELS = {
 
 def info(name: str) -> ModelInfo | None:
     return MODELS.get(name)
+
+
+def needs_torch(adapter: str) -> bool:
+    """Whether the model behind registry name ``adapter`` (a config's ``adapter:``) runs on torch: what its
+    catalog entry declares; True for anything the catalog does not list (plugins, ``module:attr``)."""
+    entry = MODELS.get(str(adapter))
+    return entry is None or entry.torch
 
 
 def models_for_method(method: str) -> list[str]:

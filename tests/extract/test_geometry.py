@@ -85,7 +85,7 @@ def test_dog_blob_tall_image_lands_in_its_cell(mode, blobs):
     out = dog(img, size).maps[0, 0]
     assert _peak(out) == (2, 1)
     if mode == "crop":
-        frame = dog.frame_maps(img, frame_boxes(size, "crop", 64))[0, 0]
+        frame = torch.from_numpy(dog.frame_maps(img, frame_boxes(size, "crop", 64)))[0, 0]
         assert _peak(frame) == (1, 1)  # the raw model-frame map: a different cell
         assert torch.all(out[[0, 1, 6, 7]] == out.min())  # unseen rows hold the minimum
 
@@ -100,7 +100,7 @@ def test_dog_blob_wide_image_pad(blobs):
     dog.set_classes(["A"])
     size = torch.tensor([[100, 200]])
     assert _peak(dog(img, size).maps[0, 0]) == (1, 0)
-    frame = dog.frame_maps(img, frame_boxes(size, "pad", 64))[0, 0]
+    frame = torch.from_numpy(dog.frame_maps(img, frame_boxes(size, "pad", 64)))[0, 0]
     assert _peak(frame) == (2, 0)
 
 

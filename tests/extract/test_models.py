@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -239,7 +240,7 @@ def test_center_prior_peaks_in_centre():
     from xbench.extract.models.baselines import center_prior
 
     m = center_prior((5, 5))
-    assert int(m.argmax()) == 12 and m[2, 2] == 1.0 and torch.allclose(m, m.flip(0)) and torch.allclose(m, m.T)
+    assert int(m.argmax()) == 12 and m[2, 2] == 1.0 and np.allclose(m, m[::-1]) and np.allclose(m, m.T)
 
 
 @pytest.mark.parametrize("method", METHOD_NAMES)
@@ -280,6 +281,9 @@ def test_dog_sigmas_are_fractions_of_the_frame_side():
     for bad in ([2, 8], [0.06, 0.015], [0, 0.1]):  # pixels, swapped, zero
         with pytest.raises(ModelConfigError, match="fractions of the image side"):
             create_adapter("dog", sigma=bad)
+    for key, bad in (("sigma_px", 3), ("sigma", [0.1]), ("sigma_px", ["a", 2]), ("sigma", "x")):  # not a pair
+        with pytest.raises(ModelConfigError, match=f"{key} must be a pair of numbers"):
+            create_adapter("dog", **{key: bad})
 
 
 def test_dog_prefers_a_lesion_sized_blob_to_a_long_soft_edge():
@@ -289,7 +293,7 @@ def test_dog_prefers_a_lesion_sized_blob_to_a_long_soft_edge():
     yy, xx = torch.meshgrid(torch.arange(s), torch.arange(s), indexing="ij")
     img = torch.where(xx > 150, 100.0, 0.0)[None, None]
     from xbench.extract.models.baselines import gaussian_blur
-    img = gaussian_blur(img, 8.0)[0, 0]
+    img = torch.from_numpy(gaussian_blur(img.numpy(), 8.0))[0, 0]  # the baselines' NumPy blur
     img = img + 60.0 * (((xx - 60) ** 2 + (yy - 100) ** 2) < (0.03 * s) ** 2)
     d = create_adapter("dog")
     d.set_classes(["A", "B"])

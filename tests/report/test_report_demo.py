@@ -66,7 +66,8 @@ def test_dog_beats_random_on_phantom(tmp_path):
 
 
 def test_demo_without_the_extract_extra_writes_nothing(tmp_path, monkeypatch):
-    """On the scorer-only install the demo says which extra to install, exit 2, and leaves no folder behind."""
+    """On the scorer-only install a demo model on torch (clip-tiny) makes the demo say which extra to install and
+    which models need none, exit 2, and leave no folder behind (the torch-free default: tests/test_demo_torch_free.py)."""
     import importlib.util
 
     from click.testing import CliRunner
@@ -76,7 +77,8 @@ def test_demo_without_the_extract_extra_writes_nothing(tmp_path, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     out = tmp_path / "demo-out"
-    result = CliRunner().invoke(demo, ["--out", str(out), "--quick"], standalone_mode=False)
+    result = CliRunner().invoke(demo, ["--out", str(out), "--quick", "--models", "dog,clip-tiny"], standalone_mode=False)
     assert result.exception is not None and "extract extra" in str(result.exception)
-    assert "torch not installed" in str(result.exception)
+    assert "torch not installed; clip-tiny need(s) torch, the others do not: --models random,center,dog" \
+        in str(result.exception)
     assert not out.exists()

@@ -58,8 +58,6 @@ def _n_ranks(extract: Mapping) -> int:
 
 
 def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
-    import torch
-
     from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
     from xbench.schemas.registry import UnknownNameError
     from xbench.extract.runner import ExtractError, run_extraction
@@ -71,7 +69,10 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not resume:
         shutil.rmtree(out, ignore_errors=True)
-    nproc = _n_ranks(ext)
+    from xbench.extract.models import runs_on_torch
+
+    on_torch = runs_on_torch(entry.model, **copy.deepcopy(dict(entry.options or {})))
+    nproc = _n_ranks(ext) if on_torch else 1  # the torch-free path runs in this process
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         from xbench.extract.distributed import relaunch
 
@@ -80,9 +81,12 @@ def _run_extract(step: Step, ctx: Context, resume: bool) -> None:
         if code:
             raise RuntimeError(f"extract/{step.key}: the ranks exited with status {code}")
         return
-    if ext["threads"]:  # a cap: never more threads than torch would use anyway
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
-    torch.manual_seed(ctx.suite.seed)
+    if on_torch:
+        import torch
+
+        if ext["threads"]:  # a cap: never more threads than torch would use anyway
+            torch.set_num_threads(max(1, min(torch.get_num_threads(), int(ext["threads"]))))
+        torch.manual_seed(ctx.suite.seed)
     # the section's keys are ExtractOptions fields (the runner ignores the launch ones: nproc_per_node, threads)
     opts = ExtractOptions(model=entry.model, images=images, out=out, overrides=copy.deepcopy(entry.options),
                           datasets=[d.key for d in ctx.suite.datasets], overwrite=not resume, quiet=True, **ext)
