@@ -12,7 +12,7 @@ from xbench.extract.saliency import METHODS
 from xbench.schemas import read_submission, validate_submission
 
 PAPER = {"similarity", "maskclip", "gradcam"}
-NEW = sorted(set(METHODS.names()) - PAPER)
+NEW = sorted({n for n in METHODS.names() if "decoder" not in METHODS.get(n).needs} - PAPER)  # dual encoders'
 
 
 def _extract(images, out, method, backend):
