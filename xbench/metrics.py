@@ -66,7 +66,9 @@ def _mean(values, average: bool, defined=None):
 
 
 def pointing_game(maps, masks, *, average: bool = True):
-    """Pointing game: 1 when the first maximum of the resized map (row-major) lies in the region.
+    """Pointing game: 1 when the peak of the resized map lies in the region. The peak is the maximum's cell,
+    or, when several cells tie for the maximum, their centroid rounded to the nearest cell (a binary mask points
+    at its middle, not its first cell); a constant map has none (a miss). Contract, "Pointing game".
 
     Parameters
     ----------
@@ -87,9 +89,12 @@ def pointing_game(maps, masks, *, average: bool = True):
     >>> pointing_game(maps, masks)
     1.0
 
-    A constant map points at the first cell (row 0, column 0):
+    A mask points at its centroid; a constant map points nowhere:
 
-    >>> pointing_game(np.ones((1, 3, 3), np.float32), masks)
+    >>> mask_map = np.zeros((1, 3, 3), np.float32); mask_map[0, 1:, 1:] = 1   # 4 cells tied: peak (2, 2)
+    >>> pointing_game(mask_map, masks), pointing_game(mask_map[:, :, ::-1].copy(), masks)
+    (1.0, 0.0)
+    >>> pointing_game(np.ones((1, 3, 3), np.float32), np.ones((1, 3, 3), bool))
     0.0
     """
     return _mean(_counts(maps, masks).hit, average)
@@ -226,8 +231,8 @@ def map_auroc(maps, masks, *, average: bool = True):
 
 def tolerant_pointing_game(maps, masks, *, tolerance: float = POINTING_TOLERANCE.default, pixel_size=1.0,
                            average: bool = True):
-    """Tolerant pointing game (Zhang et al. 2018): a hit when the first maximum lies within ``tolerance``
-    of the region, measured between cell centres: sqrt((dr * cell_h)^2 + (dc * cell_w)^2).
+    """Tolerant pointing game (Zhang et al. 2018): a hit when the peak (as :func:`pointing_game`'s) lies
+    within ``tolerance`` of the region, measured between cell centres: sqrt((dr * cell_h)^2 + (dc * cell_w)^2).
 
     Parameters
     ----------

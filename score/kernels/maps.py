@@ -7,7 +7,8 @@ Every number here follows the contract (``shared/contract.md``, "Metrics"):
    (``mode="area"``, i.e. adaptive average pooling) when the map is at least as large as the grid on both
    axes and larger on one;
 2. min-max normalise over the grid in float64, a constant map becoming all zeros;
-3. pointing game: the first maximum (``numpy.argmax`` of the flattened resized map);
+3. pointing game: the peak cell of the resized map, the centroid of the set of cells holding its maximum
+   rounded to the nearest cell (halves up); a unique maximum is its own peak, a constant map has none (a miss);
 4. ``B_tau = {u : M~(u) >= tau}`` for the 101 thresholds ``tau_k = k / 100`` (float64).
 
 All arithmetic is float64 and follows torch's operation order, so the results are bit-identical to a
@@ -52,6 +53,7 @@ __all__ = [
     "GroundingCounts",
     "resize_plan",
     "resize_map",
+    "peak_cell",
     "normalize_map",
     "threshold_bins",
     "grounding_counts",
@@ -93,7 +95,7 @@ class GroundingCounts(NamedTuple):
     hit: np.ndarray  # (P,) bool: pointing-game hit
     region_pixels: np.ndarray  # (P,) int32: |R|
     energy: np.ndarray | None = None  # (P,) float64: energy-based pointing game, sum(M~ in R) / sum(M~)
-    argmax: np.ndarray | None = None  # (P,) int32: flat index of the first maximum of the resized map
+    argmax: np.ndarray | None = None  # (P,) int32: flat index of the peak cell (see peak_cell), -1 for a constant map
     hit_tolerant: np.ndarray | None = None  # (P,) bool: tolerant pointing-game hit (see tolerant_hits)
 
 
@@ -239,6 +241,32 @@ def _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _peak_from_sums(n, sr, sc, W):
+    """Flat index of the peak cell from the maximum set's size ``n`` and its row and column sums: the centroid
+    (sr / n, sc / n) rounded to the nearest cell, halves up, in exact integers (floor((2 s + n) / 2n)); -1
+    when ``n`` is 0. A scan-order tie-break (the first maximum) would make a tied plateau, e.g. a binary mask,
+    point at its top-left corner instead of its middle."""
+    if n == 0:
+        return -1
+    return ((2 * sr + n) // (2 * n)) * W + (2 * sc + n) // (2 * n)
+
+
+@numba.njit(cache=True, nogil=True)
+def _peak_of(buf, mx):
+    """The peak cell (see _peak_from_sums) of a full resized map ``buf`` whose maximum is ``mx``."""
+    n = 0
+    sr = 0
+    sc = 0
+    for oh in range(buf.shape[0]):
+        for ow in range(buf.shape[1]):
+            if buf[oh, ow] == mx:
+                n += 1
+                sr += oh
+                sc += ow
+    return _peak_from_sums(n, sr, sc, buf.shape[1])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _bin(v, taus):
     """k(v) = max{k : taus[k] <= v} for v in [0, 1] on the grid taus[k] = k / 100, exactly."""
     k = int(v * 100.0)
@@ -257,7 +285,7 @@ def _bin(v, taus):
 # than _NEAR from every integer, floor(y) is exactly k(v); only pixels within _NEAR of a threshold (rare,
 # except on quantised maps) take the exact path with the division. The test is int(y + _NEAR) !=
 # int(y - _NEAR) (y >= 0, so truncation is floor; y in [0, _NEAR) is bin 0 either way). It always flags the
-# maximum (y = 100 up to rounding), which the bilinear kernel relies on to find the first argmax.
+# maximum (y = 100 up to rounding), which the bilinear kernel relies on to find every cell of the maximum.
 _NEAR = 1e-9
 
 
@@ -449,9 +477,9 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
     The exact min and max come from :func:`_bilinear_extremes`, which evaluates only the few run-columns
     that can hold them. The one full pass computes each row, bins it with 32-bit keys (``lane`` (W,)
     holds each column's histogram copy offset; the float64 -> int32 conversions vectorise on AVX2, int64
-    ones need AVX-512) and finds the first argmax among the pixels the exact path visits (the maximum is
-    always among them). The same pass adds each pixel's ``v - min`` to the per-column mass sums ``e_all``
-    and, inside R, ``e_in`` ((W,) scratch). Returns (|R|, flat index of the first maximum, energy share).
+    ones need AVX-512) and sums the rows and columns of the maximum's cells among the pixels the exact path
+    visits (every cell holding the maximum is among them) for the peak cell. The same pass adds each pixel's ``v - min`` to the per-column mass sums ``e_all``
+    and, inside R, ``e_in`` ((W,) scratch). Returns (|R|, flat index of the peak cell (-1: constant), energy share).
     """
     H = mask.shape[0]
     W = mask.shape[1]
@@ -461,11 +489,13 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
     rng = mx - mn
     if rng == 0.0:
         _constant_map(mask, hist)
-        return _finish_counts(hist, b_row, br_row), 0, 0.0
+        return _finish_counts(hist, b_row, br_row), -1, 0.0
     e_all[:] = 0.0
     e_in[:] = 0.0
     inv = 100.0 / rng
-    arg = -1
+    n_max = 0
+    sr = 0
+    sc = 0
     _rows_with_region(mask, row_has)
     for oh in range(H):
         ta = tmp[row_idx[0, oh]]
@@ -500,15 +530,19 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
                 y = (v - mn) * inv
                 if np.int32(y + _NEAR) != np.int32(y - _NEAR):
                     kb[ow] = 2 * _bin((v - mn) / rng, taus) + np.int32(mrow[ow]) + lane[ow]
-                    if arg < 0 and v == mx:
-                        arg = oh * W + ow
+                    if v == mx:
+                        n_max += 1
+                        sr += oh
+                        sc += ow
         _scatter(kb, hist)
-    if arg < 0:  # unreachable (see _NEAR), kept so that a wrong argument can never yield a wrong index
+    if n_max == 0:  # unreachable (see _NEAR), kept so that a wrong argument can never yield a wrong index
         for oh in range(H):
             for ow in range(W):
-                if arg < 0 and tmp[row_idx[0, oh], ow] * row_w[0, oh] + tmp[row_idx[1, oh], ow] * row_w[1, oh] == mx:
-                    arg = oh * W + ow
-    return _finish_counts(hist, b_row, br_row), arg, _energy_share(e_all, e_in)
+                if tmp[row_idx[0, oh], ow] * row_w[0, oh] + tmp[row_idx[1, oh], ow] * row_w[1, oh] == mx:
+                    n_max += 1
+                    sr += oh
+                    sc += ow
+    return _finish_counts(hist, b_row, br_row), _peak_from_sums(n_max, sr, sc, W), _energy_share(e_all, e_in)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -535,7 +569,7 @@ def _grounding_counts(maps, masks, area, row_idx, row_w, col_idx, col_w, taus, n
 def _chunk_counts(maps, masks, local, area, row_idx, row_w, col_idx, col_w, taus, b, br, hit, n_r, energy, arg):
     """Serial counts for P pairs whose regions sit in one decoded chunk: maps (P, h, w) float32, masks
     (n, H, W) bool, ``local[p]`` the row of ``masks`` for pair p. Writes b, br (P, T), hit, n_r, energy and
-    arg (the first maximum's flat index) (P,)."""
+    arg (the peak cell's flat index, -1 for a constant map) (P,)."""
     if area:
         _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n_r, energy, arg)
     else:
@@ -576,7 +610,7 @@ def _chunk_counts_bilinear(maps, masks, local, row_idx, row_w, col_idx, col_w, t
         n_r[p], a, energy[p] = _count_bilinear(maps[p], m, row_idx, row_w, col_idx, col_w, taus, tmp, starts, G,
                                                lo, hi, lane, hist, kb, e_all, e_in, row_has, b[p], br[p])
         arg[p] = a
-        hit[p] = m[a // W, a % W]
+        hit[p] = a >= 0 and m[a // W, a % W]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -596,17 +630,18 @@ def _chunk_counts_area(maps, masks, local, row_idx, col_idx, taus, b, br, hit, n
     e_in = np.empty(W, dtype=np.float64)
     for p in range(P):
         m = masks[local[p]]
-        mn, mx, a = _resize_into(maps[p], True, row_idx, no_w, col_idx, no_w, tmp, buf)
+        mn, mx, _ = _resize_into(maps[p], True, row_idx, no_w, col_idx, no_w, tmp, buf)
         n_r[p], energy[p] = _count_one(buf, mn, mx, m, taus, hist, kb, e_all, e_in, b[p], br[p])
+        a = _peak_of(buf, mx) if mx > mn else -1
         arg[p] = a
-        hit[p] = m[a // W, a % W]
+        hit[p] = a >= 0 and m[a // W, a % W]
 
 
 @numba.njit(cache=True, nogil=True)
 def _tolerant_hits(masks, local, arg, cell, tol, out):
     """out[p] = some cell u of region ``masks[local[p]]`` has d(u)^2 <= tol^2, with d(u)^2 = dy^2 + dx^2,
-    dy = (row(u) - row(a)) * cell[p, 0], dx likewise with columns and cell[p, 1], a = arg[p] (the first
-    maximum); in original pixels when ``cell`` holds the original pixels per grid cell.
+    dy = (row(u) - row(a)) * cell[p, 0], dx likewise with columns and cell[p, 1], a = arg[p] (the peak cell;
+    -1, a constant map, is a miss); in original pixels when ``cell`` holds the original pixels per grid cell.
 
     Only the window of rows with dy^2 <= tol^2 and columns with dx^2 <= tol^2 around the maximum is read:
     a cell outside it has d^2 >= dy^2 > tol^2 (or dx^2), so the result is that of a full scan.
@@ -615,6 +650,9 @@ def _tolerant_hits(masks, local, arg, cell, tol, out):
     W = masks.shape[2]
     tol2 = tol * tol
     for p in range(local.shape[0]):
+        if arg[p] < 0:  # a constant map points nowhere
+            out[p] = False
+            continue
         m = masks[local[p]]
         ra = arg[p] // W
         ca = arg[p] % W
@@ -752,6 +790,20 @@ def resize_map(saliency, grid: tuple[int, int]) -> np.ndarray:
                         int(grid[0]), int(grid[1]))
 
 
+def peak_cell(resized) -> tuple[int, int] | None:
+    """(row, col) the pointing game points at on a resized (H, W) map: the centroid of the cells holding
+    the maximum, rounded to the nearest cell (halves up); None for a constant map (it points nowhere, a miss).
+    The scorer's kernels apply the same rule (the contract's "Pointing game")."""
+    arr = np.ascontiguousarray(resized, dtype=np.float64)
+    if arr.ndim != 2 or arr.size == 0 or not np.isfinite(arr).all():
+        raise ValueError(f"`resized` must be a finite, non-empty (H, W) map; got shape {arr.shape}.")
+    mx = float(arr.max())
+    if float(arr.min()) == mx:
+        return None
+    a = int(_peak_of(arr, mx))
+    return a // arr.shape[1], a % arr.shape[1]
+
+
 def normalize_map(resized) -> np.ndarray:
     """Min-max normalise a float64 map: (M - min) / (max - min); a constant map becomes all zeros."""
     m = np.asarray(resized, dtype=np.float64)
@@ -835,13 +887,13 @@ def _cell_sizes(cell, P: int) -> np.ndarray:
 
 
 def tolerant_hits(masks, local, argmax, cell, tolerance: float) -> np.ndarray:
-    """Tolerant pointing game: is some region cell within ``tolerance`` of the first maximum? (P,) bool.
+    """Tolerant pointing game: is some region cell within ``tolerance`` of the peak cell? (P,) bool.
 
     The distance between grid cells (r, c) and (r', c') is the Euclidean distance of their centres,
     ``sqrt(((r - r') * cell_h)^2 + ((c - c') * cell_w)^2)``, compared as a square: hit when
     ``dy * dy + dx * dx <= tolerance * tolerance`` in float64 for some cell of the region. Tolerance 0 is
     the plain pointing game. ``masks`` (n, H, W) bool, ``local`` (P,) int64 rows of ``masks``, ``argmax``
-    (P,) flat indices, ``cell`` (P, 2) float64 cell sizes in the unit of ``tolerance``.
+    (P,) flat indices of the peak cells (-1: a miss), ``cell`` (P, 2) float64 cell sizes in the unit of ``tolerance``.
     """
     tol = float(tolerance)
     if not (np.isfinite(tol) and tol >= 0.0):

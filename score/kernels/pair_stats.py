@@ -10,7 +10,7 @@ functions (the registry refuses a metric built on them that does not declare the
 
 A hook is called once per chunk of pairs, on the counting pass's worker thread, with a :class:`Chunk`: the
 chunk's raw maps and decoded regions, the resize plan, and what the counting kernel left per pair (energy
-share, first maximum); it writes the chunk's values into ``out`` in place. It must be thread-safe (it runs on
+share, peak cell); it writes the chunk's values into ``out`` in place. It must be thread-safe (it runs on
 distinct pairs concurrently) and release the GIL for long work (a ``nogil`` Numba kernel).
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Chunk(NamedTuple):
     local: np.ndarray  # (P,) int64: each pair's row in ``masks``
     plan: ResizePlan  # (h, w) -> (H, W)
     energy: np.ndarray  # (P,) float64: share of the normalised map's mass inside the region
-    argmax: np.ndarray  # (P,) int32: flat index of the first maximum of the resized map
+    argmax: np.ndarray  # (P,) int32: flat index of the peak cell of the resized map (-1: a constant map)
     cell: np.ndarray | None  # (P, 2) float64 original pixels per grid cell; None without ``orig_size``
     tolerance: float  # the tolerant pointing game's distance, in original pixels
 
@@ -143,6 +143,6 @@ def _cnr(chunk: Chunk, out: np.ndarray) -> None:
 # carried it there.
 declare(PairStat(ENERGY_COLUMN, np.float64, _energy, doc="share of the normalised map's mass inside the region"))
 declare(PairStat(TOLERANT_COLUMN, np.bool_, _tolerant, needs_orig_size=True,
-                 doc="is a region cell within the tolerance of the map's first maximum"))
+                 doc="is a region cell within the tolerance of the map's peak"))
 declare(PairStat(CNR_COLUMN, np.float64, _cnr, scopes=("phrase",),
                  doc="signed contrast-to-noise ratio of the map against the region (NaN where undefined)"))

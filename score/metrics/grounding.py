@@ -155,7 +155,7 @@ def threshold_index(tau: float) -> int:
 
 
 def pointing_game_score(hit, *, name: str = "") -> float | None:
-    """Fraction of positive pairs whose first maximum lies in the region.
+    """Fraction of positive pairs whose peak (the centroid of the maximum's cells) lies in the region.
 
     Parameters
     ----------

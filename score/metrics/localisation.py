@@ -16,7 +16,7 @@ default it normalises the attribution by its maximum and takes absolute values f
   random in effect) on the raw values; ours ranks the quantised map and shares ties exactly (equal on maps
   without ties across the cut whose values are already on the 0.01 grid);
 - its ``PointingGame`` counts a hit when any of several tied maxima lies in the mask and has no tolerance;
-  ours, as the paper's, takes the first maximum, and the tolerant variant is Zhang et al.'s 15 px rule.
+  ours takes the centroid of the tied cells (the paper's arg max where it is unique; contract "Pointing game"), and the tolerant variant is Zhang et al.'s 15 px rule.
 
 tests/score/test_new_metrics_quantus.py checks the three against Quantus 0.6.0 on maps where the definitions
 must agree (an optional test: ``pip install --no-deps quantus``; skipped without it); the brute-force oracles

@@ -47,7 +47,7 @@ class MetricParam:
 #: count a hit within 15 pixels of the region. Declared on the metric ``tolerant_pointing_game``.
 POINTING_TOLERANCE = MetricParam(
     "pointing_tolerance", float, 15.0, 0.0, 100_000.0,  # past the diagonal of the largest original image
-    help="Tolerant pointing game: a hit when the first maximum lies within PX original pixels of the region "
+    help="Tolerant pointing game: a hit when the map's peak lies within PX original pixels of the region "
          "(Zhang et al. 2018).")
 
 

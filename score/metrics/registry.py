@@ -463,7 +463,7 @@ _BOTH = ("class", "phrase")  # the contract defines these on finding classes and
 
 for _m in (
     Metric("pointing_game", "Pointing game", "Point", "grounding", _hit, scopes=_BOTH,
-           doc="share of positive pairs whose first maximum lies in the region"),
+           doc="share of positive pairs whose peak (the centroid of the maximum's cells) lies in the region"),
     Metric("dice_fixed", "Dice at tau = 0.5", "Dice@0.5", "grounding", _dice, curve=True,
            threshold=FIXED_THRESHOLD_INDEX, pair_column=True, scopes=_BOTH),
     Metric("iou_fixed", "IoU at tau = 0.5", "IoU@0.5", "grounding", _iou, curve=True,
@@ -559,7 +559,7 @@ for _m in (
     Metric("tolerant_pointing_game", "Tolerant pointing game", "Point±", "grounding",
            _extra(_loc.TOLERANT_COLUMN, bool), pairs=_extra_present(_loc.TOLERANT_COLUMN), minor=1, pair_column=True,
            needs=(_loc.TOLERANT_COLUMN,), params=(POINTING_TOLERANCE,),
-           doc="share of positive pairs whose first maximum lies within the tolerance of the region"),
+           doc="share of positive pairs whose peak lies within the tolerance of the region"),
 ):
     register(_m)
 del _m

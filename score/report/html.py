@@ -309,8 +309,8 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
     if skipped:
         parts.append("<h2>Not shown</h2><ul class=\"skipped\">" + "".join(f"<li>{_e(s)}</li>" for s in skipped)
                      + "</ul>")
-    parts.append("<h2>Definitions</h2><p class=\"meta\">Pointing game: the map's first maximum lies in the "
-                 "region. Dice/IoU at τ: the normalised map thresholded at ≥ τ against the region; best τ "
+    parts.append("<h2>Definitions</h2><p class=\"meta\">Pointing game: the map's peak (its maximum's cell; "
+                 "for tied cells, as a mask's, their centroid) lies in the region. Dice/IoU at τ: the normalised map thresholded at ≥ τ against the region; best τ "
                  "chosen per class over 0.00…1.00. Means over positive pairs per class, over classes per "
                  "dataset, over datasets overall. Intervals: 95% percentile bootstrap over cases. Best value "
                  "per column in bold, second best underlined.</p>")

@@ -52,12 +52,12 @@ HALO = 3.6
 PEAK = {"marker": "x", "color": "white", "markersize": 11, "markeredgewidth": 2.2}
 
 
-def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
-    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does."""
-    from xbench.score.kernels.maps import resize_map
+def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int] | None:
+    """(row, col) on the grid of the pointing-game peak of the map resized as the scorer does (the centroid of
+    its maximum's cells, :func:`xbench.score.kernels.maps.peak_cell`); None for a constant map."""
+    from xbench.score.kernels.maps import peak_cell, resize_map
 
-    resized = resize_map(np.asarray(saliency), grid)
-    return tuple(int(v) for v in np.unravel_index(int(np.argmax(resized)), resized.shape))
+    return peak_cell(resize_map(np.asarray(saliency), grid))
 
 
 def map_peak(smap: np.ndarray) -> tuple[int, int]:
@@ -71,7 +71,7 @@ def map_peak(smap: np.ndarray) -> tuple[int, int]:
 def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None, *, peak=None):
     """One overlay: the S x S image, the min-max normalised map stretched over it (jet, 40 %), the region's
     outline (white, black halo) and the pointing-game peak as a white cross (black halo): ``peak`` (row, col) on
-    the region's grid, by default the scorer's (the first maximum of the map resized to that grid; without a
+    the region's grid, by default the scorer's (the peak of the map resized to that grid, none for a constant map; without a
     region the map's own first maximum, :func:`map_peak`); ``peak=False`` draws none. Returns the map's image
     artist (for a colour bar)."""
     from matplotlib import patheffects
@@ -87,9 +87,9 @@ def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None,
         xs = (np.arange(-1, W + 1) + 0.5) * S / W
         cs = ax.contour(xs, ys, np.pad(mask.astype(float), 1), levels=[0.5], **OUTLINE)
         cs.set_path_effects([patheffects.withStroke(linewidth=HALO, foreground="black")])
-    if peak is None:  # the scorer's rule: the first maximum of the map resized to the region's grid
+    if peak is None:  # the scorer's rule: the peak of the map resized to the region's grid (none: constant)
         peak = pointing_peak(smap, mask.shape) if mask is not None else map_peak(smap)
-    if peak is not False:
+    if peak is not False and peak is not None:
         h, w = mask.shape if mask is not None else np.shape(smap)[-2:]
         ax.plot((peak[1] + 0.5) * S / w, (peak[0] + 0.5) * S / h, **PEAK,
                 path_effects=[patheffects.withStroke(linewidth=4.5, foreground="black")])

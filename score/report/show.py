@@ -2,7 +2,7 @@
 
 The panel shows what the scorer sees: the raw map stretched over the whole image (min-max
 normalised, with a colour bar), the ground-truth region outlined, and the pointing-game peak,
-the first maximum of the map resized to the evaluation grid (the scorer's own resize), marked
+the centroid of the highest cells of the map resized to the evaluation grid (the scorer's own resize), marked
 with a white cross. The caption says whether the peak is a hit.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ from xbench.score.report._stores import store_problems  # noqa: F401  (part of t
 __all__ = ["pointing_peak", "show_case", "show", "store_problems"]
 
 
-def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
-    """(row, col) on the grid of the first maximum (row-major) of the map resized as the scorer does
-    (score/report/overlays.py's, which the report's overlays mark too)."""
+def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int] | None:
+    """(row, col) on the grid of the pointing-game peak of the map resized as the scorer does, None for a
+    constant map (score/report/overlays.py's, which the report's overlays mark too)."""
     from xbench.score.report.overlays import pointing_peak as peak
 
     return peak(saliency, grid)
@@ -103,12 +103,12 @@ def show_case(submission, gt, images, case_id: str, cls: str, out, *, dataset: s
     mask = np.asarray(g.region_mask[region]).astype(bool) if region is not None else None
     grid = mask.shape if mask is not None else grid
     peak = pointing_peak(smap, grid) if grid is not None else None
-    hit = bool(mask[peak]) if mask is not None and peak is not None else None
+    hit = (peak is not None and bool(mask[peak])) if mask is not None else None  # a constant map: no peak, a miss
     label = int(np.asarray(g.labels)[gi, gc])
 
     fig = Figure(figsize=(5.2, 4.6), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
-    artist = draw_panel(ax, image, smap, mask, peak=peak)
+    artist = draw_panel(ax, image, smap, mask, peak=False if peak is None else peak)
     fig.colorbar(artist, ax=ax, shrink=0.8, label="saliency (min-max normalised)")
     verdict = "no region" if mask is None else ("pointing game: hit" if hit else "pointing game: miss")
     model = sub.attrs.get("model", Path(str(submission)).name)

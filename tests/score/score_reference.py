@@ -1,7 +1,8 @@
 """Slow, obvious reference versions of every scorer computation (the oracles of the tests).
 
 Written from the contract's text, pixel by pixel and threshold by threshold, sharing no code with
-xbench.score: bilinear/area resize with explicit per-pixel formulas, min-max normalisation, first argmax,
+xbench.score: bilinear/area resize with explicit per-pixel formulas, min-max normalisation, the pointing peak
+(the centroid of the maximum's cells, cell by cell in exact fractions),
 and a loop over the 101 thresholds with ``>=``; recognition from scikit-learn.
 """
 
@@ -54,10 +55,33 @@ def normalise(r):
     return np.zeros_like(r) if hi == lo else (r - lo) / (hi - lo)
 
 
+def peak(r):
+    """(row, col) the pointing game points at on the resized map ``r``, by the contract's words: the centroid of
+    the cells holding the maximum, each coordinate rounded to the nearest cell with halves up; None when every
+    cell holds the maximum (a constant map points nowhere). Exact rational arithmetic, one cell at a time."""
+    from fractions import Fraction
+
+    H, W = r.shape
+    top = max(float(r[i, j]) for i in range(H) for j in range(W))
+    cells = [(i, j) for i in range(H) for j in range(W) if float(r[i, j]) == top]
+    if len(cells) == H * W:
+        return None
+    half = Fraction(1, 2)
+    cy = sum(Fraction(i) for i, _ in cells) / len(cells)
+    cx = sum(Fraction(j) for _, j in cells) / len(cells)
+    return math.floor(cy + half), math.floor(cx + half)
+
+
+def hit_of(r, region) -> bool:
+    """The pointing-game hit of resized map ``r`` against ``region``: its peak lies in the region."""
+    p = peak(r)
+    return p is not None and bool(region[p])
+
+
 def pair_values(raw_map, region):
     """hit, dice[101], iou[101] of one positive pair, by the definitions."""
     r = resize(raw_map, region.shape)
-    hit = bool(region.ravel()[int(np.argmax(r.ravel()))])
+    hit = hit_of(r, region)
     nm = normalise(r)
     dice, iou = [], []
     for tau in TAUS:

@@ -90,18 +90,18 @@ def test_adversarial_maps_and_regions():
     grid = (11, 13)
     rng = np.random.default_rng(5)
     maps = rng.random((6, 11, 13)).astype(np.float32)
-    maps[0] = 3.0  # constant map: normalises to 0, pointing at pixel 0
+    maps[0] = 3.0  # constant map: normalises to 0 and points nowhere (a miss)
     maps[1] = (rng.integers(0, 101, size=grid) / 100).astype(np.float32)  # quantised: many exact ties
-    maps[2].flat[[0, 1, 2]] = maps[2].max() + 1  # tied maxima: the first one points
+    maps[2].flat[[0, 1, 2]] = maps[2].max() + 1  # tied maxima: their centroid, the middle one, points
     masks = np.zeros((6, *grid), bool)
-    masks[0, 0, 0] = True  # one-pixel region at the constant map's argmax
+    masks[0, 0, 0] = True  # one-pixel region at the first cell: a constant map still misses it
     masks[1] = True  # region covering the whole grid
-    masks[2, 0, 1] = True  # tied maximum inside the region but not the first one -> miss
+    masks[2, 0, 1] = True  # the middle tied maximum (not the first one) in the region -> hit
     masks[3, 5, 6] = True  # one-pixel region
     masks[4, 2:9, 3:10] = True
     masks[5, -1, -1] = True
     res = _check_counts(maps, masks)
-    assert res.hit[0] and not res.hit[2]
+    assert not res.hit[0] and res.hit[2]
     assert res.b[0, 0] == 11 * 13 and not res.b[0, 1:].any()
 
 

@@ -46,9 +46,10 @@ def brute(raw, region, tol=None, cell=(1.0, 1.0)):
         wins = sum(2 * int((p > neg).sum()) + int((p == neg).sum()) for p in pos)
         auc = Fraction(wins, 2 * pos.size * neg.size)
     hit_tol = None
-    if tol is not None:
-        a = int(np.argmax(r.ravel()))
-        ra, ca = divmod(a, region.shape[1])
+    if tol is not None and ref.peak(r) is None:  # a constant map points nowhere
+        hit_tol = False
+    elif tol is not None:
+        ra, ca = ref.peak(r)  # the centroid of the maximum's cells (the first maximum when it is unique)
         rr, cc = np.nonzero(region)
         dy = (rr - ra).astype(np.float64) * cell[0]
         dx = (cc - ca).astype(np.float64) * cell[1]

@@ -1,0 +1,125 @@
+"""The pointing game on tied maxima (issue 46 item 4): the peak is the centroid of the maximum's cells, rounded to
+the nearest cell, not the first cell in scan order; a constant map points nowhere.
+
+Checked against the exact-fraction brute force of score_reference.peak, on maps with ties on purpose (binary
+masks, few-level maps, plateaus), on the bilinear and the area path, and for the property the rule exists for:
+a binary mask's hit does not depend on the order cells are scanned in (transposing map and region together
+transposes the peak)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xbench.score.kernels import maps as K
+
+import score_reference as ref
+
+
+def _hits(maps, masks):
+    return K.grounding_counts(np.asarray(maps, np.float32), np.asarray(masks, bool)).hit
+
+
+@pytest.mark.parametrize("shape,grid", [((16, 16), (16, 16)), ((7, 9), (21, 18)), ((30, 24), (10, 8))])
+def test_tied_maps_against_the_brute_force(shape, grid):
+    rng = np.random.default_rng(46)
+    P = 24
+    maps = np.empty((P, *shape), np.float32)
+    for p in range(P):
+        kind = p % 4
+        if kind == 0:  # a binary mask: its top 3 %
+            x = rng.random(shape)
+            maps[p] = x >= np.quantile(x, 0.97)
+        elif kind == 1:  # few levels: ties everywhere
+            maps[p] = rng.integers(0, 3, shape)
+        elif kind == 2:  # a rectangle plateau
+            maps[p] = rng.random(shape) * 0.5
+            r0, c0 = rng.integers(0, shape[0] - 2), rng.integers(0, shape[1] - 2)
+            maps[p, r0:r0 + 3, c0:c0 + 2] = 1.0
+        else:  # two separate tied peaks
+            maps[p] = rng.random(shape) * 0.5
+            maps[p, 0, 0] = maps[p, -1, -1] = 1.0
+    masks = rng.random((P, *grid)) < 0.4
+    res = K.grounding_counts(maps, masks)
+    for p in range(P):
+        r = ref.resize(maps[p], grid)
+        want = ref.peak(r)
+        assert res.hit[p] == ref.hit_of(r, masks[p]), p
+        assert (res.argmax[p] == -1) if want is None else (divmod(int(res.argmax[p]), grid[1]) == want), p
+        assert K.peak_cell(r) == want, p
+
+
+def test_a_mask_points_at_its_middle_not_its_corner():
+    """A 5 x 5 square mask on a 20 x 20 grid: its peak is its centre cell; the region covering only the centre
+    is hit, the region covering only the square's top-left cell (the first highest cell) is missed."""
+    m = np.zeros((1, 20, 20), np.float32)
+    m[0, 4:9, 10:15] = 1
+    centre, corner = np.zeros((1, 20, 20), bool), np.zeros((1, 20, 20), bool)
+    centre[0, 6, 12] = True
+    corner[0, 4, 10] = True
+    assert _hits(m, centre)[0] and not _hits(m, corner)[0]
+    assert K.peak_cell(m[0]) == (6, 12)
+
+
+def test_halves_round_up():
+    m = np.zeros((6, 6), np.float32)
+    m[1, 1] = m[2, 2] = 1  # centroid (1.5, 1.5) -> (2, 2)
+    assert K.peak_cell(m) == ref.peak(m) == (2, 2)
+    m = np.zeros((6, 6), np.float32)
+    m[0, 0:4] = 1  # centroid (0, 1.5) -> (0, 2)
+    assert K.peak_cell(m) == ref.peak(m) == (0, 2)
+
+
+def test_the_hit_does_not_depend_on_scan_order():
+    """Transposing a binary map and its region together transposes the peak: the same hit either way. Under
+    the first-maximum rule the two disagree (the top-left-most cell of a mask and of its transpose differ)."""
+    rng = np.random.default_rng(7)
+    P, S = 40, 24
+    x = rng.random((P, S, S))
+    maps = (x >= np.quantile(x, 0.97, axis=(1, 2), keepdims=True)).astype(np.float32)  # scattered top-3 % masks
+    masks = rng.random((P, S, S)) < 0.3
+    straight = _hits(maps, masks)
+    transposed = _hits(maps.transpose(0, 2, 1).copy(), masks.transpose(0, 2, 1).copy())
+    np.testing.assert_array_equal(straight, transposed)
+    first = [bool(masks[p].flat[np.argmax(maps[p])]) for p in range(P)]
+    first_t = [bool(masks[p].T.flat[np.argmax(maps[p].T)]) for p in range(P)]
+    assert first != first_t  # the old rule is not invariant on these masks (so the check above can fail)
+
+
+def test_unique_maxima_keep_the_first_maximum_rule():
+    """No change where the maximum is unique: the peak is the argmax (random continuous maps, both paths)."""
+    rng = np.random.default_rng(11)
+    for shape, grid in [((14, 14), (224, 224)), ((40, 40), (16, 16))]:
+        maps = rng.random((8, *shape)).astype(np.float32)
+        res = K.grounding_counts(maps, np.ones((8, *grid), bool))
+        for p in range(8):
+            r = ref.resize(maps[p], grid)
+            if (r == r.max()).sum() == 1:
+                assert int(res.argmax[p]) == int(np.argmax(r))
+
+
+def test_a_constant_map_points_nowhere():
+    m = np.full((1, 8, 8), 0.25, np.float32)
+    everywhere = np.ones((1, 8, 8), bool)
+    res = K.grounding_counts(m, everywhere, tolerance=1e6)
+    assert not res.hit[0] and not res.hit_tolerant[0] and res.argmax[0] == -1
+    assert K.peak_cell(m[0]) is None
+
+
+def test_tolerant_hits_start_from_the_peak():
+    """The tolerant pointing game measures from the centroid peak: a region 2 cells from a mask's centre and
+    5 cells from its first cell is hit at tolerance 2, whichever cell scan order meets first."""
+    m = np.zeros((1, 20, 20), np.float32)
+    m[0, 2:9, 2:9] = 1  # centre (5, 5); first cell (2, 2)
+    region = np.zeros((1, 20, 20), bool)
+    region[0, 5, 7] = True
+    res = K.grounding_counts(m, region, tolerance=2.0)
+    assert not res.hit[0] and res.hit_tolerant[0]
+    res = K.grounding_counts(m, region, tolerance=1.9)
+    assert not res.hit_tolerant[0]
+
+
+def test_peak_cell_refuses_what_is_not_a_map():
+    with pytest.raises(ValueError, match="finite"):
+        K.peak_cell(np.array([[0.0, np.nan]]))
+    with pytest.raises(ValueError, match=r"\(H, W\)"):
+        K.peak_cell(np.zeros(4))
