@@ -7,8 +7,9 @@ Every number here follows the contract (``shared/contract.md``, "Metrics"):
    (``mode="area"``, i.e. adaptive average pooling) when the map is at least as large as the grid on both
    axes and larger on one;
 2. min-max normalise over the grid in float64, a constant map becoming all zeros;
-3. pointing game: the peak cell of the resized map, the centroid of the set of cells holding its maximum
-   rounded to the nearest cell (halves up); a unique maximum is its own peak, a constant map has none (a miss);
+3. pointing game: the peak cell of the resized map: the centroid of the set of cells holding its maximum
+   rounded to the nearest cell (halves up) when that cell holds the maximum, else the maximum's cell nearest the
+   centroid; a unique maximum is its own peak, a constant map has none (a miss);
 4. ``B_tau = {u : M~(u) >= tau}`` for the 101 thresholds ``tau_k = k / 100`` (float64).
 
 All arithmetic is float64 and follows torch's operation order, so the results are bit-identical to a
@@ -242,18 +243,31 @@ def _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _peak_from_sums(n, sr, sc, W):
-    """Flat index of the peak cell from the maximum set's size ``n`` and its row and column sums: the centroid
-    (sr / n, sc / n) rounded to the nearest cell, halves up, in exact integers (floor((2 s + n) / 2n)); -1
-    when ``n`` is 0. A scan-order tie-break (the first maximum) would make a tied plateau, e.g. a binary mask,
-    point at its top-left corner instead of its middle."""
+    """Flat index of the cell nearest the centroid of the maximum's cells, from their number ``n`` and their row
+    and column sums: (sr / n, sc / n) rounded to the nearest cell, halves up, in exact integers
+    (floor((2 s + n) / 2n)); -1 when ``n`` is 0. A scan-order tie-break (the first maximum) would make a tied
+    plateau, e.g. a binary mask, point at its top-left corner instead of its middle. The caller checks that
+    this cell holds the maximum (else :func:`_peak_of` / :func:`_bilinear_peak` take the maximum's cell nearest
+    the centroid)."""
     if n == 0:
         return -1
     return ((2 * sr + n) // (2 * n)) * W + (2 * sc + n) // (2 * n)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _centroid_d2(n, sr, sc, oh, ow):
+    """n^2 times the squared distance from cell (oh, ow) to the centroid (sr / n, sc / n): exact in integers."""
+    dy = n * oh - sr
+    dx = n * ow - sc
+    return dy * dy + dx * dx
+
+
 @numba.njit(cache=True, nogil=True)
 def _peak_of(buf, mx):
-    """The peak cell (see _peak_from_sums) of a full resized map ``buf`` whose maximum is ``mx``."""
+    """The peak cell of a full resized map ``buf`` whose maximum is ``mx`` (not constant): the centroid cell of
+    the maximum's cells when it holds the maximum, else the maximum's cell nearest the centroid (the first in
+    row-major order among equally near ones), so the peak always holds the maximum (a map equal to a region of
+    two blobs points into one of them, not between them)."""
     n = 0
     sr = 0
     sc = 0
@@ -263,7 +277,43 @@ def _peak_of(buf, mx):
                 n += 1
                 sr += oh
                 sc += ow
-    return _peak_from_sums(n, sr, sc, buf.shape[1])
+    W = buf.shape[1]
+    a = _peak_from_sums(n, sr, sc, W)
+    if a < 0 or buf[a // W, a % W] == mx:
+        return a
+    best = -1
+    best_d = 0
+    for oh in range(buf.shape[0]):
+        for ow in range(W):
+            if buf[oh, ow] == mx:
+                d = _centroid_d2(n, sr, sc, oh, ow)
+                if best < 0 or d < best_d:
+                    best = oh * W + ow
+                    best_d = d
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def _bilinear_peak(tmp, row_idx, row_w, H, W, mx, n, sr, sc):
+    """:func:`_peak_of` for the bilinear path, whose resized map is never stored: each value is recomputed with
+    the very expression of the counting pass (so ``== mx`` selects the same cells)."""
+    a = _peak_from_sums(n, sr, sc, W)
+    if a < 0:
+        return a
+    r = a // W
+    c = a % W
+    if tmp[row_idx[0, r], c] * row_w[0, r] + tmp[row_idx[1, r], c] * row_w[1, r] == mx:
+        return a
+    best = -1
+    best_d = 0
+    for oh in range(H):
+        for ow in range(W):
+            if tmp[row_idx[0, oh], ow] * row_w[0, oh] + tmp[row_idx[1, oh], ow] * row_w[1, oh] == mx:
+                d = _centroid_d2(n, sr, sc, oh, ow)
+                if best < 0 or d < best_d:
+                    best = oh * W + ow
+                    best_d = d
+    return best
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -542,7 +592,8 @@ def _count_bilinear(src, mask, row_idx, row_w, col_idx, col_w, taus, tmp, starts
                     n_max += 1
                     sr += oh
                     sc += ow
-    return _finish_counts(hist, b_row, br_row), _peak_from_sums(n_max, sr, sc, W), _energy_share(e_all, e_in)
+    return (_finish_counts(hist, b_row, br_row), _bilinear_peak(tmp, row_idx, row_w, H, W, mx, n_max, sr, sc),
+            _energy_share(e_all, e_in))
 
 
 @numba.njit(cache=True, parallel=True)
@@ -792,7 +843,9 @@ def resize_map(saliency, grid: tuple[int, int]) -> np.ndarray:
 
 def peak_cell(resized) -> tuple[int, int] | None:
     """(row, col) the pointing game points at on a resized (H, W) map: the centroid of the cells holding
-    the maximum, rounded to the nearest cell (halves up); None for a constant map (it points nowhere, a miss).
+    the maximum, rounded to the nearest cell (halves up), when that cell holds the maximum, else the maximum's cell
+    nearest the centroid (the first in row-major order among equally near ones); None for a constant map (it
+    points nowhere, a miss).
     The scorer's kernels apply the same rule (the contract's "Pointing game")."""
     arr = np.ascontiguousarray(resized, dtype=np.float64)
     if arr.ndim != 2 or arr.size == 0 or not np.isfinite(arr).all():

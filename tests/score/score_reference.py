@@ -57,8 +57,9 @@ def normalise(r):
 
 def peak(r):
     """(row, col) the pointing game points at on the resized map ``r``, by the contract's words: the centroid of
-    the cells holding the maximum, each coordinate rounded to the nearest cell with halves up; None when every
-    cell holds the maximum (a constant map points nowhere). Exact rational arithmetic, one cell at a time."""
+    the cells holding the maximum, each coordinate rounded to the nearest cell with halves up, if that cell holds
+    the maximum, else the maximum's cell nearest the centroid; None when every cell holds the maximum (a constant
+    map points nowhere). Exact rational arithmetic, one cell at a time."""
     from fractions import Fraction
 
     H, W = r.shape
@@ -69,7 +70,12 @@ def peak(r):
     half = Fraction(1, 2)
     cy = sum(Fraction(i) for i, _ in cells) / len(cells)
     cx = sum(Fraction(j) for _, j in cells) / len(cells)
-    return math.floor(cy + half), math.floor(cx + half)
+    p = math.floor(cy + half), math.floor(cx + half)
+    if p in cells:
+        return p
+    # the centroid's cell does not hold the maximum (two blobs, a ring): the maximum's cell nearest the centroid,
+    # the first in row-major order among equally near ones
+    return min(cells, key=lambda u: ((u[0] - cy) ** 2 + (u[1] - cx) ** 2, u))
 
 
 def hit_of(r, region) -> bool:

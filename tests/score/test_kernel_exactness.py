@@ -64,12 +64,17 @@ def _reference(m: np.ndarray, mask: np.ndarray):
 
 def _peak_hit(r: np.ndarray, mask: np.ndarray) -> bool:
     """The pointing game by the contract: the centroid of the cells equal to the maximum, rounded to the nearest
-    cell (halves up: floor(mean + 1/2), in integers), lies in the region; a constant map is a miss."""
+    cell (halves up: floor(mean + 1/2), in integers), or, when that cell is not one of them, their cell nearest the
+    centroid, lies in the region; a constant map is a miss."""
     rows, cols = np.nonzero(r == r.max())
     if rows.size == r.size:
         return False
     n = rows.size
     pr, pc = (2 * int(rows.sum()) + n) // (2 * n), (2 * int(cols.sum()) + n) // (2 * n)
+    if r[pr, pc] != r.max():  # not a cell of the maximum: the maximum's cell nearest the centroid (first if tied)
+        d2 = (n * rows - int(rows.sum())) ** 2 + (n * cols - int(cols.sum())) ** 2
+        k = int(np.argmin(d2))  # rows/cols are in row-major order, so argmin's first is the row-major first
+        pr, pc = int(rows[k]), int(cols[k])
     return bool(mask[pr, pc])
 
 

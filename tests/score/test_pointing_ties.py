@@ -70,12 +70,13 @@ def test_halves_round_up():
 
 
 def test_the_hit_does_not_depend_on_scan_order():
-    """Transposing a binary map and its region together transposes the peak: the same hit either way. Under
-    the first-maximum rule the two disagree (the top-left-most cell of a mask and of its transpose differ)."""
+    """Transposing a binary map (a disc) and its region together transposes the peak: the same hit either way.
+    Under the first-maximum rule the two disagree (the top-left-most cell of a disc and of its transpose differ)."""
     rng = np.random.default_rng(7)
     P, S = 40, 24
-    x = rng.random((P, S, S))
-    maps = (x >= np.quantile(x, 0.97, axis=(1, 2), keepdims=True)).astype(np.float32)  # scattered top-3 % masks
+    yy, xx = np.mgrid[0:S, 0:S]
+    cy, cx, rad = rng.uniform(4, 20, P), rng.uniform(4, 20, P), rng.uniform(1.5, 4, P)
+    maps = (((yy - cy[:, None, None]) ** 2 + (xx - cx[:, None, None]) ** 2) <= rad[:, None, None] ** 2).astype(np.float32)
     masks = rng.random((P, S, S)) < 0.3
     straight = _hits(maps, masks)
     transposed = _hits(maps.transpose(0, 2, 1).copy(), masks.transpose(0, 2, 1).copy())
@@ -103,6 +104,17 @@ def test_a_constant_map_points_nowhere():
     res = K.grounding_counts(m, everywhere, tolerance=1e6)
     assert not res.hit[0] and not res.hit_tolerant[0] and res.argmax[0] == -1
     assert K.peak_cell(m[0]) is None
+
+
+def test_a_map_equal_to_a_region_of_two_blobs_points_into_it():
+    """The centroid of two separate blobs lies between them; the peak is then the maximum's cell nearest it, so
+    a map equal to the region (a perfect map) still hits, as under the first-maximum rule."""
+    m = np.zeros((1, 12, 12), np.float32)
+    m[0, 2:4, 1:3] = m[0, 8:10, 9:11] = 1
+    res = K.grounding_counts(m, m.astype(bool))
+    assert res.hit[0]
+    peak = divmod(int(res.argmax[0]), 12)
+    assert m[0][peak] == 1 and peak == ref.peak(m[0])
 
 
 def test_tolerant_hits_start_from_the_peak():
