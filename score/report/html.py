@@ -37,7 +37,7 @@ details.overlay{margin:.3em 0}details.overlay summary{font-weight:normal;color:#
 details.overlay figure img{max-width:460px}
 ul.notes{font-size:.9em;margin:.3em 0 1em}.tag{display:inline-block;font-size:.75em;font-weight:600;padding:0 .4em;
 border-radius:.6em;margin-left:.3em;vertical-align:middle;white-space:nowrap}
-.tag.untrained{background:#fde68a;color:#713f12}.tag.baseline{background:#e5e7eb;color:#374151}
+.tag.untrained{background:#fde68a;color:#713f12}.tag.baseline{background:#e5e7eb;color:#374151}.tag.masks{background:#dbeafe;color:#1e3a8a}
 .partial{border-left:4px solid #c2410c;background:#fff7ed;padding:.3em .8em;margin:1em 0}
 """
 
@@ -73,13 +73,19 @@ def model_notes(results) -> dict[str, tuple[str, str]]:
     """{model: (tag, sentence)} for the models whose recorded provenance (metrics.json
     ``xbench.submission``: the extraction's config and adapter) says they are not trained models: ``untrained``
     when the config draws random weights (``weights: random``, ``random_init: true``; the demo's clip-tiny), or
-    ``baseline`` when the adapter is one of XBench's baselines (random, center, dog: no learned model)."""
+    ``baseline`` when the adapter is one of XBench's baselines (random, center, dog: no learned model); ``masks``
+    for a submission converted from mask outputs (its pointing peaks are the masks' middles)."""
     from xbench.score.outputs.leaderboard import is_untrained
 
     out = {}
     for r in results:
-        adapter = _mapping(_mapping(_mapping(r.metrics.get("xbench")).get("submission")).get("adapter"))
-        if is_untrained(r.metrics):
+        sub = _mapping(_mapping(r.metrics.get("xbench")).get("submission"))
+        adapter = _mapping(sub.get("adapter"))
+        if sub.get("method") == "masks":  # converted mask outputs: say how their ties are pointed at
+            out[r.name] = ("masks", "mask output (xbench-convert): its pointing game points at each mask's middle, "
+                                    "the centroid of its highest cells (contract \"Pointing game\"), and its Dice "
+                                    "and IoU at tau = 0.5 are the mask's own")
+        elif is_untrained(r.metrics):
             out[r.name] = ("untrained", "untrained: its weights are random (its config says weights: random), a "
                                         "plumbing check; its rank says nothing about the architecture")
         elif str(adapter.get("adapter", "")).endswith("Baseline"):

@@ -87,3 +87,15 @@ def test_one_dataset_prints_its_summary_once_under_overall():
     # two datasets, or a summary that differs: every block is printed
     assert shown_once(rows + [_row("chexlocalize", "auroc", 0.6)])[1] == {"phrases": "phrases/phantom"}
     assert shown_once([_row("overall", "auroc", 0.7), _row("phantom", "auroc", 0.69)])[1] == {}
+
+
+def test_mask_submissions_are_flagged_on_the_page():
+    """Issue 46 item 4: a submission converted from masks gets a note saying how its pointing game is taken."""
+    from xbench.score.report.html import _notes_html, model_notes
+
+    masks = SimpleNamespace(name="seg (masks)", metrics={"xbench": {"submission": {"method": "masks", "model": "seg"}}})
+    maps = SimpleNamespace(name="clip", metrics={"xbench": {"submission": {"method": "similarity"}}})
+    notes = model_notes([masks, maps])
+    assert set(notes) == {"seg (masks)"} and notes["seg (masks)"][0] == "masks"
+    assert "centroid of its highest cells" in notes["seg (masks)"][1]
+    assert '<span class="tag masks">masks</span>' in _notes_html([masks, maps])
