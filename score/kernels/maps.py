@@ -9,7 +9,8 @@ Every number here follows the contract (``shared/contract.md``, "Metrics"):
 2. min-max normalise over the grid in float64, a constant map becoming all zeros;
 3. pointing game: the peak cell of the resized map: the centroid of the set of cells holding its maximum
    rounded to the nearest cell (halves up) when that cell holds the maximum, else the maximum's cell nearest the
-   centroid; a unique maximum is its own peak, a constant map has none (a miss);
+   centroid; a unique maximum is its own peak, a constant map has none (a miss)
+   (:mod:`xbench.schemas.pointing`, the one definition the human ceiling and the overlays use too);
 4. ``B_tau = {u : M~(u) >= tau}`` for the 101 thresholds ``tau_k = k / 100`` (float64).
 
 All arithmetic is float64 and follows torch's operation order, so the results are bit-identical to a
@@ -39,6 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from xbench.schemas import pointing
 from xbench.score.kernels._numba_cache import configure_numba_cache, import_numba_without_blas_probe
 
 configure_numba_cache(Path(__file__).parent)
@@ -241,25 +243,22 @@ def _resize_into(src, area, row_idx, row_w, col_idx, col_w, tmp, out):
     return mn, mx, r_max * W  # unreachable for finite maps
 
 
+# The peak's two integer formulas are xbench.schemas.pointing's own functions compiled here, so the human ceiling,
+# the overlays and these kernels share one definition (the loops below are its twin, tested equal to it).
+_rounded_centroid = numba.njit(cache=True, nogil=True, inline="always")(pointing.rounded_centroid)
+_nearness = numba.njit(cache=True, nogil=True, inline="always")(pointing.nearness)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _peak_from_sums(n, sr, sc, W):
     """Flat index of the cell nearest the centroid of the maximum's cells, from their number ``n`` and their row
-    and column sums: (sr / n, sc / n) rounded to the nearest cell, halves up, in exact integers
-    (floor((2 s + n) / 2n)); -1 when ``n`` is 0. A scan-order tie-break (the first maximum) would make a tied
-    plateau, e.g. a binary mask, point at its top-left corner instead of its middle. The caller checks that
-    this cell holds the maximum (else :func:`_peak_of` / :func:`_bilinear_peak` take the maximum's cell nearest
-    the centroid)."""
+    and column sums (:func:`xbench.schemas.pointing.rounded_centroid`); -1 when ``n`` is 0. A scan-order
+    tie-break (the first maximum) would make a tied plateau, e.g. a binary mask, point at its top-left corner
+    instead of its middle. The caller checks that this cell holds the maximum (else :func:`_peak_of` /
+    :func:`_bilinear_peak` take the maximum's cell nearest the centroid)."""
     if n == 0:
         return -1
-    return ((2 * sr + n) // (2 * n)) * W + (2 * sc + n) // (2 * n)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _centroid_d2(n, sr, sc, oh, ow):
-    """n^2 times the squared distance from cell (oh, ow) to the centroid (sr / n, sc / n): exact in integers."""
-    dy = n * oh - sr
-    dx = n * ow - sc
-    return dy * dy + dx * dx
+    return _rounded_centroid(n, sr) * W + _rounded_centroid(n, sc)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -286,7 +285,7 @@ def _peak_of(buf, mx):
     for oh in range(buf.shape[0]):
         for ow in range(W):
             if buf[oh, ow] == mx:
-                d = _centroid_d2(n, sr, sc, oh, ow)
+                d = _nearness(n, sr, sc, oh, ow)
                 if best < 0 or d < best_d:
                     best = oh * W + ow
                     best_d = d
@@ -309,7 +308,7 @@ def _bilinear_peak(tmp, row_idx, row_w, H, W, mx, n, sr, sc):
     for oh in range(H):
         for ow in range(W):
             if tmp[row_idx[0, oh], ow] * row_w[0, oh] + tmp[row_idx[1, oh], ow] * row_w[1, oh] == mx:
-                d = _centroid_d2(n, sr, sc, oh, ow)
+                d = _nearness(n, sr, sc, oh, ow)
                 if best < 0 or d < best_d:
                     best = oh * W + ow
                     best_d = d
@@ -842,19 +841,10 @@ def resize_map(saliency, grid: tuple[int, int]) -> np.ndarray:
 
 
 def peak_cell(resized) -> tuple[int, int] | None:
-    """(row, col) the pointing game points at on a resized (H, W) map: the centroid of the cells holding
-    the maximum, rounded to the nearest cell (halves up), when that cell holds the maximum, else the maximum's cell
-    nearest the centroid (the first in row-major order among equally near ones); None for a constant map (it
-    points nowhere, a miss).
-    The scorer's kernels apply the same rule (the contract's "Pointing game")."""
-    arr = np.ascontiguousarray(resized, dtype=np.float64)
-    if arr.ndim != 2 or arr.size == 0 or not np.isfinite(arr).all():
-        raise ValueError(f"`resized` must be a finite, non-empty (H, W) map; got shape {arr.shape}.")
-    mx = float(arr.max())
-    if float(arr.min()) == mx:
-        return None
-    a = int(_peak_of(arr, mx))
-    return a // arr.shape[1], a % arr.shape[1]
+    """(row, col) the pointing game points at on a resized (H, W) map, None for a constant map:
+    :func:`xbench.schemas.pointing.peak_cell`, the one definition (the contract's "Pointing game"), of which the
+    kernels' ``argmax`` is the compiled twin."""
+    return pointing.peak_cell(resized)
 
 
 def normalize_map(resized) -> np.ndarray:

@@ -54,25 +54,26 @@ PEAK = {"marker": "x", "color": "white", "markersize": 11, "markeredgewidth": 2.
 
 def pointing_peak(saliency: np.ndarray, grid: tuple[int, int]) -> tuple[int, int] | None:
     """(row, col) on the grid of the pointing-game peak of the map resized as the scorer does (the centroid of
-    its maximum's cells, :func:`xbench.score.kernels.maps.peak_cell`); None for a constant map."""
+    its maximum's cells, :func:`xbench.schemas.pointing.peak_cell`); None for a constant map."""
     from xbench.score.kernels.maps import peak_cell, resize_map
 
     return peak_cell(resize_map(np.asarray(saliency), grid))
 
 
-def map_peak(smap: np.ndarray) -> tuple[int, int]:
-    """(row, col) of the map's first maximum in row-major order, on the map's own grid (NaN cells never win)."""
-    m = np.asarray(smap, dtype=np.float64)
-    m = np.where(np.isnan(m), -np.inf, m)
-    r, c = np.unravel_index(int(np.argmax(m)), m.shape)
-    return int(r), int(c)
+def map_peak(smap: np.ndarray) -> tuple[int, int] | None:
+    """(row, col) of the map's peak on its own grid, by the pointing game's rule
+    (:func:`xbench.schemas.pointing.peak_cell`: the centroid of its maximum's cells); a NaN cell is lower than any
+    number; None for a constant map."""
+    from xbench.schemas.pointing import peak_cell
+
+    return peak_cell(smap, nan_lowest=True)
 
 
 def draw_panel(ax, image: np.ndarray, smap: np.ndarray, mask: np.ndarray | None, *, peak=None):
     """One overlay: the S x S image, the min-max normalised map stretched over it (jet, 40 %), the region's
     outline (white, black halo) and the pointing-game peak as a white cross (black halo): ``peak`` (row, col) on
     the region's grid, by default the scorer's (the peak of the map resized to that grid, none for a constant map; without a
-    region the map's own first maximum, :func:`map_peak`); ``peak=False`` draws none. Returns the map's image
+    region the map's own peak, :func:`map_peak`); ``peak=False`` draws none. Returns the map's image
     artist (for a colour bar)."""
     from matplotlib import patheffects
     S = image.shape[-1]

@@ -7,7 +7,8 @@ attribute), this section puts them side by side: each one's pointing game agains
 and the agreement of each map with the model's own boxes, by :func:`agreement` on every case and finding (and
 phrase row) where the model gave a box (docs/contract.md, "A model's own boxes", has the definitions):
 
-* **peak in own boxes**: the map's first maximum (row-major) lies in a cell its boxes cover;
+* **peak in own boxes**: the map's peak (the pointing game's, :func:`xbench.schemas.pointing.peak_cell`: the
+  centroid of its maximum's cells; none for a constant map) lies in a cell its boxes cover;
 * **IoU (top-k)**: the k cells of highest map value (ties in row-major order), k = the cells the boxes cover,
   against those cells;
 * **mass inside**: the share of the map's positive mass on the cells the boxes cover (undefined for a map with
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from xbench.schemas.pointing import peak_cell
 
 #: cases read at a time from each store
 BLOCK = 64
@@ -49,7 +52,8 @@ def agreement(smap: np.ndarray, box_map: np.ndarray) -> tuple[bool, float, float
     if k == 0:
         return None
     flat, sup = m.ravel(), s.ravel()
-    hit = bool(sup[int(np.argmax(flat))])
+    peak = peak_cell(m, nan_lowest=True)
+    hit = peak is not None and bool(s[peak])
     top = np.zeros(flat.size, bool)
     top[np.argsort(-flat, kind="stable")[:k]] = True  # stable: equal values in row-major order
     iou = float((top & sup).sum() / (top | sup).sum())

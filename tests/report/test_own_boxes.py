@@ -18,6 +18,9 @@ import pytest
 
 from xbench.score.report.own_boxes import agreement, support_on
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "score"))
+import score_reference as ref  # noqa: E402  (the pointing game's peak in exact fractions)
+
 BIN = Path(sys.executable).parent
 
 
@@ -35,8 +38,7 @@ def brute(smap, box_map):
     if k == 0:
         return None
     vals = [(-np.inf if np.isnan(smap[i, j]) else smap[i, j], i, j) for i in range(h) for j in range(w)]
-    best = max(v for v, _, _ in vals)
-    first = next((i, j) for v, i, j in vals if v == best)
+    peak = ref.peak(np.array([[v for v, i, j in vals if i == r] for r in range(h)]))  # the pointing game's peak
     order = sorted(vals, key=lambda t: (-t[0], t[1], t[2]))[:k]  # highest first, ties in row-major order
     top = np.zeros((h, w), bool)
     for _, i, j in order:
@@ -44,7 +46,7 @@ def brute(smap, box_map):
     iou = (top & cover).sum() / (top | cover).sum()
     pos = np.nan_to_num(np.where(smap > 0, smap, 0.0))
     inside = pos[cover].sum() / pos.sum() if pos.sum() > 0 else math.nan
-    return bool(cover[first]), float(iou), float(inside)
+    return peak is not None and bool(cover[peak]), float(iou), float(inside)
 
 
 def test_agreement_matches_brute_force():
@@ -83,6 +85,10 @@ def test_agreement_edges():
     elsewhere[5, 5] = 4.0
     assert agreement(elsewhere, box)[1] == pytest.approx(1 / 31)
     assert agreement(np.ones((8, 8)), np.zeros((4, 4))) is None  # no box: no row
+    assert agreement(np.ones((8, 8)), box)[0] is False  # a constant map points nowhere (as the pointing game)
+    mask = np.zeros((8, 8))
+    mask[1:6, 1:6] = 1.0  # its first cell (1, 1) lies outside the boxes' cells 2..5, its middle (3, 3) inside
+    assert agreement(mask, box)[0] is True
     assert support_on(np.ones((1, 1)), (3, 5)).all()
 
 

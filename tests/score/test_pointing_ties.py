@@ -135,3 +135,51 @@ def test_peak_cell_refuses_what_is_not_a_map():
         K.peak_cell(np.array([[0.0, np.nan]]))
     with pytest.raises(ValueError, match=r"\(H, W\)"):
         K.peak_cell(np.zeros(4))
+
+
+def test_one_definition_for_every_consumer():
+    """The kernels compile xbench.schemas.pointing's own formulas, and the Python-side peak (overlays, xbench show,
+    the human ceiling's shape readers) is that module's function."""
+    from xbench.schemas import pointing
+    from xbench.score.report import overlays
+
+    assert K._rounded_centroid.py_func is pointing.rounded_centroid
+    assert K._nearness.py_func is pointing.nearness
+    m = np.zeros((9, 9), np.float32)
+    m[2:7, 1:4] = 1
+    assert K.peak_cell(m) == pointing.peak_cell(m) == overlays.map_peak(m) == ref.peak(m) == (4, 2)
+    assert overlays.pointing_peak(m, (9, 9)) == (4, 2)
+
+
+def test_nearness_is_exact_in_int64_on_the_largest_grid():
+    """The distance key n (r^2 + c^2) - 2 (sr r + sc c) against Python's unbounded integers at the extremes of a
+    4096 x 4096 grid (n up to every cell, the sums up to n * 4095): int64 holds it (below 2^53, so it is even exact
+    as a float64), where n^2 d^2 itself would pass 2^63."""
+    from xbench.schemas import pointing
+
+    rng = np.random.default_rng(3)
+    side, cells = 4096, 4096 * 4096
+    for _ in range(200):
+        n = int(rng.integers(1, cells + 1))
+        sr, sc = (int(rng.integers(0, n * (side - 1) + 1)) for _ in range(2))
+        r, c = (int(v) for v in rng.integers(0, side, 2))
+        want = n * (r * r + c * c) - 2 * (sr * r + sc * c)
+        got = pointing.nearness(np.int64(n), np.int64(sr), np.int64(sc), np.int64(r), np.int64(c))
+        assert int(got) == want and abs(want) < 2 ** 53
+        assert int(K._nearness(n, sr, sc, r, c)) == want
+        # it orders cells as the distance to (sr / n, sc / n) does
+        d2 = (n * r - sr) ** 2 + (n * c - sc) ** 2
+        assert d2 == n * want + sr * sr + sc * sc
+    n, s = cells, cells * (side - 1)
+    assert (n * (side - 1) - 0) ** 2 > 2 ** 63 > abs(pointing.nearness(n, s, s, side - 1, side - 1))
+
+
+def test_nan_cells_are_lowest_where_a_drawing_asks():
+    from xbench.schemas import pointing
+    from xbench.score.report import overlays
+
+    m = np.array([[np.nan, 1.0, 1.0], [0.0, np.nan, 1.0]])
+    assert pointing.peak_cell(m, nan_lowest=True) == overlays.map_peak(m) == ref.peak(np.nan_to_num(m, nan=-np.inf))
+    assert overlays.map_peak(np.full((2, 2), np.nan)) is None
+    with pytest.raises(ValueError, match="finite"):
+        pointing.peak_cell(m)
