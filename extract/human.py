@@ -58,6 +58,7 @@ import numpy as np
 
 from xbench.schemas import grid as exact_grid
 from xbench.schemas.errors import InputError, Problem
+from xbench.schemas.pointing import peak_cell
 
 from xbench.extract.datasets._io import CSVFile, check_box, parse_float, read_json
 from xbench.extract.datasets.base import Box, Mask, Polygon
@@ -72,9 +73,12 @@ __all__ = ["DATASETS", "RULES", "SOURCES", "Reading", "read_chexlocalize", "read
 DATASETS = ("chexlocalize", "vindr_cxr", "reflacx", "phantom")
 RULES = ("union", "majority")
 SOURCES = ("segmentations", "annotations")
-#: the datasets whose readers mark salient points: their pointing game is the points' hit (CheXlocalize's rule);
-#: the others' readers draw shapes only (VinDr's boxes, REFLACX's ellipses): the region's first cell
-POINT_READERS = ("chexlocalize", "phantom")
+#: the datasets whose reading's pointing game is the points' hit (CheXlocalize's eval.py rule, kept for its human
+#: benchmark); every other reader's is the peak of its own map by the scorer's rule (xbench.schemas.pointing):
+#: VinDr's boxes and REFLACX's ellipses (no points: the region's middle), and the phantom's simulated readers
+#: (their salient point's cell when it lies in their region, else the region's peak), so that a reader scored as
+#: a model hits exactly where its reading does
+POINT_READERS = ("chexlocalize",)
 #: the value of a region's cells in a reader's map: >= 0.99 after normalisation (every tau <= 0.99 sees the
 #: region), < 1 (the salient point's cell is the one maximum); exact in float16 and float32
 MASK_LEVEL = 1.0 - 2.0 ** -10
@@ -411,9 +415,11 @@ def reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, region_
     """The reader's own pairs as CheXlocalize's eval.py scores them (docs/contract.md, "Human ceilings"): one row
     per (case, class) where the ground truth or the reader has a region on the grid, with ``gt`` and ``seg``
     (which of the two has one), ``iou`` (|reader & truth| / |reader | truth| of the two binary regions) and
-    ``hit`` (ground-truth rows only, else NaN). ``points_rule`` (CheXlocalize, phantom): a hit when any of the
-    reader's salient points lies in a cell of the truth's region, a miss without a point (a region alone never
-    hits); else (VinDr's boxes, REFLACX's ellipses: no points) the region's first cell in row-major order; unmarked: a miss."""
+    ``hit`` (ground-truth rows only, else NaN). ``points_rule`` (CheXlocalize): a hit when any of the reader's
+    salient points lies in a cell of the truth's region, a miss without a point (a region alone never hits); else
+    (VinDr, REFLACX, phantom) the peak of the reader's map (:func:`reader_map`, as its submission holds it;
+    :func:`xbench.schemas.pointing.peak_cell`, the scorer's pointing-game rule: the salient point's cell when it
+    lies in the region, else the region's middle); unmarked: a miss."""
     rows = {"case_id": [], "cls": [], "gt": [], "seg": [], "iou": [], "hit": []}
     for case in cases:
         got = marks.get(case, {})
@@ -433,8 +439,9 @@ def reading_rows(cases: list[str], classes, marks: Mapping, sizes, grid, region_
                 if points_rule:
                     cells = [_point_cell(p, sizes[case], grid) for p in (mark.points if mark is not None else [])]
                     hit = float(any(truth[i, j] for i, j in cells))
-                else:
-                    hit = float(mine is not None and truth.ravel()[int(np.argmax(mine.ravel()))])
+                else:  # the peak of the very map the reader's submission holds: scored as a model, it hits alike
+                    peak = None if mine is None else peak_cell(reader_map(mark, sizes[case], grid))
+                    hit = float(peak is not None and truth[peak])
             for k, v in (("case_id", case), ("cls", cls), ("gt", truth is not None), ("seg", mine is not None),
                          ("iou", iou), ("hit", hit)):
                 rows[k].append(v)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,9 @@ from xbench import cli  # noqa: E402
 from xbench.extract.datasets.base import Box, Mask  # noqa: E402
 from xbench.extract.datasets.rasterise import rasterise_region  # noqa: E402
 from xbench.schemas.ground_truth import read_ground_truth  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "score"))
+import score_reference as ref  # noqa: E402  (the scorer tests' oracles: the pointing game's peak in fractions)
 
 GRID = (12, 16)
 P1, P2 = "patient64541_study1_view1_frontal", "patient64542_study1_view1_frontal"
@@ -109,15 +113,11 @@ def _run(args, expect=0):
 
 # -- brute force: the contract's metrics from a map and a region, cell by cell -------------------------------
 def _metrics(map_: np.ndarray, region: np.ndarray) -> dict:
-    """Pointing game, and Dice / IoU at every tau_k, from the raw map (min-max normalised, >= tau)."""
+    """Pointing game (the map's peak: the contract's rule in exact fractions, score_reference.peak), and Dice / IoU
+    at every tau_k, from the raw map (min-max normalised, >= tau)."""
     lo, hi = float(map_.min()), float(map_.max())
     norm = np.zeros_like(map_, dtype=np.float64) if hi == lo else (map_.astype(np.float64) - lo) / (hi - lo)
-    flat = norm.ravel()
-    first = 0
-    for u in range(flat.size):  # the first maximum in row-major order
-        if flat[u] > flat[first]:
-            first = u
-    hit = float(region.ravel()[first])
+    hit = float(ref.hit_of(map_.astype(np.float64), region))
     dice, iou = [], []
     for k in range(101):
         b = norm >= k / 100
@@ -125,6 +125,24 @@ def _metrics(map_: np.ndarray, region: np.ndarray) -> dict:
         dice.append(2 * inter / (b.sum() + region.sum()))
         iou.append(inter / (b | region).sum())
     return {"hit": hit, "dice": dice, "iou": iou}
+
+
+def reader_as_model_vs_reading(out: Path, dataset: str) -> dict:
+    """Per reader and class of a human folder: (the pointing game of the reader's map scored as a model, in its
+    own ``metrics.json``; the reading's, ``reading.npz``, which the ceiling averages), for every class the truth
+    has a region of. A reader scored as a model is at 100 % of its own ceiling when the two agree."""
+    from xbench.score.sections.human.reading import load_reading
+
+    entry = json.loads((out / "human.json").read_text())["datasets"][dataset]
+    got = {}
+    for r in entry["readers"]:
+        own = json.loads((out / "readers" / r / "metrics.json").read_text())["datasets"][dataset]["classes"]
+        z = load_reading(out / "readers" / r / "reading.npz")
+        for c in sorted({str(c) for c in z.cls[z.gt]}):
+            hits = z.hit[(z.cls == c) & z.gt]
+            got[r, c] = (own[c]["pointing_game"], float(hits.mean()))
+    assert got, "the fixture must give pairs"
+    return got
 
 
 def _class_values(pairs: list[dict]) -> dict:
@@ -181,24 +199,42 @@ def test_chexlocalize_human_benchmark_equals_brute_force(chex, chex_human):
     masks = {(str(gt.case_id[i]), gt.classes[c]): np.asarray(gt.region_mask[k])
              for k, (i, c) in enumerate(np.asarray(gt.region_index))}
     size = (48, 64)
+    point = {(P1, "Cardiomegaly"): (30.5, 33.0)}  # Lung opacity: a region and no salient point
     human = {(P1, "Cardiomegaly"): _reader_map([Mask(load=lambda: hb_cardio())], size, (30.5, 33.0)),
              (P1, "Lung opacity"): _reader_map([Mask(load=lambda: hb_opacity())], size)}
-    expected = {}
+    ceiling, as_model = {}, {}
     for (case, cls), region in masks.items():
         m = human.get((case, cls), np.zeros(GRID))  # unmarked (P2's Edema): the constant map 0
-        expected.setdefault(cls, []).append(_metrics(m, region))
-    per_class = {c: _class_values(p) for c, p in expected.items()}
+        scored = _metrics(m, region)
+        as_model.setdefault(cls, []).append(scored)
+        # the ceiling's pointing game is CheXlocalize's: the salient point's hit, a miss without a point
+        ceiling.setdefault(cls, []).append({**scored, "hit": _point_hit(point.get((case, cls)), size, region)})
+    per_class = {c: _class_values(p) for c, p in ceiling.items()}
     assert set(per_class) == {"Cardiomegaly", "Lung opacity", "Edema"}
     for c, values in per_class.items():
         for k in KEYS:
             assert entry["classes"][c][k] == pytest.approx(values[k], rel=1e-12), (c, k)
     for k in KEYS:
         assert entry["summary"][k] == pytest.approx(_mean(v[k] for v in per_class.values()), rel=1e-12)
-    assert per_class["Cardiomegaly"]["pointing_game"] == 1.0  # the salient point, not the mask's first cell
-    # the reader scored like any model: its own metrics.json agrees with the ceiling
+    assert per_class["Cardiomegaly"]["pointing_game"] == 1.0  # the salient point, not the mask's middle
+    # the reader scored like any model (its own metrics.json: its map, the peak by the scorer's rule) agrees with
+    # the brute force of its map, and with the ceiling wherever the map carries the reading: a salient point in
+    # the region is the map's one maximum, an unmarked class a constant map (a miss both ways)
     own = json.loads((out / "readers/hb/metrics.json").read_text())["datasets"]["chexlocalize"]
-    for k in KEYS:
-        assert own["summary"][k] == pytest.approx(entry["summary"][k], rel=1e-12)
+    own_brute = {c: _class_values(p) for c, p in as_model.items()}
+    for c in per_class:
+        for k in KEYS:
+            assert own["classes"][c][k] == pytest.approx(own_brute[c][k], rel=1e-12), (c, k)
+            if k != "pointing_game" or c != "Lung opacity":
+                assert own["classes"][c][k] == pytest.approx(entry["classes"][c][k], rel=1e-12), (c, k)
+    # ... but not where CheXlocalize's rule and a map part: a region drawn without a salient point is a miss for
+    # eval.py whatever the region, while a map always points somewhere in its region (here its middle, in the
+    # truth's first blob); the contract's "Human ceilings" names the cases
+    assert own["classes"]["Lung opacity"]["pointing_game"] == 1.0
+    assert entry["classes"]["Lung opacity"]["pointing_game"] == 0.0
+    for (r, c), (as_model, reading) in reader_as_model_vs_reading(out, "chexlocalize").items():
+        if c != "Lung opacity":
+            assert as_model == pytest.approx(reading, rel=1e-12), (r, c)
     # recognition: the reader's score is 1 where they marked the finding
     assert own["classes"]["Support devices"]["auroc"] is not None
     assert entry["per_reader"]["hb"]["auroc"] == own["summary"]["auroc"]
@@ -272,6 +308,9 @@ def test_vindr_readers_against_each_other_equal_brute_force(vindr, rule):
     for k in KEYS:
         assert entry["summary"][k] == pytest.approx(summary[k], rel=1e-12)
     assert (out / "readers/R1/gt.zarr").is_dir() and (out / "readers/R1/submission.zarr").is_dir()
+    # each reader scored as a model points where its reading does: one peak rule (xbench.schemas.pointing)
+    for (r, c), (as_model, reading) in reader_as_model_vs_reading(out, "vindr_cxr").items():
+        assert as_model == pytest.approx(reading, rel=1e-12), (rule, r, c)
 
 
 def test_score_with_human_adds_the_section_and_without_it_nothing(chex, chex_human, tmp_path):
@@ -298,7 +337,15 @@ def test_score_with_human_adds_the_section_and_without_it_nothing(chex, chex_hum
     res = _run(["compare", str(with_h), str(human), "--bootstrap", "20"])
     assert "| chexlocalize | (mean) | pointing_game |" in res.output
     res = _run(["compare", str(with_h), str(human), "--bootstrap", "20", "--json"])
-    assert json.loads(res.output)["rows"][0]["percent_of_human"] == pytest.approx(100.0)
+    rows = {(r["dataset"], r["class"], r["metric"]): r for r in json.loads(res.output)["rows"]}
+    for key, row in rows.items():
+        if key[0] == "chexlocalize" and key[2] != "pointing_game":
+            assert row["percent_of_human"] == pytest.approx(100.0), key
+    # the pointing game parts on one class of three only: Lung opacity was drawn without a salient point,
+    # CheXlocalize's miss, while the map points into the truth (the contract's "Human ceilings" names the cases
+    # where one map cannot carry CheXlocalize's points rule); Cardiomegaly's point and Edema's miss agree
+    pg = rows["chexlocalize", "(mean)", "pointing_game"]
+    assert pg["model"] - pg["human"] == pytest.approx(1 / 3)
     # the page: a "human: ..." line and the rows, only for a result that carries the section
     _run(["report", str(with_h), str(human / "readers/hb"), "--out", str(tmp_path / "report"), "--bootstrap", "0", "-q"])
     page = (tmp_path / "report/index.html").read_text()

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from test_human import GRID, KEYS, _class_values, _mean, _metrics, _point_hit, _prepare, _reader_map, _run
+from test_human import (GRID, KEYS, _class_values, _mean, _metrics, _prepare, _reader_map, _run,
+                        reader_as_model_vs_reading)
 
 from xbench import cli
 from xbench.extract.datasets import phantom as ph
@@ -143,9 +144,9 @@ def test_phantom_ceiling_equals_brute_force(phantom_data, tmp_path):
             mark = draw_reading(3, "test", int(case.rsplit("-", 1)[1]), r, SIZE)[cls]
             m = (np.zeros(GRID) if mark.mask is None
                  else _reader_map([Mask(load=lambda: mark.mask)], (SIZE, SIZE), mark.point))
-            # the ceiling's pointing game: the reader's salient point in the truth (unmarked: a miss)
-            hit = 0.0 if mark.mask is None else _point_hit(mark.point, (SIZE, SIZE), region)
-            per.setdefault((r, cls), []).append({**_metrics(m, region), "hit": hit})
+            # the ceiling's pointing game is the map's peak (the salient point's cell when it lies in the region;
+            # unmarked: a constant map, a miss), as the reader scored as a model
+            per.setdefault((r, cls), []).append(_metrics(m, region))
     classes = sorted({c for _, c in per})
     per_class = {c: {k: _mean(_class_values(p)[k] for (r, cc), p in per.items() if cc == c) for k in KEYS}
                  for c in classes}
@@ -165,7 +166,10 @@ def test_phantom_ceiling_equals_brute_force(phantom_data, tmp_path):
     _run(["score", str(one / "readers/R1/submission.zarr"), "--gt", str(base / "data/gt.zarr"), "--out",
           str(tmp_path / "res"), "--human", str(one), "--bootstrap", "10", "-q"])
     block = json.loads((tmp_path / "res/metrics.json").read_text())["human"]["datasets"]["phantom"]
-    assert block["summary"]["dice_best"]["percent_of_human"] == pytest.approx(100.0)
+    for k in KEYS:  # the pointing game too: the map's peak is the reader's salient point, as the reading's
+        assert block["summary"][k]["percent_of_human"] == pytest.approx(100.0), k
+    for (r, c), (as_model, reading) in reader_as_model_vs_reading(out, "phantom").items():  # both readers
+        assert as_model == pytest.approx(reading, rel=1e-12), (r, c)
     # the same options draw the same readers: the folder is reproducible
     again = tmp_path / "again"
     _run(["human", "phantom", "--images", str(base / "data/images.zarr"), "--gt", str(base / "data/gt.zarr"),
@@ -216,3 +220,29 @@ def test_root_and_readers_belong_to_their_datasets(phantom_data, tmp_path):
                                         "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "--gt" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_salient_point_outside_its_marks_cells_points_where_the_map_does():
+    """A thin crescent holds its salient point in a native pixel whose grid cell the rasterised region leaves out
+    (about 2 % of the phantom's marks): the reading's hit is the map's peak (the region's), not the point's, so the
+    reader scored as a model equals its reading; CheXlocalize's rule would take the point."""
+    from xbench.extract.datasets.base import Mask as M
+    from xbench.extract.human import reader_map, reading_rows
+    from xbench.extract.human_marks import Mark
+    from xbench.schemas.pointing import peak_cell
+
+    size, grid = (8, 8), (4, 4)  # 2 x 2 native pixels a cell; a cell is in the region when its centre pixel is
+    mask = np.zeros(size, bool)
+    mask[0:4, 1] = True  # cells (0, 0), (1, 0) hold centre pixels (1, 1) and (3, 1): in the mark
+    mask[4, 0] = True  # the crescent's tip (8-connected to (3, 1)), in cell (2, 0), whose centre pixel (5, 1) is not
+    point = (0.5, 4.5)  # the tip's centre: in the mark, in cell (2, 0), which the rasterised region leaves out
+    mark = Mark(shapes=[M(load=lambda: mask)], points=[point])
+    truth = np.zeros(grid, bool)
+    truth[2, 0] = True  # the truth is the point's cell only
+    region = reader_map(mark, size, grid)  # the region at MASK_LEVEL; the point outside it is left out
+    assert region[2, 0] == 0 and region.max() < 1 and peak_cell(region) != (2, 0)
+    for points_rule, want in ((False, 0.0), (True, 1.0)):
+        rows = reading_rows(["c"], ["Nodule"], {"c": {"Nodule": mark}}, {"c": size}, grid, lambda c, k: truth,
+                            points_rule=points_rule)
+        assert rows["hit"].tolist() == [want], points_rule
+    assert _metrics(region, truth)["hit"] == 0.0  # the map scored as a model: the region's peak, a miss

@@ -140,6 +140,10 @@ def test_xbench_human_reflacx_equals_brute_force(tmp_path_factory, rule, certain
     if certainty == 5:  # only the Pneumothorax ellipse is certain enough
         assert set(got) == {"Pneumothorax"}
     assert (out / "readers/P101R000001/gt.zarr").is_dir()
+    # each reading scored as a model points where its reading does (the region's peak, one rule for both)
+    from test_human import reader_as_model_vs_reading
+    for (r, c), (as_model, reading) in reader_as_model_vs_reading(out, "reflacx").items():
+        assert as_model == pytest.approx(reading, rel=1e-12), (rule, certainty, r, c)
 
 
 @pytest.mark.parametrize("args,message", [
