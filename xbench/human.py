@@ -69,8 +69,9 @@ def human(dataset, max_memory, timeout, **params):
     """Score the dataset's own radiologists like a model: the human ceiling.
 
     Each reader's annotations become a submission (binary masks on the evaluation grid) and are scored with
-    Dice and IoU at the same thresholds as any model; the pointing game is the reader's salient points'
-    (CheXlocalize's hit rate: a hit when any point lies in the truth, a miss without a point). human.json
+    Dice and IoU at the same thresholds as any model; the pointing game is, for CheXlocalize, the reader's
+    salient points' (its hit rate: a hit when any point lies in the truth, a miss without a point), elsewhere
+    the peak of the reader's own map by the scorer's rule (a reader scored as a model hits alike). human.json
     also carries CheXlocalize's own eval.py values (mIoU with true_pos_only True and False, hit rate, their
     bootstrap), at the images' full resolution for CheXlocalize's masks. CheXlocalize: the human benchmark
     (hb_*_test.json) against the ground truth. VinDr-CXR train:
