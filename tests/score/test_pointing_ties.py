@@ -183,3 +183,21 @@ def test_nan_cells_are_lowest_where_a_drawing_asks():
     assert overlays.map_peak(np.full((2, 2), np.nan)) is None
     with pytest.raises(ValueError, match="finite"):
         pointing.peak_cell(m)
+
+
+def test_maps_converted_to_top_percent_masks_keep_their_pointing_game():
+    """Issue 46 item 4's walk: one's own maps, then the same maps as top-3 % masks (as `xbench-convert` would store
+    a mask output). A blob centred on a cell gives a mask symmetric about that cell, whose peak is the blob's own
+    peak: the pointing game is the same, where the first highest cell (the old rule) lost most hits."""
+    rng = np.random.default_rng(46)
+    P, S = 60, 32
+    yy, xx = np.mgrid[0:S, 0:S]
+    cy, cx = rng.integers(6, S - 6, P), rng.integers(6, S - 6, P)
+    maps = np.exp(-((yy - cy[:, None, None]) ** 2 + (xx - cx[:, None, None]) ** 2) / 18.0).astype(np.float32)
+    oy, ox = rng.integers(-3, 4, P), rng.integers(-3, 4, P)  # regions near the blob, not always on it
+    regions = ((yy - (cy + oy)[:, None, None]) ** 2 + (xx - (cx + ox)[:, None, None]) ** 2) <= 4
+    masks = np.stack([m >= np.quantile(m, 0.97) for m in maps]).astype(np.float32)
+    as_maps, as_masks = _hits(maps, regions), _hits(masks, regions)
+    np.testing.assert_array_equal(as_maps, as_masks)
+    first = np.array([regions[p].flat[np.argmax(masks[p])] for p in range(P)])
+    assert 0 < as_maps.mean() < 1 and first.mean() < as_maps.mean() - 0.2  # the old rule's drop, for contrast
