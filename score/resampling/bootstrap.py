@@ -76,10 +76,10 @@ __all__ = [
     "holm_floor_note",
 ]
 
-#: The contract's grounding and recognition keys of schema minor 0 (every registered metric is bootstrapped:
-#: see :mod:`xbench.score.metrics.registry`).
-GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
-RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
+#: The contract's grounding and recognition keys of schema minor 0, as the registry lists them
+#: (:data:`xbench.score.metrics.registry.CORE_KEYS`; every registered metric is bootstrapped).
+GROUNDING_KEYS = R.CORE_KEYS["grounding"]
+RECOGNITION_KEYS = R.CORE_KEYS["recognition"]
 #: Pairs of a class per matrix product in the bootstrap (every class at the paper's scale fits in one).
 PAIR_CHUNK = 8192
 #: Bytes of per-pair Dice/IoU matrices kept per dataset between resample blocks; beyond it they are

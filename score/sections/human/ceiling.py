@@ -11,11 +11,12 @@ from xbench.schemas.errors import InputError, Problem
 
 from xbench.score.kernels.counts import DatasetCounts
 from xbench.score.metrics.grounding import FIXED_THRESHOLD_INDEX
+from xbench.score.metrics.registry import CORE_KEYS
 from xbench.score.resampling.intervals import percentile_interval
 
-#: the grounding keys a ceiling exists for (the maps of a reader are binary masks, so the map-shape metrics
-#: of minor 1 measure nothing human)
-KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
+#: the grounding keys a ceiling exists for, the contract's of minor 0 (the maps of a reader are binary masks, so
+#: the map-shape metrics of minor 1 measure nothing human)
+KEYS = CORE_KEYS["grounding"]
 
 
 #: CheXlocalize's human-benchmark values (eval.py): mIoU with true_pos_only True and False, the hit rate
