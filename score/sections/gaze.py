@@ -37,8 +37,6 @@ from xbench.score.metrics import gaze as G
 SECTION = "gaze"
 #: metrics.json schema minor that added the "gaze" section
 GAZE_METRICS_MINOR = minor("metrics", "gaze")
-GAZE_ARRAYS = ("gaze_case", "gaze_reader", "gaze_offset", "fixations", "gaze_sigma", "gaze_map", "gaze_labels")
-REGION_ARRAYS = ("gaze_region_index", "gaze_region_mask")
 IMAGE_MAP = ("the mean of the model's min-max normalised maps over the classes the reading labels present "
              "(over every supported class when it labels none)")
 #: the region measures, in order
@@ -62,72 +60,30 @@ class GazeTruth:
     region_mask: object  # (Q, H, W) bool array-like, or None
 
 
-def _group(gt, name: str):
-    from xbench.schemas.store import open_store_group
-
-    return open_store_group(gt.path)[name]
-
-
 def read_gaze(gt, name: str, where: str = "") -> GazeTruth | None:
-    """The gaze of dataset ``name`` of the opened ground truth ``gt``, or None when it has none. Raises
-    :class:`~xbench.schemas.InvalidStoreError` with one line per problem of the arrays."""
-    from xbench.schemas import InvalidStoreError, Problem
+    """The gaze of dataset ``name`` of the opened ground truth ``gt``, or None when it has none. The arrays are
+    checked by the contract's own validator (:func:`xbench.schemas.gaze.validate`: presence, shapes, dtypes,
+    bounds, values), never re-declared here; raises :class:`~xbench.schemas.InvalidStoreError` with its lines."""
+    from xbench.schemas import InvalidStoreError
+    from xbench.schemas import gaze as GZ
+    from xbench.schemas.queries import root_minor
+    from xbench.schemas.store import open_store_group, read_strings
 
-    ds = gt.datasets[name]
-    g = _group(gt, name)
-    present = [k for k in GAZE_ARRAYS if k in g]
-    if not present:
+    root = open_store_group(gt.path)
+    g = root[name]
+    if not any(k in g for k in (*GZ.ARRAYS, *GZ.REGION_ARRAYS)):
         return None
-    w = where or name
-    problems: list = []
-    if len(present) != len(GAZE_ARRAYS):
-        missing = [k for k in GAZE_ARRAYS if k not in g]
-        raise InvalidStoreError([Problem(w, f"gaze arrays are all or none; missing {', '.join(missing)}")])
-    n, c = len(ds.case_id), len(ds.classes)
-    H, W = ds.grid
-    shapes = {k: tuple(g[k].shape) for k in GAZE_ARRAYS}
-    r = shapes["gaze_case"][0] if len(shapes["gaze_case"]) == 1 else -1
-    want = {"gaze_case": (r,), "gaze_reader": (r,), "gaze_offset": (r + 1,), "gaze_sigma": (r,),
-            "gaze_map": (r, H, W), "gaze_labels": (r, c)}
-    for k, shape in want.items():
-        if shapes[k] != shape:
-            problems.append(Problem(f"{w}/{k}", f"shape {shapes[k]}; expected {shape}"))
-    if len(shapes["fixations"]) != 2 or shapes["fixations"][1] != 3:
-        problems.append(Problem(f"{w}/fixations", f"shape {shapes['fixations']}; expected (F, 3)"))
-    has_regions = [k for k in REGION_ARRAYS if k in g]
-    if len(has_regions) == 1:
-        problems.append(Problem(w, f"gaze_region_index and gaze_region_mask come together; only {has_regions[0]}"))
+    ds = gt.datasets[name]
+    problems = GZ.validate(g, where or name, root_minor(root), len(ds.case_id), len(ds.classes), ds.grid)
     if problems:
         raise InvalidStoreError(problems)
-    case = np.asarray(g["gaze_case"][...]).astype(np.int64)
-    offset = np.asarray(g["gaze_offset"][...]).astype(np.int64)
-    fix = np.asarray(g["fixations"][...], dtype=np.float64)
-    labels = np.asarray(g["gaze_labels"][...])
-    if r and (case.min() < 0 or case.max() >= n):
-        problems.append(Problem(f"{w}/gaze_case", f"case rows must lie in 0..{n - 1}"))
-    if offset[0] != 0 or (np.diff(offset) < 0).any() or offset[-1] != fix.shape[0]:
-        problems.append(Problem(f"{w}/gaze_offset", f"must start at 0, never decrease and end at {fix.shape[0]}"))
-    if fix.size and not (np.isfinite(fix).all() and (fix[:, 2] > 0).all()):
-        problems.append(Problem(f"{w}/fixations", "x and y must be finite and every duration finite and > 0"))
-    if not np.isin(labels, (-1, 0, 1)).all():
-        problems.append(Problem(f"{w}/gaze_labels", "values other than -1, 0, 1"))
-    index, masks = np.zeros((0, 2), np.int64), None
-    if has_regions:
-        index = np.asarray(g["gaze_region_index"][...]).astype(np.int64)
-        masks = g["gaze_region_mask"]
-        q = index.shape[0] if index.ndim == 2 and index.shape[1:] == (2,) else -1
-        if q < 0 or tuple(masks.shape) != (q, H, W):
-            problems.append(Problem(f"{w}/gaze_region_index", f"shapes {index.shape} and {tuple(masks.shape)}; "
-                                                              f"expected (Q, 2) and (Q, {H}, {W})"))
-        elif q and (index[:, 0].min() < 0 or index[:, 0].max() >= r or index[:, 1].min() < 0
-                    or index[:, 1].max() >= c):
-            problems.append(Problem(f"{w}/gaze_region_index", "points outside the readings or classes"))
-    if problems:
-        raise InvalidStoreError(problems)
-    from xbench.schemas.store import read_strings
-
-    return GazeTruth(case, read_strings(g["gaze_reader"]), offset, fix, ChunkRows(g["gaze_map"]),
-                     labels.astype(np.int8), index.reshape(-1, 2), None if masks is None else ChunkRows(masks))
+    has_regions = GZ.REGION_ARRAYS[0] in g
+    index = np.asarray(g["gaze_region_index"][...]).astype(np.int64) if has_regions else np.zeros((0, 2), np.int64)
+    return GazeTruth(np.asarray(g["gaze_case"][...]).astype(np.int64), read_strings(g["gaze_reader"]),
+                     np.asarray(g["gaze_offset"][...]).astype(np.int64),
+                     np.asarray(g["fixations"][...], dtype=np.float64), ChunkRows(g["gaze_map"]),
+                     np.asarray(g["gaze_labels"][...]).astype(np.int8), index.reshape(-1, 2),
+                     ChunkRows(g["gaze_region_mask"]) if has_regions else None)
 
 
 class ChunkRows:
