@@ -388,7 +388,7 @@ def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, b
         return False
     keep = set(p.name for p in work.iterdir())
     try:
-        build_report(work, targets, gt=gt_path, images=images_path, submissions=submissions, n_boot=bootstrap,
+        build_report(work, targets, gt=gt_path, images=images_path, submissions=submissions, bootstrap=bootstrap,
                      seed=seed, progress=show and sys.stderr.isatty())
     except Exception as exc:  # noqa: BLE001 - a report failure must not hide the scores
         import shutil

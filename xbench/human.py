@@ -187,14 +187,14 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
             own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *CORE_KEYS["recognition"])
                                                    if k in summary}}
             say(f"reader {r}: {len(cases)} case(s) scored")
-        h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
+        h, _ = ceiling(per_reader, classes=classes, bootstrap=bootstrap, seed=seed)
         doc = {"xbench": {"kind": "human-ceiling", "schema": HUMAN_SCHEMA, **info,
                           "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                                         "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
                "datasets": {dataset: {**ceiling_json(h), "per_reader": own,
                                       "chexlocalize": chexlocalize_block(
                                           {"hb": native} if native is not None else readings, classes=classes,
-                                          n_resamples=bootstrap, seed=seed,
+                                          bootstrap=bootstrap, seed=seed,
                                           resolution="native" if native is not None else "grid")}}}
         (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return doc

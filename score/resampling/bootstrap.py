@@ -1,7 +1,7 @@
 """Percentile bootstrap intervals from per-pair counts, and a paired bootstrap of two submissions.
 
 Method (contract, "Uncertainty"): cases are resampled with replacement *within a dataset* (all classes of a
-case move together), exactly ``n_resamples`` times, from an explicit ``numpy.random.Generator``. A resample
+case move together), exactly ``bootstrap`` times, from an explicit ``numpy.random.Generator``. A resample
 is represented by its multiplicity vector ``w`` (how often each case was drawn), so a class statistic on a
 resample is a ``w``-weighted statistic over the original pairs, computed with matrix products instead of
 copying data. In every resample the best threshold is re-chosen (unless thresholds were transferred), a
@@ -93,7 +93,7 @@ def _concat(blocks: list[Replicates]) -> Replicates:
     return Replicates(classes, {k: np.concatenate([b.summary[k] for b in blocks]) for k in first.summary})
 
 
-def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Generator, *,
+def _dataset_bootstrap(dc: DatasetCounts, bootstrap: int, rng: np.random.Generator, *,
                       taus: Mapping[str, tuple[int, int]] | None = None,
                       cluster: np.ndarray | None = None) -> Replicates:
     """One dataset's replicates (:func:`dataset_replicates` block by block) from ``rng`` positioned where the
@@ -101,40 +101,40 @@ def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Gener
     inside :func:`serial_blas`. ``cluster``: resample clusters of cases (:func:`cluster_weights`)."""
     cache: dict = {}  # per dataset, dropped with this call
     blocks = [Replicates(*dataset_replicates(dc, w, taus=taus, per_pair=cache))
-              for w in cluster_weights(cluster, dc.n_cases, n_resamples, rng)]
+              for w in cluster_weights(cluster, dc.n_cases, bootstrap, rng)]
     return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=taus))])
 
 
-def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: int, seed: int,
+def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, bootstrap: int, seed: int,
                          taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                          clusters: Mapping[str, np.ndarray] | None = None) -> dict[str, Replicates]:
-    """Every class and dataset statistic on each of ``n_resamples`` case resamples, per dataset.
+    """Every class and dataset statistic on each of ``bootstrap`` case resamples, per dataset.
 
     The resamples come from one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as
     :func:`xbench.score.scoring.metrics_from_counts` draws them: the percentile intervals of these
     replicates are exactly the ``ci95`` values of a metrics.json scored from the same datasets with the
-    same ``n_resamples`` and seed. Two submissions of the same datasets therefore get the same resamples
+    same ``bootstrap`` and seed. Two submissions of the same datasets therefore get the same resamples
     (what a paired comparison needs); a different set of datasets gives other resamples.
 
     Parameters
     ----------
     counts : {dataset: DatasetCounts}
-    n_resamples, seed : int
-        ``n_resamples = 0`` gives (0,) arrays.
+    bootstrap, seed : int
+        ``bootstrap = 0`` gives (0,) arrays.
     taus : optional {dataset: {class: (dice index, iou index)}} transferred thresholds.
     clusters : optional {dataset: (n_cases,) int cluster of each case}: that dataset's resamples draw clusters
         (:func:`cluster_weights`; the robustness track's copies, clustered by clean case).
 
     Returns
     -------
-    {dataset: Replicates} with (n_resamples,) float64 arrays.
+    {dataset: Replicates} with (B,) float64 arrays.
     """
     names = sorted(counts)
     workers = min(_workers(), len(names))
     with serial_blas():
         if workers <= 1:  # one generator consumed in order: nothing to position, nothing drawn twice
             rng = stream(seed)
-            return {name: _dataset_bootstrap(counts[name], n_resamples, rng, taus=(taus or {}).get(name),
+            return {name: _dataset_bootstrap(counts[name], bootstrap, rng, taus=(taus or {}).get(name),
                                              cluster=(clusters or {}).get(name))
                     for name in names}
         # Datasets are independent given where their draws start in the one stream (_resample_streams), so the
@@ -144,10 +144,10 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
         from concurrent.futures import ThreadPoolExecutor
 
         gens = resample_streams({name: n_clusters((clusters or {}).get(name), counts[name].n_cases)
-                                  for name in names}, n_resamples, seed)
+                                  for name in names}, bootstrap, seed)
 
         def one(name: str) -> Replicates:
-            return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name),
+            return _dataset_bootstrap(counts[name], bootstrap, gens.pop(name), taus=(taus or {}).get(name),
                                       cluster=(clusters or {}).get(name))
 
         with ThreadPoolExecutor(workers) as pool:
@@ -205,7 +205,7 @@ def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Re
                        level: float = 0.95, per_class: bool = True) -> pd.DataFrame:
     """The table of ``a - b`` from replicates of two submissions drawn on the same resamples.
 
-    ``reps_*`` come from :func:`bootstrap_replicates` (same datasets, ``n_resamples`` and seed for both),
+    ``reps_*`` come from :func:`bootstrap_replicates` (same datasets, ``bootstrap`` and seed for both),
     ``point_*`` from :func:`identity_replicates`. Rows: the overall means first (``dataset`` None), then per
     dataset (sorted) its summary (``class`` None, Hamming accuracy included) and, with ``per_class``, every
     class both hold. Columns :data:`PAIRED_COLUMNS`: point values ``a``, ``b``, ``diff = a - b`` (None where
@@ -236,24 +236,24 @@ def _paired_rows(reps_a, reps_b, point_a, point_b, *, level: float, per_class: b
     return rows
 
 
-def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, n_resamples: int, seed: int, cache: dict | None,
+def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, bootstrap: int, seed: int, cache: dict | None,
                      name: str | None) -> tuple[dict[str, Replicates], dict[str, Replicates]]:
     """(resampled, identity) replicates of one submission, memoised in ``cache`` under (``name``, dataset,
     what): a dataset's resamples depend on the datasets drawn before it, so the resample key names them all."""
     datasets = tuple(sorted(counts))
     found = {}
-    for what, key in (("reps", (n_resamples, seed, datasets)), ("point", "identity")):
+    for what, key in (("reps", (bootstrap, seed, datasets)), ("point", "identity")):
         if cache is not None and name is not None and all((name, d, key) in cache for d in datasets):
             found[what] = {d: cache[(name, d, key)] for d in datasets}
             continue
         found[what] = (identity_replicates(counts, taus=taus) if what == "point" else
-                       bootstrap_replicates(counts, n_resamples=n_resamples, seed=seed, taus=taus))
+                       bootstrap_replicates(counts, bootstrap=bootstrap, seed=seed, taus=taus))
         if cache is not None and name is not None:
             cache.update({(name, d, key): v for d, v in found[what].items()})
     return found["reps"], found["point"]
 
 
-def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int = 1000,
+def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, bootstrap: int = 1000,
                      seed: int = 0, level: float = 0.95,
                      taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                      taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
@@ -268,13 +268,13 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     Over the datasets both hold, one set of case resamples (:func:`bootstrap_replicates`) is applied to
     both submissions, so the interval of the difference accounts for the cases they share; when both hold
     the same datasets, each submission's replicates are those behind its own metrics.json intervals (same
-    ``n_resamples`` and seed). Load the inputs with :func:`xbench.score.kernels.counts.load_pair_counts` from each
+    ``bootstrap`` and seed). Load the inputs with :func:`xbench.score.kernels.counts.load_pair_counts` from each
     run's ``pair_counts.npz``.
 
     Parameters
     ----------
     a, b : dict {dataset: DatasetCounts}
-    n_resamples, seed, level : resamples (0: point differences only), seed, interval level.
+    bootstrap, seed, level : resamples (0: point differences only), seed, interval level.
     taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed (transferred) thresholds.
     per_class : also compare every class, not only the dataset and overall means.
     cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
@@ -310,7 +310,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
             from xbench.score.errors import GroundTruthMismatchError
 
             raise GroundTruthMismatchError(problems)
-    common = dict(n_resamples=n_resamples, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
+    common = dict(bootstrap=bootstrap, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
     columns = PAIRED_COLUMNS + ["test"] if with_tests else PAIRED_COLUMNS
     table, rows = None, []
     for scope, sa, sb in pairs:
@@ -328,7 +328,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     return pd.DataFrame(table.to_dict("records") + rows, columns=columns)
 
 
-def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int,
+def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, bootstrap: int,
                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                       names: tuple[str, str] | None = None, taus_a=None, taus_b=None) -> list[dict]:
     """The class scope's rows of :func:`paired_bootstrap` (see there; ``per_group``: every class too)."""
@@ -339,8 +339,8 @@ def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCou
         raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
-    reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)
-    reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, n_resamples, seed, cache, name_b)
+    reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, bootstrap, seed, cache, name_a)
+    reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, bootstrap, seed, cache, name_b)
     return _paired_rows(reps_a, reps_b, point_a, point_b, level=level, per_class=per_group)
 
 
@@ -415,8 +415,8 @@ class _Scope:
         return out
 
 
-def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int = 250) -> dict:
-    """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
+def phrase_replicates(pc: PhraseCounts, bootstrap: int, seed: int, chunk: int = 250) -> dict:
+    """Bootstrap replicates of every phrase metric, (B,) float64 each: {"categories": {category:
     {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
 
     Each resample draws the dataset's images with replacement: the dataset's own resamples in the run's one
@@ -424,7 +424,7 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     the multiplicity of its image. Best thresholds are chosen again per category in each
     resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
     """
-    rng = positioned_stream(pc.prior, n_resamples, seed)
+    rng = positioned_stream(pc.prior, bootstrap, seed)
     dc = pc.counts
     n = pc.n_images
     ms = R.metrics("grounding", scope="phrase")
@@ -434,7 +434,7 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
     per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
     pooled: dict = {m.key: [] for m in pooled_ms}
-    for draws in resample_weights(n, n_resamples, rng, chunk=chunk):  # (b, N) image counts
+    for draws in resample_weights(n, bootstrap, rng, chunk=chunk):  # (b, N) image counts
         w_all = draws[:, pc.image]
         for k, v in everything.replicates(w_all).items():
             pooled[k].append(v)
@@ -445,23 +445,23 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
     # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
     summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
-               else np.full(n_resamples, np.nan) for m in ms}
+               else np.full(bootstrap, np.nan) for m in ms}
     return {"categories": per_cat, "summary": summary,
             "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
 
 
-def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
+def _memo(pc: PhraseCounts, bootstrap: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
     """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
-    key = (name, pc.name, "phrases", n_resamples, seed)
+    key = (name, pc.name, "phrases", bootstrap, seed)
     if cache is not None and name is not None and key in cache:
         return cache[key]
-    found = (phrase_replicates(pc, n_resamples, seed), phrase_points(pc))
+    found = (phrase_replicates(pc, bootstrap, seed), phrase_points(pc))
     if cache is not None and name is not None:
         cache[key] = found
     return found
 
 
-def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
+def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, bootstrap: int,
                        seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                        names: tuple[str, str] | None = None) -> list[dict]:
     """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
@@ -481,7 +481,7 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
         raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
-    got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))
+    got = {d: (_memo(a[d], bootstrap, seed, cache, name_a), _memo(b[d], bootstrap, seed, cache, name_b))
            for d in shared}
     keys = R.phrase_keys()
     rows: list[dict] = []

@@ -326,14 +326,14 @@ def gaze_counts(sub_ds, gt_ds, truth: GazeTruth, *, case_rows: np.ndarray, class
 
 
 # ------------------------------------------------------------------------------ estimates and intervals
-def case_draws(n_cases: int, n_resamples: int, seed: int, prior=()) -> Iterator[np.ndarray]:
+def case_draws(n_cases: int, bootstrap: int, seed: int, prior=()) -> Iterator[np.ndarray]:
     """THE draws of the gaze section (its only one): blocks of case multiplicities (b, n_cases), the dataset's own
     resamples in the run's one stream (:func:`xbench.score.resampling.engine.positioned_stream`, past the
     ``prior`` datasets), so row r is the resample behind row r of the dataset's class intervals; two submissions
     of one ground truth get the same resamples (paired comparisons)."""
     from xbench.score.resampling.engine import positioned_stream, resample_weights
 
-    return resample_weights(n_cases, n_resamples, positioned_stream(prior, n_resamples, seed))
+    return resample_weights(n_cases, bootstrap, positioned_stream(prior, bootstrap, seed))
 
 
 def _wmean(w: np.ndarray, case: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -378,9 +378,9 @@ def _map_leaves(fn, *trees):
     return fn(*trees)
 
 
-def replicates(gc: GazeCounts, n_resamples: int, seed: int) -> dict:
-    """:func:`estimates` over ``n_resamples`` case resamples (:func:`case_draws`), (n_resamples,) per leaf."""
-    blocks = [estimates(gc, w) for w in case_draws(gc.n_cases, n_resamples, seed, gc.prior)]
+def replicates(gc: GazeCounts, bootstrap: int, seed: int) -> dict:
+    """:func:`estimates` over ``bootstrap`` case resamples (:func:`case_draws`), (B,) per leaf."""
+    blocks = [estimates(gc, w) for w in case_draws(gc.n_cases, bootstrap, seed, gc.prior)]
     if not blocks:
         return _map_leaves(lambda v: np.zeros(0), estimates(gc, np.ones((1, gc.n_cases))))
     return _map_leaves(lambda *vs: np.concatenate(vs), *blocks)
@@ -506,7 +506,7 @@ def ground_truth_problems(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCount
     return out
 
 
-def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, n_resamples: int, seed: int,
+def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, bootstrap: int, seed: int,
                 level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                 names: tuple[str, str] | None = None) -> list[dict]:
     """``a - b`` on the gaze measures of the datasets both hold, on the resamples of their own intervals
@@ -527,7 +527,7 @@ def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, n_r
 
             b = {**b, d: dataclasses.replace(b[d], prior=a[d].prior)}
         pa, pb = points(a[d]), points(b[d])
-        ra, rb = (replicates(x[d], n_resamples, seed) if n_resamples > 0 else
+        ra, rb = (replicates(x[d], bootstrap, seed) if bootstrap > 0 else
                   _map_leaves(lambda v: np.zeros(0), estimates(x[d], np.ones((1, x[d].n_cases)))) for x in (a, b))
         groups = [("findings", ("findings",)), ("images", ("images",))]
         if per_group:

@@ -207,7 +207,7 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     sa, sb = (load_scope_counts(tmp_path / n / "pair_counts.npz") for n in ("sub", "other"))
     assert set(sa["gaze"]) == {"phantom"}
     ca, cb = (load_pair_counts(tmp_path / n / "pair_counts.npz") for n in ("sub", "other"))
-    table = paired_bootstrap(ca, cb, n_resamples=20, seed=0, scopes_a=sa, scopes_b=sb)
+    table = paired_bootstrap(ca, cb, bootstrap=20, seed=0, scopes_a=sa, scopes_b=sb)
     rows = table[table["dataset"] == "gaze/phantom"]
     other = json.loads((tmp_path / "other" / "metrics.json").read_text())["gaze"]["datasets"]["phantom"]
     mine = metrics["gaze"]["datasets"]["phantom"]
@@ -236,7 +236,7 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     assert f"{fnss:.2f}" in page[at:] and f"{ci[0]:.2f}–{ci[1]:.2f}" in page[at:]
     assert 'href="gaze.csv"' in page
     assert (tmp_path / "rep" / "gaze.csv").read_text().startswith("model,dataset,rows,scope,n,nss")
-    same = paired_bootstrap(ca, ca, n_resamples=20, seed=0, scopes_a=sa, scopes_b=sa)
+    same = paired_bootstrap(ca, ca, bootstrap=20, seed=0, scopes_a=sa, scopes_b=sa)
     same = same[same["dataset"] == "gaze/phantom"]
     assert len(same) and (same["diff"].dropna() == 0).all() and (same["diff_lo"].dropna() == 0).all()
 

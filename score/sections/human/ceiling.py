@@ -98,7 +98,7 @@ def _chex_columns(r: ReaderReading) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequence[str] | None = None,
-                       n_resamples: int = 1000, seed: int = 0, resolution: str = "grid") -> dict:
+                       bootstrap: int = 1000, seed: int = 0, resolution: str = "grid") -> dict:
     """CheXlocalize's own human-benchmark numbers (eval.py, --if_human_benchmark) from the readers' readings.
 
     Per reader and class, each key is the mean over the rows where it is defined (``n_<key>`` rows); per
@@ -141,11 +141,11 @@ def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequen
 
     point = per_class(np.ones((1, len(cases)), np.int64))
     reps = {c: {k: [] for k in CHEXLOCALIZE_KEYS} for c in order}
-    if n_resamples and len(cases):
+    if bootstrap and len(cases):
         from xbench.score.resampling.engine import legacy_choice_weights
 
-        weights = legacy_choice_weights(len(cases), n_resamples, seed).astype(np.int64)
-        for done in range(0, n_resamples, _BLOCK):
+        weights = legacy_choice_weights(len(cases), bootstrap, seed).astype(np.int64)
+        for done in range(0, bootstrap, _BLOCK):
             got = per_class(weights[done:done + _BLOCK])
             for c in order:
                 for k in CHEXLOCALIZE_KEYS:
@@ -177,7 +177,7 @@ def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequen
         bms = [v for v in boot_means[k] if v is not None]
         average[k] = {"value": sum(pts) / len(pts) if pts else None,
                       "bootstrap_mean": sum(bms) / len(bms) if bms else None}
-    return {"resolution": resolution, "n_cases": int(len(cases)), "n_resamples": int(n_resamples),
+    return {"resolution": resolution, "n_cases": int(len(cases)), "n_resamples": int(bootstrap),
             "seed": int(seed), "classes": out_classes, "average": average}
 
 
@@ -224,12 +224,12 @@ class HumanCeiling:
     cases: np.ndarray
 
 
-def _weights(n_cases: int, n_resamples: int, seed: int):
+def _weights(n_cases: int, bootstrap: int, seed: int):
     """Blocks of case weights, (b, n_cases) int32: how often each case is drawn in each resample
     (``numpy.random.default_rng(seed)``, ``integers(0, n, n)`` per resample, in order)."""
     from xbench.score.resampling.engine import resample_weights, stream
 
-    for w in resample_weights(n_cases, n_resamples, stream(seed), chunk=_BLOCK):
+    for w in resample_weights(n_cases, bootstrap, stream(seed), chunk=_BLOCK):
         yield w.astype(np.int32)
 
 
@@ -242,7 +242,7 @@ def _class_order(per_reader: Sequence[ReaderPairs], classes: Sequence[str] | Non
     return seen
 
 
-def ceiling(readers: Mapping[str, ReaderPairs], *, classes: Sequence[str] | None = None, n_resamples: int = 1000,
+def ceiling(readers: Mapping[str, ReaderPairs], *, classes: Sequence[str] | None = None, bootstrap: int = 1000,
             seed: int = 0, model: ReaderPairs | None = None) -> tuple[HumanCeiling, HumanCeiling | None]:
     """The human ceiling of one dataset from each reader's pairs; with ``model``, also the model's values on the
     (case, class) pairs some reader was scored on, resampled with the same case weights (for the paired gap).
@@ -288,8 +288,8 @@ def ceiling(readers: Mapping[str, ReaderPairs], *, classes: Sequence[str] | None
     hp, mp = evaluate(ones)
     hreps = {c: {k: [] for k in KEYS} for c in [*order, None]}
     mreps = {c: {k: [] for k in KEYS} for c in [*order, None]} if aligned is not None else None
-    if n_resamples and len(cases):
-        for w in _weights(len(cases), n_resamples, seed):
+    if bootstrap and len(cases):
+        for w in _weights(len(cases), bootstrap, seed):
             h, m = evaluate(w)
             for c in hreps:
                 for k in KEYS:
