@@ -140,7 +140,7 @@ def run(options: ScoreOptions, submissions: Sequence[str | os.PathLike], *, labe
     # each track's own inputs (--human, --by, --faithfulness), read and checked before anything is scored
     tracks = _prepare_tracks({f.name: getattr(o, f.name) for f in fields(o)}, gt, names, submissions)
     score_kw = {"bootstrap": o.bootstrap, "seed": o.seed, "thresholds": thresholds, "datasets": names,
-                "metric_params": {"pointing_tolerance": o.pointing_tolerance}, "allow_missing": o.allow_missing}
+                "metric_params": metric_params_of(o), "allow_missing": o.allow_missing}
     job = _Job(o, score_kw, tracks, gt, progress, on_scored)
     stems = _unique_stems(list(submissions))
     labels = list(labels) if labels is not None else [None] * len(submissions)
@@ -150,6 +150,16 @@ def run(options: ScoreOptions, submissions: Sequence[str | os.PathLike], *, labe
         if o.out_dir is None:
             return [job.score(sub, stem, label) for sub, stem, label in zip(submissions, stems, labels)]
         return _score_into(job, submissions, stems, labels, gt_path, say)
+
+
+def metric_params_of(options) -> dict[str, Any]:
+    """The run's ``metric_params``: every field of ``options`` named as a parameter some registered metric declares
+    (:func:`xbench.score.metrics.registry.metric_params`), by that name. A parameter with a flag is a
+    ``ScoreOptions`` field of its name, nothing to wire here; one without keeps its declared default."""
+    from xbench.score.metrics import registry as R
+
+    declared = R.metric_params()
+    return {f.name: getattr(options, f.name) for f in fields(options) if f.name in declared}
 
 
 @dataclass
@@ -378,7 +388,7 @@ def _report_or_nothing(work: Path, targets, gt_path, images_path, submissions, b
         return False
     keep = set(p.name for p in work.iterdir())
     try:
-        build_report(work, targets, gt=gt_path, images=images_path, submissions=submissions, n_boot=bootstrap,
+        build_report(work, targets, gt=gt_path, images=images_path, submissions=submissions, bootstrap=bootstrap,
                      seed=seed, progress=show and sys.stderr.isatty())
     except Exception as exc:  # noqa: BLE001 - a report failure must not hide the scores
         import shutil

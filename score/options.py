@@ -3,6 +3,7 @@ keys of a suite's ``score:`` section (``suite=True``) and the argv that gives a 
 from :class:`ScoreOptions`. Light: click and the option machinery only."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from xbench.schemas.options import (MAX_CASES, Choice, Flag, Float, Int, Text, d
                                     resamples, seed_opt)
 from xbench.schemas.options import _shown as shown
 
-from xbench.score.metrics.params import POINTING_TOLERANCE
+from xbench.score.metrics.params import POINTING_TOLERANCE, MetricParam
 
 FORMATS = ("xbench", "grand-challenge", "codabench")
 
@@ -24,6 +25,16 @@ def metric_groups() -> tuple[str, ...]:
     from xbench.score.metrics.registry import OPT_IN
 
     return tuple(OPT_IN)
+
+
+def param_opt(param: MetricParam, *, metavar: str | None = None):
+    """The ``ScoreOptions`` field of a metric's parameter (:class:`~xbench.score.metrics.params.MetricParam`):
+    flag, default, range and help all read off the declaration; suites and platforms can set it. Name the
+    field as the parameter: :func:`xbench.score.entry.metric_params_of` hands it on by that name."""
+    check = Int(param.low if math.isfinite(param.low) else None, param.high if math.isfinite(param.high) else None) \
+        if param.kind is int else Float(param.low if math.isfinite(param.low) else None,
+                                        param.high if math.isfinite(param.high) else None)
+    return opt(param.default, check=check, metavar=metavar, suite=True, help=param.help)
 
 
 @dataclass
@@ -54,9 +65,7 @@ class ScoreOptions:
                               help="Score the cases the submission holds when it lacks some of the ground truth's (e.g. "
                                    "a smoke run of xbench-extract --limit 4); metrics.json, the tables and the summary "
                                    "then say 'partial: N of M cases'. Without it a missing case is refused.")
-    pointing_tolerance: float = opt(POINTING_TOLERANCE.default, check=Float(POINTING_TOLERANCE.low, POINTING_TOLERANCE.high), metavar="PX",
-                                    suite=True,
-                                    help=POINTING_TOLERANCE.help)  # the metric's parameter (score/metrics/params.py)
+    pointing_tolerance: float = param_opt(POINTING_TOLERANCE, metavar="PX")
     faithfulness: str | None = opt(None, check=Text(click.Path(path_type=str)), metavar="ROUND2_SUBMISSION", suite=True,
                                    help="Faithfulness: the scores-only submission of the round-2 images (xbench perturb); "
                                         "needs --key. Adds the faithfulness section (deletion/insertion/ROAD).")

@@ -149,7 +149,7 @@ def metrics_from_counts(counts: Mapping[str, DatasetCounts], *, bootstrap: int =
         # the resamples need no point estimate: they run (on their own threads) while the point metrics are
         # computed here, and fill the cores that one dataset's bootstrap leaves idle at the end
         t_boot = time.perf_counter()
-        reps = (pool.submit(bootstrap_replicates, counts, n_resamples=bootstrap, seed=seed,
+        reps = (pool.submit(bootstrap_replicates, counts, bootstrap=bootstrap, seed=seed,
                             taus=taus if thresholds is not None else None, clusters=clusters)
                 if bootstrap > 0 and counts else None)
         metrics, per_pair_all = point_metrics(counts, taus, timings, undefined)

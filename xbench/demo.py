@@ -89,12 +89,12 @@ def _require_extract_extra(models) -> None:
 
 
 def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool = True,
-             models=None, n_boot: int | None = None, seed: int = 0) -> Path:
+             models=None, bootstrap: int | None = None, seed: int = 0) -> Path:
     """Run the demo suite into ``out_dir``; returns the report's index.html.
 
     n_cases: phantom cases (``quick`` uses 24 and 100 bootstrap resamples, for CI).
-    models: which of DEMO_MODELS to run (default: :func:`default_models`). n_boot: the scorer's resamples (default 200; 100 when quick); the
-    report's paired gaps take at least GAP_RESAMPLES (0 when n_boot is 0).
+    models: which of DEMO_MODELS to run (default: :func:`default_models`). bootstrap: the scorer's resamples (default 200; 100 when quick); the
+    report's paired gaps take at least GAP_RESAMPLES (0 when bootstrap is 0).
     Writes OUT/data, OUT/submissions, OUT/scores, OUT/report and OUT/demo.json (timings).
     """
     models = default_models() if models is None else tuple(models)
@@ -105,15 +105,15 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
     from xbench.suite import parse_suite, run_suite
     if quick:
         n_cases = min(n_cases, 24)
-    n_boot = (100 if quick else 200) if n_boot is None else n_boot
+    bootstrap = (100 if quick else 200) if bootstrap is None else bootstrap
     data, path = _demo_suite()
     data["datasets"]["phantom"]["options"].update(n_cases=n_cases, seed=seed)
     data["models"] = [m for m in data["models"] if m in models]
     data["seed"] = seed
-    gap_boot = max(n_boot, GAP_RESAMPLES) if n_boot else 0
-    data["score"]["bootstrap"], data["report"]["bootstrap"] = n_boot, gap_boot
+    gap_boot = max(bootstrap, GAP_RESAMPLES) if bootstrap else 0
+    data["score"]["bootstrap"], data["report"]["bootstrap"] = bootstrap, gap_boot
     # the demo's settings differ from the commands' defaults: say so where the numbers are shown
-    boot = f"{n_boot} bootstrap resamples" + (f" ({gap_boot} for the paired gaps)" if gap_boot != n_boot else "")
+    boot = f"{bootstrap} bootstrap resamples" + (f" ({gap_boot} for the paired gaps)" if gap_boot != bootstrap else "")
     data["title"] = f"XBench demo (phantom; {boot}, 256 px images, float32 maps)"
     suite = parse_suite(data, path.parent, source=str(path))
     say = (lambda msg: click.echo(msg, err=True)) if progress else None
@@ -125,7 +125,7 @@ def run_demo(out_dir, *, n_cases: int = 200, quick: bool = False, progress: bool
         timings[f"extract_{m}"] = seconds[f"extract/{m}"]
         timings[f"score_{m}"] = seconds[f"score/{m}"]
     timings["total"] = time.perf_counter() - t0
-    summary = {"n_cases": n_cases, "models": list(data["models"]), "n_boot": n_boot, "n_boot_gaps": gap_boot,
+    summary = {"n_cases": n_cases, "models": list(data["models"]), "n_boot": bootstrap, "n_boot_gaps": gap_boot,
                "timings_s": {k: round(v, 2) for k, v in timings.items()}, "report": str(result.report),
                "steps": result.steps, "leaderboard": result.leaderboard}
     (Path(out_dir) / "demo.json").write_text(json.dumps(summary, indent=1))

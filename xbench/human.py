@@ -21,9 +21,6 @@ from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, 
 from xbench.schemas.errors import escape_text
 from xbench.extract.human import DATASETS as READER_DATASETS
 
-#: the recognition keys copied from each reader's own metrics.json into human.json
-RECOGNITION = ("auroc", "auprc", "f1", "accuracy")
-
 
 @dataclass(kw_only=True)
 class HumanOptions:
@@ -149,6 +146,7 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
                                             reader_pairs, with_hits)
     from xbench.score.sections.human.reading import HUMAN_FILE, HUMAN_SCHEMA, NATIVE_READING_FILE, READING_FILE, save_reading
     from xbench.score.entry import run
+    from xbench.score.metrics.registry import CORE_KEYS
     from xbench.score.options import ScoreOptions
     from xbench.score.outputs.folder import write_into
 
@@ -187,16 +185,17 @@ def run_human(dataset: str, root: Path, images: Path, gt: Path | None, out: Path
             per_reader[r] = with_hits(reader_pairs(result.counts[dataset]), readings[r])
             summary = result.metrics["datasets"][dataset]["summary"]
             # each reader's own scores, recognition included (a reader's score is 1 where they marked the finding)
-            own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *RECOGNITION) if k in summary}}
+            own[r] = {"n_cases": len(cases), **{k: summary.get(k) for k in (*KEYS, *CORE_KEYS["recognition"])
+                                                   if k in summary}}
             say(f"reader {r}: {len(cases)} case(s) scored")
-        h, _ = ceiling(per_reader, classes=classes, n_resamples=bootstrap, seed=seed)
+        h, _ = ceiling(per_reader, classes=classes, bootstrap=bootstrap, seed=seed)
         doc = {"xbench": {"kind": "human-ceiling", "schema": HUMAN_SCHEMA, **info,
                           "bootstrap": {"n_resamples": int(bootstrap), "seed": int(seed), "method": "percentile",
                                         "level": 0.95, "resampling": "cases (the union of the readers' cases)"}},
                "datasets": {dataset: {**ceiling_json(h), "per_reader": own,
                                       "chexlocalize": chexlocalize_block(
                                           {"hb": native} if native is not None else readings, classes=classes,
-                                          n_resamples=bootstrap, seed=seed,
+                                          bootstrap=bootstrap, seed=seed,
                                           resolution="native" if native is not None else "grid")}}}
         (work / HUMAN_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return doc

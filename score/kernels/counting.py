@@ -106,7 +106,7 @@ def _recognition_rows(sub_ds, gt_ds, case_rows, class_cols, timings: dict):
 
 
 def _grounding_pass(sub_ds, gt_ds, ri: np.ndarray, keep: np.ndarray, rows_all, class_cols, out: GroundingCounts,
-                    extra: dict, stats, cell, tol: float, grid: tuple[int, int], mask_chunk, workers, progress,
+                    extra: dict, stats, cell, params: Mapping, grid: tuple[int, int], mask_chunk, workers, progress,
                     timings: dict, where: str) -> tuple[list, list[int]]:
     """Decode every region chunk once and count its kept pairs into ``out`` and ``extra`` (threads overlap
     decoding and counting; :func:`count_dataset`); the region problems and the rows of the first empty regions."""
@@ -144,7 +144,7 @@ def _grounding_pass(sub_ds, gt_ds, ri: np.ndarray, keep: np.ndarray, rows_all, c
         energy, argmax = np.empty(p1 - p0, np.float64), np.empty(p1 - p0, np.int32)
         count_pairs_into(m, block, local, plan, GroundingCounts(out.b[p0:p1], out.br[p0:p1], out.hit[p0:p1],
                                                                 out.region_pixels[p0:p1], energy, argmax))
-        here = PS.Chunk(m, block, local, plan, energy, argmax, None if cell is None else cell[p0:p1], tol)
+        here = PS.Chunk(m, block, local, plan, energy, argmax, None if cell is None else cell[p0:p1], params)
         for s in stats:
             s.fill(here, extra[s.name][p0:p1])
         # a kept region is empty when its |R| is 0; the regions of unsupported classes are checked here
@@ -185,10 +185,10 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
 
     The same pass fills the per-pair columns of ``extra`` that some registered metric reads, each declared in
     :mod:`xbench.score.kernels.pair_stats` for the rows of ``scope`` ("class", or "phrase" for the phrase-row view):
-    e.g. the energy share, the tolerant pointing-game hit at ``metric_params["pointing_tolerance"]``
-    original pixels (the metric's declared default where not given: :mod:`xbench.score.metrics.params`) (each case's
-    ``orig_size`` over the grid gives its cell size; without ``orig_size`` that column is absent) and, on
-    phrase rows, the signed CNR.
+    e.g. the energy share, the tolerant pointing-game hit (each case's ``orig_size`` over the grid gives its cell
+    size; without ``orig_size`` that column is absent) and, on phrase rows, the signed CNR. ``metric_params``
+    reaches every statistic's hook whole, resolved (each declared parameter's default where not given:
+    :mod:`xbench.score.metrics.params`); no parameter is named here.
 
     Every region_mask chunk is decoded exactly once, on one of ``workers`` threads that then counts the
     chunk's pairs with the serial ``nogil`` kernel (:func:`xbench.score.kernels.maps.count_pairs_into`): decoding
@@ -244,13 +244,13 @@ def count_dataset(sub_ds, gt_ds, *, case_rows: np.ndarray | None = None, class_c
     has_size = hasattr(gt_ds, "orig_size")
     stats = PS.needed(R.metrics(kind=None, scope=None), scope, orig_size=has_size)
     extra = {s.name: np.empty(K, s.dtype) for s in stats}
-    tol = float(R.metric_params(metric_params)["pointing_tolerance"])  # checked: ScoreInputError
+    params = R.metric_params(metric_params)  # every declared parameter, checked (ScoreInputError); to the hooks
     # original pixels per grid cell (height, width) of each kept pair's case
     # (a ground-truth-like object without orig_size gets no tolerant column: its metric is then null)
     cell = (np.ascontiguousarray(np.asarray(gt_ds.orig_size, dtype=np.float64)[ri[keep, 0]]
                                  / np.array([H, W], dtype=np.float64)) if has_size else None)
     problems, first_empty = _grounding_pass(sub_ds, gt_ds, ri, keep, rows_all, class_cols, out, extra, stats, cell,
-                                            tol, (H, W), mask_chunk, workers, progress, timings, where)
+                                            params, (H, W), mask_chunk, workers, progress, timings, where)
     if first_empty:
         problems.append(empty_region_problem(where, min(first_empty)))
     if problems:

@@ -10,15 +10,17 @@ functions (the registry refuses a metric built on them that does not declare the
 
 A hook is called once per chunk of pairs, on the counting pass's worker thread, with a :class:`Chunk`: the
 chunk's raw maps and decoded regions, the resize plan, and what the counting kernel left per pair (energy
-share, peak cell); it writes the chunk's values into ``out`` in place. It must be thread-safe (it runs on
+share, peak cell) and the run's metric parameters (``chunk.params``, the one resolved ``metric_params``
+mapping: a statistic reads its metric's parameter there by name, as the tolerant hit reads
+``pointing_tolerance``); it writes the chunk's values into ``out`` in place. It must be thread-safe (it runs on
 distinct pairs concurrently) and release the GIL for long work (a ``nogil`` Numba kernel).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,7 +46,7 @@ class Chunk(NamedTuple):
     energy: np.ndarray  # (P,) float64: share of the normalised map's mass inside the region
     argmax: np.ndarray  # (P,) int32: flat index of the peak cell of the resized map (-1: a constant map)
     cell: np.ndarray | None  # (P, 2) float64 original pixels per grid cell; None without ``orig_size``
-    tolerance: float  # the tolerant pointing game's distance, in original pixels
+    params: Mapping[str, Any]  # the run's metric parameters, every declared one ({name: value}, checked)
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def _energy(chunk: Chunk, out: np.ndarray) -> None:
 
 
 def _tolerant(chunk: Chunk, out: np.ndarray) -> None:
-    _tolerant_hits(chunk.masks, chunk.local, chunk.argmax, chunk.cell, float(chunk.tolerance), out)
+    _tolerant_hits(chunk.masks, chunk.local, chunk.argmax, chunk.cell, float(chunk.params["pointing_tolerance"]), out)
 
 
 def _cnr(chunk: Chunk, out: np.ndarray) -> None:

@@ -50,7 +50,7 @@ def _lacks_intervals(r: Result) -> bool:
     return not m.get("ci95") or any(not ds.get("ci95") for ds in m.get("datasets", {}).values())
 
 
-def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=None) -> list[dict]:
+def adjacent_gaps(results: list[Result], *, bootstrap: int, seed: int, progress=None) -> list[dict]:
     """Paired comparisons of neighbours in the ranking by overall pointing game (1st vs 2nd, ...).
 
     Each entry: {"a", "b", "rows": [ComparisonRow for the overall GAP_METRICS]}; pairs lacking
@@ -66,7 +66,7 @@ def adjacent_gaps(results: list[Result], *, n_boot: int, seed: int, progress=Non
             gaps.append({"a": a.name, "b": b.name, "skipped": "needs pair_counts.npz"})
             continue
         try:
-            rows = compare_results(a, b, n_boot=n_boot, seed=seed, per_class=False, cache=cache)
+            rows = compare_results(a, b, bootstrap=bootstrap, seed=seed, per_class=False, cache=cache)
         except ReportInputError as err:
             gaps.append({"a": a.name, "b": b.name, "skipped": "; ".join(map(str, err.problems))})
             continue
@@ -155,7 +155,7 @@ def _resolve_inputs(results, images, gt, submissions):
     return images, gt, resolved
 
 
-def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None, n_boot: int = 1000,
+def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None, bootstrap: int = 1000,
                  seed: int = 0, size_bins: str = "fixed", overlays: bool = True, progress: bool = False,
                  title: str = "XBench report", sanity=()) -> Path:
     """Build the report for several score outputs into ``out_dir``; returns the index.html path.
@@ -164,7 +164,7 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     enable intervals above class level, the size figure, overlays and the paired gaps).
     images / gt: images.zarr and gt.zarr paths for the overlays (default: the paths the scorer
     recorded); submissions: {model name or result directory name: submission store path}.
-    n_boot: bootstrap resamples for intervals the scorer did not write and for the paired gaps
+    bootstrap: bootstrap resamples for intervals the scorer did not write and for the paired gaps
     (0 disables both). sanity: ``xbench sanity`` output folders (each with sanity.json): a table says, per
     model, whether its maps depend on the weights. Raises ReportInputError (one message per problem) for
     unusable inputs.
@@ -177,12 +177,12 @@ def build_report(out_dir, result_dirs, *, images=None, gt=None, submissions=None
     if ground_truth_problems(results):  # ranked together only against one ground truth, as compare pairs them
         raise ReportInputError(ground_truth_problems(results))
     with R.opt_in(*metric_groups(results)):  # the opt-in metrics the results were scored with are shown too
-        return _build_report(Path(out_dir), results, images=images, gt=gt, submissions=submissions, n_boot=n_boot,
+        return _build_report(Path(out_dir), results, images=images, gt=gt, submissions=submissions, bootstrap=bootstrap,
                              seed=seed, size_bins=size_bins, overlays=overlays, progress=progress, title=title,
                              sanity=sanity)
 
 
-def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, n_boot: int, seed: int,
+def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, bootstrap: int, seed: int,
              skipped: list, files: dict) -> dict:
     """The report's figures (figures.py); their files join ``files``, what was left out ``skipped``."""
     from xbench.score.report import figures as F
@@ -196,7 +196,7 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
     with_sizes = size_bins == "fixed" and all("pointing_game_small" in r.metrics.get("overall", {}) for r in results)
     if with_sizes or any(r.pairs is not None for r in results):
         info["region_size"] = F.region_size(results, fig_dir / "region_size", bins=size_bins, computed=computed,
-                                            n_boot=n_boot, seed=seed)
+                                            bootstrap=bootstrap, seed=seed)
         skipped += [f"{n}: no pairs.parquet, left out of the size figure" for n in info["region_size"]["skipped"]]
     else:
         skipped.append("region-size figure: no pairs.parquet in any result")
@@ -251,17 +251,17 @@ def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict,
     return scope_tables
 
 
-def _markdown_head(title: str, results: list[Result], n_boot: int) -> list[str]:
+def _markdown_head(title: str, results: list[Result], bootstrap: int) -> list[str]:
     """leaderboard.md's first lines: the title, the models, and the resamples behind the intervals (per model when
     the results were scored with different counts, as the page says)."""
     from xbench.score.outputs.tables import md_cell
     from xbench.score.report.html import _resamples_note
 
     return [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), "",
-            md_cell(_resamples_note(results, n_boot).strip()), ""]
+            md_cell(_resamples_note(results, bootstrap).strip()), ""]
 
 
-def _build_report(out: Path, results: list[Result], *, images, gt, submissions, n_boot: int, seed: int,
+def _build_report(out: Path, results: list[Result], *, images, gt, submissions, bootstrap: int, seed: int,
                   size_bins: str, overlays: bool, progress: bool, title: str, sanity) -> Path:
     """:func:`build_report` on the loaded results, the metrics they hold registered."""
     from tqdm import tqdm
@@ -276,12 +276,12 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     skipped: list[str] = []
 
     computed = {}
-    if n_boot > 0:
+    if bootstrap > 0:
         for r in results:
             if not _lacks_intervals(r):
                 continue  # the scorer wrote dataset and overall intervals: use those
             if _has_pairs(r):
-                computed[r.name] = missing_intervals(r, n_boot=n_boot, seed=seed)
+                computed[r.name] = missing_intervals(r, bootstrap=bootstrap, seed=seed)
             else:
                 skipped.append(f"{r.name}: no pair_counts.npz, so no intervals above class level")
     steps.update(1)
@@ -289,7 +289,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     main_tables = [grounding_table(results, computed), grounding_table(results, computed, best=False),
                    recognition_table(results, computed)] + extra_tables(results, computed)
     per_class = [per_class_table(results, d, m, computed) for d in dataset_order(results) for m in PER_CLASS_METRICS]
-    gaps = adjacent_gaps(results, n_boot=n_boot, seed=seed) if n_boot > 0 and len(results) > 1 else []
+    gaps = adjacent_gaps(results, bootstrap=bootstrap, seed=seed) if bootstrap > 0 and len(results) > 1 else []
     gaps = holm_gaps(gaps)
     steps.update(1)
 
@@ -303,7 +303,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     for t in per_class:  # the key holds a dataset key from a result's metrics.json: data, so sanitised
         name = names["per_class"].name(t.key)
         files["tables"].append(str(_write_text(out / "per_class" / f"{name}.csv", t.to_csv()).relative_to(out)))
-    md = _markdown_head(title, results, n_boot)
+    md = _markdown_head(title, results, bootstrap)
     md += [t.to_markdown() for t in main_tables]
     scope_tables = _scope_and_gap_tables(results, gaps, out, md, files, skipped)
     from xbench.score.report.terminal import leaderboard_text
@@ -323,7 +323,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
         [f"# {md_cell(title)}: per-class tables", ""] + [t.to_markdown() for t in per_class])).relative_to(out)))
     steps.update(1)
 
-    info = _figures(results, out, fig_dir, size_bins, computed, n_boot, seed, skipped, files)
+    info = _figures(results, out, fig_dir, size_bins, computed, bootstrap, seed, skipped, files)
     steps.update(1)
 
     overlay_info = {"files": [], "skipped": [], "captions": {}}
@@ -338,7 +338,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     steps.update(1)
 
     page = render_html(title=title, results=results, main_tables=main_tables, per_class=per_class, gaps=gaps,
-                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, n_boot=n_boot,
+                       figures=info, overlay_files=files["overlays"], skipped=skipped, files=files, bootstrap=bootstrap,
                        overlay_captions=overlay_info.get("captions", {}),
                        scope_tables=scope_tables)
     page = _track_sections(page, pages, checks)
@@ -350,7 +350,7 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
         "fit": info["auroc_vs_pointing"]["fit"],
         "delta_dice": info["dice_fixed_vs_best"]["delta_dice"],
         "size_bins": {k: info["region_size"][k] for k in ("bins", "edges")} if "region_size" in info else None,
-        "n_boot": n_boot,
+        "n_boot": bootstrap,
         "seed": seed,
         "skipped": skipped,
         "sanity": checks,

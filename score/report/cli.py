@@ -67,7 +67,7 @@ def report(result_dirs, max_memory, timeout, **params):
         raise UserError(problems, "nothing was written")
     try:
         with PublishedDir(out_dir, keep=tuple(result_dirs)) as work:  # built beside, swapped in whole: never half a report
-            build_report(work, result_dirs, images=images, gt=gt, submissions=subs, n_boot=o.bootstrap,
+            build_report(work, result_dirs, images=images, gt=gt, submissions=subs, bootstrap=o.bootstrap,
                          seed=o.seed, size_bins=o.size_bins, overlays=o.overlays,
                          progress=not quiet and not as_json and sys.stderr.isatty(), title=o.title, sanity=sanity)
             write_marker(work, "xbench report")
@@ -85,7 +85,7 @@ def report(result_dirs, max_memory, timeout, **params):
 class CompareOptions:
     """What ``xbench compare A_DIR B_DIR`` takes besides the two folders (the fields are its options)."""
 
-    n_boot: int = resamples(help='Paired bootstrap resamples (0: point estimates only).')
+    bootstrap: int = resamples(help='Paired bootstrap resamples (0: point estimates only).')
     seed: int = seed_opt(help='Seed of the resamples.')
     per_class: bool = opt(False, check=Flag(), flag='--per-class/--no-per-class',
                           help='Also compare every class, not only dataset means and the overall mean.')
@@ -117,14 +117,14 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
       xbench compare scores/clip scores/random --bootstrap 2000
     """
     o = parse(CompareOptions, params)
-    n_boot, seed, per_class, out_csv, quiet, as_json = o.n_boot, o.seed, o.per_class, o.out_csv, o.quiet, o.as_json
+    bootstrap, seed, per_class, out_csv, quiet, as_json = o.bootstrap, o.seed, o.per_class, o.out_csv, o.quiet, o.as_json
     from xbench.score.report._load import load_results
 
     apply_budget("xbench compare", max_memory, timeout)
     if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
         from xbench.score.sections.human.compare import compare_human
 
-        return compare_human(a_dir, b_dir, n_boot=n_boot, seed=seed, per_class=per_class, out_csv=out_csv,
+        return compare_human(a_dir, b_dir, bootstrap=bootstrap, seed=seed, per_class=per_class, out_csv=out_csv,
                              quiet=quiet, as_json=as_json)
 
     from xbench.score.metrics import registry as R
@@ -136,16 +136,16 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
     except ReportInputError as err:
         raise UserError(err.problems) from None
     with R.opt_in(*metric_groups([a, b])):  # opt-in metrics the results were scored with are compared and shown
-        _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json)
+        _compare(a, b, a_dir, b_dir, bootstrap, seed, per_class, out_csv, quiet, as_json)
 
 
-def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_json) -> None:
+def _compare(a, b, a_dir, b_dir, bootstrap, seed, per_class, out_csv, quiet, as_json) -> None:
     """``xbench compare`` on two loaded results: the rows, the CSV and what is printed."""
     from xbench.score.report import comparison_csv
     from xbench.score.report.paired import ALPHA, HOLM_FAMILY, VERDICT, compare_results, family_size, floor_note, with_holm
 
     try:
-        rows = with_holm(compare_results(a, b, n_boot=n_boot, seed=seed, per_class=per_class))
+        rows = with_holm(compare_results(a, b, bootstrap=bootstrap, seed=seed, per_class=per_class))
     except ReportInputError as err:
         raise UserError(err.problems) from None
     if out_csv is not None:  # the compared results are inputs: never written into
@@ -156,7 +156,7 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
     if as_json:
         bs = sorted({r.n_valid for r in rows if r.p_value is not None})
         click.echo(json.dumps({
-            "a": a.name, "b": b.name, "n_boot": n_boot, "seed": seed,
+            "a": a.name, "b": b.name, "n_boot": bootstrap, "seed": seed,
             "p_values": {"test": "two-sided paired bootstrap", "floor": "1/(B+1), B = n_valid resamples",
                          "resamples": bs, "adjustment": "holm", "family": HOLM_FAMILY,
                          "n_tests": family_size(rows), "n_rows": sum(r.p_value is not None for r in rows),

@@ -229,17 +229,17 @@ def _region_frame(r: Result):
     return p
 
 
-def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> list:
+def _pooled_intervals(f, idx, metric: str, case_ids, bootstrap: int, seed: int) -> list:
     """95 % percentile bootstrap of the pooled mean of ``metric`` in each bin: cases resampled within each dataset
     (the unit the scorer resamples), each pair weighted by how often its case was drawn. [(lo, hi) or None] * 3."""
-    if n_boot <= 0 or len(f) == 0:
+    if bootstrap <= 0 or len(f) == 0:
         return [None] * 3
     from xbench.score.resampling.engine import draw_indices, stream
 
     rng = stream(seed)
     x = f[metric].to_numpy(dtype=float, na_value=np.nan)
-    num = np.zeros((n_boot, 3))
-    den = np.zeros((n_boot, 3))
+    num = np.zeros((bootstrap, 3))
+    den = np.zeros((bootstrap, 3))
     for d, sub in f.groupby("dataset", sort=True, observed=True):
         rows = np.flatnonzero((f["dataset"] == d).to_numpy())
         ids = case_ids.get(str(d))
@@ -248,9 +248,9 @@ def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> 
         case = np.array([pos.get(c, -1) for c in sub["case_id"].astype(str)])
         keep = (case >= 0) & ~np.isnan(x[rows])
         n = len(universe)
-        draws = draw_indices(rng, n, n_boot)
-        counts = np.zeros((n_boot, n), np.int32)
-        np.add.at(counts, (np.repeat(np.arange(n_boot), n), draws.ravel()), 1)
+        draws = draw_indices(rng, n, bootstrap)
+        counts = np.zeros((bootstrap, n), np.int32)
+        np.add.at(counts, (np.repeat(np.arange(bootstrap), n), draws.ravel()), 1)
         w = counts[:, case[keep]]
         for b in range(3):
             sel = idx[rows][keep] == b
@@ -266,14 +266,14 @@ def _pooled_intervals(f, idx, metric: str, case_ids, n_boot: int, seed: int) -> 
 
 
 def region_size(results: list[Result], stem: Path, *, bins: str = "fixed", computed: dict | None = None,
-                n_boot: int = 0, seed: int = 0) -> dict:
+                bootstrap: int = 0, seed: int = 0) -> dict:
     """Pointing game and best-threshold Dice per lesion-size bin and model (bars with 95 % intervals), percent.
 
     ``bins="fixed"``: the metrics.json lesion-size metrics (``pointing_game_small`` ...; the table's numbers:
     mean over classes, then datasets) and their intervals (``computed``: the report's, where metrics.json has
     none); a result without them (scored before they existed) falls back to the pooled means below.
     ``bins="tercile"``: means pooled over the positive pairs of each bin (pairs.parquet), intervals from
-    ``n_boot`` case resamples (:func:`_pooled_intervals`). ``quantity`` in the result says which was drawn.
+    ``bootstrap`` case resamples (:func:`_pooled_intervals`). ``quantity`` in the result says which was drawn.
     The pair counts under the ticks come from pairs.parquet (results without it are left out of the pooled
     bars, listed under "skipped").
     """
@@ -307,7 +307,7 @@ def region_size(results: list[Result], stem: Path, *, bins: str = "fixed", compu
                 for b in range(3):
                     sel = x[(idx == b) & ~np.isnan(x)]
                     ys.append(100 * float(np.mean(sel)) if len(sel) else np.nan)
-                ci = _pooled_intervals(f, idx, column, r.case_ids, min(n_boot, 1000), seed)
+                ci = _pooled_intervals(f, idx, column, r.case_ids, min(bootstrap, 1000), seed)
             vals[metric], cis[metric] = ys, ci
             ax.bar(np.arange(3) + (k - (len(usable) - 1) / 2) * width, np.nan_to_num(ys), width,
                    label=plain(r.name), color=f"C{k % 10}", yerr=_yerr(ys, ci), **err)

@@ -200,7 +200,7 @@ def _gaps_html(gaps) -> str:
                 + "</caption></table>")
 
 
-def _resamples_note(results, n_boot) -> str:
+def _resamples_note(results, bootstrap) -> str:
     """How many bootstrap resamples stand behind the intervals and the gaps (issue 12: say it on the page)."""
     per_model = {r.name: int(r.metrics.get("xbench", {}).get("bootstrap", {}).get("n_resamples", 0) or 0)
                  for r in results}
@@ -209,8 +209,8 @@ def _resamples_note(results, n_boot) -> str:
     if len(set(per_model.values())) > 1:  # mixed counts: which model has which (their intervals differ in precision)
         parts = ["scorer intervals: " + ", ".join(f"{name} {n or 'none'}" for name, n in per_model.items())
                  + " resamples (mixed: intervals from fewer resamples are less precise)"]
-    if n_boot:
-        parts.append(f"intervals computed here and paired gaps: {n_boot} resamples")
+    if bootstrap:
+        parts.append(f"intervals computed here and paired gaps: {bootstrap} resamples")
     return ("Bootstrap: " + "; ".join(parts) + ". ") if parts else "No bootstrap intervals. "
 
 
@@ -233,7 +233,7 @@ def _partial_html(results) -> str:
 
 
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
-                n_boot=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
+                bootstrap=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``scope_tables``: [(metrics.json section, table)] of the
     other row scopes (:mod:`xbench.score.sections.rowscope`; the phrase-grounding table,
     :func:`xbench.score.outputs.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
@@ -247,7 +247,7 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
              f"<h1>{_e(title)}</h1>",
              f'<p class="meta">{len(results)} model(s): {_e(", ".join(r.name for r in results))}. '
              f"Ground truth sha256: {_e(', '.join(sorted(x[:16] for x in gt)) or 'not recorded')}. "
-             f"Generated {now}. Values in percent unless a table says otherwise (CNR, the gaze measures). {_e(_resamples_note(results, n_boot))}"
+             f"Generated {now}. Values in percent unless a table says otherwise (CNR, the gaze measures). {_e(_resamples_note(results, bootstrap))}"
              "Models ranked by overall pointing game.</p>",
              '<p class="meta">Downloads: <a href="leaderboard.md">leaderboard.md</a> · '
              '<a href="leaderboard.csv">leaderboard.csv</a> · <a href="grounding_fixed.csv">grounding_fixed.csv</a>'

@@ -77,9 +77,9 @@ class ComparisonRow:
         return self.p_value is not None and self.n_valid > 0 and self.p_value <= p_floor(self.n_valid)
 
 
-def p_floor(n_resamples: int) -> float | None:
+def p_floor(bootstrap: int) -> float | None:
     """1/(B+1), the resolution of a bootstrap p-value from B resamples (None without resamples)."""
-    return 1.0 / (n_resamples + 1) if n_resamples > 0 else None
+    return 1.0 / (bootstrap + 1) if bootstrap > 0 else None
 
 
 def _floored(p: float | None, n_valid: int) -> float | None:
@@ -127,18 +127,18 @@ def result_taus(result: Result) -> dict | None:
             for d, cls in thresholds_from_metrics(result.metrics).items()}
 
 
-def missing_intervals(result: Result, *, n_boot: int, seed: int) -> dict:
+def missing_intervals(result: Result, *, bootstrap: int, seed: int) -> dict:
     """Intervals for a result whose metrics.json has none, computed by the scorer from pair_counts.npz.
 
     Returns a dict in the metrics.json layout ({"ci95": ..., "datasets": {d: {"ci95": ..., "classes": {c:
-    {"ci95": ...}}}}}), the same numbers ``xbench-score --bootstrap n_boot --seed seed`` would have written.
+    {"ci95": ...}}}}}), the same numbers ``xbench-score --bootstrap B --seed seed`` would have written.
     """
     from xbench.score.scoring import metrics_from_counts, thresholds_from_metrics
 
     thresholds = thresholds_from_metrics(result.metrics) if result_taus(result) is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # undefined classes were reported when the result was scored
-        return metrics_from_counts(result.counts, bootstrap=n_boot, seed=seed, thresholds=thresholds)[0]
+        return metrics_from_counts(result.counts, bootstrap=bootstrap, seed=seed, thresholds=thresholds)[0]
 
 
 def shown_once(rows: list[ComparisonRow]) -> tuple[list[ComparisonRow], dict[str, str]]:
@@ -218,7 +218,7 @@ def _name(x) -> str | None:
     return x if isinstance(x, str) else None
 
 
-def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
+def compare_results(a: Result, b: Result, *, bootstrap: int = 1000, seed: int = 0,
                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
     """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
     (and class): :func:`xbench.score.resampling.bootstrap.paired_bootstrap` on the two results' pair counts; then, for
@@ -229,8 +229,8 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
 
     Both results must come from the same ground truth (same gt_sha256 when recorded, same datasets, cases,
     labels and regions). Point values are the engine's identity resample (equal to the metrics.json
-    values); the interval uses the same ``n_boot`` resamples for both, those of
-    :func:`xbench.score.resampling.bootstrap.bootstrap_replicates`. ``n_boot=0`` gives point estimates only.
+    values); the interval uses the same ``bootstrap`` resamples for both, those of
+    :func:`xbench.score.resampling.bootstrap.bootstrap_replicates`. ``bootstrap=0`` gives point estimates only.
     ``cache`` (a dict kept by the caller) reuses a result's replicates across comparisons.
     p-values are floored at 1/(B+1) and not yet adjusted (``p_holm`` None): the caller knows which rows it
     shows together and adjusts those with :func:`with_holm`.
@@ -241,7 +241,7 @@ def compare_results(a: Result, b: Result, *, n_boot: int = 1000, seed: int = 0,
         raise ReportInputError(problems)
     datasets = sorted(a.datasets)
     table = BS.paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
-                                n_resamples=n_boot, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
+                                bootstrap=bootstrap, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
                                 per_class=per_class, cache=cache, names=(str(a.path), str(b.path)),
                                 scopes_a=_scope_counts(a), scopes_b=_scope_counts(b), with_tests=True)
     # only metrics both metrics.json files report: a result scored before a metric was registered does not

@@ -1,7 +1,7 @@
 """Percentile bootstrap intervals from per-pair counts, and a paired bootstrap of two submissions.
 
 Method (contract, "Uncertainty"): cases are resampled with replacement *within a dataset* (all classes of a
-case move together), exactly ``n_resamples`` times, from an explicit ``numpy.random.Generator``. A resample
+case move together), exactly ``bootstrap`` times, from an explicit ``numpy.random.Generator``. A resample
 is represented by its multiplicity vector ``w`` (how often each case was drawn), so a class statistic on a
 resample is a ``w``-weighted statistic over the original pairs, computed with matrix products instead of
 copying data. In every resample the best threshold is re-chosen (unless thresholds were transferred), a
@@ -27,8 +27,7 @@ come from :func:`identity_replicates` (every case drawn once), which equal the m
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -40,7 +39,7 @@ from xbench.score.resampling.engine import (ALPHA, cluster_weights, holm, holm_f
 from xbench.score.kernels.counts import DatasetCounts, PhraseCounts
 from xbench.score.resampling.intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
 from xbench.score.resampling.intervals import percentile_interval, percentile_intervals
-from xbench.score.kernels.maps import _ranked_replicates, rank_order
+from xbench.score.resampling.replicates import dataset_replicates, recognition_replicates, serial_blas  # noqa: F401
 from xbench.score.resampling.intervals import mean_defined
 from xbench.score.sections.phrases import ALL_PHRASES, PHRASE_SCOPE, phrase_ground_truth_problems, phrase_points
 from xbench.score.sections.rowscope import row_scopes
@@ -76,350 +75,10 @@ __all__ = [
     "holm_floor_note",
 ]
 
-#: The contract's grounding and recognition keys of schema minor 0 (every registered metric is bootstrapped:
-#: see :mod:`xbench.score.metrics.registry`).
-GROUNDING_KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
-RECOGNITION_KEYS = ("auroc", "auprc", "f1", "accuracy")
-#: Pairs of a class per matrix product in the bootstrap (every class at the paper's scale fits in one).
-PAIR_CHUNK = 8192
-#: Bytes of per-pair Dice/IoU matrices kept per dataset between resample blocks; beyond it they are
-#: recomputed from the counts in every block (time for memory: the scorer's memory then does not grow
-#: with the size of a dataset's largest class).
-CURVE_CACHE_BYTES = 16 * 2**20
-
-
-@contextmanager
-def serial_blas() -> Iterator[None]:
-    """Run BLAS (NumPy's matrix products) on one thread inside the block.
-
-    The bootstrap makes hundreds of small matrix products per dataset. On a machine whose cores are busy
-    (other processes, or Numba's worker threads left over from counting), OpenBLAS's worker threads wait
-    for a time slice on every product: measured on 2 shared cores, the full-scale bootstrap took 0.3-4.8 s
-    from run to run and ~7-23 s at 10x the data, against a steady 0.34 s and 3.4 s on one thread. The
-    results do not depend on the thread count (OpenBLAS splits the output, not the sums).
-    """
-    try:
-        from threadpoolctl import threadpool_limits  # a scikit-learn dependency
-    except ImportError:  # pragma: no cover - scikit-learn is a dependency of the scorer
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-def _first_max_rows(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's first maximum (the smallest tau on ties) and its index; a row with a NaN (a resample that
-    drew none of the pairs: all NaN) counts NaN as -1, i.e. index 0 for an all-NaN row."""
-    nan = np.isnan(means)
-    if nan.any():
-        means = np.where(nan, -1.0, means)
-    k = np.argmax(means, axis=1)
-    return means[np.arange(means.shape[0]), k], k
-
-
-def _inverse(den: np.ndarray) -> np.ndarray:
-    """1 / den where den > 0, NaN elsewhere (a resample that drew none of the pairs)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, 1.0 / np.where(den > 0, den, 1.0), np.nan)
-
-
-class _Plan(NamedTuple):
-    """Where each registered grounding metric's weighted sums sit, the same for every class of a run.
-
-    ``metrics``: the registered grounding metrics. A chunk's per-pair matrix ``vec`` (P, K) has one column per
-    ``sources`` entry, the distinct (values, pairs) sources of non-curve metrics (values times the 0/1
-    selection), then one per ``dens`` entry, the distinct pair selections (0/1; their weighted sums are the
-    denominators). ``curves``: the distinct (values, pairs) sources of curve metrics, each a block of T rows
-    of a chunk's transposed curve matrix. ``chosen``: {(values, chosen-by key): [pairs function, ...]} for
-    the :class:`~xbench.score.metrics.registry.ChosenBy` metrics, read from the raw curve block ``(values, None)``."""
-
-    metrics: tuple
-    sources: tuple
-    dens: tuple
-    curves: tuple
-    chosen: dict
-
-
-def _plan() -> _Plan:
-    ms = tuple(R.metrics("grounding"))
-    direct = [m for m in ms if not isinstance(m.threshold, R.ChosenBy)]
-    chosen: dict = {}
-    for m in ms:
-        if isinstance(m.threshold, R.ChosenBy):
-            chosen.setdefault((m.values, m.threshold.key), [])
-            if m.pairs not in chosen[(m.values, m.threshold.key)]:
-                chosen[(m.values, m.threshold.key)].append(m.pairs)
-    curves = list(dict.fromkeys((m.values, m.pairs) for m in direct if m.curve))
-    curves += [src for src in dict.fromkeys((values, None) for values, _ in chosen) if src not in curves]
-    return _Plan(ms, tuple(dict.fromkeys((m.values, m.pairs) for m in direct if not m.curve)),
-                 tuple(dict.fromkeys(m.pairs for m in ms)), tuple(curves), chosen)
-
-
-def _selection(view: R.PairView, fn, memo: dict) -> np.ndarray | None:
-    """The 0/1 float64 selection ``fn`` of a chunk's pairs (None: every pair)."""
-    if fn is None:
-        return None
-    if fn not in memo:
-        memo[fn] = np.asarray(fn(view), dtype=bool).astype(np.float64)
-    return memo[fn]
-
-
-def _chunk_vectors(dc: DatasetCounts, rows: np.ndarray, plan: _Plan) -> dict:
-    """A chunk's per-pair columns (P, K) float64 (``vec``, see :class:`_Plan`) and the chosen-by selections
-    (P, m) float64, one matrix per (values, chosen-by key)."""
-    view, memo = R.PairView(dc, rows), {}
-    cols = []
-    for values, pairs in plan.sources:
-        v = np.asarray(values(view), dtype=np.float64)
-        sel = _selection(view, pairs, memo)
-        cols.append(v if sel is None else v * sel)
-    for fn in plan.dens:
-        sel = _selection(view, fn, memo)
-        cols.append(np.ones(rows.size) if sel is None else sel)
-    ones = np.ones(rows.size)
-    chosen = {key: np.stack([ones if fn is None else _selection(view, fn, memo) for fn in fns], axis=1)
-              for key, fns in plan.chosen.items()}
-    vec = np.stack(cols, axis=1) if cols else np.zeros((rows.size, 0))
-    return {"vec": vec, "chosen": chosen}
-
-
-def _chunk_curves(dc: DatasetCounts, rows: np.ndarray, plan: _Plan) -> np.ndarray:
-    """A chunk's curve sources, transposed and stacked: (len(plan.curves) * T, P) float64, C order, so that
-    both the weighted sums (``w @ ct.T``) and each resample's row at its chosen tau (``ct[k]``) read it
-    without a copy."""
-    view, memo = R.PairView(dc, rows), {}
-    raw: dict = {}
-    blocks = []
-    for values, pairs in plan.curves:
-        if values not in raw:
-            raw[values] = np.asarray(values(view), dtype=np.float64)
-        sel = _selection(view, pairs, memo)
-        blocks.append((raw[values] if sel is None else raw[values] * sel[:, None]).T)
-    return np.ascontiguousarray(np.concatenate(blocks, axis=0)) if blocks else np.zeros((0, rows.size))
-
-
-def _class_grounding(w_cases: np.ndarray, dc: DatasetCounts, cc: dict, plan: _Plan,
-                     taus: Mapping[str, int] | None) -> dict[str, np.ndarray]:
-    """Every registered grounding metric of one class on each resample, (B,) float64 (NaN where a resample
-    drew none of the pairs a metric selects).
-
-    The class's pairs are taken a chunk (:data:`PAIR_CHUNK` pairs) at a time. Pass 1 takes two matrix products
-    per chunk: the resample weights of its pairs (B, P) times the chunk's per-pair columns (every non-curve
-    source and every pair selection, see :class:`_Plan`) and times its stacked curves (B, sources x T).
-    Fixed-threshold and :class:`~xbench.score.metrics.registry.Best` metrics are read from those sums (Best: the
-    first maximum of each resample's class-mean curve, ties to the smallest tau, or the transferred index).
-    Pass 2, only for :class:`~xbench.score.metrics.registry.ChosenBy` metrics, takes each pair's value at the tau its
-    resample chose (a row gather of the transposed curves) times the weights, times the chosen-by
-    selections: (B, P) work instead of another (B, P) x (P, T) product. Curves of a chunk come from the
-    dataset's cache when they fit its budget (see :func:`_class_cache`) and are recomputed otherwise. Only
-    the order of the sums differs from summing each metric on its own (last bits).
-    """
-    idx, pc, step = cc["idx"], cc["pair_case"], cc["step"]
-    T = dc.b.shape[1]
-    spans = [(s, min(idx.size, s + step)) for s in range(0, idx.size, step)]
-
-    def curves(s: int, e: int) -> np.ndarray:
-        ct = cc["chunks"][s].get("ct")
-        return _chunk_curves(dc, idx[s:e], plan) if ct is None else ct
-
-    vec_sum = curve_sum = w = None
-    for s, e in spans:
-        w = w_cases[:, pc[s:e]]
-        part_v, part_c = w @ cc["chunks"][s]["vec"], w @ curves(s, e).T
-        vec_sum = part_v if vec_sum is None else vec_sum + part_v
-        curve_sum = part_c if curve_sum is None else curve_sum + part_c
-    nv = len(plan.sources)
-    num = {src: vec_sum[:, j] for j, src in enumerate(plan.sources)}
-    num.update({src: curve_sum[:, j * T:(j + 1) * T] for j, src in enumerate(plan.curves)})
-    den = {fn: vec_sum[:, nv + j] for j, fn in enumerate(plan.dens)}
-    inverses = _inverse(vec_sum[:, nv:])
-    inv = {fn: inverses[:, j] for j, fn in enumerate(plan.dens)}
-    out: dict[str, np.ndarray] = {}
-    ks: dict[str, np.ndarray] = {}
-    for m in plan.metrics:
-        if isinstance(m.threshold, R.ChosenBy):
-            continue
-        total, i = num[(m.values, m.pairs)], inv[m.pairs]
-        if not m.curve:
-            out[m.key] = total * i
-            continue
-        with np.errstate(invalid="ignore"):
-            means = total * i[:, None]
-        rule = m.threshold
-        if isinstance(rule, R.Best):
-            if taus is None or taus.get(rule.tau_key) is None:
-                val, k = _first_max_rows(means)
-            else:
-                k = np.full(means.shape[0], int(taus[rule.tau_key]))
-                val = means[:, k[0]] if means.shape[0] else np.zeros(0)
-            out[m.key] = np.where(den[m.pairs] > 0, val, np.nan)
-            ks[m.key] = k
-        else:
-            out[m.key] = means[:, int(rule)]
-    if plan.chosen:
-        gathered: dict = {}
-        for s, e in spans:
-            if len(spans) > 1:  # else the one chunk's weights are still those of pass 1
-                w = w_cases[:, pc[s:e]]
-            ct = curves(s, e)
-            for (values, key), fns in plan.chosen.items():
-                at = ct[plan.curves.index((values, None)) * T + ks[key]]  # (B, P): each pair at its resample's tau
-                at *= w
-                part = at @ cc["chunks"][s]["chosen"][(values, key)]
-                for j, fn in enumerate(fns):
-                    g = (values, key, fn)
-                    gathered[g] = part[:, j] if g not in gathered else gathered[g] + part[:, j]
-        for m in plan.metrics:
-            if isinstance(m.threshold, R.ChosenBy):
-                out[m.key] = gathered[(m.values, m.threshold.key, m.pairs)] * inv[m.pairs]
-    return {m.key: out[m.key] for m in plan.metrics}
-
-
-_INDICATORS = ("tp", "fp", "fn", "correct", "labelled")
-
-
-def _indicators(labels: np.ndarray, prob: np.ndarray) -> np.ndarray:
-    """Per-case indicators (N, C, 5) int8 (:data:`_INDICATORS`) of classes' columns ``labels`` (1/0/-1) and
-    ``prob``; all 0 where a case is not labelled.
-
-    int8, not float64: they stay cached while a dataset's resamples are drawn, and their weighted sums are
-    integers, exact whichever way the product is computed.
-    """
-    lab, pos, y_hat = labels != -1, labels == 1, prob >= 0.5
-    return np.stack([y_hat & pos, y_hat & ~pos & lab, ~y_hat & pos, (y_hat == pos) & lab, lab],
-                    axis=-1).astype(np.int8)
-
-
-def _recognition_from_sums(wt: np.ndarray, ranks: list[tuple], sums: np.ndarray) -> dict[str, np.ndarray]:
-    """Every registered recognition metric of C classes on each resample, (B, C) each, from the weights (N, B),
-    each class's rank order and the weighted indicator sums (B, C, 5). (The registry's recognition metrics
-    are elementwise, so all classes go through them at once.)"""
-    B, C = sums.shape[:2]
-    auroc, ap = np.empty((B, C)), np.empty((B, C))
-    for j, rank in enumerate(ranks):
-        auroc[:, j], ap[:, j] = _ranked_replicates(wt, *rank)
-    tp, fp, fn, correct, total = np.moveaxis(sums, 2, 0)
-    s = R.RecognitionSums(tp=tp, fp=fp, fn=fn, correct=correct, total=total, auroc=auroc, auprc=ap)
-    return {m.key: np.asarray(m.values(s), dtype=np.float64).reshape(B, C) for m in R.metrics("recognition")}
-
-
-def recognition_replicates(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
-    """Class recognition statistics on each resample.
-
-    Parameters
-    ----------
-    w : (B, n) float64
-        Multiplicity of each labelled case of the class in each resample.
-    y : (n,) int, 0 or 1; p : (n,) float64
-        Labels and probabilities of the labelled cases.
-
-    Returns
-    -------
-    dict of (B,) float64 keyed by the registered recognition metrics (:data:`RECOGNITION_KEYS` and any
-    added); AUROC/AUPRC NaN where a resample holds a single label value, everything NaN where it holds no
-    labelled case.
-    """
-    w = np.ascontiguousarray(w, dtype=np.float64)
-    y, p = np.asarray(y), np.asarray(p, dtype=np.float64)
-    n = w.shape[1]
-    sums = w @ _indicators(y[:, None], p[:, None])[:, 0].astype(np.float64)
-    out = _recognition_from_sums(np.ascontiguousarray(w.T), [rank_order(y == 1, p, np.arange(n))], sums[:, None])
-    return {k: v[:, 0] for k, v in out.items()}
-
-
-def _class_cache(dc: DatasetCounts, c: int, cache: dict, plan: _Plan) -> dict:
-    """Everything a resample needs about class column ``c``, computed once per dataset.
-
-    Per chunk of the class's pairs: its per-pair columns (:func:`_chunk_vectors`) and, while the dataset's
-    cache holds less than ``cache["budget"]`` bytes of them, its curves (Dice and IoU: 1.6 KB per pair,
-    :func:`_chunk_curves`); :func:`_class_grounding` recomputes the curves of the other chunks.
-    """
-    out: dict = {}
-    idx = dc.class_pairs(c)
-    if idx.size:
-        step = cache["pair_chunk"]
-        out.update(idx=idx, pair_case=dc.pair_case[idx], step=step, chunks={})
-        for s in range(0, idx.size, step):
-            rows = idx[s:s + step]
-            out["chunks"][s] = chunk = _chunk_vectors(dc, rows, plan)
-            size = len(plan.curves) * 8 * rows.size * dc.b.shape[1]
-            if cache["bytes"] + size <= cache["budget"]:
-                chunk["ct"] = _chunk_curves(dc, rows, plan)
-                cache["bytes"] += size
-    rows = np.flatnonzero(dc.labels[:, c] != -1)
-    out["rank"] = rank_order(dc.labels[rows, c] == 1, dc.prob[rows, c], rows)
-    return out
-
-
-def dataset_replicates(dc: DatasetCounts, w_cases: np.ndarray, *, taus: dict[str, tuple[int, int]] | None = None,
-                       per_pair: dict | None = None
-                       ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """Replicates of every class statistic and of the dataset summary for one block of case resamples.
-
-    Parameters
-    ----------
-    dc : DatasetCounts
-    w_cases : (B, N) float64
-        Case multiplicities from :func:`resample_weights`.
-    taus : dict, optional
-        {class: (dice index, iou index)} to use fixed (transferred) thresholds instead of re-choosing.
-    per_pair : dict, optional
-        A dict kept between blocks of the same dataset, caching the per-class Dice/IoU matrices (up to
-        ``CURVE_CACHE_BYTES``), per-pair columns, indicators and rank orders so each block only does the
-        weighted sums. Preset ``"pair_chunk"`` or ``"budget"`` in it to override :data:`PAIR_CHUNK` and
-        :data:`CURVE_CACHE_BYTES`.
-
-    Returns
-    -------
-    (classes, summary): ``classes[name][key]`` and ``summary[key]`` are (B,) float64 arrays (NaN =
-    undefined in that resample); the summary is the mean over classes defined in each resample, plus
-    ``hamming_accuracy``.
-    """
-    cache = per_pair if per_pair is not None else {}
-    cache.setdefault("pair_chunk", PAIR_CHUNK)
-    cache.setdefault("budget", CURVE_CACHE_BYTES)
-    cache.setdefault("bytes", 0)
-    if "plan" not in cache:
-        cache["plan"] = _plan()
-    plan = cache["plan"]
-    w_cases = np.ascontiguousarray(w_cases, dtype=np.float64)
-    B = w_cases.shape[0]
-    w_t = np.ascontiguousarray(w_cases.T)  # (N, B), shared by every class's rank kernel
-    supported = [c for c in range(len(dc.classes)) if dc.supported[c]]
-    if "indicators" not in cache:
-        cache["indicators"] = _indicators(dc.labels[:, supported], dc.prob[:, supported]).reshape(dc.n_cases, -1)
-    # every class's weighted indicator sums in one product (B, 5 per class): integers, exact in any order
-    indicator_sums = (w_cases @ cache["indicators"].astype(np.float64)).reshape(B, len(supported), 5)
-    for c in supported:
-        if c not in cache:
-            cache[c] = _class_cache(dc, c, cache, plan)
-    recognition = _recognition_from_sums(w_t, [cache[c]["rank"] for c in supported], indicator_sums)
-    grounding = [m.key for m in plan.metrics]
-    classes: dict[str, dict[str, np.ndarray]] = {}
-    for j, c in enumerate(supported):
-        name, cc = dc.classes[c], cache[c]
-        stats: dict[str, np.ndarray] = {}
-        if "idx" in cc:
-            t = (taus or {}).get(name)
-            stats.update(_class_grounding(w_cases, dc, cc, plan, None if t is None else R.tau_map(t)))
-        else:
-            stats.update({k: np.full(B, np.nan) for k in grounding})
-        stats.update({k: v[:, j] for k, v in recognition.items()})
-        classes[name] = stats
-    summary: dict[str, np.ndarray] = {}
-    keys = R.summary_keys()
-    means = [k for k in keys if R.metric(k).kind != "dataset"]
-    if classes and means:  # every class-mean key at once: (keys, classes, B), the mean over classes
-        stacked = _nanmean_rows(np.stack([np.stack([s[k] for s in classes.values()]) for k in means], axis=1))
-        summary.update(zip(means, stacked))
-    for key in keys:
-        if R.metric(key).kind == "dataset":
-            summary[key] = R.metric(key).values(dc, w_cases, cache)
-        elif key not in summary:
-            summary[key] = np.full(B, np.nan)
-    return classes, {k: summary[k] for k in keys}
-
-
+#: The contract's grounding and recognition keys of schema minor 0, as the registry lists them
+#: (:data:`xbench.score.metrics.registry.CORE_KEYS`; every registered metric is bootstrapped).
+GROUNDING_KEYS = R.CORE_KEYS["grounding"]
+RECOGNITION_KEYS = R.CORE_KEYS["recognition"]
 class Replicates(NamedTuple):
     """Replicates of one dataset: ``classes[name][key]`` and ``summary[key]``, (B,) float64 (NaN = undefined)."""
 
@@ -434,7 +93,7 @@ def _concat(blocks: list[Replicates]) -> Replicates:
     return Replicates(classes, {k: np.concatenate([b.summary[k] for b in blocks]) for k in first.summary})
 
 
-def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Generator, *,
+def _dataset_bootstrap(dc: DatasetCounts, bootstrap: int, rng: np.random.Generator, *,
                       taus: Mapping[str, tuple[int, int]] | None = None,
                       cluster: np.ndarray | None = None) -> Replicates:
     """One dataset's replicates (:func:`dataset_replicates` block by block) from ``rng`` positioned where the
@@ -442,40 +101,40 @@ def _dataset_bootstrap(dc: DatasetCounts, n_resamples: int, rng: np.random.Gener
     inside :func:`serial_blas`. ``cluster``: resample clusters of cases (:func:`cluster_weights`)."""
     cache: dict = {}  # per dataset, dropped with this call
     blocks = [Replicates(*dataset_replicates(dc, w, taus=taus, per_pair=cache))
-              for w in cluster_weights(cluster, dc.n_cases, n_resamples, rng)]
+              for w in cluster_weights(cluster, dc.n_cases, bootstrap, rng)]
     return _concat(blocks or [Replicates(*dataset_replicates(dc, np.zeros((0, dc.n_cases)), taus=taus))])
 
 
-def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: int, seed: int,
+def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, bootstrap: int, seed: int,
                          taus: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                          clusters: Mapping[str, np.ndarray] | None = None) -> dict[str, Replicates]:
-    """Every class and dataset statistic on each of ``n_resamples`` case resamples, per dataset.
+    """Every class and dataset statistic on each of ``bootstrap`` case resamples, per dataset.
 
     The resamples come from one ``numpy.random.default_rng(seed)`` consumed in sorted dataset order, as
     :func:`xbench.score.scoring.metrics_from_counts` draws them: the percentile intervals of these
     replicates are exactly the ``ci95`` values of a metrics.json scored from the same datasets with the
-    same ``n_resamples`` and seed. Two submissions of the same datasets therefore get the same resamples
+    same ``bootstrap`` and seed. Two submissions of the same datasets therefore get the same resamples
     (what a paired comparison needs); a different set of datasets gives other resamples.
 
     Parameters
     ----------
     counts : {dataset: DatasetCounts}
-    n_resamples, seed : int
-        ``n_resamples = 0`` gives (0,) arrays.
+    bootstrap, seed : int
+        ``bootstrap = 0`` gives (0,) arrays.
     taus : optional {dataset: {class: (dice index, iou index)}} transferred thresholds.
     clusters : optional {dataset: (n_cases,) int cluster of each case}: that dataset's resamples draw clusters
         (:func:`cluster_weights`; the robustness track's copies, clustered by clean case).
 
     Returns
     -------
-    {dataset: Replicates} with (n_resamples,) float64 arrays.
+    {dataset: Replicates} with (B,) float64 arrays.
     """
     names = sorted(counts)
     workers = min(_workers(), len(names))
     with serial_blas():
         if workers <= 1:  # one generator consumed in order: nothing to position, nothing drawn twice
             rng = stream(seed)
-            return {name: _dataset_bootstrap(counts[name], n_resamples, rng, taus=(taus or {}).get(name),
+            return {name: _dataset_bootstrap(counts[name], bootstrap, rng, taus=(taus or {}).get(name),
                                              cluster=(clusters or {}).get(name))
                     for name in names}
         # Datasets are independent given where their draws start in the one stream (_resample_streams), so the
@@ -485,10 +144,10 @@ def bootstrap_replicates(counts: Mapping[str, DatasetCounts], *, n_resamples: in
         from concurrent.futures import ThreadPoolExecutor
 
         gens = resample_streams({name: n_clusters((clusters or {}).get(name), counts[name].n_cases)
-                                  for name in names}, n_resamples, seed)
+                                  for name in names}, bootstrap, seed)
 
         def one(name: str) -> Replicates:
-            return _dataset_bootstrap(counts[name], n_resamples, gens.pop(name), taus=(taus or {}).get(name),
+            return _dataset_bootstrap(counts[name], bootstrap, gens.pop(name), taus=(taus or {}).get(name),
                                       cluster=(clusters or {}).get(name))
 
         with ThreadPoolExecutor(workers) as pool:
@@ -546,7 +205,7 @@ def paired_differences(reps_a: Mapping[str, Replicates], reps_b: Mapping[str, Re
                        level: float = 0.95, per_class: bool = True) -> pd.DataFrame:
     """The table of ``a - b`` from replicates of two submissions drawn on the same resamples.
 
-    ``reps_*`` come from :func:`bootstrap_replicates` (same datasets, ``n_resamples`` and seed for both),
+    ``reps_*`` come from :func:`bootstrap_replicates` (same datasets, ``bootstrap`` and seed for both),
     ``point_*`` from :func:`identity_replicates`. Rows: the overall means first (``dataset`` None), then per
     dataset (sorted) its summary (``class`` None, Hamming accuracy included) and, with ``per_class``, every
     class both hold. Columns :data:`PAIRED_COLUMNS`: point values ``a``, ``b``, ``diff = a - b`` (None where
@@ -577,24 +236,24 @@ def _paired_rows(reps_a, reps_b, point_a, point_b, *, level: float, per_class: b
     return rows
 
 
-def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, n_resamples: int, seed: int, cache: dict | None,
+def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, bootstrap: int, seed: int, cache: dict | None,
                      name: str | None) -> tuple[dict[str, Replicates], dict[str, Replicates]]:
     """(resampled, identity) replicates of one submission, memoised in ``cache`` under (``name``, dataset,
     what): a dataset's resamples depend on the datasets drawn before it, so the resample key names them all."""
     datasets = tuple(sorted(counts))
     found = {}
-    for what, key in (("reps", (n_resamples, seed, datasets)), ("point", "identity")):
+    for what, key in (("reps", (bootstrap, seed, datasets)), ("point", "identity")):
         if cache is not None and name is not None and all((name, d, key) in cache for d in datasets):
             found[what] = {d: cache[(name, d, key)] for d in datasets}
             continue
         found[what] = (identity_replicates(counts, taus=taus) if what == "point" else
-                       bootstrap_replicates(counts, n_resamples=n_resamples, seed=seed, taus=taus))
+                       bootstrap_replicates(counts, bootstrap=bootstrap, seed=seed, taus=taus))
         if cache is not None and name is not None:
             cache.update({(name, d, key): v for d, v in found[what].items()})
     return found["reps"], found["point"]
 
 
-def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int = 1000,
+def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, bootstrap: int = 1000,
                      seed: int = 0, level: float = 0.95,
                      taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
                      taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
@@ -609,13 +268,13 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     Over the datasets both hold, one set of case resamples (:func:`bootstrap_replicates`) is applied to
     both submissions, so the interval of the difference accounts for the cases they share; when both hold
     the same datasets, each submission's replicates are those behind its own metrics.json intervals (same
-    ``n_resamples`` and seed). Load the inputs with :func:`xbench.score.kernels.counts.load_pair_counts` from each
+    ``bootstrap`` and seed). Load the inputs with :func:`xbench.score.kernels.counts.load_pair_counts` from each
     run's ``pair_counts.npz``.
 
     Parameters
     ----------
     a, b : dict {dataset: DatasetCounts}
-    n_resamples, seed, level : resamples (0: point differences only), seed, interval level.
+    bootstrap, seed, level : resamples (0: point differences only), seed, interval level.
     taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed (transferred) thresholds.
     per_class : also compare every class, not only the dataset and overall means.
     cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
@@ -651,7 +310,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
             from xbench.score.errors import GroundTruthMismatchError
 
             raise GroundTruthMismatchError(problems)
-    common = dict(n_resamples=n_resamples, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
+    common = dict(bootstrap=bootstrap, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
     columns = PAIRED_COLUMNS + ["test"] if with_tests else PAIRED_COLUMNS
     table, rows = None, []
     for scope, sa, sb in pairs:
@@ -669,7 +328,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     return pd.DataFrame(table.to_dict("records") + rows, columns=columns)
 
 
-def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, n_resamples: int,
+def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, bootstrap: int,
                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                       names: tuple[str, str] | None = None, taus_a=None, taus_b=None) -> list[dict]:
     """The class scope's rows of :func:`paired_bootstrap` (see there; ``per_group``: every class too)."""
@@ -680,8 +339,8 @@ def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCou
         raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
-    reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, n_resamples, seed, cache, name_a)
-    reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, n_resamples, seed, cache, name_b)
+    reps_a, point_a = _memo_replicates({d: a[d] for d in shared}, taus_a, bootstrap, seed, cache, name_a)
+    reps_b, point_b = _memo_replicates({d: b[d] for d in shared}, taus_b, bootstrap, seed, cache, name_b)
     return _paired_rows(reps_a, reps_b, point_a, point_b, level=level, per_class=per_group)
 
 
@@ -756,8 +415,8 @@ class _Scope:
         return out
 
 
-def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int = 250) -> dict:
-    """Bootstrap replicates of every phrase metric, (n_resamples,) float64 each: {"categories": {category:
+def phrase_replicates(pc: PhraseCounts, bootstrap: int, seed: int, chunk: int = 250) -> dict:
+    """Bootstrap replicates of every phrase metric, (B,) float64 each: {"categories": {category:
     {key: ...}}, "summary": {key: ...}, "pooled": {key: ...}} (the pooled keys only, :func:`R.pooled_keys`).
 
     Each resample draws the dataset's images with replacement: the dataset's own resamples in the run's one
@@ -765,7 +424,7 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     the multiplicity of its image. Best thresholds are chosen again per category in each
     resample. Two submissions of the same phrase rows get the same resamples (a paired comparison).
     """
-    rng = positioned_stream(pc.prior, n_resamples, seed)
+    rng = positioned_stream(pc.prior, bootstrap, seed)
     dc = pc.counts
     n = pc.n_images
     ms = R.metrics("grounding", scope="phrase")
@@ -775,7 +434,7 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     everything = _Scope(dc, np.arange(dc.pair_case.size), pooled_ms)
     per_cat: dict = {name: {m.key: [] for m in ms} for name in scopes}
     pooled: dict = {m.key: [] for m in pooled_ms}
-    for draws in resample_weights(n, n_resamples, rng, chunk=chunk):  # (b, N) image counts
+    for draws in resample_weights(n, bootstrap, rng, chunk=chunk):  # (b, N) image counts
         w_all = draws[:, pc.image]
         for k, v in everything.replicates(w_all).items():
             pooled[k].append(v)
@@ -786,23 +445,23 @@ def phrase_replicates(pc: PhraseCounts, n_resamples: int, seed: int, chunk: int 
     per_cat = {c: {k: np.concatenate(v) if v else empty for k, v in s.items()} for c, s in per_cat.items()}
     # a resample may draw no phrase of any category: all-NaN is NaN (no warning, no process-wide filter)
     summary = {m.key: _nanmean_rows(np.stack([per_cat[c][m.key] for c in per_cat])) if per_cat
-               else np.full(n_resamples, np.nan) for m in ms}
+               else np.full(bootstrap, np.nan) for m in ms}
     return {"categories": per_cat, "summary": summary,
             "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
 
 
-def _memo(pc: PhraseCounts, n_resamples: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
+def _memo(pc: PhraseCounts, bootstrap: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
     """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
-    key = (name, pc.name, "phrases", n_resamples, seed)
+    key = (name, pc.name, "phrases", bootstrap, seed)
     if cache is not None and name is not None and key in cache:
         return cache[key]
-    found = (phrase_replicates(pc, n_resamples, seed), phrase_points(pc))
+    found = (phrase_replicates(pc, bootstrap, seed), phrase_points(pc))
     if cache is not None and name is not None:
         cache[key] = found
     return found
 
 
-def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, n_resamples: int,
+def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, bootstrap: int,
                        seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                        names: tuple[str, str] | None = None) -> list[dict]:
     """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
@@ -822,7 +481,7 @@ def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCoun
         raise GroundTruthMismatchError(problems)
     shared = sorted(set(a) & set(b))
     name_a, name_b = names if names is not None else (None, None)
-    got = {d: (_memo(a[d], n_resamples, seed, cache, name_a), _memo(b[d], n_resamples, seed, cache, name_b))
+    got = {d: (_memo(a[d], bootstrap, seed, cache, name_a), _memo(b[d], bootstrap, seed, cache, name_b))
            for d in shared}
     keys = R.phrase_keys()
     rows: list[dict] = []

@@ -45,16 +45,16 @@ def stream(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
+def resample_weights(n_cases: int, bootstrap: int, rng: np.random.Generator,
                      *, chunk: int | None = None) -> Iterator[np.ndarray]:
-    """Yield blocks of case multiplicities, float64 (b, n_cases), ``n_resamples`` rows in all.
+    """Yield blocks of case multiplicities, float64 (b, n_cases), ``bootstrap`` rows in all.
 
     Row r counts how often each case was drawn in resample r (``n_cases`` draws with replacement, uniform).
     The draws consume ``rng`` in order, so the same seed gives the same resamples whatever the block size;
     blocks default to at most ~1 M weights (8 MB) so memory does not grow with the number of resamples.
     Only the yielded block stays alive while the caller works on it (the int64 draws are dropped first).
     """
-    for b in _block_sizes(n_cases, n_resamples, chunk):
+    for b in _block_sizes(n_cases, bootstrap, chunk):
         w = np.zeros((b, n_cases))
         if n_cases:
             draws = rng.integers(0, n_cases, size=(b, n_cases))
@@ -64,26 +64,26 @@ def resample_weights(n_cases: int, n_resamples: int, rng: np.random.Generator,
         yield w
 
 
-def _block_sizes(n_cases: int, n_resamples: int, chunk: int | None = None) -> list[int]:
+def _block_sizes(n_cases: int, bootstrap: int, chunk: int | None = None) -> list[int]:
     """Resamples per block of :func:`resample_weights` (checked arguments)."""
-    if n_resamples < 0 or n_cases < 0:
+    if bootstrap < 0 or n_cases < 0:
         from xbench.score.errors import ScoreInputError
 
-        raise ScoreInputError(f"the number of bootstrap resamples must be >= 0; got {n_resamples} "
+        raise ScoreInputError(f"the number of bootstrap resamples must be >= 0; got {bootstrap} "
                               f"(and {n_cases} cases)")
     if chunk is None:
         chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, 1)))
-    return [min(chunk, n_resamples - done) for done in range(0, n_resamples, chunk)]
+    return [min(chunk, bootstrap - done) for done in range(0, bootstrap, chunk)]
 
 
-def skip_resamples(n_cases: int, n_resamples: int, rng: np.random.Generator) -> None:
+def skip_resamples(n_cases: int, bootstrap: int, rng: np.random.Generator) -> None:
     """Advance ``rng`` exactly as :func:`resample_weights` consumes it, without building the weights."""
     if n_cases:
-        for b in _block_sizes(n_cases, n_resamples):
+        for b in _block_sizes(n_cases, bootstrap):
             rng.integers(0, n_cases, size=(b, n_cases))
 
 
-def resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) -> dict[str, np.random.Generator]:
+def resample_streams(n_cases: Mapping[str, int], bootstrap: int, seed: int) -> dict[str, np.random.Generator]:
     """Each dataset's generator, positioned where its draws start in the one ``numpy.random.default_rng(seed)``
     stream consumed in sorted dataset order (see :func:`bootstrap_replicates`): a dataset's resamples depend
     only on the case counts of the datasets before it, so each can be drawn on its own, in any order or
@@ -94,18 +94,18 @@ def resample_streams(n_cases: Mapping[str, int], n_resamples: int, seed: int) ->
     for i, name in enumerate(names):
         out[name] = copy.deepcopy(rng)
         if i + 1 < len(names):  # the draws are skipped (made and dropped) only where another dataset follows
-            skip_resamples(int(n_cases[name]), n_resamples, rng)
+            skip_resamples(int(n_cases[name]), bootstrap, rng)
     return out
 
 
-def positioned_stream(prior_units, n_resamples: int, seed: int) -> np.random.Generator:
+def positioned_stream(prior_units, bootstrap: int, seed: int) -> np.random.Generator:
     """A dataset's generator: ``numpy.random.default_rng(seed)`` advanced past the resamples of the datasets
     before it in sorted order (``prior_units``: their unit counts, cases or clusters, in that order), exactly as
     :func:`resample_streams` positions it. Any section resampling a dataset's cases asks for this stream, so its
     resamples are the dataset's own (those behind the dataset's metrics.json intervals), row for row."""
     rng = stream(seed)
     for n in prior_units:
-        skip_resamples(int(n), n_resamples, rng)
+        skip_resamples(int(n), bootstrap, rng)
     return rng
 
 
@@ -138,7 +138,7 @@ def n_clusters(cluster: np.ndarray | None, n_cases: int) -> int:
     return int(cluster.max()) + 1 if cluster.size else 0
 
 
-def cluster_weights(cluster: np.ndarray | None, n_cases: int, n_resamples: int,
+def cluster_weights(cluster: np.ndarray | None, n_cases: int, bootstrap: int,
                     rng: np.random.Generator) -> Iterator[np.ndarray]:
     """Blocks of case multiplicities (b, n_cases) of a cluster bootstrap: each resample draws the clusters
     ``0..M-1`` with replacement (:func:`resample_weights` over M units, the same draws) and every case takes its
@@ -146,7 +146,7 @@ def cluster_weights(cluster: np.ndarray | None, n_cases: int, n_resamples: int,
     independent). ``cluster=None``: the case bootstrap itself. With one case per cluster, in cluster order, the
     weights are those of the case bootstrap bit for bit."""
     if cluster is None:
-        yield from resample_weights(n_cases, n_resamples, rng)
+        yield from resample_weights(n_cases, bootstrap, rng)
         return
     cluster = np.asarray(cluster, dtype=np.int64)
     if cluster.shape != (n_cases,) or (cluster.size and cluster.min() < 0):
@@ -155,32 +155,32 @@ def cluster_weights(cluster: np.ndarray | None, n_cases: int, n_resamples: int,
     m = n_clusters(cluster, n_cases)
     # blocks sized by the expanded (b, n_cases) weights; the draws do not depend on the block size
     chunk = max(8, min(_CHUNK, _BLOCK_WEIGHTS // max(n_cases, m, 1)))
-    for w in resample_weights(m, n_resamples, rng, chunk=chunk):
+    for w in resample_weights(m, bootstrap, rng, chunk=chunk):
         yield w[:, cluster]
 
 
-def draw_indices(rng: np.random.Generator, n_cases: int, n_resamples: int) -> np.ndarray:
-    """(n_resamples, n_cases) cases drawn from ``rng`` as it stands (several datasets drawn in turn from one
+def draw_indices(rng: np.random.Generator, n_cases: int, bootstrap: int) -> np.ndarray:
+    """(B, n_cases) cases drawn from ``rng`` as it stands (several datasets drawn in turn from one
     stream): ``rng.integers(0, n, size=(B, n))``."""
-    return rng.integers(0, n_cases, size=(n_resamples, n_cases))
+    return rng.integers(0, n_cases, size=(bootstrap, n_cases))
 
 
-def case_indices(n_cases: int, n_resamples: int, seed: int) -> np.ndarray:
-    """(n_resamples, n_cases) int64: the cases each resample draws, ``default_rng(seed).integers(0, n, (B, n))``
+def case_indices(n_cases: int, bootstrap: int, seed: int) -> np.ndarray:
+    """(B, n_cases) int64: the cases each resample draws, ``default_rng(seed).integers(0, n, (B, n))``
     (the rows of :func:`resample_weights` over the same seed, as indices); (B, 0) without cases."""
-    _block_sizes(n_cases, n_resamples)  # checks the arguments
-    if not n_cases or not n_resamples:
-        return np.zeros((max(n_resamples, 0), n_cases), np.int64)
-    return stream(seed).integers(0, n_cases, size=(n_resamples, n_cases))
+    _block_sizes(n_cases, bootstrap)  # checks the arguments
+    if not n_cases or not bootstrap:
+        return np.zeros((max(bootstrap, 0), n_cases), np.int64)
+    return stream(seed).integers(0, n_cases, size=(bootstrap, n_cases))
 
 
-def legacy_choice_weights(n_cases: int, n_resamples: int, seed: int) -> np.ndarray:
-    """(n_resamples, n_cases) case multiplicities of CheXlocalize's bootstrap (their eval.py): one
+def legacy_choice_weights(n_cases: int, bootstrap: int, seed: int) -> np.ndarray:
+    """(B, n_cases) case multiplicities of CheXlocalize's bootstrap (their eval.py): one
     ``numpy.random.RandomState(seed)`` (the legacy global seed), per resample ``choice(n, size=n, replace=True)``."""
-    _block_sizes(n_cases, n_resamples)
+    _block_sizes(n_cases, bootstrap)
     rs = np.random.RandomState(seed)
-    w = np.zeros((n_resamples, n_cases))
-    for i in range(n_resamples):
+    w = np.zeros((bootstrap, n_cases))
+    for i in range(bootstrap):
         if n_cases:
             w[i] = np.bincount(rs.choice(n_cases, size=n_cases, replace=True), minlength=n_cases)
     return w
@@ -254,12 +254,12 @@ def holm_min_resamples(m: int, alpha: float = ALPHA) -> int:
     return b
 
 
-def holm_floor_note(m: int, n_resamples: int, alpha: float = ALPHA, option: str = "--bootstrap") -> str | None:
-    """The sentence saying that B = ``n_resamples`` is too few for any of m tests to pass the Holm adjustment
+def holm_floor_note(m: int, bootstrap: int, alpha: float = ALPHA, option: str = "--bootstrap") -> str | None:
+    """The sentence saying that B = ``bootstrap`` is too few for any of m tests to pass the Holm adjustment
     (m/(B+1) >= ``alpha``: even a test at the floor 1/(B+1) is not significant), naming the option to raise and
     the least B that can; None when some test could pass (or there is no test)."""
-    if m <= 0 or n_resamples <= 0 or m / (n_resamples + 1) < alpha:
+    if m <= 0 or bootstrap <= 0 or m / (bootstrap + 1) < alpha:
         return None
-    return (f"B = {n_resamples} resamples are too few for any gap to pass the Holm adjustment over {m} tests "
-            f"(the smallest adjusted p is {m}/(B+1) = {m / (n_resamples + 1):.3f}, not below {alpha:g}), so none "
+    return (f"B = {bootstrap} resamples are too few for any gap to pass the Holm adjustment over {m} tests "
+            f"(the smallest adjusted p is {m}/(B+1) = {m / (bootstrap + 1):.3f}, not below {alpha:g}), so none "
             f"is called significant whatever the data; raise {option} to at least {holm_min_resamples(m, alpha)}.")

@@ -180,7 +180,7 @@ def _mean(vals) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dict, *, n_boot: int = 1000,
+def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dict, *, bootstrap: int = 1000,
                          seed: int = 0, round2_name: str = "") -> dict:
     """The metrics.json ``faithfulness`` section."""
     datasets = {}
@@ -191,12 +191,12 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
         values = pair_values(key, dc)
         per_class = _class_means(values, dc)
         summary = {k: _mean(pc[k] for pc in per_class.values()) for k in values}
-        boot_class, boot_ds = _bootstrap(values, dc, n_boot, seed)
+        boot_class, boot_ds = _bootstrap(values, dc, bootstrap, seed)
         classes = {}
         for c, v in per_class.items():
             sel = np.array([pc == c for pc in dc.pair_class])
             entry = {"n_pairs": int(sel.sum()), **v}
-            if n_boot:
+            if bootstrap:
                 entry["ci95"] = {k: percentile_interval(boot_class[c][k]) for k in values}
             entry["curves"] = {curve: {"fractions": fractions(curve, key).tolist(),
                                        **{o: arr[sel, j].mean(axis=0).tolist() for j, o in enumerate(F.ORDERS[curve])}}
@@ -205,7 +205,7 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
                 entry["road_accuracy"] = _road_accuracy(dc.probs["road"][sel])
             classes[c] = entry
         datasets[name] = {"n_pairs": len(dc.pair_class), "n_cases": len(dc.cases), "summary": summary,
-                          **({"ci95": {k: percentile_interval(boot_ds[k]) for k in values}} if n_boot else {}),
+                          **({"ci95": {k: percentile_interval(boot_ds[k]) for k in values}} if bootstrap else {}),
                           **({"road_accuracy": _road_accuracy(dc.probs["road"])} if road_accuracy else {}),
                           "classes": classes}
     keys = [k for curve in key.header["curves"] for k, _ in KEYS[curve]]
@@ -215,7 +215,7 @@ def faithfulness_section(key: F.Key, curves: dict[str, DatasetCurves], info: dic
             **({"insertion_substrate": key.substrate} if "insertion" in key.header["curves"] else {}),
             "score": "probability: sigmoid of a logit, a probability as it is",
             "round2": {"submission": round2_name, "model": info["model"], "key_sha256": info["key_sha256"]},
-            "bootstrap": n_boot, "overall": overall, "datasets": datasets}
+            "bootstrap": bootstrap, "overall": overall, "datasets": datasets}
 
 
 def _road_accuracy(arr: np.ndarray) -> dict:
@@ -225,18 +225,18 @@ def _road_accuracy(arr: np.ndarray) -> dict:
     return {o: (arr[:, j] >= 0.5).mean(axis=0).tolist() for j, o in enumerate(F.ORDERS["road"])}
 
 
-def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, n_boot: int, seed: int):
-    """Resample the dataset's cases with replacement ``n_boot`` times (all pairs of a case move together); per
+def _bootstrap(values: dict[str, np.ndarray], dc: DatasetCurves, bootstrap: int, seed: int):
+    """Resample the dataset's cases with replacement ``bootstrap`` times (all pairs of a case move together); per
     resample the class means (pairs weighted by their case's multiplicity) and the dataset mean over the classes
-    present in it. Returns ({class: {key: (n_boot,)}}, {key: (n_boot,)}), NaN where undefined."""
+    present in it. Returns ({class: {key: (B,)}}, {key: (B,)}), NaN where undefined."""
     classes = sorted(set(dc.pair_class))
-    boot_class = {c: {k: np.full(n_boot, np.nan) for k in values} for c in classes}
-    boot_ds = {k: np.full(n_boot, np.nan) for k in values}
+    boot_class = {c: {k: np.full(bootstrap, np.nan) for k in values} for c in classes}
+    boot_ds = {k: np.full(bootstrap, np.nan) for k in values}
     n = len(dc.cases)
     from xbench.score.resampling.engine import resample_weights, stream
 
-    weights = np.concatenate(list(resample_weights(n, n_boot, stream(seed)))) if n_boot else np.zeros((0, n))
-    for b in range(n_boot):
+    weights = np.concatenate(list(resample_weights(n, bootstrap, stream(seed)))) if bootstrap else np.zeros((0, n))
+    for b in range(bootstrap):
         mult = weights[b]
         per = _class_means(values, dc, mult[dc.pair_case])
         for c in classes:
@@ -345,7 +345,7 @@ def prepare(values: dict, gt, names, submissions) -> dict | None:
     from xbench.schemas.paths import store_stem
 
     k, curves, info = load_round2(round2, key)  # an InputError: every problem, exit 2
-    return faithfulness_section(k, curves, info, n_boot=values["bootstrap"], seed=values["seed"],
+    return faithfulness_section(k, curves, info, bootstrap=values["bootstrap"], seed=values["seed"],
                                 round2_name=store_stem(round2))
 
 

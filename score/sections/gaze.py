@@ -33,147 +33,16 @@ import numpy as np
 
 from xbench.schemas.schema_versions import minor
 from xbench.score.metrics import gaze as G
+from xbench.score.sections._gaze_truth import ChunkRows, GazeTruth, _truth_map, read_gaze  # noqa: F401 (read_gaze, ChunkRows: the section's API)
 
 SECTION = "gaze"
 #: metrics.json schema minor that added the "gaze" section
 GAZE_METRICS_MINOR = minor("metrics", "gaze")
-GAZE_ARRAYS = ("gaze_case", "gaze_reader", "gaze_offset", "fixations", "gaze_sigma", "gaze_map", "gaze_labels")
-REGION_ARRAYS = ("gaze_region_index", "gaze_region_mask")
 IMAGE_MAP = ("the mean of the model's min-max normalised maps over the classes the reading labels present "
              "(over every supported class when it labels none)")
 #: the region measures, in order
 REGION_KEYS = ("gaze_share", "model_energy")
 TITLES = {"nss": "NSS", "cc": "CC", "sim": "SIM", "kl": "KL", "auc_judd": "AUC-Judd", "auc_shuffled": "sAUC"}
-
-
-# ------------------------------------------------------------------------------ reading the ground truth
-@dataclass
-class GazeTruth:
-    """One dataset's gaze arrays (gt.zarr layout, docs/gaze.md), checked; ``gaze_map`` and the region masks
-    stay on disk (read one reading at a time)."""
-
-    case: np.ndarray  # (R,) int64
-    reader: np.ndarray  # (R,) str
-    offset: np.ndarray  # (R+1,) int64
-    fixations: np.ndarray  # (F, 3) float64
-    gaze_map: object  # (R, H, W) array-like
-    labels: np.ndarray  # (R, C) int8
-    region_index: np.ndarray  # (Q, 2) int64
-    region_mask: object  # (Q, H, W) bool array-like, or None
-
-
-def _group(gt, name: str):
-    from xbench.schemas.store import open_store_group
-
-    return open_store_group(gt.path)[name]
-
-
-def read_gaze(gt, name: str, where: str = "") -> GazeTruth | None:
-    """The gaze of dataset ``name`` of the opened ground truth ``gt``, or None when it has none. Raises
-    :class:`~xbench.schemas.InvalidStoreError` with one line per problem of the arrays."""
-    from xbench.schemas import InvalidStoreError, Problem
-
-    ds = gt.datasets[name]
-    g = _group(gt, name)
-    present = [k for k in GAZE_ARRAYS if k in g]
-    if not present:
-        return None
-    w = where or name
-    problems: list = []
-    if len(present) != len(GAZE_ARRAYS):
-        missing = [k for k in GAZE_ARRAYS if k not in g]
-        raise InvalidStoreError([Problem(w, f"gaze arrays are all or none; missing {', '.join(missing)}")])
-    n, c = len(ds.case_id), len(ds.classes)
-    H, W = ds.grid
-    shapes = {k: tuple(g[k].shape) for k in GAZE_ARRAYS}
-    r = shapes["gaze_case"][0] if len(shapes["gaze_case"]) == 1 else -1
-    want = {"gaze_case": (r,), "gaze_reader": (r,), "gaze_offset": (r + 1,), "gaze_sigma": (r,),
-            "gaze_map": (r, H, W), "gaze_labels": (r, c)}
-    for k, shape in want.items():
-        if shapes[k] != shape:
-            problems.append(Problem(f"{w}/{k}", f"shape {shapes[k]}; expected {shape}"))
-    if len(shapes["fixations"]) != 2 or shapes["fixations"][1] != 3:
-        problems.append(Problem(f"{w}/fixations", f"shape {shapes['fixations']}; expected (F, 3)"))
-    has_regions = [k for k in REGION_ARRAYS if k in g]
-    if len(has_regions) == 1:
-        problems.append(Problem(w, f"gaze_region_index and gaze_region_mask come together; only {has_regions[0]}"))
-    if problems:
-        raise InvalidStoreError(problems)
-    case = np.asarray(g["gaze_case"][...]).astype(np.int64)
-    offset = np.asarray(g["gaze_offset"][...]).astype(np.int64)
-    fix = np.asarray(g["fixations"][...], dtype=np.float64)
-    labels = np.asarray(g["gaze_labels"][...])
-    if r and (case.min() < 0 or case.max() >= n):
-        problems.append(Problem(f"{w}/gaze_case", f"case rows must lie in 0..{n - 1}"))
-    if offset[0] != 0 or (np.diff(offset) < 0).any() or offset[-1] != fix.shape[0]:
-        problems.append(Problem(f"{w}/gaze_offset", f"must start at 0, never decrease and end at {fix.shape[0]}"))
-    if fix.size and not (np.isfinite(fix).all() and (fix[:, 2] > 0).all()):
-        problems.append(Problem(f"{w}/fixations", "x and y must be finite and every duration finite and > 0"))
-    if not np.isin(labels, (-1, 0, 1)).all():
-        problems.append(Problem(f"{w}/gaze_labels", "values other than -1, 0, 1"))
-    index, masks = np.zeros((0, 2), np.int64), None
-    if has_regions:
-        index = np.asarray(g["gaze_region_index"][...]).astype(np.int64)
-        masks = g["gaze_region_mask"]
-        q = index.shape[0] if index.ndim == 2 and index.shape[1:] == (2,) else -1
-        if q < 0 or tuple(masks.shape) != (q, H, W):
-            problems.append(Problem(f"{w}/gaze_region_index", f"shapes {index.shape} and {tuple(masks.shape)}; "
-                                                              f"expected (Q, 2) and (Q, {H}, {W})"))
-        elif q and (index[:, 0].min() < 0 or index[:, 0].max() >= r or index[:, 1].min() < 0
-                    or index[:, 1].max() >= c):
-            problems.append(Problem(f"{w}/gaze_region_index", "points outside the readings or classes"))
-    if problems:
-        raise InvalidStoreError(problems)
-    from xbench.schemas.store import read_strings
-
-    return GazeTruth(case, read_strings(g["gaze_reader"]), offset, fix, ChunkRows(g["gaze_map"]),
-                     labels.astype(np.int8), index.reshape(-1, 2), None if masks is None else ChunkRows(masks))
-
-
-class ChunkRows:
-    """Rows of a chunked (N, H, W) array read one stored chunk block at a time, the last few blocks kept: a reading's map costs one decode of its block, not one per row
-    (a 256-row chunk decoded per reading made a 1,668-reading set take two minutes). Readings are visited case
-    by case, which walks a few streams of the store's order (one per reader), so a few blocks suffice; each
-    block is one stored chunk, bounded by the store budget's chunk size; ``max_bytes`` (64 MiB) or
-    ``min_blocks`` blocks are kept, whichever is more."""
-
-    def __init__(self, arr, max_bytes: int = 64 << 20, min_blocks: int = 4):
-        from collections import OrderedDict
-
-        self.arr = arr
-        chunks = getattr(arr, "chunks", None)
-        self.step = max(1, int(chunks[0])) if chunks else 1
-        per_block = self.step * int(np.prod(arr.shape[1:], dtype=np.int64)) * np.dtype(arr.dtype).itemsize
-        # a few blocks whatever their size (each at most the budget's chunk size, max_memory / 8), more when small
-        self.keep = max(min_blocks, max_bytes // max(per_block, 1))
-        self.blocks: OrderedDict = OrderedDict()
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self.arr.shape)
-
-    def __getitem__(self, i) -> np.ndarray:
-        if not isinstance(i, (int, np.integer)):  # a slice or an Ellipsis: straight from the array
-            return np.asarray(self.arr[i])
-        b = int(i) // self.step
-        block = self.blocks.get(b)
-        if block is None:
-            block = np.asarray(self.arr[b * self.step:(b + 1) * self.step])
-            self.blocks[b] = block
-            while len(self.blocks) > self.keep:
-                self.blocks.popitem(last=False)
-        else:
-            self.blocks.move_to_end(b)
-        return block[int(i) - b * self.step]
-
-
-def _truth_map(truth: GazeTruth, r: int, where: str) -> np.ndarray:
-    m = np.asarray(truth.gaze_map[r], dtype=np.float64)
-    if not np.isfinite(m).all() or (m < 0).any():
-        from xbench.schemas import InvalidStoreError, Problem
-
-        raise InvalidStoreError([Problem(f"{where}/gaze_map", f"reading {r}: values must be finite and >= 0")])
-    return m
 
 
 # ------------------------------------------------------------------------------ counting: one value per row
@@ -370,14 +239,14 @@ def gaze_counts(sub_ds, gt_ds, truth: GazeTruth, *, case_rows: np.ndarray, class
 
 
 # ------------------------------------------------------------------------------ estimates and intervals
-def case_draws(n_cases: int, n_resamples: int, seed: int, prior=()) -> Iterator[np.ndarray]:
+def case_draws(n_cases: int, bootstrap: int, seed: int, prior=()) -> Iterator[np.ndarray]:
     """THE draws of the gaze section (its only one): blocks of case multiplicities (b, n_cases), the dataset's own
     resamples in the run's one stream (:func:`xbench.score.resampling.engine.positioned_stream`, past the
     ``prior`` datasets), so row r is the resample behind row r of the dataset's class intervals; two submissions
     of one ground truth get the same resamples (paired comparisons)."""
     from xbench.score.resampling.engine import positioned_stream, resample_weights
 
-    return resample_weights(n_cases, n_resamples, positioned_stream(prior, n_resamples, seed))
+    return resample_weights(n_cases, bootstrap, positioned_stream(prior, bootstrap, seed))
 
 
 def _wmean(w: np.ndarray, case: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -422,9 +291,9 @@ def _map_leaves(fn, *trees):
     return fn(*trees)
 
 
-def replicates(gc: GazeCounts, n_resamples: int, seed: int) -> dict:
-    """:func:`estimates` over ``n_resamples`` case resamples (:func:`case_draws`), (n_resamples,) per leaf."""
-    blocks = [estimates(gc, w) for w in case_draws(gc.n_cases, n_resamples, seed, gc.prior)]
+def replicates(gc: GazeCounts, bootstrap: int, seed: int) -> dict:
+    """:func:`estimates` over ``bootstrap`` case resamples (:func:`case_draws`), (B,) per leaf."""
+    blocks = [estimates(gc, w) for w in case_draws(gc.n_cases, bootstrap, seed, gc.prior)]
     if not blocks:
         return _map_leaves(lambda v: np.zeros(0), estimates(gc, np.ones((1, gc.n_cases))))
     return _map_leaves(lambda *vs: np.concatenate(vs), *blocks)
@@ -550,7 +419,7 @@ def ground_truth_problems(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCount
     return out
 
 
-def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, n_resamples: int, seed: int,
+def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, bootstrap: int, seed: int,
                 level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                 names: tuple[str, str] | None = None) -> list[dict]:
     """``a - b`` on the gaze measures of the datasets both hold, on the resamples of their own intervals
@@ -571,7 +440,7 @@ def paired_rows(a: Mapping[str, GazeCounts], b: Mapping[str, GazeCounts], *, n_r
 
             b = {**b, d: dataclasses.replace(b[d], prior=a[d].prior)}
         pa, pb = points(a[d]), points(b[d])
-        ra, rb = (replicates(x[d], n_resamples, seed) if n_resamples > 0 else
+        ra, rb = (replicates(x[d], bootstrap, seed) if bootstrap > 0 else
                   _map_leaves(lambda v: np.zeros(0), estimates(x[d], np.ones((1, x[d].n_cases)))) for x in (a, b))
         groups = [("findings", ("findings",)), ("images", ("images",))]
         if per_group:

@@ -55,7 +55,7 @@ class RowScope:
       section ({} when no dataset has rows of the scope) and {dataset: counts}; the primary scope's also takes
       ``aligned``, ``progress`` and ``metric_params`` and returns the section {} (see above);
     * ``ground_truth_problems(a, b)``: one line per shared dataset whose two counts differ in ground truth;
-    * ``paired_rows(a, b, *, n_resamples, seed, level, per_group, cache, names)``: rows of
+    * ``paired_rows(a, b, *, bootstrap, seed, level, per_group, cache, names)``: rows of
       :data:`xbench.score.resampling.bootstrap.PAIRED_COLUMNS` comparing two submissions' counts of the scope, on the
       resamples of its own intervals (its estimator: :func:`xbench.score.resampling.bootstrap.phrase_replicates` draws
       images); a non-primary scope's rows name its ``section`` as their ``dataset`` ("phrases",

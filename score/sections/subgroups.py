@@ -66,12 +66,12 @@ def group_labels(attributes: Mapping, by: Sequence[str], age_bands: Sequence[flo
     return out.astype(str)
 
 
-def case_draws(n_cases: int, n_resamples: int, seed: int, prior: Sequence[int] = ()):
+def case_draws(n_cases: int, bootstrap: int, seed: int, prior: Sequence[int] = ()):
     """The resamples of one dataset: blocks of case multiplicities (b, n), its own draws in the run's one stream
     (:func:`xbench.score.resampling.engine.positioned_stream`: ``default_rng(seed)`` past the ``prior`` datasets'
     draws), so row r is the resample behind row r of the dataset's metrics.json intervals. Shared by every group,
     metric and gap, and by both submissions of a paired comparison."""
-    return resample_weights(n_cases, n_resamples, positioned_stream(prior, n_resamples, seed))
+    return resample_weights(n_cases, bootstrap, positioned_stream(prior, bootstrap, seed))
 
 
 def _replicates(dc: DatasetCounts, weights: np.ndarray, cache: dict, taus: Mapping | None = None
@@ -117,7 +117,7 @@ def _per_group(dc: DatasetCounts, blocks, G: int, cache: dict, taus: Mapping | N
     return {k: np.concatenate(v, axis=1) if v else np.zeros((G, 0)) for k, v in out.items()}
 
 
-def group_replicates(dc: DatasetCounts, ind: np.ndarray, *, n_resamples: int, seed: int, prior: Sequence[int] = (),
+def group_replicates(dc: DatasetCounts, ind: np.ndarray, *, bootstrap: int, seed: int, prior: Sequence[int] = (),
                      taus: Mapping | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Every summary metric per group: (point {key: (G,)}, replicates {key: (G, B)}; {} without resamples).
 
@@ -130,9 +130,9 @@ def group_replicates(dc: DatasetCounts, ind: np.ndarray, *, n_resamples: int, se
         return {k: np.zeros(0) for k in keys}, {}
     cache: dict = {}
     point = _replicates(dc, ind, cache, taus)
-    if n_resamples <= 0:
+    if bootstrap <= 0:
         return point, {}
-    blocks = (w[None, :, :] * ind[:, None, :] for w in case_draws(dc.n_cases, n_resamples, seed, prior))
+    blocks = (w[None, :, :] * ind[:, None, :] for w in case_draws(dc.n_cases, bootstrap, seed, prior))
     return point, _per_group(dc, blocks, G, cache, taus)
 
 
@@ -229,7 +229,7 @@ def gap_ratio(values: np.ndarray, ranked: np.ndarray) -> float | None:
     return float(v.min() / v.max())
 
 
-def dataset_subgroups(dc: DatasetCounts, labels: np.ndarray, *, n_resamples: int, seed: int,
+def dataset_subgroups(dc: DatasetCounts, labels: np.ndarray, *, bootstrap: int, seed: int,
                       prior: Sequence[int] = (), dataset: str = "", min_group: int = DEFAULT_MIN_GROUP,
                       level: float = 0.95) -> tuple[dict, dict]:
     """The subgroup entry of one dataset (groups: value, interval, size, ranked; per metric, the gap, with every
@@ -247,8 +247,8 @@ def dataset_subgroups(dc: DatasetCounts, labels: np.ndarray, *, n_resamples: int
     for table, taus, which in (("gaps", None, keys), ("gaps_dataset_tau", dtaus, tau_keys())):
         if not which:
             continue
-        point, reps = group_replicates(dc, ind, n_resamples=n_resamples, seed=seed, prior=prior, taus=taus)
-        perms = group_permutations(dc, labels, groups, n_permutations=n_resamples, seed=seed, dataset=dataset,
+        point, reps = group_replicates(dc, ind, bootstrap=bootstrap, seed=seed, prior=prior, taus=taus)
+        perms = group_permutations(dc, labels, groups, n_permutations=bootstrap, seed=seed, dataset=dataset,
                                    taus=taus)
         for j, g in enumerate(groups):
             target = out_groups[g] if taus is None else out_groups[g].setdefault("at_dataset_tau", {})
@@ -326,34 +326,34 @@ def dataset_labels(counts: Mapping[str, DatasetCounts], attributes: Mapping[str,
 
 
 def subgroup_section(counts: Mapping[str, DatasetCounts], attributes: Mapping[str, Mapping], by: Sequence[str], *,
-                     n_resamples: int, seed: int, min_group: int = DEFAULT_MIN_GROUP,
+                     bootstrap: int, seed: int, min_group: int = DEFAULT_MIN_GROUP,
                      age_bands: Sequence[float] = DEFAULT_AGE_BANDS, level: float = 0.95) -> dict:
     """metrics.json's "subgroups" section over the scored datasets that keep the ``by`` fields; ``attributes``:
     {dataset: {field: Attribute}} in the order of ``counts[dataset].case_id`` (:func:`aligned`)."""
     datasets, permuted = {}, {}
     for name, (prior, labels) in dataset_labels(counts, attributes, by, age_bands).items():
         datasets[name], permuted[name] = dataset_subgroups(
-            counts[name], labels, n_resamples=n_resamples, seed=seed, prior=prior, dataset=name,
+            counts[name], labels, bootstrap=bootstrap, seed=seed, prior=prior, dataset=name,
             min_group=min_group, level=level)
     m = holm_gaps(datasets, permuted)
     out = {"by": list(by), "age_bands": [float(b) for b in age_bands], "min_group": int(min_group),
            "keys": list(R.summary_keys()), "thresholds": {"gaps": "group", "gaps_dataset_tau": "dataset"},
            "gap_test": "permutation", "holm_m": m,
            "datasets": datasets}
-    note = holm_floor_note(m, n_resamples) if n_resamples > 0 else None
+    note = holm_floor_note(m, bootstrap) if bootstrap > 0 else None
     if note:
         out["note"] = note
     return out
 
 
-def with_subgroups(result, request: dict, *, n_resamples: int, seed: int):
+def with_subgroups(result, request: dict, *, bootstrap: int, seed: int):
     """``result`` (a ScoreResult) with the "subgroups" section (``request``: the checked --by, see
     :func:`prepare`), metrics.json's schema minor raised to SUBGROUP_METRICS_MINOR at least, and each dataset's
     groups kept for paired comparisons (``result.scope_counts["subgroups"]``, saved in pair_counts.npz)."""
     attrs = {name: aligned(a, gt_ids, result.counts[name].case_id)
              for name, (gt_ids, a) in request["attributes"].items() if name in result.counts}
     by, bands, min_group = tuple(request["by"]), tuple(float(x) for x in request["age_bands"]), int(request["min_group"])
-    result.metrics[SECTION] = subgroup_section(result.counts, attrs, by, n_resamples=n_resamples, seed=seed,
+    result.metrics[SECTION] = subgroup_section(result.counts, attrs, by, bootstrap=bootstrap, seed=seed,
                                                min_group=min_group, age_bands=bands)
     result.scope_counts[SECTION] = {
         name: SubgroupCounts(labels, by, bands, min_group, prior, result.counts[name])
@@ -441,24 +441,24 @@ def load_counts(z: Mapping[str, np.ndarray], prefix: str, name: str) -> Subgroup
                           tuple(int(x) for x in z.get(f"{prefix}.prior", ())), class_counts(z, name, name))
 
 
-def _group_replicates(sc: SubgroupCounts, ind: np.ndarray, n_resamples: int, seed: int, cache: dict | None,
+def _group_replicates(sc: SubgroupCounts, ind: np.ndarray, bootstrap: int, seed: int, cache: dict | None,
                       name: str | None, dataset: str):
-    key = (name, dataset, SECTION, n_resamples, seed)
+    key = (name, dataset, SECTION, bootstrap, seed)
     if cache is not None and name is not None and key in cache:
         return cache[key]
-    found = group_replicates(sc.counts, ind, n_resamples=n_resamples, seed=seed, prior=sc.prior)
+    found = group_replicates(sc.counts, ind, bootstrap=bootstrap, seed=seed, prior=sc.prior)
     if cache is not None and name is not None:
         cache[key] = found
     return found
 
 
-def paired_rows(a: Mapping[str, SubgroupCounts], b: Mapping[str, SubgroupCounts], *, n_resamples: int, seed: int,
+def paired_rows(a: Mapping[str, SubgroupCounts], b: Mapping[str, SubgroupCounts], *, bootstrap: int, seed: int,
                 level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                 names: tuple[str, str] | None = None) -> list[dict]:
     """The scope's rows of ``xbench compare``: per dataset both split into the same groups and metric both rank
     (:func:`best_worst`), A's gap - B's gap, with the percentile interval and two-sided p-value of the paired
     differences of the two gaps over the same case resamples for both (:func:`case_draws` from the dataset's own
-    place in the stream, as their metrics.json intervals when ``seed`` and ``n_resamples`` are the scorer's),
+    place in the stream, as their metrics.json intervals when ``seed`` and ``bootstrap`` are the scorer's),
     each side's best and worst group re-chosen in every resample (:func:`spread`). Rows name
     ``subgroups/<dataset>`` as their dataset and ``gap`` as their class."""
     name_a, name_b = names if names is not None else (None, None)
@@ -473,8 +473,8 @@ def paired_rows(a: Mapping[str, SubgroupCounts], b: Mapping[str, SubgroupCounts]
             sb = dataclasses.replace(sb, prior=sa.prior)
         groups, ind = group_indicators(sa.labels)
         ranked = ind.sum(axis=1) >= sa.min_group
-        pa, ra = _group_replicates(sa, ind, n_resamples, seed, cache, name_a, d)
-        pb, rb = _group_replicates(sb, ind, n_resamples, seed, cache, name_b, d)
+        pa, ra = _group_replicates(sa, ind, bootstrap, seed, cache, name_a, d)
+        pb, rb = _group_replicates(sb, ind, bootstrap, seed, cache, name_b, d)
         for k in R.summary_keys():
             ga, gb = best_worst(k, pa[k], ranked), best_worst(k, pb[k], ranked)
             if ga is None or gb is None:
@@ -632,22 +632,22 @@ def page(results) -> tuple[list[str], str]:
 ROW_BYTES = 16 * 1024
 
 
-def work_bytes(n_groups: int, n_cases: int, n_resamples: int) -> int:
+def work_bytes(n_groups: int, n_cases: int, bootstrap: int) -> int:
     """What one block of group replicates holds at once (:func:`group_replicates`): a row per group and resample of
     the block, each with its case weights about four times over in float64 (the product, its transpose, a class's
     pairs' weights) and :data:`ROW_BYTES` of sums."""
     from xbench.score.resampling.engine import _block_sizes
 
-    rows = n_groups * (_block_sizes(n_cases, n_resamples)[0] if n_resamples > 0 else 1)
+    rows = n_groups * (_block_sizes(n_cases, bootstrap)[0] if bootstrap > 0 else 1)
     return rows * (4 * 8 * n_cases + ROW_BYTES)
 
 
-def work_problems(name: str, fields: Sequence[str], n_groups: int, n_cases: int, n_resamples: int) -> list[str]:
+def work_problems(name: str, fields: Sequence[str], n_groups: int, n_cases: int, bootstrap: int) -> list[str]:
     """One line when the groups' resamples would not fit half of ``--max-memory``, from the counts alone, before
     anything is allocated (550 groups of 2 cases held gigabytes a block; issue 44)."""
     from xbench.schemas.budget import MiB, limits
 
-    need, cap = work_bytes(n_groups, n_cases, n_resamples), limits().max_memory // 2
+    need, cap = work_bytes(n_groups, n_cases, bootstrap), limits().max_memory // 2
     if need <= cap:
         return []
     return [f"--by {','.join(fields)}: {name} splits {n_cases:,} cases into {n_groups:,} groups, whose resamples "
@@ -702,4 +702,4 @@ def prepare(values: dict, gt, names, submissions) -> dict | None:
 
 def add(result, request: dict, *, bootstrap: int, seed: int):
     """``result`` with the subgroups section (:func:`with_subgroups`)."""
-    return with_subgroups(result, request, n_resamples=bootstrap, seed=seed)
+    return with_subgroups(result, request, bootstrap=bootstrap, seed=seed)

@@ -91,7 +91,7 @@ def _decode(path: Path) -> dict:
             for cxr, tasks in json.loads(path.read_text()).items()}
 
 
-def brute_force(root: Path, seed: int = SEED, n_boot: int = B) -> dict:
+def brute_force(root: Path, seed: int = SEED, bootstrap: int = B) -> dict:
     """{task: {key: (per-CXR values (NaN: undefined), point value, (lower, mean, upper))}}."""
     gt = _decode(root / "CheXlocalize/gt_segmentations_test.json")
     hb = _decode(root / "CheXlocalize/hb_segmentations_test.json")
@@ -113,7 +113,7 @@ def brute_force(root: Path, seed: int = SEED, n_boot: int = B) -> dict:
         out[task] = {k: np.asarray(v, float) for k, v in cols.items()}
     # the bootstrap: one draw per resample shared by every task and key (eval.py draws once per replicate)
     rs = np.random.RandomState(seed)
-    draws = [rs.choice(len(ids), size=len(ids), replace=True) for _ in range(n_boot)]
+    draws = [rs.choice(len(ids), size=len(ids), replace=True) for _ in range(bootstrap)]
     result = {}
     for task, cols in out.items():
         result[task] = {}
@@ -124,12 +124,12 @@ def brute_force(root: Path, seed: int = SEED, n_boot: int = B) -> dict:
                 x = x[~np.isnan(x)]
                 reps.append(x.mean() if x.size else np.nan)
             reps = np.asarray(reps)
-            if not n_boot:
+            if not bootstrap:
                 defined = v[~np.isnan(v)]
                 result[task][k] = (v, defined.mean() if defined.size else None, (None, None, None))
                 continue
             ordered = np.concatenate([np.sort(reps[~np.isnan(reps)]), reps[np.isnan(reps)]])
-            lo, hi = int(0.025 * n_boot) - 1, int(0.975 * n_boot) - 1
+            lo, hi = int(0.025 * bootstrap) - 1, int(0.975 * bootstrap) - 1
             defined = v[~np.isnan(v)]
             result[task][k] = (v, defined.mean() if defined.size else None,
                                (ordered[lo], np.nanmean(reps) if np.any(~np.isnan(reps)) else None, ordered[hi]))
@@ -248,7 +248,7 @@ def test_each_case_of_the_issue(layout, task, key, case):
     hb = _decode(root / "CheXlocalize/hb_segmentations_test.json")
     ids = [c for c in sorted(gt) if gt[c][task].any()]
     if key == "pointing_game":
-        want = float(np.mean(brute_force(root, n_boot=0)[task]["hit_rate"][0][[sorted(gt).index(c) for c in ids]]))
+        want = float(np.mean(brute_force(root, bootstrap=0)[task]["hit_rate"][0][[sorted(gt).index(c) for c in ids]]))
     else:
         want = float(np.mean([(gt[c][task] & hb[c][task]).sum() / (gt[c][task] | hb[c][task]).sum() for c in ids]))
     assert entry["classes"][_cls(task)][key] == pytest.approx(want, rel=1e-12), case

@@ -48,7 +48,7 @@ def test_phrase_rows_extract_validate_and_score(phrase_stores, tmp_path, model):
 
         res_dir = tmp_path / "res"
         write_outputs(score(sub, phrase_stores / "gt.zarr", bootstrap=10), res_dir)
-        build_report(tmp_path / "report", [res_dir], n_boot=0, overlays=False)
+        build_report(tmp_path / "report", [res_dir], bootstrap=0, overlays=False)
         md = (tmp_path / "report" / "leaderboard.md").read_text()
         assert "## Phrase grounding" in md and "Pleural effusion" in md.split("## Phrase grounding")[1]
         csv_text = (tmp_path / "report" / "phrases.csv").read_text()

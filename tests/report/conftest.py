@@ -19,7 +19,7 @@ def built_report(result_dirs, tmp_path_factory):
     from xbench.score.report import build_report
 
     out = tmp_path_factory.mktemp("report")
-    build_report(out, result_dirs, n_boot=100, seed=3)
+    build_report(out, result_dirs, bootstrap=100, seed=3)
     return out
 
 

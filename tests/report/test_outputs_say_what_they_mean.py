@@ -10,9 +10,9 @@ from xbench.score.outputs.leaderboard import UNTRAINED_SUFFIX, is_untrained
 from xbench.score.outputs.tables import recognition_table
 
 
-def _result(name: str, auroc: float, prob: np.ndarray, n_boot: int = 200, config=None) -> SimpleNamespace:
+def _result(name: str, auroc: float, prob: np.ndarray, bootstrap: int = 200, config=None) -> SimpleNamespace:
     metrics = {"overall": {"auroc": auroc}, "datasets": {"phantom": {"summary": {"auroc": auroc}}},
-               "xbench": {"bootstrap": {"n_resamples": n_boot}, "submission": {"config": config or {}}}}
+               "xbench": {"bootstrap": {"n_resamples": bootstrap}, "submission": {"config": config or {}}}}
     return SimpleNamespace(name=name, metrics=metrics, counts={"phantom": SimpleNamespace(prob=prob)})
 
 
@@ -54,8 +54,8 @@ def test_mixed_resample_counts_name_each_model():
 
     same = [_result("a", 0.5, np.zeros((2, 2))), _result("b", 0.5, np.zeros((2, 2)))]
     assert _resamples_note(same, 0) == "Bootstrap: scorer intervals: 200 resamples. "
-    mixed = [_result("a", 0.5, np.zeros((2, 2)), n_boot=200), _result("b", 0.5, np.zeros((2, 2)), n_boot=1000),
-             _result("c", 0.5, np.zeros((2, 2)), n_boot=0)]
+    mixed = [_result("a", 0.5, np.zeros((2, 2)), bootstrap=200), _result("b", 0.5, np.zeros((2, 2)), bootstrap=1000),
+             _result("c", 0.5, np.zeros((2, 2)), bootstrap=0)]
     note = _resamples_note(mixed, 0)
     assert "a 200, b 1000, c none resamples" in note and "mixed" in note
 

@@ -88,7 +88,7 @@ def _faithfulness(result_dir, tmp):
             w.write_block(d, b, scores[d][s:e], None)
     w.finish()
     key, curves, info = load_round2(tmp / "r2-sub.zarr", tmp / "r2.key.npz")
-    add_section(m, faithfulness_section(key, curves, info, n_boot=20, seed=0, round2_name="r2-sub"))
+    add_section(m, faithfulness_section(key, curves, info, bootstrap=20, seed=0, round2_name="r2-sub"))
     (result_dir / "metrics.json").write_text(json.dumps(m))
 
 
@@ -112,7 +112,7 @@ def page(tmp_path_factory):
                 {"adapter": "OpenCLIP", "weights": "random"})
     _provenance(center, {"adapter": "center", "name": "center"}, {"adapter": "CenterBaseline"})
     out = root / "report"
-    build_report(out, dirs, n_boot=20, seed=1)
+    build_report(out, dirs, bootstrap=20, seed=1)
     return out, (out / "index.html").read_text()
 
 

@@ -58,10 +58,10 @@ def test_dog_beats_random_on_phantom(tmp_path):
     from xbench.score.report import load_results
     from xbench.score.report.paired import compare_results as paired_bootstrap
 
-    run_demo(tmp_path, n_cases=100, models=("random", "dog"), n_boot=0, progress=False)
+    run_demo(tmp_path, n_cases=100, models=("random", "dog"), bootstrap=0, progress=False)
     rnd, dog = load_results([tmp_path / "scores" / "random", tmp_path / "scores" / "dog"])
     assert dog.metrics["overall"]["pointing_game"] > rnd.metrics["overall"]["pointing_game"]
-    rows = {(r.scope, r.metric): r for r in paired_bootstrap(dog, rnd, n_boot=500, per_class=False)}
+    rows = {(r.scope, r.metric): r for r in paired_bootstrap(dog, rnd, bootstrap=500, per_class=False)}
     assert rows[("overall", "pointing_game")].ci_lo > 0  # the gap is real, not noise
 
 

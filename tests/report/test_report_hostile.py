@@ -304,7 +304,7 @@ def test_overlay_stores_named_by_a_metrics_json_are_held_to_the_budget(result_di
     pq.write_table(pa.table({"dataset": ["phantom"], "case_id": ["nowhere"], "class": ["disc"], "has_region": [True],
                              "region_pixels": [3], "hit": [True], "dice_best": [0.5]}), e / "pairs.parquet")
     out = tmp_path / "rep"
-    build_report(out, [d, e], n_boot=0)
+    build_report(out, [d, e], bootstrap=0)
     manifest = json.loads((out / "report.json").read_text())
     assert any("strong" in s and "saliency" in s and "limit" in s for s in manifest["skipped"]), manifest["skipped"]
     assert not any("strong" in f for f in manifest["files"]["overlays"])

@@ -38,7 +38,7 @@ def _with_ratio(result_dirs, root):
 def test_a_number_metric_is_no_percentage_in_the_report(result_dirs, tmp_path):
     dirs = _with_ratio(result_dirs, tmp_path / "in")
     with R.registered(RATIO):
-        build_report(tmp_path / "rep", dirs, n_boot=0, overlays=False)
+        build_report(tmp_path / "rep", dirs, bootstrap=0, overlays=False)
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
     section = md[md.index("### More grounding metrics"):]
     head = next(ln for ln in section.splitlines() if ln.startswith("| Model"))

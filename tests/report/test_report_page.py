@@ -53,7 +53,7 @@ def test_tercile_figure_says_it_pools_pairs_and_has_intervals(built_report, resu
     from xbench.score.report import figures as F
 
     results = load_results(result_dirs)
-    info = F.region_size(results, tmp_path / "t", bins="tercile", n_boot=50, seed=1)
+    info = F.region_size(results, tmp_path / "t", bins="tercile", bootstrap=50, seed=1)
     assert info["quantity"] == "pooled over pairs"
     for r in results:
         for metric in ("pointing_game", "dice_best"):
@@ -105,7 +105,7 @@ def test_dotted_model_names_get_their_own_files(result_dirs, tmp_path, names):
         (d / "metrics.json").write_text(json.dumps(m))
         dirs.append(d)
     out = tmp_path / "rep"
-    build_report(out, dirs, n_boot=0, submissions={n: Path(result_dirs[k]).parent / "stores" /
+    build_report(out, dirs, bootstrap=0, submissions={n: Path(result_dirs[k]).parent / "stores" /
                                                     f"{Path(result_dirs[k]).name}.zarr" for k, n in enumerate(names)})
     manifest = json.loads((out / "report.json").read_text())
     overlays = manifest["files"]["overlays"]
@@ -162,7 +162,7 @@ def test_partial_results_are_said_on_the_page_and_in_the_terminal(result_dirs, t
         m["partial"] = {"phantom": {"cases": 15, "of": 20}}
     (d / "metrics.json").write_text(json.dumps(m))
     out = tmp_path / "rep"
-    build_report(out, [d, result_dirs[1]], n_boot=0, overlays=False)
+    build_report(out, [d, result_dirs[1]], bootstrap=0, overlays=False)
     page = (out / "index.html").read_text()
     assert "partial: 15 of 20 cases" in page and page.index("partial: 15") < page.index("<h2>Leaderboard")
     assert "strong (partial: 15 of 20 cases)" in (out / "leaderboard.txt").read_text()

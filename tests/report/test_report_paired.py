@@ -14,9 +14,9 @@ from xbench.score.report import ReportInputError, load_results
 from xbench.score.report.paired import compare_results as paired_bootstrap
 
 
-def resample_weights(n_cases, n_boot, seed):
-    """All ``n_boot`` resamples of the engine at once, (n_boot, n_cases)."""
-    return np.concatenate(list(RS.resample_weights(n_cases, n_boot, np.random.default_rng(seed))))
+def resample_weights(n_cases, bootstrap, seed):
+    """All ``bootstrap`` resamples of the engine at once, (B, n_cases)."""
+    return np.concatenate(list(RS.resample_weights(n_cases, bootstrap, np.random.default_rng(seed))))
 
 
 def weighted_auroc(y, p, W):
@@ -36,7 +36,7 @@ def _metric(metrics, row_scope, cls, key):
 
 def test_identity_resample_equals_difference_of_metrics_json(result_dirs):
     a, _, b = load_results(result_dirs)
-    rows = paired_bootstrap(a, b, n_boot=0, per_class=True)
+    rows = paired_bootstrap(a, b, bootstrap=0, per_class=True)
     assert len(rows) > 20
     for r in rows:
         ea, eb = _metric(a.metrics, r.scope, r.cls, r.metric), _metric(b.metrics, r.scope, r.cls, r.metric)
@@ -51,7 +51,7 @@ def test_identity_resample_equals_difference_of_metrics_json(result_dirs):
 
 def test_self_comparison_has_zero_interval(result_dirs):
     a = load_results(result_dirs[:1])[0]
-    rows = paired_bootstrap(a, a, n_boot=50, per_class=False)
+    rows = paired_bootstrap(a, a, bootstrap=50, per_class=False)
     for r in rows:
         if r.diff is not None:
             assert r.diff == 0 and r.ci_lo == 0 and r.ci_hi == 0 and not r.significant
@@ -66,7 +66,7 @@ def test_different_ground_truth_is_refused(result_dirs, tmp_path):
     (other / "metrics.json").write_text(json.dumps(m))
     a, b = load_results([result_dirs[0], other])
     with pytest.raises(ReportInputError, match="different ground truths"):
-        paired_bootstrap(a, b, n_boot=10)
+        paired_bootstrap(a, b, bootstrap=10)
 
 
 def test_weights_are_multiplicities_and_reproducible():
@@ -124,14 +124,14 @@ def _brute_force(dc, idx):
 def test_replicates_and_interval_match_brute_force(result_dirs):
     a, _, b = load_results(result_dirs)
     d = "phantom"
-    n_boot, seed = 12, 4
+    bootstrap, seed = 12, 4
     rng = np.random.default_rng(seed)  # the engine draws each dataset's resamples in sorted order
-    draws = {name: rng.integers(0, a.counts[name].n_cases, size=(n_boot, a.counts[name].n_cases))
+    draws = {name: rng.integers(0, a.counts[name].n_cases, size=(bootstrap, a.counts[name].n_cases))
              for name in sorted(a.counts)}[d]
-    reps = BS.bootstrap_replicates(a.counts, n_resamples=n_boot, seed=seed)[d]
+    reps = BS.bootstrap_replicates(a.counts, bootstrap=bootstrap, seed=seed)[d]
     wa = {"classes": reps.classes}
     diffs = {k: [] for k in ("pointing_game", "dice_best", "auroc")}
-    for k in range(n_boot):
+    for k in range(bootstrap):
         ba, bb = _brute_force(a.counts[d], draws[k]), _brute_force(b.counts[d], draws[k])
         for c in a.counts[d].classes:
             for key, val in ba[c].items():
@@ -140,7 +140,7 @@ def test_replicates_and_interval_match_brute_force(result_dirs):
             va = np.mean([ba[c][key] for c in a.counts[d].classes if key in ba[c]])
             vb = np.mean([bb[c][key] for c in b.counts[d].classes if key in bb[c]])
             diffs[key].append(va - vb)
-    rows = {r.metric: r for r in paired_bootstrap(a, b, n_boot=n_boot, seed=seed, per_class=False) if r.scope == d}
+    rows = {r.metric: r for r in paired_bootstrap(a, b, bootstrap=bootstrap, seed=seed, per_class=False) if r.scope == d}
     for key, vals in diffs.items():
         lo, hi = np.percentile(vals, [2.5, 97.5])
         assert rows[key].ci_lo == pytest.approx(lo, abs=1e-12)
@@ -151,7 +151,7 @@ def test_strong_beats_weak_significantly(result_dirs):
     from xbench.score.report.paired import with_holm
 
     a, _, b = load_results(result_dirs)
-    unadjusted = {(r.scope, r.metric): r for r in paired_bootstrap(a, b, n_boot=1000, per_class=False)}
+    unadjusted = {(r.scope, r.metric): r for r in paired_bootstrap(a, b, bootstrap=1000, per_class=False)}
     assert not unadjusted[("overall", "pointing_game")].significant  # no verdict before the Holm adjustment
     rows = {(r.scope, r.metric): r for r in with_holm(list(unadjusted.values()))}
     assert rows[("overall", "pointing_game")].significant and rows[("overall", "pointing_game")].p_holm < 0.05
@@ -161,10 +161,10 @@ def test_strong_beats_weak_significantly(result_dirs):
 def test_cache_reuses_replicates_without_changing_them(result_dirs):
     a, m, b = load_results(result_dirs)
     cache: dict = {}
-    first = paired_bootstrap(a, m, n_boot=30, seed=2, per_class=False, cache=cache)
+    first = paired_bootstrap(a, m, bootstrap=30, seed=2, per_class=False, cache=cache)
     n_cached = len(cache)
-    again = paired_bootstrap(m, b, n_boot=30, seed=2, per_class=False, cache=cache)
+    again = paired_bootstrap(m, b, bootstrap=30, seed=2, per_class=False, cache=cache)
     assert len(cache) == n_cached + 2 * len(m.datasets)  # only b's identity and replicates are new
-    plain = paired_bootstrap(m, b, n_boot=30, seed=2, per_class=False)
+    plain = paired_bootstrap(m, b, bootstrap=30, seed=2, per_class=False)
     assert [(r.diff, r.ci_lo, r.ci_hi) for r in again] == [(r.diff, r.ci_lo, r.ci_hi) for r in plain]
     assert first != again

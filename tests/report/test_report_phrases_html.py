@@ -82,7 +82,7 @@ def _shown(key, v):
 
 def test_index_html_has_the_phrase_table_with_intervals(result_dirs, tmp_path):
     dirs = _copy(result_dirs, tmp_path / "in", {"strong": _phrases(0.4), "weak": _phrases(0, unsupported=True)})
-    build_report(tmp_path / "rep", dirs, n_boot=0, overlays=False)
+    build_report(tmp_path / "rep", dirs, bootstrap=0, overlays=False)
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "<h2>Phrase grounding</h2>" in page and '<a href="phrases.csv">phrases.csv</a>' in page
     assert "<b>Nodule</b>" not in page and "&lt;b&gt;Nodule&lt;/b&gt; &amp; mass" in page  # escaped

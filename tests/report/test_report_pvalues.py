@@ -179,7 +179,7 @@ def test_one_dataset_overall_rows_are_the_dataset_rows_and_count_once(tmp_path):
     from xbench.score.report.paired import compare_results, family_size
 
     a, _, b = load_results(_one_dataset_results(tmp_path))
-    rows = with_holm(compare_results(a, b, n_boot=300, seed=1, per_class=False))
+    rows = with_holm(compare_results(a, b, bootstrap=300, seed=1, per_class=False))
     overall = {r.metric: r for r in rows if r.scope == "overall"}
     dataset = {r.metric: r for r in rows if r.scope == "phantom"}
     assert overall and set(overall) <= set(dataset)
@@ -203,8 +203,8 @@ def test_compare_significant_is_holm_below_alpha(result_dirs):
 
     a, b = str(result_dirs[0]), str(result_dirs[1])
     branches = []
-    for n_boot in (200, 1000):
-        res = CliRunner().invoke(compare, [a, b, "--bootstrap", str(n_boot), "--json"])
+    for bootstrap in (200, 1000):
+        res = CliRunner().invoke(compare, [a, b, "--bootstrap", str(bootstrap), "--json"])
         assert res.exit_code == 0, res.output
         doc = json.loads(res.output)
         ps = [r for r in doc["rows"] if r["p_value"] is not None]
@@ -214,15 +214,15 @@ def test_compare_significant_is_holm_below_alpha(result_dirs):
         assert [r["significant"] for r in ps] == verdicts
         assert all(r["significant"] == (r["p_holm"] is not None and r["p_holm"] < 0.05) for r in doc["rows"])
         note = doc["p_values"]["too_few_resamples"]
-        branches.append(m / (n_boot + 1) >= 0.05)
+        branches.append(m / (bootstrap + 1) >= 0.05)
         if branches[-1]:
             assert note and f"over {m} tests" in note and not any(verdicts)
-            text = CliRunner().invoke(compare, [a, b, "--bootstrap", str(n_boot)]).output
+            text = CliRunner().invoke(compare, [a, b, "--bootstrap", str(bootstrap)]).output
             assert "too few for any gap to pass the Holm adjustment" in " ".join(text.split())
             assert not re.search(r"\d\*", text)  # no difference is marked
         else:
             assert note is None and any(verdicts)
-            text = CliRunner().invoke(compare, [a, b, "--bootstrap", str(n_boot)]).output
+            text = CliRunner().invoke(compare, [a, b, "--bootstrap", str(bootstrap)]).output
             marked = len(re.findall(r"[+-]\d+\.\d\d\*", text))  # the A − B cells marked significant
             assert marked == sum(r["significant"] for r in doc["rows"]) and "Holm-adjusted p < 0.05" in " ".join(text.split())
     assert branches == [True, False]  # 27 tests: 27/201 >= 0.05 > 27/1001
@@ -237,7 +237,7 @@ def test_page_calls_real_only_what_holm_passes(result_dirs, tmp_path_factory):
     from xbench.score.report import build_report
 
     out = tmp_path_factory.mktemp("report-holm")
-    build_report(out, result_dirs, n_boot=500, seed=3, overlays=False)
+    build_report(out, result_dirs, bootstrap=500, seed=3, overlays=False)
     import csv
 
     rows = list(csv.DictReader((out / "comparisons.csv").open()))

@@ -43,7 +43,7 @@ def test_reference_metrics_equal_the_scorer(result_dirs, scored):
 
 def test_identity_resample_equals_scorer_metrics(scored):
     a, b = load_results([scored[0], scored[1]])
-    for r in paired_bootstrap(a, b, n_boot=0, per_class=True):
+    for r in paired_bootstrap(a, b, bootstrap=0, per_class=True):
         if r.scope == "overall":
             ea, eb = a.metrics["overall"].get(r.metric), b.metrics["overall"].get(r.metric)
         elif r.cls is None:
@@ -56,7 +56,7 @@ def test_identity_resample_equals_scorer_metrics(scored):
 
 
 def test_report_over_scorer_outputs(scored, tmp_path):
-    index = build_report(tmp_path, scored, n_boot=30)
+    index = build_report(tmp_path, scored, bootstrap=30)
     assert index.is_file()
     manifest = json.loads((tmp_path / "report.json").read_text())
     assert manifest["skipped"] == [] and len(manifest["files"]["overlays"]) == 6  # 3 models x 2 datasets, PNG
@@ -96,13 +96,13 @@ def test_report_intervals_equal_the_scorers_exactly(scored, tmp_path):
     a = load_results([scored[0]])[0]
     want = _metrics_json_intervals(a.metrics)
     assert sum(v is not None for v in want.values()) > 40
-    reps = BS.bootstrap_replicates(a.counts, n_resamples=50, seed=1)
+    reps = BS.bootstrap_replicates(a.counts, bootstrap=50, seed=1)
     got = {(None, None, k): BS.percentile_interval(v) for k, v in BS.overall_replicates(reps).items()}
     for d, r in reps.items():
         got.update({(d, None, k): BS.percentile_interval(v) for k, v in r.summary.items()})
         got.update({(d, c, k): BS.percentile_interval(v) for c, s in r.classes.items() for k, v in s.items()})
     assert got == want
-    assert _metrics_json_intervals(missing_intervals(a, n_boot=50, seed=1)) == want
+    assert _metrics_json_intervals(missing_intervals(a, bootstrap=50, seed=1)) == want
 
     # a copy of the result without intervals (as if scored with --bootstrap 0): the report fills them in
     bare = tmp_path / "bare"
@@ -114,7 +114,7 @@ def test_report_intervals_equal_the_scorers_exactly(scored, tmp_path):
         for e in ds["classes"].values():
             e.pop("ci95", None)
     (bare / "metrics.json").write_text(json.dumps(m))
-    build_report(tmp_path / "rep", [bare], n_boot=50, seed=1, overlays=False)
+    build_report(tmp_path / "rep", [bare], bootstrap=50, seed=1, overlays=False)
     with open(tmp_path / "rep" / "leaderboard.csv", newline="") as fh:
         row = next(csv.DictReader(fh))
     for d in a.datasets:
@@ -136,9 +136,9 @@ def test_paired_comparison_uses_the_scorers_resamples(scored):
     from xbench.score.resampling import bootstrap as BS
 
     a, b = load_results([scored[0], scored[1]])
-    rows = {(r.scope, r.cls, r.metric): r for r in paired_bootstrap(a, b, n_boot=50, seed=1)}
-    reps_a = BS.bootstrap_replicates(a.counts, n_resamples=50, seed=1)
-    reps_b = BS.bootstrap_replicates(b.counts, n_resamples=50, seed=1)
+    rows = {(r.scope, r.cls, r.metric): r for r in paired_bootstrap(a, b, bootstrap=50, seed=1)}
+    reps_a = BS.bootstrap_replicates(a.counts, bootstrap=50, seed=1)
+    reps_b = BS.bootstrap_replicates(b.counts, bootstrap=50, seed=1)
     for d in a.datasets:
         for k in ("pointing_game", "auroc"):
             diff = reps_a[d].summary[k] - reps_b[d].summary[k]
@@ -159,9 +159,9 @@ def test_transferred_thresholds_are_kept(scored, tmp_path):
     t, b = load_results([tmp_path / "t", scored[1]])
     assert t.metrics["xbench"]["thresholds"] == "transferred"
     n_checked = 0
-    for r in paired_bootstrap(t, b, n_boot=0, per_class=True):
+    for r in paired_bootstrap(t, b, bootstrap=0, per_class=True):
         if r.cls is not None and r.metric in ("dice_best", "iou_best") and r.a is not None:
             assert r.a == pytest.approx(t.metrics["datasets"][r.scope]["classes"][r.cls][r.metric], abs=1e-12)
             n_checked += 1
     assert n_checked > 0
-    assert _metrics_json_intervals(missing_intervals(t, n_boot=20, seed=2)) == _metrics_json_intervals(t.metrics)
+    assert _metrics_json_intervals(missing_intervals(t, bootstrap=20, seed=2)) == _metrics_json_intervals(t.metrics)

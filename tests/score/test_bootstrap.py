@@ -102,7 +102,7 @@ def test_paired_bootstrap_same_submission_has_zero_difference(tmp_path):
     save_pair_counts(tmp_path / "pc.npz", {"phantom": dc})
     loaded = load_pair_counts(tmp_path / "pc.npz")
     assert loaded["phantom"].same_ground_truth(dc) and loaded["phantom"].grid == (8, 9)
-    df = BS.paired_bootstrap(loaded, {"phantom": dc}, n_resamples=50, seed=0)
+    df = BS.paired_bootstrap(loaded, {"phantom": dc}, bootstrap=50, seed=0)
     ok = df.dropna(subset=["diff_lo"])
     assert len(ok) > 0 and (ok.diff_lo == 0).all() and (ok.diff_hi == 0).all()
 
@@ -111,7 +111,7 @@ def test_paired_bootstrap_detects_a_better_submission():
     a = _dataset(4)
     better_hit = np.ones_like(a.hit)
     b = DatasetCounts(**{**a.__dict__, "hit": better_hit})
-    df = BS.paired_bootstrap({"phantom": b}, {"phantom": a}, n_resamples=200, seed=1)  # b - a
+    df = BS.paired_bootstrap({"phantom": b}, {"phantom": a}, bootstrap=200, seed=1)  # b - a
     row = df[(df["class"].isna()) & (df.metric == "pointing_game")].iloc[0]
     assert row.diff_lo > 0 and row.p_value < 0.05
 
@@ -120,7 +120,7 @@ def test_paired_bootstrap_refuses_different_ground_truth():
     a = _dataset(5)
     b = _dataset(6)
     with pytest.raises(ValueError, match="different ground truth"):
-        BS.paired_bootstrap({"phantom": a}, {"phantom": b}, n_resamples=5)
+        BS.paired_bootstrap({"phantom": a}, {"phantom": b}, bootstrap=5)
 
 
 def test_bootstrap_replicates_are_the_metrics_json_resamples():
@@ -135,7 +135,7 @@ def test_bootstrap_replicates_are_the_metrics_json_resamples():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m, _ = metrics_from_counts(counts, bootstrap=40, seed=3)
-    reps = BS.bootstrap_replicates(counts, n_resamples=40, seed=3)
+    reps = BS.bootstrap_replicates(counts, bootstrap=40, seed=3)
     for d, r in reps.items():
         assert {k: BS.percentile_interval(v) for k, v in r.summary.items()} == m["datasets"][d]["ci95"]
         for c, stats in r.classes.items():
@@ -146,7 +146,7 @@ def test_bootstrap_replicates_are_the_metrics_json_resamples():
         for k, v in p.summary.items():
             want = m["datasets"][d]["summary"][k]
             assert (np.isnan(v[0]) and want is None) or v[0] == pytest.approx(want, abs=1e-12), (d, k)
-    empty = BS.bootstrap_replicates(counts, n_resamples=0, seed=3)
+    empty = BS.bootstrap_replicates(counts, bootstrap=0, seed=3)
     assert all(v.shape == (0,) for r in empty.values() for v in r.summary.values())
     df = BS.paired_differences(empty, empty, point, point)
     assert (df.n_valid == 0).all() and df.diff_lo.isna().all()
@@ -180,9 +180,9 @@ def test_bootstrap_replicates_do_not_depend_on_the_callers_blas_threads():
 
     counts = {"phantom": _dataset(seed=4, n=400)}
     with threadpool_limits(limits=2, user_api="blas"):
-        a = BS.bootstrap_replicates(counts, n_resamples=60, seed=2)
+        a = BS.bootstrap_replicates(counts, bootstrap=60, seed=2)
     with threadpool_limits(limits=1, user_api="blas"):
-        b = BS.bootstrap_replicates(counts, n_resamples=60, seed=2)
+        b = BS.bootstrap_replicates(counts, bootstrap=60, seed=2)
     for name, stats in a["phantom"].classes.items():
         for k, v in stats.items():
             np.testing.assert_array_equal(v, b["phantom"].classes[name][k])
@@ -204,13 +204,13 @@ def test_count_rows_are_reordered_in_place_like_fancy_indexing():
     assert _take_rows_inplace(a, slice(None)) is a
 
 
-def _serial_reference(counts, n_resamples, seed):
+def _serial_reference(counts, bootstrap, seed):
     """The serial definition: one generator consumed dataset after dataset in sorted order."""
     rng = np.random.default_rng(seed)
     out = {}
     for name in sorted(counts):
         blocks = [BS.Replicates(*BS.dataset_replicates(counts[name], w, per_pair={}))
-                  for w in RS.resample_weights(counts[name].n_cases, n_resamples, rng)]
+                  for w in RS.resample_weights(counts[name].n_cases, bootstrap, rng)]
         out[name] = BS._concat(blocks)
     return out
 
@@ -223,7 +223,7 @@ def test_bootstrap_on_threads_equals_the_serial_loop_bit_for_bit(monkeypatch, wo
     monkeypatch.setattr(RS, "_BLOCK_WEIGHTS", 400)
     counts = {name: DatasetCounts(**{**_dataset(s, n=n).__dict__, "name": name})
               for name, s, n in (("b_small", 1, 9), ("a_mid", 2, 37), ("c_big", 3, 120), ("d_one", 4, 1))}
-    got = BS.bootstrap_replicates(counts, n_resamples=45, seed=11)
+    got = BS.bootstrap_replicates(counts, bootstrap=45, seed=11)
     want = _serial_reference(counts, 45, 11)
     assert list(got) == sorted(counts)
     for name in counts:

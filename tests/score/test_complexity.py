@@ -215,7 +215,7 @@ def test_a_later_report_and_compare_show_the_opt_in_metrics_the_results_hold(tmp
     assert "gini" not in R.REGISTRY
     metrics = {d: json.loads((d / "metrics.json").read_text()) for d in dirs}
 
-    build_report(tmp_path / "report", dirs, n_boot=0, overlays=False)
+    build_report(tmp_path / "report", dirs, bootstrap=0, overlays=False)
     assert "gini" not in R.REGISTRY  # registered for the report only
     rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "grounding_more.csv").read_text())))
     assert len(rows) == 2 and all(f"ms_cxr/{k}" in rows[0] for k in ("gini", "entropy")), list(rows[0])
@@ -226,7 +226,7 @@ def test_a_later_report_and_compare_show_the_opt_in_metrics_the_results_hold(tmp
     md = (tmp_path / "report" / "leaderboard.md").read_text()
     assert "Gini" in md and "Entropy" in md
 
-    build_report(tmp_path / "report_plain", [plain], n_boot=0, overlays=False)
+    build_report(tmp_path / "report_plain", [plain], bootstrap=0, overlays=False)
     plain_rows = list(csv.DictReader(io.StringIO((tmp_path / "report_plain" / "grounding_more.csv").read_text())))
     assert "ms_cxr/gini" not in plain_rows[0] and "Gini" not in (tmp_path / "report_plain" / "leaderboard.md").read_text()
 

@@ -264,7 +264,7 @@ def test_flow_equals_the_closed_form(flow):
 
     d, imgs, _ = flow
     key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
-    sec = faithfulness_section(key, curves, info, n_boot=0)
+    sec = faithfulness_section(key, curves, info, bootstrap=0)
     for cls in CLASSES:
         entry = sec["datasets"]["phantom"]["classes"][cls]
         assert entry["n_pairs"] == 3
@@ -282,7 +282,7 @@ def test_flow_equals_brute_force_for_every_order(flow):
 
     d, imgs, _ = flow
     key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
-    sec = faithfulness_section(key, curves, info, n_boot=0)
+    sec = faithfulness_section(key, curves, info, bootstrap=0)
     sub = read_submission(d / "sub.zarr").datasets["phantom"]
     cells = F.cell_index(S, G)
     for cls in CLASSES:
@@ -319,7 +319,7 @@ def test_bootstrap_by_hand(flow):
 
     d, _, _ = flow
     key, curves, info = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
-    sec = faithfulness_section(key, curves, info, n_boot=50, seed=9)
+    sec = faithfulness_section(key, curves, info, bootstrap=50, seed=9)
     dc = curves["phantom"]
     v = pair_values(key, dc)["deletion_auc"]
     rng = np.random.default_rng(9)
@@ -622,9 +622,9 @@ def test_round2_with_rises_substrate(flow, tmp_path):
     assert checked == 6 * 2 * 5
     _score_round2(tmp_path / "r.zarr", tmp_path / "r-sub.zarr")
     k2, curves, info = load_round2(tmp_path / "r-sub.zarr", tmp_path / "k.npz")
-    assert faithfulness_section(k2, curves, info, n_boot=0)["insertion_substrate"] == "blur"
+    assert faithfulness_section(k2, curves, info, bootstrap=0)["insertion_substrate"] == "blur"
     k3, curves3, info3 = load_round2(d / "round2-sub.zarr", d / "round2.key.npz")
-    assert faithfulness_section(k3, curves3, info3, n_boot=0)["insertion_substrate"] == "grey"
+    assert faithfulness_section(k3, curves3, info3, bootstrap=0)["insertion_substrate"] == "grey"
 
 
 def test_a_key_without_the_substrate_is_grey(flow, tmp_path):

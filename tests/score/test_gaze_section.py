@@ -207,7 +207,7 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     sa, sb = (load_scope_counts(tmp_path / n / "pair_counts.npz") for n in ("sub", "other"))
     assert set(sa["gaze"]) == {"phantom"}
     ca, cb = (load_pair_counts(tmp_path / n / "pair_counts.npz") for n in ("sub", "other"))
-    table = paired_bootstrap(ca, cb, n_resamples=20, seed=0, scopes_a=sa, scopes_b=sb)
+    table = paired_bootstrap(ca, cb, bootstrap=20, seed=0, scopes_a=sa, scopes_b=sb)
     rows = table[table["dataset"] == "gaze/phantom"]
     other = json.loads((tmp_path / "other" / "metrics.json").read_text())["gaze"]["datasets"]["phantom"]
     mine = metrics["gaze"]["datasets"]["phantom"]
@@ -236,7 +236,7 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     assert f"{fnss:.2f}" in page[at:] and f"{ci[0]:.2f}–{ci[1]:.2f}" in page[at:]
     assert 'href="gaze.csv"' in page
     assert (tmp_path / "rep" / "gaze.csv").read_text().startswith("model,dataset,rows,scope,n,nss")
-    same = paired_bootstrap(ca, ca, n_resamples=20, seed=0, scopes_a=sa, scopes_b=sa)
+    same = paired_bootstrap(ca, ca, bootstrap=20, seed=0, scopes_a=sa, scopes_b=sa)
     same = same[same["dataset"] == "gaze/phantom"]
     assert len(same) and (same["diff"].dropna() == 0).all() and (same["diff_lo"].dropna() == 0).all()
 
@@ -377,3 +377,34 @@ def test_a_second_dataset_draws_its_own_resamples_in_the_one_stream(tmp_path):
         reps = np.array(reps)
         want = np.percentile(reps[~np.isnan(reps)], [2.5, 97.5])
         assert np.allclose(e["images"]["ci95"][m], want, rtol=1e-9), m
+
+
+@pytest.mark.parametrize("breaker", [_break_offset, _nan_map, _bad_duration, _bad_case])
+def test_the_scorer_reads_gaze_through_the_contracts_validator(stores, tmp_path, breaker):
+    """Issue 47 item 4: read_gaze checks the arrays with schemas.gaze.validate alone, so a store the scorer is
+    handed without validation (validate=False) is refused with exactly the validator's lines."""
+    import shutil
+
+    import zarr
+
+    from xbench.schemas import InvalidStoreError, read_ground_truth, validate_ground_truth
+
+    d = stores[0]
+    bad = tmp_path / "bad.zarr"
+    shutil.copytree(d / "gt.zarr", bad)
+    breaker(zarr.open_group(str(bad / "phantom"), mode="r+"))
+    with pytest.raises(InvalidStoreError) as exc:
+        GS.read_gaze(read_ground_truth(bad), "phantom", f"{bad}/phantom")
+    assert [str(p) for p in exc.value.problems] == [str(p) for p in validate_ground_truth(bad)]
+    assert GS.read_gaze(read_ground_truth(d / "plain.zarr"), "phantom") is None
+
+
+def test_score_declares_no_gaze_array_of_its_own():
+    """The gaze arrays' names and checks live in schemas/gaze.py only."""
+    from xbench.schemas import gaze as GZ
+
+    root = Path(GS.__file__).resolve().parents[1]
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert '("gaze_case", "gaze_reader"' not in text and "GAZE_ARRAYS" not in text, path
+    assert set(GZ.ARRAYS) >= {"gaze_case", "gaze_map", "fixations"}

@@ -86,7 +86,7 @@ def _setup(seed=3):
 
 def test_point_values_equal_brute_force():
     _, _, counts = _setup()
-    h, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, n_resamples=0)
+    h, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, bootstrap=0)
     readers = {r: _pair_values(dc) for r, dc in counts.items()}
     ones = {c: 1 for dc in counts.values() for c in dc.case_id}
     per_class, summary = _brute(readers, ones)
@@ -100,7 +100,7 @@ def test_point_values_equal_brute_force():
 def test_bootstrap_replicates_equal_brute_force():
     _, _, counts = _setup()
     B, seed = 7, 11
-    h, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, n_resamples=B, seed=seed)
+    h, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, bootstrap=B, seed=seed)
     readers = {r: _pair_values(dc) for r, dc in counts.items()}
     cases = sorted({str(c) for dc in counts.values() for c in dc.case_id})
     rng = np.random.default_rng(seed)
@@ -121,7 +121,7 @@ def test_bootstrap_replicates_equal_brute_force():
 def test_paired_gap_uses_only_the_pairs_a_reader_was_scored_on():
     rng, ids, counts = _setup()
     model = _counts(rng, ids, 30)
-    h, m = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, n_resamples=5, seed=2,
+    h, m = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, bootstrap=5, seed=2,
                    model=reader_pairs(model))
     human_pairs = {(str(dc.case_id[i]), dc.classes[k]) for dc in counts.values()
                    for i, k in zip(dc.pair_case, dc.pair_class)}
@@ -185,7 +185,7 @@ def test_human_block_of_a_model(tmp_path):
     block = human_block(metrics, {"d": model}, source, bootstrap=20, seed=0)
     s = block["datasets"]["d"]["summary"]["pointing_game"]
     h, _ = ceiling({r: with_hits(reader_pairs(dc), source.readings["d"][r]) for r, dc in counts.items()},
-                   classes=CLASSES, n_resamples=0)
+                   classes=CLASSES, bootstrap=0)
     assert s["human"] == h.point[None]["pointing_game"]
     assert s["percent_of_human"] == pytest.approx(0.25 / s["human"] * 100)
     assert s["ci95"][0] <= s["human"] <= s["ci95"][1]
@@ -222,7 +222,7 @@ def test_a_link_leaving_the_human_folder_is_refused(tmp_path):
 
 
 # -- the reading: the ceiling's hits and CheXlocalize's own values ---------------------------------------------
-def _brute_chexlocalize(readings: dict, seed: int, n_boot: int):
+def _brute_chexlocalize(readings: dict, seed: int, bootstrap: int):
     """CheXlocalize's eval.py rules by loops: per reader and class the mean over the rows where a key is defined
     (true_pos_only: gt and seg; all: gt or seg; hit: gt), per class the mean over readers, the average over
     classes; bootstrap: numpy.random.seed(seed), choice(n, n) per resample over the sorted union of cases."""
@@ -254,7 +254,7 @@ def _brute_chexlocalize(readings: dict, seed: int, n_boot: int):
     point = per_class({c: 1 for c in cases})
     rs = np.random.RandomState(seed)
     reps = []
-    for _ in range(n_boot):
+    for _ in range(bootstrap):
         draw = rs.choice(len(cases), size=len(cases), replace=True)
         weight = {}
         for j in draw:
@@ -266,7 +266,7 @@ def _brute_chexlocalize(readings: dict, seed: int, n_boot: int):
 def test_chexlocalize_block_equals_brute_force():
     rng, ids, counts = _setup()
     readings = {r: _reading(rng, dc) for r, dc in counts.items()}
-    block = chexlocalize_block(readings, classes=CLASSES, n_resamples=40, seed=5)
+    block = chexlocalize_block(readings, classes=CLASSES, bootstrap=40, seed=5)
     point, reps = _brute_chexlocalize(readings, 5, 40)
     assert block["n_cases"] == len(ids) and block["resolution"] == "grid"
     for c in CLASSES:
@@ -293,8 +293,8 @@ def test_the_ceilings_pointing_game_is_the_readings_hit_rate(tmp_path):
     rng, ids, counts = _setup()
     readings = {r: _reading(rng, dc) for r, dc in counts.items()}
     source = load_human(_human_folder(tmp_path, counts, readings=readings))
-    h, _ = ceiling(source.readers["d"], classes=CLASSES, n_resamples=0)
-    plain, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, n_resamples=0)
+    h, _ = ceiling(source.readers["d"], classes=CLASSES, bootstrap=0)
+    plain, _ = ceiling({r: reader_pairs(dc) for r, dc in counts.items()}, classes=CLASSES, bootstrap=0)
     for c in CLASSES:
         rates = []
         for r in readings.values():
@@ -350,7 +350,7 @@ def test_a_native_reading_is_used_for_the_block_and_checked(tmp_path):
     source = load_human(folder)
     metrics = {"datasets": {"d": {"summary": {}, "classes": {}}}}
     block = human_block(metrics, {}, source, bootstrap=10, seed=2)["datasets"]["d"]["chexlocalize"]
-    assert block == chexlocalize_block(natives, classes=CLASSES, n_resamples=10, seed=2, resolution="native")
+    assert block == chexlocalize_block(natives, classes=CLASSES, bootstrap=10, seed=2, resolution="native")
     outside = tmp_path / "elsewhere.npz"
     (folder / "readers" / "R1" / NATIVE_READING_FILE).rename(outside)
     (folder / "readers" / "R1" / NATIVE_READING_FILE).symlink_to(outside)

@@ -102,7 +102,7 @@ def test_library_input_errors_are_typed_and_classified_as_exit_2(stores, tmp_pat
         (lambda: thresholds_from_metrics(tmp_path / "absent.json"), ThresholdsError),
         (lambda: threshold_index(float("nan")), ThresholdsError),
         (lambda: paired_bootstrap(res.counts, {"phantom": res.counts["chexlocalize"].__class__(
-            **{**res.counts["chexlocalize"].__dict__, "name": "phantom"})}, n_resamples=2), GroundTruthMismatchError),
+            **{**res.counts["chexlocalize"].__dict__, "name": "phantom"})}, bootstrap=2), GroundTruthMismatchError),
     ]:
         with pytest.raises(kind) as info:
             call()

@@ -7,6 +7,7 @@ import inspect
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from xbench.score.metrics import registry as R
@@ -115,3 +116,97 @@ def test_the_flag_reaches_the_metric_and_is_checked(tmp_path):
     bad = CliRunner().invoke(score_command, [str(tmp_path / "sub.zarr"), "--gt", str(tmp_path / "gt.zarr"),
                                              "--out", str(tmp_path / "b"), "--pointing-tolerance", "-1"])
     assert bad.exit_code == 2 and "pointing-tolerance" in bad.output and not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------------- a new parameter, from one file (issue 47)
+#: CONTRIBUTING's recipe for a metric that takes a parameter, written into a file of its own: the parameter's
+#: declaration, the per-pair statistic whose hook reads it from ``chunk.params`` by name, the metric declaring
+#: both, and a ScoreOptions subclass giving it a flag. Nothing in score/ names it.
+_THROW_AWAY = '''
+from dataclasses import dataclass
+
+import numpy as np
+
+from xbench.score.kernels import pair_stats as PS
+from xbench.score.metrics import registry as R
+from xbench.score.metrics.params import MetricParam
+from xbench.score.options import ScoreOptions, param_opt
+
+CUT = MetricParam("energy_cut", float, 0.5, 0.0, 1.0, help="share of the map's mass a hit needs")
+
+
+def fill(chunk, out):
+    out[:] = chunk.energy >= chunk.params["energy_cut"]
+
+
+STAT = PS.PairStat("energy_above_cut", np.bool_, fill, scopes=("class",))
+METRIC = R.Metric("energy_above_cut", "Energy above the cut", "E>cut", "grounding",
+                  PS.column("energy_above_cut", bool), pairs=PS.present("energy_above_cut"), minor=1,
+                  needs=("energy_above_cut",), params=(CUT,))
+
+
+@dataclass
+class Options(ScoreOptions):
+    energy_cut: float = param_opt(CUT)
+'''
+
+
+@pytest.fixture()
+def throw_away(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "energy_cut_metric.py"
+    path.write_text(_THROW_AWAY, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("energy_cut_metric", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from xbench.score.kernels import pair_stats as PS
+
+    with PS.declared(mod.STAT), R.registered(mod.METRIC):
+        yield mod
+    assert "energy_cut" not in R.metric_params()  # gone with the block
+
+
+def test_a_new_parameter_reaches_its_kernel_through_the_one_mapping(throw_away, tmp_path):
+    """A parameter declared in a temporary file reaches its per-pair statistic's hook as the counting pass's
+    one mapping, the tolerance beside it untouched; its ScoreOptions field reaches it through
+    ``xbench.score.run`` with no edit there; a value out of its declared range is refused, one line."""
+    from score_stores import make_gt, make_submission
+    from xbench.score import run
+    from xbench.score.metrics.localisation import ENERGY_COLUMN, TOLERANT_COLUMN
+    from xbench.score.scoring import score_submission
+
+    gt = make_gt(tmp_path / "gt.zarr")
+    make_submission(tmp_path / "sub.zarr", gt, map_shape=(7, 5))
+    assert R.metric_params() == {"pointing_tolerance": 15.0, "energy_cut": 0.5}
+    seen = {}
+    for cut in (0.0, 0.3, 0.6, 1.0):
+        res = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=0,
+                               metric_params={"energy_cut": cut, "pointing_tolerance": 4.0})
+        for name, dc in res.counts.items():
+            energy = dc.extra[ENERGY_COLUMN]
+            assert dc.extra["energy_above_cut"].dtype == bool
+            np.testing.assert_array_equal(dc.extra["energy_above_cut"], energy >= cut)  # brute force
+            seen.setdefault(name, []).append(dc.extra["energy_above_cut"].sum())
+            if TOLERANT_COLUMN in dc.extra:  # the other parameter still reaches its own hook
+                base = score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=0,
+                                        metric_params={"pointing_tolerance": 4.0}).counts[name]
+                np.testing.assert_array_equal(dc.extra[TOLERANT_COLUMN], base.extra[TOLERANT_COLUMN])
+        assert "energy_above_cut" in res.metrics["overall"]
+    assert any(len(set(v)) > 1 for v in seen.values())  # the cut changes the column: it was read
+    # the ScoreOptions field of that name is the run's value (entry.py names no parameter)
+    [scored] = run(throw_away.Options(gt_path=str(tmp_path / "gt.zarr"), out_dir=None, bootstrap=0, energy_cut=0.6),
+                   [tmp_path / "sub.zarr"])
+    for dc in scored.result.counts.values():
+        np.testing.assert_array_equal(dc.extra["energy_above_cut"], dc.extra[ENERGY_COLUMN] >= 0.6)
+    with pytest.raises(ValueError, match=r"energy_cut must be a finite number in \[0, 1\]"):
+        score_submission(tmp_path / "sub.zarr", tmp_path / "gt.zarr", bootstrap=0, metric_params={"energy_cut": 2.0})
+
+
+def test_the_counting_pass_names_no_parameter():
+    """The counting pass hands the resolved mapping on whole: no parameter's name is written in it."""
+    from xbench.score.kernels import counting
+
+    src = Path(counting.__file__).read_text(encoding="utf-8")
+    for p in R.metric_params():
+        assert f'"{p}"' not in src and f"'{p}'" not in src

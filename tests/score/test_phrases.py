@@ -376,7 +376,7 @@ def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
     _, sub_b, _, _, maps_b = make_phrase_stores(tmp_path / "b", seed=2, maps_seed=11)
     B, seed = 50, 4
     ra, rb = (score_submission(s, gt, bootstrap=B, seed=seed) for s in (sub_a, sub_b))
-    table = BS.paired_bootstrap(ra.counts, rb.counts, n_resamples=B, seed=seed,
+    table = BS.paired_bootstrap(ra.counts, rb.counts, bootstrap=B, seed=seed,
                                 phrases_a=ra.phrase_counts, phrases_b=rb.phrase_counts)
     ph = table[table["dataset"].astype(str).str.startswith("phrases")]
     rows_a, rows_b = reference_phrases(q, qmask, maps_a), reference_phrases(q, qmask, maps_b)
@@ -407,7 +407,7 @@ def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
     # through the files: pair_counts.npz keeps the phrase rows and the report compares them
     write_outputs(ra, tmp_path / "out_a")
     write_outputs(rb, tmp_path / "out_b")
-    rows = compare_results(load_result(tmp_path / "out_a"), load_result(tmp_path / "out_b"), n_boot=B, seed=seed)
+    rows = compare_results(load_result(tmp_path / "out_a"), load_result(tmp_path / "out_b"), bootstrap=B, seed=seed)
     got = {(r.scope, r.cls, r.metric): r for r in rows}
     assert ("phrases/ms_cxr", "Edema", "cnr") in got and ("phrases", None, "cnr") in got
     want = ph[(ph["dataset"] == "phrases/ms_cxr") & (ph["class"] == "Edema") & (ph["metric"] == "cnr")].iloc[0]

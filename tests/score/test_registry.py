@@ -190,7 +190,7 @@ def test_a_new_metric_is_one_registration(stores, dice_030, tmp_path):
 
     from xbench.score.report import build_report
 
-    build_report(tmp_path / "report", [tmp_path / "out"], n_boot=0, overlays=False)
+    build_report(tmp_path / "report", [tmp_path / "out"], bootstrap=0, overlays=False)
     board = (tmp_path / "report" / "leaderboard.md").read_text()
     assert "More grounding metrics" in board and "Dice@0.3" in board
     assert f"{100 * m['overall']['dice_030']:.2f}" in board

@@ -31,7 +31,7 @@ def _problems(a, b):
     return [f"{d}: image counts differ" for d in sorted(set(a) & set(b)) if a[d] != b[d]]
 
 
-def _paired(a, b, *, n_resamples, seed, level, per_group, cache, names):
+def _paired(a, b, *, bootstrap, seed, level, per_group, cache, names):
     return [{"dataset": f"probes/{d}", "class": None, "metric": "n_images", "a": a[d], "b": b[d],
              "diff": a[d] - b[d], "diff_lo": None, "diff_hi": None, "p_value": None, "n_valid": 0}
             for d in sorted(set(a) & set(b))]
@@ -135,7 +135,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         assert list(ra.metrics).index("probes") > list(ra.metrics).index("phrases")  # declaration order
         # the other scopes are untouched by the new one
         assert ra.metrics["phrases"]["datasets"]["ms_cxr"]["n_phrases"] == plain.metrics["phrases"]["datasets"]["ms_cxr"]["n_phrases"]
-        table = BS.paired_bootstrap(ra.counts, rb.counts, n_resamples=0, seed=3, phrases_a=ra.phrase_counts,
+        table = BS.paired_bootstrap(ra.counts, rb.counts, bootstrap=0, seed=3, phrases_a=ra.phrase_counts,
                                     phrases_b=rb.phrase_counts, scopes_a={"probe": ra.scope_counts["probe"]},
                                     scopes_b={"probe": rb.scope_counts["probe"]})
         datasets = [str(d) for d in table["dataset"]]
@@ -145,7 +145,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         from xbench.score.errors import GroundTruthMismatchError
 
         with pytest.raises(GroundTruthMismatchError):
-            BS.paired_bootstrap(ra.counts, rb.counts, n_resamples=0, scopes_a={"probe": {"ms_cxr": 9}},
+            BS.paired_bootstrap(ra.counts, rb.counts, bootstrap=0, scopes_a={"probe": {"ms_cxr": 9}},
                                 scopes_b={"probe": {"ms_cxr": 8}})
         dirs = []
         for name, r in (("a", ra), ("b", rb)):
@@ -161,7 +161,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         assert load_scope_counts(dirs[0] / "pair_counts.npz")["probe"] == {"ms_cxr": 9}
         assert load_result(dirs[1]).scope_counts["probe"] == {"ms_cxr": 9}
         _compare_from_folders(dirs, tmp_path)
-        build_report(tmp_path / "report", dirs, n_boot=0, overlays=False)
+        build_report(tmp_path / "report", dirs, bootstrap=0, overlays=False)
         rows = list(csv.DictReader(io.StringIO((tmp_path / "report" / "probes.csv").read_text())))
         assert [(r["dataset"], r["n_images"]) for r in rows] == [("ms_cxr", "9")] * 2 and len({r["model"] for r in rows}) == 2
         assert "## Probes" in (tmp_path / "report" / "leaderboard.md").read_text()

@@ -27,13 +27,13 @@ def _counts() -> dict[str, DatasetCounts]:
             for name, s, n in (("a_first", 1, 23), ("b_second", 2, 31))}
 
 
-def _contract_weights(counts, name, n_resamples, seed):
+def _contract_weights(counts, name, bootstrap, seed):
     """The contract's words: one numpy.random.default_rng(seed); the datasets in sorted name order each take
-    n_resamples resamples of integers(0, n, n), n its cases, in order; draw index j = the j-th case."""
+    bootstrap resamples of integers(0, n, n), n its cases, in order; draw index j = the j-th case."""
     rng = np.random.default_rng(seed)
     for d in sorted(counts):
         n = counts[d].n_cases
-        draws = [rng.integers(0, n, n) for _ in range(n_resamples)]
+        draws = [rng.integers(0, n, n) for _ in range(bootstrap)]
         if d == name:
             return np.array([np.bincount(x, minlength=n) for x in draws], np.float64)
     raise KeyError(name)
@@ -61,7 +61,7 @@ def _attrs(counts, rng=None):
 
 def test_a_group_of_every_case_has_its_datasets_own_interval_on_every_dataset():
     counts = _counts()
-    sec = subgroup_section(counts, _attrs(counts), ["site"], n_resamples=B, seed=SEED, min_group=1)
+    sec = subgroup_section(counts, _attrs(counts), ["site"], bootstrap=B, seed=SEED, min_group=1)
     metrics, _ = metrics_from_counts(counts, bootstrap=B, seed=SEED)
     for name in sorted(counts):  # the second dataset too (main drew it from default_rng(seed + 1))
         group = sec["datasets"][name]["groups"]["site=x"]
@@ -76,7 +76,7 @@ def test_a_group_of_every_case_has_its_datasets_own_interval_on_every_dataset():
 def test_gap_interval_and_permutation_p_from_the_contracts_words():
     counts = _counts()
     attrs = _attrs(counts, np.random.default_rng(9))
-    sec = subgroup_section(counts, attrs, ["site"], n_resamples=B, seed=SEED, min_group=2)
+    sec = subgroup_section(counts, attrs, ["site"], bootstrap=B, seed=SEED, min_group=2)
     assert sec["gap_test"] == "permutation" and sec["thresholds"] == {"gaps": "group", "gaps_dataset_tau": "dataset"}
     for name in sorted(counts):
         dc, labels = counts[name], np.asarray(attrs[name]["site"].values, dtype=str)
@@ -148,7 +148,7 @@ def test_tie_rule_floor_and_ratio():
     assert gap_interval(np.array([0.5, np.nan]), reps, np.ones(2, bool), True) is None
 
 
-def _simulate(seed: int, n_sims=300, n=60, n_keys=4, n_perm=99, n_boot=99):
+def _simulate(seed: int, n_sims=300, n=60, n_keys=4, n_perm=99, bootstrap=99):
     """Datasets whose group labels are drawn independently of everything; per case n_keys binary outcomes (a
     metric = the group mean). Returns (share of datasets with a Holm-significant gap under the permutation
     test, the same share under the old fixed-pair paired-bootstrap p, the share of intervals holding 0)."""
@@ -167,9 +167,9 @@ def _simulate(seed: int, n_sims=300, n=60, n_keys=4, n_perm=99, n_boot=99):
     perm = np.argsort(rng.random((n_sims, n_perm, n)), axis=2)
     permuted = means(np.take_along_axis(np.broadcast_to(labels[:, None, :], perm.shape), perm, axis=2),
                      np.ones((n_sims, n_perm, n)))
-    draws = rng.integers(0, n, (n_sims, n_boot, n))
-    w = np.zeros((n_sims, n_boot, n))
-    np.add.at(w, (np.arange(n_sims)[:, None, None], np.arange(n_boot)[None, :, None], draws), 1.0)
+    draws = rng.integers(0, n, (n_sims, bootstrap, n))
+    w = np.zeros((n_sims, bootstrap, n))
+    np.add.at(w, (np.arange(n_sims)[:, None, None], np.arange(bootstrap)[None, :, None], draws), 1.0)
     boot = means(np.broadcast_to(labels[:, None, :], w.shape), w)
     new = old = covered = 0
     for s in range(n_sims):
@@ -229,7 +229,7 @@ def test_groups_at_the_datasets_own_best_threshold():
     of the class-mean Dice curve over all its pairs), beside the group's own best (its own first maximum)."""
     counts = _counts()
     attrs = _attrs(counts, np.random.default_rng(4))
-    sec = subgroup_section(counts, attrs, ["site"], n_resamples=0, seed=SEED, min_group=2)
+    sec = subgroup_section(counts, attrs, ["site"], bootstrap=0, seed=SEED, min_group=2)
     for name, dc in counts.items():
         labels = np.asarray(attrs[name]["site"].values, dtype=str)
         dice = 2.0 * dc.br.astype(float) / (dc.b.astype(float) + dc.region_pixels.astype(float)[:, None])

@@ -375,9 +375,9 @@ def test_the_groups_work_is_bounded_before_anything_is_allocated(scored, monkeyp
     dc = load_pair_counts(d / "s/pair_counts.npz")["phantom"]
     for g in (2, 24):
         _, ind = S.group_indicators(np.asarray([f"g{i % g}" for i in range(dc.n_cases)]))
-        S.group_replicates(dc, ind, n_resamples=8, seed=0)  # caches and imports out of the measure
+        S.group_replicates(dc, ind, bootstrap=8, seed=0)  # caches and imports out of the measure
         tracemalloc.start()
-        S.group_replicates(dc, ind, n_resamples=125, seed=0)
+        S.group_replicates(dc, ind, bootstrap=125, seed=0)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         est = S.work_bytes(g, dc.n_cases, 125)

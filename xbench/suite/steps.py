@@ -131,7 +131,7 @@ def _run_report(step: Step, ctx: Context, resume: bool) -> None:
     given = {m.key: Path(m.submission) for m in ctx.suite.models if m.submission is not None}
     build_report(ctx.run_dir / "report", [ctx.run_dir / "scores" / k for k in keys], images=data / "images.zarr",
                  gt=data / "gt.zarr", submissions={k: given.get(k, ctx.run_dir / f"submissions/{k}.zarr") for k in keys},
-                 n_boot=step.options["bootstrap"], seed=step.options["seed"], size_bins=step.options["size_bins"],
+                 bootstrap=step.options["bootstrap"], seed=step.options["seed"], size_bins=step.options["size_bins"],
                  overlays=bool(step.options["overlays"]), progress=False, title=step.options["title"])
 
 

@@ -11,11 +11,12 @@ from xbench.schemas.errors import InputError, Problem
 
 from xbench.score.kernels.counts import DatasetCounts
 from xbench.score.metrics.grounding import FIXED_THRESHOLD_INDEX
+from xbench.score.metrics.registry import CORE_KEYS
 from xbench.score.resampling.intervals import percentile_interval
 
-#: the grounding keys a ceiling exists for (the maps of a reader are binary masks, so the map-shape metrics
-#: of minor 1 measure nothing human)
-KEYS = ("pointing_game", "dice_fixed", "iou_fixed", "dice_best", "iou_best")
+#: the grounding keys a ceiling exists for, the contract's of minor 0 (the maps of a reader are binary masks, so
+#: the map-shape metrics of minor 1 measure nothing human)
+KEYS = CORE_KEYS["grounding"]
 
 
 #: CheXlocalize's human-benchmark values (eval.py): mIoU with true_pos_only True and False, the hit rate
@@ -97,7 +98,7 @@ def _chex_columns(r: ReaderReading) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequence[str] | None = None,
-                       n_resamples: int = 1000, seed: int = 0, resolution: str = "grid") -> dict:
+                       bootstrap: int = 1000, seed: int = 0, resolution: str = "grid") -> dict:
     """CheXlocalize's own human-benchmark numbers (eval.py, --if_human_benchmark) from the readers' readings.
 
     Per reader and class, each key is the mean over the rows where it is defined (``n_<key>`` rows); per
@@ -140,11 +141,11 @@ def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequen
 
     point = per_class(np.ones((1, len(cases)), np.int64))
     reps = {c: {k: [] for k in CHEXLOCALIZE_KEYS} for c in order}
-    if n_resamples and len(cases):
+    if bootstrap and len(cases):
         from xbench.score.resampling.engine import legacy_choice_weights
 
-        weights = legacy_choice_weights(len(cases), n_resamples, seed).astype(np.int64)
-        for done in range(0, n_resamples, _BLOCK):
+        weights = legacy_choice_weights(len(cases), bootstrap, seed).astype(np.int64)
+        for done in range(0, bootstrap, _BLOCK):
             got = per_class(weights[done:done + _BLOCK])
             for c in order:
                 for k in CHEXLOCALIZE_KEYS:
@@ -176,7 +177,7 @@ def chexlocalize_block(readings: Mapping[str, ReaderReading], *, classes: Sequen
         bms = [v for v in boot_means[k] if v is not None]
         average[k] = {"value": sum(pts) / len(pts) if pts else None,
                       "bootstrap_mean": sum(bms) / len(bms) if bms else None}
-    return {"resolution": resolution, "n_cases": int(len(cases)), "n_resamples": int(n_resamples),
+    return {"resolution": resolution, "n_cases": int(len(cases)), "n_resamples": int(bootstrap),
             "seed": int(seed), "classes": out_classes, "average": average}
 
 
@@ -223,12 +224,12 @@ class HumanCeiling:
     cases: np.ndarray
 
 
-def _weights(n_cases: int, n_resamples: int, seed: int):
+def _weights(n_cases: int, bootstrap: int, seed: int):
     """Blocks of case weights, (b, n_cases) int32: how often each case is drawn in each resample
     (``numpy.random.default_rng(seed)``, ``integers(0, n, n)`` per resample, in order)."""
     from xbench.score.resampling.engine import resample_weights, stream
 
-    for w in resample_weights(n_cases, n_resamples, stream(seed), chunk=_BLOCK):
+    for w in resample_weights(n_cases, bootstrap, stream(seed), chunk=_BLOCK):
         yield w.astype(np.int32)
 
 
@@ -241,7 +242,7 @@ def _class_order(per_reader: Sequence[ReaderPairs], classes: Sequence[str] | Non
     return seen
 
 
-def ceiling(readers: Mapping[str, ReaderPairs], *, classes: Sequence[str] | None = None, n_resamples: int = 1000,
+def ceiling(readers: Mapping[str, ReaderPairs], *, classes: Sequence[str] | None = None, bootstrap: int = 1000,
             seed: int = 0, model: ReaderPairs | None = None) -> tuple[HumanCeiling, HumanCeiling | None]:
     """The human ceiling of one dataset from each reader's pairs; with ``model``, also the model's values on the
     (case, class) pairs some reader was scored on, resampled with the same case weights (for the paired gap).
@@ -287,8 +288,8 @@ def ceiling(readers: Mapping[str, ReaderPairs], *, classes: Sequence[str] | None
     hp, mp = evaluate(ones)
     hreps = {c: {k: [] for k in KEYS} for c in [*order, None]}
     mreps = {c: {k: [] for k in KEYS} for c in [*order, None]} if aligned is not None else None
-    if n_resamples and len(cases):
-        for w in _weights(len(cases), n_resamples, seed):
+    if bootstrap and len(cases):
+        for w in _weights(len(cases), bootstrap, seed):
             h, m = evaluate(w)
             for c in hreps:
                 for k in KEYS:

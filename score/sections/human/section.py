@@ -47,7 +47,7 @@ def human_block(metrics: Mapping, counts: Mapping[str, DatasetCounts], source: H
             continue
         dm = metrics["datasets"][name]
         model = reader_pairs(counts[name]) if name in counts else None
-        h, m = ceiling(readers, classes=source.classes.get(name), n_resamples=bootstrap, seed=seed, model=model)
+        h, m = ceiling(readers, classes=source.classes.get(name), bootstrap=bootstrap, seed=seed, model=model)
         entry = {"readers": list(h.readers), "n_cases": int(len(h.cases)),
                  "summary": {k: _entry((dm.get("summary") or {}).get(k), h, m, None, k, level) for k in KEYS},
                  "classes": {}}
@@ -61,7 +61,7 @@ def human_block(metrics: Mapping, counts: Mapping[str, DatasetCounts], source: H
         native = (source.natives or {}).get(name)
         chex = native or (source.readings or {}).get(name)
         if chex:
-            entry["chexlocalize"] = chexlocalize_block(chex, classes=source.classes.get(name), n_resamples=bootstrap,
+            entry["chexlocalize"] = chexlocalize_block(chex, classes=source.classes.get(name), bootstrap=bootstrap,
                                                        seed=seed, resolution="native" if native else "grid")
         out["datasets"][name] = entry
     return out
