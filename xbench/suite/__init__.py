@@ -21,7 +21,9 @@ as started with the same fingerprint is resumed (prepare and extract resume bloc
 own); any other step starts from an empty output. Content digests are sha256 over every file's bytes,
 cached by (size, mtime) in ``OUT/.xbench-suite/digests.json`` as git's index does, so a second run
 reads no unchanged file again. Augmentation and perturbation specs are fingerprinted in their canonical text
-(:func:`canonical_specs`): two spellings of one spec are one fingerprint.
+(:func:`canonical_specs`): two spellings of one spec are one fingerprint. A ``score:`` key that names a file or
+folder (``thresholds_from``, ``human_dir``, ...; :func:`xbench.suite.fingerprint.path_digests`) counts by the content it names, so a
+file edited in place under the same name is a new input.
 
 One run at a time per output folder: a run holds an exclusive ``flock`` on ``OUT/.xbench-suite/lock``
 (dropped by the kernel however the process ends), and a second one is refused with one line.
