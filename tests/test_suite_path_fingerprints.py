@@ -99,3 +99,39 @@ def test_a_suite_without_path_keys_keeps_its_score_fingerprint(tmp_path, fake_st
     inputs = {d: done[d]["output_digest"] for d in score.deps}  # the formula before path keys were digested
     before = S.fingerprint._hash({"kind": "score", "key": "random", "options": score.options, "inputs": inputs})
     assert done["score/random"]["fingerprint"] == before
+
+
+def _chexlocalize(root):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "datasets"))
+    try:
+        from fixtures import write_chexlocalize
+    finally:
+        sys.path.pop(0)
+    write_chexlocalize(root)
+
+
+def test_a_file_a_reader_option_names_enters_the_prepare_fingerprint_by_content(tmp_path, fake_steps):
+    """A reader reading a file outside its root (chexlocalize's demographics, declared by its given_roots hook):
+    editing that file in place prepares again; a dataset without such a file keeps the plain root digest."""
+    from xbench.suite.driver import _roots
+
+    root, demo = tmp_path / "chex", tmp_path / "demographics.csv"
+    _chexlocalize(root)
+    demo.write_text("PATIENT,GENDER\npatient64541,Female\n")
+    entry = {"root": str(root), "split": "val"}
+    plain = S.parse_suite({"name": "t", "datasets": {"chexlocalize": entry}, "models": ["random"]}, tmp_path)
+    assert _roots(plain) == {"chexlocalize": S.listing_digest(root)}  # as before: no other source
+    suite = S.parse_suite({"name": "t", "datasets": {"chexlocalize": {**entry, "options": {"demographics": str(demo)}}},
+                           "models": ["random"], "score": {"bootstrap": 0}}, tmp_path)
+    assert _roots(suite)["chexlocalize"] == {"root": S.listing_digest(root),
+                                             str(demo): hashlib.sha256(demo.read_bytes()).hexdigest()}
+    out = tmp_path / "run"
+    assert set(_status(S.run_suite(suite, out=out, progress=False)).values()) == {"ran"}
+    assert set(_status(S.run_suite(suite, out=out, progress=False)).values()) == {"skip"}
+    demo.write_text("PATIENT,GENDER\npatient64541,Male__\n")  # same name, same size, new content
+    fake_steps.clear()
+    S.run_suite(suite, out=out, progress=False)
+    assert fake_steps[0] == "prepare/chexlocalize"

@@ -127,6 +127,9 @@ class CheXlocalizeReader(DatasetReader):
             self.options["demographics"] = str(demographics)
         self._native: dict[str, tuple[str, str, str, str]] = {}
 
+    def given_roots(self) -> list[Path]:
+        return [self.root, Path(self.options["demographics"])] if self.options.get("demographics") else [self.root]
+
     def _find(self, *names: str) -> Path:
         path = find_first(p for n in names for p in (self.root / n, self.root / Path(n).name))
         if path is None:

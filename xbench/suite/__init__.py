@@ -14,7 +14,8 @@ and runs each step through the same Python functions the single-step commands ca
 Skipping and resuming. Each step has a *fingerprint*: the sha256 of its options and of the content
 digests of its inputs (the outputs of the steps it reads; for a raw dataset root, the list of its files
 with their sizes and modification times, since hashing hundreds of GB of images on every run is not
-affordable). A step is skipped only when the run record ``OUT/xbench-run.json`` says it finished with
+affordable; beside it, what the reader's options name outside the root, its ``given_roots``: a folder listed
+the same way, a file by its content). A step is skipped only when the run record ``OUT/xbench-run.json`` says it finished with
 the same fingerprint *and* the content digest of its output today equals the one recorded then: a
 store edited, truncated or replaced by hand runs again, whatever files are present. A step recorded
 as started with the same fingerprint is resumed (prepare and extract resume block by block on their
