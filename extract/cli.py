@@ -87,7 +87,7 @@ def _check(model: str, overrides: dict, method, device, precision, images: str, 
         if out_problem:
             problems.append(out_problem)
         elif overwrite:  # --overwrite deletes only a submission store XBench wrote, never a folder of the user's
-            from xbench.schemas.submission import replace_problem
+            from xbench.schemas.submission_writer import replace_problem
 
             not_ours = replace_problem(out)
             if not_ours:

@@ -20,8 +20,8 @@ _WHERE = {
     "ImagesDataset": "images", "ImagesStore": "images", "ImagesWriter": "images", "read_images": "images",
     "validate_images": "images",
     "DATASET_KEYS": "store", "SCHEMA_VERSION": "store", "open_store_group": "store", "store_sha256": "store",
-    "DatasetSpec": "submission", "Submission": "submission", "SubmissionDataset": "submission",
-    "SubmissionWriter": "submission", "align": "submission", "read_submission": "submission",
+    "DatasetSpec": "submission_writer", "Submission": "submission", "SubmissionDataset": "submission",
+    "SubmissionWriter": "submission_writer", "align": "submission", "read_submission": "submission",
     "validate_submission": "submission",
 }
 

@@ -45,7 +45,8 @@ import numpy as np
 
 from xbench.schemas.errors import InputError, InputLimitError, InvalidStoreError, Problem
 from xbench.schemas.paths import STOP, _pid_alive, check_stop, is_remote, terminate_as_interrupt  # noqa: F401 - the one stop, shared
-from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, SubmissionWriter, _class_hint, _listed, validate_submission
+from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, _class_hint, _listed, validate_submission
+from xbench.schemas.submission_writer import SubmissionWriter
 
 ProgressFn = Callable[[int], None]
 #: the reason recorded for a dataset whose source holds no phrase rows (docs/convert.md, "Phrase rows")

@@ -388,6 +388,14 @@ def suite_defaults(cls) -> dict[str, Any]:
             for f, o in declared(cls) if o.suite}
 
 
+def suite_paths(cls) -> tuple[str, ...]:
+    """The keys of a suite's section that name a file or folder (a ``suite`` field checked as a ``click.Path``,
+    e.g. ``thresholds_from``, ``human_dir``): made absolute relative to the suite file, and fingerprinted by the
+    content they name, not by their name (xbench.suite.plan)."""
+    return tuple(f.name for f, o in declared(cls)
+                 if o.suite and isinstance(getattr(o.check, "type", None), click.Path))
+
+
 def unknown_keys(given: Iterable, known: Iterable[str], where: str) -> list[str]:
     """One line naming the keys of ``given`` not in ``known`` (each with its close match), or none."""
     known = list(known)

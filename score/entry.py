@@ -1,7 +1,7 @@
 """The one way to score submissions: :func:`run` takes a :class:`~xbench.score.options.ScoreOptions` (every
 option of ``xbench-score``, a suite's ``score:`` section, a platform's configuration) and the submission stores,
 and returns one :class:`Scored` per submission. ``xbench-score`` (score/cli.py), the suite runner
-(xbench/suite/steps.py), ``xbench human`` (xbench/human.py) and the platform entry points (xbench/package.py)
+(xbench/suite/steps.py), ``xbench human`` (xbench/human.py) and the platform entry points (xbench/platform_scoring.py)
 all call it; what they add is their own printing and error reporting."""
 from __future__ import annotations
 

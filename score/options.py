@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from xbench.schemas.options import (MAX_CASES, Choice, Flag, Float, Int, Text, declared, opt, problems,
-                                    resamples, seed_opt)
+                                    resamples, seed_opt, suite_paths)
 from xbench.schemas.options import _shown as shown
 
 from xbench.score.metrics.params import POINTING_TOLERANCE, MetricParam
@@ -99,6 +99,7 @@ def section_problems(values: dict, where: str, resolve: Callable[[str], str] | N
     is a list of one; made a tuple in place); ``resolve`` makes a relative path (``thresholds_from``, ``human_dir``
     ...) absolute in place (a suite's: relative to the suite file). Unknown keys are the caller's to name."""
     lines = problems(ScoreOptions, values, where)
+    paths = suite_paths(ScoreOptions)
     for f, o in declared(ScoreOptions):
         if not o.suite or f.name not in values:
             continue
@@ -110,8 +111,7 @@ def section_problems(values: dict, where: str, resolve: Callable[[str], str] | N
                 continue
             lines += [f"{where}.{f.name}: {p}, got {shown(v)}" for v in items for p in [o.check.problem(v)] if p]
             values[f.name] = tuple(items)
-        elif resolve is not None and isinstance(getattr(o.check, "type", None), click.Path) \
-                and isinstance(value, str) and "://" not in value:
+        elif resolve is not None and f.name in paths and isinstance(value, str) and "://" not in value:
             values[f.name] = resolve(value)
     return lines
 

@@ -156,6 +156,20 @@ class DatasetReader(abc.ABC):
         """Reader options that change the ground truth, recorded in the store's attributes."""
         return {"split": self.split, **{k: v for k, v in self.options.items()}}
 
+    # Optional hooks: a reader whose dataset carries more than labels and regions overrides them. The defaults
+    # say "none here", so the preparation step calls them on every reader (no probing for their presence).
+    def case_attributes(self, records: Sequence[CaseRecord]) -> dict | None:
+        """The case attributes of ``records`` (the prepared cases, in their order) as ``{field: category(...)
+        or number(...)}`` of :mod:`xbench.schemas.attributes`, written to gt.zarr's ``attributes/`` subgroup;
+        None (the default: a reader that keeps none, or one asked for none) writes no subgroup."""
+        return None
+
+    def gaze_readings(self, records: Sequence[CaseRecord], grid: tuple[int, int]):
+        """Where radiologists looked on ``records`` (the prepared cases, in their order, each with its
+        decoded original size), as :mod:`xbench.schemas.gaze` readings on the evaluation ``grid``; None
+        (the default: a dataset without eye tracking, or one asked for none) writes no gaze arrays."""
+        return None
+
 
 class ReaderError(InputError):
     """A problem that makes the dataset unreadable as a whole (missing annotation file, ...)."""

@@ -110,6 +110,7 @@ class CheXlocalizeReader(DatasetReader):
     classes = classes_for("chexlocalize")
     grounding_classes = grounding_classes_for("chexlocalize")
     splits = ("test", "val")  # the first is the default: the evaluation split (the paper reports test)
+    _native_columns: tuple[str, ...] = ()  # the labels CSV's NATIVE_COLUMNS, known once records() has read it
 
     def __init__(self, root, split=None, **options) -> None:
         super().__init__(root, split, **options)
@@ -125,6 +126,9 @@ class CheXlocalizeReader(DatasetReader):
             self.options["attributes"] = True
             self.options["demographics"] = str(demographics)
         self._native: dict[str, tuple[str, str, str, str]] = {}
+
+    def given_roots(self) -> list[Path]:
+        return [self.root, Path(self.options["demographics"])] if self.options.get("demographics") else [self.root]
 
     def _find(self, *names: str) -> Path:
         path = find_first(p for n in names for p in (self.root / n, self.root / Path(n).name))
@@ -215,7 +219,7 @@ class CheXlocalizeReader(DatasetReader):
         from xbench.schemas.attributes import category, number
 
         native = [self._native.get(r.case_id, ("", "", "", "", "")) for r in records]
-        cols = getattr(self, "_native_columns", ())
+        cols = self._native_columns
         out = {}
         if "Sex" in cols:
             out["sex"] = category([_sex(n[1]) for n in native], f"{self.split}_labels.csv: Sex")

@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from xbench.extract.datasets._io import MAX_DICOM_BYTES, ImageReadError, check_pixels
+from xbench.extract.datasets.base import DatasetReader
 
-__all__ = ["ImageReadError", "read_dicom", "read_dicom_size", "to_uint8"]
+__all__ = ["DicomReader", "ImageReadError", "dicom_attributes", "read_dicom", "read_dicom_size", "to_uint8"]
 
 _VOI_POLICIES = ("header", "minmax")
 # Item tag (FFFE,E000) in little endian: the first bytes of encapsulated pixel data.
@@ -243,3 +244,15 @@ def dicom_attributes(paths, dataset: str) -> dict:
         view.append(str(getattr(ds, "ViewPosition", "") or "").strip().upper()[:64])
     return {"sex": category(sex, f"{dataset} DICOM PatientSex"), "age": number(age, f"{dataset} DICOM PatientAge"),
             "view": category(view, f"{dataset} DICOM ViewPosition")}
+
+
+class DicomReader(DatasetReader):
+    """A reader whose records' ``image_ref`` is the path of a DICOM file (RSNA, SIIM, VinDr): with its
+    ``attributes`` option, the case attributes come from those files' headers."""
+
+    def case_attributes(self, records) -> dict | None:
+        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
+        (:func:`dicom_attributes`); None without the option."""
+        if not self.options.get("attributes"):
+            return None
+        return dicom_attributes([Path(r.image_ref) for r in records], self.key)

@@ -642,7 +642,7 @@ def _prepare(reader: DatasetReader, out: Path, grid: tuple[int, int], image_size
                                      cases_per_block, attrs, keep_original, q_survivors, guard, progress,
                                      query_probes=q_probes)
     gaze = _gaze(reader, [rec for rec, g in zip(kept, good) if g], grid, orig_size[good])
-    attributes = _attributes(reader, [rec for rec, g in zip(kept, good) if g])
+    attributes = reader.case_attributes([rec for rec, g in zip(kept, good) if g])  # None: none kept
     with guard.critical():
         write_ground_truth(
             gt_path, reader.key, case_ids=survivors, classes=classes, labels=labels[good],
@@ -710,22 +710,13 @@ def _rewrite_without(images_path, key, work, good, survivors, classes, image_siz
 
 
 def _gaze(reader: DatasetReader, records: Sequence[CaseRecord], grid, sizes):
-    """The readings of a reader that records where radiologists looked (schemas/gaze.py: a reader's
-    ``gaze_readings(records, grid)``), for the prepared cases in their order, each record with its original
+    """The readings of a reader that records where radiologists looked (schemas/gaze.py: the reader hook
+    :meth:`DatasetReader.gaze_readings`), for the prepared cases in their order, each record with its original
     size as decoded (``sizes``: a reader whose files do not state it learns it here); None for the others."""
     import dataclasses
 
-    make = getattr(reader, "gaze_readings", None)
-    if make is None:
-        return None
-    return make([dataclasses.replace(r, orig_size=(int(s[0]), int(s[1]))) for r, s in zip(records, sizes)], grid)
-
-
-def _attributes(reader: DatasetReader, records: Sequence[CaseRecord]):
-    """The case attributes of a reader that keeps them (schemas/attributes.py: a reader's
-    ``case_attributes(records)``), for the prepared cases in their order; None for the others."""
-    make = getattr(reader, "case_attributes", None)
-    return None if make is None else make(records)
+    return reader.gaze_readings([dataclasses.replace(r, orig_size=(int(s[0]), int(s[1]))) for r, s in zip(records, sizes)],
+                                grid)
 
 
 def _queries(records: Sequence[CaseRecord], classes: Sequence[str]):

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from xbench.extract.datasets._io import ATTRIBUTES_OPTION, attributes_option, CSVFile, CaseProblems, check_box, check_options, index_files, parse_float, require_file
-from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError
-from xbench.extract.datasets.dicom import read_dicom
+from xbench.extract.datasets.base import Box, CaseRecord, ReaderError
+from xbench.extract.datasets.dicom import DicomReader, read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
 
 LAYOUT = """  stage_2_train_labels.csv          (patientId,x,y,width,height,Target)
@@ -35,7 +35,7 @@ _COLUMNS = ("patientId", "x", "y", "width", "height", "Target")
 REGISTER = {"rsna_pneumonia": "RSNAPneumoniaReader"}
 
 
-class RSNAPneumoniaReader(DatasetReader):
+class RSNAPneumoniaReader(DicomReader):
     """Reads ``stage_2_train_labels.csv`` and its DICOMs; the only labelled split is ``train``."""
 
     key = "rsna_pneumonia"
@@ -102,15 +102,6 @@ class RSNAPneumoniaReader(DatasetReader):
             )
             out.append(record)
         return out
-
-    def case_attributes(self, records) -> dict | None:
-        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
-        (:func:`xbench.extract.datasets.dicom.dicom_attributes`); None without the option."""
-        if not self.options.get("attributes"):
-            return None
-        from xbench.extract.datasets.dicom import dicom_attributes
-
-        return dicom_attributes([Path(r.image_ref) for r in records], self.key)
 
     def load_image(self, record: CaseRecord) -> np.ndarray:
         return read_dicom(Path(record.image_ref))

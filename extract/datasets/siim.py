@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from xbench.extract.datasets._io import ATTRIBUTES_OPTION, attributes_option, CSVFile, CaseProblems, check_options, index_files
-from xbench.extract.datasets.base import CaseRecord, DatasetReader, Mask, ReaderError, ReaderOptionError
-from xbench.extract.datasets.dicom import read_dicom
+from xbench.extract.datasets.base import CaseRecord, Mask, ReaderError, ReaderOptionError
+from xbench.extract.datasets.dicom import DicomReader, read_dicom
 from xbench.schemas.vocabulary import canonical, classes_for
 
 LAYOUT = """  stage_2_train.csv  (ImageId,EncodedPixels)  or  train-rle.csv  (ImageId, EncodedPixels)
@@ -79,7 +79,7 @@ def decode_runs(runs: list[np.ndarray], size: tuple[int, int] = SIZE) -> np.ndar
 REGISTER = {"siim_acr": "SIIMACRReader"}
 
 
-class SIIMACRReader(DatasetReader):
+class SIIMACRReader(DicomReader):
     """Reads the SIIM-ACR train RLE file and DICOMs. Option ``csv``: which RLE file to read."""
 
     key = "siim_acr"
@@ -154,15 +154,6 @@ class SIIMACRReader(DatasetReader):
                 regions[cls] = [Mask(load=_MaskLoader(runs[image_id]))]
             out.append(CaseRecord(image_id, images[image_id], {cls: int(is_pos)}, regions, SIZE, where))
         return out
-
-    def case_attributes(self, records) -> dict | None:
-        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
-        (:func:`xbench.extract.datasets.dicom.dicom_attributes`); None without the option."""
-        if not self.options.get("attributes"):
-            return None
-        from xbench.extract.datasets.dicom import dicom_attributes
-
-        return dicom_attributes([Path(r.image_ref) for r in records], self.key)
 
     def load_image(self, record: CaseRecord) -> np.ndarray:
         return read_dicom(Path(record.image_ref))

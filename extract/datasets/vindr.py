@@ -29,8 +29,8 @@ import numpy as np
 
 from xbench.extract.datasets._io import (ATTRIBUTES_OPTION, CSVFile, CaseProblems, ImageReadError, attributes_option, check_box, check_options, index_files, option_bool, parse_float,
                   require_file)
-from xbench.extract.datasets.base import Box, CaseRecord, DatasetReader, ReaderError, ReaderOptionError
-from xbench.extract.datasets.dicom import read_dicom, read_dicom_size
+from xbench.extract.datasets.base import Box, CaseRecord, ReaderError, ReaderOptionError
+from xbench.extract.datasets.dicom import DicomReader, read_dicom, read_dicom_size
 from xbench.schemas.paths import is_reader_name
 from xbench.schemas.vocabulary import UnknownLabelError, canonical, classes_for, is_no_finding
 
@@ -53,7 +53,7 @@ def is_rad_id(text: object) -> bool:
 REGISTER = {"vindr_cxr": "VinDrCXRReader"}
 
 
-class VinDrCXRReader(DatasetReader):
+class VinDrCXRReader(DicomReader):
     """Reads ``annotations/annotations_<split>.csv`` and ``<split>/*.dicom``."""
 
     key = "vindr_cxr"
@@ -153,15 +153,6 @@ class VinDrCXRReader(DatasetReader):
             labels = {c: int(c in checked) for c in self.classes}
             out.append(CaseRecord(image, images[image], labels, checked, size, where))
         return out
-
-    def case_attributes(self, records) -> dict | None:
-        """With ``attributes=true``: each case's sex, age and view position from its DICOM header
-        (:func:`xbench.extract.datasets.dicom.dicom_attributes`); None without the option."""
-        if not self.options.get("attributes"):
-            return None
-        from xbench.extract.datasets.dicom import dicom_attributes
-
-        return dicom_attributes([Path(r.image_ref) for r in records], self.key)
 
     def load_image(self, record: CaseRecord) -> np.ndarray:
         return read_dicom(Path(record.image_ref), voi=self.options.get("voi", "header"))

@@ -58,3 +58,39 @@ def test_readers_keep_the_attributes_only_when_asked(tmp_path, name):
     assert reader.describe()["attributes"] is True
     assert len(got["sex"].values) == len(recs) and set(got["sex"].values) <= {"F", ""}
     assert "F" in set(got["sex"].values) and 45.0 in set(got["age"].values.tolist())
+
+
+def test_one_dicom_attribute_helper_for_the_dicom_readers(tmp_path):
+    """RSNA, SIIM and VinDr share DicomReader.case_attributes (no copy of their own), and that helper reads
+    exactly what dicom_attributes reads from the records' files, in the records' order, only when asked."""
+    from xbench.extract.datasets import DATASETS, CaseRecord
+    from xbench.extract.datasets.dicom import DicomReader
+
+    for key in ("rsna_pneumonia", "siim_acr", "vindr_cxr"):
+        cls = DATASETS.get(key)
+        assert issubclass(cls, DicomReader) and cls.case_attributes is DicomReader.case_attributes, key
+
+    class Headers(DicomReader):
+        key, classes = "headers", ("Pneumonia",)
+
+        def records(self):
+            return [CaseRecord(p.stem, p, {"Pneumonia": 0}, {}, (4, 4), p.name)
+                    for p in sorted(tmp_path.glob("*.dcm"), reverse=True)]
+
+        def load_image(self, record):
+            raise AssertionError("headers only")
+
+    for i, tags in enumerate([dict(PatientSex="M", PatientAge="010D", ViewPosition=" ap "), {},
+                              dict(PatientSex="F", PatientAge="071Y", ViewPosition="LL")]):
+        p = write_dicom(tmp_path / f"{i}.dcm", np.zeros((4, 4), np.uint8))
+        if tags:
+            tag(p, **tags)
+    assert Headers(tmp_path).case_attributes(Headers(tmp_path).records()) is None
+    reader = Headers(tmp_path, attributes=True)
+    got = reader.case_attributes(reader.records())
+    assert list(got["sex"].values) == ["F", "", "M"] and list(got["view"].values) == ["LL", "", "AP"]
+    np.testing.assert_allclose(got["age"].values, [71, np.nan, 10 / 365.25], rtol=1e-6)
+    want = dicom_attributes([tmp_path / "2.dcm", tmp_path / "1.dcm", tmp_path / "0.dcm"], "headers")
+    for field in ("sex", "age", "view"):
+        np.testing.assert_array_equal(got[field].values, want[field].values)
+        assert got[field].source == want[field].source

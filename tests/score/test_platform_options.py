@@ -1,4 +1,4 @@
-"""A platform's configuration of the scoring (xbench/package.py platform_options): the keys of a suite's score:
+"""A platform's configuration of the scoring (xbench/platform_scoring.py platform_options): the keys of a suite's score:
 section, given to score_for_platform or as the JSON object in $XBENCH_SCORE_OPTIONS, reach the scorer; a bad
 configuration is one line and exit 2, nothing written."""
 from __future__ import annotations

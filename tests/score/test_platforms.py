@@ -105,7 +105,7 @@ def test_grand_challenge_entry_script_as_the_container_runs_it(world, tmp_path):
 
 def test_grand_challenge_without_a_ground_truth_says_where_to_put_it(world, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("XBENCH_GT", raising=False)
-    monkeypatch.setattr("xbench.package.GC_GROUND_TRUTH", (str(tmp_path / "nowhere"),))
+    monkeypatch.setattr("xbench.platform_scoring.GC_GROUND_TRUTH", (str(tmp_path / "nowhere"),))
     assert grand_challenge_main(str(world["cases"]["valid-dir"]), str(tmp_path / "o")) == 2
     assert "no ground truth" in capsys.readouterr().err.strip().splitlines()[-1]
 

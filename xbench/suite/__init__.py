@@ -14,14 +14,17 @@ and runs each step through the same Python functions the single-step commands ca
 Skipping and resuming. Each step has a *fingerprint*: the sha256 of its options and of the content
 digests of its inputs (the outputs of the steps it reads; for a raw dataset root, the list of its files
 with their sizes and modification times, since hashing hundreds of GB of images on every run is not
-affordable). A step is skipped only when the run record ``OUT/xbench-run.json`` says it finished with
+affordable; beside it, what the reader's options name outside the root, its ``given_roots``: a folder listed
+the same way, a file by its content). A step is skipped only when the run record ``OUT/xbench-run.json`` says it finished with
 the same fingerprint *and* the content digest of its output today equals the one recorded then: a
 store edited, truncated or replaced by hand runs again, whatever files are present. A step recorded
 as started with the same fingerprint is resumed (prepare and extract resume block by block on their
 own); any other step starts from an empty output. Content digests are sha256 over every file's bytes,
 cached by (size, mtime) in ``OUT/.xbench-suite/digests.json`` as git's index does, so a second run
 reads no unchanged file again. Augmentation and perturbation specs are fingerprinted in their canonical text
-(:func:`canonical_specs`): two spellings of one spec are one fingerprint.
+(:func:`canonical_specs`): two spellings of one spec are one fingerprint. A ``score:`` key that names a file or
+folder (``thresholds_from``, ``human_dir``, ...; :func:`xbench.suite.fingerprint.path_digests`) counts by the content it names, so a
+file edited in place under the same name is a new input.
 
 One run at a time per output folder: a run holds an exclusive ``flock`` on ``OUT/.xbench-suite/lock``
 (dropped by the kernel however the process ends), and a second one is refused with one line.

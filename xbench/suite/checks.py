@@ -100,9 +100,8 @@ def make_reader(entry: DatasetEntry, limit: int | None = None):
     cls = DATASETS.get(entry.key)
     if entry.root is not None and not Path(entry.root).is_dir():
         raise SuiteError(f"datasets.{entry.key}.root: {entry.root}: no such folder (see data_cards/{entry.key}.md)")
-    splits = tuple(getattr(cls, "splits", ()))
-    if entry.split is not None and splits and entry.split not in splits:
-        raise SuiteError(f"datasets.{entry.key}.split: unknown split {entry.split!r}; choose one of {', '.join(splits)}")
+    if entry.split is not None and entry.split not in cls.splits:
+        raise SuiteError(f"datasets.{entry.key}.split: unknown split {entry.split!r}; choose one of {', '.join(cls.splits)}")
     try:
         reader = cls(entry.root, entry.split, **entry.options)
     except ReaderOptionError as e:  # an unknown option or a bad option value: said in the suite's terms

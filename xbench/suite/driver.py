@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from xbench.suite.checks import check_inputs, submission_problems, unset_lines, unset_variables
-from xbench.suite.fingerprint import DigestCache, _atomic_write, _hash, listing_digest
-from xbench.suite.parse import Suite, SuiteError
+from xbench.suite.checks import check_inputs, make_reader, submission_problems, unset_lines, unset_variables
+from xbench.suite.fingerprint import DigestCache, _atomic_write, _hash, listing_digest, tree_digest
+from xbench.suite.parse import DatasetEntry, Suite, SuiteError
 from xbench.suite.plan import _output_digest, evaluate, evaluate_one, plan_steps, select_steps
 from xbench.suite.steps import EXECUTORS, Context
 
@@ -52,8 +52,31 @@ class RunResult:
         return self.run_dir / "report" / "index.html"
 
 
-def _roots(suite: Suite) -> dict[str, str | None]:
-    return {d.key: listing_digest(d.root) if d.root else None for d in suite.datasets}
+def _roots(suite: Suite, cache: DigestCache | None = None) -> dict[str, str | dict | None]:
+    """Each dataset's raw input: the listing digest of its root (None: no such folder), with the other files and
+    folders its reader options name (:meth:`DatasetReader.given_roots`: an images folder, a CSV elsewhere) in a
+    mapping beside it; a dataset without any keeps the plain digest, so its fingerprint is as it was."""
+    out: dict[str, str | dict | None] = {}
+    for d in suite.datasets:
+        root = listing_digest(d.root) if d.root else None
+        other = _other_sources(d, cache) if root is not None else {}
+        out[d.key] = {"root": root, **other} if other else root
+    return out
+
+
+def _other_sources(d: DatasetEntry, cache: DigestCache | None) -> dict[str, str | None]:
+    """What the reader reads besides its root, by path: a folder by its listing (names, sizes, times: an images
+    folder may hold hundreds of GB), a file by its content, so one edited in place is a new input. Empty when
+    the reader cannot be built (the dry run and the step itself say why)."""
+    from xbench.schemas.errors import InputError
+
+    try:
+        given = make_reader(d).given_roots()
+    except (SuiteError, InputError):
+        return {}
+    root = Path(d.root).resolve()
+    return {str(p): (tree_digest(p, cache) if Path(p).is_file() else listing_digest(p))
+            for p in given if Path(p).resolve() != root}
 
 
 
@@ -103,7 +126,7 @@ def run_suite(suite: Suite, *, out: str | os.PathLike | None = None, limit: int 
     record_path = run_dir / RUN_RECORD
     record = _read_record(record_path)
     cache = DigestCache(run_dir / WORK_DIR / "digests.json")
-    roots = _roots(suite)
+    roots = _roots(suite, cache)
     # a dry run checks every model; a run, the models whose extraction it is asked to run
     checked = suite.models if dry_run else [m for m in suite.models
                                             if f"extract/{m.key}" in chosen or m.submission is not None]

@@ -74,6 +74,14 @@ def tree_digest(path: str | os.PathLike, cache: DigestCache | None = None) -> st
     return h.hexdigest()
 
 
+def path_digests(options: Mapping, keys, cache: DigestCache | None = None) -> dict[str, str | None]:
+    """What each of ``keys`` that ``options`` sets names, by content (:func:`tree_digest`: a file's bytes, a
+    folder's files; None where nothing is there), so a file edited in place under the same name is a new
+    input; a URL (``://``) by its text, as its content is not read here."""
+    return {k: (str(options[k]) if "://" in str(options[k]) else tree_digest(options[k], cache))
+            for k in keys if options.get(k) is not None}
+
+
 def listing_digest(root: str | os.PathLike) -> str | None:
     """Digest of a raw dataset folder from its file list with sizes and mtimes (no bytes read)."""
     p = Path(root)

@@ -21,6 +21,8 @@ PREPARE_DEFAULTS = _options.suite_defaults(PrepareOptions)
 EXTRACT_DEFAULTS = _options.suite_defaults(ExtractOptions)
 SCORE_DEFAULTS = _options.suite_defaults(ScoreOptions)
 REPORT_DEFAULTS = _options.suite_defaults(ReportOptions)
+#: the score: section's keys that name a file or folder: fingerprinted by what they name (xbench.suite.plan)
+SCORE_PATHS = _options.suite_paths(ScoreOptions)
 TOP_KEYS = {"name", "title", "out", "seed", "prepare", "datasets", "models", "extract", "score", "report"}
 DATASET_KEYS = {"root", "split", "options"} | set(PREPARE_DEFAULTS)
 MODEL_KEYS = {"name", "model", "options", "methods", "extract", "submission"}

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from xbench.suite.fingerprint import DigestCache, _hash, canonical_specs, model_digest, tree_digest
+from xbench.suite.fingerprint import DigestCache, _hash, canonical_specs, model_digest, path_digests, tree_digest
 from xbench.suite.parse import (EXTRACT_DEFAULTS, EXTRACT_FINGERPRINT_WHEN_SET, EXTRACT_NOT_IN_OUTPUT, SCORE_DEFAULTS,
-                                ModelEntry, Suite, SuiteError, _grid)
+                                SCORE_PATHS, ModelEntry, Suite, SuiteError, _grid)
 
 STEP_KINDS = ("prepare", "extract", "score", "report")
 
@@ -142,6 +142,9 @@ def evaluate(steps: Sequence[Step], record: Mapping, run_dir: Path, cache: Diges
                 inputs["model"] = model_digest(s.options["model"], s.options["overrides"], cache)
             if inputs is not None and s.options.get("submission"):  # a precomputed submission: by its content
                 inputs["submission"] = tree_digest(s.options["submission"], cache)
+            named = path_digests(s.options, SCORE_PATHS, cache) if inputs is not None and s.kind == "score" else {}
+            if named:  # thresholds_from, human_dir, ...: by content (only when set: other suites keep their fingerprints)
+                inputs["paths"] = named
         if inputs is None:
             pending = [d for d in s.deps if d not in done]
             more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""
