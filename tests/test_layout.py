@@ -13,8 +13,6 @@ MAX_LINES = 100
 MAX_FILE_LINES = 800
 #: folders whose files may run longer: the Numba kernels (each kernel beside its checked wrapper)
 LONG_FILE_FOLDERS = ("score/kernels",)
-#: files still over the limit, being split by another helper of issue 47 (s47read); remove each once it is split
-LONG_FILE_PENDING = ("xbench/package.py", "schemas/submission.py")
 
 
 def long_functions(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
@@ -45,14 +43,7 @@ def long_files(root: Path = ROOT, limit: int = MAX_FILE_LINES, exempt=LONG_FILE_
 
 
 def test_no_file_is_longer_than_800_lines_but_the_kernels():
-    found = long_files()
-    assert [f for f in found if f.split(" ")[0] not in LONG_FILE_PENDING] == []
-
-
-def test_the_pending_long_files_are_still_long():
-    """An allow-listed file that has been split leaves the list (the list never hides a new long file)."""
-    long = {f.split(" ")[0] for f in long_files()}
-    assert [p for p in LONG_FILE_PENDING if p not in long] == []
+    assert long_files() == []
 
 
 def test_the_file_rule_sees_a_long_file_and_exempts_the_kernels(tmp_path):
