@@ -21,28 +21,17 @@ from click.testing import CliRunner  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 import decoder_tiny  # noqa: E402
 
-CLASSES = ("Pleural effusion", "Pneumothorax")
+CLASSES = decoder_tiny.STORE_CLASSES
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return decoder_tiny.make_folder(tmp_path_factory.mktemp("llava") / "tiny-llava-rad")
+def folder(tiny_llava_folder):
+    return tiny_llava_folder
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    from xbench.schemas import ImagesWriter
-
-    path = tmp_path_factory.mktemp("imgs") / "images.zarr"
-    rng = np.random.default_rng(0)
-    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(5)], classes=CLASSES, image_size=64,
-                     cases_per_block=2)
-    for b in w.blocks_todo():
-        start, stop = w.block_rows(b)
-        w.write_block(b, rng.integers(0, 256, size=(stop - start, 64, 64), dtype=np.uint8),
-                      np.array([[300, 240 + 20 * i] for i in range(start, stop)], dtype=np.int32))
-    w.finish()
-    return path
+def images(tiny_decoder_images):
+    return tiny_decoder_images
 
 
 def _args(folder, images, out, *extra):

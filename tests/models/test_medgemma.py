@@ -4,8 +4,6 @@ layers, image tokens attending to each other): the same prompt ids, pixels, answ
 attention; and the maps against brute force."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,18 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).parent))
-import decoder_tiny  # noqa: E402
-
 CLASSES = ("Pneumonia", "Pleural Effusion")
 
 
 @pytest.fixture(scope="module")
-def adapter(tmp_path_factory):
+def adapter(tiny_gemma_folder):
     from xbench.extract.models import create_adapter
 
-    folder = decoder_tiny.make_gemma_folder(tmp_path_factory.mktemp("gemma") / "tiny-medgemma")
-    a = create_adapter("medgemma", model=str(folder))
+    a = create_adapter("medgemma", model=str(tiny_gemma_folder))
     a.set_classes(CLASSES)
     return a
 
