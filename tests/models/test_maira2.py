@@ -130,16 +130,16 @@ def test_extract_cli_writes_a_valid_scored_submission_with_phrase_rows(folder, p
     assert not ph.get("unsupported") and ph["n_phrases"] == len(q) and ph["summary"]["pointing_game"] is not None
 
 
-def _run(folder, tmp_path):
+def _run(folder, images, tmp_path):
     from xbench.extract.cli import main
 
-    images = tmp_path / "missing.zarr"  # the model is built before the images are read
     return CliRunner().invoke(main, ["--model", "maira-2", "--model-option", f"model={folder}", "--images",
-                                     str(images), "--out", str(tmp_path / "o.zarr"), "--device", "cpu", "--quiet"])
+                                     str(images), "--out", str(tmp_path / "o.zarr"), "--device", "cpu", "--quiet",
+                                     "--workers", "0"])
 
 
 @pytest.mark.parametrize("plant, words", [
-    (lambda f: (f / "modeling_maira2.py").write_text("raise SystemExit('ran')\n"), "modeling_maira2.py: refused"),
+    (lambda f: (f / "modeling_maira2.py").write_text("raise SystemExit('MARKER-RAN')\n"), "modeling_maira2.py: refused"),
     (lambda f: (f / "pytorch_model.bin").write_bytes(b"\x80\x04N."), "pytorch_model.bin: refused"),
     (lambda f: (f / "config.json").write_text(json.dumps({**decoder_tiny.maira_config(), "model_type": "llava"})),
      "is not maira2"),
@@ -147,15 +147,15 @@ def _run(folder, tmp_path):
         "height": 40, "width": 56}})), "centre-crop"),
     (lambda f: (f / "model.safetensors").write_bytes(b"not a safetensors file"), "not a readable safetensors"),
 ], ids=["python", "pickle", "model-type", "crop", "weights"])
-def test_hostile_folder_is_one_line_exit_2(folder, tmp_path, plant, words):
+def test_hostile_folder_is_one_line_exit_2(folder, tiny_decoder_images, tmp_path, plant, words):
     import shutil
 
     bad = tmp_path / "bad"
     shutil.copytree(folder, bad)
     plant(bad)
-    r = _run(bad, tmp_path)
+    r = _run(bad, tiny_decoder_images, tmp_path)
     assert r.exit_code == 2, r.output
-    assert words in r.output and "Traceback" not in r.output and "ran" not in r.output
+    assert words in r.output and "Traceback" not in r.output and "MARKER-RAN" not in r.output
     assert not (tmp_path / "o.zarr").exists()
 
 

@@ -81,6 +81,19 @@ def _image_processor(pre: Mapping[str, Any]) -> dict:
             "mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std)}
 
 
+def _text_config(tcfg: Mapping[str, Any]):
+    """The decoder's transformers config (llama, or mistral as the class MAIRA-2's text_config may name)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    kind = tcfg.get("model_type")
+    if kind not in ("llama", "mistral"):
+        raise ModelConfigError(f"config.json: MAIRA-2's text_config is a llama, got model_type {kind!r}")
+    try:
+        return CONFIG_MAPPING[kind](**{k: v for k, v in tcfg.items() if k != "model_type"})
+    except (TypeError, ValueError) as exc:
+        raise ModelConfigError(f"config.json text_config: {str(exc)[:200]}") from None
+
+
 class Maira2(DecoderModel):
     """The model; ``hf_config`` the folder's config.json, ``pre`` its preprocessor config, ``image_token`` the
     processor's placeholder text."""
@@ -90,14 +103,15 @@ class Maira2(DecoderModel):
 
     def __init__(self, hf_config: Mapping[str, Any], pre: Mapping[str, Any], tok, image_token: str = "<image>") -> None:
         from transformers import AutoModelForCausalLM, Dinov2Backbone, Dinov2Config
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
         super().__init__()
-        vcfg, tcfg = dict(hf_config.get("vision_config") or {}), dict(hf_config.get("text_config") or {})
-        if vcfg.get("model_type") != "dinov2" or tcfg.get("model_type") not in ("llama", "mistral"):
-            raise ModelConfigError("config.json: MAIRA-2 has a dinov2 vision_config and a llama text_config, got "
-                                   f"{vcfg.get('model_type')!r} and {tcfg.get('model_type')!r}")
-        vision = Dinov2Config(**{k: v for k, v in vcfg.items() if k != "model_type"})
+        vcfg, tcfg = hf_config.get("vision_config"), hf_config.get("text_config")
+        if not isinstance(vcfg, Mapping) or vcfg.get("model_type") != "dinov2" or not isinstance(tcfg, Mapping):
+            raise ModelConfigError("config.json: MAIRA-2 has a vision_config of model_type dinov2 and a text_config")
+        try:
+            vision = Dinov2Config(**{k: v for k, v in vcfg.items() if k != "model_type"})
+        except (TypeError, ValueError) as exc:
+            raise ModelConfigError(f"config.json vision_config: {str(exc)[:200]}") from None
         if vision.reshape_hidden_states or not vision.apply_layernorm:
             raise ModelConfigError("the vision tower must give its layer-normed tokens unreshaped "
                                    "(reshape_hidden_states: false, apply_layernorm: true), as MAIRA-2's does")
@@ -110,7 +124,7 @@ class Maira2(DecoderModel):
         if self.strategy not in ("default", "full"):
             raise ModelConfigError(f"vision_feature_select_strategy {self.strategy!r} is not default or full")
         self.vision_tower = Dinov2Backbone(vision)
-        text = CONFIG_MAPPING[tcfg["model_type"]](**{k: v for k, v in tcfg.items() if k != "model_type"})
+        text = _text_config(tcfg)
         capture.register()
         text._attn_implementation = capture.NAME
         self.language_model = AutoModelForCausalLM.from_config(text)
@@ -203,7 +217,9 @@ def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> Maira2:
     proc = read_json(folder / "processor_config.json", "MAIRA-2 processor_config.json") \
         if (folder / "processor_config.json").is_file() else {}
     torch.manual_seed(seed)
-    model = Maira2(hf_config, pre, tokenizer(folder, "MAIRA-2"), str(proc.get("image_token") or "<image>"))
+    text = hf_config.get("text_config")
+    text = _text_config(text) if isinstance(text, Mapping) else None  # the tokenizer's model: the decoder's
+    model = Maira2(hf_config, pre, tokenizer(folder, "MAIRA-2", text), str(proc.get("image_token") or "<image>"))
     if not random:
         model.load_state(load_safetensors(folder, "MAIRA-2"))
     return model.eval().requires_grad_(False)
