@@ -130,6 +130,14 @@ def test_extract_cli_writes_a_valid_scored_submission_with_phrase_rows(folder, p
     assert not ph.get("unsupported") and ph["n_phrases"] == len(q) and ph["summary"]["pointing_game"] is not None
 
 
+def _edit(path, **keys):
+    """Set (None: remove) keys of a JSON side file."""
+    d = json.loads(path.read_text())
+    for k, v in keys.items():
+        d.pop(k, None) if v is None else d.__setitem__(k, v)
+    path.write_text(json.dumps(d))
+
+
 def _run(folder, images, tmp_path):
     from xbench.extract.cli import main
 
@@ -146,7 +154,11 @@ def _run(folder, images, tmp_path):
     (lambda f: (f / "preprocessor_config.json").write_text(json.dumps({**decoder_tiny.MAIRA_PRE, "crop_size": {
         "height": 40, "width": 56}})), "centre-crop"),
     (lambda f: (f / "model.safetensors").write_bytes(b"not a safetensors file"), "not a readable safetensors"),
-], ids=["python", "pickle", "model-type", "crop", "weights"])
+    (lambda f: _edit(f / "tokenizer_config.json", chat_template=None), "no chat template"),
+    (lambda f: _edit(f / "processor_config.json", image_token="<img>"), "no image token"),
+    (lambda f: _edit(f / "config.json", vision_config={"model_type": "dinov2", "patch_size": "14"}), "vision_config"),
+    (lambda f: _edit(f / "config.json", text_config={"model_type": "llama", "hidden_size": [1]}), "text_config"),
+], ids=["python", "pickle", "model-type", "crop", "weights", "no-template", "image-token", "vision-config", "text-config"])
 def test_hostile_folder_is_one_line_exit_2(folder, tiny_decoder_images, tmp_path, plant, words):
     import shutil
 

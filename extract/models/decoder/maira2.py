@@ -90,7 +90,7 @@ def _text_config(tcfg: Mapping[str, Any]):
         raise ModelConfigError(f"config.json: MAIRA-2's text_config is a llama, got model_type {kind!r}")
     try:
         return CONFIG_MAPPING[kind](**{k: v for k, v in tcfg.items() if k != "model_type"})
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - transformers 5 raises its strict dataclasses' own errors too
         raise ModelConfigError(f"config.json text_config: {str(exc)[:200]}") from None
 
 
@@ -110,7 +110,7 @@ class Maira2(DecoderModel):
             raise ModelConfigError("config.json: MAIRA-2 has a vision_config of model_type dinov2 and a text_config")
         try:
             vision = Dinov2Config(**{k: v for k, v in vcfg.items() if k != "model_type"})
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - transformers 5 raises its strict dataclasses' own errors too
             raise ModelConfigError(f"config.json vision_config: {str(exc)[:200]}") from None
         if vision.reshape_hidden_states or not vision.apply_layernorm:
             raise ModelConfigError("the vision tower must give its layer-normed tokens unreshaped "
