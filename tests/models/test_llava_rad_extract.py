@@ -149,6 +149,10 @@ def _escaping_index(d):
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../elsewhere.safetensors"}}))
 
 
+def _typed_wrong(d):  # a value transformers 5's strict config class rejects
+    (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()), "hidden_size": [1]}))
+
+
 def _bad_tokenizer(d):
     (d / "tokenizer.json").write_text('{"version": ' * 50)
 
@@ -156,7 +160,7 @@ def _bad_tokenizer(d):
 @pytest.mark.parametrize("break_it, words", [
     (_deep_config, "config.json"), (_nan_config, "config.json"), (_dup_config, "config.json"),
     (_bad_weights, "safetensors"), (_wrong_shape, "weights of lm"), (_escaping_index, "not a safetensors file"),
-    (_bad_tokenizer, "tokenizer.json")])
+    (_bad_tokenizer, "tokenizer.json"), (_typed_wrong, "config.json")])
 def test_broken_folder_is_one_line_exit_2(folder, images, tmp_path, break_it, words):
     from xbench.extract.cli import main
 

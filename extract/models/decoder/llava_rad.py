@@ -69,7 +69,10 @@ class LlavaRad(DecoderModel):
         if not -(depth + 1) <= self.select_layer <= depth:
             raise ModelConfigError(f"mm_vision_select_layer {self.select_layer} outside the tower's {depth} blocks")
         llama = {k: v for k, v in hf_config.items() if not k.startswith("mm_") and k not in ("architectures", "model_type")}
-        lcfg = LlamaConfig(**llama)
+        try:
+            lcfg = LlamaConfig(**llama)
+        except Exception as exc:  # noqa: BLE001 - transformers 5 raises its strict dataclasses' own errors too
+            raise ModelConfigError(f"config.json: {str(exc)[:200]}") from None
         capture.register()
         lcfg._attn_implementation = capture.NAME
         self.lm = LlamaForCausalLM(lcfg)
