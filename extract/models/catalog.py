@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 #: Keys under ``preprocess:`` (dual encoders, the dog baseline) and ``prompts:``.
 PREPROCESS_KEYS = frozenset({"resize", "size", "mean", "std", "interpolation", "crop_offset"})
 PROMPT_KEYS = frozenset({"style", "positive", "negative", "classes", "vocabulary", "origin", "dataset",
-                         "answers"})  # answers: the two answers a decoder VLM compares (extract/models/decoder)
+                         "answers", "phrase"})  # answers: the two answers a decoder VLM compares, phrase: the
+# question it is asked of a phrase row (extract/models/decoder)
 
 #: The methods every ViT tower (open_clip, timm, transformers CLIP) runs.
 ALL_VIT = ("similarity", "maskclip", "gradcam", "rollout", "chefer", "clip_surgery", "gem")
@@ -366,6 +367,10 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in [
     ModelInfo("medgemma", "decoder VLM", "MedGemma 4B (transformers Gemma3ForConditionalGeneration), yes/no likelihood",
               "model=FOLDER (config.json, model.safetensors, tokenizer and processor files; no Python, no pickles)",
               methods=DECODER_METHODS, config=DecoderConfig, card="model_cards/medgemma.md"),
+    ModelInfo("maira-2", "decoder VLM", "MAIRA-2 (RAD-DINO Dinov2 + 4-layer MLP projector + Llama), yes/no likelihood",
+              "model=FOLDER (config.json, model.safetensors in the authors' state-dict layout, preprocessor, "
+              "processor and tokenizer files with the chat template; no Python, no pickles)",
+              methods=DECODER_METHODS, config=DecoderConfig, card="model_cards/maira-2.md"),
     ModelInfo("random", "baseline", "uniform random maps and scores (a floor)", "none", own_method="random",
               config=RandomConfig, card="model_cards/baselines.md", torch=False),
     ModelInfo("center", "baseline", "a centred Gaussian map, constant scores (the centre bias)", "none",

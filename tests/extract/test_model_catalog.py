@@ -16,6 +16,7 @@ from xbench.schemas.errors import InputError
 ROOT = Path(__file__).resolve().parents[2]
 M = ROOT / "extract" / "models"
 OPEN_CLIP = [("openclip.py", ("config",))]
+DECODER_BUILD = ("decoder/common.py", ("config",), ("build_adapter",))  # every decoder VLM's build reads through it
 #: where each registered model's factory reads its config, and the names the config has there; for the
 #: baselines (one module) the functions that build each; the crossattn/common.py helpers a module calls
 #: are added by :func:`keys_read`
@@ -36,8 +37,9 @@ SOURCES = {
     "random": [("baselines.py", ("config",), ("build_random", "_grid"))],
     "center": [("baselines.py", ("config",), ("build_center", "_grid"))],
     "dog": [("baselines.py", ("config",), ("build_dog", "_grid"))],
-    "llava-rad": [("decoder/llava_rad.py", ("config",))],
-    "medgemma": [("decoder/medgemma.py", ("config",))],
+    "llava-rad": [("decoder/llava_rad.py", ("config",)), DECODER_BUILD],
+    "medgemma": [("decoder/medgemma.py", ("config",)), DECODER_BUILD],
+    "maira-2": [("decoder/maira2.py", ("config",)), DECODER_BUILD],
 }
 
 

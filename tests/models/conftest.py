@@ -79,3 +79,44 @@ def tiny_config(model: str, tiny_bert, tiny_cache, **extra) -> dict:
 def tiny_config_fixture():
     """The :func:`tiny_config` builder (tests call ``tiny_config(model, tiny_bert, tiny_cache, ...)``)."""
     return tiny_config
+
+
+# -- the decoder VLMs' tiny folders and stores, built once per session (tests/models/decoder_tiny.py) ----------
+def _decoder_tiny():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import decoder_tiny
+
+    return decoder_tiny
+
+
+@pytest.fixture(scope="session")
+def tiny_llava_folder(tmp_path_factory):
+    """A tiny random LLaVA-Rad folder (seed 0)."""
+    return _decoder_tiny().make_folder(tmp_path_factory.mktemp("llava") / "tiny-llava-rad")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma_folder(tmp_path_factory):
+    """A tiny random MedGemma folder (seed 0)."""
+    return _decoder_tiny().make_gemma_folder(tmp_path_factory.mktemp("gemma") / "tiny-medgemma")
+
+
+@pytest.fixture(scope="session")
+def tiny_maira_folder(tmp_path_factory):
+    """A tiny random MAIRA-2 folder (seed 1) in the authors' key layout."""
+    return _decoder_tiny().make_maira_folder(tmp_path_factory.mktemp("maira") / "tiny-maira-2", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder_images(tmp_path_factory):
+    """A phantom images store of 5 random 64 x 64 cases, two findings, blocks of 2 (no phrase rows)."""
+    return _decoder_tiny().make_images(tmp_path_factory.mktemp("imgs") / "images.zarr")
+
+
+@pytest.fixture(scope="session")
+def tiny_phrase_stores(tmp_path_factory):
+    """A prepared phantom dataset with phrase rows: images.zarr and gt.zarr in one folder."""
+    return _decoder_tiny().make_phrase_stores(tmp_path_factory.mktemp("phantom-phrases"))

@@ -111,3 +111,115 @@ def make_gemma_folder(folder: Path, seed: int = 0) -> Path:
     net.save_pretrained(folder)
     proc.save_pretrained(folder)
     return folder
+
+
+MAIRA_WORDS = ("user assistant : given the current frontal image is there in this chest x - ray ? yes no pneumonia "
+               "effusion cardiomegaly atelectasis pleural left right small large opacity").split()
+MAIRA_SPECIAL = ["<image>", "<obj>", "</obj>", "<box>", "</box>"]
+#: a chat template of the form of MAIRA-2's (a Vicuna-style user turn whose content pieces are text and the
+#: image placeholder, the generation prompt last)
+MAIRA_TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'user' %}USER: {% for c in m['content'] %}"
+                  "{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}"
+                  "{% else %} ASSISTANT: {{ m['content'][0]['text'] }}{% endif %}{% endfor %}"
+                  "{% if add_generation_prompt %} ASSISTANT:{% endif %}")
+MAIRA_SIZE = 56  # 4 x 4 patches of 14 px
+MAIRA_PRE = {"image_processor_type": "BitImageProcessor", "do_resize": True, "size": {"shortest_edge": MAIRA_SIZE},
+             "resample": 3, "do_center_crop": True, "crop_size": {"height": MAIRA_SIZE, "width": MAIRA_SIZE},
+             "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5307] * 3,
+             "image_std": [0.2583] * 3, "do_convert_rgb": True}
+
+
+def maira_config() -> dict:
+    """A tiny MAIRA-2 config.json of the real architecture: Dinov2 (2 layers, 56 px), 4-layer projector, Llama."""
+    vision = dict(model_type="dinov2", image_size=MAIRA_SIZE, patch_size=14, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, mlp_ratio=2, out_features=["stage2"], reshape_hidden_states=False,
+                  apply_layernorm=True, layerscale_value=1.0)
+    vocab = len(MAIRA_SPECIAL) + len(MAIRA_WORDS) + 4
+    return {"model_type": "maira2", "architectures": ["Maira2ForConditionalGeneration"], "vision_config": vision,
+            "text_config": dict(LLAMA, vocab_size=vocab, model_type="llama"), "projector_n_layers": 4,
+            "projector_hidden_act": "gelu", "vision_feature_layer": -1, "vision_feature_select_strategy": "default",
+            "image_token_index": 4, "pad_token_id": 0}
+
+
+def maira_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer (BOS first, as Llama's) with the image and grounding tokens and the chat template."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", *MAIRA_SPECIAL, *dict.fromkeys(MAIRA_WORDS)]
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", 2)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", bos_token="[BOS]",
+                                   eos_token="[EOS]")
+    fast.add_special_tokens({"additional_special_tokens": MAIRA_SPECIAL})
+    fast.save_pretrained(folder)
+    # written as the hub's folder (made for transformers 4.4x) has it: the class and the template in the config
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg.update(tokenizer_class="PreTrainedTokenizerFast", additional_special_tokens=MAIRA_SPECIAL,
+               chat_template=MAIRA_TEMPLATE)
+    cfg.pop("extra_special_tokens", None)
+    cfg.pop("backend", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+
+
+def maira_side_files(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(maira_config()))
+    (folder / "preprocessor_config.json").write_text(json.dumps(MAIRA_PRE))
+    (folder / "processor_config.json").write_text(json.dumps({
+        "patch_size": 14, "vision_feature_select_strategy": "default", "image_token": "<image>",
+        "num_additional_image_tokens": 1}))
+    maira_tokenizer(folder)
+    return folder
+
+
+def make_maira_folder(folder: Path, seed: int = 0) -> Path:
+    """A tiny random MAIRA-2 folder whose model.safetensors is in the authors' (transformers 4.51) key layout."""
+    from safetensors.torch import save_file
+
+    from xbench.extract.models.decoder.maira2 import DINOV2_RENAMES, load
+
+    maira_side_files(folder)
+    model = load(folder, random=True, seed=seed)
+    with torch.no_grad():
+        for p in model.parameters():  # larger than the init's: the maps and scores then differ visibly
+            p.normal_(0, 0.2) if p.dim() > 1 else None
+    state = {}
+    for k, v in model.state_dict().items():
+        for old, new in DINOV2_RENAMES:
+            k = k.replace(new, old) if k.startswith("vision_tower.") else k
+        state[k] = v.contiguous()
+    save_file(state, str(folder / "model.safetensors"))
+    return folder
+
+
+STORE_CLASSES = ("Pleural effusion", "Pneumothorax")
+
+
+def make_images(path: Path, n: int = 5, seed: int = 0) -> Path:
+    """A phantom images store of ``n`` random 64 x 64 cases (original sizes 300 x 240.., non-square), blocks of 2."""
+    import numpy as np
+
+    from xbench.schemas import ImagesWriter
+
+    rng = np.random.default_rng(seed)
+    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(n)], classes=STORE_CLASSES, image_size=64,
+                     cases_per_block=2)
+    for b in w.blocks_todo():
+        start, stop = w.block_rows(b)
+        w.write_block(b, rng.integers(0, 256, size=(stop - start, 64, 64), dtype=np.uint8),
+                      np.array([[300, 240 + 20 * i] for i in range(start, stop)], dtype=np.int32))
+    w.finish()
+    return path
+
+
+def make_phrase_stores(out: Path, n_cases: int = 4) -> Path:
+    """A prepared phantom dataset with phrase rows (images.zarr, gt.zarr) in ``out``."""
+    from xbench.extract.datasets.phantom import PhantomReader
+    from xbench.extract.datasets.prepare import prepare_dataset
+
+    prepare_dataset(PhantomReader(n_cases=n_cases, size=64, phrases="true"), out, grid=(16, 16), image_size=64,
+                    workers=1, progress=False, cases_per_block=2)
+    return out

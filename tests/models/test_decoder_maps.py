@@ -6,8 +6,6 @@ the likelihood score from log-softmax, the answer row of the mean attention, the
 relevance from the attention gradients, Grad-CAM from the projector inputs' gradient."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,19 +13,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("open_clip")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).parent))
-import decoder_tiny  # noqa: E402
-
 CLASSES = ("Pneumonia", "Pleural Effusion")
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def folder(tiny_llava_folder):
     """The tiny model, loaded once (tests build adapters of other methods and prompts around it)."""
     from xbench.extract.models.decoder.llava_rad import load
 
-    path = decoder_tiny.make_folder(tmp_path_factory.mktemp("llava_tiny") / "m")
-    return path, load(path)
+    return tiny_llava_folder, load(tiny_llava_folder)
 
 
 def _adapter(folder, method="attention", layers=None, prompts=None):

@@ -21,28 +21,17 @@ from click.testing import CliRunner  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 import decoder_tiny  # noqa: E402
 
-CLASSES = ("Pleural effusion", "Pneumothorax")
+CLASSES = decoder_tiny.STORE_CLASSES
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return decoder_tiny.make_folder(tmp_path_factory.mktemp("llava") / "tiny-llava-rad")
+def folder(tiny_llava_folder):
+    return tiny_llava_folder
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    from xbench.schemas import ImagesWriter
-
-    path = tmp_path_factory.mktemp("imgs") / "images.zarr"
-    rng = np.random.default_rng(0)
-    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(5)], classes=CLASSES, image_size=64,
-                     cases_per_block=2)
-    for b in w.blocks_todo():
-        start, stop = w.block_rows(b)
-        w.write_block(b, rng.integers(0, 256, size=(stop - start, 64, 64), dtype=np.uint8),
-                      np.array([[300, 240 + 20 * i] for i in range(start, stop)], dtype=np.int32))
-    w.finish()
-    return path
+def images(tiny_decoder_images):
+    return tiny_decoder_images
 
 
 def _args(folder, images, out, *extra):
@@ -160,6 +149,10 @@ def _escaping_index(d):
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../elsewhere.safetensors"}}))
 
 
+def _typed_wrong(d):  # a value transformers 5's strict config class rejects
+    (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()), "hidden_size": [1]}))
+
+
 def _bad_tokenizer(d):
     (d / "tokenizer.json").write_text('{"version": ' * 50)
 
@@ -167,7 +160,7 @@ def _bad_tokenizer(d):
 @pytest.mark.parametrize("break_it, words", [
     (_deep_config, "config.json"), (_nan_config, "config.json"), (_dup_config, "config.json"),
     (_bad_weights, "safetensors"), (_wrong_shape, "weights of lm"), (_escaping_index, "not a safetensors file"),
-    (_bad_tokenizer, "tokenizer.json")])
+    (_bad_tokenizer, "tokenizer.json"), (_typed_wrong, "config.json")])
 def test_broken_folder_is_one_line_exit_2(folder, images, tmp_path, break_it, words):
     from xbench.extract.cli import main
 

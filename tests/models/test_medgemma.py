@@ -4,8 +4,6 @@ layers, image tokens attending to each other): the same prompt ids, pixels, answ
 attention; and the maps against brute force."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,18 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).parent))
-import decoder_tiny  # noqa: E402
-
 CLASSES = ("Pneumonia", "Pleural Effusion")
 
 
 @pytest.fixture(scope="module")
-def adapter(tmp_path_factory):
+def adapter(tiny_gemma_folder):
     from xbench.extract.models import create_adapter
 
-    folder = decoder_tiny.make_gemma_folder(tmp_path_factory.mktemp("gemma") / "tiny-medgemma")
-    a = create_adapter("medgemma", model=str(folder))
+    a = create_adapter("medgemma", model=str(tiny_gemma_folder))
     a.set_classes(CLASSES)
     return a
 
@@ -103,3 +97,20 @@ def test_every_method_runs_and_keeps_the_scores(adapter, method):
     assert torch.allclose(out.scores, ref.scores, atol=1e-4)
     # written on the image tokens' grid (map_size); Grad-CAM's 4 x 4 tower-token map is resampled onto it
     assert out.maps.shape == (2, 2, 2, 2) and torch.isfinite(out.maps).all()
+
+
+def test_a_config_value_the_strict_config_rejects_is_an_input_error(tiny_gemma_folder, tmp_path):
+    """transformers 5's strict config dataclasses raise their own error kind: it is XBench's one-line error."""
+    import json
+    import shutil
+
+    from xbench.extract.models import create_adapter
+    from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_gemma_folder, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["text_config"]["hidden_size"] = [1]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises((ModelConfigError, WeightsNotFoundError), match="config"):
+        create_adapter("medgemma", model=str(bad))

@@ -47,6 +47,7 @@ class QuestionTemplate:
     answers: tuple[str, str]
     classes: Mapping[str, str]
     origin: str = ""
+    phrase: str = "Is there {} in this chest X-ray?"  # the question of a phrase row (``{}``: the phrase as written)
 
     @classmethod
     def from_config(cls, model: str, prompts: Mapping[str, Any] | None) -> "QuestionTemplate":
@@ -63,12 +64,19 @@ class QuestionTemplate:
         if not isinstance(classes, Mapping) or not all(isinstance(v, (str, list)) for v in classes.values()):
             raise ModelConfigError("prompts.classes must map a class to its question text")
         classes = {str(k): (v[0] if isinstance(v, list) and v else v) for k, v in classes.items()}
-        return cls(question, (answers[0], answers[1]), classes, prompts.get("origin", base.get("origin", "")))
+        phrase = prompts.get("phrase", base.get("phrase", question))
+        if not isinstance(phrase, str) or phrase.count("{}") != 1:
+            raise ModelConfigError(f"prompts.phrase must be text with one {{}} for the phrase, got {phrase!r}")
+        return cls(question, (answers[0], answers[1]), classes, prompts.get("origin", base.get("origin", "")), phrase)
 
     def text(self, finding: str) -> str:
         if finding in self.classes:
             return str(self.classes[finding])
         return self.question.replace("{}", finding.lower())
+
+    def phrase_text(self, phrase: str) -> str:
+        """A phrase row's question: the phrase as written (a radiologist's sentence keeps its case)."""
+        return self.phrase.replace("{}", phrase.strip())
 
 
 class DecoderModel(torch.nn.Module):
@@ -81,6 +89,9 @@ class DecoderModel(torch.nn.Module):
     interpolation: str = "bicubic"
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    #: the model's processor stretches each image's grey values to 0..255 before resizing (MAIRA-2)
+    stretch: bool = False
+    tokenizer: Any = None
 
     def vision_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, N, Dv): the vision tokens entering the projector."""
@@ -95,8 +106,14 @@ class DecoderModel(torch.nn.Module):
         raise NotImplementedError
 
     def answer_ids(self, answers: tuple[str, str]) -> tuple[int, int]:
-        """The first token of each answer as the model would write it after the prompt."""
-        raise NotImplementedError
+        """The first token of each answer as the model would write it after the prompt: each answer tokenised
+        alone without special tokens (``self.tokenizer``), its first token; the two must differ."""
+        ids = [self.tokenizer(a, add_special_tokens=False).input_ids for a in answers]
+        if not all(ids):
+            raise ModelConfigError(f"an answer tokenises to nothing: {answers!r}")
+        if ids[0][0] == ids[1][0]:
+            raise ModelConfigError(f"the answers {answers!r} start with the same token")
+        return ids[0][0], ids[1][0]
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -128,9 +145,22 @@ class Batch:
     image: tuple[int, int]
 
 
+def stretch_grey(images: torch.Tensor) -> torch.Tensor:
+    """Each (S, S) uint8 image's grey values stretched to 0..255 as MAIRA-2's processor does before its image
+    processor (``_normalize_image``: minus the minimum, divided by the new maximum, times 255, truncated to
+    uint8), in float64 as numpy computes it. A constant image, which the authors' code turns into NaN, stays 0."""
+    x = images.to(torch.float64)
+    flat = x.flatten(1)
+    x = x - flat.min(1).values.view(-1, 1, 1)
+    top = x.flatten(1).max(1).values.view(-1, 1, 1)
+    x = torch.where(top > 0, x / torch.where(top > 0, top, 1.0) * 255, 0.0)
+    return x.to(torch.uint8)
+
+
 class DecoderVLMAdapter(ModelAdapter):
     score_kind = "logit"
-    phrase_reason = "phrase rows are not asked of decoder VLMs yet (issue 45: their own boxes are parsed instead)"
+    supports_phrases = True
+    phrase_reason = ""
 
     def __init__(self, *, name: str, model: DecoderModel, template: QuestionTemplate, method: str = "attention",
                  layers: Sequence[int] | None = None, map_size: Sequence[int] | None = None,
@@ -177,6 +207,8 @@ class DecoderVLMAdapter(ModelAdapter):
         from xbench.extract.models.dual import host_transform
 
         m = self.model
+        if m.stretch:  # a per-image step before resizing: done here on the stored image (``pixels``)
+            return None
         return host_transform((m.input_size, m.input_size), m.resize, m.interpolation, {"mean": m.mean, "std": m.std})
 
     def pixels(self, images: torch.Tensor, orig_size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,6 +216,7 @@ class DecoderVLMAdapter(ModelAdapter):
         m = self.model
         dtype = next(m.parameters()).dtype
         if images.dtype == torch.uint8:
+            images = stretch_grey(images) if m.stretch else images
             boxes = frame_boxes(orig_size, m.resize, images.shape[-1])
             x = model_input(images, boxes, m.input_size, m.resize, m.interpolation).expand(-1, 3, -1, -1)
             mean = torch.tensor(m.mean, device=x.device).view(1, -1, 1, 1)
@@ -224,6 +257,31 @@ class DecoderVLMAdapter(ModelAdapter):
         maps = maps.reshape(maps.shape[0], maps.shape[1], *self.model.grid_of(maps.shape[-1]))
         return AdapterOutput(scores.float(), undo_box(maps.float(), boxes, self.map_shape))
 
+    def phrase_outputs(self, images: torch.Tensor, orig_size: torch.Tensor, texts: Sequence[str],
+                       rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Phrase rows asked as findings are: each phrase's question (``template.phrase``) about its image, the
+        score log P(yes) - log P(no) and the map of the adapter's method, all from the same machinery (the
+        phrases of one image are that image's "classes" for the pass)."""
+        from xbench.extract.models.decoder.maps import METHODS
+
+        pixels, boxes = self.pixels(images, orig_size)
+        rows = torch.as_tensor(rows, dtype=torch.long).cpu()
+        scores = torch.zeros(len(texts))
+        maps = torch.zeros(len(texts), *self.map_shape)
+        saved = self.classes, self._prompts
+        try:
+            for b in sorted(set(rows.tolist())):
+                which = [q for q in range(len(texts)) if rows[q] == b]
+                self.classes = tuple(texts[q] for q in which)
+                self._prompts = [self.model.prompt_ids(self.template.phrase_text(t)) for t in self.classes]
+                s, m = METHODS[self.method](self, pixels[b:b + 1])
+                m = m.reshape(1, m.shape[1], *self.model.grid_of(m.shape[-1]))
+                scores[which] = s[0].float().cpu()
+                maps[which] = undo_box(m.float(), boxes[b:b + 1], self.map_shape)[0].cpu()
+        finally:
+            self.classes, self._prompts = saved
+        return scores, maps
+
     def provenance(self) -> dict:
         from xbench.extract.models.decoder.maps import DESCRIPTIONS
 
@@ -237,3 +295,20 @@ class DecoderVLMAdapter(ModelAdapter):
                            "questions": {c: self.template.text(c) for c in self.classes}}}
         out.update(self.info)
         return out
+
+
+def build_adapter(config: Mapping[str, Any], key: str, title: str, load, info: Mapping[str, Any] | None = None
+                  ) -> DecoderVLMAdapter:
+    """The adapter of a decoder VLM module's ``build``: ``load(folder, random=, seed=)`` its model from the
+    config's ``model`` folder (``weights: random`` for untrained weights), its question template from
+    prompts.toml under ``key`` (overridable by ``prompts``), the map method and layers; ``info`` (or
+    ``info(model)``) adds to the provenance."""
+    folder = config.get("model")
+    if not folder:
+        raise ModelConfigError(f"{key} needs `model`: the local weights folder (model_cards/{key}.md)")
+    model = load(str(folder), random=config.get("weights") == "random", seed=int(config.get("seed") or 0))
+    extra = info(model) if callable(info) else dict(info or {})
+    return DecoderVLMAdapter(name=str(config.get("name") or key), model=model,
+                             template=QuestionTemplate.from_config(key, config.get("prompts")),
+                             method=str(config.get("method") or "attention"), layers=config.get("layers"),
+                             map_size=config.get("map_size"), info={"model": title, "folder": str(folder), **extra})

@@ -87,12 +87,14 @@ def load_safetensors(folder: Path, what: str) -> dict[str, Any]:
     return state
 
 
-def tokenizer(folder: Path, what: str):
-    """The folder's tokenizer, built by transformers from its data files (never remote code)."""
+def tokenizer(folder: Path, what: str, config=None):
+    """The folder's tokenizer, built by transformers from its data files (never remote code). ``config``: the
+    model config transformers would otherwise read from config.json (a model type it does not know, MAIRA-2's)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True,
+                                             **({"config": config} if config is not None else {}))
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer folder
         raise WeightsNotFoundError(f"{what} tokenizer", str(folder / "tokenizer.json"),
                                    f"Copy the model's tokenizer files into the folder ({type(exc).__name__}).") from None

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, QuestionTemplate, published_prompts
+from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json, tokenizer
 from xbench.extract.models.errors import ModelConfigError
 
@@ -69,12 +69,15 @@ class LlavaRad(DecoderModel):
         if not -(depth + 1) <= self.select_layer <= depth:
             raise ModelConfigError(f"mm_vision_select_layer {self.select_layer} outside the tower's {depth} blocks")
         llama = {k: v for k, v in hf_config.items() if not k.startswith("mm_") and k not in ("architectures", "model_type")}
-        lcfg = LlamaConfig(**llama)
+        try:
+            lcfg = LlamaConfig(**llama)
+        except Exception as exc:  # noqa: BLE001 - transformers 5 raises its strict dataclasses' own errors too
+            raise ModelConfigError(f"config.json: {str(exc)[:200]}") from None
         capture.register()
         lcfg._attn_implementation = capture.NAME
         self.lm = LlamaForCausalLM(lcfg)
         self.projector = projector(str(hf_config.get("mm_projector_type", "linear")), self.vit.embed_dim, lcfg.hidden_size)
-        self.tok = tok
+        self.tok = self.tokenizer = tok
         self.grid = tuple(int(v) for v in self.vit.patch_embed.grid_size)
         self.input_size = int(self.vit.patch_embed.img_size[0])
         # open_clip's eval transform for a model built from a hf_config and a checkpoint file (no pretrained
@@ -108,14 +111,6 @@ class LlavaRad(DecoderModel):
         if pieces[0] and pieces[0][0] == self.tok.bos_token_id:
             return [pieces[0][0]] + pieces[0][1:], pieces[1][1:]
         return pieces[0], pieces[1]
-
-    def answer_ids(self, answers: tuple[str, str]) -> tuple[int, int]:
-        ids = [self.tok(a, add_special_tokens=False).input_ids for a in answers]
-        if not all(ids):
-            raise ModelConfigError(f"an answer tokenises to nothing: {answers!r}")
-        if ids[0][0] == ids[1][0]:
-            raise ModelConfigError(f"the answers {answers!r} start with the same token")
-        return ids[0][0], ids[1][0]
 
     # -- the decoder -------------------------------------------------------------------------------------
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -166,12 +161,4 @@ def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> LlavaRad
 
 
 def build(config: Mapping[str, Any]) -> DecoderVLMAdapter:
-    folder = config.get("model")
-    if not folder:
-        raise ModelConfigError("llava-rad needs `model`: the local weights folder (model_cards/llava-rad.md)")
-    model = load(str(folder), random=config.get("weights") == "random", seed=int(config.get("seed") or 0))
-    return DecoderVLMAdapter(name=str(config.get("name") or "llava-rad"), model=model,
-                             template=QuestionTemplate.from_config("llava-rad", config.get("prompts")),
-                             method=str(config.get("method") or "attention"), layers=config.get("layers"),
-                             map_size=config.get("map_size"),
-                             info={"model": "LLaVA-Rad", "folder": str(folder), "select_layer": model.select_layer})
+    return build_adapter(config, "llava-rad", "LLaVA-Rad", load, lambda model: {"select_layer": model.select_layer})

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, QuestionTemplate
+from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, build_adapter
 from xbench.extract.models.decoder.folder import check_folder, read_json
 from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
 
@@ -33,6 +33,7 @@ class MedGemma(DecoderModel):
     def __init__(self, net, processor) -> None:
         super().__init__()
         self.net, self.processor = net, processor
+        self.tokenizer = processor.tokenizer
         vc = net.config.vision_config
         side = int(round(net.config.mm_tokens_per_image ** 0.5))
         self.grid = (side, side)
@@ -72,13 +73,6 @@ class MedGemma(DecoderModel):
             raise ModelConfigError(f"the chat template gives {len(where)} image tokens, the model takes {n} in one run")
         return ids[:where[0]], ids[where[-1] + 1:]
 
-    def answer_ids(self, answers: tuple[str, str]) -> tuple[int, int]:
-        tok = self.processor.tokenizer
-        ids = [tok(a, add_special_tokens=False).input_ids for a in answers]
-        if not all(ids) or ids[0][0] == ids[1][0]:
-            raise ModelConfigError(f"the answers {answers!r} must start with two different tokens")
-        return ids[0][0], ids[1][0]
-
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.net.model.get_input_embeddings()(ids)
 
@@ -107,7 +101,7 @@ def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> MedGemma
     try:
         cfg = Gemma3Config.from_dict(hf_config)
         processor = AutoProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
-    except (ValueError, KeyError, TypeError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - config errors (transformers 5's strict dataclasses too), unreadable files
         raise WeightsNotFoundError("MedGemma processor", str(folder), f"a readable config and processor files "
                                    f"({type(exc).__name__}: {str(exc)[:160]})") from None
     torch.manual_seed(seed)
@@ -120,11 +114,4 @@ def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> MedGemma
 
 
 def build(config: Mapping[str, Any]) -> DecoderVLMAdapter:
-    folder = config.get("model")
-    if not folder:
-        raise ModelConfigError("medgemma needs `model`: the local weights folder (model_cards/medgemma.md)")
-    model = load(str(folder), random=config.get("weights") == "random", seed=int(config.get("seed") or 0))
-    return DecoderVLMAdapter(name=str(config.get("name") or "medgemma"), model=model,
-                             template=QuestionTemplate.from_config("medgemma", config.get("prompts")),
-                             method=str(config.get("method") or "attention"), layers=config.get("layers"),
-                             map_size=config.get("map_size"), info={"model": "MedGemma", "folder": str(folder)})
+    return build_adapter(config, "medgemma", "MedGemma", load)
