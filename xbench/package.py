@@ -910,7 +910,7 @@ class CodabenchOptions:
     as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
 
 
-@package.command("codabench", cls=Command)
+@package.command("codabench", cls=Command, short_help="a Codabench scoring program holding the ground truth")
 @click_options(CodabenchOptions)
 def codabench(**params) -> None:
     """Write a Codabench scoring program: metadata.yaml, score.py and the ground truth.
@@ -1008,7 +1008,8 @@ class CompetitionOptions:
     as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
 
 
-@package.command("codabench-competition", cls=Command)
+@package.command("codabench-competition", cls=Command,
+                 short_help="a whole Codabench competition: both phases, the leaderboard, the pages")
 @click_options(CompetitionOptions)
 def codabench_competition(**params) -> None:
     """Write a whole Codabench competition: a validation and a test phase, each with its own reference data,
