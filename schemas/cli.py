@@ -221,7 +221,7 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
     with segmentations, or a folder of PNG masks with masks.json; needs --images), or a generative
     model's answers in a .jsonl file, its own boxes read from its text (--answers FORMAT; needs --images).
 
-    The layouts, phrase rows included, are described in docs/convert.md (and the README, "Converting
+    The layouts, phrase rows included, are described in docs/how-to/convert.md (and the README, "Converting
     existing outputs"). A dataset whose source holds no phrase rows is declared phrases_unsupported
     (--require-phrases refuses it instead). Nothing outside SOURCE is read: links, external HDF5
     storage and virtual datasets are refused. The store is written under a hidden name and renamed

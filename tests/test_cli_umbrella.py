@@ -139,3 +139,14 @@ def test_convert_dispatches_on_the_listed_kinds(tmp_path, kind, name):
         src.write_text("")
     assert source_kind(src) == kind and kind in CONVERT_SOURCES
     assert source_kind(tmp_path / "x.h5", answers="chexagent") == "answers"
+
+
+def test_the_command_reference_lists_every_subcommand_and_what_it_needs():
+    """docs/reference/commands.md has a row per `xbench` subcommand, its install column as SUBCOMMANDS declares."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "commands.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `xbench ([a-z-]+)` \|[^|]*\| ([^|]*?) \|", text, re.M)}
+    assert set(rows) == set(cli.SUBCOMMANDS)
+    for name, (_, _, extra) in cli.SUBCOMMANDS.items():
+        assert rows[name] == ("`[extract]`" if extra == "extract" else "base"), name

@@ -28,8 +28,8 @@ SETTING = re.compile(r"(?i)(timeout|within|limit|budget|at most|polled|every|def
                      r"[^.;:]{0,40}$")
 #: a phrase holding a duration that is no measurement of a run -> why
 NOT_MEASURED = {
-    "median 0.25 s": "docs/gaze.md: the simulated readers' fixation duration, a parameter of the phantom",
-    "full run takes hours": "docs/suites.md: the order of magnitude of the paper's seven datasets, not a measurement",
+    "median 0.25 s": "docs/how-to/gaze.md: the simulated readers' fixation duration, a parameter of the phantom",
+    "full run takes hours": "docs/how-to/suites.md: the order of magnitude of the paper's seven datasets, not a measurement",
 }
 #: the machines measurements are made on: the project's 2-core VM (AMD EPYC, Zen 4, AVX-512, no GPU) and GPUs
 MACHINES = re.compile(r"AMD EPYC|\b[HA]100\b|\bH200\b")

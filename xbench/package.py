@@ -976,7 +976,7 @@ class CompetitionOptions:
                         help='Ground truth of the test phase (a different one; it decides the final ranking).')
     docker_image: str = opt(check=Text(), required=True,
                             help='The image Codabench scores in: one with xbench-cxr installed, pushed to a '
-                                 'registry Codabench can pull from (see docs/platforms.md).')
+                                 'registry Codabench can pull from (see docs/how-to/platforms.md).')
     out_path: Path = opt(Path('competition.zip'), check=Text(click.Path(path_type=Path)), flag='--out',
                          help='The competition bundle to write.')
     title: str = opt('XBench: recognition and grounding of chest X-ray findings', check=Text(),
@@ -1015,7 +1015,7 @@ def codabench_competition(**params) -> None:
     """Write a whole Codabench competition: a validation and a test phase, each with its own reference data,
     the leaderboard (every metric with its 95 % interval), the scoring program, pages and a logo.
 
-    Upload the zip at Codabench's Benchmarks > Management > Upload; the walk-through is in docs/platforms.md.
+    Upload the zip at Codabench's Benchmarks > Management > Upload; the walk-through is in docs/how-to/platforms.md.
 
     \b
     Example:
