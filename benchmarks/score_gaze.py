@@ -1,7 +1,7 @@
 """What the gaze section costs: xbench-score with gaze in the ground truth against the same run without it.
 
 Prepares the phantom twice with the same seed, once with simulated gaze (``--option gaze=true``: reader R1 reads
-every case, R2 and R3 every third, docs/gaze.md) and once without (the images stores are the same; the ground
+every case, R2 and R3 every third, docs/how-to/gaze.md) and once without (the images stores are the same; the ground
 truths differ only by the gaze arrays), extracts one weight-free model once, and times ``xbench-score`` in a
 fresh process on both ground truths (min of ``--repeat`` runs, peak RSS, CPU seconds). The baseline is the
 run without gaze, measured in the same run on the same machine; the ratio and the gaze section's seconds per

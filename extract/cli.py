@@ -34,7 +34,7 @@ Examples:
   xbench-extract --list-methods             # the map methods, what they need, their papers
   xbench-extract --model dog --images images.zarr --out smoke.zarr --limit 8   # a smoke test
   xbench-extract --model dog --images images.zarr --out tta.zarr \\
-      --augment hflip --augment rotate:degrees=5     # test-time augmentation (docs/augmentations.md)
+      --augment hflip --augment rotate:degrees=5     # test-time augmentation (docs/how-to/augmentations.md)
   xbench-extract --model dog --images round2.zarr --out round2-sub.zarr --scores-only   # faithfulness round 2
   xbench-extract --model dog --images images.zarr --out dog.zarr --faithfulness faith/   # both rounds at once
 
@@ -224,7 +224,7 @@ def main(as_json, list_models, list_methods, **params):
         raise click.UsageError("--faithfulness needs round 1's maps; it cannot be combined with --scores-only")
     if opts.faithfulness and ((opts.nproc_per_node or 1) > 1 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
         raise click.UsageError("--faithfulness runs on one process; with several ranks run round 1, then xbench perturb "
-                               "and xbench-extract --scores-only (docs/faithfulness.md)")
+                               "and xbench-extract --scores-only (docs/how-to/faithfulness.md)")
     if opts.faithfulness:
         from xbench.extract.faithfulness import folder_problems
 

@@ -23,7 +23,7 @@ outside ``--root``):
   release does not say which radiologist read what.
 
 * **Phantom** (built in, no download): ``--readers N`` simulated readers ``R1`` ... ``RN``
-  (:func:`xbench.extract.datasets.phantom.draw_reading`, the reader model of docs/human.md), each against the
+  (:func:`xbench.extract.datasets.phantom.draw_reading`, the reader model of docs/how-to/human.md), each against the
   ground truth ``--gt``; the phantom's seed, split and size are the images store's.
 
 A reader's map, per case and class, on the ground truth's evaluation grid [H, W] (so the scorer's resize is
@@ -652,7 +652,7 @@ def read_readers(dataset: str, root: Path | None, images: Path, gt: Path | None,
         reading, phantom = read_phantom(ds.attrs, [str(c) for c in ds.case_id], sizes, labels, readers, str(images))
         split = phantom["split"]
         rule_text = (f"{readers} simulated reader(s) of the phantom, each against the ground truth (the reader "
-                     "model of docs/human.md), averaged over readers")
+                     "model of docs/how-to/human.md), averaged over readers")
     else:  # readers against each other: --gt, when given, only sets the evaluation grid
         grid = (224, 224)
         if gt is not None:

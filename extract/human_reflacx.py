@@ -10,7 +10,7 @@ A reading *marks* a class when it drew an ellipse for it at ``certainty`` or abo
 finding it labels present: its mark is those ellipses (native masks, data_cards/reflacx.md). Labels without an
 ellipse (Support devices need none) are not marks, as VinDr's classes without a box are not. Images read by
 fewer than two readings (phase 3) are left out. ``xbench human reflacx`` reads them through
-:func:`xbench.extract.human.read_readers` and scores each reading like a model (docs/human.md).
+:func:`xbench.extract.human.read_readers` and scores each reading like a model (docs/how-to/human.md).
 """
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ class ExtractOptions:
                                         from_cli=_augment_list, to_cli=lambda v: _augment_list(v) or [],
                                         help="Test-time augmentation, repeatable: NAME or NAME:key=value,... (hflip, "
                                              "rotate, scale, translate, brightness, contrast, gamma, noise, blur, jpeg; "
-                                             "docs/augmentations.md). The submission holds the mean over the original "
+                                             "docs/how-to/augmentations.md). The submission holds the mean over the original "
                                              "and each augmented view; maps are warped back first. Default: the model "
                                              "config's augment: (none).")
     augment_seed: int = opt(0, check=Int(0, MAX_DATA_SEED), suite=True,
@@ -131,7 +131,7 @@ class ExtractOptions:
     limit: int | None = opt(None, check=Int(1, MAX_CASES),  # only the first N cases of each dataset (smoke tests)
                             help="Only the first N cases of each dataset: a smoke test on real data (the store can be "
                                  "validated, not scored against the full ground truth).")
-    # faithfulness (contract § Faithfulness, docs/faithfulness.md)
+    # faithfulness (contract § Faithfulness, docs/how-to/faithfulness.md)
     scores_only: bool = opt(False, check=Flag(),
                             help="Write scores and no maps (submission minor 2): round 2 of faithfulness, run on the "
                                  "round-2 images store that xbench perturb wrote.")
@@ -175,10 +175,10 @@ class PrepareOptions:
     image_size: int = opt(512, check=Int(16, 4096), suite=True, help="Side S of the stored S x S images.")
     keep_original: bool = opt(False, check=Flag(),
                               help="Also store every image at its original resolution, so models whose official "
-                                   "preprocessing starts from the original get it (see docs/prepare.md).")
+                                   "preprocessing starts from the original get it (see docs/how-to/prepare.md).")
     text_probes: bool = opt(False, check=Flag(),
                             help="Add text probes of every phrase row (negated, sides swapped, words shuffled) as extra "
-                                 "phrase rows; the ground truth records which are probes (docs/text-probes.md).")
+                                 "phrase rows; the ground truth records which are probes (docs/how-to/text-probes.md).")
     workers: int | None = opt(None, check=Int(1, 1024), suite=True, help="Decoding processes; default: every core.")
     cases_per_block: int = opt(32, check=Int(1, 4096), suite=True, help="Cases per image block (the unit of resuming).")
     max_skip_fraction: float = opt(0.01, check=Float(0, 1), suite=True,
@@ -190,12 +190,12 @@ class PrepareOptions:
                                 metavar="DIR", from_cli=tuple, to_cli=lambda v: [str(x) for x in v],
                                 help="A folder that links under --root may lead to (for example images/ linked to "
                                      "another disk). Repeatable. Without it a link leading outside --root is refused; "
-                                     "judged by real paths, every link resolved (docs/prepare.md).")
+                                     "judged by real paths, every link resolved (docs/how-to/prepare.md).")
     n_cases: int | None = opt(None, check=Int(1, MAX_PHANTOM_CASES), help="phantom only: number of cases (default 200).")
     seed: int | None = opt(None, check=Int(0, MAX_DATA_SEED),
                            help="phantom: its random seed (default 0); with --perturb also the private key of the copies' "
                                 "ids and seeds (default 0: choose a secret one for a real benchmark).")
-    # the robustness track (docs/robustness.md); a SPEC may give a parameter as a range LOW..HIGH
+    # the robustness track (docs/how-to/robustness.md); a SPEC may give a parameter as a range LOW..HIGH
     perturb: tuple = opt((), check=Text(), multiple=True, suite=True, metavar="SPEC[,SPEC...]",
                          from_cli=tuple, to_cli=lambda v: [v] if isinstance(v, str) else list(v),
                          help="Add perturbed copies of every case under opaque ids (robustness track), e.g. "

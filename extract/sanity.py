@@ -374,7 +374,7 @@ class SanityOptions:
 def sanity(**params):
     """The model randomisation test (Adebayo et al. 2018): how similar do the maps stay as the weights
     are re-initialised, layer by layer? Writes a table and a figure, and says whether the maps depend
-    on the weights. The rule is in the module docstring of xbench/extract/sanity.py and docs/sanity.md.
+    on the weights. The rule is in the module docstring of xbench/extract/sanity.py and docs/how-to/sanity.md.
 
     \b
     Example:

@@ -1,4 +1,4 @@
-"""Test-time augmentation at extraction (``xbench-extract --augment SPEC``; docs/augmentations.md).
+"""Test-time augmentation at extraction (``xbench-extract --augment SPEC``; docs/how-to/augmentations.md).
 
 With augmentations ``a_1 .. a_K`` every case is run ``V = K + 1`` times: view 0 is the image as it is, view
 k its augmentation by ``a_k``, applied to the pixels the adapter starts from (the stored S x S image, or the

@@ -540,7 +540,7 @@ def store_kind_problem(path: str | os.PathLike, expected: str, role: str, *, swa
             zipped = source.startswith("a zip")
             command = "unzip it, then xbench-convert FOLDER" if zipped else f"xbench-convert {shlex.quote(str(path))}"
             return (f"{path}: this is {source}, not a submission store; run xbench-convert first: {command} "
-                    "--out submission.zarr (docs/convert.md), then hand in submission.zarr")
+                    "--out submission.zarr (docs/how-to/convert.md), then hand in submission.zarr")
         return None  # not an XBench store at all: the validators list what is wrong
     what = {"images": "an images store", "ground-truth": "a ground-truth store", "submission": "a submission store"}[kind]
     fix = f"{role} needs {_KIND_FILES[expected]}"

@@ -17,6 +17,31 @@ from xbench.schemas.answers import FRAMES
 from xbench.schemas.errors import Problem
 from xbench.schemas.options import Choice, Flag, Int, Text, click_options, opt, parse
 
+#: what xbench-convert reads as SOURCE, in the order it tells them apart (``source_kind``): kind -> what it is.
+#: The one list: the converter dispatches on these kinds and ``xbench --help`` names them.
+CONVERT_SOURCES: dict[str, str] = {
+    "answers": "model answers (a .jsonl file, --answers FORMAT)",
+    "masks": "PNG masks (a folder with masks.json)",
+    "json": "COCO results, boxes or masks, or a marks JSON of boxes and points (a .json file)",
+    "npz": "per-case .npz files (a folder with meta.json)",
+    "hdf5": "HDF5 (one file)",
+}
+
+
+def source_kind(source: Path, answers: str | None = None) -> str:
+    """Which of :data:`CONVERT_SOURCES` ``source`` is, from its name and folder entries alone (nothing parsed)."""
+    from xbench.schemas.convert_boxes import is_marks_source
+    from xbench.schemas.convert_masks import is_masks_folder
+
+    if answers is not None or source.suffix.lower() == ".jsonl":
+        return "answers"
+    if is_masks_folder(source):
+        return "masks"
+    if is_marks_source(source):
+        return "json"
+    return "npz" if source.is_dir() else "hdf5"
+
+
 @dataclass
 class ValidateOptions:
     """What ``xbench validate STORE`` takes besides STORE (the fields are its options)."""
@@ -196,7 +221,7 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
     with segmentations, or a folder of PNG masks with masks.json; needs --images), or a generative
     model's answers in a .jsonl file, its own boxes read from its text (--answers FORMAT; needs --images).
 
-    The layouts, phrase rows included, are described in docs/convert.md (and the README, "Converting
+    The layouts, phrase rows included, are described in docs/how-to/convert.md (and the README, "Converting
     existing outputs"). A dataset whose source holds no phrase rows is declared phrases_unsupported
     (--require-phrases refuses it instead). Nothing outside SOURCE is read: links, external HDF5
     storage and virtual datasets are refused. The store is written under a hidden name and renamed
@@ -211,8 +236,7 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
       xbench-convert answers.jsonl --answers chexagent --images images.zarr --out chexagent.zarr
     """
     from xbench.schemas.convert import convert_hdf5, convert_npz_dir, terminate_as_interrupt
-    from xbench.schemas.convert_boxes import is_marks_source
-    from xbench.schemas.convert_masks import convert_json, convert_masks, is_masks_folder
+    from xbench.schemas.convert_masks import convert_json, convert_masks
 
     apply_budget("xbench-convert", max_memory, timeout)
     o = parse(ConvertOptions, params)
@@ -222,12 +246,13 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
     require_phrases, phrases_reason = o.require_phrases, o.phrases_reason
     if gt_path is not None:
         _require(gt_path, "ground-truth", "--gt")
-    if o.answers is not None or source.suffix.lower() == ".jsonl":
+    kind = source_kind(source, o.answers)
+    if kind == "answers":
         return _convert_answers(source, o)
     if o.answers_frame != "original":
         raise UserError("--answers-frame: only for a model's answers (--answers FORMAT)")
-    masks = is_masks_folder(source)
-    marks = is_marks_source(source) or masks
+    masks = kind == "masks"
+    marks = kind in ("json", "masks")
     given = [o for o, v in (("--images", images), ("--mapping", mapping), ("--coco-images", coco_images),
                             ("--dataset", dataset)) if v is not None]
     if marks and images is None:
@@ -254,7 +279,7 @@ def convert_cmd(source: Path, max_memory: str, timeout: float, **params) -> None
                               grid=grid, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
                               total=bar.set_total, gt=gt_path, **phrases)
             else:
-                convert = convert_npz_dir if source.is_dir() else convert_hdf5
+                convert = convert_npz_dir if kind == "npz" else convert_hdf5
                 convert(source, out, cases_per_block=cases_per_block, map_dtype=map_dtype, progress=bar.update,
                         total=bar.set_total, gt=gt_path, **phrases)
     finally:

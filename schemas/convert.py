@@ -1,4 +1,4 @@
-"""Build a submission.zarr from the layouts teams already have (docs/convert.md has every layout in full).
+"""Build a submission.zarr from the layouts teams already have (docs/how-to/convert.md has every layout in full).
 
 HDF5, one file (read through :mod:`xbench.schemas.hdf5_input`: nothing outside the file, no filter plugin,
 bounded decoding)::
@@ -49,7 +49,7 @@ from xbench.schemas.submission import SCORE_KINDS, DatasetSpec, _class_hint, _li
 from xbench.schemas.submission_writer import SubmissionWriter
 
 ProgressFn = Callable[[int], None]
-#: the reason recorded for a dataset whose source holds no phrase rows (docs/convert.md, "Phrase rows")
+#: the reason recorded for a dataset whose source holds no phrase rows (docs/how-to/convert.md, "Phrase rows")
 NO_PHRASES = "the converted source holds no phrase rows"
 #: problems listed one a line before the rest are counted (a folder of 10^5 bad files stays readable)
 MAX_LISTED = 20
@@ -253,7 +253,7 @@ def read_hdf5(h5, src: Path, cases_per_block: int, require_phrases: bool, phrase
         problems.extend(exc.problems)
         root_attrs = {}
     if not specs and not problems:
-        problems.add(str(src), "holds no dataset group (one group per dataset key, see docs/convert.md)")
+        problems.add(str(src), "holds no dataset group (one group per dataset key, see docs/how-to/convert.md)")
     problems.raise_if_any()
     model, method = root_attrs.pop("model", src.stem), root_attrs.pop("method", "unknown")
 

@@ -1,7 +1,7 @@
 """A generative model's answers (JSONL) -> submission.zarr: its own boxes, scored through the boxes route.
 
 ``xbench-convert answers.jsonl --answers chexagent --images images.zarr --out boxes.zarr`` reads one answer a
-line (docs/convert.md, "A model's own boxes")::
+line (docs/how-to/convert.md, "A model's own boxes")::
 
     {"case_id": "<case>", "finding": "<finding>", "text": "<the model's answer>", "score": p}
     {"query_id": "<phrase row>", "text": "<the model's answer>"}
@@ -82,7 +82,7 @@ def _lines(src: Path):
         n += 1
         if n > MAX_ANSWER_ROWS:
             raise InputLimitError(Problem(str(src), f"holds more than {MAX_ANSWER_ROWS:,} answers; the limit is stated "
-                                                    "in docs/convert.md"))
+                                                    "in docs/how-to/convert.md"))
         yield k, raw.decode("utf-8", "surrogateescape")
 
 
@@ -215,7 +215,7 @@ class _Reader:
         self.notes.boxes += len(pixels)
         if self.notes.boxes > MAX_MARKS:
             raise InputLimitError(Problem(str(self.src), f"its answers give more than {MAX_MARKS:,} boxes; the limit "
-                                                         "is stated in docs/convert.md"))
+                                                         "is stated in docs/how-to/convert.md"))
         return [list(b) for b in pixels]
 
 

@@ -1,6 +1,6 @@
 """Box and point outputs -> submission.zarr: detectors and text-output models on the same leaderboard.
 
-Two sources are read (docs/convert.md has a worked example of each; the rule is in docs/contract.md,
+Two sources are read (docs/how-to/convert.md has a worked example of each; the rule is in docs/contract.md,
 "Converting boxes and points"):
 
 * **COCO results** (what detectors write): a JSON list of ``{"image_id", "category_id", "bbox": [x, y,
@@ -63,7 +63,7 @@ from xbench.schemas.submission import DatasetSpec
 DEFAULT_GRID = 64
 COORDINATES = ("pixels", "normalised")
 #: marks (boxes and points) one source may hold in all, and per case and finding (or phrase row); with the
-#: JSON caps below they keep a conversion within a few hundred MiB whatever the file holds (docs/convert.md)
+#: JSON caps below they keep a conversion within a few hundred MiB whatever the file holds (docs/how-to/convert.md)
 MAX_MARKS = 1_000_000
 MAX_MARKS_PER_ITEM = 10_000
 #: a COCO results file or marks JSON: its size and JSON values are capped before it is parsed (a parsed
@@ -187,7 +187,7 @@ class _MarkCount:
         self.n += n
         if self.n > MAX_MARKS:
             raise InputLimitError(Problem(str(self.src), f"holds more than {MAX_MARKS:,} marks (boxes and points); "
-                                                         "the limit is stated in docs/convert.md (keep the top-scoring ones)"))
+                                                         "the limit is stated in docs/how-to/convert.md (keep the top-scoring ones)"))
 
 
 def _load_json(path: Path, what: str, limits: TextLimits = BOXES_JSON) -> Any:
@@ -276,7 +276,7 @@ def read_coco(src: Path, images, *, dataset: str | None, mapping: dict, coco_ima
               results: list | None = None) -> Parsed:
     """Read a COCO results file against the images store ``images`` (an ImagesStore).
 
-    A result with ``query_id`` in place of ``category_id`` is a box of that phrase row (docs/convert.md)."""
+    A result with ``query_id`` in place of ``category_id`` is a box of that phrase row (docs/how-to/convert.md)."""
     problems = _Problems()
     if results is None:
         results = _load_json(src, "COCO results file")

@@ -1,6 +1,6 @@
 """Mask outputs -> submission.zarr: models that answer with segmentation masks on the same leaderboard.
 
-Two sources are read (docs/convert.md, "Masks", has a worked example of each; the rule is in
+Two sources are read (docs/how-to/convert.md, "Masks", has a worked example of each; the rule is in
 docs/contract.md, "Converting masks"):
 
 * **COCO results with segmentations** (what instance-segmentation models and pycocotools write): a JSON

@@ -1,6 +1,6 @@
 """Where radiologists looked, in gt.zarr: readings, fixations and gaze-density maps (gt minor 5; issue 37).
 
-Layout (per dataset group, all or none; docs/contract.md "gt.zarr", docs/gaze.md): ``gaze_case`` (R,) int32 the
+Layout (per dataset group, all or none; docs/contract.md "gt.zarr", docs/how-to/gaze.md): ``gaze_case`` (R,) int32 the
 case row of each reading; ``gaze_reader`` (R,) string (:data:`xbench.schemas.paths.READER_NAME`);
 ``gaze_offset`` (R+1,) int64 (reading r's fixations are rows offset[r]:offset[r+1]); ``fixations`` (F, 3)
 float32 (x, y in the case's original pixels, duration in seconds > 0; a fixation outside the image is kept
@@ -39,7 +39,7 @@ MAX_FIXATIONS = 50_000_000
 #: that grows with the square of this (REFLACX's phases 1-2 read an image five times; issue 44)
 MAX_READINGS_PER_CASE = 64
 #: the sigma used when a dataset publishes no viewing geometry: 3 % of the image's larger side, about one
-#: degree of visual angle for a radiograph read at a distance where it spans ~33 degrees (docs/gaze.md)
+#: degree of visual angle for a radiograph read at a distance where it spans ~33 degrees (docs/how-to/gaze.md)
 DEFAULT_SIGMA_FRACTION = 0.03
 DEFAULT_SIGMA_RULE = "3% of the image's larger side (no published viewing geometry)"
 #: the version of the group attribute ``gaze`` ({"sigma_rule": text, "version": 1})

@@ -43,7 +43,7 @@ __all__ = ["ENTRY_POINT_GROUPS", "PluginError", "Registry", "UnknownNameError", 
 T = TypeVar("T")
 
 #: The entry point group of each plug-in kind (``[project.entry-points."<group>"]`` in a plug-in's
-#: pyproject.toml; docs/architecture.md, "Adding a plug-in").
+#: pyproject.toml; docs/explanation/architecture.md, "Adding a plug-in").
 ENTRY_POINT_GROUPS = {
     "dataset": "xbench.datasets",
     "model": "xbench.models",

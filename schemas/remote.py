@@ -1,7 +1,7 @@
 """Stores read from ``https://``, ``http://`` and ``s3://`` URLs, held to the limits local stores meet.
 
 A URL is a stranger's files behind a connection the stranger controls, so what :func:`budget.inspect_store`
-bounds for a folder is bounded here too, plus what only a server can do (docs/score.md, "Remote stores"):
+bounds for a folder is bounded here too, plus what only a server can do (docs/explanation/security.md, "Remote stores"):
 
 - time: every request has a deadline on its *whole* answer (``$XBENCH_REMOTE_TIMEOUT``, 60 s, and never past
   the run's ``--timeout``), counted on a monotonic clock from the request's start. A socket read timeout

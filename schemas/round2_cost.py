@@ -1,5 +1,5 @@
 """What round 2 of the faithfulness flow will cost, said before the work starts (``xbench perturb`` and
-``xbench-extract --faithfulness``; docs/faithfulness.md § Cost).
+``xbench-extract --faithfulness``; docs/how-to/faithfulness.md § Cost).
 
 The number of images is exact (``make_round2`` counts them before it writes one). The size on disk is an
 estimate: each round-2 image is one S x S uint8 chunk, compressed like the images of the store it is made

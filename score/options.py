@@ -77,11 +77,11 @@ class ScoreOptions:
     metric_groups: tuple = opt(default_factory=tuple, check=Choice(metric_groups), flag="--metrics", multiple=True,
                                metavar="GROUP", suite=True,
                                help="Add an opt-in group of metrics (repeatable): complexity = Gini sparseness and "
-                                    "entropy of each normalised map (docs/score.md). Default outputs never change.")
+                                    "entropy of each normalised map (docs/how-to/score.md). Default outputs never change.")
     by: str | None = opt(None, check=Text(), metavar="FIELD[,FIELD]", suite=True,
                          help="Subgroups: every metric per group of these case attributes of the ground truth (e.g. "
                               "sex, or sex,view for their cross product), the largest gap between groups with its "
-                              "interval and p-value, and the worst group (docs/score.md, 'Subgroups').")
+                              "interval and p-value, and the worst group (docs/how-to/score.md, 'Subgroups').")
     age_bands: str = opt("40,60,80", check=Text(), metavar="AGE[,AGE...]", suite=True,
                          help="With --by age: the ages (years) where the bands are cut (<40, 40-59, 60-79, >=80).")
     min_group: int = opt(20, check=Int(1, MAX_CASES), metavar="N", suite=True,

@@ -1,4 +1,4 @@
-"""Every command shown in README.md and docs/*.md works as written, so a claim in the docs cannot drift.
+"""Every command shown in README.md and docs/**/*.md works as written, so a claim in the docs cannot drift.
 
 Each `xbench...` line of a fenced code block is
 1. checked: the command exists and every option it uses is one of that command's options;
@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 from xbench import cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PROGRAMS = {"xbench": None, **{f"xbench-{n}": n for n in ("prepare", "extract", "score", "validate", "convert")}}
 
 #: documented command substring -> why the walk cannot run it (the option check still applies)
@@ -42,7 +42,7 @@ NOT_RUN = {
     "suites/robustness.yaml": "about a minute; tests/score/test_robustness_track.py runs it",
     "suites/robustness-tta.yaml": "a minute on the full phantom set; tests/extract/test_augment_extract.py runs it "
                                   "on 6 cases",
-    "chexlocalize_test/": "docs/human.md's worked example runs on a CheXlocalize fixture; "
+    "chexlocalize_test/": "docs/how-to/human.md's worked example runs on a CheXlocalize fixture; "
                           "tests/datasets/test_human.py runs its commands as written",
     "suites/paper.yaml": "needs the seven datasets and the weights; tests/test_suite.py runs its --dry-run on "
                          "fixture roots laid out as the data cards say",
@@ -112,16 +112,16 @@ HELP_NOT_RUN = {
     "--root ": "reads a real dataset download",
     "--text-encoder ~/models": "needs Bio_ClinicalBERT and the upstream description files",
     "--root CheXlocalize/": "reads the CheXlocalize download",
-    "--human human/": "needs `xbench human`'s output; docs/human.md's walk and tests/datasets/test_human.py run it",
+    "--human human/": "needs `xbench human`'s output; docs/how-to/human.md's walk and tests/datasets/test_human.py run it",
     "--faithfulness round2-sub.zarr": "needs the round-2 pair `xbench perturb` + `--scores-only` write; "
-                                      "docs/faithfulness.md's walk runs the sequence",
-    "--images round2.zarr": "needs `xbench perturb`'s output; docs/faithfulness.md's walk runs the sequence",
+                                      "docs/how-to/faithfulness.md's walk runs the sequence",
+    "--images round2.zarr": "needs `xbench perturb`'s output; docs/how-to/faithfulness.md's walk runs the sequence",
     "--faithfulness faith/": "both faithfulness rounds: about a minute; tests/extract/test_faithfulness_flow.py",
     "suites/demo.yaml": "the demo suite: tests/report/test_report_demo.py runs it",
     "suites/paper.yaml --limit": "needs the seven datasets and the weights",
     "suites/paper.yaml --only": "needs the seven datasets and the weights",
     "sanity --model clip-tiny": "the randomisation test: tests/extract/test_sanity.py runs it",
-    "--by sex,view": "needs case attributes in the ground truth; docs/score.md's walk runs --by on the phantom's",
+    "--by sex,view": "needs case attributes in the ground truth; docs/how-to/score.md's walk runs --by on the phantom's",
 }
 #: the help walk's rewrites: the phantom's size (the sandbox's data/ is the 12-case set already)
 HELP_REWRITES = {"--n-cases 200": "--n-cases 12", "xbench prepare phantom --out data/": "xbench prepare phantom "
@@ -148,7 +148,7 @@ def _skip_reason(line: str) -> str | None:
 
 def test_the_docs_show_commands():
     docs = {doc for doc, _ in COMMANDS}
-    assert {"README.md", "docs/prepare.md", "docs/extract.md", "docs/score.md", "docs/report.md"} <= docs
+    assert {"README.md", "docs/how-to/prepare.md", "docs/how-to/extract.md", "docs/how-to/score.md", "docs/how-to/report.md"} <= docs
     assert len(COMMANDS) >= 25
 
 
@@ -239,7 +239,7 @@ def _npz_folder(sandbox: Path) -> None:
 
 
 def _marks_files(sandbox: Path) -> None:
-    """docs/convert.md's inputs on the phantom: a COCO results file, its categories.toml, a marks JSON and model
+    """docs/how-to/convert.md's inputs on the phantom: a COCO results file, its categories.toml, a marks JSON and model
     answers (JSONL)."""
     import json
 
@@ -256,7 +256,7 @@ def _marks_files(sandbox: Path) -> None:
                "datasets": {"phantom": {ids[1]: {"nodule": {"points": [[0.41, 0.33, 0.8]]},
                                                   "Pleural effusion": {"boxes": [[0.05, 0.6, 0.3, 0.3]], "score": 0.7}}}}}
     (sandbox / "answers.json").write_text(json.dumps(answers))
-    # docs/convert.md, "A model's own boxes": a generative model's answers in CheXagent's and MAIRA-2's formats
+    # docs/how-to/convert.md, "A model's own boxes": a generative model's answers in CheXagent's and MAIRA-2's formats
     rows = [{"case_id": c, "finding": "Nodule", "text": f"<|ref|>nodule<|/ref|><|box|>({10 + k},20),(55,48)<|/box|>"}
             for k, c in enumerate(ids[:6])] + [{"case_id": ids[6], "finding": "Nodule", "text": "No nodule."}]
     (sandbox / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -267,7 +267,7 @@ def _marks_files(sandbox: Path) -> None:
 
 
 def _mask_files(sandbox: Path, ds) -> None:
-    """docs/convert.md's masks on the phantom: COCO segmentations (RLE and a polygon) and a folder of PNG masks."""
+    """docs/how-to/convert.md's masks on the phantom: COCO segmentations (RLE and a polygon) and a folder of PNG masks."""
     import json
 
     import numpy as np
@@ -291,8 +291,13 @@ def _mask_files(sandbox: Path, ds) -> None:
     (png / "masks.json").write_text(json.dumps({"model": "my-seg-vlm", "scores": {"phantom": {ids[0]: {"Nodule": 0.9}}}}))
 
 
+#: pages another test runs as written, each from an empty folder with its Python blocks (the option check above
+#: still applies to them): the tutorials, tests/test_getting_started.py
+RUN_ELSEWHERE = "docs/tutorials/"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("doc", sorted({d for d, _ in COMMANDS}))
+@pytest.mark.parametrize("doc", sorted({d for d, _ in COMMANDS if not d.startswith(RUN_ELSEWHERE)}))
 def test_documented_commands_run_as_written(doc, template, tmp_path, monkeypatch):
     sandbox = tmp_path / "sandbox"
     shutil.copytree(template, sandbox, symlinks=True)

@@ -102,3 +102,51 @@ def test_the_contract_gives_exit_codes_for_every_subcommand():
     section = text.split("## Exit codes of every command", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"`(?:xbench[- ])?([a-z-]+)`", section.split("ends with one of", 1)[0]))
     assert set(SUBCOMMANDS) - listed == set()
+
+
+def test_umbrella_help_lists_every_convert_source_and_package_target():
+    """`xbench --help` names every SOURCE xbench-convert reads (the list it dispatches on) and every target of
+    `xbench package` (its own subcommands), so a new one cannot be left out (issue 46 item 7: the line said
+    "an HDF5 file or a folder of .npz files" and "a Codabench scoring program" only)."""
+    from xbench.package import package
+    from xbench.schemas.cli import CONVERT_SOURCES
+
+    res = CliRunner().invoke(cli.main, ["--help"], terminal_width=10_000)
+    assert res.exit_code == 0
+    lines = {ln.split(maxsplit=1)[0]: ln for ln in res.output.splitlines() if ln.startswith("  ") and ln.strip()}
+    convert, pack = " ".join(lines["convert"].split()), " ".join(lines["package"].split())
+    for what in CONVERT_SOURCES.values():
+        assert what in convert
+    for word in ("HDF5", ".npz", "COCO", "marks", "masks", "answers"):
+        assert word in convert
+    assert set(package.commands) == {"codabench", "codabench-competition"}
+    for target in package.commands:
+        assert f"{target} (" in pack
+
+
+@pytest.mark.parametrize("kind,name", [("hdf5", "outputs.h5"), ("npz", "npz_outputs"), ("masks", "png_masks"),
+                                       ("json", "detections.json"), ("answers", "answers.jsonl")])
+def test_convert_dispatches_on_the_listed_kinds(tmp_path, kind, name):
+    """Each kind `xbench --help` lists is one the converter tells apart, from the name and folder alone."""
+    from xbench.schemas.cli import CONVERT_SOURCES, source_kind
+
+    src = tmp_path / name
+    if kind in ("npz", "masks"):
+        src.mkdir()
+        if kind == "masks":
+            (src / "masks.json").write_text("{}")
+    else:
+        src.write_text("")
+    assert source_kind(src) == kind and kind in CONVERT_SOURCES
+    assert source_kind(tmp_path / "x.h5", answers="chexagent") == "answers"
+
+
+def test_the_command_reference_lists_every_subcommand_and_what_it_needs():
+    """docs/reference/commands.md has a row per `xbench` subcommand, its install column as SUBCOMMANDS declares."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "commands.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `xbench ([a-z-]+)` \|[^|]*\| ([^|]*?) \|", text, re.M)}
+    assert set(rows) == set(cli.SUBCOMMANDS)
+    for name, (_, _, extra) in cli.SUBCOMMANDS.items():
+        assert rows[name] == ("`[extract]`" if extra == "extract" else "base"), name

@@ -1,8 +1,8 @@
 """The hand-written tables of the docs that list plug-ins are held to the registries.
 
-Adding a reader or a model means a row in docs/prepare.md or model_cards/README.md (CONTRIBUTING.md);
+Adding a reader or a model means a row in docs/how-to/prepare.md or model_cards/README.md (CONTRIBUTING.md);
 these tests fail while a row is missing, names something that is not registered, or states a split or a
-card the code does not have. (The map-method table of docs/extract.md is checked by
+card the code does not have. (The map-method table of docs/how-to/extract.md is checked by
 tests/saliency/test_docs.py, the data-card index is generated: tests/datasets/test_declarations.py.)
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_prepare_table_lists_the_paper_readers_with_their_splits():
     from xbench.extract.datasets import DATASETS
     from xbench.schemas import catalog
 
-    rows = _table((ROOT / "docs" / "prepare.md").read_text(encoding="utf-8"), "| Key | `--root` holds |")
+    rows = _table((ROOT / "docs" / "how-to" / "prepare.md").read_text(encoding="utf-8"), "| Key | `--root` holds |")
     keys = [_ticked(r[0])[0] for r in rows]
     assert keys == list(catalog.paper_keys())  # the paper's order, every paper dataset once
     for key, row in zip(keys, rows, strict=True):
@@ -72,7 +72,7 @@ def test_prepare_table_beyond_the_paper_lists_every_other_file_reader_with_its_s
     from xbench.extract.datasets import DATASETS
     from xbench.schemas import catalog
 
-    rows = _table((ROOT / "docs" / "prepare.md").read_text(encoding="utf-8"), "| Key (beyond the paper) |")
+    rows = _table((ROOT / "docs" / "how-to" / "prepare.md").read_text(encoding="utf-8"), "| Key (beyond the paper) |")
     keys = [_ticked(r[0])[0] for r in rows]
     others = set(DATASETS.names()) - set(catalog.paper_keys()) - {"phantom"}  # phantom needs no files
     assert sorted(keys) == sorted(others) and len(keys) == len(set(keys))

@@ -16,7 +16,7 @@ def test_score_md_gives_the_out_default_xbench_score_has():
     from xbench.score.cli import score_command
 
     (param,) = [p for p in score_command.params if "--out" in p.opts]
-    row = next(line for line in (ROOT / "docs/score.md").read_text().splitlines() if line.startswith("| `--out DIR`"))
+    row = next(line for line in (ROOT / "docs/how-to/score.md").read_text().splitlines() if line.startswith("| `--out DIR`"))
     documented = re.search(r"\(default `([^`]+)`", row).group(1)
     assert documented == str(param.default) == "results"
 
@@ -61,12 +61,12 @@ def test_the_readme_puts_a_submissions_model_and_method_inside_the_xbench_attrib
 
 def test_convert_md_says_masks_are_stored_as_float16_and_what_that_rounds():
     # issue 43: "converted masks score as the same maps handed in" holds for binary masks; a probability mask is
-    # rounded to the stored float16 first, and docs/convert.md must say so beside the option that avoids it
+    # rounded to the stored float16 first, and docs/how-to/convert.md must say so beside the option that avoids it
     import numpy as np
 
     from xbench.score.kernels.maps import threshold_bins
 
-    text = " ".join((ROOT / "docs/convert.md").read_text().split())
+    text = " ".join((ROOT / "docs/how-to/convert.md").read_text().split())
     assert "written as float16 unless `--map-dtype float32`" in text
     # the rounding the sentence warns about is real: 8-bit PNG values 51/255 = 0.2, 102/255, 204/255 fall below
     # their threshold once stored as float16

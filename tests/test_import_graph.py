@@ -1,4 +1,4 @@
-"""The package's layering (docs/architecture.md, "Layers and their import rules"), read from the source with ast:
+"""The package's layering (docs/explanation/architecture.md, "Layers and their import rules"), read from the source with ast:
 nothing is imported, so it runs without torch.
 
 Every rule of the architecture page's import table is checked, row by row, for every module of the source
@@ -29,7 +29,7 @@ FOLDERS = {"xbench.schemas": "schemas", "xbench.extract": "extract", "xbench.sco
 #: the layer of each folder: the name the architecture page's table uses for it
 LAYER_OF_FOLDER = {"schemas": "schemas", "extract": "extract", "score": "score", "xbench": "xbench",
                    "suites": "xbench"}
-DOC = "docs/architecture.md"
+DOC = "docs/explanation/architecture.md"
 
 
 # ------------------------------------------------------------------------------ reading the source
@@ -255,7 +255,7 @@ def test_the_table_has_a_row_for_every_folder():
 
 @pytest.mark.parametrize("folder", sorted(set(FOLDERS.values())))
 def test_every_import_follows_its_folders_row(imports, folder):
-    """docs/architecture.md's import table, one row at a time: the project's layers and the third-party
+    """docs/explanation/architecture.md's import table, one row at a time: the project's layers and the third-party
     packages it allows (those listed "inside a function only" never at a module's top level)."""
     mine = [i for i in imports if folder_of(i.module) == folder]
     assert mine or folder == "suites"
@@ -336,7 +336,7 @@ def test_each_rule_catches_each_spelling(tmp_path, monkeypatch):
     assert "inside a function only" in by["schemas/a.py:2"]
     assert "imports xbench.cli inside a function: layer 'xbench'" in by["schemas/b.py:3"]
     assert "imports xbench.score.k" in by["schemas/c.py:2"] and "row `schemas/`" in by["schemas/c.py:2"]
-    assert "third-party 'torch' is not in docs/architecture.md: row `score/`" in by["score/k.py:1"]
+    assert "third-party 'torch' is not in docs/explanation/architecture.md: row `score/`" in by["score/k.py:1"]
     assert "imports xbench: layer 'xbench'" in by["score/l.py:2"]  # `from xbench import __version__`
     models = [i for i in imports if i.module.startswith("xbench.extract.models")]
     assert [i.target for i in models] == ["xbench.extract.datasets.r"]

@@ -1,4 +1,4 @@
-"""The layout rules of docs/architecture.md that a reader checks by eye, held by a test (issue 36): no function of
+"""The layout rules of docs/explanation/architecture.md that a reader checks by eye, held by a test (issue 36): no function of
 the source is longer than 100 lines (its docstring and nested functions counted), so each reads on one screen
 and does one thing; no file is longer than 800 lines but the Numba kernels (score/kernels/), so a module holds
 one role (issue 47)."""

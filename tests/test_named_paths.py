@@ -56,7 +56,7 @@ NOT_COMMANDS = {"xbench-cxr", "xbench-eval", "xbench-eval-codabench"}
 
 def _files() -> list[Path]:
     globs = ("platforms/**/*", "Makefile", ".ci/run", ".github/workflows/*.yml", "README.md", "CONTRIBUTING.md",
-             "docs/*.md", "model_cards/*.md", "data_cards/*.md", "suites/*.yaml", "benchmarks/*.py")
+             "docs/**/*.md", "model_cards/*.md", "data_cards/*.md", "suites/*.yaml", "benchmarks/*.py")
     out = []
     for g in globs:
         out += [p for p in sorted(ROOT.glob(g)) if p.is_file() and "__pycache__" not in p.parts
@@ -262,7 +262,7 @@ FILES = _files()
 def test_the_files_read_include_the_recipes():
     names = {_rel(p) for p in FILES}
     assert {"platforms/grand-challenge/Dockerfile", "platforms/grand-challenge/build.sh", "Makefile", ".ci/run",
-            "README.md", "docs/platforms.md"} <= names
+            "README.md", "docs/how-to/platforms.md"} <= names
 
 
 @pytest.mark.parametrize("check", [dotted_problems, python_m_problems, command_problems, import_problems],

@@ -67,7 +67,7 @@ def test_the_distribution_is_xbench_cxr_and_no_text_installs_pypis_other_xbench(
         pytest.skip("no checkout")
     assert tomllib.loads(pyproject.read_text())["project"]["name"] == "xbench-cxr"
     wrong = re.compile(r"pip install\s+(-\S+\s+)*['\"]?xbench(?![-\w])")
-    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "platforms").rglob("*"),
+    texts = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "platforms").rglob("*"),
              *(p for folder in ("xbench", "schemas", "score", "extract") for p in (ROOT / folder).rglob("*.py"))]
     found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in texts if p.is_file()
              for m in wrong.finditer(p.read_text(errors="replace"))]

@@ -344,7 +344,7 @@ def test_demo_suite_is_what_xbench_demo_runs():
 
 
 def test_gaze_suite_prepares_the_phantom_with_gaze():
-    """suites/gaze.yaml (docs/gaze.md, "The suite"; the docs walk runs it) asks the phantom for its simulated gaze,
+    """suites/gaze.yaml (docs/how-to/gaze.md, "The suite"; the docs walk runs it) asks the phantom for its simulated gaze,
     so its scores carry the gaze section."""
     data = yaml.safe_load((ROOT / "suites" / "gaze.yaml").read_text())
     assert data["datasets"]["phantom"]["options"]["gaze"] is True

@@ -27,15 +27,28 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "build-embeddings": ("xbench.extract.models.crossattn.cache_cli:build_embeddings",
                          "Cache MedKLIP/MAVL query embeddings from a local text encoder.", "extract"),
     "validate": ("xbench.schemas.cli:validate_cmd", "Check a store against the XBench contract.", None),
-    "package": ("xbench.package:package", "Bundles for challenge platforms (a Codabench scoring program).", None),
+    "package": ("xbench.package:package", "Bundles for challenge platforms:", None),
     "sanity": ("xbench.extract.sanity:sanity", "Do the maps depend on the weights? The model randomisation test.", "extract"),
     "perturb": ("xbench.perturb:perturb", "Faithfulness round 2: images perturbed in the order of a submission's maps.", None),
     "human": ("xbench.human:human", "The human ceiling: a dataset's own radiologists scored like a model.",
               "extract"),
-    "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from an HDF5 file or a folder of .npz files.", None),
+    "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from a model's existing outputs:", None),
     "warm": ("xbench.score.kernels.warm:warm", "Compile the scorer's Numba kernels into the cache now (install, images).",
              None),
 }
+
+
+#: subcommands whose line in ``xbench --help`` ends with a list read from the command's own source (issue 46):
+#: what xbench-convert reads (the list it dispatches on) and the targets of xbench package (its subcommands)
+LISTED = {"convert": "xbench.schemas.cli:CONVERT_SOURCES", "package": "xbench.package:package"}
+
+
+def _listed(name: str) -> str:
+    module_name, _, attr = LISTED[name].partition(":")
+    what = getattr(importlib.import_module(module_name), attr)
+    if isinstance(what, click.Group):
+        return "; ".join(f"{sub} ({cmd.short_help})" if cmd.short_help else sub for sub, cmd in what.commands.items())
+    return "; ".join(what.values()) + "."
 
 
 class LazyGroup(click.Group):
@@ -69,7 +82,8 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, help_text) for name, (_, help_text, _) in SUBCOMMANDS.items()]
+        rows = [(name, f"{help_text} {_listed(name)}" if name in LISTED else help_text)
+                for name, (_, help_text, _) in SUBCOMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -1,5 +1,5 @@
 """``xbench human``: the human ceiling of a dataset, its radiologists (or the phantom's simulated readers)
-scored like a model (docs/human.md).
+scored like a model (docs/how-to/human.md).
 
 The command joins the two sides, so it lives in the umbrella: :mod:`xbench.extract.human` reads each reader's
 annotations and writes them as a submission (and, for VinDr-CXR, the other readers as its ground truth);
@@ -51,7 +51,7 @@ class HumanOptions:
                            '(polygons).')
     readers: int | None = opt(None, check=Int(1, 16),
                               help='phantom: how many simulated readers re-read every case [default: 3]; each '
-                                   "is drawn from the phantom's seed by the reader model of docs/human.md.")
+                                   "is drawn from the phantom's seed by the reader model of docs/how-to/human.md.")
     bootstrap: int = resamples(help='Bootstrap resamples for the 95% intervals.')
     seed: int = seed_opt(help='Bootstrap seed.')
     quiet: bool = opt(False, check=Flag(), short='-q', help='Print nothing but errors.')

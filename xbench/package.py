@@ -81,7 +81,7 @@ class CodabenchOptions:
     as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
 
 
-@package.command("codabench", cls=Command)
+@package.command("codabench", cls=Command, short_help="a Codabench scoring program holding the ground truth")
 @click_options(CodabenchOptions)
 def codabench(**params) -> None:
     """Write a Codabench scoring program: metadata.yaml, score.py and the ground truth.
@@ -147,7 +147,7 @@ class CompetitionOptions:
                         help='Ground truth of the test phase (a different one; it decides the final ranking).')
     docker_image: str = opt(check=Text(), required=True,
                             help='The image Codabench scores in: one with xbench-cxr installed, pushed to a '
-                                 'registry Codabench can pull from (see docs/platforms.md).')
+                                 'registry Codabench can pull from (see docs/how-to/platforms.md).')
     out_path: Path = opt(Path('competition.zip'), check=Text(click.Path(path_type=Path)), flag='--out',
                          help='The competition bundle to write.')
     title: str = opt('XBench: recognition and grounding of chest X-ray findings', check=Text(),
@@ -179,13 +179,14 @@ class CompetitionOptions:
     as_json: bool = opt(False, check=Flag(), flag='--json', help='Print the result as JSON on stdout.')
 
 
-@package.command("codabench-competition", cls=Command)
+@package.command("codabench-competition", cls=Command,
+                 short_help="a whole Codabench competition: both phases, the leaderboard, the pages")
 @click_options(CompetitionOptions)
 def codabench_competition(**params) -> None:
     """Write a whole Codabench competition: a validation and a test phase, each with its own reference data,
     the leaderboard (every metric with its 95 % interval), the scoring program, pages and a logo.
 
-    Upload the zip at Codabench's Benchmarks > Management > Upload; the walk-through is in docs/platforms.md.
+    Upload the zip at Codabench's Benchmarks > Management > Upload; the walk-through is in docs/how-to/platforms.md.
 
     \b
     Example:

@@ -1,4 +1,4 @@
-"""``xbench perturb``: round 2 of the faithfulness flow (contract § Faithfulness, docs/faithfulness.md).
+"""``xbench perturb``: round 2 of the faithfulness flow (contract § Faithfulness, docs/how-to/faithfulness.md).
 
 The organiser runs it on a team's round-1 submission: each case's image is deleted, inserted or ROAD-imputed
 step by step in the order of the team's own map, and written as a public images store (every image under an

@@ -4,7 +4,7 @@
 (``REGISTER = {"<key>": "<ReaderClass>"}`` at its top level); the registry finds them by listing this
 package and reading that literal from the source, so adding a reader is adding its module (no central
 list), and listing the datasets imports neither the readers nor pydicom or pycocotools. Installed
-packages add readers through the ``xbench.datasets`` entry point group (docs/architecture.md).
+packages add readers through the ``xbench.datasets`` entry point group (docs/explanation/architecture.md).
 """
 from __future__ import annotations
 

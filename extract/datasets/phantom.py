@@ -339,7 +339,7 @@ def phrase_text(case: PhantomCase, finding: str) -> str:
 
 # -- simulated readers (``xbench human phantom``) ------------------------------------------------------------
 # The phantom's truth is exact; a radiologist's is not. Each simulated reader re-reads every case and marks
-# what they see by the model below (docs/human.md, data_cards/phantom.md), so that the human ceiling exists on
+# what they see by the model below (docs/how-to/human.md, data_cards/phantom.md), so that the human ceiling exists on
 # the phantom too. The readers draw from their own generator: the cases, images and stores do not change.
 
 #: chance that a reader leaves a present finding unmarked (small and subtle findings are missed more often)
@@ -451,7 +451,7 @@ GAZE_DURATION = (0.25, 0.4)    # durations: lognormal, median 0.25 s, log-sd 0.4
 
 
 def simulated_gaze(seed: int, split: str, indices: Sequence[int], size: int, grid: tuple[int, int]):
-    """The phantom's simulated readings (docs/gaze.md, "Phantom") of the cases ``indices`` (gt rows 0..n-1):
+    """The phantom's simulated readings (docs/how-to/gaze.md, "Phantom") of the cases ``indices`` (gt rows 0..n-1):
     reader r's labels and regions are its reader marks (:func:`draw_reading`: drawn or false marks are labelled
     present, their masks its regions), its fixations fall on the marked findings (a share GAZE_ON_MARKS, each
     about a pixel of a mark drawn uniformly, with normal scatter) and elsewhere in the lungs."""
@@ -503,7 +503,7 @@ ATTR_AP = 0.3             # share of AP (bedside) views; the rest PA
 
 
 def simulated_attributes(seed: int, split: str, indices: Sequence[int]) -> dict:
-    """The phantom's simulated case attributes (docs/score.md, "Subgroups"): ``sex`` F or M with probability
+    """The phantom's simulated case attributes (docs/how-to/score.md, "Subgroups"): ``sex`` F or M with probability
     1/2, ``age`` 18 + 72 Beta(2, 2) whole years (missing for ATTR_MISSING_AGE of the cases), ``view`` AP with
     probability ATTR_AP else PA; independent of the findings, so any gap they show is chance."""
     from xbench.schemas.attributes import category, number

@@ -1,5 +1,5 @@
 """Text probes of phrase rows (``xbench-prepare --text-probes``): each phrase negated, its side swapped, its
-words shuffled, as extra phrase rows with their own ids (contract §Text probes; docs/text-probes.md).
+words shuffled, as extra phrase rows with their own ids (contract §Text probes; docs/how-to/text-probes.md).
 
 The rules, on the phrase as stored (whitespace already collapsed to single spaces by the readers):
 

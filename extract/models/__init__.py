@@ -44,7 +44,7 @@ Config keys (all optional unless the factory needs them; a key the adapter does 
 ``map_text``      ``positive`` | ``contrast``: which text the maps use in the pair style.
 ``layers``        cross-attention layers to average (e.g. ``[-4, -3, -2, -1]``).
 ``device``, ``precision``  defaults for the runner (the CLI options win).
-``augment``       test-time augmentation specs (``[hflip, "rotate:degrees=5"]``; docs/augmentations.md);
+``augment``       test-time augmentation specs (``[hflip, "rotate:degrees=5"]``; docs/how-to/augmentations.md);
                   ``--augment`` replaces them.
 
 Example (``biomedclip.yaml``)::

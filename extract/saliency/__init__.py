@@ -5,7 +5,7 @@ Each public module here (a name without a leading underscore) defines ``METHOD``
 ``--help``), its reference and its needs (what the vision tower must expose). Modules are found
 by listing the package, so adding a method is one file (plus its test) and listing the names
 imports neither torch nor the methods. Installed packages add methods through the ``xbench.methods``
-entry point group (an entry names a :class:`MapMethod`; docs/architecture.md).
+entry point group (an entry names a :class:`MapMethod`; docs/explanation/architecture.md).
 
 Every method works on a :class:`~xbench.extract.saliency._tower.VisionTower` (see that module
 for the interface adapters implement) and returns ``(image_embedding (B, E), maps (B, C, h, w))``;

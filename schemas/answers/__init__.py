@@ -75,7 +75,7 @@ class AnswerFormat:
 
 
 ANSWER_FORMATS: Registry[AnswerFormat] = Registry("answer format", check=AnswerFormat,
-                                                  hint="(docs/convert.md, \"A model's own boxes\")")
+                                                  hint="(docs/how-to/convert.md, \"A model's own boxes\")")
 ANSWER_FORMATS.discover(__name__, __path__, declared="REGISTER")  # each module's REGISTER = {"name": "FORMAT"}
 
 

@@ -1,4 +1,4 @@
-"""Image augmentations as plug-ins: one module per augmentation in this package (docs/augmentations.md).
+"""Image augmentations as plug-ins: one module per augmentation in this package (docs/how-to/augmentations.md).
 
 Each public module here defines ``AUGMENTATION``, an :class:`Augmentation`; the package is listed, so adding
 one is adding its file (and its test). Installed packages add theirs through the ``xbench.augmentations``
@@ -33,7 +33,7 @@ MAX_SPECS = 16
 
 AUGMENTATIONS: Registry[Augmentation] = Registry("augmentation", check=Augmentation,
                                                   entry_point_group=ENTRY_POINT_GROUPS["augmentation"],
-                                                  hint="(docs/augmentations.md lists them)")
+                                                  hint="(docs/how-to/augmentations.md lists them)")
 AUGMENTATIONS.discover(__name__, __path__, attr="AUGMENTATION")  # every public module here is one
 
 

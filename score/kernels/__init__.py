@@ -1,1 +1,1 @@
-"""score/kernels: see docs/architecture.md."""
+"""score/kernels: see docs/explanation/architecture.md."""

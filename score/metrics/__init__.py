@@ -1,1 +1,1 @@
-"""score/metrics: see docs/architecture.md."""
+"""score/metrics: see docs/explanation/architecture.md."""

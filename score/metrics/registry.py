@@ -275,7 +275,7 @@ def _is_metrics(obj: Any) -> bool:
 
 
 #: Third-party metrics: each entry point of the ``xbench.metrics`` group names a :class:`Metric` (or a tuple
-#: of them), added after the built-in metrics when this module is imported (docs/architecture.md). Built-in
+#: of them), added after the built-in metrics when this module is imported (docs/explanation/architecture.md). Built-in
 #: metrics are plain :func:`register` calls below; a plug-in module may call :func:`register` itself too.
 PLUGINS: SharedRegistry[Any] = SharedRegistry("metric plug-in", check=_is_metrics,
                                               entry_point_group=ENTRY_POINT_GROUPS["metric"])

@@ -1,1 +1,1 @@
-"""score/outputs: see docs/architecture.md."""
+"""score/outputs: see docs/explanation/architecture.md."""

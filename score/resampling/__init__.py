@@ -1,1 +1,1 @@
-"""score/resampling: see docs/architecture.md."""
+"""score/resampling: see docs/explanation/architecture.md."""

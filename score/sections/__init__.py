@@ -1,1 +1,1 @@
-"""score/sections: see docs/architecture.md."""
+"""score/sections: see docs/explanation/architecture.md."""

@@ -10,7 +10,7 @@ import numpy as np
 
 @dataclass
 class GazeTruth:
-    """One dataset's gaze arrays (gt.zarr layout, docs/gaze.md), checked; ``gaze_map`` and the region masks
+    """One dataset's gaze arrays (gt.zarr layout, docs/how-to/gaze.md), checked; ``gaze_map`` and the region masks
     stay on disk (read one reading at a time)."""
 
     case: np.ndarray  # (R,) int64

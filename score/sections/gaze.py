@@ -1,7 +1,7 @@
 """The gaze section: models' maps scored against where radiologists looked (issue 37; contract §Gaze rows).
 
 Declared as the row scope ``"gaze"`` (:mod:`xbench.score.sections.rowscope`, metrics.json section ``"gaze"``), present
-only when the ground truth holds gaze (gt.zarr ``gaze_*`` arrays, docs/gaze.md): a run without them gives the
+only when the ground truth holds gaze (gt.zarr ``gaze_*`` arrays, docs/how-to/gaze.md): a run without them gives the
 outputs it always gave. Every behaviour is a standalone function referenced lazily by the declaration.
 
 Rows, per dataset with gaze:

@@ -20,7 +20,7 @@ def probe_table(results):
               caption=("How much a phrase's map changes when the phrase is negated, its side swapped or its words "
                        "shuffled: 1 - Spearman of the resized maps and the total variation distance of the "
                        "normalised maps (0 = unchanged); for side swaps, the share of probes whose map mass moved "
-                       "to the other image half and the mean share moved (docs/text-probes.md); all in percent; "
+                       "to the other image half and the mean share moved (docs/how-to/text-probes.md); all in percent; "
                        "95% bootstrap interval over images below."),
               index=("Model", "Dataset", "Category", "Probe", "Probes"), labels=dict(COLUMNS))
     for r in rows:

@@ -1,5 +1,5 @@
 """Text probes (metrics.json minor 5, section ``text_probes``): does a phrase map change when the phrase is
-negated, its side swapped or its words shuffled? (contract §Text probes; docs/text-probes.md)
+negated, its side swapped or its words shuffled? (contract §Text probes; docs/how-to/text-probes.md)
 
 The ground truth marks some phrase rows as probes of an original row (:mod:`xbench.schemas.probes`). The
 phrase metrics never see them: :func:`originals_only` gives the phrase scorer a view of the ground truth

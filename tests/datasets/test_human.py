@@ -510,12 +510,12 @@ def test_out_may_not_be_or_hold_an_input(chex):
 
 
 def test_docs_worked_example_runs_as_written(tmp_path, monkeypatch):
-    """docs/human.md's worked example, every command as written, on the fixture laid out under its names."""
+    """docs/how-to/human.md's worked example, every command as written, on the fixture laid out under its names."""
     import re
     import shlex
 
     pytest.importorskip("torch")  # the example extracts the dog baseline
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "human.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "human.md").read_text()
     lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", doc, flags=re.S)
              for line in block.splitlines() if "chexlocalize_test/" in line]
     assert len(lines) == 6 and lines[1].startswith("xbench human chexlocalize")
@@ -529,7 +529,7 @@ def test_docs_worked_example_runs_as_written(tmp_path, monkeypatch):
         res = CliRunner().invoke(cli.main, argv)
         assert res.exit_code == 0, (line, res.output)
         outputs.append(res.output)
-    # the values docs/human.md quotes
+    # the values docs/how-to/human.md quotes
     assert "summary (%): pointing_game 33.33, dice_fixed 34.29, iou_fixed 23.38, dice_best 34.75, iou_best 23.61" \
         in outputs[1]
     assert ("CheXlocalize eval.py (native resolution, mean over classes, %): miou_true_pos_only 48.78, miou_all "

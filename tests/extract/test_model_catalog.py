@@ -114,7 +114,7 @@ def test_methods_listed_are_those_the_towers_run(tmp_path):
 
 
 def _doc_configs():
-    for path in [ROOT / "docs" / "extract.md", *sorted((ROOT / "model_cards").glob("*.md"))]:
+    for path in [ROOT / "docs" / "how-to" / "extract.md", *sorted((ROOT / "model_cards").glob("*.md"))]:
         for block in re.findall(r"```yaml\n(.*?)```", path.read_text(), re.S):
             data = yaml.safe_load("\n".join(line[2:] if line.startswith("  ") else line for line in block.splitlines())
                                   if block.startswith("  ") else block)

@@ -319,6 +319,6 @@ def test_clip_tiny_builds_offline_with_maps_of_the_grid_shape(monkeypatch):
 
 def test_clip_tiny_is_registered():
     if "clip-tiny" not in M.list_models():
-        pytest.skip("clip-tiny not yet in the registry (docs/requests/phantom-fix.md)")
+        pytest.skip("clip-tiny not yet in the registry")
     a = create_adapter("clip-tiny")
     assert a.map_shape == (14, 14)

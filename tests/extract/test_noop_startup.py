@@ -31,7 +31,7 @@ def test_a_finished_store_is_nothing_to_do_without_importing_torch(finished, tmp
     assert "TORCH WAS IMPORTED" not in res.stderr
     assert "already complete, nothing to do (12 cases)" in res.stdout
     # the check is the one above (no torch, no model built); the time saved (1.8 s against 6.5 s for dog and
-    # 20 s for clip-tiny, measured on a loaded 2-core machine) is docs/extract.md's figure, not a timed test
+    # 20 s for clip-tiny, measured on a loaded 2-core machine) is docs/how-to/extract.md's figure, not a timed test
 
 
 def test_the_json_summary_of_a_no_op(finished, tmp_path):

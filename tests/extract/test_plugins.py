@@ -1,6 +1,6 @@
 """A plug-in of each kind is one file (plus its test): each test here writes a throw-away one into a temporary
 package, lets the registry find it the way it finds the built-in ones (listing the package; or an installed
-distribution's entry point), and runs it through the real command. docs/architecture.md ("Adding a
+distribution's entry point), and runs it through the real command. docs/explanation/architecture.md ("Adding a
 plug-in") lists the files each kind needs; these tests are its proof."""
 from __future__ import annotations
 

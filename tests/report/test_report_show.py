@@ -73,7 +73,7 @@ def test_the_readme_example_runs_and_shows_a_region(phantom, tmp_path):
 
 
 def test_the_docs_example_runs_and_shows_a_region(phantom, tmp_path):
-    lines = [ln for ln in (ROOT / "docs" / "report.md").read_text().splitlines()
+    lines = [ln for ln in (ROOT / "docs" / "how-to" / "report.md").read_text().splitlines()
              if ln.strip().startswith("xbench show ")]
     assert lines
     for line in lines:

@@ -1,4 +1,4 @@
-"""The methods table in docs/extract.md and the CLI's --method help come from the registry."""
+"""The methods table in docs/how-to/extract.md and the CLI's --method help come from the registry."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from xbench.extract.saliency import METHODS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "extract.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "extract.md"
 
 
 def _table_rows() -> dict[str, list[str]]:

@@ -92,7 +92,7 @@ def test_the_prepare_guide_lists_the_paper_sets_with_the_readers_splits():
     pytest.importorskip("pydicom")
     from xbench.extract.datasets import DATASETS
 
-    text = (ROOT / "docs" / "prepare.md").read_text(encoding="utf-8").split("| Key (beyond the paper)")[0]
+    text = (ROOT / "docs" / "how-to" / "prepare.md").read_text(encoding="utf-8").split("| Key (beyond the paper)")[0]
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| [^|]*(?:\\\|[^|]*)* \| ([^|]+) \|", text, re.M)
     assert [k for k, _ in rows] == list(catalog.paper_keys())
     for key, splits in rows:

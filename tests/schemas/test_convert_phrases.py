@@ -5,7 +5,7 @@ truth. Each of the four layouts xbench-convert reads (HDF5, npz folder, COCO res
 with phrase rows and without: with them, the phrase maps land on the right phrase ids (a perfect map per
 phrase gets a pointing game of 1; a box lands on the cells the rule says); without them, the store says
 ``phrases_unsupported`` and scores with null phrase metrics and the reason. Every run goes through the
-commands as docs/convert.md shows them; no message shows the hidden work folder.
+commands as docs/how-to/convert.md shows them; no message shows the hidden work folder.
 """
 from __future__ import annotations
 

@@ -188,7 +188,7 @@ def test_entry_points_are_read_lazily_and_built_ins_win(tmp_path, monkeypatch):
 def test_groups_are_documented():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "explanation" / "architecture.md").read_text()
     for group in ENTRY_POINT_GROUPS.values():
         assert f"`{group}`" in text
 

@@ -233,11 +233,11 @@ def test_a_folder_without_zarr_json_is_named_in_the_users_terms(tmp_path, capsys
 
 
 def test_the_documented_url_example_runs_against_a_served_store(tmp_path):
-    """docs/score.md's and xbench-validate --help's URL example, with the port of a server started here."""
+    """docs/how-to/score.md's and xbench-validate --help's URL example, with the port of a server started here."""
     from xbench.schemas.cli import validate_cmd
 
     root = Path(__file__).resolve().parents[2]
-    doc = next(line for line in (root / "docs" / "score.md").read_text().splitlines() if "127.0.0.1:8000" in line)
+    doc = next(line for line in (root / "docs" / "how-to" / "score.md").read_text().splitlines() if "127.0.0.1:8000" in line)
     assert doc.strip() in (validate_cmd.help or "")
     gt = make_gt(tmp_path)
     served = tmp_path / "srv"

@@ -1,5 +1,5 @@
 """Tiny gt.zarr gaze arrays for the scorer's gaze tests, written directly with zarr in the layout of
-docs/gaze.md (the readers' own writer is another module's; the scorer reads the arrays by name)."""
+docs/how-to/gaze.md (the readers' own writer is another module's; the scorer reads the arrays by name)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

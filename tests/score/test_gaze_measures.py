@@ -285,7 +285,7 @@ def test_measures_equal_pysaliency(mk, fk):
 
 
 def test_docs_worked_example():
-    """docs/gaze.md's worked example: the numbers printed there, and its sAUC and NSS worked by hand."""
+    """docs/how-to/gaze.md's worked example: the numbers printed there, and its sAUC and NSS worked by hand."""
     m = np.array([[0, 1, 0.5], [0, 0.25, 0]])
     g = np.array([[0, 0.6, 0.2], [0, 0.2, 0]])
     rows, cols = [0, 0, 1], [1, 1, 2]
@@ -298,6 +298,6 @@ def test_docs_worked_example():
     mu = 1.75 / 6
     sd = math.sqrt(sum((v - mu) ** 2 for v in (0, 1, 0.5, 0, 0.25, 0)) / 6)
     assert math.isclose(got["nss"], (2 * (1 - mu) + (0 - mu)) / 3 / sd)
-    text = (Path(__file__).resolve().parents[2] / "docs" / "gaze.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "gaze.md").read_text()
     for v in ("**1.026**", "**0.979**", "**0.914**", "**0.0252**", "**0.708**", "**0.833**"):
         assert v in text

@@ -515,7 +515,7 @@ def test_the_robustness_table_and_hostile_sections(stores, scored, tmp_path):
 
 @pytest.mark.slow
 def test_the_robustness_suite_runs(tmp_path):
-    """suites/robustness.yaml as it stands (docs/robustness.md shows it)."""
+    """suites/robustness.yaml as it stands (docs/how-to/robustness.md shows it)."""
     pytest.importorskip("torch")  # the suite extracts (make test-scorer-only has no torch)
     from xbench.cli import main
 

@@ -34,7 +34,7 @@ plan with each step's options, fingerprint, output digest, status and time, and 
 version). ``--limit N`` keeps the first N cases of each dataset and writes under ``OUT/limit-N`` so that
 a smoke test never replaces a full run's results.
 
-Checks before any step (docs/suites.md). The suite and the model config files it names are read by the
+Checks before any step (docs/how-to/suites.md). The suite and the model config files it names are read by the
 bounded input layer (``xbench.schemas.inputs``: size, depth, node count, no YAML aliases, no key twice).
 ``--dry-run`` lists every problem at once: each unset environment variable a path names (once, with where
 it is used; such a path is not looked for), each missing root, each dataset whose annotation files do not

@@ -311,7 +311,7 @@ def read_query_cache(path: str | os.PathLike, *, need_aspects: bool = False) -> 
     p = Path(path).expanduser()
     if not p.is_file():
         raise ModelConfigError(
-            f"query cache not found: {p}; build it with `xbench build-embeddings` (see docs/extract.md, 'Cross-attention models')"
+            f"query cache not found: {p}; build it with `xbench build-embeddings` (see docs/how-to/extract.md, 'Cross-attention models')"
         )
     not_cache = f"{p}: not a query cache written by `xbench build-embeddings`"
     try:  # bounded: members checked before they are inflated, no pickles, regular file only

@@ -18,5 +18,5 @@ those files, one module per concern:
 * :mod:`.compare`: ``xbench compare RESULTS HUMAN_DIR``;
 * :mod:`.page`: the report page's section.
 
-The rule is written out in docs/contract.md ("Human ceilings") and docs/human.md.
+The rule is written out in docs/contract.md ("Human ceilings") and docs/how-to/human.md.
 """
