@@ -47,6 +47,7 @@ ATTRIBUTE_KEYS = {
     "submission": "metrics.json's record of the submission (xbench.submission.model, ...)",
     "inputs": "metrics.json's record of the input paths",
     "pointing_tolerance_px": "metrics.json's record of the tolerant pointing game's parameter",
+    "bootstrap": "metrics.json's record of the resampling (xbench.bootstrap.n_resamples, seed)",
     "phantom": "human.json's record of the phantom's simulated readers (xbench.phantom.model)",
 }
 
