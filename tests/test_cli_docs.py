@@ -38,8 +38,8 @@ NOT_RUN = {
     "--out /output": "writes to the challenge platform's /output folder",
     "--datasets vindr_cxr,chexlocalize": "names datasets the phantom set does not have",
     "127.0.0.1:8000": "needs a store served over HTTP; tests/schemas/test_remote_hostile.py runs it against one",
-    "xbench demo": "takes a minute; tests/report/test_report_demo.py runs it (--quick)",
-    "suites/robustness.yaml": "about a minute; tests/score/test_robustness_track.py runs it",
+    "xbench demo": "takes a minute; tests/score/report/test_report_demo.py runs it (--quick)",
+    "suites/robustness.yaml": "about a minute; tests/score/sections/test_robustness_track.py runs it",
     "suites/robustness-tta.yaml": "a minute on the full phantom set; tests/extract/test_augment_extract.py runs it "
                                   "on 6 cases",
     "chexlocalize_test/": "docs/how-to/human.md's worked example runs on a CheXlocalize fixture; "
@@ -117,7 +117,7 @@ HELP_NOT_RUN = {
                                       "docs/how-to/faithfulness.md's walk runs the sequence",
     "--images round2.zarr": "needs `xbench perturb`'s output; docs/how-to/faithfulness.md's walk runs the sequence",
     "--faithfulness faith/": "both faithfulness rounds: about a minute; tests/extract/test_faithfulness_flow.py",
-    "suites/demo.yaml": "the demo suite: tests/report/test_report_demo.py runs it",
+    "suites/demo.yaml": "the demo suite: tests/score/report/test_report_demo.py runs it",
     "suites/paper.yaml --limit": "needs the seven datasets and the weights",
     "suites/paper.yaml --only": "needs the seven datasets and the weights",
     "sanity --model clip-tiny": "the randomisation test: tests/extract/test_sanity.py runs it",

@@ -82,3 +82,14 @@ def test_no_merge_conflict_markers_are_left():
         text = (ROOT / name).read_text()
         found += [name for m in markers if f"\n{m}" in text]
     assert found == []
+
+
+def test_the_scorer_tests_are_laid_out_like_the_scorer():
+    """tests/score/ mirrors score/ (issue 47 item 4): each role folder of score/ has its tests in the folder of
+    the same name, and tests/score/ has no folder score/ lacks; the entry point's, the command's and the
+    platforms' tests sit at its top, beside the store builders they share."""
+    roles = {p.name for p in (ROOT / "score").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    tested = {p.name for p in (ROOT / "tests" / "score").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert tested == roles
+    for role in roles:
+        assert sorted((ROOT / "tests" / "score" / role).glob("test_*.py")), role

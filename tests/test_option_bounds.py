@@ -3,7 +3,7 @@ the bound itself parses, one past it is refused by click with exit 2 and one err
 suite's value is checked by the same rule. Read from the click commands themselves, as tests/test_cli_options.py.
 
 That the bound is accepted downstream is held where the consumers are: the readers import the same constants
-(xbench.schemas.options; checked below), and tests/score/test_subgroups.py scores at --min-group MAX_CASES and
+(xbench.schemas.options; checked below), and tests/score/sections/test_subgroups.py scores at --min-group MAX_CASES and
 --seed MAX_SEED and has ``xbench compare`` read the result."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ metric (contract §Metrics, steps 1-2), flattened to n = H W cells m_1..m_n (all
 A constant map has no mass after min-max normalisation (every cell 0); it spreads evenly, so G = 0 and
 E = ln n. Quantus takes |a| / max|a| first and adds 1e-7 to every cell (Gini) or 1e-12 inside the log
 (entropy) for stability; on M~ (non-negative, maximum 1) its normalisation and |.| change nothing, so the
-two agree up to those epsilons (tests/score/test_complexity.py checks it when quantus is importable).
+two agree up to those epsilons (tests/score/metrics/test_complexity.py checks it when quantus is importable).
 
 They are opt-in (:data:`xbench.score.metrics.registry.OPT_IN` group ``"complexity"``, ``xbench-score --metrics
 complexity``): without it they are not registered, their per-pair columns are never computed, and every

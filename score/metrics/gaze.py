@@ -23,7 +23,7 @@ implemented by pysaliency 0.2.22 (the MIT/Tübingen saliency benchmark's code); 
   Mann-Whitney AUC with ties counted one half.
 
 Every measure returns a float or None (undefined: no fixation inside the image, a gaze map of zeros, no
-negative). The brute-force references are in tests/score/test_gaze_measures.py; the arithmetic here is
+negative). The brute-force references are in tests/score/metrics/test_gaze_measures.py; the arithmetic here is
 vectorised NumPy: a few passes over the H*W cells, the AUCs searching each cell among the row's few fixated
 values instead of sorting the map (all six: about 6 ms a row on a 224 x 224 grid), so a Numba kernel does not
 pay.

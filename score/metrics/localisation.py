@@ -18,9 +18,9 @@ default it normalises the attribution by its maximum and takes absolute values f
 - its ``PointingGame`` counts a hit when any of several tied maxima lies in the mask and has no tolerance;
   ours takes the centroid of the tied cells (the paper's arg max where it is unique; contract "Pointing game"), and the tolerant variant is Zhang et al.'s 15 px rule.
 
-tests/score/test_new_metrics_quantus.py checks the three against Quantus 0.6.0 on maps where the definitions
+tests/score/metrics/test_new_metrics_quantus.py checks the three against Quantus 0.6.0 on maps where the definitions
 must agree (an optional test: ``pip install --no-deps quantus``; skipped without it); the brute-force oracles
-of tests/score/test_new_metrics.py check every definition, edge cases included.
+of tests/score/metrics/test_new_metrics.py check every definition, edge cases included.
 
 Inputs follow :mod:`xbench.score.metrics.grounding`: ``b``, ``br`` (P, T) with ``b[:, k] = |B_tau_k|`` and
 ``br[:, k] = |B_tau_k ∩ R|`` (non-increasing in k, ``b[:, 0]`` = all cells), ``region_pixels`` (P,) = |R|.

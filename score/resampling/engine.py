@@ -25,7 +25,7 @@ Draws (docs/contract.md, "Resampling"):
 
 The percentile interval and the two-sided paired p-value (min(1, 2 min(P*(d <= 0), P*(d >= 0)))) are computed from
 these replicates by :mod:`xbench.score.resampling.intervals`; whether a gap is "significant" is :func:`significant` (Holm over
-the family shown together, below :data:`ALPHA`). A test (tests/score/test_resampling.py) holds every random draw of
+the family shown together, below :data:`ALPHA`). A test (tests/score/resampling/test_resampling.py) holds every random draw of
 ``score/`` to this module.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 from xbench.score.resampling import engine as RS
 
-SCORE = Path(__file__).resolve().parents[2] / "score"
+SCORE = Path(__file__).resolve().parents[3] / "score"
 DRAW = re.compile(r"default_rng\(|random\.seed\(|RandomState\(|\.integers\(|\.choice\(|\.multinomial\(|"
                   r"\.permutation\(|\.shuffle\(|np\.random\.(rand|randn|randint|normal|uniform)\(")
 #: draws that are not resamples, each with its reason

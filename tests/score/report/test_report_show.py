@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

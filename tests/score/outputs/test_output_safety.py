@@ -71,7 +71,7 @@ def test_rerun_replaces_the_whole_output(stores, tmp_path, capsys):
     (out / "xbench-output.json").write_text(json.dumps(marker))
     (out / "mine.txt").write_text("keep")
     assert run([stores / "a.zarr", "--gt", stores / "gt.zarr", "--out", out, "--bootstrap", "0", "--quiet",
-                "--overwrite"], capsys)[0] == 0  # without --overwrite refused (tests/score/test_nothing_lost.py)
+                "--overwrite"], capsys)[0] == 0  # without --overwrite refused (tests/score/outputs/test_nothing_lost.py)
     assert not (out / "table_stale.csv").exists() and (out / "mine.txt").read_text() == "keep"
     assert sorted(os.listdir(tmp_path)) == ["res"]
 

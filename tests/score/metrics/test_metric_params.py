@@ -13,7 +13,7 @@ import pytest
 from xbench.score.metrics import registry as R
 from xbench.score.metrics.params import POINTING_TOLERANCE, MetricParam, resolve
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_tolerant_pointing_game_declares_its_tolerance():

@@ -18,7 +18,7 @@ import pytest
 
 from xbench.score.report.own_boxes import agreement, support_on
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "score"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "score"))
 import score_reference as ref  # noqa: E402  (the pointing game's peak in exact fractions)
 
 BIN = Path(sys.executable).parent

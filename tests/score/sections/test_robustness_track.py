@@ -25,7 +25,7 @@ from xbench.score.scoring import score_submission
 from score_stores import run_score_cli
 from nested import assert_nested_close
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLASSES = ["Cardiomegaly", "Nodule/Mass", "Pneumothorax"]
 SPECS = ["hflip", "brightness:delta=-20..20", "rotate:degrees=90"]
 K = 2

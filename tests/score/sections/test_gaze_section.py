@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from gaze_stores import add_gaze  # noqa: E402
 from score_stores import make_gt, make_submission, run_score_cli  # noqa: E402
 from test_gaze_measures import (bf_auc_judd, bf_auc_shuffled, bf_cc, bf_cells, bf_kl, bf_nss,  # noqa: E402

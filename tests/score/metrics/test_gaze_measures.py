@@ -298,6 +298,6 @@ def test_docs_worked_example():
     mu = 1.75 / 6
     sd = math.sqrt(sum((v - mu) ** 2 for v in (0, 1, 0.5, 0, 0.25, 0)) / 6)
     assert math.isclose(got["nss"], (2 * (1 - mu) + (0 - mu)) / 3 / sd)
-    text = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "gaze.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "how-to" / "gaze.md").read_text()
     for v in ("**1.026**", "**0.979**", "**0.914**", "**0.0252**", "**0.708**", "**0.833**"):
         assert v in text

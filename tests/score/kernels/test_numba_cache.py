@@ -33,7 +33,7 @@ def test_user_setting_wins(tmp_path, monkeypatch):
 def test_read_only_copy_compiles_into_user_cache(tmp_path):  # pragma: no cover - runs only as a normal user
     import shutil
 
-    src = Path(__file__).resolve().parents[2] / "score"
+    src = Path(__file__).resolve().parents[3] / "score"
     pkg = tmp_path / "ro" / "xbench_score_copy"
     shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__", "report"))
     for p in [pkg, *pkg.rglob("*")]:

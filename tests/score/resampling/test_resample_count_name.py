@@ -8,7 +8,7 @@ import io
 import tokenize
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OLD = ("n_boot", "n_resamples")
 
 
