@@ -38,6 +38,7 @@ SOURCES = {
     "dog": [("baselines.py", ("config",), ("build_dog", "_grid"))],
     "llava-rad": [("decoder/llava_rad.py", ("config",))],
     "medgemma": [("decoder/medgemma.py", ("config",))],
+    "chexagent": [("decoder/chexagent.py", ("config",))],
 }
 
 
