@@ -35,7 +35,7 @@ REGISTER = {"chexagent": "build"}
 
 VISION_PREFIX = "model.visual.model."
 RESAMPLER_PREFIX = "model.visual."
-#: the tokenizer's tags, added in this order after the BPE vocabulary (tokenization_chexagent.py:147-215)
+#: the tokenizer's tags, added in this order after the BPE vocabulary (tokenization_chexagent.py:206-215)
 TAGS = ("<|img|>", "<|/img|>", "<|imgpad|>", "<|ref|>", "<|/ref|>", "<|box|>", "<|/box|>", "<|quad|>", "<|/quad|>")
 EOS = "<|endoftext|>"
 SIGLIP_MEAN = SIGLIP_STD = (0.5, 0.5, 0.5)  # SiglipImageProcessor's defaults
@@ -47,7 +47,7 @@ NOT_PHI = ("visual", "auto_map", "architectures", "model_type", "_name_or_path",
 def sincos_2d(dim: int, side: int) -> torch.Tensor:
     """(side * side, dim) fixed 2-D sin-cos position embedding, row-major over the grid: the first half of the
     channels encodes the column, the second half the row, each as [sin | cos] of 10000^(-2k/d') frequencies
-    (modeling_visual.py:42-83; its meshgrid puts the column first)."""
+    (modeling_visual.py:47-95; its meshgrid puts the column first)."""
     if dim % 4:
         raise ModelConfigError(f"the resampler's width {dim} must be a multiple of 4")
     omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim / 4))
@@ -63,7 +63,7 @@ def sincos_2d(dim: int, side: int) -> torch.Tensor:
 
 class Resampler(nn.Module):
     """Per-token: x + pos -> Linear(width, 4 D) -> GELU -> Linear(4 D, D) -> LayerNorm(eps 1e-6) -> @ proj
-    (modeling_visual.py:200-221). The attribute names are the checkpoint's (``attn_pool`` is an MLP there)."""
+    (modeling_visual.py:201-219). The attribute names are the checkpoint's (``attn_pool`` is an MLP there)."""
 
     def __init__(self, width: int, out: int, side: int) -> None:
         super().__init__()
@@ -80,9 +80,9 @@ class Resampler(nn.Module):
 
 def tokenizer(folder: Path):
     """The hub tokenizer rebuilt from its data files: byte-level BPE over vocab.json + merges.txt (the GPT-2
-    pattern, no prefix space, no BOS: tokenization_chexagent.py:155-188, 277-304), ``<|endoftext|>`` as BOS, EOS
+    pattern, no prefix space, no BOS: tokenization_chexagent.py:155-188, 309-317), ``<|endoftext|>`` as BOS, EOS
     and UNK, then the tags, ``<|coord_i|>`` and ``<|extra_i|>`` padding to a multiple of 64, added in the
-    authors' order and guards (tokenization_chexagent.py:211-220). Added tokens the folder's tokenizer_config.json
+    authors' order and guards (tokenization_chexagent.py:211-221). Added tokens the folder's tokenizer_config.json
     lists keep their ids (refused when the rule cannot give them)."""
     from transformers import GPT2Tokenizer
 
@@ -162,7 +162,7 @@ def _add(fast, content: str, want: int | None = None) -> None:
 class CheXagent(DecoderModel):
     """The model; ``hf_config`` is the folder's config.json, ``vision`` the tower's Siglip vision config."""
 
-    resize = "squash"  # Resize((R, R)) of the whole image, no crop (modeling_visual.py:187-193)
+    resize = "squash"  # Resize((R, R)) of the whole image, no crop (modeling_visual.py:191-198, 229-237)
     interpolation = "bicubic"
 
     def __init__(self, hf_config: Mapping[str, Any], vision: Mapping[str, Any], tok,
@@ -203,7 +203,7 @@ class CheXagent(DecoderModel):
     # -- the vision side ---------------------------------------------------------------------------------
     def vision_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """The last encoder block's output, before the tower's post-LayerNorm and head: ``hidden_states[-1]``
-        of the Siglip vision model (modeling_visual.py:223-226)."""
+        of the Siglip vision model (modeling_visual.py:221-227)."""
         return self.vit.encoder(inputs_embeds=self.vit.embeddings(pixels)).last_hidden_state
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
@@ -211,10 +211,10 @@ class CheXagent(DecoderModel):
 
     # -- the prompt --------------------------------------------------------------------------------------
     def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
-        """The authors' conversation (chexagent.py:27-29): the system turn, the user turn ``Picture 1:<|img|>
-        ...<|/img|>\\n{question}`` (from_list_format, tokenization_chexagent.py:470-478), the generation prompt,
+        """The authors' conversation (model_chexagent/chexagent.py:27-29): the system turn, the user turn ``Picture 1:<|img|>
+        ...<|/img|>\\n{question}`` (from_list_format, tokenization_chexagent.py:466-475), the generation prompt,
         as their chat template renders it (``turns`` in prompts.toml); the image's tokens go between ``<|img|>``
-        and ``<|/img|>`` (modeling_chexagent.py:937-941)."""
+        and ``<|/img|>`` (modeling_chexagent.py:836-841, 917-921)."""
         query = f"Picture 1:{TAGS[0]}{TAGS[1]}\n{question}"
         text = self.turns.replace("{system}", self.system).replace("{user}", query)
         ids = list(self.tok(text, add_special_tokens=False).input_ids)
