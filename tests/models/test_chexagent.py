@@ -109,6 +109,25 @@ def test_adapter_maps_and_scores_on_the_whole_image(adapter):
     assert torch.allclose(out.scores[0], s, atol=1e-5)
 
 
+def test_bf16_runs_every_method(folder):
+    """The model in bf16 (the position table built in float32 follows the tokens' dtype)."""
+    from xbench.extract.models.decoder.chexagent import load
+    from xbench.extract.models.decoder.common import DecoderVLMAdapter, QuestionTemplate
+
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = load(folder[0])
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert model.resampler.pos_embed.dtype == torch.float32 and model.resampler.proj.dtype == torch.bfloat16
+    for method in ("attention", "rollout", "chefer", "gradcam"):
+        a = DecoderVLMAdapter(name="chexagent", model=model, method=method,
+                              template=QuestionTemplate.from_config("chexagent", None))
+        a.set_classes(CLASSES)
+        out = a(torch.randint(0, 256, (1, 48, 48), dtype=torch.uint8), torch.tensor([[200, 200]]))
+        assert torch.isfinite(out.scores).all() and torch.isfinite(out.maps).all()
+
+
 def _images(path):
     from xbench.schemas import ImagesWriter
 

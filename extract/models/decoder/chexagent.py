@@ -75,7 +75,7 @@ class Resampler(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] != self.pos_embed.shape[0]:  # the authors interpolate; every input here is the trained grid
             raise ModelConfigError(f"{x.shape[1]} vision tokens, the resampler's grid has {self.pos_embed.shape[0]}")
-        return self.ln_post(self.attn_pool(x + self.pos_embed.unsqueeze(0))) @ self.proj
+        return self.ln_post(self.attn_pool(x + self.pos_embed.to(x.dtype).unsqueeze(0))) @ self.proj
 
 
 def tokenizer(folder: Path):
