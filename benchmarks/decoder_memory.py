@@ -3,11 +3,13 @@ layers at LLaVA-Rad's real widths, then extrapolated to 32 layers. NOT a GPU mea
 
     python benchmarks/decoder_memory.py                      # layers 1 2 3, every method, 2 findings
     python benchmarks/decoder_memory.py --layers 1 2 --method attention --classes 4
+    python benchmarks/decoder_memory.py --model chexagent --layers 1 2   # CheXagent-2-3b's widths
 
 The model: XBench's LLaVA-Rad class (extract/models/decoder/llava_rad.py) with random bf16 weights at the
 real widths (Llama hidden 4096, 32 heads, MLP 11008, vocabulary 32000; a ViT-B/14 tower, timm's
 ``vit_base_patch14_dinov2`` shape, at 518 px: 37 x 37 = 1,369 image tokens, the grid of the LLaVA-Rad card)
-and ``--layers`` decoder layers. Each layer count runs in a fresh Python process: the model is built once
+and ``--layers`` decoder layers (``--model chexagent``: CheXagent-2-3b's widths, a Phi-2 decoder and a SigLIP
+ViT-L/16 at 512 px). Each layer count runs in a fresh Python process: the model is built once
 (bf16 from the start); per method, freed heap is returned to the system (``malloc_trim``), the kernel's
 high-water mark of the resident set is reset (``/proc/self/clear_refs``, 5), one image with ``--classes``
 findings runs through the adapter, and the new high-water mark (VmHWM) minus the resident set before the run
@@ -59,16 +61,10 @@ def _trim() -> None:
         pass
 
 
-def one(methods: list[str], layers: int, classes: int) -> list[dict]:
-    """In this (fresh) process: build once; per method: reset the high-water mark, run one image, report."""
-    import gc
-
-    import torch
-
+def _llava_rad(layers: int):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
     import decoder_tiny
 
-    from xbench.extract.models.decoder.common import DecoderVLMAdapter, QuestionTemplate
     from xbench.extract.models.decoder.folder import tokenizer
     from xbench.extract.models.decoder.llava_rad import LlavaRad
 
@@ -78,17 +74,47 @@ def one(methods: list[str], layers: int, classes: int) -> list[dict]:
     cfg = dict(LLAMA_7B, num_hidden_layers=layers, architectures=["LlavaLlamaForCausalLM"], model_type="llava",
                mm_projector_type="mlp2x_gelu", mm_vision_select_layer=-2, mm_vision_select_feature="patch",
                mm_use_im_start_end=False)
+    return LlavaRad(cfg, VISION_518, tok)
+
+
+def _chexagent(layers: int):
+    """CheXagent-2-3b's widths: Phi-2 (2560 wide, 32 heads, MLP 10240, vocabulary 51200), a SigLIP ViT-L/16 at
+    512 px (1024 wide, 24 blocks, 16 heads): 32 x 32 = 1,024 image tokens."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
+    import chexagent_tiny
+
+    from xbench.extract.models.decoder.chexagent import CheXagent, tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        chexagent_tiny.bpe_files(Path(tmp))
+        tok = tokenizer(Path(tmp))
+    phi = dict(chexagent_tiny.PHI, vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=layers,
+               num_attention_heads=32, num_key_value_heads=32, partial_rotary_factor=0.4, max_position_embeddings=2048)
+    vision = dict(image_size=512, patch_size=16, hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                  num_attention_heads=16, layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh")
+    return CheXagent(dict(phi, visual={"image_size": 512, "output_dim": 2560}), vision, tok)
+
+
+def one(methods: list[str], layers: int, classes: int, name: str = "llava-rad") -> list[dict]:
+    """In this (fresh) process: build once; per method: reset the high-water mark, run one image, report."""
+    import gc
+
+    import torch
+
+    from xbench.extract.models.decoder.common import DecoderVLMAdapter, QuestionTemplate
+
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)  # parameters born in bf16: no float32 copy in the high-water mark
-    model = LlavaRad(cfg, VISION_518, tok).eval().requires_grad_(False)
+    model = (_chexagent if name == "chexagent" else _llava_rad)(layers).eval().requires_grad_(False)
     torch.set_default_dtype(torch.float32)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    images = torch.randint(0, 256, (1, 518, 518), dtype=torch.uint8)
-    sizes = torch.tensor([[518, 518]])
+    side = model.input_size
+    images = torch.randint(0, 256, (1, side, side), dtype=torch.uint8)
+    sizes = torch.tensor([[side, side]])
     rows = []
     for method in methods:
-        adapter = DecoderVLMAdapter(name="llava-rad", model=model, method=method,
-                                    template=QuestionTemplate.from_config("llava-rad", None))
+        adapter = DecoderVLMAdapter(name=name, model=model, method=method,
+                                    template=QuestionTemplate.from_config(name, None))
         adapter.set_classes(CLASSES[:classes])
         gc.collect()
         _trim()
@@ -100,7 +126,7 @@ def one(methods: list[str], layers: int, classes: int) -> list[dict]:
         peak = _status("VmHWM")
         assert torch.isfinite(out.maps).all()
         tokens = len(adapter._prompts[0][0]) + model.grid[0] * model.grid[1] + len(adapter._prompts[0][1])
-        rows.append({"method": method, "layers": layers, "classes": classes, "tokens": tokens,
+        rows.append({"model": name, "method": method, "layers": layers, "classes": classes, "tokens": tokens,
                      "grid": list(model.grid), "weights_bytes": weights, "rss_before": before,
                      "above_model_bytes": peak - before, "seconds": round(seconds, 1)})
         del out, adapter
@@ -129,6 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--method", action="append", choices=METHODS)
     ap.add_argument("--classes", type=int, default=2)
+    ap.add_argument("--model", default="llava-rad", choices=("llava-rad", "chexagent"))
     ap.add_argument("--chefer-max-layers", type=int, default=2,
                     help="chefer's working memory grows by about 1 GiB per layer at these widths: keep the run "
                          "under ~6 GB of RAM (default 2)")
@@ -136,14 +163,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     methods = args.method or list(METHODS)
     if args.one:
-        print(json.dumps(one(methods, args.one, args.classes)))
+        print(json.dumps(one(methods, args.one, args.classes, args.model)))
         return 0
     rows = []
     for n in args.layers:
         run = [m for m in methods if m != "chefer" or n <= args.chefer_max_layers]
         if not run:
             continue
-        cmd = [sys.executable, __file__, "--one", str(n), "--classes", str(args.classes)]
+        cmd = [sys.executable, __file__, "--one", str(n), "--classes", str(args.classes), "--model", args.model]
         for m in run:
             cmd += ["--method", m]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
