@@ -4,7 +4,7 @@
 
 * a registered name (``xbench-extract --list-models``): ``clip``, ``biomedclip``, ``open_clip``,
   ``chexzero``, ``biovil``, ``biovil_t``, ``gloria``, ``medclip``, ``transformers``, the baselines ``random``/``center``/``dog``, the cross-attention models
-  ``medklip``/``kad``/``mavl``/``carzero``/``devide``, the decoder VLMs ``llava-rad``/``medgemma``/``maira-2``, and names from the ``xbench.models``
+  ``medklip``/``kad``/``mavl``/``carzero``/``devide``, the decoder VLMs ``llava-rad``/``medgemma``/``maira-2``/``chexagent``, and names from the ``xbench.models``
   entry point group of installed packages;
 * a config file (``.yaml``/``.yml``, ``.toml`` or ``.json``);
 * a ``"package.module:attr"`` string naming a factory or a ModelAdapter subclass.

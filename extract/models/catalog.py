@@ -371,6 +371,10 @@ MODELS: dict[str, ModelInfo] = {m.name: m for m in [
               "model=FOLDER (config.json, model.safetensors in the authors' state-dict layout, preprocessor, "
               "processor and tokenizer files with the chat template; no Python, no pickles)",
               methods=DECODER_METHODS, config=DecoderConfig, card="model_cards/maira-2.md"),
+    ModelInfo("chexagent", "decoder VLM", "CheXagent-2-3b (XraySigLIP ViT + per-token resampler + Phi-2), yes/no "
+              "likelihood", "model=FOLDER (the hub's config.json, model.safetensors, vocab.json, merges.txt, and the "
+              "tower's vision_config.json; no Python, no pickles)", methods=DECODER_METHODS, config=DecoderConfig,
+              card="model_cards/chexagent.md"),
     ModelInfo("random", "baseline", "uniform random maps and scores (a floor)", "none", own_method="random",
               config=RandomConfig, card="model_cards/baselines.md", torch=False),
     ModelInfo("center", "baseline", "a centred Gaussian map, constant scores (the centre bias)", "none",

@@ -266,9 +266,10 @@ def test_a_plug_in_of_the_wrong_kind_is_refused_by_name(tmp_path):
 def test_the_built_in_names_are_those_of_the_former_central_lists():
     assert DATASETS.names() == ["chestx_det10", "chestxray14", "chexlocalize", "covid_rural", "egd_cxr", "ms_cxr",
                                 "phantom", "reflacx", "rsna_pneumonia", "siim_acr", "vindr_cxr"]
-    assert MODELS.names() == ["biomedclip", "biovil", "biovil_t", "carzero", "center", "chexzero", "clip", "clip-tiny",
-                              "devide", "dog", "gloria", "hf-clip", "hf-siglip", "kad", "llava-rad", "maira-2", "mavl",
-                              "medclip", "medgemma", "medklip", "open_clip", "random", "transformers"]  # + issue 45's decoder VLMs
+    assert MODELS.names() == ["biomedclip", "biovil", "biovil_t", "carzero", "center", "chexagent", "chexzero", "clip",
+                              "clip-tiny", "devide", "dog", "gloria", "hf-clip", "hf-siglip", "kad", "llava-rad",
+                              "maira-2", "mavl", "medclip", "medgemma", "medklip", "open_clip", "random",
+                              "transformers"]  # + issue 45's decoder VLMs
     models = Path(__file__).resolve().parents[2] / "extract" / "models"
     assert declared_entries(models / "hf.py", "REGISTER") == {"transformers": "build", "hf-clip": "build",
                                                               "hf-siglip": "build"}
