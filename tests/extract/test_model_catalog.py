@@ -40,7 +40,7 @@ SOURCES = {
     "llava-rad": [("decoder/llava_rad.py", ("config",)), DECODER_BUILD],
     "medgemma": [("decoder/medgemma.py", ("config",)), DECODER_BUILD],
     "maira-2": [("decoder/maira2.py", ("config",)), DECODER_BUILD],
-    "chexagent": [("decoder/chexagent.py", ("config",))],
+    "chexagent": [("decoder/chexagent.py", ("config",)), DECODER_BUILD],
 }
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, QuestionTemplate, published_prompts
+from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json
 from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
 
@@ -297,7 +297,7 @@ def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> CheXagen
     torch.manual_seed(seed)
     try:
         model = CheXagent(hf_config, vision, tokenizer(folder), mean, std)
-    except (TypeError, ValueError) as exc:  # a config value transformers rejects
+    except Exception as exc:  # noqa: BLE001 - transformers 5 raises its strict dataclasses' own errors too
         raise ModelConfigError(f"{folder / 'config.json'}: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not random:
         model.load_state(load_safetensors(folder, "CheXagent"))
@@ -305,11 +305,4 @@ def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> CheXagen
 
 
 def build(config: Mapping[str, Any]) -> DecoderVLMAdapter:
-    folder = config.get("model")
-    if not folder:
-        raise ModelConfigError("chexagent needs `model`: the local weights folder (model_cards/chexagent.md)")
-    model = load(str(folder), random=config.get("weights") == "random", seed=int(config.get("seed") or 0))
-    return DecoderVLMAdapter(name=str(config.get("name") or "chexagent"), model=model,
-                             template=QuestionTemplate.from_config("chexagent", config.get("prompts")),
-                             method=str(config.get("method") or "attention"), layers=config.get("layers"),
-                             map_size=config.get("map_size"), info={"model": "CheXagent-2-3b", "folder": str(folder)})
+    return build_adapter(config, "chexagent", "CheXagent-2-3b", load)
