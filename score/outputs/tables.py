@@ -39,7 +39,7 @@ import numpy as np
 from xbench.schemas import catalog
 
 from xbench.score.metrics import registry as R
-from xbench.score.outputs.cells import csv_cell, md_cell
+from xbench.score.cells import csv_cell, md_cell
 from xbench.score.sections.phrases import phrase_columns, phrase_rows
 
 __all__ = ["DATASET_TITLES", "METRIC_TITLES", "Cell", "Table", "ci_of", "csv_cell", "dataset_order", "extra_tables",

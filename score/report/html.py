@@ -6,8 +6,10 @@ report directory can be copied or served as it is; every link points inside the 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 from pathlib import Path
+
+from xbench.score.cells import html_box as _box
+from xbench.score.cells import html_text as _e
 
 __all__ = ["DEFINITIONS_AT", "FIGURES_AT", "OVERLAYS_OPEN", "insert_before", "model_notes", "render_html"]
 
@@ -133,24 +135,6 @@ def _scope_html(table, notes) -> str:
 def _pointing_key(r):
     v = _mapping(r.metrics.get("overall")).get("pointing_game")
     return (not isinstance(v, (int, float)), -(v if isinstance(v, (int, float)) else 0.0), r.name)
-
-
-def _e(s) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _box(table_html: str) -> str:
-    """A table in a box of its own that scrolls (sideways and down, the header row and model column kept in view),
-    its caption moved below the box as a paragraph: inside a table a caption is as wide as the table, so a wide
-    table's caption would scroll out of view with its last columns."""
-    import re
-
-    m = re.search(r"<caption>(.*?)</caption>", table_html, flags=re.S)
-    caption = ""
-    if m:
-        table_html = table_html[:m.start()] + table_html[m.end():]
-        caption = f'<p class="caption">{m.group(1)}</p>'
-    return f'<div class="scroll">{table_html}</div>{caption}'
 
 
 def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:

@@ -238,7 +238,7 @@ def own_boxes_html(rows: list[dict]) -> str:
 
 
 def own_boxes_csv(rows: list[dict]) -> str:
-    from xbench.score.outputs.cells import csv_cell
+    from xbench.score.cells import csv_cell
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

@@ -636,7 +636,7 @@ def gaze_markdown(rows: list[dict]) -> str:
     head = ["model", "dataset", "rows", "scope", "n", *(TITLES[m] for m in G.MEASURES), *shares]
     out = ["## Gaze (the saliency benchmark's measures against radiologists' gaze)", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    from xbench.score.outputs.cells import md_cell
+    from xbench.score.cells import md_cell
 
     for row in rows:
         if row["rows"] == "regions":

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from xbench.score.metrics import registry as R
-from xbench.score.outputs.cells import md_cell
+from xbench.score.cells import md_cell
 from xbench.score.metrics.cnr import cnr_of_pairs  # noqa: F401  (its home before it became a per-pair statistic)
 from xbench.score.kernels.counting import count_dataset
 from xbench.score.kernels.counts import PhraseCounts

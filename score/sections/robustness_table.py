@@ -108,7 +108,8 @@ def section_tables(metrics: dict, folder, label: str) -> list[Path]:
 
 def page(results) -> tuple[list[str], str]:
     """The report's robustness section: no Markdown, the table for index.html ("" when no result has one)."""
-    from xbench.score.report.html import _box, _e
+    from xbench.score.cells import html_box as _box
+    from xbench.score.cells import html_text as _e
 
     t = robustness_table({r.name: r.metrics for r in results})
     return [], "" if t is None else f"<h2>{_e(t.title)}</h2><p>{_e(t.caption)}</p>{_box(t.to_html())}"

@@ -526,7 +526,7 @@ def write_subgroup_tables(metrics: dict, folder, label: str) -> list:
     ``table_subgroups.md`` (per dataset and metric: worst group, gap, interval, p)."""
     from pathlib import Path
 
-    from xbench.score.outputs.cells import md_cell
+    from xbench.score.cells import md_cell
 
     sec = metrics.get(SECTION) or {}
     keys = sec.get("keys", [])
@@ -609,7 +609,7 @@ def page(results) -> tuple[list[str], str]:
     ([], "") when no result holds one."""
     import html
 
-    from xbench.score.outputs.cells import md_cell
+    from xbench.score.cells import md_cell
 
     rows = page_rows(results)
     if not rows:
