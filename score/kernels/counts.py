@@ -24,7 +24,7 @@ by column index because class names may contain ``/``)::
     <d>.extra.<name>        (P,) any          optional extra per-pair columns (DatasetCounts.extra), in the
                                               pair order; absent in files written before they existed
 
-Every other row scope (:mod:`xbench.score.sections.rowscope`) that saves its counts follows, in declaration order,
+Every other section (:mod:`xbench.score.sections.plugins`) that saves its counts follows, in declaration order,
 only for the datasets that have rows of it: ``<scope>_datasets`` lists them and each one's arrays are
 ``<d>.<section>.<...>``, written by the scope's ``save_counts``, checked by its ``counts_problems`` and read
 back by its ``load_counts``. A file without ``<scope>_datasets`` (one written before the scope's counts were
@@ -55,7 +55,6 @@ import numpy as np
 
 from xbench.score.kernels.maps import THRESHOLDS
 from xbench.score.metrics.registry import CNR_COLUMN
-from xbench.score.sections.rowscope import row_scopes
 
 __all__ = ["DatasetCounts", "PhraseCounts", "count_dtype", "save_pair_counts", "load_pair_counts",
            "load_phrase_counts", "load_scope_counts", "read_counts_file"]
@@ -168,20 +167,22 @@ def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts],
     ``path`` (uncompressed: it is written on every run).
 
     ``scopes``: {row scope name: {dataset: counts}} (``ScoreResult.scope_counts``); ``phrases`` is short for
-    ``scopes={"phrase": phrases}``. Each declared scope that saves its counts (:attr:`RowScope.saved
-    <xbench.score.sections.rowscope.RowScope.saved>`) and has some is written after the class rows, in declaration
+    ``scopes={"phrase": phrases}``. Each declared scope that saves its counts (:attr:`Section.saves_counts
+    <xbench.score.sections.kinds.Section.saves_counts>`) and has some is written after the class rows, in declaration
     order: ``<scope>_datasets`` then each dataset's arrays from the scope's ``save_counts`` (a file without
     such rows keeps the layout it always had)."""
     arrays: dict[str, np.ndarray] = {"datasets": np.array(list(counts), dtype=str), "thresholds": THRESHOLDS}
     for name, dc in counts.items():
         _put(arrays, name, dc)
+    from xbench.score.sections.plugins import sections  # the plug-ins above, found when a file is written
+
     given = {**({"phrase": phrases} if phrases else {}), **(scopes or {})}
-    for scope in row_scopes(primary=False):
+    for scope in sections(primary=False):
         found = given.get(scope.name)
-        if not found or not scope.saved:
+        if not found or not scope.saves_counts:
             continue
         arrays[scope.counts_key] = np.array(list(found), dtype=str)
-        save = scope.fn("save_counts")
+        save = scope.save_counts
         for name, value in found.items():
             prefix = f"{name}.{scope.section}"
             for key, arr in save(prefix, value).items():
@@ -287,7 +288,9 @@ def _counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> li
 
 
 def _saved_scopes() -> list:
-    return [s for s in row_scopes(primary=False) if s.saved]
+    from xbench.score.sections.plugins import sections  # the plug-ins above, found when a file is read
+
+    return [s for s in sections(primary=False) if s.saves_counts]
 
 
 def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
@@ -326,7 +329,7 @@ def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
     for name in names:
         problems += _counts_problems(z, name, where)
     for scope in scopes:
-        check = scope.fn("counts_problems")
+        check = scope.counts_problems
         for name in scope_names[scope.name]:
             problems += check(z, f"{name}.{scope.section}", where)
     if problems:
@@ -336,7 +339,7 @@ def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
 
 
 def _scope_from(z, scope, names) -> dict:
-    load = scope.fn("load_counts")
+    load = scope.load_counts
     return {name: load(z, f"{name}.{scope.section}", name) for name in names}
 
 

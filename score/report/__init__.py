@@ -206,7 +206,7 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
 
 
 def _track_sections(page: str, pages: list, checks) -> str:
-    """The page with each declared section's fragment (:mod:`xbench.score.sections.rowscope` ``page``: human ceilings,
+    """The page with each declared section's fragment (:meth:`xbench.score.sections.kinds.Section.page`: human ceilings,
     robustness, faithfulness before the figures; text probes at the end), then the sanity checks; the
     definitions stay last. A section no result has adds nothing."""
     from xbench.score.report.html import DEFINITIONS_AT, FIGURES_AT, insert_before
@@ -222,16 +222,16 @@ def _track_sections(page: str, pages: list, checks) -> str:
 def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict, skipped: list) -> list:
     """Each other row scope's table and the paired gaps: their Markdown joins ``md``, their CSVs ``files``;
     returns [(section, table)] for index.html."""
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import row_scopes
 
     scope_tables = []  # [(section, table)] for index.html
     for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
-        s_rows = scope.fn("table_rows")(results) if scope.table_rows else []
+        s_rows = scope.table_rows(results)
         if s_rows:
-            md.append(scope.fn("markdown")(s_rows))
-            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.fn("csv")(s_rows))
+            md.append(scope.markdown(s_rows))
+            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.csv(s_rows))
                                        .relative_to(out)))
-        table = scope.fn("table")(results) if scope.table else None
+        table = scope.table(results)
         if table is not None:
             scope_tables.append((scope.section, table))
     gap_md = []
@@ -310,9 +310,9 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
-    pages = [(s.page_at, *s.fn("page")(results)) for s in row_scopes(primary=False) if s.page is not None]
+    pages = [(s.page_at, *s.page(results)) for s in sections(primary=False)]
     pages.append(_own_boxes(results, images, gt, submissions, out, files, skipped))
     md += [line for _, lines, _ in pages for line in lines]  # each section's Markdown (human ceilings)
     checks = read_sanity(sanity)

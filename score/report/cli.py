@@ -174,12 +174,12 @@ def _compare(a, b, a_dir, b_dir, n_boot, seed, per_class, out_csv, quiet, as_jso
 
 def _section_lines(a, b) -> dict[str, list[str]]:
     """{section: lines} of every declared section with a ``compare`` hook that both results hold."""
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
     out = {}
-    for s in row_scopes(primary=False):
-        if s.compare is not None and s.section in a.metrics and s.section in b.metrics:
-            lines = s.fn("compare")(a, b)
+    for s in sections(primary=False):
+        if s.section in a.metrics and s.section in b.metrics:
+            lines = s.compare(a, b)
             if lines:
                 out[s.section] = [escape_text(str(line)) for line in lines]
     return out

@@ -213,7 +213,7 @@ def _partial_html(results) -> str:
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
                 n_boot=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``scope_tables``: [(metrics.json section, table)] of the
-    other row scopes (:mod:`xbench.score.sections.rowscope`; the phrase-grounding table,
+    other row scopes (:mod:`xbench.score.sections.plugins`; the phrase-grounding table,
     :func:`xbench.score.outputs.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
     that was written; ``phrases`` alone is ``[("phrases", phrases)]``."""
     scope_tables = list(scope_tables or []) + ([("phrases", phrases)] if phrases is not None else [])

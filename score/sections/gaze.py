@@ -1,6 +1,6 @@
 """The gaze section: models' maps scored against where radiologists looked (issue 37; contract §Gaze rows).
 
-Declared as the row scope ``"gaze"`` (:mod:`xbench.score.sections.rowscope`, metrics.json section ``"gaze"``), present
+Declared as the row scope ``"gaze"`` (:mod:`xbench.score.sections.plugins`, metrics.json section ``"gaze"``), present
 only when the ground truth holds gaze (gt.zarr ``gaze_*`` arrays, docs/gaze.md): a run without them gives the
 outputs it always gave. Every behaviour is a standalone function referenced lazily by the declaration.
 
@@ -501,7 +501,7 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
     cases = cases or {}
     from xbench.score.resampling.engine import prior_units
 
-    from xbench.score.sections.rowscope import scored_units
+    from xbench.score.sections.units import scored_units
 
     units = scored_units(sub, gt, names, cases)
     for name in sorted(names):

@@ -36,7 +36,7 @@ def write_probe_table(results, out_dir) -> list[Path]:
 
 
 def section_tables(metrics: dict, folder, label: str) -> list[Path]:
-    """The track's files beside metrics.json (:mod:`xbench.score.sections.rowscope`)."""
+    """The track's files beside metrics.json (:mod:`xbench.score.sections.plugins`)."""
     return write_probe_table({label: metrics}, folder)
 
 

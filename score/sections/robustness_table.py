@@ -102,7 +102,7 @@ def write_robustness_table(results: Mapping[str, dict], out_dir: str | os.PathLi
 
 
 def section_tables(metrics: dict, folder, label: str) -> list[Path]:
-    """The track's files beside metrics.json (:mod:`xbench.score.sections.rowscope`)."""
+    """The track's files beside metrics.json (:mod:`xbench.score.sections.plugins`)."""
     return write_robustness_table({label: metrics}, folder)
 
 

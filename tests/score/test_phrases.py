@@ -197,7 +197,7 @@ def test_phrase_bootstrap_resamples_images(tmp_path, before):
     B resamples of integers(0, n, n) first (``before``: their case counts), then this one's images."""
     import dataclasses
 
-    from xbench.score.scoring import phrase_metrics
+    from xbench.score.sections.plugins.phrases import phrase_metrics
 
     gt, sub, q, qmask, qmaps = make_phrase_stores(tmp_path, seed=3)
     B, seed = 60, 7
