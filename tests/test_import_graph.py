@@ -490,20 +490,12 @@ def test_score_has_its_layers_and_every_module_is_in_one():
 KNOWN_BACK_EDGES = {
     ("kernels.counting", "metrics.recognition_sums"),
     ("kernels.counting", "metrics.registry"),
-    ("kernels.counts", "metrics.registry"),
-    ("kernels.counts", "sections.plugins"),
     ("kernels.pair_stats", "metrics.cnr"),
     ("kernels.pair_stats", "metrics.localisation"),
     ("kernels.warm", "metrics.gaze"),
     ("kernels.warm", "metrics.params"),
     ("resampling.bootstrap", "sections.phrases"),
     ("resampling.bootstrap", "sections.plugins"),
-    ("sections.gaze", "outputs.tables"),
-    ("sections.human.compare", "report._files"),
-    ("sections.human.compare", "report._load"),
-    ("sections.plugins.phrases", "outputs.tables"),
-    ("sections.probe_table", "outputs.tables"),
-    ("sections.robustness_table", "outputs.tables"),
 }
 
 

@@ -36,7 +36,8 @@ import numpy as np
 from xbench.schemas.paths import PublishedDir, check_output, write_marker
 
 from xbench.score.metrics import registry as R
-from xbench.score.kernels.counts import DatasetCounts, save_pair_counts
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.sections.pair_counts import save_pair_counts
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: writing pairs.parquet never needs it (0.3-0.5 s)
     import pandas as pd

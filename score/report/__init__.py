@@ -91,7 +91,7 @@ def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> st
     import csv
     import io
 
-    from xbench.score.outputs.tables import csv_cell
+    from xbench.score.cells import csv_cell
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -112,7 +112,8 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
     """Markdown table of paired differences A - B in percentage points, * where the difference is significant
     (Holm-adjusted p below alpha: :func:`xbench.score.resampling.engine.significant`), the 95 % CI, the p-value (floored
     at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
-    from xbench.score.outputs.tables import METRIC_TITLES, md_cell, shown_value
+    from xbench.score.cells import md_cell
+    from xbench.score.table import METRIC_TITLES, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
@@ -254,7 +255,7 @@ def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict,
 def _markdown_head(title: str, results: list[Result], n_boot: int) -> list[str]:
     """leaderboard.md's first lines: the title, the models, and the resamples behind the intervals (per model when
     the results were scored with different counts, as the page says)."""
-    from xbench.score.outputs.tables import md_cell
+    from xbench.score.cells import md_cell
     from xbench.score.report.html import _resamples_note
 
     return [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), "",
@@ -267,8 +268,8 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     from tqdm import tqdm
 
     from xbench.score.report.html import render_html
-    from xbench.score.outputs.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
-                                     recognition_table)
+    from xbench.score.cells import md_cell
+    from xbench.score.outputs.tables import dataset_order, extra_tables, grounding_table, per_class_table, recognition_table
 
     previous = _previous_files(out)
     fig_dir = out / "figures"
@@ -444,7 +445,7 @@ def _sanity_rows(checks):
 
 
 def sanity_markdown(checks) -> str:
-    from xbench.score.outputs.tables import md_cell
+    from xbench.score.cells import md_cell
 
     lines = ["## Do the maps depend on the weights? (xbench sanity, Adebayo et al. 2018)", "",
              "Similarity of the maps to the original ones once the weights are re-initialised (last step).", "",

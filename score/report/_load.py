@@ -632,8 +632,8 @@ def read_phrase_counts(path: Path) -> dict:
 
 def read_counts(path: Path) -> tuple[dict, dict]:
     """(class counts, {row scope: {dataset: counts}}) of one pair_counts.npz, read once, bounded and checked
-    (:func:`xbench.score.kernels.counts.read_counts_file`)."""
-    from xbench.score.kernels.counts import read_counts_file
+    (:func:`xbench.score.sections.pair_counts.read_counts_file`)."""
+    from xbench.score.sections.pair_counts import read_counts_file
 
     try:
         return read_counts_file(path, max_bytes=_file_cap())

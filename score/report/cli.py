@@ -122,7 +122,7 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
 
     apply_budget("xbench compare", max_memory, timeout)
     if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
-        from xbench.score.sections.human.compare import compare_human
+        from xbench.score.report.human_compare import compare_human
 
         return compare_human(a_dir, b_dir, n_boot=n_boot, seed=seed, per_class=per_class, out_csv=out_csv,
                              quiet=quiet, as_json=as_json)

@@ -148,7 +148,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 def _gaps_html(gaps) -> str:
     from xbench.score.report.paired import floor_note, format_p, p_note
-    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
+    from xbench.score.table import METRIC_TITLES, shown_value
 
     rows = []
     # B too small for any gap to pass Holm: the cells say so instead of "within noise" (nothing was decided)
@@ -214,7 +214,7 @@ def render_html(*, title, results, main_tables, per_class, gaps, figures, overla
                 n_boot=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``scope_tables``: [(metrics.json section, table)] of the
     other row scopes (:mod:`xbench.score.sections.plugins`; the phrase-grounding table,
-    :func:`xbench.score.outputs.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
+    :func:`xbench.score.sections.plugins.phrases.phrase_table`), each shown after the leaderboard with a link to its CSV when
     that was written; ``phrases`` alone is ``[("phrases", phrases)]``."""
     scope_tables = list(scope_tables or []) + ([("phrases", phrases)] if phrases is not None else [])
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

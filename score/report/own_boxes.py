@@ -216,7 +216,7 @@ def _cells(row: dict) -> list[str]:
 
 
 def own_boxes_markdown(rows: list[dict]) -> list[str]:
-    from xbench.score.outputs.tables import md_cell
+    from xbench.score.cells import md_cell
 
     if not rows:
         return []

@@ -171,7 +171,7 @@ def shown_once(rows: list[ComparisonRow]) -> tuple[list[ComparisonRow], dict[str
 def scope_title(scope: str, repeats: dict[str, str]) -> str:
     """A comparison table's scope heading: "Overall", a dataset's title, or a section's scope as it is; with
     " (= X, the only dataset)" where :func:`shown_once` left out the repeated block X."""
-    from xbench.score.outputs.tables import DATASET_TITLES
+    from xbench.score.table import DATASET_TITLES
 
     def title(x: str) -> str:
         return "Overall" if x == "overall" else DATASET_TITLES.get(x, x)

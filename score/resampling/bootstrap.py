@@ -620,7 +620,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     per_class : also compare every class, not only the dataset and overall means.
     cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
         submission's replicates are computed once however many comparisons it takes part in.
-    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.kernels.counts.load_phrase_counts`):
+    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.sections.pair_counts.load_phrase_counts`):
         the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
         metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
         "phrases/<dataset>", see :func:`paired_phrase_rows`).

@@ -703,7 +703,7 @@ def gaze_table(results) -> object | None:
     """The report's gaze table (index.html; leaderboard.md shows :func:`gaze_markdown`): a row per (model,
     dataset, rows, scope) of :func:`gaze_rows` with the six measures and their 95 % intervals, the region rows'
     two shares in columns of their own; None when no result has the section."""
-    from xbench.score.outputs.tables import Cell, Table
+    from xbench.score.table import Cell, Table
 
     rows = gaze_rows(list(results.values()) if isinstance(results, Mapping) else results)
     if not rows:

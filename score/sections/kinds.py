@@ -154,7 +154,7 @@ class RowScope(Section):
         return ""
 
     def table(self, results):
-        """index.html's table of the scope (an :class:`xbench.score.outputs.tables.Table`), or None."""
+        """index.html's table of the scope (an :class:`xbench.score.table.Table`), or None."""
         return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xbench.score.sections.probes import COLUMNS, probe_rows
-from xbench.score.outputs.tables import Cell, Table, write_table
+from xbench.score.table import Cell, Table, write_table
 
 __all__ = ["probe_table", "write_probe_table"]
 

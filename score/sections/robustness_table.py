@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from xbench.score.outputs.tables import DATASET_TITLES, Cell, Table, write_table
+from xbench.score.table import DATASET_TITLES, Cell, Table, write_table
 
 #: (metrics.json key, where it is read, column header); every value printed in percent (rho x 100)
 COLUMNS = (

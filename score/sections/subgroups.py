@@ -434,7 +434,7 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
 
 def load_counts(z: Mapping[str, np.ndarray], prefix: str, name: str) -> SubgroupCounts:
     """The scope's ``load_counts``: the inverse of :func:`save_counts` (with the dataset's class counts)."""
-    from xbench.score.kernels.counts import _get as class_counts
+    from xbench.score.kernels.counts import dataset_from as class_counts
 
     return SubgroupCounts(np.asarray(z[f"{prefix}.group"], dtype=str), tuple(str(f) for f in z[f"{prefix}.by"]),
                           tuple(float(x) for x in z[f"{prefix}.age_bands"]), int(z[f"{prefix}.min_group"]),

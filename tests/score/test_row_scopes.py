@@ -61,7 +61,7 @@ class Probe(RowScope):
         return buf.getvalue()
 
     def table(self, results):
-        from xbench.score.outputs.tables import Cell, Table
+        from xbench.score.table import Cell, Table
 
         rows = self.table_rows(results)
         if not rows:
@@ -165,7 +165,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         with np.load(dirs[0] / "pair_counts.npz") as z:
             keys = list(z.files)
             assert keys[-2:] == ["probe_datasets", "ms_cxr.probes.n_images"] and "phrase_datasets" in keys
-        from xbench.score.kernels.counts import load_scope_counts
+        from xbench.score.sections.pair_counts import load_scope_counts
         from xbench.score.report import load_result
 
         assert load_scope_counts(dirs[0] / "pair_counts.npz")["probe"] == {"ms_cxr": 9}
@@ -202,7 +202,7 @@ def test_a_declared_scope_in_a_hostile_pair_counts_file_is_refused_line_by_line(
     """A file from outside: the scope's dataset list and its arrays are checked by its ``counts_problems``
     before any of them is used, after the class rows' checks (one line each, in that order)."""
     from xbench.schemas.errors import InputError
-    from xbench.score.kernels.counts import read_counts_file, save_pair_counts
+    from xbench.score.sections.pair_counts import read_counts_file, save_pair_counts
 
     gt, sub, *_ = make_phrase_stores(tmp_path / "s", seed=2)
     res = score_submission(sub, gt, bootstrap=0)

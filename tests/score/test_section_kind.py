@@ -191,7 +191,7 @@ def test_a_section_declares_how_its_measures_print():
     """A value outside the metric registry prints as the section that reports it declares (the ``measures``
     hook): its title, whether x100, its direction; an unknown key prints as a share."""
     from xbench.score.metrics.registry import Measure, shown_as
-    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
+    from xbench.score.table import METRIC_TITLES, shown_value
 
     assert shown_as("toy_ratio") is None and shown_value("toy_ratio", 0.5) == 50.0
     class Toy2(kinds.Track):

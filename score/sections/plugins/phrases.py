@@ -20,8 +20,9 @@ from xbench.score.sections.phrases import PhraseCounts, phrase_counts, phrase_po
 from xbench.score.sections.kinds import RowScope
 from xbench.score.sections.probes import originals_only
 from xbench.score.sections.units import scored_units
+from xbench.score.table import DATASET_TITLES, Cell, Table
 
-__all__ = ["PLUGIN", "phrase_metrics", "score_phrases"]
+__all__ = ["PLUGIN", "phrase_metrics", "phrase_table", "score_phrases"]
 
 def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
     """The metrics.json "phrases" entry of one dataset (contract §metrics.json): per category, the
@@ -87,6 +88,29 @@ def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where
     return section, counts
 
 
+def phrase_table(results) -> Table | None:
+    """Phrase grounding (metrics.json "phrases"): one row per (model, dataset, category), the dataset's mean over
+    categories first, with the columns and rows of leaderboard.md's phrase table (:func:`xbench.score.sections.phrases.
+    phrase_rows`) and their 95 % intervals; None when no result has phrase rows. No marks: rows are different
+    categories, not rivals."""
+    rows = P.phrase_rows(list(results.values()) if isinstance(results, Mapping) else results)
+    if not rows:
+        return None
+    notes = [f"{r['model']} on {r['dataset']}: {r['note']}" for r in rows if r["note"]]
+    caption = ("Per category, and the mean over categories (all categories); CNR = |mu_in - mu_out| / "
+               "sqrt(var_in + var_out) on the map resized to the grid, a ratio; CNR± = (mu_in - mu_out) / "
+               "sqrt(var_in + var_out), the same with its sign (negative: the map is lower inside the region than "
+               "outside); the others in percent; 95% bootstrap interval over images as low–high." + (" Not scored: " + "; ".join(notes) + "." if notes else ""))
+    columns = P.phrase_columns()
+    t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, k) for k, _ in columns],
+              caption=caption, index=("Model", "Dataset", "Category", "Phrases"), labels=dict(columns))
+    for r in rows:
+        label = (r["model"], DATASET_TITLES.get(r["dataset"], r["dataset"]), r["category"],
+                 "" if r["n_phrases"] is None else str(r["n_phrases"]))
+        t.rows[label] = [Cell(r[k], tuple(r["ci95"][k]) if r["ci95"].get(k) else None) for k, _ in columns]
+    return t
+
+
 class PhraseRows(RowScope):
     name = "phrase"
     title = "phrase rows"
@@ -107,10 +131,7 @@ class PhraseRows(RowScope):
     counts_problems = staticmethod(phrase_arrays_problems)
     load_counts = staticmethod(phrase_from_arrays)
 
-    def table(self, results):
-        from xbench.score.outputs.tables import phrase_table  # the table kind sits in outputs/ (a known back edge)
-
-        return phrase_table(results)
+    table = staticmethod(phrase_table)
 
 
 PLUGIN = PhraseRows()
