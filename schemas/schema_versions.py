@@ -25,7 +25,7 @@ MINORS: dict[tuple[str, str], int] = {
     ("ground-truth", "attributes"): 6,       # case attributes (schemas/attributes.py)
     ("submission", "phrases"): 1,
     ("submission", "scores_only"): 2,        # a scores-only (round-2) submission (xbench.scores_only)
-    ("metrics", "phrases"): 2,               # the sections: each row scope's minor (score/sections/rowscope.py)
+    ("metrics", "phrases"): 2,               # the sections: each row scope's minor (score/sections/plugins/)
     ("metrics", "partial"): 3,               # the partial keys of a run on part of the cases
     ("metrics", "robustness"): 4,
     ("metrics", "text_probes"): 5,

@@ -101,7 +101,7 @@ def _lines_of(scored) -> None:
     and each section's own lines."""
     from xbench.score.outputs.tables import ci_of
     from xbench.score.report.terminal import overall_lines
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
     metrics = scored.result.metrics
     for m in scored.result.notes:  # undefined metrics: one counted line per dataset and reason
@@ -113,9 +113,9 @@ def _lines_of(scored) -> None:
         click.echo(escape_text(f"  {partial}"))
     ov = metrics["overall"]
     click.echo("\n".join(overall_lines(ov, {k: ci_of(metrics, "overall", k) for k in ov})))
-    for scope in row_scopes(primary=False):  # each section's own lines (the human ceiling's)
-        if scope.terminal is not None and scope.section in metrics:
-            for line in scope.fn("terminal")(metrics):
+    for scope in sections(primary=False):  # each section's own lines (the human ceiling's, the gaze rows')
+        if scope.section in metrics:
+            for line in scope.terminal(metrics):
                 click.echo(escape_text(f"  {line}"))
 
 

@@ -179,7 +179,7 @@ class _Job:
         ``target`` is where they will be) when given."""
         from xbench.score.outputs.folder import prefetch_writers, write_into
         from xbench.score.scoring import score_submission
-        from xbench.score.sections.rowscope import row_scopes
+        from xbench.score.sections.plugins import tracks
 
         if folder is not None:
             prefetch_writers()  # pyarrow's Parquet writer loads while scoring runs, not after it
@@ -192,10 +192,10 @@ class _Job:
         finally:
             if bar is not None:
                 bar.close()
-        for scope in row_scopes(primary=False):  # the tracks asked for, in declaration order; none: unchanged
-            if scope.name in self.tracks:
-                result = scope.fn("add")(result, self.tracks[scope.name], bootstrap=self.score_kw["bootstrap"],
-                                         seed=self.score_kw["seed"])
+        for track in tracks():  # the tracks asked for, in order; none: unchanged
+            if track.name in self.tracks:
+                result = track.add(result, self.tracks[track.name], bootstrap=self.score_kw["bootstrap"],
+                                   seed=self.score_kw["seed"])
         if self.options.images_path is not None:  # recorded, as the report's default images store
             result.metrics["xbench"].setdefault("inputs", {})["images"] = str(Path(self.options.images_path).resolve())
         label = label or str(result.metrics["xbench"].get("submission", {}).get("model") or stem)
@@ -363,15 +363,14 @@ def _checked_inputs(submissions, gt_path, names, allow_missing: bool):
 
 
 def _prepare_tracks(values: dict, gt, names, submissions) -> dict:
-    """{track name: its context} for every declared track asked for (:mod:`xbench.score.sections.rowscope`: ``prepare``)."""
-    from xbench.score.sections.rowscope import row_scopes
+    """{track name: its context} for every track asked for (:meth:`xbench.score.sections.kinds.Track.prepare`)."""
+    from xbench.score.sections.plugins import tracks
 
     out = {}
-    for scope in row_scopes(primary=False):
-        if scope.prepare is not None:
-            context = scope.fn("prepare")(values, gt, names, submissions)
-            if context is not None:
-                out[scope.name] = context
+    for track in tracks():
+        context = track.prepare(values, gt, names, submissions)
+        if context is not None:
+            out[track.name] = context
     return out
 
 

@@ -18,9 +18,10 @@ This module is the orchestration only; the stages are modules of their own, each
 below it: :mod:`~xbench.score.kernels.counting` (the counting pass, for every row source),
 :mod:`~xbench.score.metrics.estimates` (point estimates), :mod:`~xbench.score.resampling.bootstrap` (intervals),
 :mod:`~xbench.score.sections.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs.folder` (the pairs
-table and every file written). Every row scope declared in :mod:`~xbench.score.sections.rowscope` is counted by its
-own ``score`` function, in declaration order: the class rows by :func:`count_classes` (their metrics are then
-computed here, once every scope's regions are checked), the phrase rows by :func:`score_phrases`. Their public names used to live here and are still importable from here.
+table and every file written). Every row scope (a section plug-in, :mod:`~xbench.score.sections.plugins`) is counted by
+its own ``score``, in order: the class rows first (their metrics are then computed here, once every scope's regions
+are checked), then the phrase rows and the others; then each track makes its section from a :class:`RunView` of the
+run.
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ import numpy as np
 from xbench.score.metrics import registry as R
 from xbench.score.kernels._allocator import release_freed_memory
 from xbench.schemas.schema_versions import minor
-from xbench.score.resampling.bootstrap import bootstrap_replicates, overall_replicates, percentile_interval, percentile_intervals
-from xbench.score.resampling.bootstrap import phrase_replicates
+from xbench.score.resampling.bootstrap import bootstrap_replicates, overall_replicates, percentile_intervals
 from xbench.score.kernels.counting import Progress, count_dataset, region_mask_problems  # noqa: F401
 from xbench.score.kernels.counting import _take_rows_inplace, gather_maps as _gather_maps  # noqa: F401  (benchmarks, tests)
 from xbench.score.kernels.counts import DatasetCounts
@@ -47,10 +47,8 @@ from xbench.score.errors import ThresholdsError
 from xbench.score.metrics.estimates import NO_POSITIVE_REGION, UNSUPPORTED_REASON, Thresholds, Undefined, undefined_notes  # noqa: F401
 from xbench.score.metrics.estimates import class_grounding_point, class_taus, point_metrics  # noqa: F401
 from xbench.score.outputs.folder import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
-from xbench.score.resampling.intervals import mean_defined
-from xbench.score.sections.phrases import PhraseCounts, phrase_counts, phrase_points
-from xbench.score.sections.probes import originals_only
-from xbench.score.sections.rowscope import row_scope, row_scopes
+from xbench.score.sections.kinds import RunView
+from xbench.score.sections.plugins import row_scopes, sections as all_sections, tracks
 from xbench.score.kernels.warm import start_background_warm
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
@@ -60,7 +58,6 @@ __all__ = [
     "ScoreResult",
     "score_submission",
     "count_dataset",
-    "count_classes",
     "region_mask_problems",
     "metrics_from_counts",
     "pairs_table",
@@ -73,11 +70,11 @@ __all__ = [
 ]
 
 #: metrics.json minor version that adds the "phrases" section (contract §Versions; the phrase row scope's)
-PHRASES_METRICS_MINOR = row_scope("phrase").minor
+PHRASES_METRICS_MINOR = minor("metrics", "phrases")
 #: metrics.json minor version that adds "partial" (a run on the cases a submission holds; contract §Versions)
 PARTIAL_METRICS_MINOR = minor("metrics", "partial")
 #: metrics.json minor version that adds "robustness" (perturbed copies in the ground truth; score/sections/robustness.py)
-ROBUSTNESS_METRICS_MINOR = row_scope("robustness").minor
+ROBUSTNESS_METRICS_MINOR = minor("metrics", "robustness")
 
 
 @dataclass
@@ -87,7 +84,7 @@ class ScoreResult:
     ``metrics``: the ``metrics.json`` dict; ``counts``: {dataset: DatasetCounts}; ``per_pair``: each
     class's per-pair Dice/IoU at the fixed and chosen thresholds ({dataset: {class column: arrays}});
     ``timings``: seconds per stage; ``scope_counts``: {row scope: {dataset: counts}} of every other row scope
-    (:mod:`xbench.score.sections.rowscope`) whose rows were scored (saved beside ``counts`` for paired comparisons);
+    (:mod:`xbench.score.sections.plugins`) whose rows were scored (saved beside ``counts`` for paired comparisons);
     :attr:`phrase_counts` the phrase scope's. :attr:`pairs` builds the pairs table.
     """
 
@@ -212,74 +209,6 @@ def thresholds_from_metrics(source: str | os.PathLike | Mapping) -> dict[str, di
     return found
 
 
-# ------------------------------------------------------------------------------------------- phrase rows
-def phrase_metrics(pc: PhraseCounts, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
-    """The metrics.json "phrases" entry of one dataset (contract §metrics.json): per category, the
-    summary (unweighted mean over categories with a phrase) and the pooled mean over every phrase."""
-    dc = pc.counts
-    points = phrase_points(pc)
-    categories = points["categories"]
-    entry = {"n_phrases": int(dc.pair_case.size), "n_images": int(np.unique(pc.image).size),
-             "n_cnr_undefined": int(np.isnan(pc.cnr).sum()), "summary": points["summary"],
-             "all_phrases": points["pooled"], "categories": categories}
-    if bootstrap > 0 and dc.pair_case.size:
-        reps = phrase_replicates(pc, bootstrap, seed)
-        for name, stats in reps["categories"].items():
-            categories[name]["ci95"] = {k: percentile_interval(v, level) for k, v in stats.items()}
-        entry["ci95"] = {k: percentile_interval(v, level) for k, v in reps["summary"].items()}
-        entry["all_phrases"]["ci95"] = {k: percentile_interval(v, level) for k, v in reps["pooled"].items()}
-    return entry
-
-
-def score_phrases(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: str = "",
-                  region_problems: list | None = None, timings: dict | None = None,
-                  cases: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict]:
-    """The metrics.json "phrases" section for the datasets ``names`` whose ground truth has phrase rows,
-    and their :class:`PhraseCounts`. A submission that declares its model cannot take free text
-    (``phrases_unsupported``) gets null metrics with the reason. Returns ({} , {}) when no dataset has any.
-
-    ``cases``: {dataset: bool per ground-truth case} for datasets scored on some of their images only
-    (:func:`phrase_counts`); a dataset none of whose phrase rows is among them has no entry, as with a
-    ground truth of those images alone."""
-    from xbench.schemas.queries import UNSUPPORTED_ATTR
-
-    import dataclasses
-
-    from xbench.score.resampling.engine import prior_units
-    from xbench.score.sections.rowscope import scored_units
-
-    section: dict = {}
-    counts: dict[str, PhraseCounts] = {}
-    cases = cases or {}
-    units = scored_units(sub, gt, names, cases)
-    for name in sorted(names):
-        gt_ds, sub_ds = originals_only(gt.datasets[name]), sub.datasets[name]  # text probes score apart
-        if getattr(gt_ds, "queries", None) is None:
-            continue
-        present = cases.get(name)
-        if present is not None and not np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)].any():
-            continue
-        reason = sub_ds.attrs.get(UNSUPPORTED_ATTR)
-        if reason is not None or sub_ds.query_id is None:
-            n_phrases = len(gt_ds.queries) if present is None else int(
-                np.count_nonzero(np.asarray(present, bool)[np.asarray(gt_ds.queries.case, np.int64)]))
-            section[name] = {"n_phrases": n_phrases, "unsupported": True,
-                             "reason": str(reason or "the submission has no phrase rows"),
-                             "summary": {k: None for k in R.phrase_keys()}}
-            continue
-        pc = phrase_counts(sub_ds, gt_ds, region_problems=region_problems, where=f"{where}/{name}" if where else name,
-                           timings=timings, cases=present)
-        # its images are its scored cases: the dataset's own draws, after those of the datasets before it
-        pc = counts[name] = dataclasses.replace(pc, prior=prior_units(units, name))
-        section[name] = phrase_metrics(pc, bootstrap=bootstrap, seed=seed)
-    if section:
-        section = {"overall": {k: mean_defined(np.array([np.nan if d["summary"][k] is None else d["summary"][k]
-                                                  for d in section.values()], dtype=np.float64))
-                               for k in R.phrase_keys()},
-                   "datasets": section}
-    return section, counts
-
-
 # ------------------------------------------------------------------------------------------ top level
 def _dataset_names(gt, datasets: Sequence[str] | None) -> list[str]:
     """The dataset keys to score: ``datasets`` (in order, once each) or every one of the ground truth;
@@ -370,7 +299,7 @@ def _with_partial(metrics: dict, partial: Mapping[str, tuple[int, int]], cases: 
                        "note": _partial_note(cases, of, not_scored)}}
     for k, v in metrics.items():
         out[k] = datasets if k == "datasets" else v
-    for scope in (s for s in row_scopes(primary=False) if s.rows):  # each scope's dataset entries (phrases: after n_images)
+    for scope in row_scopes(primary=False):  # each scope's dataset entries (phrases: after n_images)
         entries = out.get(scope.section, {}).get("datasets", {})
         for d in list(entries):
             if d in partial:
@@ -441,38 +370,25 @@ def score_submission(submission_path: str | os.PathLike, gt_path, *, bootstrap: 
     metrics, per_pair = metrics_from_counts(counts, bootstrap=bootstrap, seed=seed, thresholds=run.thresholds,
                                             timings=timings, undefined=undefined)
     metrics.update(sections)  # only the scopes with rows: metrics.json of a store without phrase rows is unchanged
-    tracks = {}
-    for scope in row_scopes(primary=False):  # the tracks made from the run, each only when the ground truth has it
-        if scope.run_section is not None:
-            part = scope.fn("run_section")(run, bootstrap=bootstrap, seed=seed, metric_params=metric_params,
-                                           timings=timings)
-            if part:
-                metrics[scope.section] = tracks[scope.section] = part
+    made = {}
+    view = RunView(run.gt, run.sub, tuple(run.scored), run.aligned, run.partial, run.thresholds, metrics_from_counts)
+    for track in tracks():  # the tracks made from the run, each only when the ground truth has it ({} otherwise)
+        part = track.run_section(view, bootstrap=bootstrap, seed=seed, metric_params=metric_params, timings=timings)
+        if part:
+            metrics[track.section] = made[track.section] = part
     release_freed_memory()
     t0 = time.perf_counter()
     gt_sha256 = run.gt.sha256
     timings["hash_gt"] = time.perf_counter() - t0
     header = _header(run, submission_path, gt_sha256, bootstrap=bootstrap, seed=seed, sections=sections,
                      metric_params=metric_params)
-    for scope in row_scopes(primary=False):  # each track present raises the minor that added it
-        if scope.section in tracks:
+    for scope in all_sections(primary=False):  # each track present raises the minor that added it
+        if scope.section in made:
             header["schema_minor"] = max(scope.minor, int(header.get("schema_minor", 0)))
     if run.partial or run.not_scored:  # only then: a full run's metrics.json is unchanged
         metrics = _with_partial(metrics, run.partial, sum(run.n_in.values()), sum(run.n_of.values()), run.not_scored)
     return ScoreResult(metrics={"xbench": header, **metrics}, counts=counts, per_pair=per_pair, timings=timings,
                        scope_counts=scope_counts, notes=[*run.notes, *undefined_notes(undefined)])
-
-
-def robustness_section(run: "_Run", *, bootstrap: int, seed: int, metric_params: Mapping, timings: dict) -> dict:
-    """The "robustness" section (score/sections/robustness.py); {} without perturbed copies in the ground truth."""
-    if not any(getattr(run.gt.datasets[d], "perturbations", None) is not None for d in run.scored):
-        return {}
-    from xbench.score.sections.robustness import score_robustness
-
-    return score_robustness(run.sub, run.gt, run.scored, run.aligned, partial=run.partial,
-                            metrics_from_counts=metrics_from_counts, bootstrap=bootstrap, seed=seed,
-                            thresholds=run.thresholds, metric_params=metric_params, timings=timings,
-                            phrase_metrics=phrase_metrics)
 
 
 class _Run(NamedTuple):
@@ -547,35 +463,9 @@ def _extra_case_notes(sub, gt, names) -> list[str]:
     return notes
 
 
-def count_classes(sub, gt, names, *, bootstrap: int = 0, seed: int = 0, where: str = "",
-                  region_problems: list | None = None, timings: dict | None = None,
-                  cases: Mapping[str, np.ndarray] | None = None, aligned: Mapping, progress=None,
-                  metric_params: Mapping | None = None) -> tuple[dict, dict]:
-    """The class scope's row source (its ``score``, :mod:`xbench.score.sections.rowscope`): the counting pass over the
-    positive pairs of each dataset of ``names`` ({dataset: DatasetCounts}), on the case rows and class columns
-    of ``aligned`` ({dataset: (case_rows, class_cols)}, the cases a partial run lacks marked -1, so ``cases``
-    adds nothing); then the region problems of the ground truth's datasets not scored, so every problem of
-    the ground truth is listed together. The section is {}: the class metrics are metrics.json's top level,
-    computed from these counts by :func:`metrics_from_counts` once every scope's regions are checked
-    (thresholds searched or transferred). ``bootstrap`` and ``seed`` are the other scopes' (their estimator
-    runs in their ``score``)."""
-    region_problems = region_problems if region_problems is not None else []
-    counts: dict[str, DatasetCounts] = {}
-    for name in names:
-        case_rows, class_cols = aligned[name]
-        counts[name] = count_dataset(sub.datasets[name], gt.datasets[name], case_rows=case_rows,
-                                     class_cols=class_cols, progress=progress, timings=timings,
-                                     region_problems=region_problems, where=f"{where}/{name}",
-                                     metric_params=metric_params)
-        release_freed_memory()
-    for name in sorted(set(gt.datasets) - set(names)):  # not scored, but part of the ground truth
-        region_problems += region_mask_problems(gt.datasets[name], f"{where}/{name}")
-    return {}, counts
-
-
 def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, metric_params: Mapping):
     """The counting pass over every scored dataset, for each declared row scope in order (the classes first,
-    :func:`count_classes`; then every other scope, each by its ``score``, :mod:`xbench.score.sections.rowscope`); every
+    :mod:`xbench.score.sections.plugins.classes`; then every other scope, each by its ``score``); every
     region problem of the ground truth raised together, before any class metric: (class counts, {metrics.json
     section: section} of the other scopes with rows, {scope: counts} of the other scopes)."""
     from xbench.schemas import InvalidStoreError
@@ -585,13 +475,13 @@ def _count(run: _Run, *, bootstrap: int, seed: int, progress, timings: dict, met
     region_problems: list = []
     sections: dict = {}
     scope_counts: dict = {}
-    for scope in (s for s in row_scopes() if s.rows):  # the scopes of rows (the tracks come after the counts)
+    for scope in row_scopes():  # the scopes of rows (the tracks come after the counts)
         # the primary (class) scope counts on the aligned case rows and class columns, with the progress bar
         primary = {"aligned": run.aligned, "progress": progress, "metric_params": metric_params} \
             if scope.section is None else {}
-        section, found = scope.fn("score")(run.sub, gt, run.scored, bootstrap=bootstrap, seed=seed,
-                                           where=str(gt_path), region_problems=region_problems, timings=timings,
-                                           cases={d: run.aligned[d][0] >= 0 for d in run.partial}, **primary)
+        section, found = scope.score(run.sub, gt, run.scored, bootstrap=bootstrap, seed=seed, where=str(gt_path),
+                                     region_problems=region_problems, timings=timings,
+                                     cases={d: run.aligned[d][0] >= 0 for d in run.partial}, **primary)
         if scope.section is None:
             counts = found
             continue

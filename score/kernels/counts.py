@@ -24,7 +24,7 @@ by column index because class names may contain ``/``)::
     <d>.extra.<name>        (P,) any          optional extra per-pair columns (DatasetCounts.extra), in the
                                               pair order; absent in files written before they existed
 
-Every other row scope (:mod:`xbench.score.sections.rowscope`) that saves its counts follows, in declaration order,
+Every other section (:mod:`xbench.score.sections.plugins`) that saves its counts follows, in declaration order,
 only for the datasets that have rows of it: ``<scope>_datasets`` lists them and each one's arrays are
 ``<d>.<section>.<...>``, written by the scope's ``save_counts``, checked by its ``counts_problems`` and read
 back by its ``load_counts``. A file without ``<scope>_datasets`` (one written before the scope's counts were
@@ -54,11 +54,10 @@ from pathlib import Path
 import numpy as np
 
 from xbench.score.kernels.maps import THRESHOLDS
-from xbench.score.metrics.registry import CNR_COLUMN
-from xbench.score.sections.rowscope import row_scopes
+from xbench.score.kernels.pair_stats import CNR_COLUMN
 
-__all__ = ["DatasetCounts", "PhraseCounts", "count_dtype", "save_pair_counts", "load_pair_counts",
-           "load_phrase_counts", "load_scope_counts", "read_counts_file"]
+__all__ = ["DatasetCounts", "PhraseCounts", "count_dtype", "dataset_from", "dataset_problems", "load_pair_counts",
+           "phrase_arrays", "phrase_arrays_problems", "phrase_from_arrays", "put_dataset"]
 
 _FIELDS = ("classes", "supported", "case_id", "labels", "prob", "pair_case", "pair_class", "region_pixels",
            "hit", "b", "br", "grid")
@@ -142,7 +141,7 @@ class PhraseCounts:
                 and np.array_equal(self.image, other.image))
 
 
-def _put(arrays: dict, prefix: str, dc: DatasetCounts) -> None:
+def put_dataset(arrays: dict, prefix: str, dc: DatasetCounts) -> None:
     for f in _FIELDS:
         value = getattr(dc, f)
         arrays[f"{prefix}.{f}"] = np.array(value, dtype=str) if f == "classes" else np.asarray(value)
@@ -150,7 +149,7 @@ def _put(arrays: dict, prefix: str, dc: DatasetCounts) -> None:
         arrays[f"{prefix}.extra.{key}"] = np.asarray(value)
 
 
-def _get(z, prefix: str, name: str) -> DatasetCounts:
+def dataset_from(z, prefix: str, name: str) -> DatasetCounts:
     kw = {f: z[f"{prefix}.{f}"] for f in _FIELDS}
     kw["classes"] = tuple(str(c) for c in kw["classes"])
     kw["grid"] = tuple(int(x) for x in kw["grid"])
@@ -161,41 +160,10 @@ def _get(z, prefix: str, name: str) -> DatasetCounts:
     return DatasetCounts(name=name, **kw)
 
 
-def save_pair_counts(path: str | os.PathLike, counts: dict[str, DatasetCounts],
-                     phrases: Mapping[str, PhraseCounts] | None = None, *,
-                     scopes: Mapping[str, Mapping] | None = None) -> None:
-    """Write ``counts`` (the class rows) and the counts of every other row scope to an ``.npz`` file at
-    ``path`` (uncompressed: it is written on every run).
-
-    ``scopes``: {row scope name: {dataset: counts}} (``ScoreResult.scope_counts``); ``phrases`` is short for
-    ``scopes={"phrase": phrases}``. Each declared scope that saves its counts (:attr:`RowScope.saved
-    <xbench.score.sections.rowscope.RowScope.saved>`) and has some is written after the class rows, in declaration
-    order: ``<scope>_datasets`` then each dataset's arrays from the scope's ``save_counts`` (a file without
-    such rows keeps the layout it always had)."""
-    arrays: dict[str, np.ndarray] = {"datasets": np.array(list(counts), dtype=str), "thresholds": THRESHOLDS}
-    for name, dc in counts.items():
-        _put(arrays, name, dc)
-    given = {**({"phrase": phrases} if phrases else {}), **(scopes or {})}
-    for scope in row_scopes(primary=False):
-        found = given.get(scope.name)
-        if not found or not scope.saved:
-            continue
-        arrays[scope.counts_key] = np.array(list(found), dtype=str)
-        save = scope.fn("save_counts")
-        for name, value in found.items():
-            prefix = f"{name}.{scope.section}"
-            for key, arr in save(prefix, value).items():
-                if not key.startswith(prefix + "."):
-                    raise RuntimeError(f"row scope {scope.name!r} saved {key!r} outside {prefix}.*")  # its bug
-                arrays[key] = arr
-    with open(path, "wb") as fh:
-        np.savez(fh, **arrays)
-
-
 def phrase_arrays(prefix: str, pc: PhraseCounts) -> dict[str, np.ndarray]:
     """The phrase scope's ``save_counts``: one dataset's phrase counts as ``pair_counts.npz`` arrays."""
     arrays: dict[str, np.ndarray] = {}
-    _put(arrays, prefix, pc.counts)
+    put_dataset(arrays, prefix, pc.counts)
     arrays[f"{prefix}.image"] = np.asarray(pc.image, dtype=np.int64)
     arrays[f"{prefix}.n_images"] = np.asarray(int(pc.n_images), dtype=np.int64)
     arrays[f"{prefix}.prior"] = np.asarray(pc.prior, dtype=np.int64).reshape(-1)
@@ -204,15 +172,15 @@ def phrase_arrays(prefix: str, pc: PhraseCounts) -> dict[str, np.ndarray]:
 
 def phrase_from_arrays(z: Mapping[str, np.ndarray], prefix: str, name: str) -> PhraseCounts:
     """The phrase scope's ``load_counts``: the inverse of :func:`phrase_arrays`."""
-    return PhraseCounts(counts=_get(z, prefix, name), image=np.asarray(z[f"{prefix}.image"], np.int64),
+    return PhraseCounts(counts=dataset_from(z, prefix, name), image=np.asarray(z[f"{prefix}.image"], np.int64),
                         n_images=int(z[f"{prefix}.n_images"]),
                         prior=tuple(int(x) for x in z.get(f"{prefix}.prior", ())))  # absent: an older file
 
 
 def phrase_arrays_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> list[str]:
-    """The phrase scope's ``counts_problems``: the counts' layout (:func:`_counts_problems`), then the image
+    """The phrase scope's ``counts_problems``: the counts' layout (:func:`dataset_problems`), then the image
     of each pair (the unit a resample draws) within the dataset's images."""
-    problems = _counts_problems(z, prefix, where)
+    problems = dataset_problems(z, prefix, where)
     image, n_images = z.get(f"{prefix}.image"), z.get(f"{prefix}.n_images")
     if image is None or n_images is None or image.dtype.kind not in "iu" or n_images.dtype.kind not in "iu" \
             or n_images.shape != () or image.shape != z.get(f"{prefix}.pair_case", np.zeros(0)).shape:
@@ -237,7 +205,7 @@ _LAYOUT = {"classes": ("U", ("C",)), "supported": ("b", ("C",)), "case_id": ("U"
            "b": ("iu", ("P", "T")), "br": ("iu", ("P", "T")), "grid": ("iu", (2,))}
 
 
-def _counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> list[str]:
+def dataset_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> list[str]:
     """What makes one dataset's arrays (``<prefix>.<field>``) unusable: missing fields, dtypes, shapes that
     disagree, indices out of range, counts beyond the grid. The kernels index with these values, so they are
     checked before any of them runs."""
@@ -286,83 +254,10 @@ def _counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> li
     return problems
 
 
-def _saved_scopes() -> list:
-    return [s for s in row_scopes(primary=False) if s.saved]
-
-
-def read_counts_file(path: str | os.PathLike, *, max_bytes: int = 1024 * 2**20
-                     ) -> tuple[dict[str, DatasetCounts], dict[str, dict]]:
-    """(class counts, {row scope: {dataset: counts}}) of a ``pair_counts.npz`` from outside, read once and
-    checked.
-
-    Read through :func:`xbench.schemas.inputs.load_npz` (regular file, no pickle, each member's declared size
-    checked against ``max_bytes`` before it is inflated), then every dataset's arrays against the layout above
-    (:func:`_counts_problems`; a row scope's by its ``counts_problems``). The second item holds every declared
-    scope that saves its counts ({} for a scope the file has no rows of). Raises
-    :class:`~xbench.schemas.errors.InputError`, one line per problem.
-    """
-    from xbench.schemas.errors import InputError
-    from xbench.schemas.inputs import load_npz
-
-    where = str(path)
-    z = load_npz(path, where=where, max_bytes=max_bytes)
-    names = z.get("datasets")
-    if names is None or names.dtype.kind != "U" or names.ndim != 1:
-        raise InputError([f"{where}: no 'datasets' list of names (not a pair_counts.npz)"])
-    names = [str(n) for n in names]
-    scopes = _saved_scopes()
-    scope_names: dict[str, list[str]] = {}
-    for scope in scopes:
-        listed = z.get(scope.counts_key)
-        if listed is not None and (listed.dtype.kind != "U" or listed.ndim != 1):
-            raise InputError([f"{where}: '{scope.counts_key}' must be a list of names"])
-        scope_names[scope.name] = [str(n) for n in listed] if listed is not None else []
-    problems = []
-    for group in (names, *scope_names.values()):
-        if len(set(group)) != len(group) or any(not n for n in group):
-            problems.append(f"{where}: dataset names must be unique and non-empty")
-    if problems:
-        raise InputError(problems)
-    for name in names:
-        problems += _counts_problems(z, name, where)
-    for scope in scopes:
-        check = scope.fn("counts_problems")
-        for name in scope_names[scope.name]:
-            problems += check(z, f"{name}.{scope.section}", where)
-    if problems:
-        raise InputError(problems[:20])
-    counts = {name: _get(z, name, name) for name in names}
-    return counts, {scope.name: _scope_from(z, scope, scope_names[scope.name]) for scope in scopes}
-
-
-def _scope_from(z, scope, names) -> dict:
-    load = scope.fn("load_counts")
-    return {name: load(z, f"{name}.{scope.section}", name) for name in names}
-
-
 def load_pair_counts(path: str | os.PathLike) -> dict[str, DatasetCounts]:
-    """Read a ``pair_counts.npz`` written by :func:`save_pair_counts`; returns {dataset: DatasetCounts}."""
+    """Read a ``pair_counts.npz`` written by :func:`xbench.score.sections.pair_counts.save_pair_counts`; returns {dataset: DatasetCounts}."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no pair_counts.npz here; run `xbench-score` with --out first.")
     with np.load(path, allow_pickle=False) as z:
-        return {name: _get(z, name, name) for name in (str(n) for n in z["datasets"])}
-
-
-def load_scope_counts(path: str | os.PathLike) -> dict[str, dict]:
-    """{row scope: {dataset: counts}} of a ``pair_counts.npz`` written by :func:`save_pair_counts`: every
-    declared scope that saves its counts, {} for one the file has no rows of (a file written before the
-    scope's counts were saved, or of a ground truth without such rows). A file from outside goes through
-    :func:`read_counts_file` instead."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no pair_counts.npz here; run `xbench-score` with --out first.")
-    with np.load(path, allow_pickle=False) as z:  # only the members named are read
-        return {scope.name: _scope_from(z, scope, [str(n) for n in z[scope.counts_key]] if scope.counts_key in z
-                                        else []) for scope in _saved_scopes()}
-
-
-def load_phrase_counts(path: str | os.PathLike) -> dict[str, PhraseCounts]:
-    """The phrase counts of a ``pair_counts.npz`` ({dataset: PhraseCounts}); {} for a file without phrase
-    rows (one written before they were saved, or of a ground truth without any)."""
-    return load_scope_counts(path)["phrase"]
+        return {name: dataset_from(z, name, name) for name in (str(n) for n in z["datasets"])}

@@ -28,7 +28,7 @@ The built-in metrics are the contract's (``pointing_game`` ... ``hamming_accurac
 grounding by lesion size (schema minor 1, see :data:`LESION_SIZES`).
 
 Scopes. A metric says which rows it is computed on (``scopes``, names of the row scopes declared in
-:mod:`xbench.score.sections.rowscope`): ``"class"`` (the positive pairs of a finding class: metrics.json "datasets")
+:mod:`xbench.score.sections.plugins`): ``"class"`` (the positive pairs of a finding class: metrics.json "datasets")
 or ``"phrase"`` (the phrase rows of a category: metrics.json "phrases", :mod:`xbench.score.sections.phrases`, whose
 counts are a DatasetCounts with the categories as classes), or any other declared scope; a scope's ``kinds``
 say which metric kinds its rows take (phrase rows: grounding only).
@@ -61,7 +61,6 @@ from xbench.score.metrics.grounding import FIXED_THRESHOLD_INDEX, dice_from_coun
 from xbench.score.kernels.maps import THRESHOLDS
 from xbench.score.metrics.params import POINTING_TOLERANCE, MetricParam, resolve
 from xbench.score.metrics.recognition_sums import RecognitionSums, f1_from_counts  # defined beside what builds it
-from xbench.score.sections.rowscope import row_scope, scope_names
 
 __all__ = [
     "Best",
@@ -166,7 +165,7 @@ class PairView:
 
 
 Kind = Literal["grounding", "recognition", "dataset"]
-Scope = str  # a declared row scope's name (:mod:`xbench.score.sections.rowscope`): "class", "phrase", ...
+Scope = str  # a declared row scope's name (:mod:`xbench.score.sections.plugins`): "class", "phrase", ...
 
 
 @dataclass(frozen=True)
@@ -210,12 +209,7 @@ class Metric:
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
-        names = scope_names()
-        if not self.scopes or any(s not in names for s in self.scopes):
-            raise ValueError(f"{self.key}: scopes must be a non-empty subset of {names}; got {self.scopes!r}.")
-        for s in self.scopes:  # e.g. phrase rows have no recognition labels
-            if self.kind not in row_scope(s).kinds:
-                raise ValueError(f"{self.key}: only {' / '.join(row_scope(s).kinds)} metrics take the {s} scope.")
+        _check_scopes(self)
         if self.kind == "grounding" and self.curve and self.threshold is None:
             raise ValueError(f"{self.key}: a curve metric needs a threshold rule (an index, Best or ChosenBy).")
         if self.kind == "grounding" and not self.curve and self.threshold is not None:
@@ -235,6 +229,36 @@ class Metric:
 #: Every metric, in metrics.json order within its kind. Change it only through :func:`register` /
 #: :func:`registered`.
 REGISTRY: dict[str, Metric] = {}
+
+
+#: {row scope: the metric kinds its rows take} and {key: Measure} of the sections' own values, installed by the
+#: section plug-ins when they are loaded (:func:`xbench.score.sections.plugins.sections`): this layer sits below
+#: them, so it is told rather than asking; None until then (the built-in metrics are checked when it comes)
+_SCOPES: dict[str, tuple[str, ...]] | None = None
+_MEASURES: dict[str, Measure] = {}
+
+
+def _check_scopes(m: Metric) -> None:
+    if not m.scopes:
+        raise ValueError(f"{m.key}: scopes must be a non-empty subset of the row scopes; got {m.scopes!r}.")
+    if _SCOPES is None:
+        return
+    if any(s not in _SCOPES for s in m.scopes):
+        raise ValueError(f"{m.key}: scopes must be a non-empty subset of {tuple(_SCOPES)}; got {m.scopes!r}.")
+    for s in m.scopes:  # e.g. phrase rows have no recognition labels
+        if m.kind not in _SCOPES[s]:
+            raise ValueError(f"{m.key}: only {' / '.join(_SCOPES[s])} metrics take the {s} scope.")
+
+
+def set_scopes(scopes: Mapping[str, tuple[str, ...]], measures: Mapping[str, Measure]) -> None:
+    """Install the row scopes ({name: metric kinds}) and the sections' measures; every registered metric is
+    checked against the scopes (ValueError: one naming an undeclared scope, or a kind its scope does not take)."""
+    global _SCOPES
+    _SCOPES = dict(scopes)
+    _MEASURES.clear()
+    _MEASURES.update(measures)
+    for m in REGISTRY.values():
+        _check_scopes(m)
 
 
 def register(m: Metric) -> Metric:
@@ -321,18 +345,9 @@ class Measure:
 
 def shown_as(key: str) -> Metric | Measure | None:
     """What prints ``key``: the registered metric, else the measure a declared row scope reports under that name
-    (:attr:`xbench.score.sections.rowscope.RowScope.measures`), else None (an unknown key prints as a share)."""
+    (:meth:`xbench.score.sections.kinds.Section.measures`, installed by :func:`set_scopes`), else None (an unknown key prints as a share)."""
     m = REGISTRY.get(key)
-    if m is not None:
-        return m
-    from xbench.score.sections.rowscope import row_scopes
-
-    for scope in row_scopes(primary=False):
-        if scope.measures is not None:
-            got = scope.fn("measures")().get(key)
-            if got is not None:
-                return got
-    return None
+    return m if m is not None else _MEASURES.get(key)
 
 
 def metric_params(given: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -36,7 +36,8 @@ import numpy as np
 from xbench.schemas.paths import PublishedDir, check_output, write_marker
 
 from xbench.score.metrics import registry as R
-from xbench.score.kernels.counts import DatasetCounts, save_pair_counts
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.sections.pair_counts import save_pair_counts
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: writing pairs.parquet never needs it (0.3-0.5 s)
     import pandas as pd
@@ -415,11 +416,11 @@ def write_into(result, folder: str | os.PathLike, *, formats: Iterable[str] = ("
     from xbench.score.outputs.tables import write_tables
 
     paths += write_tables({label: metrics}, folder)
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
-    for scope in row_scopes(primary=False):  # each section's own files, only when metrics.json has the section
-        if scope.write_tables is not None and scope.section in metrics:
-            paths += scope.fn("write_tables")(metrics, folder, label)
+    for scope in sections(primary=False):  # each section's own files, only when metrics.json has the section
+        if scope.section in metrics:
+            paths += scope.write_tables(metrics, folder, label)
     if "codabench" in formats:
         paths.append(folder / "scores.json")
         paths[-1].write_text(json.dumps(flat_scores(metrics, intervals=True), indent=2, allow_nan=False) + "\n")

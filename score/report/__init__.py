@@ -91,7 +91,7 @@ def comparison_csv(rows, a_name: str, b_name: str, *, header: bool = True) -> st
     import csv
     import io
 
-    from xbench.score.outputs.tables import csv_cell
+    from xbench.score.cells import csv_cell
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -112,7 +112,8 @@ def comparison_markdown(rows, a_name: str, b_name: str, *, title: str | None = N
     """Markdown table of paired differences A - B in percentage points, * where the difference is significant
     (Holm-adjusted p below alpha: :func:`xbench.score.resampling.engine.significant`), the 95 % CI, the p-value (floored
     at 1/(B+1)) and its Holm adjustment (set on ``rows`` by the caller)."""
-    from xbench.score.outputs.tables import METRIC_TITLES, md_cell, shown_value
+    from xbench.score.cells import md_cell
+    from xbench.score.table import METRIC_TITLES, shown_value
 
     title = md_cell(title) if title else f"{md_cell(a_name)} vs {md_cell(b_name)}"
     lines = [f"### {title}", "",
@@ -206,7 +207,7 @@ def _figures(results, out: Path, fig_dir: Path, size_bins: str, computed: dict, 
 
 
 def _track_sections(page: str, pages: list, checks) -> str:
-    """The page with each declared section's fragment (:mod:`xbench.score.sections.rowscope` ``page``: human ceilings,
+    """The page with each declared section's fragment (:meth:`xbench.score.sections.kinds.Section.page`: human ceilings,
     robustness, faithfulness before the figures; text probes at the end), then the sanity checks; the
     definitions stay last. A section no result has adds nothing."""
     from xbench.score.report.html import DEFINITIONS_AT, FIGURES_AT, insert_before
@@ -222,16 +223,16 @@ def _track_sections(page: str, pages: list, checks) -> str:
 def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict, skipped: list) -> list:
     """Each other row scope's table and the paired gaps: their Markdown joins ``md``, their CSVs ``files``;
     returns [(section, table)] for index.html."""
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import row_scopes
 
     scope_tables = []  # [(section, table)] for index.html
     for scope in row_scopes(primary=False):  # each other row scope's table beside the class tables (phrases)
-        s_rows = scope.fn("table_rows")(results) if scope.table_rows else []
+        s_rows = scope.table_rows(results)
         if s_rows:
-            md.append(scope.fn("markdown")(s_rows))
-            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.fn("csv")(s_rows))
+            md.append(scope.markdown(s_rows))
+            files["tables"].append(str(_write_text(out / f"{scope.section}.csv", scope.csv(s_rows))
                                        .relative_to(out)))
-        table = scope.fn("table")(results) if scope.table else None
+        table = scope.table(results)
         if table is not None:
             scope_tables.append((scope.section, table))
     gap_md = []
@@ -254,7 +255,7 @@ def _scope_and_gap_tables(results, gaps: list, out: Path, md: list, files: dict,
 def _markdown_head(title: str, results: list[Result], bootstrap: int) -> list[str]:
     """leaderboard.md's first lines: the title, the models, and the resamples behind the intervals (per model when
     the results were scored with different counts, as the page says)."""
-    from xbench.score.outputs.tables import md_cell
+    from xbench.score.cells import md_cell
     from xbench.score.report.html import _resamples_note
 
     return [f"# {md_cell(title)}", "", "Models: " + ", ".join(md_cell(r.name) for r in results), "",
@@ -267,8 +268,8 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
     from tqdm import tqdm
 
     from xbench.score.report.html import render_html
-    from xbench.score.outputs.tables import (dataset_order, extra_tables, grounding_table, md_cell, per_class_table,
-                                     recognition_table)
+    from xbench.score.cells import md_cell
+    from xbench.score.outputs.tables import dataset_order, extra_tables, grounding_table, per_class_table, recognition_table
 
     previous = _previous_files(out)
     fig_dir = out / "figures"
@@ -310,9 +311,9 @@ def _build_report(out: Path, results: list[Result], *, images, gt, submissions, 
 
     files["tables"].append(str(_write_text(out / "leaderboard.txt", leaderboard_text(results, computed) + "\n")
                                .relative_to(out)))
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
-    pages = [(s.page_at, *s.fn("page")(results)) for s in row_scopes(primary=False) if s.page is not None]
+    pages = [(s.page_at, *s.page(results)) for s in sections(primary=False)]
     pages.append(_own_boxes(results, images, gt, submissions, out, files, skipped))
     md += [line for _, lines, _ in pages for line in lines]  # each section's Markdown (human ceilings)
     checks = read_sanity(sanity)
@@ -444,7 +445,7 @@ def _sanity_rows(checks):
 
 
 def sanity_markdown(checks) -> str:
-    from xbench.score.outputs.tables import md_cell
+    from xbench.score.cells import md_cell
 
     lines = ["## Do the maps depend on the weights? (xbench sanity, Adebayo et al. 2018)", "",
              "Similarity of the maps to the original ones once the weights are re-initialised (last step).", "",

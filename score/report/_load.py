@@ -59,7 +59,7 @@ class Result:
     xbench.score.kernels.counts.DatasetCounts} from pair_counts.npz, or None; case_ids: dataset -> (N,) case ids
     (from pair_counts.npz, else from pairs.parquet in first-seen order), used to pair cases; scope_counts:
     {row scope: {dataset: counts}} of every other declared row scope that pair_counts.npz holds rows of
-    (:mod:`xbench.score.sections.rowscope`), as ``ScoreResult.scope_counts``.
+    (:mod:`xbench.score.sections.plugins`), as ``ScoreResult.scope_counts``.
     """
 
     name: str
@@ -167,11 +167,11 @@ def metric_groups(results) -> tuple[str, ...]:
     holds (in its ``overall`` or a row scope's): registered while the report or a comparison runs, so the
     metrics a result was scored with are listed, and results without them keep every output unchanged."""
     from xbench.score.metrics import registry as R
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections as all_sections
 
     keys: set[str] = set()
     for r in results:
-        sections = [r.metrics] + [r.metrics.get(s.section) for s in row_scopes(primary=False)]
+        sections = [r.metrics] + [r.metrics.get(s.section) for s in all_sections(primary=False)]
         for sec in sections:
             overall = sec.get("overall") if isinstance(sec, dict) else None
             if isinstance(overall, dict):
@@ -632,8 +632,8 @@ def read_phrase_counts(path: Path) -> dict:
 
 def read_counts(path: Path) -> tuple[dict, dict]:
     """(class counts, {row scope: {dataset: counts}}) of one pair_counts.npz, read once, bounded and checked
-    (:func:`xbench.score.kernels.counts.read_counts_file`)."""
-    from xbench.score.kernels.counts import read_counts_file
+    (:func:`xbench.score.sections.pair_counts.read_counts_file`)."""
+    from xbench.score.sections.pair_counts import read_counts_file
 
     try:
         return read_counts_file(path, max_bytes=_file_cap())

@@ -122,7 +122,7 @@ def compare(a_dir, b_dir, max_memory, timeout, **params):
 
     apply_budget("xbench compare", max_memory, timeout)
     if (Path(b_dir) / "human.json").is_file():  # B is the output of `xbench human`: A against the human row
-        from xbench.score.sections.human.compare import compare_human
+        from xbench.score.report.human_compare import compare_human
 
         return compare_human(a_dir, b_dir, bootstrap=bootstrap, seed=seed, per_class=per_class, out_csv=out_csv,
                              quiet=quiet, as_json=as_json)
@@ -174,12 +174,12 @@ def _compare(a, b, a_dir, b_dir, bootstrap, seed, per_class, out_csv, quiet, as_
 
 def _section_lines(a, b) -> dict[str, list[str]]:
     """{section: lines} of every declared section with a ``compare`` hook that both results hold."""
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
     out = {}
-    for s in row_scopes(primary=False):
-        if s.compare is not None and s.section in a.metrics and s.section in b.metrics:
-            lines = s.fn("compare")(a, b)
+    for s in sections(primary=False):
+        if s.section in a.metrics and s.section in b.metrics:
+            lines = s.compare(a, b)
             if lines:
                 out[s.section] = [escape_text(str(line)) for line in lines]
     return out

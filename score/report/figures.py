@@ -26,7 +26,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from xbench.score.metrics import registry as R
-from xbench.score.outputs.tables import DATASET_TITLES, ci_of, dataset_order, value_of
+from xbench.score.outputs.tables import ci_of, dataset_order, value_of
+from xbench.score.table import DATASET_TITLES
 
 from xbench.score.report._load import Result
 

@@ -6,8 +6,10 @@ report directory can be copied or served as it is; every link points inside the 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 from pathlib import Path
+
+from xbench.score.cells import html_box as _box
+from xbench.score.cells import html_text as _e
 
 __all__ = ["DEFINITIONS_AT", "FIGURES_AT", "OVERLAYS_OPEN", "insert_before", "model_notes", "render_html"]
 
@@ -141,24 +143,6 @@ def _pointing_key(r):
     return (not isinstance(v, (int, float)), -(v if isinstance(v, (int, float)) else 0.0), r.name)
 
 
-def _e(s) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _box(table_html: str) -> str:
-    """A table in a box of its own that scrolls (sideways and down, the header row and model column kept in view),
-    its caption moved below the box as a paragraph: inside a table a caption is as wide as the table, so a wide
-    table's caption would scroll out of view with its last columns."""
-    import re
-
-    m = re.search(r"<caption>(.*?)</caption>", table_html, flags=re.S)
-    caption = ""
-    if m:
-        table_html = table_html[:m.start()] + table_html[m.end():]
-        caption = f'<p class="caption">{m.group(1)}</p>'
-    return f'<div class="scroll">{table_html}</div>{caption}'
-
-
 def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
     if not svg:  # a raster figure (the overlays): the PNG is the figure
         return (f'<figure><a href="{_e(rel_png)}"><img src="{_e(rel_png)}" alt="{_e(caption)}"></a>'
@@ -170,7 +154,7 @@ def _fig(rel_png: str, caption: str, *, svg: bool = True) -> str:
 
 def _gaps_html(gaps) -> str:
     from xbench.score.report.paired import floor_note, format_p, p_note
-    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
+    from xbench.score.table import METRIC_TITLES, shown_value
 
     rows = []
     # B too small for any gap to pass Holm: the cells say so instead of "within noise" (nothing was decided)
@@ -235,8 +219,8 @@ def _partial_html(results) -> str:
 def render_html(*, title, results, main_tables, per_class, gaps, figures, overlay_files, skipped, files,
                 bootstrap=None, phrases=None, overlay_captions=None, scope_tables=None) -> str:
     """The whole page as a string (UTF-8, HTML5). ``scope_tables``: [(metrics.json section, table)] of the
-    other row scopes (:mod:`xbench.score.sections.rowscope`; the phrase-grounding table,
-    :func:`xbench.score.outputs.tables.phrase_table`), each shown after the leaderboard with a link to its CSV when
+    other row scopes (:mod:`xbench.score.sections.plugins`; the phrase-grounding table,
+    :func:`xbench.score.sections.plugins.phrases.phrase_table`), each shown after the leaderboard with a link to its CSV when
     that was written; ``phrases`` alone is ``[("phrases", phrases)]``."""
     scope_tables = list(scope_tables or []) + ([("phrases", phrases)] if phrases is not None else [])
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from xbench.schemas.paths import NameTable
-from xbench.score.outputs.tables import DATASET_TITLES
+from xbench.score.table import DATASET_TITLES
 
 from xbench.score.report._load import Result
 from xbench.score.report.figures import plain, save_figure

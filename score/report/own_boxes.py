@@ -220,7 +220,7 @@ def _cells(row: dict) -> list[str]:
 
 
 def own_boxes_markdown(rows: list[dict]) -> list[str]:
-    from xbench.score.outputs.tables import md_cell
+    from xbench.score.cells import md_cell
 
     if not rows:
         return []
@@ -242,7 +242,7 @@ def own_boxes_html(rows: list[dict]) -> str:
 
 
 def own_boxes_csv(rows: list[dict]) -> str:
-    from xbench.score.outputs.cells import csv_cell
+    from xbench.score.cells import csv_cell
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

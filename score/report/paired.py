@@ -19,7 +19,7 @@ import numpy as np
 from xbench.score.resampling import bootstrap as BS
 
 from xbench.score.resampling import engine as RS
-from xbench.score.sections.rowscope import row_scopes
+from xbench.score.sections.plugins import sections
 
 from xbench.score.report._load import ReportInputError, Result
 
@@ -171,7 +171,7 @@ def shown_once(rows: list[ComparisonRow]) -> tuple[list[ComparisonRow], dict[str
 def scope_title(scope: str, repeats: dict[str, str]) -> str:
     """A comparison table's scope heading: "Overall", a dataset's title, or a section's scope as it is; with
     " (= X, the only dataset)" where :func:`shown_once` left out the repeated block X."""
-    from xbench.score.outputs.tables import DATASET_TITLES
+    from xbench.score.table import DATASET_TITLES
 
     def title(x: str) -> str:
         return "Overall" if x == "overall" else DATASET_TITLES.get(x, x)
@@ -192,8 +192,8 @@ def _pairing_problems(a: Result, b: Result) -> list[str]:
     if not problems:
         sa, sb = _scope_counts(a), _scope_counts(b)
         problems = [f"{a.path} vs {b.path}: {p}" for p in BS.ground_truth_problems(a.counts, b.counts)
-                    + [q for s in row_scopes(primary=False) if s.ground_truth_problems
-                       for q in s.fn("ground_truth_problems")(sa.get(s.name, {}), sb.get(s.name, {}))]]
+                    + [q for s in sections(primary=False)
+                       for q in s.ground_truth_problems(sa.get(s.name, {}), sb.get(s.name, {}))]]
     if any("needs pair_counts.npz" not in p for p in problems):
         problems.append(SAME_GT_FIX)  # every other refusal is a difference of ground truth: say how to pair them
     return problems
@@ -222,7 +222,7 @@ def compare_results(a: Result, b: Result, *, bootstrap: int = 1000, seed: int = 
                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
     """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
     (and class): :func:`xbench.score.resampling.bootstrap.paired_bootstrap` on the two results' pair counts; then, for
-    every other declared row scope whose counts pair_counts.npz holds (:mod:`xbench.score.sections.rowscope`), its
+    every other declared row scope whose counts pair_counts.npz holds (:mod:`xbench.score.sections.plugins`), its
     rows, e.g. the phrase metrics of the datasets whose phrase rows both scored (``scope`` "phrases" for the
     mean over datasets, "phrases/<dataset>" per dataset; ``cls`` None for the summary, "all phrases", or a
     category), resampled by image as for their metrics.json phrase intervals.
@@ -248,7 +248,7 @@ def compare_results(a: Result, b: Result, *, bootstrap: int = 1000, seed: int = 
     # grow comparisons of it (its metrics.json has no value to compare with); per row scope, from its section
     known = {None: set(a.metrics.get("overall", {})) & set(b.metrics.get("overall", {}))}
     known.update({s.section: set(_section_overall(a, s.section)) & set(_section_overall(b, s.section))
-                  for s in row_scopes(primary=False)})
+                  for s in sections(primary=False)})
     return [ComparisonRow(_name(r["dataset"]) or "overall", _name(r["class"]), r["metric"],
                           _opt(r["a"]), _opt(r["b"]), _opt(r["diff"]), _opt(r["diff_lo"]), _opt(r["diff_hi"]),
                           _floored(_opt(r["p_value"]), int(r["n_valid"])), int(r["n_valid"]),
@@ -271,7 +271,7 @@ def _section_of(dataset) -> str | None:
     """The metrics.json section of a comparison row: a row scope's rows name it as ``dataset`` ("phrases" or
     "phrases/<dataset>"; dataset keys contain no "/"); None for the class rows."""
     if isinstance(dataset, str):
-        for s in row_scopes(primary=False):
+        for s in sections(primary=False):
             if dataset == s.section or dataset.startswith(s.section + "/"):
                 return s.section
     return None

@@ -126,7 +126,7 @@ def overall_lines(overall: dict, ci: dict | None = None) -> list[str]:
 def comparison_text(rows, a_name: str, b_name: str) -> str:
     """``xbench compare`` for a terminal: the rows of the Markdown table (score/report/__init__.py's
     ``comparison_markdown``) as aligned plain text, grouped by scope; the p-value note as wrapped text."""
-    from xbench.score.outputs.tables import METRIC_TITLES, shown_value
+    from xbench.score.table import METRIC_TITLES, shown_value
 
     from xbench.score.resampling.engine import ALPHA
 

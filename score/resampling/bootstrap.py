@@ -42,7 +42,7 @@ from xbench.score.resampling.intervals import percentile_interval, percentile_in
 from xbench.score.resampling.replicates import dataset_replicates, recognition_replicates, serial_blas  # noqa: F401
 from xbench.score.resampling.intervals import mean_defined
 from xbench.score.sections.phrases import ALL_PHRASES, PHRASE_SCOPE, phrase_ground_truth_problems, phrase_points
-from xbench.score.sections.rowscope import row_scopes
+from xbench.score.sections.plugins import sections
 
 if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
     import pandas as pd
@@ -279,12 +279,12 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     per_class : also compare every class, not only the dataset and overall means.
     cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
         submission's replicates are computed once however many comparisons it takes part in.
-    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.kernels.counts.load_phrase_counts`):
+    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.sections.pair_counts.load_phrase_counts`):
         the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
         metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
         "phrases/<dataset>", see :func:`paired_phrase_rows`).
     scopes_a, scopes_b : optional {row scope name: {dataset: counts}} of every other declared row scope
-        (:mod:`xbench.score.sections.rowscope`; ``phrases_a`` is ``{"phrase": phrases_a}``): each scope's rows follow
+        (:mod:`xbench.score.sections.plugins`; ``phrases_a`` is ``{"phrase": phrases_a}``): each scope's rows follow
         the class rows, in declaration order, from the scope's ``paired_rows``.
     with_tests : add a column ``test``, each row's :func:`xbench.score.resampling.intervals.test_identity` (rows with the
         same one are one test: :func:`holm_family` counts them once); None for a scope's rows that lack it.
@@ -302,10 +302,10 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     extra_a = {**({"phrase": phrases_a} if phrases_a else {}), **(scopes_a or {})}
     extra_b = {**({"phrase": phrases_b} if phrases_b else {}), **(scopes_b or {})}
     pairs = [(scope, a, b) if scope.section is None else (scope, extra_a.get(scope.name), extra_b.get(scope.name))
-             for scope in row_scopes()]  # the primary (class) scope first, then the others in declaration order
+             for scope in sections()]  # the primary (class) scope first, then the others in declaration order
     pairs = [(scope, sa, sb) for scope, sa, sb in pairs if scope.section is None or (sa and sb and set(sa) & set(sb))]
     for scope, sa, sb in pairs:  # every scope's ground truth is checked before any work, scope by scope
-        problems = scope.fn("ground_truth_problems")(sa, sb) if scope.ground_truth_problems else []
+        problems = scope.ground_truth_problems(sa, sb)
         if problems:
             from xbench.score.errors import GroundTruthMismatchError
 
@@ -314,7 +314,7 @@ def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCoun
     columns = PAIRED_COLUMNS + ["test"] if with_tests else PAIRED_COLUMNS
     table, rows = None, []
     for scope, sa, sb in pairs:
-        compare = scope.fn("paired_rows")
+        compare = scope.paired_rows
         if scope.section is None:
             import pandas as pd
 

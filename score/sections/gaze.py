@@ -1,6 +1,6 @@
 """The gaze section: models' maps scored against where radiologists looked (issue 37; contract §Gaze rows).
 
-Declared as the row scope ``"gaze"`` (:mod:`xbench.score.sections.rowscope`, metrics.json section ``"gaze"``), present
+Declared as the row scope ``"gaze"`` (:mod:`xbench.score.sections.plugins`, metrics.json section ``"gaze"``), present
 only when the ground truth holds gaze (gt.zarr ``gaze_*`` arrays, docs/how-to/gaze.md): a run without them gives the
 outputs it always gave. Every behaviour is a standalone function referenced lazily by the declaration.
 
@@ -370,7 +370,7 @@ def score_gaze(sub, gt, names, *, bootstrap: int = 1000, seed: int = 0, where: s
     cases = cases or {}
     from xbench.score.resampling.engine import prior_units
 
-    from xbench.score.sections.rowscope import scored_units
+    from xbench.score.sections.units import scored_units
 
     units = scored_units(sub, gt, names, cases)
     for name in sorted(names):
@@ -505,7 +505,7 @@ def gaze_markdown(rows: list[dict]) -> str:
     head = ["model", "dataset", "rows", "scope", "n", *(TITLES[m] for m in G.MEASURES), *shares]
     out = ["## Gaze (the saliency benchmark's measures against radiologists' gaze)", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    from xbench.score.outputs.cells import md_cell
+    from xbench.score.cells import md_cell
 
     for row in rows:
         if row["rows"] == "regions":
@@ -572,7 +572,7 @@ def gaze_table(results) -> object | None:
     """The report's gaze table (index.html; leaderboard.md shows :func:`gaze_markdown`): a row per (model,
     dataset, rows, scope) of :func:`gaze_rows` with the six measures and their 95 % intervals, the region rows'
     two shares in columns of their own; None when no result has the section."""
-    from xbench.score.outputs.tables import Cell, Table
+    from xbench.score.table import Cell, Table
 
     rows = gaze_rows(list(results.values()) if isinstance(results, Mapping) else results)
     if not rows:

@@ -10,12 +10,12 @@ statistic of the same counting pass (declared for phrase rows in :mod:`xbench.sc
 :func:`xbench.score.metrics.cnr.cnr_of_pairs`), the counts' per-row column ``registry.CNR_COLUMN``. What stays
 phrase-specific is the view (here) and that the bootstrap resamples images, not phrase rows
 (:func:`xbench.score.resampling.bootstrap.phrase_replicates`, :func:`~xbench.score.resampling.bootstrap.paired_phrase_rows`).
-The phrase rows are the "phrase" row scope (:mod:`xbench.score.sections.rowscope`: its unit, section, row source, paired
+The phrase rows are the "phrase" row scope (:mod:`xbench.score.sections.plugins`: its unit, section, row source, paired
 rows and tables are declared there, and scoring, paired comparisons and the report loop over the scopes).
 Every metric is an entry of the metric registry with the phrase scope (:mod:`xbench.score.metrics.registry`):
 this module holds the phrase-row source (the view and :func:`phrase_counts`), the point estimates per
 category (the class code's, :func:`phrase_points`) and the phrase table's rows; the metrics.json "phrases"
-section is assembled by :func:`xbench.score.scoring.score_phrases`.
+section is assembled by :func:`xbench.score.sections.plugins.phrases.score_phrases`.
 
 CNR: see :mod:`xbench.score.metrics.cnr` (contract §Phrase grounding).
 
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from xbench.score.metrics import registry as R
-from xbench.score.outputs.cells import md_cell
+from xbench.score.cells import md_cell
 from xbench.score.metrics.cnr import cnr_of_pairs  # noqa: F401  (its home before it became a per-pair statistic)
 from xbench.score.kernels.counting import count_dataset
 from xbench.score.kernels.counts import PhraseCounts

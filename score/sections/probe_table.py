@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xbench.score.sections.probes import COLUMNS, probe_rows
-from xbench.score.outputs.tables import Cell, Table, write_table
+from xbench.score.table import Cell, Table, write_table
 
 __all__ = ["probe_table", "write_probe_table"]
 
@@ -36,13 +36,14 @@ def write_probe_table(results, out_dir) -> list[Path]:
 
 
 def section_tables(metrics: dict, folder, label: str) -> list[Path]:
-    """The track's files beside metrics.json (:mod:`xbench.score.sections.rowscope`)."""
+    """The track's files beside metrics.json (:mod:`xbench.score.sections.plugins`)."""
     return write_probe_table({label: metrics}, folder)
 
 
 def page(results) -> tuple[list[str], str]:
     """The report's text-probe section: no Markdown, the table for index.html ("" when no result has probes)."""
-    from xbench.score.report.html import _box, _e
+    from xbench.score.cells import html_box as _box
+    from xbench.score.cells import html_text as _e
 
     t = probe_table([(r.name, r.metrics) for r in results])
     return [], "" if t is None else f"<h2>{_e(t.title)}</h2>{_box(t.to_html())}"

@@ -281,7 +281,7 @@ def probe_rows(results) -> list[dict]:
 
 
 def run_section(run, *, bootstrap: int, seed: int, metric_params=None, timings=None) -> dict:
-    """The "text_probes" track's section from an opened scoring run (:mod:`xbench.score.sections.rowscope`)."""
+    """The "text_probes" track's section from an opened scoring run (:mod:`xbench.score.sections.plugins`)."""
     return score_probes(run.sub, run.gt, run.scored, bootstrap=bootstrap, seed=seed,
                         cases={d: run.aligned[d][0] >= 0 for d in run.partial},
                         units={d: int(np.count_nonzero(run.aligned[d][0] >= 0)) for d in run.scored})

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from xbench.score.outputs.tables import DATASET_TITLES, Cell, Table, write_table
+from xbench.score.table import DATASET_TITLES, Cell, Table, write_table
 
 #: (metrics.json key, where it is read, column header); every value printed in percent (rho x 100)
 COLUMNS = (
@@ -102,13 +102,14 @@ def write_robustness_table(results: Mapping[str, dict], out_dir: str | os.PathLi
 
 
 def section_tables(metrics: dict, folder, label: str) -> list[Path]:
-    """The track's files beside metrics.json (:mod:`xbench.score.sections.rowscope`)."""
+    """The track's files beside metrics.json (:mod:`xbench.score.sections.plugins`)."""
     return write_robustness_table({label: metrics}, folder)
 
 
 def page(results) -> tuple[list[str], str]:
     """The report's robustness section: no Markdown, the table for index.html ("" when no result has one)."""
-    from xbench.score.report.html import _box, _e
+    from xbench.score.cells import html_box as _box
+    from xbench.score.cells import html_text as _e
 
     t = robustness_table({r.name: r.metrics for r in results})
     return [], "" if t is None else f"<h2>{_e(t.title)}</h2><p>{_e(t.caption)}</p>{_box(t.to_html())}"

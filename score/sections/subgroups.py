@@ -434,7 +434,7 @@ def counts_problems(z: Mapping[str, np.ndarray], prefix: str, where: str) -> lis
 
 def load_counts(z: Mapping[str, np.ndarray], prefix: str, name: str) -> SubgroupCounts:
     """The scope's ``load_counts``: the inverse of :func:`save_counts` (with the dataset's class counts)."""
-    from xbench.score.kernels.counts import _get as class_counts
+    from xbench.score.kernels.counts import dataset_from as class_counts
 
     return SubgroupCounts(np.asarray(z[f"{prefix}.group"], dtype=str), tuple(str(f) for f in z[f"{prefix}.by"]),
                           tuple(float(x) for x in z[f"{prefix}.age_bands"]), int(z[f"{prefix}.min_group"]),
@@ -526,7 +526,7 @@ def write_subgroup_tables(metrics: dict, folder, label: str) -> list:
     ``table_subgroups.md`` (per dataset and metric: worst group, gap, interval, p)."""
     from pathlib import Path
 
-    from xbench.score.outputs.cells import md_cell
+    from xbench.score.cells import md_cell
 
     sec = metrics.get(SECTION) or {}
     keys = sec.get("keys", [])
@@ -609,7 +609,7 @@ def page(results) -> tuple[list[str], str]:
     ([], "") when no result holds one."""
     import html
 
-    from xbench.score.outputs.cells import md_cell
+    from xbench.score.cells import md_cell
 
     rows = page_rows(results)
     if not rows:

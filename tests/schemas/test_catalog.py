@@ -43,7 +43,8 @@ def test_the_vocabulary_maps_every_key():
 
 
 def test_tables_take_titles_and_order_from_the_catalog():
-    from xbench.score.outputs.tables import DATASET_TITLES, dataset_order
+    from xbench.score.outputs.tables import dataset_order
+    from xbench.score.table import DATASET_TITLES
 
     assert DATASET_TITLES == catalog.titles()
     assert list(DATASET_TITLES) == list(catalog.table_order())

@@ -73,9 +73,9 @@ def test_the_phrase_minors_of_each_store():
 
 
 def test_each_section_declares_the_tables_minor():
-    from xbench.score.sections.rowscope import row_scopes
+    from xbench.score.sections.plugins import sections
 
-    scopes = {s.section: s.minor for s in row_scopes(primary=False)}
+    scopes = {s.section: s.minor for s in sections(primary=False)}
     assert scopes == {feature: m for (kind, feature), m in MINORS.items() if kind == "metrics" and feature in scopes}
     # every metrics.json row of the table is a section's, but the partial keys (a run on part of the cases)
     assert {f for k, f in MINORS if k == "metrics"} - set(scopes) == {"partial"}

@@ -15,7 +15,8 @@ those files, one module per concern:
 * :mod:`.section`: the ``human`` section of a model's metrics.json (metrics minor 6): beside each grounding value
   the ceiling, its interval, % of human, the percentage decrease and the paired gap model - human;
 * :mod:`.tables`: its rows, ``table_human.csv`` / ``.md`` and the terminal's "human ceiling" lines;
-* :mod:`.compare`: ``xbench compare RESULTS HUMAN_DIR``;
+* ``xbench compare RESULTS HUMAN_DIR`` is the report's (:mod:`xbench.score.report.human_compare`: it reads result
+  folders, a layer above the sections);
 * :mod:`.page`: the report page's section.
 
 The rule is written out in docs/contract.md ("Human ceilings") and docs/how-to/human.md.

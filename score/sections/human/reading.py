@@ -113,7 +113,7 @@ def load_human(folder: str | os.PathLike) -> HumanSource:
     plain folder name, a file outside the folder (a link leaving it), or counts that do not hold the dataset."""
     from xbench.schemas.inputs import DEFAULT, parse_json, read_bytes
 
-    from xbench.score.kernels.counts import read_counts_file
+    from xbench.score.sections.pair_counts import read_counts_file
 
     folder = Path(folder)
     path = folder / HUMAN_FILE

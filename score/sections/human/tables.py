@@ -128,5 +128,5 @@ def simulated(metrics: Mapping) -> bool:
 
 
 def section_tables(metrics: Mapping, folder, label: str) -> list[Path]:
-    """The human section's files beside metrics.json (:mod:`xbench.score.sections.rowscope`)."""
+    """The human section's files beside metrics.json (:mod:`xbench.score.sections.plugins`)."""
     return write_human_tables(metrics, folder)

@@ -13,7 +13,8 @@ import pytest
 
 from score_stores import make_gt, make_submission, run_score_cli
 from xbench.schemas.store import store_sha256
-from xbench.score.outputs.tables import Cell, Table, csv_cell, md_cell, write_table
+from xbench.score.cells import csv_cell, md_cell
+from xbench.score.table import Cell, Table, write_table
 
 
 run = run_score_cli

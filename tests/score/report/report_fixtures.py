@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from xbench.score.kernels.counts import DatasetCounts, save_pair_counts
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.sections.pair_counts import save_pair_counts
 from sklearn.metrics import accuracy_score, average_precision_score, f1_score, roc_auc_score
 
 TAUS = np.arange(101) / 100.0

@@ -26,7 +26,7 @@ def _human(result_dir, reader_dir, folder):
     ``human`` section it gives ``result_dir``'s metrics.json (the functions of score/sections/human/)."""
     import numpy as np
 
-    from xbench.score.kernels.counts import read_counts_file
+    from xbench.score.sections.pair_counts import read_counts_file
     from xbench.score.metrics.grounding import FIXED_THRESHOLD_INDEX
     from xbench.score.sections.human.ceiling import ReaderReading
     from xbench.score.sections.human.reading import READING_FILE, load_human, save_reading
@@ -193,7 +193,7 @@ def test_overlays_are_folded_but_the_top_models(page):
 
 def test_phrase_table_shows_the_means_and_folds_the_categories():
     from xbench.score.report.html import _scope_html
-    from xbench.score.outputs.tables import Cell, Table
+    from xbench.score.table import Cell, Table
 
     t = Table(title="Phrase grounding", key="phrases", columns=[(None, None, "cnr")], caption="c",
               index=("Model", "Dataset", "Category", "Phrases"))
@@ -207,7 +207,7 @@ def test_phrase_table_shows_the_means_and_folds_the_categories():
 
 
 def test_phrase_caption_explains_the_signed_cnr():
-    from xbench.score.outputs.tables import phrase_table
+    from xbench.score.sections.plugins.phrases import phrase_table
 
     metrics = {"phrases": {"datasets": {"phantom": {"n_phrases": 2, "summary": {"cnr": 1.0, "cnr_signed": -1.0},
                                                     "categories": {}}}}}

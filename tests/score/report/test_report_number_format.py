@@ -10,7 +10,8 @@ import numpy as np
 
 from xbench.score.metrics import registry as R
 from xbench.score.report import build_report
-from xbench.score.outputs.tables import Cell, Table, mark_columns, write_tables
+from xbench.score.outputs.tables import mark_columns, write_tables
+from xbench.score.table import Cell, Table
 
 # a per-pair ratio (not a fraction): shown as is, 2 decimals, lower is better
 RATIO = R.Metric("ratio_x", "A ratio", "Ratio", "grounding", lambda v: v.hit.astype(np.float64), fmt="number",

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from xbench.score.report import load_results
-from xbench.score.outputs.tables import Cell, Table, grounding_table, mark_columns, per_class_table
+from xbench.score.outputs.tables import grounding_table, mark_columns, per_class_table
+from xbench.score.table import Cell, Table
 
 
 def _read_csv(path):

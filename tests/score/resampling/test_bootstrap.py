@@ -9,7 +9,8 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from xbench.score.resampling import bootstrap as BS
 
 from xbench.score.resampling import engine as RS
-from xbench.score.kernels.counts import DatasetCounts, load_pair_counts, save_pair_counts
+from xbench.score.kernels.counts import DatasetCounts, load_pair_counts
+from xbench.score.sections.pair_counts import save_pair_counts
 from xbench.score.metrics.grounding import dice_from_counts, iou_from_counts
 from xbench.score.kernels.maps import grounding_counts
 

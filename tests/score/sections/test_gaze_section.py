@@ -202,7 +202,8 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     assert "image rows" in line and f"readers' own {ceiling['human']['nss']:.2f}" in line, line
     assert ("near chance" in line) == (abs(ceiling["human"]["auc_shuffled"] - 0.5) <= 0.05), line
     from xbench.score.resampling.bootstrap import paired_bootstrap
-    from xbench.score.kernels.counts import load_pair_counts, load_scope_counts
+    from xbench.score.kernels.counts import load_pair_counts
+    from xbench.score.sections.pair_counts import load_scope_counts
 
     sa, sb = (load_scope_counts(tmp_path / n / "pair_counts.npz") for n in ("sub", "other"))
     assert set(sa["gaze"]) == {"phantom"}

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from xbench.schemas.errors import InputError
-from xbench.score.kernels.counts import DatasetCounts, save_pair_counts
+from xbench.score.kernels.counts import DatasetCounts
+from xbench.score.sections.pair_counts import save_pair_counts
 from xbench.score.sections.human.ceiling import (CHEXLOCALIZE_KEYS, KEYS, ReaderReading, ceiling, chexlocalize_block,
                                         percent_of_human, percentage_decrease, reader_pairs, with_hits)
 from xbench.score.sections.human.reading import READING_FILE, load_human, save_reading

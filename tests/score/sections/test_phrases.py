@@ -197,7 +197,7 @@ def test_phrase_bootstrap_resamples_images(tmp_path, before):
     B resamples of integers(0, n, n) first (``before``: their case counts), then this one's images."""
     import dataclasses
 
-    from xbench.score.scoring import phrase_metrics
+    from xbench.score.sections.plugins.phrases import phrase_metrics
 
     gt, sub, q, qmask, qmaps = make_phrase_stores(tmp_path, seed=3)
     B, seed = 60, 7
@@ -349,7 +349,8 @@ def test_phrase_scope_keeps_class_and_phrase_metrics_apart():
 
 
 def test_pair_counts_keep_phrase_rows_and_old_files_load(tmp_path):
-    from xbench.score.kernels.counts import load_pair_counts, load_phrase_counts, save_pair_counts
+    from xbench.score.kernels.counts import load_pair_counts
+    from xbench.score.sections.pair_counts import load_phrase_counts, save_pair_counts
 
     gt, sub, q, *_ = make_phrase_stores(tmp_path)
     res = score_submission(sub, gt, bootstrap=0)

@@ -1,7 +1,7 @@
-"""Row scopes (score/sections/rowscope.py): a third scope is one declaration. A throw-away scope ("probe": one entry
-per dataset counting its images, its paired row the difference of those counts) is declared for the duration
-of a test and goes through scoring (metrics.json section, schema minor, partial runs), the metric registry's
-scope check, paired comparisons, pair_counts.npz (written, checked and read back), `xbench compare` from
+"""Row scopes (score/sections/kinds.py, score/sections/plugins/): a third scope is one plug-in. A throw-away scope
+("probe": one entry per dataset counting its images, its paired row the difference of those counts) is declared for
+the duration of a test and goes through scoring (metrics.json section, schema minor, partial runs), the metric
+registry's scope check, paired comparisons, pair_counts.npz (written, checked and read back), `xbench compare` from
 result folders and the report's tables, none of which is edited for it."""
 from __future__ import annotations
 
@@ -13,104 +13,114 @@ import pytest
 
 from test_phrases import make_phrase_stores
 from xbench.score.metrics import registry as R
-from xbench.score.sections.rowscope import RowScope, declared_scopes, row_scope, row_scopes, scope_names
 from xbench.score.scoring import score_submission
+from xbench.score.sections.kinds import RowScope
+from xbench.score.sections.plugins import declared, row_scope, row_scopes, scope_names
 
 SEEN: list[dict] = []
 
 
-def _score(sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases):
-    SEEN.append({"names": list(names), "bootstrap": bootstrap, "seed": seed})
-    counts = {d: int(np.count_nonzero(cases[d])) if d in cases else len(gt.datasets[d].case_id) for d in names}
-    section = {"overall": {"n_images": sum(counts.values())},
-               "datasets": {d: {"n_cases": n, "n_images": n} for d, n in counts.items()}}
-    return section, counts
+class Probe(RowScope):
+    name = "probe"
+    title = "probe rows"
+    unit = "images"
+    section = "probes"
+    minor = 9
+    saves_counts = True
+
+    def keys(self):
+        return ("n_images",)
+
+    def score(self, sub, gt, names, *, bootstrap, seed, where, region_problems, timings, cases):
+        SEEN.append({"names": list(names), "bootstrap": bootstrap, "seed": seed})
+        counts = {d: int(np.count_nonzero(cases[d])) if d in cases else len(gt.datasets[d].case_id) for d in names}
+        section = {"overall": {"n_images": sum(counts.values())},
+                   "datasets": {d: {"n_cases": n, "n_images": n} for d, n in counts.items()}}
+        return section, counts
+
+    def ground_truth_problems(self, a, b):
+        return [f"{d}: image counts differ" for d in sorted(set(a) & set(b)) if a[d] != b[d]]
+
+    def paired_rows(self, a, b, *, n_resamples, seed, level, per_group, cache, names):
+        return [{"dataset": f"probes/{d}", "class": None, "metric": "n_images", "a": a[d], "b": b[d],
+                 "diff": a[d] - b[d], "diff_lo": None, "diff_hi": None, "p_value": None, "n_valid": 0}
+                for d in sorted(set(a) & set(b))]
+
+    def table_rows(self, results):
+        return [{"model": r.name, "dataset": d, "n_images": e["n_images"]}
+                for r in results for d, e in sorted((r.metrics.get("probes") or {}).get("datasets", {}).items())]
+
+    def markdown(self, rows):
+        return "## Probes\n\n" + "".join(f"| {r['model']} | {r['dataset']} | {r['n_images']} |\n" for r in rows)
+
+    def csv(self, rows):
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=["model", "dataset", "n_images"])
+        w.writeheader()
+        w.writerows(rows)
+        return buf.getvalue()
+
+    def table(self, results):
+        from xbench.score.table import Cell, Table
+
+        rows = self.table_rows(results)
+        if not rows:
+            return None
+        t = Table(title="Probe rows", key="probes", columns=[(None, None, "n_images")], index=("Model", "Dataset"),
+                  labels={"n_images": "Images"})
+        t.rows.update({(r["model"], r["dataset"]): [Cell(float(r["n_images"]))] for r in rows})
+        return t
+
+    def save_counts(self, prefix, n):
+        return {f"{prefix}.n_images": np.asarray(n, np.int64)}
+
+    def counts_problems(self, z, prefix, where):
+        v = z.get(f"{prefix}.n_images")
+        return [] if v is not None and v.dtype.kind in "iu" and v.shape == () and int(v) >= 0 else \
+            [f"{where}: {prefix}.n_images must be a count"]
+
+    def load_counts(self, z, prefix, name):
+        return int(z[f"{prefix}.n_images"])
 
 
-def _problems(a, b):
-    return [f"{d}: image counts differ" for d in sorted(set(a) & set(b)) if a[d] != b[d]]
-
-
-def _paired(a, b, *, bootstrap, seed, level, per_group, cache, names):
-    return [{"dataset": f"probes/{d}", "class": None, "metric": "n_images", "a": a[d], "b": b[d],
-             "diff": a[d] - b[d], "diff_lo": None, "diff_hi": None, "p_value": None, "n_valid": 0}
-            for d in sorted(set(a) & set(b))]
-
-
-def _rows(results):
-    return [{"model": r.name, "dataset": d, "n_images": e["n_images"]}
-            for r in results for d, e in sorted((r.metrics.get("probes") or {}).get("datasets", {}).items())]
-
-
-def _markdown(rows):
-    return "## Probes\n\n" + "".join(f"| {r['model']} | {r['dataset']} | {r['n_images']} |\n" for r in rows)
-
-
-def _csv(rows):
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["model", "dataset", "n_images"])
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
-def _table(results):
-    from xbench.score.outputs.tables import Cell, Table
-
-    rows = _rows(results)
-    if not rows:
-        return None
-    t = Table(title="Probe rows", key="probes", columns=[(None, None, "n_images")], index=("Model", "Dataset"),
-              labels={"n_images": "Images"})
-    t.rows.update({(r["model"], r["dataset"]): [Cell(float(r["n_images"]))] for r in rows})
-    return t
-
-
-def _save(prefix, n):
-    return {f"{prefix}.n_images": np.asarray(n, np.int64)}
-
-
-def _counts_problems(z, prefix, where):
-    v = z.get(f"{prefix}.n_images")
-    return [] if v is not None and v.dtype.kind in "iu" and v.shape == () and int(v) >= 0 else \
-        [f"{where}: {prefix}.n_images must be a count"]
-
-
-def _load(z, prefix, name):
-    return int(z[f"{prefix}.n_images"])
-
-
-PROBE = RowScope("probe", "probe rows", unit="images", section="probes", minor=9, keys=lambda: ("n_images",),
-                 score=_score, ground_truth_problems=_problems, paired_rows=_paired, table_rows=_rows,
-                 markdown=_markdown, csv=_csv, table=_table, save_counts=_save, counts_problems=_counts_problems,
-                 load_counts=_load)
+PROBE = Probe()
 
 
 def test_the_built_in_scopes_are_declared_in_order():
-    assert scope_names()[:2] == ("class", "phrase")
+    assert scope_names()[:3] == ("class", "phrase", "gaze")
     cls, phrase = row_scope("class"), row_scope("phrase")
     assert (cls.unit, cls.section, phrase.unit, phrase.section) == ("cases", None, "images", "phrases")
-    assert cls.fn("keys")() == R.class_keys() and phrase.fn("keys")() == R.phrase_keys()
+    assert cls.keys() == R.class_keys() and phrase.keys() == R.phrase_keys()
     assert [s.name for s in row_scopes(primary=False)][:1] == ["phrase"]
-    with pytest.raises(ValueError, match="already declared"):
-        with declared_scopes(RowScope("phrase", "again", unit="images", section="again")):
+
+    class Again(Probe):
+        name = "phrase"
+
+    with pytest.raises(ValueError, match="declared twice"):
+        with declared(Again()):
             pass
     for section in ("extra", "a.b"):  # would collide with the class rows' keys in pair_counts.npz
+        class Odd(Probe):
+            name = "odd"
+
+        Odd.section = section
         with pytest.raises(ValueError, match="section"):
-            with declared_scopes(RowScope("odd", "odd", unit="images", section=section)):
+            with declared(Odd()):
                 pass
     assert "odd" not in scope_names()
-    assert phrase.saved and phrase.counts_key == "phrase_datasets" and not cls.saved
-    from xbench.score.scoring import count_classes, score_phrases
+    assert phrase.saves_counts and phrase.counts_key == "phrase_datasets" and not cls.saves_counts
+    from xbench.score.sections.plugins.classes import count_classes
+    from xbench.score.sections.plugins.phrases import score_phrases
 
-    assert cls.fn("score") is count_classes and phrase.fn("score") is score_phrases  # every scope counted alike
+    assert cls.score is count_classes and phrase.score is score_phrases  # every scope counted alike
     assert row_scope("phrase").section == "phrases"  # a refused declaration leaves the first one
 
 
 def test_a_metric_names_only_declared_scopes_and_the_kinds_they_compute():
+    scope_names()  # the plug-ins loaded: the registry knows the scopes
     with pytest.raises(ValueError, match="scopes"):
         R.Metric("x", "x", "x", "grounding", lambda v: v.hit, scopes=("probe",))
-    with declared_scopes(PROBE):
+    with declared(PROBE):
         m = R.Metric("x", "x", "x", "grounding", lambda v: v.hit, scopes=("probe",))
         assert m.scopes == ("probe",)
         with pytest.raises(ValueError, match="only grounding metrics take the probe scope"):
@@ -127,7 +137,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
     _, sub_b, *_ = make_phrase_stores(tmp_path / "b", seed=2, maps_seed=11)
     plain = score_submission(sub_a, gt, bootstrap=0)
     SEEN.clear()
-    with declared_scopes(PROBE):
+    with declared(PROBE):
         ra, rb = (score_submission(s, gt, bootstrap=7, seed=3) for s in (sub_a, sub_b))
         assert SEEN == [{"names": ["ms_cxr"], "bootstrap": 7, "seed": 3}] * 2
         assert ra.metrics["probes"] == {"overall": {"n_images": 9}, "datasets": {"ms_cxr": {"n_cases": 9, "n_images": 9}}}
@@ -155,7 +165,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         with np.load(dirs[0] / "pair_counts.npz") as z:
             keys = list(z.files)
             assert keys[-2:] == ["probe_datasets", "ms_cxr.probes.n_images"] and "phrase_datasets" in keys
-        from xbench.score.kernels.counts import load_scope_counts
+        from xbench.score.sections.pair_counts import load_scope_counts
         from xbench.score.report import load_result
 
         assert load_scope_counts(dirs[0] / "pair_counts.npz")["probe"] == {"ms_cxr": 9}
@@ -192,11 +202,11 @@ def test_a_declared_scope_in_a_hostile_pair_counts_file_is_refused_line_by_line(
     """A file from outside: the scope's dataset list and its arrays are checked by its ``counts_problems``
     before any of them is used, after the class rows' checks (one line each, in that order)."""
     from xbench.schemas.errors import InputError
-    from xbench.score.kernels.counts import read_counts_file, save_pair_counts
+    from xbench.score.sections.pair_counts import read_counts_file, save_pair_counts
 
     gt, sub, *_ = make_phrase_stores(tmp_path / "s", seed=2)
     res = score_submission(sub, gt, bootstrap=0)
-    with declared_scopes(PROBE):
+    with declared(PROBE):
         save_pair_counts(tmp_path / "good.npz", res.counts, scopes={**res.scope_counts, "probe": {"ms_cxr": 9}})
         with np.load(tmp_path / "good.npz") as z:
             good = dict(z)
