@@ -80,7 +80,7 @@ class Section:
         """One line per shared dataset whose two counts (of two results) differ in ground truth."""
         return []
 
-    def paired_rows(self, a: Mapping, b: Mapping, *, n_resamples: int, seed: int, level: float, per_group: bool,
+    def paired_rows(self, a: Mapping, b: Mapping, *, bootstrap: int, seed: int, level: float, per_group: bool,
                     cache: dict | None, names: tuple[str, str]) -> list[dict]:
         """Rows of :data:`xbench.score.resampling.bootstrap.PAIRED_COLUMNS` comparing two results' counts, on the
         resamples of the section's own intervals; a non-primary section's rows name its ``section`` as their

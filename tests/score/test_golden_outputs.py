@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "sections")]  # run as a script too
 from test_phrases import make_phrase_stores  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden" / "score_outputs.json"

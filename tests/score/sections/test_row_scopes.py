@@ -41,7 +41,7 @@ class Probe(RowScope):
     def ground_truth_problems(self, a, b):
         return [f"{d}: image counts differ" for d in sorted(set(a) & set(b)) if a[d] != b[d]]
 
-    def paired_rows(self, a, b, *, n_resamples, seed, level, per_group, cache, names):
+    def paired_rows(self, a, b, *, bootstrap, seed, level, per_group, cache, names):
         return [{"dataset": f"probes/{d}", "class": None, "metric": "n_images", "a": a[d], "b": b[d],
                  "diff": a[d] - b[d], "diff_lo": None, "diff_hi": None, "p_value": None, "n_valid": 0}
                 for d in sorted(set(a) & set(b))]
