@@ -33,8 +33,10 @@ ALLOWED = {
     ("schemas/store.py", "open"): (1, "file_sha256: a hash in 1 MiB pieces of a file already read bounded"),
     ("schemas/store.py", "read_bytes"): (1, "store_sha256 of a folder store after budget.inspect_store refused "
                                             "links, special files and files over the chunk limit"),
-    ("score/kernels/counts.py", "np.load"): (2, "pair_counts.npz this run wrote; a file from outside goes "
+    ("score/kernels/counts.py", "np.load"): (1, "pair_counts.npz this run wrote; a file from outside goes "
                                                 "through read_counts_file (load_npz)"),
+    ("score/sections/pair_counts.py", "np.load"): (1, "as above: the sections' counts in the pair_counts.npz this "
+                                                      "run wrote (read_counts_file checks a file from outside)"),
     ("score/report/_load.py", "open"): (1, "pairs.parquet after its size is checked against --max-memory"),
     ("score/report/cli.py", "read_text"): (2, "report.json and leaderboard.txt this command just wrote"),
     ("extract/datasets/declarations.py", "read_text"): (4, "the repository's own declaration files (make target)"),

@@ -37,6 +37,9 @@ def _assert_rows_equal_class_outputs(out, scores, maps):
 
 
 def test_kad_phrase_with_the_class_text_is_the_class(tiny_bert, tiny_cache, tiny_config):
+    # random weights drawn from a fixed seed: from whatever state earlier tests left, a draw can saturate KAD's
+    # head so that two texts give one score to four digits (seen once in a full run)
+    torch.manual_seed(0)
     a = kad.build(tiny_config("kad", tiny_bert, tiny_cache))
     assert a.supports_phrases and a.phrase_categories
     a.set_classes(CLASSES)

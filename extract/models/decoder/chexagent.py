@@ -27,9 +27,11 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, build_adapter, published_prompts
+from xbench.extract.models.decoder.common import CausalLMDecoder, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json
 from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
+from xbench.schemas.errors import InputError
+from xbench.schemas.inputs import read_bytes
 
 REGISTER = {"chexagent": "build"}
 
@@ -93,10 +95,10 @@ def tokenizer(folder: Path):
     vocab = read_json(files[0], "CheXagent vocab.json")
     if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in vocab.items()):
         raise ModelConfigError(f"{files[0]}: must map tokens to integer ids")
-    if files[1].stat().st_size > 64 << 20:
-        raise ModelConfigError(f"{files[1]}: over 64 MiB; not a merges file")
     try:  # the authors read it as: lines after the "#version" header, the trailing empty one dropped
-        lines = files[1].read_bytes().decode("utf-8").split("\n")[1:-1]
+        lines = read_bytes(files[1], max_bytes=64 << 20, where=str(files[1])).decode("utf-8").split("\n")[1:-1]
+    except InputError as exc:
+        raise ModelConfigError(str(exc)) from None
     except UnicodeDecodeError:
         raise ModelConfigError(f"{files[1]}: not UTF-8 text") from None
     merges = [tuple(line.split()) for line in lines]
@@ -159,7 +161,7 @@ def _add(fast, content: str, want: int | None = None) -> None:
                                f"expected {want if want is not None else expected}")
 
 
-class CheXagent(DecoderModel):
+class CheXagent(CausalLMDecoder):
     """The model; ``hf_config`` is the folder's config.json, ``vision`` the tower's Siglip vision config."""
 
     resize = "squash"  # Resize((R, R)) of the whole image, no crop (modeling_visual.py:191-198, 229-237)
@@ -193,7 +195,7 @@ class CheXagent(DecoderModel):
         if out != lcfg.hidden_size:
             raise ModelConfigError(f"visual.output_dim {out} is not the decoder's hidden_size {lcfg.hidden_size}")
         self.resampler = Resampler(vcfg.hidden_size, out, side)
-        self.tok = tok
+        self.tok = self.tokenizer = tok
         self.mean, self.std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
         prompts = published_prompts()["chexagent"]
         self.system, self.turns = str(prompts["system"]), str(prompts["turns"])
@@ -223,25 +225,10 @@ class CheXagent(DecoderModel):
             raise ModelConfigError("the question must not contain <|img|> or <|/img|>")
         return ids[:starts[0] + 1], ids[starts[0] + 1:]
 
-    def answer_ids(self, answers: tuple[str, str]) -> tuple[int, int]:
-        ids = [self.tok(a, add_special_tokens=False).input_ids for a in answers]
-        if not all(ids):
-            raise ModelConfigError(f"an answer tokenises to nothing: {answers!r}")
-        if ids[0][0] == ids[1][0]:
-            raise ModelConfigError(f"the answers {answers!r} start with the same token")
-        return ids[0][0], ids[1][0]
 
     # -- the decoder -------------------------------------------------------------------------------------
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.lm.model.embed_tokens(ids)
 
-    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor, image=None) -> torch.Tensor:
-        hidden = self.lm.model(inputs_embeds=embeds, use_cache=False).last_hidden_state
-        rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
-        return self.lm.lm_head(rows)
 
-    def attention_layers(self) -> dict:
-        return self._layers
 
     def load_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """The hub's CheXagentForCausalLM state dict, strictly (derived buffers excepted)."""

@@ -136,6 +136,29 @@ class DecoderModel(torch.nn.Module):
         raise ValueError(f"{n} tokens are on neither grid {self.grid} nor the vision tokens' grid")
 
 
+class CausalLMDecoder(DecoderModel):
+    """A decoder VLM whose language model is a transformers ``*ForCausalLM`` (``causal_lm``: LLaVA-Rad's Llama,
+    MAIRA-2's, CheXagent's Phi-2): its embedding table, its last hidden states at the answer positions through its
+    own head, and the attention modules ``_layers`` the capture reads (layer number by module)."""
+
+    _layers: dict
+
+    @property
+    def causal_lm(self) -> torch.nn.Module:
+        return self.lm
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.causal_lm.get_input_embeddings()(ids)
+
+    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor, image=None) -> torch.Tensor:
+        hidden = self.causal_lm.model(inputs_embeds=embeds, use_cache=False).last_hidden_state
+        rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
+        return self.causal_lm.lm_head(rows)
+
+    def attention_layers(self) -> dict:
+        return self._layers
+
+
 @dataclass
 class Batch:
     """The sequences of one image: inputs (S, L, D), answer positions (S,), image columns [start, stop)."""

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, build_adapter, published_prompts
+from xbench.extract.models.decoder.common import CausalLMDecoder, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json, tokenizer
 from xbench.extract.models.errors import ModelConfigError
 
@@ -45,7 +45,7 @@ def projector(kind: str, vision_dim: int, hidden: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-class LlavaRad(DecoderModel):
+class LlavaRad(CausalLMDecoder):
     """The model; ``hf_config`` is the folder's config.json, ``vision_config`` the open_clip model config."""
 
     resize = "crop"  # open_clip's eval transform: shorter side to R, centre crop (model_mimic_cxr.py:124)
@@ -113,16 +113,8 @@ class LlavaRad(DecoderModel):
         return pieces[0], pieces[1]
 
     # -- the decoder -------------------------------------------------------------------------------------
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.lm.model.embed_tokens(ids)
 
-    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor, image=None) -> torch.Tensor:
-        hidden = self.lm.model(inputs_embeds=embeds, use_cache=False).last_hidden_state
-        rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
-        return self.lm.lm_head(rows)
 
-    def attention_layers(self) -> dict:
-        return self._layers
 
     def load_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """The authors' state dict (LlavaLlamaForCausalLM.state_dict(), vision tower included), strictly."""

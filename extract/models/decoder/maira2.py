@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import DecoderModel, DecoderVLMAdapter, build_adapter, published_prompts
+from xbench.extract.models.decoder.common import CausalLMDecoder, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json, tokenizer
 from xbench.extract.models.errors import ModelConfigError
 
@@ -94,7 +94,7 @@ def _text_config(tcfg: Mapping[str, Any]):
         raise ModelConfigError(f"config.json text_config: {str(exc)[:200]}") from None
 
 
-class Maira2(DecoderModel):
+class Maira2(CausalLMDecoder):
     """The model; ``hf_config`` the folder's config.json, ``pre`` its preprocessor config, ``image_token`` the
     processor's placeholder text."""
 
@@ -177,16 +177,12 @@ class Maira2(DecoderModel):
         return ids[:where[0]], ids[where[-1] + 1:]
 
     # -- the decoder -------------------------------------------------------------------------------------
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.language_model.get_input_embeddings()(ids)
 
-    def answer_logits(self, embeds: torch.Tensor, positions: torch.Tensor, image=None) -> torch.Tensor:
-        hidden = self.language_model.model(inputs_embeds=embeds, use_cache=False).last_hidden_state
-        rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
-        return self.language_model.lm_head(rows)
 
-    def attention_layers(self) -> dict:
-        return self._layers
+
+    @property
+    def causal_lm(self) -> torch.nn.Module:
+        return self.language_model
 
     def load_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """The authors' state dict (transformers 4.51 names, the Dinov2 attention renamed), strictly."""
