@@ -20,7 +20,7 @@ from xbench.cli import main as xbench_main
 from xbench.score.sections import kinds
 from xbench.score.sections import plugins as P
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def xb(*args):
