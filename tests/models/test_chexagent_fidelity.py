@@ -4,7 +4,7 @@ answer position's attention over the image tokens agree to float tolerance.
 
 Their code runs in a subprocess (tests/models/chexagent_reference.py) under the transformers version it asserts
 (4.40.0), found at $XBENCH_CHEXAGENT_TF440 (a pip --target folder: transformers 4.40.0, tokenizers 0.19.1,
-huggingface_hub 0.23.4, requests); their three files at $XBENCH_CHEXAGENT_REF (default /work/ext/s45chex/...).
+huggingface_hub 0.23.4, requests); their three files at $XBENCH_CHEXAGENT_REF (default .cache/reference/chexagent/...).
 The test skips when either is absent (CI never needs them).
 """
 from __future__ import annotations
@@ -23,8 +23,9 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))
 import chexagent_tiny  # noqa: E402
 
-REF = Path(os.environ.get("XBENCH_CHEXAGENT_REF", "/work/ext/s45chex/chexagent-ref"))
-TF440 = Path(os.environ.get("XBENCH_CHEXAGENT_TF440", "/work/ext/s45chex/tf440"))
+REFERENCES = Path(__file__).resolve().parents[2] / ".cache" / "reference"  # git-ignored; the env vars override
+REF = Path(os.environ.get("XBENCH_CHEXAGENT_REF", REFERENCES / "chexagent" / "chexagent-ref"))
+TF440 = Path(os.environ.get("XBENCH_CHEXAGENT_TF440", REFERENCES / "chexagent" / "tf440"))
 FILES = ("modeling_chexagent.py", "modeling_visual.py", "tokenization_chexagent.py")
 pytestmark = pytest.mark.skipif(
     not all((REF / f).is_file() for f in FILES) or not (TF440 / "transformers" / "__init__.py").is_file(),

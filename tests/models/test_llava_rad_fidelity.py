@@ -2,7 +2,7 @@
 implementation on the same tiny random weights: the preprocessing, the prompt's token ids, the logits and the
 answer position's attention agree to float tolerance.
 
-Their code is found at $XBENCH_LLAVA_RAD (default /work/ext/h45a/llava-rad); the test skips when it is absent
+Their code is found at $XBENCH_LLAVA_RAD (default .cache/reference/llava-rad); the test skips when it is absent
 (CI never needs it). Their package ``__init__`` imports every model kind (MPT included), so the two packages
 ``llava`` and ``llava.model`` are given as bare namespaces and only the LLaVA-Llama modules are imported;
 transformers 5 ships its own "llava" model type, so their ``AutoConfig.register`` calls are skipped during
@@ -28,7 +28,8 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))
 import decoder_tiny  # noqa: E402
 
-ROOT = Path(os.environ.get("XBENCH_LLAVA_RAD", "/work/ext/h45a/llava-rad"))
+REFERENCES = Path(__file__).resolve().parents[2] / ".cache" / "reference"  # git-ignored; the env vars override
+ROOT = Path(os.environ.get("XBENCH_LLAVA_RAD", REFERENCES / "llava-rad"))
 pytestmark = pytest.mark.skipif(not (ROOT / "llava" / "model" / "llava_arch.py").is_file(),
                                 reason=f"the authors' LLaVA-Rad code is not at {ROOT} (set XBENCH_LLAVA_RAD)")
 

@@ -4,8 +4,8 @@ logits and its attention over the image tokens agree to float tolerance.
 
 Their code needs transformers 4.46-4.51 (it subclasses the 4.4x ``LlavaForConditionalGeneration``), so it runs in
 a subprocess of a second interpreter (tests/models/maira2_reference.py): $XBENCH_MAIRA2_PY (default
-/work/ext/s45maira/venv/bin/python) with their three files under $XBENCH_MAIRA2/maira2/ (default
-/work/ext/s45maira). The test skips when either is absent (CI never needs them);
+.cache/reference/maira-2/venv/bin/python) with their three files under $XBENCH_MAIRA2/maira2/ (default
+.cache/reference/maira-2). The test skips when either is absent (CI never needs them);
 tests/models/maira2_reference_env.sh sets them up.
 """
 from __future__ import annotations
@@ -26,8 +26,9 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import decoder_tiny  # noqa: E402
 
-CODE = Path(os.environ.get("XBENCH_MAIRA2", "/work/ext/s45maira"))
-PY = Path(os.environ.get("XBENCH_MAIRA2_PY", "/work/ext/s45maira/venv/bin/python"))
+REFERENCES = Path(__file__).resolve().parents[2] / ".cache" / "reference"  # git-ignored; the env vars override
+CODE = Path(os.environ.get("XBENCH_MAIRA2", REFERENCES / "maira-2"))
+PY = Path(os.environ.get("XBENCH_MAIRA2_PY", CODE / "venv" / "bin" / "python"))
 pytestmark = pytest.mark.skipif(not ((CODE / "maira2" / "modeling_maira2.py").is_file() and PY.is_file()),
                                 reason=f"the authors' MAIRA-2 code ({CODE}/maira2) or its transformers-4.51 "
                                        f"interpreter ({PY}) is absent: see tests/models/maira2_reference_env.sh")
