@@ -198,14 +198,14 @@ def make_maira_folder(folder: Path, seed: int = 0) -> Path:
 STORE_CLASSES = ("Pleural effusion", "Pneumothorax")
 
 
-def make_images(path: Path, n: int = 5, seed: int = 0) -> Path:
+def make_images(path: Path, n: int = 5, seed: int = 0, classes=STORE_CLASSES) -> Path:
     """A phantom images store of ``n`` random 64 x 64 cases (original sizes 300 x 240.., non-square), blocks of 2."""
     import numpy as np
 
     from xbench.schemas import ImagesWriter
 
     rng = np.random.default_rng(seed)
-    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(n)], classes=STORE_CLASSES, image_size=64,
+    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(n)], classes=classes, image_size=64,
                      cases_per_block=2)
     for b in w.blocks_todo():
         start, stop = w.block_rows(b)

@@ -18,6 +18,7 @@ from click.testing import CliRunner  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import chexagent_tiny  # noqa: E402
+import decoder_tiny  # noqa: E402
 from test_decoder_maps import (  # noqa: E402,F401 - the decoder tests' brute-force checks, run on this model
     test_attention_and_scores_equal_brute_force, test_chefer_equals_brute_force, test_gradcam_equals_brute_force,
     test_padding_does_not_change_a_finding, test_rollout_equals_brute_force)
@@ -128,23 +129,9 @@ def test_bf16_runs_every_method(folder):
         assert torch.isfinite(out.scores).all() and torch.isfinite(out.maps).all()
 
 
-def _images(path):
-    from xbench.schemas import ImagesWriter
-
-    rng = np.random.default_rng(0)
-    w = ImagesWriter(path, "phantom", case_ids=[f"case{i}" for i in range(3)], classes=CLASSES, image_size=64,
-                     cases_per_block=2)
-    for b in w.blocks_todo():
-        start, stop = w.block_rows(b)
-        w.write_block(b, rng.integers(0, 256, size=(stop - start, 64, 64), dtype=np.uint8),
-                      np.array([[300, 240 + 20 * i] for i in range(start, stop)], dtype=np.int32))
-    w.finish()
-    return path
-
-
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    return _images(tmp_path_factory.mktemp("imgs") / "images.zarr")
+    return decoder_tiny.make_images(tmp_path_factory.mktemp("imgs") / "images.zarr", n=3, classes=CLASSES)
 
 
 @pytest.mark.parametrize("method", ["attention", "gradcam"])

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import CausalLMDecoder, DecoderVLMAdapter, build_adapter, published_prompts
+from xbench.extract.models.decoder.common import CausalLMDecoder, load_parts, split_state, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json
 from xbench.extract.models.errors import ModelConfigError, WeightsNotFoundError
 from xbench.schemas.errors import InputError
@@ -225,33 +225,11 @@ class CheXagent(CausalLMDecoder):
             raise ModelConfigError("the question must not contain <|img|> or <|/img|>")
         return ids[:starts[0] + 1], ids[starts[0] + 1:]
 
-
-    # -- the decoder -------------------------------------------------------------------------------------
-
-
-
     def load_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """The hub's CheXagentForCausalLM state dict, strictly (derived buffers excepted)."""
-        parts: dict[str, dict] = {"vit": {}, "resampler": {}, "lm": {}}
-        for key, value in state.items():
-            if key.startswith(VISION_PREFIX):
-                parts["vit"][key[len(VISION_PREFIX):]] = value
-            elif key.startswith(RESAMPLER_PREFIX):
-                parts["resampler"][key[len(RESAMPLER_PREFIX):]] = value
-            elif not key.endswith(("inv_freq", "cos_cached", "sin_cached", "position_ids")):
-                parts["lm"][key] = value
-        problems = []
-        for name, sub in parts.items():
-            try:
-                missing, unexpected = getattr(self, name).load_state_dict(sub, strict=False)
-            except RuntimeError as exc:  # a tensor of the wrong shape: the folder does not match its config
-                raise ModelConfigError([f"weights of {name}: {line.strip()[:200]}" for line in
-                                        str(exc).splitlines()[1:11] if line.strip()]) from None
-            missing = [k for k in missing if not k.endswith("position_ids")]
-            problems += [f"missing weight {name}.{k}" for k in missing[:20]]
-            problems += [f"unexpected weight {name}.{k}" for k in unexpected[:20]]
-        if problems:
-            raise ModelConfigError(problems[:40])
+        parts = split_state(state, {"vit": VISION_PREFIX, "resampler": RESAMPLER_PREFIX}, "lm",
+                            skip=("inv_freq", "cos_cached", "sin_cached", "position_ids"))
+        load_parts(self, parts, ignore_missing=("position_ids",))
 
 
 def _vision_config(folder: Path) -> dict:

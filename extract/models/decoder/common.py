@@ -168,6 +168,42 @@ class Batch:
     image: tuple[int, int]
 
 
+def split_state(state: Mapping[str, torch.Tensor], prefixes: Mapping[str, str], rest: str,
+                skip: tuple[str, ...]) -> dict[str, dict]:
+    """A checkpoint's state dict cut into the parts a model holds: a key under ``prefixes[name]`` goes to part
+    ``name`` without its prefix, any other to ``rest`` unless it ends with one of ``skip`` (buffers the model
+    recomputes from its config)."""
+    parts: dict[str, dict] = {name: {} for name in (*prefixes, rest)}
+    for key, value in state.items():
+        name = next((n for n, pre in prefixes.items() if key.startswith(pre)), None)
+        if name is not None:
+            parts[name][key[len(prefixes[name]):]] = value
+        elif not key.endswith(skip):
+            parts[rest][key] = value
+    return parts
+
+
+def load_parts(model: torch.nn.Module, parts: Mapping[str, Mapping[str, torch.Tensor]],
+               ignore_missing: tuple[str, ...] = ()) -> None:
+    """Each part into the submodule of its name (``""``: the model itself), strictly: a tensor of the wrong shape,
+    a missing weight (unless it ends with one of ``ignore_missing``) or an unexpected one is a
+    :class:`ModelConfigError`, one line each (20 of each kind a part at most)."""
+    problems = []
+    for name, sub in parts.items():
+        where = f"weights of {name}" if name else "weights"
+        try:
+            missing, unexpected = (getattr(model, name) if name else model).load_state_dict(sub, strict=False)
+        except RuntimeError as exc:  # a tensor of the wrong shape: the folder does not match its config
+            raise ModelConfigError([f"{where}: {line.strip()[:200]}" for line in str(exc).splitlines()[1:11]
+                                    if line.strip()]) from None
+        missing = [k for k in missing if not k.endswith(ignore_missing)]
+        dot = f"{name}." if name else ""
+        problems += [f"missing weight {dot}{k}" for k in missing[:20]]
+        problems += [f"unexpected weight {dot}{k}" for k in unexpected[:20]]
+    if problems:
+        raise ModelConfigError(problems[:40])
+
+
 def stretch_grey(images: torch.Tensor) -> torch.Tensor:
     """Each (S, S) uint8 image's grey values stretched to 0..255 as MAIRA-2's processor does before its image
     processor (``_normalize_image``: minus the minimum, divided by the new maximum, times 255, truncated to

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import CausalLMDecoder, DecoderVLMAdapter, build_adapter, published_prompts
+from xbench.extract.models.decoder.common import CausalLMDecoder, load_parts, split_state, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json, tokenizer
 from xbench.extract.models.errors import ModelConfigError
 
@@ -112,31 +112,12 @@ class LlavaRad(CausalLMDecoder):
             return [pieces[0][0]] + pieces[0][1:], pieces[1][1:]
         return pieces[0], pieces[1]
 
-    # -- the decoder -------------------------------------------------------------------------------------
-
-
-
     def load_state(self, state: Mapping[str, torch.Tensor]) -> None:
         """The authors' state dict (LlavaLlamaForCausalLM.state_dict(), vision tower included), strictly."""
-        parts: dict[str, dict] = {"vit": {}, "projector": {}, "lm": {}}
-        for key, value in state.items():
-            if key.startswith(VISION_PREFIX):
-                parts["vit"][key[len(VISION_PREFIX):]] = value
-            elif key.startswith(PROJECTOR_PREFIX):
-                parts["projector"][key[len(PROJECTOR_PREFIX):]] = value
-            elif not key.endswith("rotary_emb.inv_freq"):  # a buffer recomputed from the config
-                parts["lm"][key] = value
-        problems = []
-        for name, sub in parts.items():
-            try:
-                missing, unexpected = getattr(self, name).load_state_dict(sub, strict=False)
-            except RuntimeError as exc:  # a tensor of the wrong shape: the folder does not match its config
-                raise ModelConfigError([f"weights of {name}: {line.strip()[:200]}" for line in
-                                        str(exc).splitlines()[1:11] if line.strip()]) from None
-            problems += [f"missing weight {name}.{k}" for k in missing[:20]]
-            problems += [f"unexpected weight {name}.{k}" for k in unexpected[:20]]
-        if problems:
-            raise ModelConfigError(problems[:40])
+        # rotary_emb.inv_freq: a buffer recomputed from the config
+        parts = split_state(state, {"vit": VISION_PREFIX, "projector": PROJECTOR_PREFIX}, "lm",
+                            skip=("rotary_emb.inv_freq",))
+        load_parts(self, parts)
 
 
 def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> LlavaRad:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from xbench.extract.models.decoder import capture
-from xbench.extract.models.decoder.common import CausalLMDecoder, DecoderVLMAdapter, build_adapter, published_prompts
+from xbench.extract.models.decoder.common import CausalLMDecoder, load_parts, DecoderVLMAdapter, build_adapter, published_prompts
 from xbench.extract.models.decoder.folder import check_folder, load_safetensors, read_json, tokenizer
 from xbench.extract.models.errors import ModelConfigError
 
@@ -176,10 +176,6 @@ class Maira2(CausalLMDecoder):
             raise ModelConfigError(f"the prompt gives {len(where)} image tokens, the model takes {n} in one run")
         return ids[:where[0]], ids[where[-1] + 1:]
 
-    # -- the decoder -------------------------------------------------------------------------------------
-
-
-
     @property
     def causal_lm(self) -> torch.nn.Module:
         return self.language_model
@@ -193,14 +189,7 @@ class Maira2(CausalLMDecoder):
                     key = key.replace(old, new)
             if not key.endswith("rotary_emb.inv_freq"):  # a buffer recomputed from the config
                 own[key] = value
-        try:
-            missing, unexpected = self.load_state_dict(own, strict=False)
-        except RuntimeError as exc:  # a tensor of the wrong shape: the folder does not match its config
-            raise ModelConfigError([f"weights: {line.strip()[:200]}" for line in str(exc).splitlines()[1:11]
-                                    if line.strip()]) from None
-        problems = [f"missing weight {k}" for k in missing[:20]] + [f"unexpected weight {k}" for k in unexpected[:20]]
-        if problems:
-            raise ModelConfigError(problems)
+        load_parts(self, {"": own})
 
 
 def load(folder: str | Path, *, random: bool = False, seed: int = 0) -> Maira2:
