@@ -212,7 +212,7 @@ def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, 
     debug = _flag(args, "--debug") or os.environ.get("XBENCH_DEBUG", "") not in ("", "0")
     import signal
 
-    from xbench.schemas.paths import terminate_as_interrupt
+    from xbench.schemas.paths import remove_staged, terminate_as_interrupt
 
     try:
         with terminate_as_interrupt((signal.SIGTERM,)), _WarningsAsLines(prog):  # SIGTERM as Ctrl-C: work folders removed, exit 130
@@ -224,6 +224,9 @@ def run_main(invoke: Callable[[list[str]], object], args: Sequence[str] | None, 
     except BaseException as exc:  # noqa: BLE001 - the contract: a code and one line per problem, never a traceback
         if isinstance(exc, click.exceptions.Abort) and isinstance(exc.__cause__, Interrupted):
             exc = exc.__cause__
+        # the last net under every way out: a work folder whose creator's `finally` never ran (an interrupt that
+        # landed between the folder appearing and the creator's `try`) goes too
+        remove_staged()
         failure = classify(exc)
         if failure.code == EXIT_INTERRUPTED and not debug:
             # the interrupted work's pending coroutines (zarr's event loop) are abandoned on purpose; their

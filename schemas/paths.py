@@ -284,9 +284,26 @@ _STAGED: set[Path] = set()
 STOP = threading.Event()  # set by a SIGTERM (or a conversion's SIGINT) while a command runs
 
 
-def _staged(folder: Path) -> Path:
-    _STAGED.add(folder)
-    return folder
+def _new_work_folder(parent: Path, prefix: str) -> Path:
+    """A new hidden folder ``parent/prefix<random>``, recorded in :data:`_STAGED` *before* it is created: an
+    interrupt landing anywhere in here or in the caller before its ``try`` (a SIGTERM right after the folder
+    appeared) still finds it in the record, and :func:`remove_staged` (run by every failing command,
+    schemas/_cli.py) removes it. ``tempfile.mkdtemp`` records nothing until it has returned."""
+    import secrets
+
+    for _ in range(100):
+        folder = parent / f"{prefix}{secrets.token_hex(4)}"
+        _STAGED.add(folder)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            _STAGED.discard(folder)
+            continue
+        except OSError:  # not created; an interrupt instead leaves the name recorded: the folder may exist
+            _STAGED.discard(folder)
+            raise
+        return folder
+    raise FileExistsError(f"no free work folder name in {parent}")
 
 
 def remove_staged() -> list[Path]:
@@ -352,12 +369,10 @@ def check_stop() -> None:
 def work_dir(target: str | os.PathLike) -> Path:
     """A new hidden folder beside ``target`` to build it in (after cleaning what killed runs left there); every
     way the run stops removes it (:func:`remove_staged`)."""
-    import tempfile
-
     target = Path(os.path.abspath(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(target)
-    return _staged(Path(tempfile.mkdtemp(prefix=f".{target.name}.{_NEW}-{os.getpid()}-", dir=target.parent)))
+    return _new_work_folder(target.parent, f".{target.name}.{_NEW}-{os.getpid()}-")
 
 
 def swap_in(built: str | os.PathLike, target: str | os.PathLike) -> None:
@@ -583,12 +598,9 @@ class PublishedDir:
         self.keep = {(_real(p).relative_to(root)).parts[0] for p in keep if root in _real(p).parents}
 
     def __enter__(self) -> Path:
-        import tempfile
-
         if self.in_place:  # build inside the target itself, the one place known to be writable
             clean_leftovers(self.target / self.target.name)
-            self.tmp = _staged(Path(tempfile.mkdtemp(prefix=f".{self.target.name}.{_NEW}-{os.getpid()}-",
-                                                     dir=self.target)))
+            self.tmp = _new_work_folder(self.target, f".{self.target.name}.{_NEW}-{os.getpid()}-")
         else:
             self.tmp = work_dir(self.target)
         return self.tmp

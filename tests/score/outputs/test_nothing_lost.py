@@ -268,6 +268,35 @@ def test_terminate_and_ctrl_c_leave_no_work_folder(stores, tmp_path, sig):
     assert hidden(tmp_path) == [] and not out.exists()
 
 
+@pytest.mark.parametrize("where", ["beside", "in place"])
+def test_an_interrupt_the_moment_the_work_folder_appears_leaves_nothing(stores, tmp_path, where):
+    """CI's flake, made certain: a SIGTERM that lands right after the work folder's mkdir, before its creator
+    (PublishedDir.__enter__) has returned to a ``with``, so no ``finally`` of the creator runs. The folder is on
+    the record before it exists, and every failing command removes what is on the record."""
+    out = tmp_path / "res"
+    script = textwrap.dedent(f"""
+        import os, sys
+        from xbench.schemas import paths
+        if {where == "in place"!r}:
+            paths._swappable = lambda target: False
+            os.mkdir({str(out)!r})
+        real = os.mkdir
+        def mkdir(path, *a, **k):
+            real(path, *a, **k)
+            if ".xbench-new-" in str(path):
+                raise KeyboardInterrupt  # the handler's interrupt (schemas/paths.py terminate_as_interrupt)
+        paths.os.mkdir = mkdir
+        from xbench.score.cli import main
+        main({[str(stores / "a.zarr"), "--gt", str(stores / "gt.zarr"), "--out", str(out), "--bootstrap", "0",
+              "-q"]!r})
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip().splitlines() == ["xbench-score: interrupted; nothing was written"]
+    assert hidden(tmp_path) == []
+    assert not out.exists() if where == "beside" else [p.name for p in out.iterdir()] == []
+
+
 STOPPERS = {
     # the watchdog's exit, inside each way an output is staged
     "published folder (score, report, human)": """
