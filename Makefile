@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml constraints/torch.txt
 		-c constraints/torch.txt $(TORCH_PINS) || { echo "$(TORCH_HINT)" >&2; exit 1; }
 	@echo "installing XBench with the extract and dev extras (torch is kept)"
 	$(PIP_INSTALL) -e ".[extract,dev]" -c constraints/torch.txt
-	$(BIN)/xbench warm  # compile the scorer's kernels once, on all cores (score/kernels/warm.py)
+	$(BIN)/xbench warm  # compile the scorer's kernels once, on all cores (score/warm.py)
 	@touch $@
 
 # The torch-free first run: the scorer's dependencies and the `demo` extra (no torch), or nothing when the full

@@ -355,7 +355,7 @@ def stage_timings(sub: Path, gt: Path, out: Path, bootstrap: int) -> dict[str, f
     from xbench.score.metrics.grounding import UndefinedMetricWarning
     from xbench.score.outputs.folder import write_outputs
     from xbench.score.scoring import score_submission
-    from xbench.score.kernels.warm import compile_job
+    from xbench.score.warm import compile_job
 
     for job in ("bilinear", "rank"):  # compiled (or loaded) before the clock starts, like a warm run's kernels
         compile_job(job)

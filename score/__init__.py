@@ -7,8 +7,8 @@ Public API (imported lazily, so ``import xbench.score`` stays cheap):
 - :func:`score_submission` -> :class:`ScoreResult` (metrics dict, per-pair DataFrame, count arrays)
 - :func:`write_outputs` (metrics.json, pairs.parquet, pair_counts.npz, tables, platform formats)
 - :class:`DatasetCounts`, :func:`load_pair_counts`, :func:`save_pair_counts` (``pair_counts.npz``)
-- :func:`paired_bootstrap` (two submissions, same case resamples) and the bootstrap building blocks in
-  :mod:`xbench.score.resampling.bootstrap`
+- :func:`paired_bootstrap` (two submissions, same case resamples, every row scope: :mod:`xbench.score.sections.paired`)
+  and the bootstrap building blocks in :mod:`xbench.score.resampling.bootstrap`
 - metric functions in :mod:`xbench.score.metrics.grounding` and :mod:`xbench.score.metrics.recognition`, kernels in
   :mod:`xbench.score.kernels.maps`, table builders in :mod:`xbench.score.outputs.tables`
 """
@@ -46,7 +46,7 @@ _WHERE = {
     "DatasetCounts": "kernels.counts",
     "load_pair_counts": "kernels.counts",
     "save_pair_counts": "kernels.counts",
-    "paired_bootstrap": "resampling.bootstrap",
+    "paired_bootstrap": "sections.paired",
 }
 
 

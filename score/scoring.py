@@ -15,7 +15,7 @@ The result carries the metrics dict (``metrics.json`` layout), a per-pair DataFr
 count arrays; :func:`xbench.score.outputs.folder.write_outputs` writes them.
 
 This module is the orchestration only; the stages are modules of their own, each importing only those
-below it: :mod:`~xbench.score.kernels.counting` (the counting pass, for every row source),
+below it: :mod:`~xbench.score.counting` (the counting pass, for every row source),
 :mod:`~xbench.score.metrics.estimates` (point estimates), :mod:`~xbench.score.resampling.bootstrap` (intervals),
 :mod:`~xbench.score.sections.phrases` (the phrase-row source and view) and :mod:`~xbench.score.outputs.folder` (the pairs
 table and every file written). Every row scope (a section plug-in, :mod:`~xbench.score.sections.plugins`) is counted by
@@ -40,8 +40,8 @@ from xbench.score.metrics import registry as R
 from xbench.score.kernels._allocator import release_freed_memory
 from xbench.schemas.schema_versions import minor
 from xbench.score.resampling.bootstrap import bootstrap_replicates, overall_replicates, percentile_intervals
-from xbench.score.kernels.counting import Progress, count_dataset, region_mask_problems  # noqa: F401
-from xbench.score.kernels.counting import _take_rows_inplace, gather_maps as _gather_maps  # noqa: F401  (benchmarks, tests)
+from xbench.score.counting import Progress, count_dataset, region_mask_problems  # noqa: F401
+from xbench.score.counting import _take_rows_inplace, gather_maps as _gather_maps  # noqa: F401  (benchmarks, tests)
 from xbench.score.kernels.counts import DatasetCounts
 from xbench.score.errors import ThresholdsError
 from xbench.score.metrics.estimates import NO_POSITIVE_REGION, UNSUPPORTED_REASON, Thresholds, Undefined, undefined_notes  # noqa: F401
@@ -49,7 +49,7 @@ from xbench.score.metrics.estimates import class_grounding_point, class_taus, po
 from xbench.score.outputs.folder import PAIR_COLUMNS, pair_table_columns, pairs_table, write_pairs_parquet  # noqa: F401
 from xbench.score.sections.kinds import RunView
 from xbench.score.sections.plugins import row_scopes, sections as all_sections, tracks
-from xbench.score.kernels.warm import start_background_warm
+from xbench.score.warm import start_background_warm
 
 if TYPE_CHECKING:  # pandas is imported where a table is built: scoring itself never needs it (0.3-0.5 s)
     import pandas as pd

@@ -32,7 +32,7 @@ def test_the_phantom_data_card_gives_the_licence_of_the_project():
 def test_the_warm_up_says_where_the_kernels_are_cached(monkeypatch, tmp_path, cache_dir):
     from click.testing import CliRunner
 
-    from xbench.score.kernels import warm
+    from xbench.score import warm
 
     monkeypatch.setattr(warm, "warm_cache", lambda jobs: 0.25)
     if cache_dir is None:

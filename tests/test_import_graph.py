@@ -485,33 +485,11 @@ def test_score_has_its_layers_and_every_module_is_in_one():
             score_layer_of(module, layers)  # raises for a module in no layer
 
 
-#: (module, module it reaches up to) under xbench.score: the back edges left (issue 47 item 3), each to be fixed by
-#: moving the shared piece down; the list may only shrink (an entry that no longer breaks fails the test too)
-KNOWN_BACK_EDGES = {
-    ("kernels.counting", "metrics.recognition_sums"),
-    ("kernels.counting", "metrics.registry"),
-    ("kernels.pair_stats", "metrics.cnr"),
-    ("kernels.pair_stats", "metrics.localisation"),
-    ("kernels.warm", "metrics.gaze"),
-    ("kernels.warm", "metrics.params"),
-    ("resampling.bootstrap", "sections.phrases"),
-    ("resampling.bootstrap", "sections.plugins"),
-}
-
-
-def _edge(imp: Import) -> tuple[str, str]:
-    return imp.module.removeprefix("xbench.score."), imp.target.removeprefix("xbench.score.")
-
-
 def test_score_layers_import_downwards_only_strings_included():
-    """docs/explanation/architecture.md's score/ layers: no import, deferred import or "module:attr" string reaches up (but
-    the known back edges, listed above, which may only go away)."""
-    layers = score_layers()
-    edges = score_edges()
-    breaks = score_layer_breaks([i for i in edges if _edge(i) not in KNOWN_BACK_EDGES], layers)
-    assert breaks == []
-    still = {_edge(i) for i in edges if score_layer_breaks([i], layers)}
-    assert KNOWN_BACK_EDGES <= still, f"fixed, so drop from KNOWN_BACK_EDGES: {sorted(KNOWN_BACK_EDGES - still)}"
+    """docs/explanation/architecture.md's score/ layers: no import, deferred import or "module:attr" string reaches
+    up, without exception (issue 47 item 3; the last back edges went with the counting pass's move above the
+    metrics and the paired bootstrap's into sections/)."""
+    assert score_layer_breaks(score_edges(), score_layers()) == []
 
 
 LAYERS = """

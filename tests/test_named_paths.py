@@ -287,7 +287,7 @@ def test_the_warm_up_is_a_command_of_the_package():
 # -- the checks catch what they are for -----------------------------------------------------------------------
 def test_a_moved_module_is_caught(tmp_path):
     docker = tmp_path / "Dockerfile"
-    docker.write_text("FROM x AS build\nRUN python -m xbench.score.warm \\\n    && chmod a+rwX /opt\n"
+    docker.write_text("FROM x AS build\nRUN python -m xbench.score.warmup \\\n    && chmod a+rwX /opt\n"
                       "RUN xbench-scor sub.zarr && /opt/xbench/venv/bin/xbench wram\n")
     doc = tmp_path / "guide.md"
     doc.write_text("Use `xbench.score.kernels.warmer` or\n```bash\nxbench package codabench-contest --out x\n"
@@ -295,9 +295,9 @@ def test_a_moved_module_is_caught(tmp_path):
     script = tmp_path / "evaluate.py"
     script.write_text("from xbench.package import grand_challenge_mian\n")
     files = [docker, doc, script]
-    assert [p.split(": ", 1)[1] for p in python_m_problems(files)] == ["python -m xbench.score.warm: no such module"]
+    assert [p.split(": ", 1)[1] for p in python_m_problems(files)] == ["python -m xbench.score.warmup: no such module"]
     assert [p.split(": ", 1)[1] for p in dotted_problems(files)] == [
-        "xbench.score.warm: xbench.score has no attribute 'warm'",
+        "xbench.score.warmup: xbench.score has no attribute 'warmup'",
         "xbench.score.kernels.warmer: xbench.score.kernels has no attribute 'warmer'"]
     assert [p.split(": ", 1)[1] for p in command_problems(files)] == [
         "xbench-scor: no such command is installed", "xbench wram: xbench has no such subcommand",

@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str | None]] = {
     "human": ("xbench.human:human", "The human ceiling: a dataset's own radiologists scored like a model.",
               "extract"),
     "convert": ("xbench.schemas.cli:convert_cmd", "Build submission.zarr from a model's existing outputs:", None),
-    "warm": ("xbench.score.kernels.warm:warm", "Compile the scorer's Numba kernels into the cache now (install, images).",
+    "warm": ("xbench.score.warm:warm", "Compile the scorer's Numba kernels into the cache now (install, images).",
              None),
 }
 

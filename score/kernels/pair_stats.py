@@ -3,7 +3,7 @@ and the hit, each declared once here (name, dtype, the rows it is defined on, an
 
 A statistic is computed only when a registered metric needs it: a metric declares the statistics it reads
 (``Metric.needs``, :mod:`xbench.score.metrics.registry`), :func:`needed` collects those names over the registry, and
-the counting pass (:func:`xbench.score.kernels.counting.count_dataset`) allocates and fills exactly those. A new
+the counting pass (:func:`xbench.score.counting.count_dataset`) allocates and fills exactly those. A new
 metric that needs a new per-pair statistic is therefore one :func:`declare` call (here, or beside the metric)
 plus the metric with ``needs=(name,)``; :func:`column` and :func:`present` build its ``values`` and ``pairs``
 functions (the registry refuses a metric built on them that does not declare the statistic it reads).
@@ -24,15 +24,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from xbench.score.metrics.cnr import _cnr_chunk
+from xbench.score.kernels.cnr import _cnr_chunk
 from xbench.score.kernels.maps import ResizePlan, _tolerant_hits
-from xbench.score.metrics.localisation import ENERGY_COLUMN, TOLERANT_COLUMN
 
 __all__ = ["Chunk", "PairStat", "PAIR_STATS", "declare", "declared", "column", "present", "reads_of", "needed",
-           "CNR_COLUMN"]
+           "CNR_COLUMN", "ENERGY_COLUMN", "TOLERANT_COLUMN"]
+
+#: The per-pair columns of the energy-based and the tolerant pointing game (their metrics:
+#: :mod:`xbench.score.metrics.localisation`, which names them from here).
+ENERGY_COLUMN = "energy_share"
+TOLERANT_COLUMN = "hit_tolerant"
 
 #: The per-row column of the phrase counts holding the signed CNR of each phrase row, NaN where undefined
-#: (:func:`xbench.score.metrics.cnr.cnr_of_pairs`).
+#: (:func:`xbench.score.kernels.cnr.cnr_of_pairs`).
 CNR_COLUMN = "cnr"
 
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from xbench.score.kernels.pair_stats import ENERGY_COLUMN, TOLERANT_COLUMN
 from xbench.score.metrics.params import POINTING_TOLERANCE
 
 __all__ = ["ENERGY_COLUMN", "TOLERANT_COLUMN", "DEFAULT_POINTING_TOLERANCE", "rank_accuracy_from_counts",
            "map_auroc_from_counts"]
 
-#: Names of the per-pair columns in DatasetCounts.extra.
-ENERGY_COLUMN = "energy_share"
-TOLERANT_COLUMN = "hit_tolerant"
+# ENERGY_COLUMN, TOLERANT_COLUMN: the per-pair columns in DatasetCounts.extra, declared with their statistics
+# (xbench.score.kernels.pair_stats, the layer below).
 #: The tolerant pointing game's default distance, read from the parameter its metric declares
 #: (:data:`xbench.score.metrics.params.POINTING_TOLERANCE`; kept under this name for existing callers).
 DEFAULT_POINTING_TOLERANCE = POINTING_TOLERANCE.default

@@ -585,7 +585,7 @@ del _m
 
 # ------------------------------------------------------------------------------------- phrase rows
 #: The per-row column of the phrase counts (``DatasetCounts.extra``) holding the signed CNR of each
-#: phrase row, NaN where CNR is undefined (:func:`xbench.score.metrics.cnr.cnr_of_pairs`).
+#: phrase row, NaN where CNR is undefined (:func:`xbench.score.kernels.cnr.cnr_of_pairs`).
 CNR_COLUMN = _ps.CNR_COLUMN
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from xbench.score.resampling import bootstrap as BS
 
 from xbench.score.resampling import engine as RS
+from xbench.score.sections.paired import paired_bootstrap
 from xbench.score.sections.plugins import sections
 
 from xbench.score.report._load import ReportInputError, Result
@@ -221,7 +222,7 @@ def _name(x) -> str | None:
 def compare_results(a: Result, b: Result, *, bootstrap: int = 1000, seed: int = 0,
                     per_class: bool = True, cache: dict | None = None) -> list[ComparisonRow]:
     """Paired bootstrap of A - B for every metric both metrics.json files report, overall and per dataset
-    (and class): :func:`xbench.score.resampling.bootstrap.paired_bootstrap` on the two results' pair counts; then, for
+    (and class): :func:`xbench.score.sections.paired.paired_bootstrap` on the two results' pair counts; then, for
     every other declared row scope whose counts pair_counts.npz holds (:mod:`xbench.score.sections.plugins`), its
     rows, e.g. the phrase metrics of the datasets whose phrase rows both scored (``scope`` "phrases" for the
     mean over datasets, "phrases/<dataset>" per dataset; ``cls`` None for the summary, "all phrases", or a
@@ -240,7 +241,7 @@ def compare_results(a: Result, b: Result, *, bootstrap: int = 1000, seed: int = 
     if problems:
         raise ReportInputError(problems)
     datasets = sorted(a.datasets)
-    table = BS.paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
+    table = paired_bootstrap({d: a.counts[d] for d in datasets}, {d: b.counts[d] for d in datasets},
                                 bootstrap=bootstrap, seed=seed, taus_a=result_taus(a), taus_b=result_taus(b),
                                 per_class=per_class, cache=cache, names=(str(a.path), str(b.path)),
                                 scopes_a=_scope_counts(a), scopes_b=_scope_counts(b), with_tests=True)

@@ -19,7 +19,7 @@ the report's intervals and paired comparisons use exactly the scorer's resamples
 The datasets are then computed on Numba's thread count of threads (``NUMBA_NUM_THREADS``), each from a copy of
 the generator taken where its draws start, so the replicates are bit for bit those of a serial loop.
 
-Paired comparisons: :func:`paired_bootstrap` (or :func:`bootstrap_replicates` of both submissions, then
+Paired comparisons: :func:`xbench.score.sections.paired.paired_bootstrap` (or :func:`bootstrap_replicates` of both submissions, then
 :func:`paired_differences`) applies one set of case resamples per dataset to both submissions, so the
 interval of the *difference* ``a - b`` accounts for the cases they share. The point values of a comparison
 come from :func:`identity_replicates` (every case drawn once), which equal the metrics.json values.
@@ -40,9 +40,6 @@ from xbench.score.kernels.counts import DatasetCounts, PhraseCounts
 from xbench.score.resampling.intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
 from xbench.score.resampling.intervals import percentile_interval, percentile_intervals
 from xbench.score.resampling.replicates import dataset_replicates, recognition_replicates, serial_blas  # noqa: F401
-from xbench.score.resampling.intervals import mean_defined
-from xbench.score.sections.phrases import ALL_PHRASES, PHRASE_SCOPE, phrase_ground_truth_problems, phrase_points
-from xbench.score.sections.plugins import sections
 
 if TYPE_CHECKING:  # imported where the paired table is built, not by the scorer
     import pandas as pd
@@ -63,10 +60,8 @@ __all__ = [
     "ground_truth_problems",
     "PAIRED_COLUMNS",
     "paired_differences",
-    "paired_bootstrap",
     "paired_class_rows",
     "phrase_replicates",
-    "paired_phrase_rows",
     "ALPHA",
     "holm",
     "holm_family",
@@ -253,85 +248,10 @@ def _memo_replicates(counts: Mapping[str, DatasetCounts], taus, bootstrap: int, 
     return found["reps"], found["point"]
 
 
-def paired_bootstrap(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, bootstrap: int = 1000,
-                     seed: int = 0, level: float = 0.95,
-                     taus_a: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
-                     taus_b: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
-                     per_class: bool = True, cache: dict | None = None,
-                     names: tuple[str, str] | None = None,
-                     phrases_a: Mapping | None = None, phrases_b: Mapping | None = None,
-                     scopes_a: Mapping[str, Mapping] | None = None,
-                     scopes_b: Mapping[str, Mapping] | None = None, with_tests: bool = False) -> pd.DataFrame:
-    """Paired bootstrap of ``a - b``, two submissions scored on the same ground truth: the one paired bootstrap
-    of XBench (the report's comparisons call it too).
-
-    Over the datasets both hold, one set of case resamples (:func:`bootstrap_replicates`) is applied to
-    both submissions, so the interval of the difference accounts for the cases they share; when both hold
-    the same datasets, each submission's replicates are those behind its own metrics.json intervals (same
-    ``bootstrap`` and seed). Load the inputs with :func:`xbench.score.kernels.counts.load_pair_counts` from each
-    run's ``pair_counts.npz``.
-
-    Parameters
-    ----------
-    a, b : dict {dataset: DatasetCounts}
-    bootstrap, seed, level : resamples (0: point differences only), seed, interval level.
-    taus_a, taus_b : optional {dataset: {class: (dice index, iou index)}} fixed (transferred) thresholds.
-    per_class : also compare every class, not only the dataset and overall means.
-    cache, names : a dict kept by the caller and a name for each submission (e.g. its folder): each
-        submission's replicates are computed once however many comparisons it takes part in.
-    phrases_a, phrases_b : optional {dataset: PhraseCounts} (:func:`xbench.score.sections.pair_counts.load_phrase_counts`):
-        the phrase metrics of the datasets both hold are compared too, on the images resampled as for their
-        metrics.json phrase intervals (rows after the class rows, ``dataset`` "phrases" or
-        "phrases/<dataset>", see :func:`paired_phrase_rows`).
-    scopes_a, scopes_b : optional {row scope name: {dataset: counts}} of every other declared row scope
-        (:mod:`xbench.score.sections.plugins`; ``phrases_a`` is ``{"phrase": phrases_a}``): each scope's rows follow
-        the class rows, in declaration order, from the scope's ``paired_rows``.
-    with_tests : add a column ``test``, each row's :func:`xbench.score.resampling.intervals.test_identity` (rows with the
-        same one are one test: :func:`holm_family` counts them once); None for a scope's rows that lack it.
-
-    Returns
-    -------
-    pandas.DataFrame, see :func:`paired_differences`.
-
-    Raises
-    ------
-    xbench.score.errors.GroundTruthMismatchError
-        (an InputError and a ValueError) When a shared dataset was scored against different ground truth
-        (one problem line per dataset).
-    """
-    extra_a = {**({"phrase": phrases_a} if phrases_a else {}), **(scopes_a or {})}
-    extra_b = {**({"phrase": phrases_b} if phrases_b else {}), **(scopes_b or {})}
-    pairs = [(scope, a, b) if scope.section is None else (scope, extra_a.get(scope.name), extra_b.get(scope.name))
-             for scope in sections()]  # the primary (class) scope first, then the others in declaration order
-    pairs = [(scope, sa, sb) for scope, sa, sb in pairs if scope.section is None or (sa and sb and set(sa) & set(sb))]
-    for scope, sa, sb in pairs:  # every scope's ground truth is checked before any work, scope by scope
-        problems = scope.ground_truth_problems(sa, sb)
-        if problems:
-            from xbench.score.errors import GroundTruthMismatchError
-
-            raise GroundTruthMismatchError(problems)
-    common = dict(bootstrap=bootstrap, seed=seed, level=level, per_group=per_class, cache=cache, names=names)
-    columns = PAIRED_COLUMNS + ["test"] if with_tests else PAIRED_COLUMNS
-    table, rows = None, []
-    for scope, sa, sb in pairs:
-        compare = scope.paired_rows
-        if scope.section is None:
-            import pandas as pd
-
-            table = pd.DataFrame(compare(a, b, taus_a=taus_a, taus_b=taus_b, **common), columns=columns)
-        else:
-            rows += compare(sa, sb, **common)
-    if not rows:
-        return table
-    import pandas as pd
-
-    return pd.DataFrame(table.to_dict("records") + rows, columns=columns)
-
-
 def paired_class_rows(a: Mapping[str, DatasetCounts], b: Mapping[str, DatasetCounts], *, bootstrap: int,
                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
                       names: tuple[str, str] | None = None, taus_a=None, taus_b=None) -> list[dict]:
-    """The class scope's rows of :func:`paired_bootstrap` (see there; ``per_group``: every class too)."""
+    """The class scope's rows of :func:`xbench.score.sections.paired.paired_bootstrap` (see there; ``per_group``: every class too)."""
     problems = ground_truth_problems(a, b)
     if problems:
         from xbench.score.errors import GroundTruthMismatchError
@@ -448,59 +368,3 @@ def phrase_replicates(pc: PhraseCounts, bootstrap: int, seed: int, chunk: int = 
                else np.full(bootstrap, np.nan) for m in ms}
     return {"categories": per_cat, "summary": summary,
             "pooled": {k: np.concatenate(v) if v else empty for k, v in pooled.items()}}
-
-
-def _memo(pc: PhraseCounts, bootstrap: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
-    """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
-    key = (name, pc.name, "phrases", bootstrap, seed)
-    if cache is not None and name is not None and key in cache:
-        return cache[key]
-    found = (phrase_replicates(pc, bootstrap, seed), phrase_points(pc))
-    if cache is not None and name is not None:
-        cache[key] = found
-    return found
-
-
-def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, bootstrap: int,
-                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
-                       names: tuple[str, str] | None = None) -> list[dict]:
-    """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
-    :data:`xbench.score.resampling.bootstrap.PAIRED_COLUMNS`.
-
-    Both submissions get the resamples of their own metrics.json phrase intervals (:func:`phrase_replicates`:
-    images drawn with replacement from ``default_rng(seed)`` per dataset, every phrase of a drawn image with
-    it), so each resample compares the two on the same images. Point values are the metrics.json values
-    (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
-    dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
-    :data:`ALL_PHRASES`) and, with ``per_group``, each category.
-    """
-    problems = phrase_ground_truth_problems(a, b)
-    if problems:
-        from xbench.score.errors import GroundTruthMismatchError
-
-        raise GroundTruthMismatchError(problems)
-    shared = sorted(set(a) & set(b))
-    name_a, name_b = names if names is not None else (None, None)
-    got = {d: (_memo(a[d], bootstrap, seed, cache, name_a), _memo(b[d], bootstrap, seed, cache, name_b))
-           for d in shared}
-    keys = R.phrase_keys()
-    rows: list[dict] = []
-    if shared:
-        # all-NaN columns are expected (undefined in some resamples)
-        over = [{k: _nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
-                for i in (0, 1)]
-        pts = [{k: mean_defined(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
-                                   for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
-        rows += [_difference(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
-    for d in shared:
-        (ra, pa), (rb, pb) = got[d]
-        scope = f"{PHRASE_SCOPE}/{d}"
-        rows += [_difference(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
-                             level) for k in keys]
-        rows += [_difference(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
-                             rb["pooled"][k], level) for k in ra["pooled"]]
-        if per_group:
-            rows += [_difference(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
-                                 rb["categories"][c][k], level)
-                     for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
-    return rows

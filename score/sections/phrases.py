@@ -1,15 +1,15 @@
 """Phrase grounding: scoring the phrase rows (free-text queries) of a dataset, e.g. MS-CXR.
 
 Each phrase row is a positive pair whose "class" is its category, so the class machinery counts it
-unchanged: :func:`phrase_counts` hands :func:`xbench.score.kernels.counting.count_dataset` a view of the
+unchanged: :func:`phrase_counts` hands :func:`xbench.score.counting.count_dataset` a view of the
 ground truth in which the "cases" are the phrase rows, the classes are the categories and every row has
 one region (its ``query_mask``), and a view of the submission whose single map column is
 ``query_saliency``. Pointing game, Dice and IoU at the fixed and at the searched threshold (searched
 per category, as per class) come from those counts. The contrast-to-noise ratio is one more per-pair
 statistic of the same counting pass (declared for phrase rows in :mod:`xbench.score.kernels.pair_stats`, its kernel
-:func:`xbench.score.metrics.cnr.cnr_of_pairs`), the counts' per-row column ``registry.CNR_COLUMN``. What stays
+:func:`xbench.score.kernels.cnr.cnr_of_pairs`), the counts' per-row column ``registry.CNR_COLUMN``. What stays
 phrase-specific is the view (here) and that the bootstrap resamples images, not phrase rows
-(:func:`xbench.score.resampling.bootstrap.phrase_replicates`, :func:`~xbench.score.resampling.bootstrap.paired_phrase_rows`).
+(:func:`xbench.score.resampling.bootstrap.phrase_replicates`; the paired rows, :func:`paired_phrase_rows`, here).
 The phrase rows are the "phrase" row scope (:mod:`xbench.score.sections.plugins`: its unit, section, row source, paired
 rows and tables are declared there, and scoring, paired comparisons and the report loop over the scopes).
 Every metric is an entry of the metric registry with the phrase scope (:mod:`xbench.score.metrics.registry`):
@@ -17,7 +17,7 @@ this module holds the phrase-row source (the view and :func:`phrase_counts`), th
 category (the class code's, :func:`phrase_points`) and the phrase table's rows; the metrics.json "phrases"
 section is assembled by :func:`xbench.score.sections.plugins.phrases.score_phrases`.
 
-CNR: see :mod:`xbench.score.metrics.cnr` (contract §Phrase grounding).
+CNR: see :mod:`xbench.score.kernels.cnr` (contract §Phrase grounding).
 
 Recognition metrics do not apply to phrase rows (every phrase describes a finding that is present).
 Bootstrap intervals resample *images* (the dataset's cases) with replacement, because one image carries
@@ -33,15 +33,17 @@ import numpy as np
 
 from xbench.score.metrics import registry as R
 from xbench.score.cells import md_cell
-from xbench.score.metrics.cnr import cnr_of_pairs  # noqa: F401  (its home before it became a per-pair statistic)
-from xbench.score.kernels.counting import count_dataset
+from xbench.score.kernels.cnr import cnr_of_pairs  # noqa: F401  (its home before it became a per-pair statistic)
+from xbench.score.counting import count_dataset
 from xbench.score.kernels.counts import PhraseCounts
 from xbench.score.metrics.estimates import class_grounding_point
-from xbench.score.resampling.intervals import mean_defined
+from xbench.score.resampling.bootstrap import phrase_replicates
+from xbench.score.resampling.intervals import mean_defined, nanmean_rows, paired_row
 from xbench.score.kernels.maps import THRESHOLDS
 
 __all__ = ["PhraseCounts", "cnr_of_pairs", "phrase_counts", "phrase_points", "phrase_columns", "phrase_rows",
-           "phrase_markdown", "phrase_csv", "phrase_ground_truth_problems", "PHRASE_SCOPE", "ALL_PHRASES"]
+           "phrase_markdown", "phrase_csv", "phrase_ground_truth_problems", "paired_phrase_rows", "PHRASE_SCOPE",
+           "ALL_PHRASES"]
 
 
 # ------------------------------------------------------------------------------------------- counting
@@ -201,3 +203,60 @@ def phrase_csv(rows: list[dict]) -> str:
     for row in rows:
         w.writerow({k: ("" if v is None else v) for k, v in row.items()})
     return buf.getvalue()
+
+
+# ------------------------------------------------------------------------- paired rows (two submissions)
+def _memo(pc: PhraseCounts, bootstrap: int, seed: int, cache: dict | None, name: str | None) -> tuple[dict, dict]:
+    """(replicates, points) of one submission's phrase rows of one dataset, kept in ``cache`` under its name."""
+    key = (name, pc.name, "phrases", bootstrap, seed)
+    if cache is not None and name is not None and key in cache:
+        return cache[key]
+    found = (phrase_replicates(pc, bootstrap, seed), phrase_points(pc))
+    if cache is not None and name is not None:
+        cache[key] = found
+    return found
+
+
+def paired_phrase_rows(a: Mapping[str, PhraseCounts], b: Mapping[str, PhraseCounts], *, bootstrap: int,
+                       seed: int, level: float = 0.95, per_group: bool = True, cache: dict | None = None,
+                       names: tuple[str, str] | None = None) -> list[dict]:
+    """Paired bootstrap of ``a - b`` on the phrase metrics of the datasets both hold, as rows of
+    :data:`xbench.score.resampling.bootstrap.PAIRED_COLUMNS`.
+
+    Both submissions get the resamples of their own metrics.json phrase intervals (:func:`~xbench.score.resampling.bootstrap.phrase_replicates`:
+    images drawn with replacement from ``default_rng(seed)`` per dataset, every phrase of a drawn image with
+    it), so each resample compares the two on the same images. Point values are the metrics.json values
+    (:func:`phrase_points`). Rows: the mean over datasets (``dataset`` = :data:`PHRASE_SCOPE`), then per
+    dataset (``"phrases/<dataset>"``) its summary (``class`` None), the mean over every phrase (``class`` =
+    :data:`ALL_PHRASES`) and, with ``per_group``, each category.
+    """
+    problems = phrase_ground_truth_problems(a, b)
+    if problems:
+        from xbench.score.errors import GroundTruthMismatchError
+
+        raise GroundTruthMismatchError(problems)
+    shared = sorted(set(a) & set(b))
+    name_a, name_b = names if names is not None else (None, None)
+    got = {d: (_memo(a[d], bootstrap, seed, cache, name_a), _memo(b[d], bootstrap, seed, cache, name_b))
+           for d in shared}
+    keys = R.phrase_keys()
+    rows: list[dict] = []
+    if shared:
+        # all-NaN columns are expected (undefined in some resamples)
+        over = [{k: nanmean_rows(np.stack([got[d][i][0]["summary"][k] for d in shared])) for k in keys}
+                for i in (0, 1)]
+        pts = [{k: mean_defined(np.array([np.nan if got[d][i][1]["summary"][k] is None else got[d][i][1]["summary"][k]
+                                   for d in shared], dtype=np.float64)) for k in keys} for i in (0, 1)]
+        rows += [paired_row(PHRASE_SCOPE, None, k, pts[0][k], pts[1][k], over[0][k], over[1][k], level) for k in keys]
+    for d in shared:
+        (ra, pa), (rb, pb) = got[d]
+        scope = f"{PHRASE_SCOPE}/{d}"
+        rows += [paired_row(scope, None, k, pa["summary"][k], pb["summary"][k], ra["summary"][k], rb["summary"][k],
+                             level) for k in keys]
+        rows += [paired_row(scope, ALL_PHRASES, k, pa["pooled"][k], pb["pooled"][k], ra["pooled"][k],
+                             rb["pooled"][k], level) for k in ra["pooled"]]
+        if per_group:
+            rows += [paired_row(scope, c, k, pa["categories"][c][k], pb["categories"][c][k], stats[k],
+                                 rb["categories"][c][k], level)
+                     for c, stats in ra["categories"].items() if c in rb["categories"] for k in stats]
+    return rows

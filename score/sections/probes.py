@@ -146,7 +146,7 @@ def _per_probe(sub_ds, gt_ds, present_cases: np.ndarray | None):
     """(kind, category, image, values dict) per probe row of the images present, in row order."""
     from xbench.schemas.submission import align_queries
 
-    from xbench.score.kernels.counting import gather_maps
+    from xbench.score.counting import gather_maps
     from xbench.score.kernels.maps import resize_map
 
     q, probes = gt_ds.queries, gt_ds.query_probes

@@ -97,7 +97,7 @@ class _WarpedMaps:
         self.ndim = 4
 
     def rows_of(self, lo: int, hi: int) -> np.ndarray:
-        from xbench.score.kernels.counting import gather_maps
+        from xbench.score.counting import gather_maps
 
         want = self.rows[lo:hi]
         c = self.shape[1]
@@ -150,7 +150,7 @@ def _phrases(name, gt_ds, sub_ds, table, s: int, specs: list, *, phrase_metrics,
     """The phrase grounding of SPEC s's copies (module doc, "phrases"); None when the copies have no phrase rows."""
     from xbench.schemas.queries import UNSUPPORTED_ATTR
 
-    from xbench.score.kernels.counting import count_dataset
+    from xbench.score.counting import count_dataset
     from xbench.score.kernels.counts import PhraseCounts
 
     if table.query_id is None or getattr(gt_ds, "queries", None) is None:
@@ -190,7 +190,7 @@ def _phrases(name, gt_ds, sub_ds, table, s: int, specs: list, *, phrase_metrics,
 def _stability(gt_ds, sub_ds, clean_rows, class_cols, table, sel, sub_rows, specs, copies: int):
     """Per (clean case, class): mean and worst rho over the K copies, flip share and any-flip (module doc).
     Arrays (N, C) float64 (NaN for unsupported classes)."""
-    from xbench.score.kernels.counting import gather_maps
+    from xbench.score.counting import gather_maps
     from xbench.score.kernels.maps import resize_map
     from xbench.score.metrics.recognition_sums import probabilities
 
@@ -276,7 +276,7 @@ def score_robustness(sub, gt, names, aligned: dict, *, partial: dict, metrics_fr
     from xbench.schemas.augment import parse_spec
     from xbench.schemas.perturbations import copies_per_spec
 
-    from xbench.score.kernels.counting import count_dataset
+    from xbench.score.counting import count_dataset
 
     t0 = time.perf_counter()
     section: dict = {}

@@ -84,7 +84,7 @@ def _version_free(value, version: str):
 
 def values(tmp_path: Path) -> dict:
     """Every output of two scored submissions and their paired comparison, as comparable values."""
-    from xbench.score.resampling import bootstrap as BS
+    from xbench.score.sections.paired import paired_bootstrap
     from xbench.score.outputs.folder import write_outputs
     from xbench.score.scoring import score_submission
 
@@ -109,7 +109,7 @@ def values(tmp_path: Path) -> dict:
                 out[key] = {"json": _version_free(m, version)}
             elif f.suffix in (".csv", ".md"):
                 out[key] = {"lines": f.read_text(encoding="utf-8").replace(str(tmp_path), "TMP").splitlines()}
-    table = BS.paired_bootstrap(results["a"].counts, results["b"].counts, bootstrap=40, seed=3,
+    table = paired_bootstrap(results["a"].counts, results["b"].counts, bootstrap=40, seed=3,
                                 phrases_a=results["a"].phrase_counts, phrases_b=results["b"].phrase_counts)
     out["paired.csv"] = {"lines": table.to_csv(index=False).splitlines()}
     return out

@@ -86,7 +86,7 @@ def test_unknown_dataset_key_is_one_line_with_the_close_match(stores, tmp_path, 
 
 
 def test_library_input_errors_are_typed_and_classified_as_exit_2(stores, tmp_path):
-    from xbench.score.resampling.bootstrap import paired_bootstrap
+    from xbench.score.sections.paired import paired_bootstrap
     from xbench.score.metrics.grounding import threshold_index
     from xbench.score.outputs.folder import write_outputs
     from xbench.score.scoring import score_submission, thresholds_from_metrics
@@ -120,8 +120,8 @@ def test_no_plain_value_error_for_input_in_the_scorer_modules():
     """Every ``raise ValueError`` left in the scorer's modules is a caller's programming error (array shapes
     handed to a kernel), listed here; anything a file or an option can cause raises a typed error."""
     root = Path(__file__).resolve().parents[2] / "score"
-    allowed = {"kernels/maps.py", "metrics/localisation.py", "metrics/registry.py", "kernels/warm.py",
-               "metrics/recognition.py", "metrics/recognition_sums.py", "metrics/cnr.py", "metrics/grounding.py",
+    allowed = {"kernels/maps.py", "metrics/localisation.py", "metrics/registry.py", "warm.py",
+               "metrics/recognition.py", "metrics/recognition_sums.py", "kernels/cnr.py", "metrics/grounding.py",
                "kernels/pair_stats.py", "sections/plugins/__init__.py", "metrics/complexity.py",
                "metrics/gaze.py",  # the saliency measures' argument checks (shapes handed by the gaze section)
                "report/figures.py"}  # its bins argument, checked by the report's option (a Choice) before it

@@ -10,7 +10,7 @@ import sys
 def test_scorer_modules_do_not_import_pandas_or_pyarrow():
     code = ("import sys\n"
             "import xbench.score.cli, xbench.score.scoring, xbench.score.outputs.folder, xbench.score.resampling.bootstrap, xbench.score.outputs.tables\n"
-            "import xbench.score.kernels.warm\n"
+            "import xbench.score.warm\n"
             "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

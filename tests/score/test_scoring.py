@@ -210,7 +210,7 @@ def test_dataset_subset_and_pairs_table(stores):
 
 
 def test_memory_bounded_batches_give_the_same_counts(stores, monkeypatch):
-    from xbench.score.kernels import counting
+    from xbench.score import counting
 
     d, gt, sub = stores
     with warnings.catch_warnings():

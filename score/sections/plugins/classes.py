@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from xbench.score.kernels._allocator import release_freed_memory
-from xbench.score.kernels.counting import count_dataset, region_mask_problems
+from xbench.score.counting import count_dataset, region_mask_problems
 from xbench.score.kernels.counts import DatasetCounts
 from xbench.score.metrics import registry as R
 from xbench.score.resampling import bootstrap as BS

@@ -12,11 +12,11 @@ import numpy as np
 from xbench.schemas.schema_versions import minor as schema_minor
 from xbench.score.kernels.counts import phrase_arrays, phrase_arrays_problems, phrase_from_arrays
 from xbench.score.metrics import registry as R
-from xbench.score.resampling.bootstrap import paired_phrase_rows, percentile_interval, phrase_replicates
+from xbench.score.resampling.bootstrap import percentile_interval, phrase_replicates
 from xbench.score.resampling.engine import prior_units
 from xbench.score.resampling.intervals import mean_defined
 from xbench.score.sections import phrases as P
-from xbench.score.sections.phrases import PhraseCounts, phrase_counts, phrase_points
+from xbench.score.sections.phrases import PhraseCounts, paired_phrase_rows, phrase_counts, phrase_points
 from xbench.score.sections.kinds import RowScope
 from xbench.score.sections.probes import originals_only
 from xbench.score.sections.units import scored_units

@@ -205,7 +205,7 @@ def test_a_new_parameter_reaches_its_kernel_through_the_one_mapping(throw_away, 
 
 def test_the_counting_pass_names_no_parameter():
     """The counting pass hands the resolved mapping on whole: no parameter's name is written in it."""
-    from xbench.score.kernels import counting
+    from xbench.score import counting
 
     src = Path(counting.__file__).read_text(encoding="utf-8")
     for p in R.metric_params():

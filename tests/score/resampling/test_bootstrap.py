@@ -7,6 +7,7 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from xbench.score.resampling import bootstrap as BS
+from xbench.score.sections.paired import paired_bootstrap
 
 from xbench.score.resampling import engine as RS
 from xbench.score.kernels.counts import DatasetCounts, load_pair_counts
@@ -103,7 +104,7 @@ def test_paired_bootstrap_same_submission_has_zero_difference(tmp_path):
     save_pair_counts(tmp_path / "pc.npz", {"phantom": dc})
     loaded = load_pair_counts(tmp_path / "pc.npz")
     assert loaded["phantom"].same_ground_truth(dc) and loaded["phantom"].grid == (8, 9)
-    df = BS.paired_bootstrap(loaded, {"phantom": dc}, bootstrap=50, seed=0)
+    df = paired_bootstrap(loaded, {"phantom": dc}, bootstrap=50, seed=0)
     ok = df.dropna(subset=["diff_lo"])
     assert len(ok) > 0 and (ok.diff_lo == 0).all() and (ok.diff_hi == 0).all()
 
@@ -112,7 +113,7 @@ def test_paired_bootstrap_detects_a_better_submission():
     a = _dataset(4)
     better_hit = np.ones_like(a.hit)
     b = DatasetCounts(**{**a.__dict__, "hit": better_hit})
-    df = BS.paired_bootstrap({"phantom": b}, {"phantom": a}, bootstrap=200, seed=1)  # b - a
+    df = paired_bootstrap({"phantom": b}, {"phantom": a}, bootstrap=200, seed=1)  # b - a
     row = df[(df["class"].isna()) & (df.metric == "pointing_game")].iloc[0]
     assert row.diff_lo > 0 and row.p_value < 0.05
 
@@ -121,7 +122,7 @@ def test_paired_bootstrap_refuses_different_ground_truth():
     a = _dataset(5)
     b = _dataset(6)
     with pytest.raises(ValueError, match="different ground truth"):
-        BS.paired_bootstrap({"phantom": a}, {"phantom": b}, bootstrap=5)
+        paired_bootstrap({"phantom": a}, {"phantom": b}, bootstrap=5)
 
 
 def test_bootstrap_replicates_are_the_metrics_json_resamples():

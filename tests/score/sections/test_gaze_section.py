@@ -201,7 +201,7 @@ def test_cli_writes_tables_and_counts_and_compare_pairs_them(stores, capsys, tmp
     line = line[:line.index("of the readers'") + 200]
     assert "image rows" in line and f"readers' own {ceiling['human']['nss']:.2f}" in line, line
     assert ("near chance" in line) == (abs(ceiling["human"]["auc_shuffled"] - 0.5) <= 0.05), line
-    from xbench.score.resampling.bootstrap import paired_bootstrap
+    from xbench.score.sections.paired import paired_bootstrap
     from xbench.score.kernels.counts import load_pair_counts
     from xbench.score.sections.pair_counts import load_scope_counts
 

@@ -368,7 +368,7 @@ def test_pair_counts_keep_phrase_rows_and_old_files_load(tmp_path):
 
 
 def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
-    from xbench.score.resampling import bootstrap as BS
+    from xbench.score.sections.paired import paired_bootstrap
     from xbench.score.outputs.folder import write_outputs
     from xbench.score.report import load_result
     from xbench.score.report.paired import compare_results
@@ -377,7 +377,7 @@ def test_paired_phrase_comparison_equals_an_explicit_resample(tmp_path):
     _, sub_b, _, _, maps_b = make_phrase_stores(tmp_path / "b", seed=2, maps_seed=11)
     B, seed = 50, 4
     ra, rb = (score_submission(s, gt, bootstrap=B, seed=seed) for s in (sub_a, sub_b))
-    table = BS.paired_bootstrap(ra.counts, rb.counts, bootstrap=B, seed=seed,
+    table = paired_bootstrap(ra.counts, rb.counts, bootstrap=B, seed=seed,
                                 phrases_a=ra.phrase_counts, phrases_b=rb.phrase_counts)
     ph = table[table["dataset"].astype(str).str.startswith("phrases")]
     rows_a, rows_b = reference_phrases(q, qmask, maps_a), reference_phrases(q, qmask, maps_b)

@@ -129,7 +129,7 @@ def test_a_metric_names_only_declared_scopes_and_the_kinds_they_compute():
 
 
 def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
-    from xbench.score.resampling import bootstrap as BS
+    from xbench.score.sections.paired import paired_bootstrap
     from xbench.score.outputs.folder import write_outputs
     from xbench.score.report import build_report
 
@@ -145,7 +145,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         assert list(ra.metrics).index("probes") > list(ra.metrics).index("phrases")  # declaration order
         # the other scopes are untouched by the new one
         assert ra.metrics["phrases"]["datasets"]["ms_cxr"]["n_phrases"] == plain.metrics["phrases"]["datasets"]["ms_cxr"]["n_phrases"]
-        table = BS.paired_bootstrap(ra.counts, rb.counts, bootstrap=0, seed=3, phrases_a=ra.phrase_counts,
+        table = paired_bootstrap(ra.counts, rb.counts, bootstrap=0, seed=3, phrases_a=ra.phrase_counts,
                                     phrases_b=rb.phrase_counts, scopes_a={"probe": ra.scope_counts["probe"]},
                                     scopes_b={"probe": rb.scope_counts["probe"]})
         datasets = [str(d) for d in table["dataset"]]
@@ -155,7 +155,7 @@ def test_a_declared_scope_is_scored_compared_and_tabled(tmp_path):
         from xbench.score.errors import GroundTruthMismatchError
 
         with pytest.raises(GroundTruthMismatchError):
-            BS.paired_bootstrap(ra.counts, rb.counts, bootstrap=0, scopes_a={"probe": {"ms_cxr": 9}},
+            paired_bootstrap(ra.counts, rb.counts, bootstrap=0, scopes_a={"probe": {"ms_cxr": 9}},
                                 scopes_b={"probe": {"ms_cxr": 8}})
         dirs = []
         for name, r in (("a", ra), ("b", rb)):

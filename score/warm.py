@@ -68,7 +68,7 @@ def compile_job(job: str) -> None:
 
 
 def _child(job: str) -> list[str]:
-    return [sys.executable, "-c", f"from xbench.score.kernels.warm import compile_job; compile_job({job!r})"]
+    return [sys.executable, "-c", f"from xbench.score.warm import compile_job; compile_job({job!r})"]
 
 
 def warm_cache(jobs: tuple[str, ...] = JOBS, processes: int | None = None) -> float:

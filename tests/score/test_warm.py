@@ -1,4 +1,4 @@
-"""Filling Numba's cache ahead of the first run (score/kernels/warm.py)."""
+"""Filling Numba's cache ahead of the first run (score/warm.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from xbench.score.kernels import warm
+from xbench.score import warm
 
 
 def test_a_child_fills_the_cache_with_the_ranking_kernel(tmp_path, monkeypatch):
