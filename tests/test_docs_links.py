@@ -94,3 +94,30 @@ def test_the_checks_catch_a_dead_link(tmp_path):
         "docs/how-to/score.md: (../contract.md#exit-codes): no heading '#exit-codes' in contract.md"]
     assert DOCS_PATH.findall("see docs/how-to/score.md, and docs/contract.md.") == ["docs/how-to/score.md",
                                                                                   "docs/contract.md"]
+
+
+def _headings(text: str) -> list[str]:
+    """The Markdown headings' marks ("#", "##", ...) outside code fences, in order."""
+    marks, fence = [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"#{1,6} ", line):
+            marks.append(line.split(" ", 1)[0])
+    return marks
+
+
+def test_every_docs_page_has_one_title_first():
+    """Each page under docs/ opens with its one level-1 title, sections below it (the how-to pages moved in from
+    the old layout began at ``##``, or had several ``#`` sections)."""
+    bad = {}
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        marks = _headings(page.read_text(encoding="utf-8"))
+        if not marks or marks[0] != "#" or marks.count("#") != 1:
+            bad[str(page.relative_to(ROOT))] = marks[:4]
+    assert bad == {}
+
+
+def test_the_title_check_sees_code_fences():
+    assert _headings("# T\n```bash\n# a comment\n```\n## S\n") == ["#", "##"]
+    assert _headings("## S\n# T\n") == ["##", "#"]
