@@ -26,7 +26,7 @@ from xbench.schemas._cli import command
 from xbench.schemas.options import Flag, click_options, opt, parse
 from xbench.score.metrics.params import POINTING_TOLERANCE
 
-__all__ = ["JOBS", "compile_job", "warm_cache", "start_background_warm", "warm"]
+__all__ = ["JOBS", "cache_folder", "compile_job", "warm_cache", "start_background_warm", "warm"]
 
 #: What each child compiles: the counting kernel of each resize path, the ranking kernel, and the gaze
 #: section's two AUC kernels (kernels/saliency.py).
@@ -121,6 +121,18 @@ def start_background_warm() -> subprocess.Popen | None:
         return None  # the scorer then compiles it itself when needed
 
 
+def cache_folder() -> str:
+    """Where the kernels are cached: ``$NUMBA_CACHE_DIR`` (or the per-user folder when the install cannot be
+    written), else Numba's default, a ``__pycache__`` beside the kernels' sources (``score/kernels/``, not this
+    module's folder)."""
+    from xbench.score import kernels
+    from xbench.score.kernels._numba_cache import choose_cache_dir
+
+    sources = os.path.dirname(os.path.abspath(kernels.__file__))
+    where = choose_cache_dir(sources)
+    return str(where) if where is not None else os.path.join(sources, "__pycache__")
+
+
 @dataclass(kw_only=True)
 class WarmOptions:
     """What ``xbench warm [KERNEL...]`` takes besides the kernels (the fields are its options)."""
@@ -148,16 +160,12 @@ def warm(kernels, **params):
     o = parse(WarmOptions, params)
     import json
 
-    from xbench.score.kernels._numba_cache import choose_cache_dir
-
     jobs = tuple(dict.fromkeys(kernels)) or JOBS
     try:
         seconds = warm_cache(jobs)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
-    where = choose_cache_dir(os.path.dirname(__file__))
-    if where is None:  # Numba's default: a __pycache__ folder beside the kernels' sources
-        where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+    where = cache_folder()
     if o.as_json:
         click.echo(json.dumps({"compiled": list(jobs), "seconds": round(seconds, 3), "cache": where}))
     elif not o.quiet:
