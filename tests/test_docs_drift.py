@@ -32,13 +32,14 @@ def test_the_phantom_data_card_gives_the_licence_of_the_project():
 def test_the_warm_up_says_where_the_kernels_are_cached(monkeypatch, tmp_path, cache_dir):
     from click.testing import CliRunner
 
-    from xbench.score import warm
+    from xbench.score import kernels, warm
 
     monkeypatch.setattr(warm, "warm_cache", lambda jobs: 0.25)
     if cache_dir is None:
         monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
         monkeypatch.setattr("xbench.score.kernels._numba_cache.choose_cache_dir", lambda package_dir, **kw: None)
-        where = str(Path(warm.__file__).resolve().parent / "__pycache__")
+        # beside the kernels' sources (score/kernels/), not beside warm.py (one folder up since the counting layer)
+        where = str(Path(kernels.__file__).resolve().parent / "__pycache__")
     else:
         monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
         where = str(tmp_path)

@@ -52,19 +52,3 @@ def test_cache_probe_says_cached_when_numba_internals_differ():
     # the probe reads a private Numba API; anything unexpected must mean "start nothing"
     assert warm._is_cached(object()) is True
 
-
-def test_the_cache_folder_named_is_the_kernels_own(monkeypatch, tmp_path):
-    """xbench warm names the folder the kernels are cached in: with NUMBA_CACHE_DIR that one, else the
-    __pycache__ beside score/kernels/ (warm.py lives one folder up since the counting layer; the folder it names
-    must not move with it)."""
-    from pathlib import Path
-
-    import xbench.score.kernels.maps as K
-
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    assert warm.cache_folder() == str(tmp_path)
-    monkeypatch.delenv("NUMBA_CACHE_DIR")
-    from xbench.score.kernels import _numba_cache
-
-    monkeypatch.setattr(_numba_cache, "choose_cache_dir", lambda package_dir, **kw: None)
-    assert Path(warm.cache_folder()) == Path(K.__file__).resolve().parent / "__pycache__"
