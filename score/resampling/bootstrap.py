@@ -37,7 +37,7 @@ from xbench.score.resampling.engine import (ALPHA, cluster_weights, holm, holm_f
                          positioned_stream, resample_streams, resample_weights, significant,
                          stream)
 from xbench.score.kernels.counts import DatasetCounts, PhraseCounts
-from xbench.score.resampling.intervals import defined as _defined, nanmean_rows as _nanmean_rows, paired_row as _difference  # noqa: F401
+from xbench.score.resampling.intervals import nanmean_rows as _nanmean_rows, paired_row as _difference
 from xbench.score.resampling.intervals import percentile_interval, percentile_intervals
 from xbench.score.resampling.replicates import dataset_replicates, recognition_replicates, serial_blas  # noqa: F401
 
